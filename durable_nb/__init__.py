@@ -1,0 +1,90 @@
+"""durable_nb: durable AI-agent loops in Jupyter notebooks.
+
+Every side effect of an agent loop goes through ``ctx`` (``ctx.run``, ``ctx.chat``,
+``ctx.approval`` ...) and is journaled on local disk before the loop goes on; executing the
+run again after a crash replays the completed steps and continues at the first unfinished one.
+
+In a notebook: ``%load_ext durable_nb`` then a ``%%durable_agent RUN_ID`` cell. In Python:
+:func:`execute`.
+"""
+
+from .context import Context, Decision, DurableState, TokenUsage
+from .errors import (
+    BudgetExhausted,
+    CorruptEntry,
+    DurableError,
+    IncompatibleJournal,
+    JournalError,
+    JournalMismatch,
+    JournalWriteError,
+    NoPendingApproval,
+    RunCancelled,
+    RunExpired,
+    RunLeased,
+    SerializationError,
+    StepFailed,
+    TerminalError,
+    UnknownRun,
+    UnserializableResult,
+)
+from .journal import Journal, RunRecord, Status, StepEntry
+from .registry import RunInfo, approve, cancel, delete, get_run, reject, reset, runs
+from .retry import RetryPolicy
+from .runner import RunOptions, execute
+from .serde import register_type
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BudgetExhausted",
+    "Context",
+    "CorruptEntry",
+    "Decision",
+    "DurableError",
+    "DurableState",
+    "IncompatibleJournal",
+    "Journal",
+    "JournalError",
+    "JournalMismatch",
+    "JournalWriteError",
+    "NoPendingApproval",
+    "RetryPolicy",
+    "RunCancelled",
+    "RunExpired",
+    "RunInfo",
+    "RunLeased",
+    "RunOptions",
+    "RunRecord",
+    "SerializationError",
+    "Status",
+    "StepEntry",
+    "StepFailed",
+    "TerminalError",
+    "TokenUsage",
+    "UnknownRun",
+    "UnserializableResult",
+    "approve",
+    "cancel",
+    "delete",
+    "execute",
+    "get_run",
+    "load_ipython_extension",
+    "register_type",
+    "reject",
+    "reset",
+    "runs",
+    "unload_ipython_extension",
+]
+
+
+def load_ipython_extension(ipython):  # pragma: no cover - exercised through a real kernel
+    """``%load_ext durable_nb``: register the magics and report interrupted runs."""
+    from .magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython):  # pragma: no cover
+    from .magics import unload_ipython_extension as unload
+
+    unload(ipython)

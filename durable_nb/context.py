@@ -1,0 +1,223 @@
+"""What the agent loop sees: ``ctx``, the contract user code programs against.
+
+Rule of thumb: anything that touches the world (an LLM, a tool, the clock, randomness, a
+person) goes through a ``ctx`` method, because those are journaled. Code between them runs
+again on every replay and must take the same path given the same step results.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import re
+import time
+import uuid as _uuid
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from . import serde
+from .journal import Status, StepEntry
+from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from .runner import Execution
+
+__all__ = ["Context", "Decision", "DurableState", "TokenUsage"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A person's answer to ``ctx.approval``: approved or not, an optional note, and who."""
+
+    approved: bool
+    note: str | None = None
+    by: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """Tokens the run's LLM calls used so far (each journaled call counted once)."""
+
+    prompt: int
+    completion: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
+class DurableState(MutableMapping):
+    """A per-run mapping of JSON values that survives restarts.
+
+    Every assignment or deletion is a journaled step (kind ``state``, named by the key), so
+    the mapping is rebuilt by replay. Reads are free.
+    """
+
+    def __init__(self, execution: "Execution") -> None:
+        self._ex = execution
+
+    def __getitem__(self, key: str) -> Any:
+        return self._ex.state[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._change(key, {"set": value})
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._ex.state:
+            raise KeyError(key)
+        self._change(key, {"delete": True})
+
+    def _change(self, key: str, change: dict) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"ctx.state keys are str, not {type(key).__name__}")
+        applied = self._ex.step("state", key, lambda: change)
+        if "set" in applied:
+            self._ex.state[key] = applied["set"]
+        else:
+            self._ex.state.pop(key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ex.state)
+
+    def __len__(self) -> int:
+        return len(self._ex.state)
+
+    def __repr__(self) -> str:
+        return f"DurableState({self._ex.state!r})"
+
+
+class Context:
+    """The durable context of one run, handed to the agent loop as ``ctx``.
+
+    Steps are matched with the journal by position: the n-th ``ctx`` call of a replay must be
+    the same kind and name as the n-th call of the first execution, or replay stops with
+    :class:`~durable_nb.errors.JournalMismatch`.
+    """
+
+    def __init__(self, execution: "Execution") -> None:
+        self._ex = execution
+        self.state = DurableState(execution)
+
+    # -- identity and accounting -----------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self._ex.run_id
+
+    @property
+    def step_id(self) -> str:
+        """A key unique to the current step and stable across replays and restarts: inside a
+        ``ctx.run`` function, that step's; elsewhere, the next step's. Hand it to external
+        APIs as an idempotency key so that a step retried after a crash is not applied twice."""
+        ex = self._ex
+        position = ex.current_position if ex.current_position is not None else ex.position
+        return f"{ex.run_id}:{position}"
+
+    @property
+    def iteration(self) -> int:
+        """How many LLM calls (``ctx.chat``) the run made so far, replayed ones included."""
+        return self._ex.iteration
+
+    @property
+    def tokens(self) -> TokenUsage:
+        """Tokens used by the run's LLM calls so far, replayed ones included."""
+        return TokenUsage(self._ex.prompt_tokens, self._ex.completion_tokens)
+
+    @property
+    def replaying(self) -> bool:
+        """True while steps are answered from the journal."""
+        return self._ex.replaying
+
+    # -- steps -------------------------------------------------------------------------
+
+    def run(self, name: str, fn: Callable[..., T], *args: Any, retry: RetryPolicy | None = None,
+            **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` as a durable step named ``name``.
+
+        The first time, ``fn`` runs and its result is journaled before it is returned; on
+        replay the journaled result is returned and ``fn`` is not called. An exception is
+        retried under ``retry`` (default: one attempt); a :class:`TerminalError` or an
+        exception not retried is journaled and raised again, same type and message, on
+        replay. The result must be JSON data, a pydantic model or a registered type.
+        """
+        from .runner import fingerprint
+
+        return self._ex.step("run", name, fn, args, kwargs, retry=retry,
+                             fingerprint_=fingerprint(args, kwargs))
+
+    def chat(self, **kwargs: Any) -> Any:
+        """A journaled ``client.chat.completions.create(**kwargs)``; returns the real
+        ``ChatCompletion`` (rebuilt from the journal on replay).
+
+        ``client=`` picks the client (default ``openai.OpenAI()`` from the environment, or the
+        run's client); ``model`` defaults to the run's model. Counts one iteration, adds the
+        response's usage to the run's tokens, and retries transient API errors (rate limit,
+        connection, timeout, 5xx). Stops the run (FAILED) before a call that would pass
+        max_iterations or max_tokens.
+        """
+        from .llm import chat
+
+        return chat(self._ex, kwargs)
+
+    def call_tools(self, message: Any, tools: Any, *, parallel: bool = False) -> list[dict]:
+        """Run every tool call of an assistant ``message`` with the matching function of
+        ``tools`` (``@durable_nb.tool`` objects or plain functions) and return the ``tool``
+        messages to append, in call order.
+
+        Each call is a journaled step named after its tool; tools that need approval ask for
+        it first, and a rejection becomes a tool message telling the model so. Unknown tools,
+        bad JSON, arguments that do not fit the schema and exceptions raised by the tool come
+        back as error messages for the model. ``parallel=True`` runs the calls concurrently,
+        journaled in call order.
+        """
+        from .toolcalls import call_tools
+
+        return call_tools(self, message, tools, parallel=parallel)
+
+    def approval(self, name: str, details: Any = None, timeout: float | None = None) -> Decision:
+        """Ask a person to approve ``name`` (``details`` is shown to them, JSON data).
+
+        The run is WAITING_APPROVAL until someone decides: the panel's buttons,
+        ``durable_nb.approve/reject``, ``%durable approve``, ``durable-nb approve`` from any
+        process. The decision is journaled; on replay it is returned at once. With
+        ``timeout`` (seconds) and no decision by then, it is a rejection by ``"timeout"``.
+        """
+        decision = self._ex.approval(name, serde.encode(details), timeout)
+        return Decision(bool(decision.get("approved")), decision.get("note"), decision.get("by"))
+
+    def now(self) -> float:
+        """The current Unix time, journaled: the same value on replay."""
+        return self._ex.step("now", "now", time.time)
+
+    def uuid(self) -> str:
+        """A random UUID4 string, journaled: the same value on replay."""
+        return self._ex.step("uuid", "uuid", lambda: str(_uuid.uuid4()))
+
+    def random(self) -> float:
+        """A random float in [0, 1), journaled: the same value on replay."""
+        return self._ex.step("random", "random", _random.random)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep durably: the wake-up time is journaled first, so after a restart only the
+        remainder is slept. Cancelling the run interrupts the sleep."""
+        self._ex.sleep(seconds)
+
+    def child(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(child_ctx, *args, **kwargs)`` as a sub-agent with its own journal.
+
+        The child run's id is derived from this run's (``PARENT/NAME-POSITION``); its result
+        is journaled here as one step, and its tokens count toward this run. A crash inside
+        the child replays the child's completed steps when this run resumes.
+        """
+        return self._ex.child(name, fn, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<durable_nb.Context run_id={self.run_id!r} step={self._ex.position}>"
+
+
+def child_run_id(parent: str, name: str, position: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "child"
+    return f"{parent}/{slug}-{position}"

@@ -1,0 +1,191 @@
+"""Every error durable_nb raises, in one tree.
+
+::
+
+    DurableError                      anything durable_nb raises on purpose
+    ├── JournalError                  the journal on disk cannot be used as asked
+    │   ├── CorruptEntry              a stored entry cannot be read back
+    │   ├── IncompatibleJournal       written by a newer, incompatible format version
+    │   ├── JournalWriteError         a write failed (disk full, permissions) in strict mode
+    │   └── UnknownRun                no run with that id
+    ├── SerializationError            a value cannot be stored as JSON
+    │   └── UnserializableResult      ... and it is a step's result (its side effect already ran)
+    ├── JournalMismatch               the code asks for a different step than the journal holds
+    ├── RunLeased                     another live process is executing the run
+    ├── RunExpired                    the run passed its deadline (timeout)
+    ├── RunCancelled                  the run was cancelled
+    ├── BudgetExhausted               max_iterations, max_tokens or the context window would be passed
+    ├── NoPendingApproval             approve/reject on a run that waits for nothing
+    ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
+    └── TerminalError                 raise it from a step: journaled, never retried
+
+This module imports nothing else from the package, so any module can import it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExhausted",
+    "CorruptEntry",
+    "DurableError",
+    "IncompatibleJournal",
+    "JournalError",
+    "JournalMismatch",
+    "JournalWriteError",
+    "NoPendingApproval",
+    "RunCancelled",
+    "RunExpired",
+    "RunLeased",
+    "SerializationError",
+    "StepFailed",
+    "TerminalError",
+    "UnknownRun",
+    "UnserializableResult",
+]
+
+
+class DurableError(Exception):
+    """Base class of every error durable_nb raises on purpose."""
+
+
+class JournalError(DurableError):
+    """The journal on disk cannot be used as asked."""
+
+
+class CorruptEntry(JournalError):
+    """A stored entry cannot be read back (truncated, edited by hand, or hostile).
+
+    Only the named entry is affected; other steps and other runs stay readable.
+    """
+
+    def __init__(self, key: str, reason: str, *, run_id: str | None = None,
+                 position: int | None = None) -> None:
+        self.key = key
+        self.run_id = run_id
+        self.position = position
+        where = f"run {run_id!r} step {position}" if position is not None else f"entry {key!r}"
+        advice = ""
+        if run_id is not None and position is not None:
+            advice = (f" Other steps and runs are intact. To run from this step again: "
+                      f"`durable-nb reset {run_id} --from {position}`.")
+        elif run_id is not None:
+            advice = (f" Other runs are intact. Remove this run with `durable-nb delete {run_id}`"
+                      f" or start a new run id.")
+        super().__init__(f"the journal entry for {where} cannot be read: {reason}.{advice}")
+
+
+class IncompatibleJournal(JournalError):
+    """The journal was written by a newer durable_nb with an incompatible format."""
+
+
+class JournalWriteError(JournalError):
+    """A journal write failed and the run was told to stop on journal errors."""
+
+
+class UnknownRun(JournalError, KeyError):
+    """No run with this id exists in the journal."""
+
+    def __init__(self, run_id: str, directory: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"no run {run_id!r} in the journal at {directory}. "
+            f"List the runs with `durable-nb runs` (or `%durable runs`), or check DURABLE_NB_DIR."
+        )
+
+    __str__ = Exception.__str__  # KeyError would quote the message
+
+
+class SerializationError(DurableError, TypeError):
+    """A value cannot be stored as JSON in the journal."""
+
+
+class UnserializableResult(SerializationError):
+    """A step returned a value that cannot be journaled.
+
+    The step's side effect already happened; nothing was journaled for it, so the step
+    runs again when the run resumes.
+    """
+
+    def __init__(self, run_id: str, position: int, name: str, detail: str) -> None:
+        self.run_id = run_id
+        self.position = position
+        self.name = name
+        super().__init__(
+            f"step {position} ({name!r}) of run {run_id!r} returned a value that cannot be "
+            f"journaled: {detail}. The step's side effect already ran, but its result was not "
+            f"recorded, so it will run again when the run resumes. Return JSON data (dict, list, "
+            f"str, numbers), a pydantic model, or register the type with "
+            f"durable_nb.register_type()."
+        )
+
+
+class JournalMismatch(DurableError):
+    """The code asks for a different step than the journal holds at this position.
+
+    Replay matches steps by position; a different name or kind means the code changed
+    (or is not deterministic). The journal is left untouched.
+    """
+
+    def __init__(self, run_id: str, position: int, journaled: str, requested: str,
+                 reason: str = "") -> None:
+        self.run_id = run_id
+        self.position = position
+        self.journaled = journaled
+        self.requested = requested
+        why = reason or (f"the journal holds {journaled} at step {position}, "
+                         f"but the code now asks for {requested}")
+        super().__init__(
+            f"run {run_id!r} no longer matches its journal: {why}. The journal was not changed. "
+            f"If the change is intended, reset the run from step {position} "
+            f"(`durable-nb reset {run_id} --from {position}`, `%durable reset {run_id} --from "
+            f"{position}`, or --on-mismatch reset in the cell) or use a new run id; otherwise "
+            f"make the code take its steps in the same order as before (no branching on "
+            f"time, randomness or data read outside ctx)."
+        )
+
+
+class RunLeased(DurableError):
+    """Another live process (or thread) is executing this run."""
+
+    def __init__(self, run_id: str, holder: dict) -> None:
+        self.run_id = run_id
+        self.holder = holder
+        super().__init__(
+            f"run {run_id!r} is being executed by pid {holder.get('pid')} on "
+            f"{holder.get('host')!r} (heartbeat {holder.get('age', 0):.1f} s ago). Only one "
+            f"executor may run it: stop that kernel or process, or wait for it to finish; a dead "
+            f"holder's lease is taken over automatically."
+        )
+
+
+class RunExpired(DurableError):
+    """The run passed its deadline; it is marked FAILED and never resumed."""
+
+
+class RunCancelled(DurableError):
+    """The run was cancelled (panel button, ``cancel()``, CLI)."""
+
+
+class BudgetExhausted(DurableError):
+    """Going on would pass max_iterations, max_tokens or the model's context window."""
+
+
+class NoPendingApproval(DurableError):
+    """approve() or reject() was called on a run that waits for no approval."""
+
+
+class StepFailed(DurableError):
+    """A journaled step failure whose original exception type cannot be rebuilt.
+
+    ``type_name`` is the original type, ``message`` its message.
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type_name = type_name
+        self.message = message
+        super().__init__(f"{type_name}: {message}")
+
+
+class TerminalError(DurableError):
+    """Raise from a step to fail it for good: it is journaled, never retried, and raised
+    again with the same message on replay."""

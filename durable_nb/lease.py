@@ -1,0 +1,93 @@
+"""One executor per run: a lease in the journal naming the process that executes it.
+
+A lease is ``{"token", "pid", "host", "started", "heartbeat"}`` under ``lease:RUN``. It can be
+taken when there is none, when it is ours, or when its holder is dead: a pid gone from this host
+(or reused by another process, told apart by its start time), or a heartbeat older than
+``stale_after`` seconds (the only test possible for a holder on another host).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+from .errors import RunLeased
+from .journal import Journal, this_host
+
+__all__ = ["Lease", "holder_alive"]
+
+DEFAULT_STALE_AFTER = 30.0
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell reused pids apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def holder_alive(holder: dict, stale_after: float = DEFAULT_STALE_AFTER) -> bool:
+    """Whether the lease holder may still be executing."""
+    age = time.time() - float(holder.get("heartbeat", 0))
+    if holder.get("host") != this_host():
+        return age < stale_after
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, owned by someone else
+    started = holder.get("started")
+    if started is not None and _process_start(pid) not in (None, started):
+        return False
+    return age < stale_after
+
+
+@dataclass
+class Lease:
+    """A held lease; renew it at least every ``stale_after / 3`` seconds."""
+
+    journal: Journal
+    run_id: str
+    token: str
+
+    @classmethod
+    def acquire(cls, journal: Journal, run_id: str,
+                stale_after: float = DEFAULT_STALE_AFTER) -> "Lease":
+        """Take the run's lease or raise :class:`RunLeased` naming the live holder."""
+        key = f"lease:{run_id}"
+        mine = {"token": uuid.uuid4().hex, "pid": os.getpid(), "host": this_host(),
+                "started": _process_start(os.getpid()), "heartbeat": time.time()}
+        with journal.transaction():
+            holder = journal.read_json(key)
+            if holder and holder_alive(holder, stale_after):
+                holder["age"] = time.time() - float(holder.get("heartbeat", 0))
+                raise RunLeased(run_id, holder)
+            journal.write_json(key, mine)
+        return cls(journal, run_id, mine["token"])
+
+    def renew(self) -> bool:
+        """Refresh the heartbeat; False if another executor took the lease over."""
+        key = f"lease:{self.run_id}"
+        with self.journal.transaction():
+            holder = self.journal.read_json(key)
+            if not holder or holder.get("token") != self.token:
+                return False
+            holder["heartbeat"] = time.time()
+            self.journal.write_json(key, holder)
+        return True
+
+    def release(self) -> None:
+        key = f"lease:{self.run_id}"
+        with self.journal.transaction():
+            holder = self.journal.read_json(key)
+            if holder and holder.get("token") == self.token:
+                self.journal.delete_key(key)

@@ -1,0 +1,102 @@
+"""``ctx.chat``: journaled chat completions with usage accounting, budgets and retries."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .errors import BudgetExhausted
+from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from .runner import Execution
+
+__all__ = ["CHAT_RETRY", "chat", "default_client"]
+
+# Keyword arguments that configure transport or carry credentials: never part of a fingerprint.
+_TRANSPORT_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
+
+_default_client: Any = None
+_default_lock = threading.Lock()
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    import openai
+
+    return (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError)
+
+
+CHAT_RETRY = RetryPolicy(max_attempts=4, initial_delay=1.0, max_delay=20.0)
+
+
+def default_client() -> Any:
+    """``openai.OpenAI()`` configured from the environment, made once per process."""
+    global _default_client
+    with _default_lock:
+        if _default_client is None:
+            import openai
+
+            try:
+                _default_client = openai.OpenAI()
+            except openai.OpenAIError as exc:
+                raise openai.OpenAIError(
+                    f"{exc} For an offline run, start the bundled model server "
+                    f"(python -m durable_nb.testing) and set OPENAI_BASE_URL to the URL it "
+                    f"prints and OPENAI_API_KEY to any value.") from exc
+        return _default_client
+
+
+def _usage(completion: Any) -> tuple[int, int]:
+    usage = getattr(completion, "usage", None)
+    if usage is None:
+        return 0, 0
+    return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+
+
+def check_budget(execution: "Execution", kwargs: dict) -> None:
+    """Raise :class:`BudgetExhausted` (and mark the run to fail) before a call that would
+    pass max_iterations, max_tokens or the model's context window."""
+    from .tokens import context_window, count_message_tokens
+
+    record = execution.record
+    problem = None
+    if record.max_iterations is not None and execution.iteration >= record.max_iterations:
+        problem = (f"max_iterations reached: {execution.iteration} of {record.max_iterations} "
+                   f"LLM calls made")
+    else:
+        model = str(kwargs.get("model", ""))
+        estimate = count_message_tokens(kwargs.get("messages") or [], model, kwargs.get("tools"))
+        window = context_window(model, execution.options.context_windows)
+        used = execution.prompt_tokens + execution.completion_tokens
+        if record.max_tokens is not None and used + estimate > record.max_tokens:
+            problem = (f"token budget exhausted: used {used} of {record.max_tokens}, and the next "
+                       f"request needs about {estimate} more")
+        elif estimate > window:
+            problem = (f"the request has about {estimate} tokens, more than the context window "
+                       f"of {model or 'the model'} ({window}); compact the messages "
+                       f"(ctx.compact) or choose a model with a larger window")
+    if problem is not None:
+        exc = BudgetExhausted(f"run {execution.run_id!r} stopped before step "
+                              f"{execution.position}: {problem}. Raise the limit "
+                              f"(--max-tokens / --max-iterations) and execute again to go on.")
+        execution.budget_failure = exc
+        raise exc
+
+
+def chat(execution: "Execution", kwargs: dict) -> Any:
+    """Replay or make one chat completion for ``ctx.chat(**kwargs)``."""
+    from .runner import fingerprint
+
+    client = kwargs.pop("client", None) or execution.options.client
+    if "model" not in kwargs and execution.options.model:
+        kwargs["model"] = execution.options.model
+    name = str(kwargs.get("model") or "chat")
+    entry = execution.replay("chat", name)
+    if entry is not None:
+        return execution.outcome(entry)
+    check_budget(execution, kwargs)
+    client = client or default_client()
+    retry = RetryPolicy(**{**CHAT_RETRY.__dict__, "retry_on": _transient_errors()})
+    public = {k: v for k, v in kwargs.items() if k not in _TRANSPORT_KWARGS}
+    return execution.perform("chat", name, client.chat.completions.create, (), kwargs,
+                             retry=retry, fingerprint_=fingerprint(public), usage=_usage)

@@ -1,0 +1,88 @@
+"""``ctx.call_tools``: run the tool calls of one assistant message as journaled steps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from .tools import Tool, parse_arguments, tool
+
+if TYPE_CHECKING:
+    from .context import Context
+
+__all__ = ["call_tools", "tool_message"]
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _as_tools(tools: Iterable[Tool | Callable[..., Any]] | Mapping[str, Any]) -> dict[str, Tool]:
+    items = tools.values() if isinstance(tools, Mapping) else tools
+    made = [t if isinstance(t, Tool) else tool(t) for t in items]
+    return {t.name: t for t in made}
+
+
+def tool_message(call_id: str, content: Any) -> dict[str, str]:
+    """A ``tool`` role message answering ``call_id``; non-text content is sent as JSON."""
+    if not isinstance(content, str):
+        content = json.dumps(content, default=str, ensure_ascii=False)
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def _prepare(ctx: "Context", call: Any, by_name: dict[str, Tool]) -> tuple[Any, str | None]:
+    """Check one call; returns (what to run, None) or (None, an error text for the model)."""
+    function = _field(call, "function")
+    name = _field(function, "name") or ""
+    chosen = by_name.get(name)
+    if chosen is None:
+        return None, (f"error: there is no tool named {name!r}. Available tools: "
+                      f"{', '.join(sorted(by_name)) or 'none'}.")
+    try:
+        args = chosen.validate(parse_arguments(chosen, _field(function, "arguments") or ""))
+    except ValueError as exc:
+        return None, f"error: {exc}"
+    if chosen.requires_approval(args):
+        decision = ctx.approval(name, {"tool": name, "arguments": args})
+        if not decision.approved:
+            note = f" Their note: {decision.note}" if decision.note else ""
+            return None, (f"The user rejected this call to {name} (decided by {decision.by})."
+                          f"{note} Do not retry it unless the user asks.")
+    return (chosen, args), None
+
+
+def _run(ctx: "Context", chosen: Tool, args: dict[str, Any]) -> Callable[[], Any]:
+    fn = (lambda **kw: chosen.fn(ctx, **kw)) if chosen.takes_ctx else chosen.fn
+    return lambda: fn(**args)
+
+
+def call_tools(ctx: "Context", message: Any, tools: Any, *, parallel: bool = False
+               ) -> list[dict[str, str]]:
+    """Run every tool call of ``message`` and return the tool messages, in call order.
+
+    Each call is one journaled step named after its tool (approval first where the tool
+    needs one; a rejection becomes a tool message telling the model so). A call the model
+    got wrong (unknown tool, arguments that are not JSON or do not fit the schema) and a
+    tool that raises become error messages for the model, not a crash. With ``parallel``
+    the calls run concurrently; their steps keep the positions of the call order, so a
+    replay matches.
+    """
+    by_name = _as_tools(tools)
+    calls = list(_field(message, "tool_calls") or [])
+    prepared = [_prepare(ctx, call, by_name) for call in calls]
+    steps = [(chosen.name, _run(ctx, chosen, args)) for (todo, _) in prepared if todo
+             for chosen, args in [todo]]
+    outcomes = iter(ctx._ex.steps_in_order("run", steps, parallel=parallel,
+                                           pool=ThreadPoolExecutor if parallel else None))
+    messages = []
+    for call, (todo, error) in zip(calls, prepared):
+        call_id = _field(call, "id")
+        if todo is None:
+            messages.append(tool_message(call_id, error))
+            continue
+        ok, value = next(outcomes)
+        messages.append(tool_message(call_id, value if ok else
+                                     f"error: the tool raised {type(value).__name__}: {value}"))
+    return messages

@@ -1,0 +1,26 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from durable_nb import Journal
+
+
+@pytest.fixture
+def journal(tmp_path):
+    """A real diskcache journal in a fresh directory."""
+    j = Journal(tmp_path / "journal")
+    yield j
+    j.close()
+
+
+def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 60,
+               check: bool = True) -> subprocess.CompletedProcess:
+    """Run Python code in a child process of this interpreter."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
