@@ -1,0 +1,294 @@
+"""Drive a real JupyterLab server in headless Debian Chromium (playwright sync API).
+
+`JupyterLab` runs `jupyter lab` on 127.0.0.1 with a private token and private Jupyter dirs;
+`LabPage` opens notebooks in Chromium and runs cells / clicks widget buttons like a user.
+Chromium comes from the Debian package (/usr/bin/chromium); playwright's own browser download is
+never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+_PANEL = ".jp-NotebookPanel:visible"
+
+
+def chromium_available() -> bool:
+    """True when Debian chromium and the playwright package are both usable."""
+    if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
+        return False
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def require_chromium() -> None:
+    """Skip the calling test when Chromium is missing, except under CI=true, where it fails.
+
+    CI must prove the browser tests ran; a silent skip there would hide a broken setup.
+    """
+    if chromium_available():
+        return
+    why = f"{CHROMIUM} or the playwright package is missing (apt-get install chromium)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {why}; .ci/run installs it")
+    pytest.skip(why)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _write_jupyter_dirs(base: Path) -> dict[str, str]:
+    """Private Jupyter dirs: no user settings, no old workspaces, kernel = this interpreter."""
+    dirs = {
+        "JUPYTER_CONFIG_DIR": base / "config",
+        "JUPYTER_DATA_DIR": base / "data",
+        "JUPYTER_RUNTIME_DIR": base / "runtime",
+        "JUPYTERLAB_WORKSPACES_DIR": base / "workspaces",
+    }
+    for path in dirs.values():
+        path.mkdir(parents=True)
+    kernel_dir = dirs["JUPYTER_DATA_DIR"] / "kernels" / "python3"
+    kernel_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
+    (kernel_dir / "kernel.json").write_text(json.dumps(spec))
+    # No news/update fetches (no network) and no toasts covering the notebook.
+    notify = dirs["JUPYTER_CONFIG_DIR"] / "lab/user-settings/@jupyterlab/apputils-extension"
+    notify.mkdir(parents=True)
+    settings = {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True}
+    (notify / "notification.jupyterlab-settings").write_text(json.dumps(settings))
+    return {key: str(path) for key, path in dirs.items()}
+
+
+def write_notebook(path: str | os.PathLike[str], sources: list[str]) -> Path:
+    """Write a notebook of code cells bound to the python3 kernel (so Lab asks no kernel dialog)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in sources])
+    nb.metadata["kernelspec"] = {
+        "name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"
+    }  # fmt: skip
+    nbformat.write(nb, str(path))
+    return Path(path)
+
+
+class JupyterLab:
+    """A `jupyter lab` server serving `root_dir`, ready (GET /api/status == 200) inside `with`.
+
+    `env` is added to the server's environment, which kernels it starts inherit (e.g.
+    DURABLE_NB_DIR). On exit all kernel sessions are deleted and the server is terminated.
+    """
+
+    def __init__(
+        self, root_dir: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 60
+    ) -> None:
+        self.root_dir = Path(root_dir)
+        self.env = env or {}
+        self.timeout = timeout
+        self.token = secrets.token_hex(16)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._base = Path(tempfile.mkdtemp(prefix="durable-nb-lab-"))
+        self.log_path = self._base / "server.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> JupyterLab:
+        env = {**os.environ, **_write_jupyter_dirs(self._base), **self.env}
+        cmd = [
+            sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+            f"--port={self.port}", "--port-retries=0", "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={self.root_dir}",
+        ]  # fmt: skip
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                raise RuntimeError(f"jupyter lab exited with {code}:\n{self.log_tail()}")
+            try:
+                self.api("GET", "/api/status")
+                return
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.2)
+        raise TimeoutError(f"jupyter lab not ready within {self.timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the server log, for failure messages."""
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def api(self, method: str, path: str) -> Any:
+        """Call the server REST API with the token; returns decoded JSON (None for empty bodies)."""
+        req = urllib.request.Request(
+            self.url + path, method=method, headers={"Authorization": f"token {self.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            body = resp.read()
+        return json.loads(body) if body else None
+
+    def notebook_url(self, name: str) -> str:
+        """The URL opening notebook `name` (relative to root_dir) in a fresh layout."""
+        # ?reset stops JupyterLab restoring earlier tabs whose hidden cells would match selectors.
+        return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
+
+    def delete_sessions(self) -> None:
+        """Shut down every kernel session the server runs."""
+        for session in self.api("GET", "/api/sessions"):
+            self.api("DELETE", f"/api/sessions/{session['id']}")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self.delete_sessions()
+            except (urllib.error.URLError, ConnectionError):
+                pass  # the server is going away anyway; terminate() below ends its kernels
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        shutil.rmtree(self._base, ignore_errors=True)
+
+
+class LabPage:
+    """A headless Chromium tab on a running `JupyterLab`; closes the browser on exit.
+
+    All selectors are scoped to the visible notebook panel; `timeout` (s) is the default wait.
+    """
+
+    def __init__(self, lab: JupyterLab, timeout: float = 30) -> None:
+        self.lab = lab
+        self.timeout_ms = timeout * 1000
+        self._pw: Any = None
+        self._browser: Any = None
+        self.page: Any = None
+
+    def __enter__(self) -> LabPage:
+        from playwright.sync_api import sync_playwright
+
+        self._pw = sync_playwright().start()
+        try:
+            self._browser = self._pw.chromium.launch(
+                executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+            )
+            self.page = self._browser.new_page(viewport={"width": 1400, "height": 1000})
+            self.page.set_default_timeout(self.timeout_ms)
+        except BaseException:
+            self._pw.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._browser.close()
+        finally:
+            self._pw.stop()
+            self.lab.delete_sessions()
+
+    @property
+    def panel(self) -> Any:
+        """Locator of the visible notebook panel."""
+        return self.page.locator(_PANEL)
+
+    def cell(self, index: int) -> Any:
+        """Locator of cell `index` (0-based) in the visible notebook."""
+        return self.panel.locator(".jp-Cell").nth(index)
+
+    def open_notebook(self, name: str) -> None:
+        """Open notebook `name` and wait until its first cell is shown."""
+        self.page.goto(self.lab.notebook_url(name))
+        self.cell(0).wait_for(state="visible")
+
+    def wait_kernel_idle(self, timeout: float = 60) -> None:
+        """Wait until the status bar shows the kernel Idle (kernel started and connected).
+
+        Only meaningful before running cells: subshell status messages can show Idle while a
+        cell is still blocked, so judge running cells by their output.
+        """
+        status = self.page.locator("#jp-main-statusbar").filter(has_text="Idle")
+        status.wait_for(state="visible", timeout=timeout * 1000)
+
+    def run_cell(self, index: int) -> None:
+        """Run cell `index` as a user would: click into its editor, press Shift+Enter."""
+        self.cell(index).locator(".jp-InputArea-editor .cm-content").click()
+        self.page.keyboard.press("Shift+Enter")
+
+    def cell_output_text(self, index: int) -> str:
+        """The visible text of cell `index`'s output area ("" when it has none)."""
+        # .jp-Cell-outputArea is the cell's own area; an Output widget nests another .jp-OutputArea.
+        outputs = self.cell(index).locator(".jp-Cell-outputArea")
+        return str(outputs.inner_text()) if outputs.count() else ""
+
+    def _outputs(self, cell_index: int | None) -> Any:
+        scope = self.panel if cell_index is None else self.cell(cell_index)
+        return scope.locator(".jp-OutputArea-output")
+
+    def click_button(self, text: str, cell_index: int | None = None) -> None:
+        """Click the first widget button whose label contains `text` (in one cell's outputs
+        when `cell_index` is given, else anywhere in the notebook's outputs)."""
+        button = self._outputs(cell_index).locator("button.jupyter-button", has_text=text).first
+        button.click()
+
+    def wait_for_text(self, text: str, timeout: float = 30, cell_index: int | None = None) -> None:
+        """Wait until `text` appears in cell outputs (never matches cell source code)."""
+        found = self._outputs(cell_index).filter(has_text=text).first
+        found.wait_for(state="visible", timeout=timeout * 1000)
+
+    def screenshot(self, path: str | os.PathLike[str]) -> None:
+        """Save a full-page PNG (for debugging failures)."""
+        self.page.screenshot(path=str(path), full_page=True)
