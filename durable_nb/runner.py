@@ -422,12 +422,12 @@ class Execution:
             decision = self.journal.read_json(key)
             if isinstance(decision, dict) and decision.get("position") == position:
                 return decision
-            if self.options.on_approval == "park":
-                raise _Suspend()
-            self.check_live()
             now = time.time()
             if timeout_at is not None and now >= timeout_at:
                 return None
+            if self.options.on_approval == "park":
+                raise _Suspend()
+            self.check_live()
             if self.record.deadline is not None and now > self.record.deadline:
                 self.replaying = False
                 self.check_live()

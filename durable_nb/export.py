@@ -1,0 +1,412 @@
+"""Export a run as a notebook (or JSON) that tells its story: goal, rounds, approvals, result.
+
+The export is built from the journal alone (:func:`durable_nb.get_run`), so it holds what the
+journal holds: step results, model responses, decisions, tokens and timings. Client
+configuration (API keys, headers, base URLs) is never journaled and never added here.
+
+The notebook validates under ``nbformat.validate`` and contains no outputs: markdown cells tell
+the run, and the run's source (when it was recorded) is one code cell without outputs, so
+opening the notebook executes nothing. Each cell carries its part of the structured data in
+``metadata["durable_nb"]``; the JSON export is that same data as one document::
+
+    {"export_version": 1, "run": {...}, "rounds": [...], "result": {...}}
+
+A round is one chat step and the steps after it up to the next chat step; steps before the
+first chat step form round 0, whose ``chat`` is None. Step results are shown as plain JSON:
+the tags of :mod:`durable_nb.serde` (tuples, models, datetimes ...) are unwrapped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from .journal import Journal
+from .registry import RunInfo, get_run
+
+__all__ = ["EXPORT_VERSION", "FORMATS", "export_data", "export_notebook", "export_run"]
+
+EXPORT_VERSION = 1
+FORMATS = ("ipynb", "json")
+
+# The run record fields an export shows; ``owner`` (pid, host) is left out of shared files.
+_RUN_FIELDS = ("run_id", "title", "status", "parent", "source", "created_at", "updated_at",
+               "deadline", "iteration", "max_iterations", "prompt_tokens", "completion_tokens",
+               "max_tokens", "step_count", "context_summary", "pending_approval")
+
+
+def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = None,
+               journal: Journal | str | None = None) -> Path:
+    """Write run ``run_id`` to ``path`` as a notebook (``format="ipynb"``) or JSON
+    (``"json"``); by default the format comes from the file extension.
+
+    Raises :class:`~durable_nb.errors.UnknownRun` for a run the journal does not have and
+    ``ValueError`` for a format it cannot tell. The file is replaced whole or not at all.
+    """
+    path = Path(path)
+    fmt = _format_for(path, format)
+    journal = journal if isinstance(journal, Journal) else Journal(journal)
+    data = export_data(get_run(run_id, journal=journal), journal=journal)
+    if fmt == "json":
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    else:
+        text = nbformat.writes(export_notebook(data))
+    _write_whole(path, text)
+    return path
+
+
+def _format_for(path: Path, format: str | None) -> str:
+    if format is not None:
+        if format not in FORMATS:
+            raise ValueError(f"unknown export format {format!r}: use one of {', '.join(FORMATS)}")
+        return format
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise ValueError(f"cannot tell the export format from the file name {str(path)!r}: "
+                         f"name it .ipynb or .json, or pass the format "
+                         f"(--format ipynb|json, format='ipynb'|'json')")
+    return suffix
+
+
+def _write_whole(path: Path, text: str) -> None:
+    # A half-written notebook would not open: write beside it, then rename over it.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# -- the structured data ----------------------------------------------------------------------
+
+def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, Any]:
+    """The run as JSON data: ``{"export_version", "run", "rounds", "result"}``.
+
+    ``journal`` (the one ``info`` came from) lets child steps name their child run's status.
+    """
+    rounds: list[dict[str, Any]] = []
+    for entry in info.steps:
+        if entry.kind == "chat":
+            number = sum(1 for r in rounds if r["chat"] is not None) + 1
+            rounds.append({"round": number, "chat": _chat(entry), "steps": []})
+            continue
+        if not rounds:
+            rounds.append({"round": 0, "chat": None, "steps": []})
+        rounds[-1]["steps"].append(_step(entry, journal))
+    for round_ in rounds:
+        _pair_tool_calls(round_)
+    run = {name: getattr(info, name) for name in _RUN_FIELDS}
+    run["status"] = str(info.status)
+    return {"export_version": EXPORT_VERSION, "run": run, "rounds": rounds,
+            "result": _result(info)}
+
+
+def _base(entry: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"position": entry.position, "kind": entry.kind, "name": entry.name,
+                            "ok": entry.ok, "started_at": entry.started_at,
+                            "duration": round(entry.duration, 6)}
+    if entry.prompt_tokens or entry.completion_tokens:
+        data["tokens"] = {"prompt": entry.prompt_tokens, "completion": entry.completion_tokens}
+    if not entry.ok:
+        data["error"] = entry.error
+    return data
+
+
+def _chat(entry: Any) -> dict[str, Any]:
+    """A chat step: the model's message and tool calls read from the journaled response."""
+    data = _base(entry)
+    data["model"] = entry.name
+    response = _plain(entry.result) if entry.ok else None
+    choices = response.get("choices") if isinstance(response, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else {}
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        if entry.ok:  # not an OpenAI chat completion: show it as it is
+            data["response"] = response
+        return data
+    data["content"] = message.get("content")
+    if message.get("refusal"):
+        data["refusal"] = message["refusal"]
+    data["finish_reason"] = first.get("finish_reason")
+    data["tool_calls"] = [_tool_call(call) for call in message.get("tool_calls") or []]
+    return data
+
+
+def _tool_call(call: dict) -> dict[str, Any]:
+    function = call.get("function") or {}
+    raw = function.get("arguments") or ""
+    try:
+        arguments = json.loads(raw) if raw else {}
+    except ValueError:  # the model's JSON was invalid: show what it sent
+        arguments = raw
+    return {"id": call.get("id"), "name": function.get("name"), "arguments": arguments}
+
+
+def _step(entry: Any, journal: Journal | None) -> dict[str, Any]:
+    data = _base(entry)
+    if entry.ok:
+        data["result"] = _plain(entry.result)
+    if entry.meta:
+        data["meta"] = _plain(entry.meta)
+    child_id = (entry.meta or {}).get("run_id") if entry.kind == "child" else None
+    if child_id:
+        child = journal.find_run(child_id) if journal is not None else None
+        data["child"] = {"run_id": child_id} if child is None else {
+            "run_id": child_id, "title": child.title, "status": str(child.status),
+            "tokens": child.tokens, "steps": child.step_count}
+    return data
+
+
+def _pair_tool_calls(round_: dict[str, Any]) -> None:
+    """Mark which step answered which tool call of the round's message.
+
+    ``ctx.call_tools`` asks every approval first, then runs the approved calls, each step
+    named after its tool, in call order; a rejected call never runs.
+    """
+    calls = (round_["chat"] or {}).get("tool_calls") or []
+    to_decide = list(calls)
+    rejected: list[dict] = []
+    for step in round_["steps"]:
+        if step["kind"] != "approval":
+            continue
+        call = next((c for c in to_decide if c["name"] == step["name"]), None)
+        if call is not None:
+            to_decide.remove(call)
+            step["tool_call_id"] = call["id"]
+            if not (step.get("result") or {}).get("approved"):
+                rejected.append(call)
+    to_run = [c for c in calls if c not in rejected]
+    for step in round_["steps"]:
+        if step["kind"] != "run":
+            continue
+        call = next((c for c in to_run if c["name"] == step["name"]), None)
+        if call is not None:
+            to_run.remove(call)
+            step["tool_call_id"] = call["id"]
+
+
+def _result(info: RunInfo) -> dict[str, Any]:
+    def seconds(kind: str) -> float:
+        return round(sum(e.duration for e in info.steps if e.kind == kind), 6)
+
+    return {"status": str(info.status), "result": _plain(info.result), "error": info.error,
+            "failed_step": info.failed_step, "pending_approval": info.pending_approval,
+            "tokens": {"prompt": info.prompt_tokens, "completion": info.completion_tokens,
+                       "total": info.tokens},
+            "timing": {"created_at": info.created_at, "updated_at": info.updated_at,
+                       "elapsed": round(max(0.0, info.updated_at - info.created_at), 6),
+                       "model": seconds("chat"), "tools": seconds("run"),
+                       "approval_wait": seconds("approval"), "steps": len(info.steps)}}
+
+
+def _plain(data: Any) -> Any:
+    """Encoded journal data as plain JSON: serde's tags unwrapped, for reading."""
+    if isinstance(data, list):
+        return [_plain(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    tag = data.get("$t")
+    if tag is None:
+        return {k: _plain(v) for k, v in data.items()}
+    if tag == "dict":
+        pairs = [(_plain(k), _plain(v)) for k, v in data.get("v", [])]
+        if all(isinstance(k, str) for k, _ in pairs):
+            return dict(pairs)
+        return [list(pair) for pair in pairs]
+    return _plain(data.get("v"))
+
+
+# -- the notebook ------------------------------------------------------------------------------
+
+def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
+    """The notebook telling the run in ``data`` (from :func:`export_data`); valid under
+    ``nbformat.validate``, without outputs."""
+    run = data["run"]
+    cells = [new_markdown_cell(_title_md(run, data["result"]), metadata={"durable_nb": run})]
+    if run.get("source"):
+        cells.append(new_code_cell(run["source"], metadata={"durable_nb": {"source_of": run["run_id"]}}))
+    for round_ in data["rounds"]:
+        summary = {k: v for k, v in round_.items() if k != "steps"}
+        cells.append(new_markdown_cell(_round_md(round_), metadata={"durable_nb": summary}))
+        cells += [new_markdown_cell(_step_md(step), metadata={"durable_nb": step})
+                  for step in round_["steps"]]
+    cells.append(new_markdown_cell(_result_md(data["result"]),
+                                   metadata={"durable_nb": data["result"]}))
+    nb = new_notebook(cells=cells, metadata={
+        "language_info": {"name": "python"},
+        "durable_nb": {"export_version": data["export_version"], "run_id": run["run_id"]}})
+    nbformat.validate(nb)
+    return nb
+
+
+def _title_md(run: dict[str, Any], result: dict[str, Any]) -> str:
+    lines = [f"# {run['title'] or run['run_id']}", "",
+             f"Durable run {_code(run['run_id'])}, exported from its journal.", "",
+             f"- status: **{run['status']}**",
+             f"- created: {_time(run['created_at'])}, last update: {_time(run['updated_at'])}",
+             f"- LLM calls: {run['iteration']}"
+             + (f" (limit {run['max_iterations']})" if run["max_iterations"] else ""),
+             f"- tokens: {run['prompt_tokens']} prompt + {run['completion_tokens']} completion"
+             + (f" (limit {run['max_tokens']})" if run["max_tokens"] else ""),
+             f"- steps: {result['timing']['steps']}"]
+    if run["parent"]:
+        lines.append(f"- child of run {_code(run['parent'])}")
+    if run["source"]:
+        lines += ["", "The cell below is the code that ran it (not executed here)."]
+    return "\n".join(lines)
+
+
+def _round_md(round_: dict[str, Any]) -> str:
+    chat = round_["chat"]
+    if chat is None:
+        return "## Before the first model call"
+    lines = [f"## Round {round_['round']}", "",
+             f"Model {_code(chat['model'])}, step {chat['position']}, {_duration(chat['duration'])}"
+             + (f", {chat['tokens']['prompt']} + {chat['tokens']['completion']} tokens"
+                if "tokens" in chat else "")]
+    if not chat["ok"]:
+        lines += ["", _error_md(chat["error"])]
+    if chat.get("content"):
+        content = chat["content"]
+        lines += ["", "**Assistant:**", "",
+                  content if isinstance(content, str) else _fence(_json(content), "json")]
+    if chat.get("refusal"):
+        lines += ["", f"**Refusal:** {chat['refusal']}"]
+    if chat.get("tool_calls"):
+        lines += ["", "**Tool calls:**", ""]
+        for call in chat["tool_calls"]:
+            lines += [f"- {_code(call['name'])} ({_code(call['id'])})", "",
+                      _fence(_json(call["arguments"]), "json"), ""]
+    if "response" in chat:
+        lines += ["", "**Response:**", "", _fence(_json(chat["response"]), "json")]
+    return "\n".join(lines).rstrip()
+
+
+def _step_md(step: dict[str, Any]) -> str:
+    kind, name = step["kind"], step["name"]
+    when = f"step {step['position']}, {_duration(step['duration'])}"
+    result = step.get("result")
+    body: list[str] = []
+    if kind == "run":
+        head = (f"**Tool {_code(name)}** (call {_code(step['tool_call_id'])})"
+                if "tool_call_id" in step else f"**Step {_code(name)}**")
+        body = ["", _value_md(result)] if step["ok"] else []
+    elif kind == "approval":
+        head = f"**Approval {_code(name)}**"
+        if step["ok"] and isinstance(result, dict):
+            verdict = "approved" if result.get("approved") else "rejected"
+            note = f": {result['note']}" if result.get("note") else ""
+            head += f": {verdict} by {result.get('by') or 'unknown'}{note}"
+        details = (step.get("meta") or {}).get("details")
+        if details is not None:
+            body = ["", "Details:", "", _fence(_json(details), "json")]
+        when = f"step {step['position']}, waited {_duration(step['duration'])}"
+    elif kind == "compact":
+        meta = step.get("meta") or {}
+        head = (f"**Context compacted**: {meta.get('tokens_before', '?')} → "
+                f"{meta.get('tokens_after', '?')} tokens")
+        summary = result.get("summary") if isinstance(result, dict) else result
+        if summary is not None:
+            body = ["", "Summary:", "", summary if isinstance(summary, str)
+                    else _fence(_json(summary), "json")]
+    elif kind == "child":
+        child = step.get("child") or {}
+        head = f"**Child run {_code(child.get('run_id', name))}** ({_code(name)})"
+        if "status" in child:
+            head += f": {child['status']}, {child['steps']} steps, {child['tokens']} tokens"
+        if child:
+            body = ["", f"Its own story: `durable-nb export {child['run_id']} --to child.ipynb`"]
+        if step["ok"]:
+            body += ["", _value_md(result)]
+    elif kind == "state":
+        change = result if isinstance(result, dict) else {}
+        head = (f"**State** {_code(name)} deleted" if "delete" in change and "set" not in change
+                else f"**State** {_code(name)} set")
+        if "set" in change:
+            body = ["", _value_md(change["set"])]
+    elif kind in ("now", "uuid", "random", "sleep") and step["ok"]:
+        value = result.get("until") if kind == "sleep" and isinstance(result, dict) else result
+        shown = _time(value) if kind in ("now", "sleep") and isinstance(value, (int, float)) \
+            else _code(str(value))
+        head = f"**{kind.capitalize()}**: " + ("until " if kind == "sleep" else "") + shown
+    else:  # a kind this exporter does not know yet: show what the journal holds
+        head = f"**{kind} step {_code(name)}**"
+        body = (["", _value_md(result)] if step["ok"] else []) + (
+            ["", "Meta:", "", _fence(_json(step["meta"]), "json")] if step.get("meta") else [])
+    lines = [f"{head} — {when}" + (f", {step['tokens']['prompt']} + "
+                                   f"{step['tokens']['completion']} tokens"
+                                   if "tokens" in step else "")]
+    if not step["ok"]:
+        lines += ["", _error_md(step.get("error"))]
+    return "\n".join(lines + body)
+
+
+def _result_md(result: dict[str, Any]) -> str:
+    timing, tokens = result["timing"], result["tokens"]
+    lines = ["## Result", "", f"- status: **{result['status']}**",
+             f"- tokens: {tokens['prompt']} prompt + {tokens['completion']} completion "
+             f"= {tokens['total']}",
+             f"- time: {_duration(timing['elapsed'])} from creation to last update; "
+             f"model {_duration(timing['model'])}, tools {_duration(timing['tools'])}, "
+             f"waiting for approval {_duration(timing['approval_wait'])}"]
+    if result["error"]:
+        lines.append(f"- error: {result['error']}"
+                     + (f" (step {result['failed_step']})" if result["failed_step"] is not None
+                        else ""))
+    if result["pending_approval"]:
+        lines.append(f"- waiting for approval of "
+                     f"{_code(str(result['pending_approval'].get('name')))}")
+    if result["result"] is not None:
+        lines += ["", _value_md(result["result"])]
+    return "\n".join(lines)
+
+
+def _error_md(error: dict | None) -> str:
+    error = error or {}
+    return (f"**Failed**: {_code(str(error.get('type', 'error')))}: {error.get('message', '')}"
+            + (" (terminal)" if error.get("terminal") else ""))
+
+
+def _value_md(value: Any) -> str:
+    return _fence(value, "text") if isinstance(value, str) else _fence(_json(value), "json")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _fence(text: str, lang: str = "") -> str:
+    """A fenced code block that the text's own backticks cannot close."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{lang}\n{text}\n{ticks}"
+
+
+def _code(text: Any) -> str:
+    text = str(text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _time(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
