@@ -52,8 +52,12 @@ def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = Non
     """
     path = Path(path)
     fmt = _format_for(path, format)
-    journal = journal if isinstance(journal, Journal) else Journal(journal)
-    data = export_data(get_run(run_id, journal=journal), journal=journal)
+    source = journal if isinstance(journal, Journal) else Journal(journal)
+    try:
+        data = export_data(get_run(run_id, journal=source), journal=source)
+    finally:
+        if source is not journal:  # opened here, so closed here
+            source.close()
     if fmt == "json":
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     else:
@@ -313,6 +317,8 @@ def _step_md(step: dict[str, Any]) -> str:
         meta = step.get("meta") or {}
         head = (f"**Context compacted**: {meta.get('tokens_before', '?')} → "
                 f"{meta.get('tokens_after', '?')} tokens")
+        if isinstance(result, dict) and "rounds_summarised" in result:
+            head += f", {result['rounds_summarised']} rounds summarised"
         summary = result.get("summary") if isinstance(result, dict) else result
         if summary is not None:
             body = ["", "Summary:", "", summary if isinstance(summary, str)

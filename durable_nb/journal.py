@@ -104,7 +104,7 @@ class StepEntry:
             wire["ct"] = self.completion_tokens
         if self.meta:
             wire["m"] = self.meta
-        return json.dumps(wire, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _json_text(wire)
 
     @classmethod
     def from_json(cls, position: int, text: str) -> "StepEntry":
@@ -156,7 +156,7 @@ class RunRecord:
     def to_json(self) -> str:
         data = asdict(self)
         data["status"] = self.status.value
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _json_text(data)
 
     @classmethod
     def from_json(cls, text: str) -> "RunRecord":
@@ -191,6 +191,17 @@ class _JsonOnlyDisk(diskcache.Disk):
         if mode == MODE_PICKLE:
             raise CorruptEntry("<pickled value>", "the journal holds a pickled value; refusing to load it")
         return super().fetch(mode, filename, value, read)
+
+
+def _json_text(data: Any) -> str:
+    """Compact JSON; plain UTF-8 where possible, ASCII escapes when the data holds strings
+    that are not valid Unicode (lone surrogates), which SQLite could not store as text."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return text
 
 
 def default_directory() -> Path:

@@ -20,6 +20,10 @@ __all__ = ["Lease", "holder_alive"]
 
 DEFAULT_STALE_AFTER = 30.0
 
+# Leases this process holds now. A lease naming this process but not listed here was left by
+# an execution that ended without deleting it (say, the disk was full): it is dead.
+_held_here: set[str] = set()
+
 
 def _process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (Linux), to tell reused pids apart."""
@@ -39,6 +43,8 @@ def holder_alive(holder: dict, stale_after: float = DEFAULT_STALE_AFTER) -> bool
     pid = holder.get("pid")
     if not isinstance(pid, int):
         return False
+    if pid == os.getpid():
+        return holder.get("token") in _held_here
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -72,6 +78,7 @@ class Lease:
                 holder["age"] = time.time() - float(holder.get("heartbeat", 0))
                 raise RunLeased(run_id, holder)
             journal.write_json(key, mine)
+        _held_here.add(mine["token"])
         return cls(journal, run_id, mine["token"])
 
     def renew(self) -> bool:
@@ -86,6 +93,7 @@ class Lease:
         return True
 
     def release(self) -> None:
+        _held_here.discard(self.token)
         key = f"lease:{self.run_id}"
         with self.journal.transaction():
             holder = self.journal.read_json(key)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Literal, Protocol
 from . import serde
 from .errors import (
     BudgetExhausted,
+    CorruptEntry,
     DurableError,
     JournalError,
     JournalMismatch,
@@ -237,12 +238,16 @@ class Execution:
         self.record.iteration = self.iteration
         self.journal.put_run(self.record)
 
-    @staticmethod
-    def outcome(entry: StepEntry) -> Any:
+    def outcome(self, entry: StepEntry) -> Any:
         """The journaled result of a step, or its journaled exception raised again."""
         if not entry.ok:
             raise _rebuild_error(entry.error or {})
-        return serde.decode(entry.result)
+        try:
+            return serde.decode(entry.result)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CorruptEntry(f"step:{self.run_id}:{entry.position}",
+                               f"its result cannot be decoded ({exc})", run_id=self.run_id,
+                               position=entry.position) from None
 
     def step(self, kind: str, name: str, fn: Callable[..., Any], args: tuple = (),
              kwargs: dict | None = None, *, retry: RetryPolicy | None = None,

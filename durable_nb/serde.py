@@ -133,7 +133,10 @@ def _decode_tagged(tag: Any, data: dict) -> Any:
     codec = _codecs_by_tag.get(tag) if isinstance(tag, str) else None
     if codec is None:
         raise ValueError(f"unknown type tag {tag!r} (register it with durable_nb.register_type)")
-    return codec.decode(decode(data["v"]))
+    try:
+        return codec.decode(decode(data["v"]))
+    except (ArithmeticError, TypeError, ValueError) as exc:
+        raise ValueError(f"cannot rebuild a {tag!r} from {data['v']!r:.80}: {exc}") from None
 
 
 def _model_class(qualified: Any) -> type:

@@ -1,0 +1,246 @@
+"""``durable_nb.export``: a run as a valid notebook or JSON, from a real journal.
+
+The runs are real: the demo sales agent against the loopback server through the real openai
+client, with the email approved from another thread as a person would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import nbformat
+import openai
+import pytest
+
+import durable_nb
+from durable_nb import Journal, Status, StepEntry, TerminalError
+from durable_nb.demo import SALES_CSV, make_tools, sales_agent
+from durable_nb.export import export_data, export_notebook, export_run
+from durable_nb.testing import LoopbackServer
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "sk-test-SECRET123"
+RUN = "sales"
+
+
+def _decide_when_asked(journal: Journal, run_id: str, decide, note: str, by: str,
+                       stop: threading.Event) -> None:
+    """Decide the run's approval once it waits for one, as a person would from elsewhere."""
+    while not stop.is_set():
+        record = journal.find_run(run_id)
+        if record is not None and record.status is Status.WAITING_APPROVAL:
+            decide(run_id, note, by=by, journal=journal)
+            return
+        stop.wait(0.02)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """A finished demo-agent run in a fresh journal: (journal directory, journal)."""
+    root = tmp_path_factory.mktemp("export")
+    (root / "sales.csv").write_text(SALES_CSV)
+    journal = Journal(root / "journal")
+    stop = threading.Event()
+    approver = threading.Thread(target=_decide_when_asked,
+                                args=(journal, RUN, durable_nb.approve, "ok to send", "ana", stop))
+    with LoopbackServer() as server:
+        client = openai.OpenAI(base_url=server.url, api_key=SECRET, max_retries=0)
+        tools = make_tools(root)
+        approver.start()
+        try:
+            durable_nb.execute(RUN, lambda ctx: sales_agent(ctx, tools, client=client),
+                               title="Q3 sales report", journal=journal, poll_interval=0.02,
+                               timeout=60)
+        finally:
+            stop.set()
+            approver.join()
+    yield root / "journal", journal
+    journal.close()
+
+
+def _cli(journal_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal", str(journal_dir),
+                           *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def _text(nb: nbformat.NotebookNode) -> str:
+    return "\n".join(cell.source for cell in nb.cells)
+
+
+def test_notebook_export_validates_and_tells_tools_approval_tokens_and_result(demo_run, tmp_path):
+    journal_dir, journal = demo_run
+    info = durable_nb.get_run(RUN, journal=journal)
+
+    path = export_run(RUN, tmp_path / "run.ipynb", journal=journal)
+
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    text = _text(nb)
+    assert text.startswith("# Q3 sales report")
+    for name in ("read_csv", "analyse", "write_report", "send_email"):
+        assert f"`{name}`" in text
+    assert '"to": "team@example.com"' in text  # tool-call arguments as JSON
+    assert "approved by ana: ok to send" in text
+    assert f"{info.prompt_tokens} prompt + {info.completion_tokens} completion = {info.tokens}" \
+        in text
+    assert info.result.startswith("The Q3 sales report is done")
+    assert info.result in nb.cells[-1].source
+    assert sum(cell.source.startswith("## Round") for cell in nb.cells) == info.iteration
+
+
+def test_notebook_has_no_outputs_and_structured_metadata_in_every_cell(demo_run, tmp_path):
+    _, journal = demo_run
+    nb = nbformat.read(export_run(RUN, tmp_path / "run.ipynb", journal=journal), as_version=4)
+
+    for cell in nb.cells:
+        assert cell.cell_type in ("markdown", "code")
+        assert "outputs" not in cell or cell.outputs == []
+        assert cell.get("execution_count") is None
+        assert "durable_nb" in cell.metadata
+    assert nb.cells[0].metadata["durable_nb"]["run_id"] == RUN
+    assert nb.cells[-1].metadata["durable_nb"]["status"] == "DONE"
+
+
+def test_json_export_is_the_notebooks_data(demo_run, tmp_path):
+    _, journal = demo_run
+    info = durable_nb.get_run(RUN, journal=journal)
+
+    data = json.loads(export_run(RUN, tmp_path / "run.json", journal=journal).read_text())
+
+    assert set(data) == {"export_version", "run", "rounds", "result"}
+    assert data == json.loads(json.dumps(export_data(info, journal=journal)))
+    assert [r["round"] for r in data["rounds"]] == [1, 2, 3, 4, 5]
+    assert data["result"]["tokens"] == {"prompt": info.prompt_tokens,
+                                        "completion": info.completion_tokens,
+                                        "total": info.tokens}
+    round4 = data["rounds"][3]
+    assert [c["name"] for c in round4["chat"]["tool_calls"]] == ["send_email"]
+    approval, sent = round4["steps"]
+    assert approval["kind"] == "approval"
+    assert approval["result"]["by"] == "ana" and approval["result"]["approved"] is True
+    assert sent["tool_call_id"] == round4["chat"]["tool_calls"][0]["id"]
+    nb = export_notebook(data)
+    assert nb.cells[-1].metadata["durable_nb"] == data["result"]
+
+
+def test_format_comes_from_the_extension_and_unknown_ones_are_refused(demo_run, tmp_path):
+    _, journal = demo_run
+
+    with pytest.raises(ValueError, match=r"\.ipynb or \.json"):
+        export_run(RUN, tmp_path / "run.txt", journal=journal)
+    with pytest.raises(ValueError, match="unknown export format 'xml'"):
+        export_run(RUN, tmp_path / "run.ipynb", format="xml", journal=journal)
+    assert not list(tmp_path.iterdir())
+
+    forced = export_run(RUN, tmp_path / "run.txt", format="json", journal=journal)
+    assert json.loads(forced.read_text())["run"]["run_id"] == RUN
+    nbformat.validate(nbformat.read(export_run(RUN, tmp_path / "RUN.IPYNB", journal=journal),
+                                    as_version=4))
+
+
+def test_cli_export_writes_a_valid_notebook(demo_run, tmp_path):
+    journal_dir, _ = demo_run
+    target = tmp_path / "x.ipynb"
+
+    proc = _cli(journal_dir, "export", RUN, "--to", str(target))
+
+    assert proc.returncode == 0, proc.stderr
+    assert str(target) in proc.stdout
+    nb = nbformat.read(target, as_version=4)
+    nbformat.validate(nb)
+    assert "approved by ana" in _text(nb)
+
+
+def test_cli_export_of_an_unknown_run_exits_1(demo_run, tmp_path):
+    journal_dir, _ = demo_run
+
+    proc = _cli(journal_dir, "export", "no-such-run", "--to", str(tmp_path / "x.ipynb"))
+
+    assert proc.returncode == 1
+    assert "no-such-run" in proc.stderr
+    assert not (tmp_path / "x.ipynb").exists()
+
+
+def test_api_key_is_in_neither_the_journal_nor_the_exports(demo_run, tmp_path):
+    journal_dir, journal = demo_run
+    export_run(RUN, tmp_path / "run.ipynb", journal=journal)
+    export_run(RUN, tmp_path / "run.json", journal=journal)
+
+    journal_bytes = b"".join(p.read_bytes() for p in journal_dir.rglob("*") if p.is_file())
+    export_bytes = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+
+    # The scan sees the journaled data, so the secret's absence means something.
+    assert b"team@example.com" in journal_bytes and b"team@example.com" in export_bytes
+    assert SECRET.encode() not in journal_bytes
+    assert b"SECRET123" not in journal_bytes and b"SECRET123" not in export_bytes
+
+
+def test_every_step_kind_gets_a_cell_unknown_kinds_a_generic_one(tmp_path):
+    journal = Journal(tmp_path / "journal")
+
+    def agent(ctx):
+        ctx.state["plan"] = ["read", "write"]
+        ctx.now(), ctx.uuid(), ctx.random()
+        ctx.sleep(0)
+        try:
+            ctx.run("flaky", _fail)
+        except TerminalError:
+            pass
+        return ctx.child("helper", lambda child_ctx: child_ctx.run("lookup", lambda: 42))
+
+    assert durable_nb.execute("kinds", agent, title="kinds", journal=journal) == 42
+    # A compaction step as ctx.compact journals it, and a kind no version knows yet.
+    n = journal.count_steps("kinds")
+    journal.put_step("kinds", StepEntry(
+        n, "loopback-1", "compact", result={"summary": "read it", "rounds_summarised": 3},
+        prompt_tokens=900, completion_tokens=40,
+        meta={"tokens_before": 1200, "tokens_after": 300, "rounds_summarised": 3}))
+    journal.put_step("kinds", StepEntry(n + 1, "thing", "future-kind", result={"x": 1}))
+
+    nb = nbformat.read(export_run("kinds", tmp_path / "k.ipynb", journal=journal), as_version=4)
+    journal.close()
+
+    nbformat.validate(nb)
+    text = _text(nb)
+    assert "## Before the first model call" in text
+    assert "**State** `plan` set" in text and '"write"' in text
+    for kind in ("Now", "Uuid", "Random", "Sleep"):
+        assert f"**{kind}**" in text
+    assert "**Failed**: `durable_nb.errors.TerminalError`: the service said no" in text
+    assert "**Child run `kinds/helper-" in text and ": DONE, 1 steps" in text
+    assert "**Context compacted**: 1200 → 300 tokens, 3 rounds summarised" in text
+    assert "900 + 40 tokens" in text and "read it" in text
+    assert "**future-kind step `thing`**" in text and '"x": 1' in text
+
+
+def test_a_rejection_names_who_rejected_it(tmp_path):
+    journal = Journal(tmp_path / "journal")
+    stop = threading.Event()
+    decider = threading.Thread(target=_decide_when_asked, args=(
+        journal, "deploy", durable_nb.reject, "not today", "bob", stop))
+    decider.start()
+    try:
+        decision = durable_nb.execute(
+            "deploy", lambda ctx: ctx.approval("deploy", {"env": "prod"}).approved,
+            journal=journal, poll_interval=0.02, timeout=60)
+    finally:
+        stop.set()
+        decider.join()
+
+    nb = nbformat.read(export_run("deploy", tmp_path / "d.ipynb", journal=journal),
+                       as_version=4)
+    journal.close()
+
+    assert decision is False
+    assert "**Approval `deploy`**: rejected by bob: not today" in _text(nb)
+    assert '"env": "prod"' in _text(nb)
+
+
+def _fail() -> None:
+    raise TerminalError("the service said no")
