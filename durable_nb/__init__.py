@@ -32,6 +32,7 @@ from .registry import RunInfo, approve, cancel, delete, get_run, reject, reset, 
 from .retry import RetryPolicy
 from .runner import RunOptions, execute
 from .serde import register_type
+from .tools import Tool, tool
 
 __version__ = "0.1.0"
 
@@ -61,6 +62,7 @@ __all__ = [
     "StepFailed",
     "TerminalError",
     "TokenUsage",
+    "Tool",
     "UnknownRun",
     "UnserializableResult",
     "approve",
@@ -73,6 +75,7 @@ __all__ = [
     "reject",
     "reset",
     "runs",
+    "tool",
     "unload_ipython_extension",
 ]
 

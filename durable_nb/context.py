@@ -112,9 +112,10 @@ class Context:
         """A key unique to the current step and stable across replays and restarts: inside a
         ``ctx.run`` function, that step's; elsewhere, the next step's. Hand it to external
         APIs as an idempotency key so that a step retried after a crash is not applied twice."""
-        ex = self._ex
-        position = ex.current_position if ex.current_position is not None else ex.position
-        return f"{ex.run_id}:{position}"
+        from .runner import current_step
+
+        position = current_step.get()
+        return f"{self._ex.run_id}:{self._ex.position if position is None else position}"
 
     @property
     def iteration(self) -> int:
@@ -148,6 +149,29 @@ class Context:
         return self._ex.step("run", name, fn, args, kwargs, retry=retry,
                              fingerprint_=fingerprint(args, kwargs))
 
+    async def run_async(self, name: str, fn: Callable[..., Any], *args: Any,
+                        retry: RetryPolicy | None = None, **kwargs: Any) -> Any:
+        """:meth:`run` for a coroutine function: ``await ctx.run_async(name, fn, ...)``.
+
+        Steps started together (``asyncio.gather``) run concurrently; their positions follow
+        the order in which they were started, and each is journaled once all the steps
+        before it are, so a replay matches.
+        """
+        from .runner import fingerprint
+
+        entry = self._ex.replay("run", name)
+        if entry is not None:
+            return self._ex.outcome(entry)
+        return await self._ex.perform_async("run", name, fn, args, kwargs, retry=retry,
+                                            fingerprint_=fingerprint(args, kwargs))
+
+    async def chat_async(self, **kwargs: Any) -> Any:
+        """:meth:`chat` with an ``openai.AsyncOpenAI`` client (default: one from the
+        environment): ``await ctx.chat_async(model=..., messages=...)``."""
+        from .llm import chat_async
+
+        return await chat_async(self._ex, kwargs)
+
     def chat(self, **kwargs: Any) -> Any:
         """A journaled ``client.chat.completions.create(**kwargs)``; returns the real
         ``ChatCompletion`` (rebuilt from the journal on replay).
@@ -157,10 +181,37 @@ class Context:
         response's usage to the run's tokens, and retries transient API errors (rate limit,
         connection, timeout, 5xx). Stops the run (FAILED) before a call that would pass
         max_iterations or max_tokens.
+
+        With ``stream=True`` the reply's text is shown in the panel as it arrives and the
+        assembled ``ChatCompletion`` (with usage: the API is asked for it) is journaled and
+        returned; a replay returns it at once.
         """
         from .llm import chat
 
         return chat(self._ex, kwargs)
+
+    def compact(self, messages: Any, keep_last: int = 4, threshold: float = 0.6,
+                model: str | None = None, summary_model: str | None = None, *,
+                tools: Any = None, client: Any = None) -> list[Any]:
+        """Return ``messages``, or when their estimated prompt tokens (with ``tools``) pass
+        ``threshold`` of ``model``'s context window, a shorter list: the system messages and
+        the user's goal (everything up to the first user message), a user message with a
+        summary of the older rounds, and the last ``keep_last`` rounds verbatim.
+
+        A round is an assistant message with the tool messages that answer it (and the user
+        messages just before it); rounds are never split. The summary is written by one
+        journaled LLM call (a ``compact`` step, ``summary_model`` defaulting to ``model``,
+        which defaults to the run's model; ``client`` as for :meth:`chat`) that folds a
+        previous summary in; its tokens count toward the run, and it becomes the run's
+        ``context_summary``. Below the threshold nothing is journaled. On replay the
+        journaled summary rebuilds the same list without a call. The default threshold
+        leaves room for the summary call itself (see ``durable_nb.compaction``).
+        Messages may be dicts or openai message objects; a compacted list holds dicts.
+        """
+        from .compaction import compact
+
+        return compact(self._ex, messages, keep_last=keep_last, threshold=threshold,
+                       model=model, summary_model=summary_model, tools=tools, client=client)
 
     def call_tools(self, message: Any, tools: Any, *, parallel: bool = False) -> list[dict]:
         """Run every tool call of an assistant ``message`` with the matching function of

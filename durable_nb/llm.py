@@ -11,7 +11,7 @@ from .retry import RetryPolicy
 if TYPE_CHECKING:
     from .runner import Execution
 
-__all__ = ["CHAT_RETRY", "chat", "default_client"]
+__all__ = ["CHAT_RETRY", "chat", "chat_async", "default_client"]
 
 # Keyword arguments that configure transport or carry credentials: never part of a fingerprint.
 _TRANSPORT_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
@@ -83,20 +83,70 @@ def check_budget(execution: "Execution", kwargs: dict) -> None:
         raise exc
 
 
-def chat(execution: "Execution", kwargs: dict) -> Any:
-    """Replay or make one chat completion for ``ctx.chat(**kwargs)``."""
-    from .runner import fingerprint
-
+def _prepare(execution: "Execution", kwargs: dict) -> tuple[Any, str, dict]:
+    """Split ``client=`` off, apply the run's default model; (client, step name, kwargs)."""
     client = kwargs.pop("client", None) or execution.options.client
     if "model" not in kwargs and execution.options.model:
         kwargs["model"] = execution.options.model
-    name = str(kwargs.get("model") or "chat")
+    return client, str(kwargs.get("model") or "chat"), kwargs
+
+
+def _step_options(kwargs: dict) -> dict:
+    from .runner import fingerprint
+
+    public = {k: v for k, v in kwargs.items() if k not in _TRANSPORT_KWARGS}
+    return {"retry": RetryPolicy(**{**CHAT_RETRY.__dict__, "retry_on": _transient_errors()}),
+            "fingerprint_": fingerprint(public), "usage": _usage}
+
+
+def _assemble(stream_manager: Any, on_text: Any) -> Any:
+    """Show a streamed reply's text as it arrives; return the whole ChatCompletion."""
+    from openai.types.chat import ChatCompletion
+
+    with stream_manager as stream:
+        for event in stream:
+            if event.type == "content.delta" and on_text is not None:
+                on_text(event.delta)
+        final = stream.get_final_completion()
+    # The stream helper returns a ParsedChatCompletion; journal the plain type.
+    return ChatCompletion.model_validate(final.model_dump(mode="json", exclude_none=True))
+
+
+def chat(execution: "Execution", kwargs: dict) -> Any:
+    """Replay or make one chat completion for ``ctx.chat(**kwargs)``."""
+    client, name, kwargs = _prepare(execution, kwargs)
     entry = execution.replay("chat", name)
     if entry is not None:
         return execution.outcome(entry)
     check_budget(execution, kwargs)
     client = client or default_client()
-    retry = RetryPolicy(**{**CHAT_RETRY.__dict__, "retry_on": _transient_errors()})
-    public = {k: v for k, v in kwargs.items() if k not in _TRANSPORT_KWARGS}
+    options = _step_options(kwargs)
+    if kwargs.pop("stream", False):
+        kwargs.setdefault("stream_options", {"include_usage": True})
+        on_text = getattr(execution.observer, "on_text", None)
+        return execution.perform(
+            "chat", name, lambda: _assemble(client.chat.completions.stream(**kwargs), on_text),
+            **options)
     return execution.perform("chat", name, client.chat.completions.create, (), kwargs,
-                             retry=retry, fingerprint_=fingerprint(public), usage=_usage)
+                             **options)
+
+
+_default_async_client: Any = None
+
+
+async def chat_async(execution: "Execution", kwargs: dict) -> Any:
+    """Replay or make one chat completion for ``await ctx.chat_async(**kwargs)``."""
+    global _default_async_client
+    client, name, kwargs = _prepare(execution, kwargs)
+    entry = execution.replay("chat", name)
+    if entry is not None:
+        return execution.outcome(entry)
+    check_budget(execution, kwargs)
+    if client is None:
+        import openai
+
+        if _default_async_client is None:
+            _default_async_client = openai.AsyncOpenAI()
+        client = _default_async_client
+    return await execution.perform_async("chat", name, client.chat.completions.create, (),
+                                         kwargs, **_step_options(kwargs))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import getpass
+import inspect
 import linecache
 import sys
 import threading
@@ -31,7 +32,9 @@ __all__ = ["NotebookRun", "compile_cell", "active_run"]
 
 _RESULT_NAME = "__durable_result__"
 _active: dict[str, "NotebookRun"] = {}
-_active_lock = threading.Lock()
+# Re-entrant (fix): start() holds it while stopping the cell's previous NotebookRun, whose
+# stop() takes it too; a plain Lock deadlocked every re-run of a cell in the same kernel.
+_active_lock = threading.RLock()
 
 
 def active_run(run_id: str) -> "NotebookRun | None":
@@ -51,11 +54,17 @@ def compile_cell(source: str, run_id: str, namespace: dict) -> Callable[[Any], A
         tree.body[-1] = ast.copy_location(
             ast.Assign(targets=[ast.Name(_RESULT_NAME, ast.Store())], value=last.value), last)
         ast.fix_missing_locations(tree)
-    code = compile(tree, filename, "exec")
+    code = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
     def handler(ctx: Any) -> Any:
         namespace["ctx"] = ctx
         namespace.pop(_RESULT_NAME, None)
+        if code.co_flags & inspect.CO_COROUTINE:  # top-level await: the runner awaits it
+            async def run_async_cell() -> Any:
+                await eval(code, namespace)
+                return namespace.pop(_RESULT_NAME, None)
+
+            return run_async_cell()
         exec(code, namespace)
         return namespace.pop(_RESULT_NAME, None)
 

@@ -52,6 +52,9 @@ class RunPanel:
         self._recent: deque[tuple[StepEntry, bool]] = deque(maxlen=_TIMELINE_ROWS)
         self._replayed = 0
         self._executed = 0
+        # Positions already in the timeline: a run resumed after an approval replays its
+        # steps again, and those must not show twice or count as replayed twice (fix).
+        self._shown = 0
         self._note = note
         self._result_html = ""
         self._log_buffer: list[str] = []
@@ -85,6 +88,7 @@ class RunPanel:
         for entry in info.steps:
             panel._recent.append((entry, True))
         panel._replayed = len(info.steps)
+        panel._shown = len(info.steps)
         panel.refresh(force=True)
         return panel
 
@@ -117,6 +121,9 @@ class RunPanel:
 
     def on_step(self, entry: StepEntry, replayed: bool) -> None:
         with self._lock:
+            if replayed and entry.position < self._shown:
+                return  # already shown by an earlier execution of this run
+            self._shown = max(self._shown, entry.position + 1)
             self._recent.append((entry, replayed))
             if replayed:
                 self._replayed += 1
@@ -128,6 +135,10 @@ class RunPanel:
         with self._lock:
             self._record = record
         self.refresh(force=record.status is not Status.RUNNING or bool(record.pending_approval))
+
+    def on_text(self, delta: str) -> None:
+        """Streamed reply text (``ctx.chat(stream=True)``), shown in the log as it arrives."""
+        self.append_log(delta)
 
     def append_log(self, text: str) -> None:
         """Add printed text to the log area (buffered until the next redraw)."""

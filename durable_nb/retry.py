@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from dataclasses import dataclass, field
@@ -53,6 +54,22 @@ class RetryPolicy:
                 if attempt >= self.max_attempts or not self.retries(exc):
                     raise
             self.sleep(self.delay(attempt))
+            attempt += 1
+
+    async def call_async(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """:meth:`call` for a coroutine function; waits with ``asyncio.sleep``."""
+        attempt = 1
+        while True:
+            try:
+                return await fn(*args, **kwargs)
+            except Exception as exc:
+                if attempt >= self.max_attempts or not self.retries(exc):
+                    raise
+            delay = self.delay(attempt)
+            if self.sleep is time.sleep:
+                await asyncio.sleep(delay)
+            else:
+                self.sleep(delay)
             attempt += 1
 
 

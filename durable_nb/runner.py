@@ -7,7 +7,10 @@ everything durable happens in :meth:`Execution.step`.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import hashlib
+import inspect
 import json
 import os
 import sqlite3
@@ -15,6 +18,7 @@ import sys
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol
 
@@ -100,6 +104,11 @@ class _Suspend(BaseException):
     ``except Exception`` in user code)."""
 
 
+#: The position of the step whose function is running (for ``ctx.step_id``); a context
+#: variable so that concurrent steps (threads, asyncio tasks) each see their own.
+current_step: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "durable_nb_current_step", default=None)
+
 # Runs executing in this process, so that cancel() and approvals reach them without polling.
 _live: dict[str, "Execution"] = {}
 _live_lock = threading.Lock()
@@ -155,8 +164,11 @@ class Execution:
         self.options = options
         self.observer = observer
         self.run_id = record.run_id
-        self.position = 0
-        self.current_position: int | None = None
+        self.position = 0  # the next position to hand out
+        self._committed = 0  # the next position to journal
+        self._ready: dict[int, tuple[StepEntry, bool]] = {}
+        self.broken: str | None = None
+        self.interrupted = False
         self.replaying = True
         self.iteration = 0
         self.prompt_tokens = 0
@@ -184,6 +196,9 @@ class Execution:
                              f"FAILED and will not resume. Start a new run id for a new attempt.")
         if self.lease_lost:
             raise RunLeased(self.run_id, self.journal.read_json(f"lease:{self.run_id}") or {})
+        if self.broken:
+            raise DurableError(f"run {self.run_id!r} stopped: {self.broken}. Its journal is "
+                               f"intact up to that step; execute it again to resume.")
 
     # -- the durable step ---------------------------------------------------------------
 
@@ -212,6 +227,7 @@ class Execution:
             raise JournalMismatch(self.run_id, position, f"{entry.kind} {entry.name!r}",
                                   f"{kind} {name!r}")
         self.position += 1
+        self._committed += 1
         self._count(entry)
         self.observer.on_step(entry, True)
         return entry
@@ -264,27 +280,70 @@ class Execution:
         return self.perform(kind, name, fn, args, kwargs, retry=retry, fingerprint_=fingerprint_,
                             usage=usage, meta=meta)
 
+    def reserve(self) -> int:
+        """Hand out the next step position (steps are journaled in position order)."""
+        position = self.position
+        self.position += 1
+        return position
+
+    def _unreserve(self, position: int) -> None:
+        # A step that ends without an entry (interrupt, unserialisable result) gives its
+        # position back; if later positions were handed out meanwhile (concurrent steps),
+        # the journal could not stay contiguous, so the run must stop.
+        if self.position == position + 1:
+            self.position = position
+        else:
+            self.broken = (f"step {position} ended without a journal entry while later steps "
+                           f"were running concurrently")
+
     def perform(self, kind: str, name: str, fn: Callable[..., Any], args: tuple = (),
                 kwargs: dict | None = None, *, retry: RetryPolicy | None = None,
                 fingerprint_: str = "", usage: Callable[[Any], tuple[int, int]] | None = None,
                 meta: Callable[[Any], dict | None] | None = None) -> Any:
         """Run ``fn`` as the next step and journal its outcome (after :meth:`replay` found
         nothing to replay)."""
+        position = self.reserve()
         started = time.time()
-        self.current_position = self.position
+        token = current_step.set(position)
         try:
             value = (retry or NO_RETRY).call(fn, *args, **(kwargs or {}))
         except Exception as exc:
-            self.record_failure(kind, name, started, exc, fingerprint_)
+            self.record_failure(kind, name, started, exc, fingerprint_, position=position)
+            raise
+        except BaseException:
+            self._unreserve(position)
             raise
         finally:
-            self.current_position = None
-        return self.record_result(kind, name, started, value, fingerprint_, usage, meta)
+            current_step.reset(token)
+        return self.record_result(kind, name, started, value, fingerprint_, usage, meta,
+                                  position=position)
+
+    async def perform_async(self, kind: str, name: str, fn: Callable[..., Any],
+                            args: tuple = (), kwargs: dict | None = None, *,
+                            retry: RetryPolicy | None = None, fingerprint_: str = "",
+                            usage: Callable[[Any], tuple[int, int]] | None = None) -> Any:
+        """:meth:`perform` for a coroutine function. The position is taken when the step
+        starts, so steps started together (``asyncio.gather``) keep their call order."""
+        position = self.reserve()
+        started = time.time()
+        token = current_step.set(position)
+        try:
+            value = await (retry or NO_RETRY).call_async(fn, *args, **(kwargs or {}))
+        except Exception as exc:
+            self.record_failure(kind, name, started, exc, fingerprint_, position=position)
+            raise
+        except BaseException:
+            self._unreserve(position)
+            raise
+        finally:
+            current_step.reset(token)
+        return self.record_result(kind, name, started, value, fingerprint_, usage,
+                                  position=position)
 
     def record_failure(self, kind: str, name: str, started: float, exc: Exception,
-                       fingerprint_: str = "") -> None:
-        """Journal the failure of the step at the cursor."""
-        position = self.position
+                       fingerprint_: str = "", *, position: int | None = None) -> None:
+        """Journal the failure of the step at ``position`` (default: the next one)."""
+        position = self.reserve() if position is None else position
         self.commit(StepEntry(position, name, kind, fingerprint_, ok=False,
                               error=_error_of(exc, isinstance(exc, TerminalError)),
                               started_at=started, finished_at=time.time()))
@@ -293,12 +352,17 @@ class Execution:
     def record_result(self, kind: str, name: str, started: float, value: Any,
                       fingerprint_: str = "",
                       usage: Callable[[Any], tuple[int, int]] | None = None,
-                      meta: Callable[[Any], dict | None] | None = None) -> Any:
-        """Journal the result of the step at the cursor and return it."""
-        position = self.position
+                      meta: Callable[[Any], dict | None] | None = None, *,
+                      position: int | None = None) -> Any:
+        """Journal the result of the step at ``position`` (default: the next one) and
+        return it."""
+        reserved_here = position is None
+        position = self.reserve() if position is None else position
         try:
             encoded = serde.encode(value)
         except SerializationError as exc:
+            if not reserved_here or self.position == position + 1:
+                self._unreserve(position)
             raise UnserializableResult(self.run_id, position, name, str(exc)) from None
         prompt, completion = usage(value) if usage else (0, 0)
         self.commit(StepEntry(position, name, kind, fingerprint_, result=encoded,
@@ -307,12 +371,12 @@ class Execution:
         return value
 
     def steps_in_order(self, kind: str, steps: list[tuple[str, Callable[[], Any]]], *,
-                       parallel: bool = False, pool: Any = None) -> list[tuple[bool, Any]]:
+                       parallel: bool = False) -> list[tuple[bool, Any]]:
         """Several steps at consecutive positions, in list order: each replayed or run.
 
         Returns ``(True, result)`` or ``(False, exception)`` per step; durable_nb's own
         errors are raised. With ``parallel``, the functions that must run are called
-        concurrently on ``pool`` (an Executor class) and journaled in list order.
+        concurrently on threads and journaled in list order.
         """
         outcomes: list[tuple[bool, Any] | None] = [None] * len(steps)
         live = []
@@ -326,19 +390,24 @@ class Execution:
             except Exception as exc:
                 outcomes[i] = (False, exc)
         if parallel and len(live) > 1:
-            with pool(max_workers=min(8, len(live))) as executor:
-                futures = {i: (time.time(), executor.submit(steps[i][1])) for i in live}
+            positions = {i: self.reserve() for i in live}
+            with ThreadPoolExecutor(max_workers=min(8, len(live))) as pool:
+                futures = {}
                 for i in live:
-                    self.check_live()
+                    context = contextvars.copy_context()
+                    context.run(current_step.set, positions[i])
+                    futures[i] = (time.time(), pool.submit(context.run, steps[i][1]))
+                for i in live:
                     started, future = futures[i]
                     exc = future.exception()
                     if exc is not None and not isinstance(exc, Exception):
                         raise exc
                     if exc is None:
-                        outcomes[i] = (True, self.record_result(kind, steps[i][0], started,
-                                                                future.result()))
+                        outcomes[i] = (True, self.record_result(
+                            kind, steps[i][0], started, future.result(), position=positions[i]))
                     else:
-                        self.record_failure(kind, steps[i][0], started, exc)
+                        self.record_failure(kind, steps[i][0], started, exc,
+                                            position=positions[i])
                         outcomes[i] = (False, exc)
         else:
             for i in live:
@@ -351,17 +420,20 @@ class Execution:
         return outcomes  # type: ignore[return-value]
 
     def commit(self, entry: StepEntry, record_changed: bool = False) -> None:
-        """Journal a completed step (and the run record, when the step changed it), then
-        advance the cursor. Write failures follow ``on_journal_error``."""
+        """Journal a completed step (and the run record, when the step changed it). Steps
+        that complete out of order wait until the ones before them are journaled. Write
+        failures follow ``on_journal_error``."""
         self._count(entry)
         if entry.prompt_tokens or entry.completion_tokens or entry.kind == "chat":
             self.record.prompt_tokens = self.prompt_tokens
             self.record.completion_tokens = self.completion_tokens
             self.record.iteration = self.iteration
             record_changed = True
-        self.position += 1
-        self.record.step_count = self.position
-        self._unwritten.append((entry, record_changed))
+        self._ready[entry.position] = (entry, record_changed)
+        while self._committed in self._ready:
+            self._unwritten.append(self._ready.pop(self._committed))
+            self._committed += 1
+        self.record.step_count = self._committed
         self._flush()
         self.observer.on_step(entry, False)
         if record_changed:
@@ -460,7 +532,7 @@ class Execution:
         result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
                   "by": decision.get("by"), "at": decision.get("at", time.time())}
         self._set_pending(None, save=False)
-        self.commit(StepEntry(position, name, "approval", result=result,
+        self.commit(StepEntry(self.reserve(), name, "approval", result=result,
                               started_at=pending["requested_at"], finished_at=time.time(),
                               meta={"details": details}), record_changed=True)
         self.journal.delete_key(f"decision:{self.run_id}")
@@ -487,7 +559,7 @@ class Execution:
         else:
             now = time.time()
             until = now + seconds
-            self.commit(StepEntry(self.position, "sleep", "sleep", result={"until": until},
+            self.commit(StepEntry(self.reserve(), "sleep", "sleep", result={"until": until},
                                   started_at=now, finished_at=now))
         while (remaining := until - time.time()) > 0:
             self.check_live()
@@ -640,6 +712,8 @@ class Runner:
         record = execution.record
         try:
             value = self.handler(Context(execution))
+            if inspect.iscoroutine(value):
+                value = _run_coroutine(value, execution)
         except _Suspend:
             record.status = Status.WAITING_APPROVAL
             execution.save_record()
@@ -676,7 +750,10 @@ class Runner:
         record = execution.record
         if isinstance(exc, RunLeased):
             return  # someone else owns the record now
-        if isinstance(exc, RunCancelled) or execution.cancel_event.is_set():
+        if execution.interrupted:
+            exc = KeyboardInterrupt()
+        if not isinstance(exc, KeyboardInterrupt) and (
+                isinstance(exc, RunCancelled) or execution.cancel_event.is_set()):
             record.status = Status.CANCELLED
             record.error = str(exc) if isinstance(exc, RunCancelled) else "cancelled"
         else:
@@ -690,6 +767,44 @@ class Runner:
             record.failed_step = failure[0] if failure and failure[1] is exc else None
         record.step_count = execution.position
         execution.save_record()
+
+
+def _run_coroutine(coroutine: Any, execution: Execution) -> Any:
+    """Run an async handler to completion: here if no event loop runs in this thread, else
+    (a notebook cell: the kernel's loop is running) on a thread of its own, while this one
+    waits; an interrupt while waiting stops the run at its next step."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    box: dict[str, Any] = {}
+    context = contextvars.copy_context()
+    route = getattr(sys.stdout, "routes", {}).get(threading.get_ident())
+
+    def run() -> None:
+        if route is not None:  # prints of the run go where the cell's went
+            sys.stdout.routes[threading.get_ident()] = route
+        try:
+            box["value"] = context.run(asyncio.run, coroutine)
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            getattr(sys.stdout, "routes", {}).pop(threading.get_ident(), None)
+
+    worker = threading.Thread(target=run, name=f"durable-nb-async-{execution.run_id}")
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        execution.interrupted = True
+        execution.cancel_event.set()
+        execution.wake_event.set()
+        worker.join()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def validate_run_id(run_id: str) -> None:

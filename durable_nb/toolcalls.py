@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .tools import Tool, parse_arguments, tool
@@ -74,8 +73,7 @@ def call_tools(ctx: "Context", message: Any, tools: Any, *, parallel: bool = Fal
     prepared = [_prepare(ctx, call, by_name) for call in calls]
     steps = [(chosen.name, _run(ctx, chosen, args)) for (todo, _) in prepared if todo
              for chosen, args in [todo]]
-    outcomes = iter(ctx._ex.steps_in_order("run", steps, parallel=parallel,
-                                           pool=ThreadPoolExecutor if parallel else None))
+    outcomes = iter(ctx._ex.steps_in_order("run", steps, parallel=parallel))
     messages = []
     for call, (todo, error) in zip(calls, prepared):
         call_id = _field(call, "id")
