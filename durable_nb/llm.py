@@ -11,7 +11,8 @@ from .retry import RetryPolicy
 if TYPE_CHECKING:
     from .runner import Execution
 
-__all__ = ["CHAT_RETRY", "chat", "chat_async", "default_client"]
+__all__ = ["CHAT_RETRY", "chat", "chat_async", "chat_step_options", "check_budget", "completion_usage",
+           "default_client"]
 
 # Keyword arguments that configure transport or carry credentials: never part of a fingerprint.
 _TRANSPORT_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
@@ -46,7 +47,8 @@ def default_client() -> Any:
         return _default_client
 
 
-def _usage(completion: Any) -> tuple[int, int]:
+def completion_usage(completion: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens of a ChatCompletion's usage; (0, 0) without usage."""
     usage = getattr(completion, "usage", None)
     if usage is None:
         return 0, 0
@@ -91,12 +93,13 @@ def _prepare(execution: "Execution", kwargs: dict) -> tuple[Any, str, dict]:
     return client, str(kwargs.get("model") or "chat"), kwargs
 
 
-def _step_options(kwargs: dict) -> dict:
+def chat_step_options(kwargs: dict) -> dict:
+    """Step options of a chat call: retry of transient API errors, fingerprint, usage."""
     from .runner import fingerprint
 
     public = {k: v for k, v in kwargs.items() if k not in _TRANSPORT_KWARGS}
     return {"retry": RetryPolicy(**{**CHAT_RETRY.__dict__, "retry_on": _transient_errors()}),
-            "fingerprint_": fingerprint(public), "usage": _usage}
+            "fingerprint_": fingerprint(public), "usage": completion_usage}
 
 
 def _assemble(stream_manager: Any, on_text: Any) -> Any:
@@ -120,7 +123,7 @@ def chat(execution: "Execution", kwargs: dict) -> Any:
         return execution.outcome(entry)
     check_budget(execution, kwargs)
     client = client or default_client()
-    options = _step_options(kwargs)
+    options = chat_step_options(kwargs)
     if kwargs.pop("stream", False):
         kwargs.setdefault("stream_options", {"include_usage": True})
         on_text = getattr(execution.observer, "on_text", None)
@@ -149,4 +152,4 @@ async def chat_async(execution: "Execution", kwargs: dict) -> Any:
             _default_async_client = openai.AsyncOpenAI()
         client = _default_async_client
     return await execution.perform_async("chat", name, client.chat.completions.create, (),
-                                         kwargs, **_step_options(kwargs))
+                                         kwargs, **chat_step_options(kwargs))
