@@ -180,7 +180,8 @@ class DurableMagics(Magics):
         command("runs").add_argument("--status", choices=[s.value for s in Status])
         command("show", "run_id")
         for verb in ("approve", "reject"):
-            command(verb, "run_id").add_argument("note", nargs="*")
+            # default=[]: without it argparse reports the optional note as required (fix).
+            command(verb, "run_id").add_argument("note", nargs="*", default=[])
         command("cancel", "run_id")
         command("reset", "run_id").add_argument("--from", dest="from_step", type=int,
                                                 required=True)

@@ -1,0 +1,158 @@
+"""The approval flow end to end, as a user sees it: JupyterLab in headless Chromium.
+
+A notebook starts the loopback model server in its kernel, runs the demo sales agent in a
+``%%durable_agent`` cell, and the run parks at the send_email approval. The test clicks the
+panel's Approve (or Reject) button in the page and watches the panel's status badge reach DONE;
+the notebook folder's side_effects.log and the run's journal show what really happened.
+
+Screenshots of the panel (waiting for approval, and done) are saved in the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from durable_nb import serde
+from durable_nb.demo import SALES_CSV
+from durable_nb.journal import Journal, Status
+from durable_nb.registry import get_run
+from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
+
+pytestmark = pytest.mark.browser
+
+RUN_ID = "sales-report"
+NOTE = "not this week"
+
+_SETUP_CELL = """\
+import json, os
+from durable_nb.testing import LoopbackServer
+from durable_nb.demo import make_tools, sales_agent
+server = LoopbackServer().start()
+os.environ["OPENAI_BASE_URL"] = server.url
+os.environ["OPENAI_API_KEY"] = "offline-test"
+os.environ.pop("DURABLE_NB_DIR", None)  # the journal goes to ./.durable_nb next to this notebook
+%load_ext durable_nb
+tools = make_tools(os.getcwd())
+print("setup ok")"""
+
+_AGENT_CELL = f"""\
+%%durable_agent {RUN_ID} --title "Q3 sales report"
+sales_agent(ctx, tools)"""
+
+# What the model was told about the email call: the tool message of the last request.
+_TOOL_MESSAGE_CELL = """\
+tool_messages = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+print("last tool message:", tool_messages[-1]["content"])"""
+
+SETUP, AGENT, TOOL_MESSAGE = 0, 1, 2
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
+    """One JupyterLab server for the module; each test works in its own folder under it."""
+    require_chromium()
+    with JupyterLab(tmp_path_factory.mktemp("lab")) as server:
+        yield server
+
+
+def _open_agent_notebook(lab: JupyterLab, page: LabPage, name: str) -> Path:
+    """Write ``name/name.ipynb`` with sales.csv beside it, open it, run setup and agent cells,
+    and wait until the panel asks for approval. Returns the notebook's folder."""
+    folder = lab.root_dir / name
+    folder.mkdir()
+    (folder / "sales.csv").write_text(SALES_CSV)
+    write_notebook(folder / f"{name}.ipynb", [_SETUP_CELL, _AGENT_CELL, _TOOL_MESSAGE_CELL])
+    page.open_notebook(f"{name}/{name}.ipynb")
+    page.wait_kernel_idle()
+    page.run_cell(SETUP)
+    page.wait_for_text("setup ok", cell_index=SETUP)
+    page.run_cell(AGENT)
+    _badge(page, Status.WAITING_APPROVAL).wait_for(state="visible")
+    _panel_button(page, "Approve").wait_for(state="visible")
+    return folder
+
+
+def _badge(page: LabPage, status: Status) -> Any:
+    """The panel's status badge showing exactly ``status`` (case-sensitive, whole text)."""
+    return page.cell(AGENT).locator(".jp-Cell-outputArea").get_by_text(str(status), exact=True)
+
+
+def _panel_button(page: LabPage, label: str) -> Any:
+    return page.cell(AGENT).locator("button.jupyter-button", has_text=label).first
+
+
+def _shoot_panel(page: LabPage, path: Path) -> None:
+    page.cell(AGENT).locator(".jp-Cell-outputArea").screenshot(path=str(path))
+
+
+def _side_effects(folder: Path) -> list[str]:
+    log = folder / "side_effects.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _approval_result(folder: Path) -> dict:
+    """The journaled approval step of the run, decoded, once the run is DONE."""
+    journal = Journal(folder / ".durable_nb")
+    try:
+        info = get_run(RUN_ID, journal=journal)
+    finally:
+        journal.close()
+    assert info.status is Status.DONE, f"journal says {info.status}: {info.error}"
+    approvals = [e for e in info.steps if e.kind == "approval"]
+    assert [e.name for e in approvals] == ["send_email"]
+    return serde.decode(approvals[0].result)
+
+
+def test_approve_click_resumes_run_to_done_and_sends_email_once(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    with LabPage(lab) as page:
+        folder = _open_agent_notebook(lab, page, "approve")
+        assert "send_email" not in " ".join(_side_effects(folder))
+        _shoot_panel(page, tmp_path / "panel-waiting-approval.png")
+
+        _panel_button(page, "Approve").click()
+
+        _badge(page, Status.DONE).wait_for(state="visible")
+        page.wait_for_text("emailed it to team@example.com", cell_index=AGENT)
+        _shoot_panel(page, tmp_path / "panel-done.png")
+
+    assert [line for line in _side_effects(folder) if line.startswith("send_email")] == [
+        "send_email team@example.com"
+    ]
+    assert len(list((folder / "outbox").iterdir())) == 1
+    decision = _approval_result(folder)
+    assert decision["approved"] is True
+    assert decision["by"].endswith(" (notebook)")
+
+
+def test_reject_click_with_note_resumes_run_to_done_without_email(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    with LabPage(lab) as page:
+        folder = _open_agent_notebook(lab, page, "reject")
+        note_field = page.cell(AGENT).locator("input[placeholder='optional note for the agent']")
+        note_field.fill(NOTE)
+        _shoot_panel(page, tmp_path / "panel-waiting-approval.png")
+
+        _panel_button(page, "Reject").click()
+
+        _badge(page, Status.DONE).wait_for(state="visible")
+        _shoot_panel(page, tmp_path / "panel-done.png")
+        # The model was told, in the tool message answering its send_email call.
+        page.run_cell(TOOL_MESSAGE)
+        page.wait_for_text("The user rejected this call to send_email", cell_index=TOOL_MESSAGE)
+        told = page.cell_output_text(TOOL_MESSAGE)
+
+    assert f"Their note: {NOTE}" in told
+    assert "(notebook)" in told
+    assert "write_report Q3 sales" in _side_effects(folder)
+    assert not [line for line in _side_effects(folder) if line.startswith("send_email")]
+    assert not (folder / "outbox").exists()
+    decision = _approval_result(folder)
+    assert decision["approved"] is False
+    assert decision["note"] == NOTE
+    assert decision["by"].endswith(" (notebook)")

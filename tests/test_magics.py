@@ -1,0 +1,158 @@
+"""``%%durable_agent`` and ``%durable`` in IPython without a kernel: options, usage errors, help,
+and the scan ``%load_ext`` makes for runs a dead kernel left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import IPython
+import pytest
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import start_ipython
+
+from durable_nb import Journal, RunRecord, Status
+from durable_nb.journal import this_host
+from durable_nb.lease import Lease
+from durable_nb.magics import DurableMagics
+
+CELL = "ctx.run('a', lambda: 41) + 1"
+
+
+@pytest.fixture
+def ip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The test IPython shell with the extension loaded and its journal in a fresh dir."""
+    monkeypatch.setenv("DURABLE_NB_DIR", str(tmp_path / "journal"))
+    start_ipython()  # once per process; returns None when called again
+    shell = IPython.get_ipython()
+    shell.run_line_magic("load_ext", "durable_nb")
+    return shell
+
+
+def _usage_error(call, *args) -> str:
+    with pytest.raises(UsageError) as info:
+        call(*args)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("value", ["soon", "10 parsecs", "5 weeks", ""])
+def test_bad_timeout_is_a_usage_error_showing_the_duration_format(ip, value: str) -> None:
+    message = _usage_error(ip.run_cell_magic, "durable_agent", f"r --timeout '{value}'", CELL)
+    assert f"--timeout {value!r} is not a duration" in message
+    assert "90s, 30m, 2h or 1d" in message
+
+
+@pytest.mark.parametrize("value, problem", [("-1", "'-1' must be 0 or more"),
+                                            ("many", "'many' is not a whole number"),
+                                            ("2.5", "'2.5' is not a whole number")])
+def test_bad_max_iterations_is_a_usage_error(ip, value: str, problem: str) -> None:
+    for option in ("--max-iterations", "--max-tokens"):
+        message = _usage_error(ip.run_cell_magic, "durable_agent", f"r {option} {value}", CELL)
+        assert problem in message
+
+
+def test_unknown_options_and_extra_words_are_usage_errors(ip) -> None:
+    assert "unrecognized arguments: --retries" in _usage_error(
+        ip.run_cell_magic, "durable_agent", "r --retries 3", CELL)
+    assert "unrecognized arguments: extra" in _usage_error(
+        ip.run_cell_magic, "durable_agent", "r extra", CELL)
+    assert "invalid choice: 'skip'" in _usage_error(
+        ip.run_cell_magic, "durable_agent", "r --on-mismatch skip", CELL)
+    assert "cannot parse the options" in _usage_error(
+        ip.run_cell_magic, "durable_agent", "r --title 'unclosed", CELL)
+
+
+def test_invalid_or_missing_run_id_is_a_usage_error(ip) -> None:
+    assert "invalid run id" in _usage_error(ip.run_cell_magic, "durable_agent", "x" * 201, CELL)
+    # Without RUN_ID the cell id names the run; a frontend that sends none needs a RUN_ID.
+    magics = next(m for m in ip.magics_manager.registry.values() if isinstance(m, DurableMagics))
+    magics.cell_id = None
+    assert "needs a RUN_ID" in _usage_error(ip.run_cell_magic, "durable_agent", "", CELL)
+
+
+def test_options_reach_the_run(ip, tmp_path: Path) -> None:
+    line = "opts --title 'my run' --max-iterations 7 --max-tokens 900 --timeout 2h"
+    assert ip.run_cell_magic("durable_agent", line, CELL) == 42
+    record = Journal(tmp_path / "journal").get_run("opts")
+    assert (record.title, record.max_iterations, record.max_tokens) == ("my run", 7, 900)
+    assert record.deadline == pytest.approx(record.created_at + 7200, abs=1)
+    assert record.source == CELL and record.status is Status.DONE
+
+
+def test_durable_with_missing_arguments_is_a_usage_error(ip) -> None:
+    assert "required: COMMAND" in _usage_error(ip.run_line_magic, "durable", "")
+    for command in ("show", "cancel", "delete", "wait"):
+        assert "required: RUN_ID" in _usage_error(ip.run_line_magic, "durable", command)
+    for verb in ("approve", "reject"):
+        message = _usage_error(ip.run_line_magic, "durable", verb)
+        assert message.endswith("required: RUN_ID")  # the note is optional
+    assert "required: --from" in _usage_error(ip.run_line_magic, "durable", "reset r1")
+    assert "required: RUN_ID, PATH" in _usage_error(ip.run_line_magic, "durable", "export")
+    assert "invalid choice: 'frob'" in _usage_error(ip.run_line_magic, "durable", "frob")
+
+
+@pytest.mark.parametrize("line", ["show ghost", "approve ghost ok", "reject ghost",
+                                  "cancel ghost", "reset ghost --from 1", "delete ghost",
+                                  "wait ghost --timeout 1s"])
+def test_unknown_run_is_a_usage_error_naming_run_and_journal(ip, tmp_path: Path,
+                                                             line: str) -> None:
+    message = _usage_error(ip.run_line_magic, "durable", line)
+    assert f"no run 'ghost' in the journal at {tmp_path / 'journal'}" in message
+    assert "%durable runs" in message
+
+
+def test_help_lists_every_option_and_command(ip) -> None:
+    agent_help = ip.object_inspect_text("%%durable_agent")
+    parser = ip.find_cell_magic("durable_agent").parser
+    options = [s for a in parser._actions for s in a.option_strings if s not in ("-h", "--help")]
+    assert len(options) == 9
+    for option in options + ["RUN_ID"]:
+        assert option in agent_help, option
+    durable_help = ip.object_inspect_text("%durable")
+    for command in ("runs", "show", "approve", "reject", "cancel", "reset", "delete", "wait",
+                    "export", "--journal"):
+        assert f"%durable {command}" in durable_help or command in durable_help, command
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_load_ext_reports_interrupted_runs_and_fails_expired_ones(ip, tmp_path: Path,
+                                                                  capsys) -> None:
+    journal = Journal(tmp_path / "journal")
+    now = time.time()
+
+    def record(run_id: str, status: Status, **fields) -> RunRecord:
+        r = RunRecord(run_id=run_id, status=status, created_at=now - 60, updated_at=now - 5,
+                      **fields)
+        assert journal.create_run(r)
+        return r
+
+    record("crashed", Status.RUNNING, iteration=3, step_count=7, max_iterations=10)
+    journal.write_json("lease:crashed", {"token": "t", "pid": _dead_pid(), "host": this_host(),
+                                         "started": None, "heartbeat": now - 1})
+    record("expired", Status.RUNNING, iteration=1, step_count=2, deadline=now - 10)
+    record("parked", Status.WAITING_APPROVAL, iteration=2, step_count=4,
+           pending_approval={"position": 3, "name": "send email", "details": None})
+    record("finished", Status.DONE, iteration=4, step_count=9)
+    record("alive", Status.RUNNING, iteration=1, step_count=1)
+    Lease.acquire(journal, "alive")  # held by this live process
+    capsys.readouterr()
+
+    ip.run_line_magic("reload_ext", "durable_nb")
+    out = capsys.readouterr().out
+
+    assert f"unfinished runs in {tmp_path / 'journal'}" in out
+    assert "crashed: interrupted at iteration 3 (step 7); re-run its cell to continue" in out
+    assert "expired: expired" in out and "marked FAILED" in out
+    assert "parked: waiting for approval of 'send email' at iteration 2" in out
+    assert "finished:" not in out
+    assert "alive:" not in out  # its executor is still running
+    expired = journal.get_run("expired")
+    assert expired.status is Status.FAILED and expired.error.startswith("expired on resume")
+    assert journal.get_run("crashed").status is Status.RUNNING  # resumed by re-running it

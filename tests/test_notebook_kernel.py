@@ -1,0 +1,341 @@
+"""The notebook integration in a real IPython kernel, driven through jupyter_client.
+
+Each test starts its own kernel in a temp dir (journal in ./.durable_nb there) and, where it
+needs a model, a loopback OpenAI server in this process that the kernel's real ``openai``
+client talks to. Progress is read from the journal on disk, the panel from the widget states
+the kernel published, clicks are sent as JupyterLab sends them.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import openai
+import pytest
+
+from durable_nb import Journal, Status, approve, execute, get_run, serde
+from durable_nb.demo import SALES_CSV, make_tools, sales_agent
+from durable_nb.testing import DEMO_SCRIPT, LoopbackServer
+from tests.harness import KernelSession, start_kernel, wait_until
+
+pytestmark = pytest.mark.kernel
+
+REPO = Path(__file__).resolve().parents[1]
+
+SETUP_CELL = "from durable_nb.demo import make_tools, sales_agent\ntools = make_tools('.')"
+AGENT_CELL = '%%durable_agent sales --title "Q3 sales report" --max-iterations 10\n' \
+             "sales_agent(ctx, tools)"
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+def _env(server: LoopbackServer | None = None) -> dict[str, str]:
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env.pop("DURABLE_NB_DIR", None)
+    if server is not None:
+        env.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="loopback")
+    return env
+
+
+def _journal(tmp_path: Path) -> Journal:
+    return Journal(tmp_path / ".durable_nb")
+
+
+def _status(tmp_path: Path, run_id: str) -> Status | None:
+    record = _journal(tmp_path).find_run(run_id)
+    return None if record is None else record.status
+
+
+def _wait_status(tmp_path: Path, run_id: str, status: Status, timeout: float = 30) -> None:
+    wait_until(lambda: _status(tmp_path, run_id) is status, timeout,
+               f"run {run_id!r} to be {status}")
+
+
+def _htmls(k: KernelSession) -> list[str]:
+    k.drain(0.3)
+    return [m.state.get("value", "") for m in k.widgets.values() if m.model_name == "HTMLModel"]
+
+
+def _panel_html(k: KernelSession, marker: str) -> str:
+    """The newest HTML widget value of the panel containing ``marker``."""
+    values = [v for v in _htmls(k) if marker in v]
+    assert values, f"no panel HTML containing {marker!r}"
+    return values[-1]
+
+
+_ROW = re.compile(r"<tr><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td><td>[^<]*</td>"
+                  r"<td><span[^>]*>(replayed|executed)</span>")
+
+
+def _timeline(k: KernelSession) -> list[tuple[int, str, str, str]]:
+    """(position, kind, name, "replayed"|"executed") rows of the panel's step timeline."""
+    table = _panel_html(k, "<th>kind</th>")
+    return [(int(p), kind, html.unescape(name), mark) for p, kind, name, mark in
+            _ROW.findall(table)]
+
+
+def _effects(workdir: Path) -> Counter:
+    log = workdir / "side_effects.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return Counter(line.split()[0] for line in lines)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _load(k: KernelSession) -> str:
+    return k.execute("%load_ext durable_nb").raise_for_error().stdout
+
+
+# -- kernel restart ---------------------------------------------------------------------------
+
+def _reference_tokens(tmp_path: Path) -> tuple[int, int, str]:
+    """The token totals and result of the same agent run without a crash (in this process)."""
+    workdir = tmp_path / "reference"
+    workdir.mkdir()
+    (workdir / "sales.csv").write_text(SALES_CSV)
+    journal = Journal(workdir / "journal")
+    with LoopbackServer() as server:
+        client = openai.OpenAI(base_url=server.url, api_key="loopback", max_retries=0)
+        tools = make_tools(workdir)
+
+        def agent(ctx):
+            return sales_agent(ctx, tools, client=client)
+
+        assert execute("ref", agent, journal=journal, on_approval="park") is None
+        approve("ref", journal=journal)
+        result = execute("ref", agent, journal=journal, on_approval="park")
+    info = get_run("ref", journal=journal)
+    assert info.status is Status.DONE
+    return info.prompt_tokens, info.completion_tokens, result
+
+
+def test_sigkill_mid_run_then_rerun_completes_without_repeating_llm_calls_or_tools(
+        tmp_path: Path) -> None:
+    (tmp_path / "sales.csv").write_text(SALES_CSV)
+    journal = _journal(tmp_path)
+    with LoopbackServer(delay=0.4) as server, start_kernel(tmp_path, env=_env(server)) as k:
+        _load(k)
+        k.execute(SETUP_CELL).raise_for_error()
+        cell = k.execute_async(AGENT_CELL)
+
+        def llm_call_in_flight() -> bool:
+            steps = list(journal.steps("sales")) if journal.find_run("sales") else []
+            chats = sum(1 for e in steps if e.kind == "chat")
+            return len(steps) >= 3 and server.count(round=chats) >= 1
+
+        # Killed while the model answers the next round, as an OOM kill mid-request would.
+        wait_until(llm_call_in_flight, 30, "3 journaled steps and an LLM call in flight")
+        k.kill()
+        at_kill = list(journal.steps("sales"))
+        rounds_done = sum(1 for e in at_kill if e.kind == "chat")
+        effects_at_kill = _effects(tmp_path)
+        assert len(at_kill) >= 3 and _status(tmp_path, "sales") is Status.RUNNING
+
+        k.restart()
+        load_text = _load(k)
+        assert f"sales: interrupted at iteration {rounds_done}" in load_text
+        k.execute(SETUP_CELL).raise_for_error()
+        parked = k.execute(AGENT_CELL, timeout=60).raise_for_error()
+        assert parked.text == ""  # the cell ended: the run waits for the email's approval
+        assert _status(tmp_path, "sales") is Status.WAITING_APPROVAL
+        assert "send_email" in _panel_html(k, "Approval needed")
+
+        k.click_widget_button(k.find_button("Approve"))
+        _wait_status(tmp_path, "sales", Status.DONE)
+        k.drain(0.5)
+        rows = _timeline(k)
+        info = get_run("sales", journal=journal)
+
+    # No completed LLM call was made again; the one in flight at the kill was (never answered).
+    by_round = server.stats()["by_round"]
+    for rnd in range(rounds_done):
+        assert by_round[str(rnd)] == 1, by_round
+    assert by_round[str(rounds_done)] == 2, by_round
+    assert all(n == 1 for r, n in by_round.items() if int(r) > rounds_done), by_round
+    # Every tool ran once, including those that ran before the kill.
+    assert all(effects_at_kill[t] == 1 for t in effects_at_kill)
+    assert _effects(tmp_path) == Counter(read_csv=1, analyse=1, write_report=1, send_email=1)
+
+    # The panel shows each step once: the journaled ones replayed, the rest executed.
+    assert [r[0] for r in rows] == list(range(len(info.steps)))
+    assert [(r[1], r[2]) for r in rows] == [(e.kind, e.name) for e in info.steps]
+    assert [r[3] for r in rows] == (["replayed"] * len(at_kill)
+                                    + ["executed"] * (len(info.steps) - len(at_kill)))
+
+    prompt, completion, result = _reference_tokens(tmp_path)
+    assert (info.prompt_tokens, info.completion_tokens) == (prompt, completion)
+    assert serde.decode(info.result) == result
+    assert info.iteration == len(DEMO_SCRIPT)
+
+
+def test_done_run_rerun_replays_with_no_llm_request_and_same_result(tmp_path: Path) -> None:
+    (tmp_path / "sales.csv").write_text(SALES_CSV)
+    script = [DEMO_SCRIPT[0], DEMO_SCRIPT[1], "Revenue is highest in the West."]
+    cell = "%%durable_agent report\nsales_agent(ctx, tools[:3])"
+    with LoopbackServer(script) as server, start_kernel(tmp_path, env=_env(server)) as k:
+        _load(k)
+        k.execute(SETUP_CELL).raise_for_error()
+        first = k.execute(cell).raise_for_error()
+        requests = server.stats()["total"]
+        assert requests == 3 and _status(tmp_path, "report") is Status.DONE
+
+        again = k.execute(cell).raise_for_error()
+        assert server.stats()["total"] == requests
+        assert again.text == first.text == repr("Revenue is highest in the West.")
+        assert {mark for *_, mark in _timeline(k)} == {"replayed"}
+    assert _effects(tmp_path) == Counter(read_csv=1, analyse=1)
+
+
+# -- cell changes -------------------------------------------------------------------------------
+
+_STEPS_CELL = """%%durable_agent steps {options}
+def effect(name):
+    with open('effects.txt', 'a') as f:
+        f.write(name + '\\n')
+    return name
+[ctx.run(n, effect, n) for n in {names!r}]
+"""
+
+
+def test_changed_cell_stops_with_mismatch_and_on_mismatch_reset_reruns_from_divergence(
+        tmp_path: Path) -> None:
+    effects = tmp_path / "effects.txt"
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        done = k.execute(_STEPS_CELL.format(options="", names=["load", "clean", "save"]))
+        assert done.raise_for_error().text == "['load', 'clean', 'save']"
+
+        changed = _STEPS_CELL.format(options="", names=["load", "dedupe", "save"])
+        mismatch = k.execute(changed)
+        assert mismatch.status == "error" and mismatch.error["ename"] == "JournalMismatch"
+        assert "holds run 'clean' at step 1" in mismatch.traceback
+        assert "asks for run 'dedupe'" in mismatch.traceback
+        assert "This cell changed since the run started" in _panel_html(k, "<b>steps</b>")
+        assert _status(tmp_path, "steps") is Status.DONE  # the journal was not changed
+
+        reset = k.execute(_STEPS_CELL.format(options="--on-mismatch reset",
+                                             names=["load", "dedupe", "save"]))
+        assert reset.raise_for_error().text == "['load', 'dedupe', 'save']"
+    assert _lines(effects) == ["load", "clean", "save", "dedupe", "save"]
+    steps = get_run("steps", journal=_journal(tmp_path)).steps
+    assert [e.name for e in steps] == ["load", "dedupe", "save"]
+
+
+# -- cancel, interrupt ----------------------------------------------------------------------------
+
+_PARKING_CELL = """%%durable_agent {run_id}
+import time
+ctx.run('prepare', lambda: 'ready')
+decision = ctx.approval('go ahead', {{'why': 'test'}}{timeout})
+for i in range({n}):
+    ctx.run(f'work {{i}}', lambda i=i: (time.sleep({pause}), open('work.txt', 'a').write(f'{{i}}\\n'))[1])
+(decision.approved, decision.by, decision.note)
+"""
+
+
+def _parking_cell(run_id: str, n: int = 0, pause: float = 0.0, timeout: str = "") -> str:
+    return _PARKING_CELL.format(run_id=run_id, n=n, pause=pause, timeout=timeout)
+
+
+def test_cancel_button_while_parked_and_durable_cancel_while_resumed_in_background(
+        tmp_path: Path) -> None:
+    work = tmp_path / "work.txt"
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+
+        k.execute(_parking_cell("parked")).raise_for_error()
+        assert _status(tmp_path, "parked") is Status.WAITING_APPROVAL
+        k.click_widget_button(k.find_button("Cancel run"))
+        _wait_status(tmp_path, "parked", Status.CANCELLED)
+        wait_until(lambda: "CANCELLED" in _panel_html(k, "<b>parked</b>"), 10,
+                   "the panel to show CANCELLED")
+
+        k.execute(_parking_cell("busy", n=40, pause=0.1)).raise_for_error()
+        k.click_widget_button(k.find_button("Approve"))
+        wait_until(lambda: len(_lines(work)) >= 3, 20, "the resumed run to do 3 work steps")
+        out = k.execute("%durable cancel busy").raise_for_error()
+        assert "cancel requested for run busy" in out.stdout
+        _wait_status(tmp_path, "busy", Status.CANCELLED)
+    info = get_run("busy", journal=_journal(tmp_path))
+    work_steps = [e for e in info.steps if e.name.startswith("work ")]
+    assert 3 <= len(work_steps) < 40
+    # Stopped at a step boundary: every work step that ran is journaled, none ran after.
+    assert len(_lines(work)) == len(work_steps)
+
+
+def test_interrupt_fails_run_as_interrupted_and_rerun_continues_after_completed_steps(
+        tmp_path: Path) -> None:
+    log = tmp_path / "slow.txt"
+    cell = textwrap.dedent("""\
+        %%durable_agent slow
+        import time
+        def slow(i):
+            time.sleep(0.25)
+            with open('slow.txt', 'a') as f:
+                f.write(f'{i}\\n')
+            return i
+        sum(ctx.run(f'step {i}', slow, i) for i in range(10))
+        """)
+    journal = _journal(tmp_path)
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        msg_id = k.execute_async(cell)
+        wait_until(lambda: journal.find_run("slow") is not None
+                   and len(list(journal.steps("slow"))) >= 3, 20, "3 slow steps")
+        k.km.interrupt_kernel()
+        interrupted = k.wait_for(msg_id, timeout=20)
+        assert interrupted.status == "error" and interrupted.error["ename"] == "KeyboardInterrupt"
+
+        record = journal.get_run("slow")
+        assert record.status is Status.FAILED and "interrupted" in record.error
+        kept = [e.name for e in journal.steps("slow")]
+        assert kept == [f"step {i}" for i in range(len(kept))] and len(kept) >= 3
+        assert _lines(log) == [str(i) for i in range(len(kept))]
+
+        again = k.execute(cell, timeout=30).raise_for_error()
+        assert again.text == str(sum(range(10)))
+    assert _lines(log) == [str(i) for i in range(10)]
+    assert _status(tmp_path, "slow") is Status.DONE
+
+
+# -- approvals while parked ---------------------------------------------------------------------
+
+def test_parked_approval_times_out_as_rejection_by_timeout(tmp_path: Path) -> None:
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        k.execute(_parking_cell("late", timeout=", timeout=1")).raise_for_error()
+        assert _status(tmp_path, "late") is Status.WAITING_APPROVAL
+        _wait_status(tmp_path, "late", Status.DONE, timeout=15)
+        wait_until(lambda: "DONE" in _panel_html(k, "<b>late</b>"), 10,
+                   "the panel to show DONE")
+        shown = html.unescape(_panel_html(k, "Result:"))
+        assert '"timeout"' in shown and "no decision within 1 s" in shown
+    info = get_run("late", journal=_journal(tmp_path))
+    assert serde.decode(info.result) == (False, "timeout", "no decision within 1 s")
+
+
+def test_approval_from_another_process_resumes_parked_run_without_a_click(
+        tmp_path: Path) -> None:
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        k.execute(_parking_cell("remote")).raise_for_error()
+        assert _status(tmp_path, "remote") is Status.WAITING_APPROVAL
+
+        cli = subprocess.run([sys.executable, "-m", "durable_nb.cli", "approve", "remote",
+                              "fine by me", "--by", "lead"], cwd=tmp_path, env={
+                                  **os.environ, **_env()}, capture_output=True, text=True,
+                             timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        _wait_status(tmp_path, "remote", Status.DONE)
+        assert "DONE" in _panel_html(k, "<b>remote</b>")
+    info = get_run("remote", journal=_journal(tmp_path))
+    assert serde.decode(info.result) == (True, "lead", "fine by me")
