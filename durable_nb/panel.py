@@ -70,7 +70,8 @@ class RunPanel:
         self.approve_button = w.Button(description="Approve", button_style="success", icon="check")
         self.reject_button = w.Button(description="Reject", button_style="danger", icon="times")
         self.cancel_button = w.Button(description="Cancel run", button_style="",
-                                      icon="stop", layout=w.Layout(width="auto"))
+                                      icon="stop",
+                                      layout=w.Layout(width="auto", align_self="flex-start"))
         self.approval_box = w.VBox([self.approval_text, w.HBox(
             [self.approval_note, self.approve_button, self.reject_button])],
             layout=w.Layout(display="none", border="1px solid #bf8700", padding="6px"))
@@ -150,10 +151,13 @@ class RunPanel:
         if error is not None:
             text = f"<b>Error:</b> <code>{html.escape(f'{type(error).__name__}: {error}')}</code>"
         elif value is not None:
-            try:
-                body = json.dumps(value, indent=2, default=str)
-            except (TypeError, ValueError):
-                body = repr(value)
+            if isinstance(value, str):
+                body = value
+            else:
+                try:
+                    body = json.dumps(value, indent=2, default=str)
+                except (TypeError, ValueError):
+                    body = repr(value)
             text = f"<b>Result:</b><pre style='white-space:pre-wrap'>{html.escape(body[:4000])}</pre>"
         else:
             text = ""
@@ -234,6 +238,12 @@ class RunPanel:
             mark = _badge("replayed", "#6e7781") if replayed else _badge("executed", "#1a7f37")
             outcome = "" if entry.ok else _badge("failed", "#cf222e")
             extra = ""
+            if entry.kind == "approval" and entry.ok and isinstance(entry.result, dict):
+                decided = entry.result
+                outcome = (_badge("approved", "#1a7f37") if decided.get("approved")
+                           else _badge("rejected", "#cf222e"))
+                note = f": {decided['note']}" if decided.get("note") else ""
+                extra = html.escape(f"by {decided.get('by')}{note}")
             if entry.prompt_tokens or entry.completion_tokens:
                 extra = f"{entry.prompt_tokens}+{entry.completion_tokens} tok"
             if entry.kind == "compact" and entry.meta:
@@ -243,8 +253,10 @@ class RunPanel:
                         f"<td>{mark} {outcome}</td><td>{extra}</td></tr>")
         hidden = self._replayed + self._executed - len(self._recent)
         more = f"<div style='color:#6e7781'>{hidden:,} earlier steps not shown</div>" if hidden > 0 else ""
-        return (f"{more}<table style='font-size:0.85em'><tr><th>#</th><th>kind</th><th>name</th>"
-                f"<th>time</th><th></th><th></th></tr>{''.join(rows)}</table>")
+        return (f"{more}<style>.dnb-timeline td, .dnb-timeline th {{padding: 1px 6px; "
+                f"line-height: 1.2}}</style><table class='dnb-timeline' style='font-size:0.85em'>"
+                f"<tr><th>#</th><th>kind</th><th>name</th><th>time</th><th>how</th>"
+                f"<th>detail</th></tr>{''.join(rows)}</table>")
 
 
 class _nothing:
