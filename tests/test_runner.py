@@ -1,7 +1,6 @@
 """The durable core without Jupyter: replay, mismatch, expiry, leases, approvals, retries."""
 
 import json
-import os
 import subprocess
 import sys
 import threading
