@@ -70,7 +70,11 @@ def _open_agent_notebook(lab: JupyterLab, page: LabPage, name: str) -> Path:
     page.run_cell(SETUP)
     page.wait_for_text("setup ok", cell_index=SETUP)
     page.run_cell(AGENT)
-    _badge(page, Status.WAITING_APPROVAL).wait_for(state="visible")
+    try:
+        _badge(page, Status.WAITING_APPROVAL).wait_for(state="visible")
+    except Exception as exc:
+        raise AssertionError(f"no pending approval in the panel; the agent cell shows: "
+                             f"{page.cell_output_text(AGENT)!r}") from exc
     _panel_button(page, "Approve").wait_for(state="visible")
     return folder
 
@@ -109,7 +113,7 @@ def _approval_result(folder: Path) -> dict:
 def test_approve_click_resumes_run_to_done_and_sends_email_once(
     lab: JupyterLab, tmp_path: Path
 ) -> None:
-    with LabPage(lab) as page:
+    with LabPage(lab, timeout=60) as page:
         folder = _open_agent_notebook(lab, page, "approve")
         assert "send_email" not in " ".join(_side_effects(folder))
         _shoot_panel(page, tmp_path / "panel-waiting-approval.png")
@@ -132,7 +136,7 @@ def test_approve_click_resumes_run_to_done_and_sends_email_once(
 def test_reject_click_with_note_resumes_run_to_done_without_email(
     lab: JupyterLab, tmp_path: Path
 ) -> None:
-    with LabPage(lab) as page:
+    with LabPage(lab, timeout=60) as page:
         folder = _open_agent_notebook(lab, page, "reject")
         note_field = page.cell(AGENT).locator("input[placeholder='optional note for the agent']")
         note_field.fill(NOTE)
