@@ -250,6 +250,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def unload_ipython_extension(ipython: Any) -> None:
+    """Unregister the cell-id tracking (IPython has no way to remove magics)."""
     for callback in list(ipython.events.callbacks["pre_run_cell"]):
         if isinstance(getattr(callback, "__self__", None), DurableMagics):
             ipython.events.unregister("pre_run_cell", callback)

@@ -339,3 +339,20 @@ def test_approval_from_another_process_resumes_parked_run_without_a_click(
         assert "DONE" in _panel_html(k, "<b>remote</b>")
     info = get_run("remote", journal=_journal(tmp_path))
     assert serde.decode(info.result) == (True, "lead", "fine by me")
+
+
+def test_async_cell_runs_steps_concurrently_and_replays(tmp_path: Path) -> None:
+    cell = ("%%durable_agent async-cell\n"
+            "import asyncio\n"
+            "async def fetch(i):\n"
+            "    await asyncio.sleep(0.2)\n"
+            "    return i * 10\n"
+            "values = await asyncio.gather(*[ctx.run_async(f'fetch {i}', fetch, i) for i in range(3)])\n"
+            "values")
+    with start_kernel(tmp_path, env={"DURABLE_NB_DIR": str(tmp_path / "journal")}) as k:
+        _load(k)
+        first = k.execute(cell).raise_for_error()
+        again = k.execute(cell).raise_for_error()
+    assert first.text == again.text == "[0, 10, 20]"
+    journal = Journal(tmp_path / "journal")
+    assert [s.name for s in journal.steps("async-cell")] == ["fetch 0", "fetch 1", "fetch 2"]
