@@ -27,7 +27,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, Iterator
@@ -154,7 +154,7 @@ class RunRecord:
         return self.prompt_tokens + self.completion_tokens
 
     def to_json(self) -> str:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies
         data["status"] = self.status.value
         return _json_text(data)
 
@@ -229,6 +229,10 @@ class Journal:
                 self._cache = diskcache.Cache(
                     str(self.directory), disk=_JsonOnlyDisk, eviction_policy="none",
                     size_limit=2**62, cull_limit=0, statistics=False, tag_index=False,
+                    # A replay reads each entry once, in order: SQLite's default 64 MiB map
+                    # and 32 MiB page cache would only grow the kernel's memory with the
+                    # journal. (diskcache stores settings in the database: always pass them.)
+                    sqlite_mmap_size=0, sqlite_cache_size=2**10,
                 )
             finally:
                 os.umask(old_umask)
@@ -256,6 +260,7 @@ class Journal:
             )
 
     def close(self) -> None:
+        """Close this thread's connection to the journal (each thread has its own)."""
         self._cache.close()
 
     def __repr__(self) -> str:

@@ -604,16 +604,19 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         ex = self.execution
-        while not self.stopped.wait(ex.options.heartbeat_interval):
-            try:
-                if not self.lease.renew():
-                    ex.lease_lost = True
-                    return
-                if ex.journal.read_json(f"cancel:{ex.run_id}") is not None:
-                    ex.cancel_event.set()
-                    ex.wake_event.set()
-            except Exception:  # a transient disk error must not kill the heartbeat
-                continue
+        try:
+            while not self.stopped.wait(ex.options.heartbeat_interval):
+                try:
+                    if not self.lease.renew():
+                        ex.lease_lost = True
+                        return
+                    if ex.journal.read_json(f"cancel:{ex.run_id}") is not None:
+                        ex.cancel_event.set()
+                        ex.wake_event.set()
+                except Exception:  # a transient disk error must not kill the heartbeat
+                    continue
+        finally:
+            ex.journal.close()  # this thread's connection (and its hold on the WAL)
 
 
 class Runner:

@@ -430,6 +430,9 @@ _FAILURE_MESSAGES = {
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the openai client expects
+    # Headers and body go out in separate writes: with Nagle's algorithm on, the body waits
+    # for the client's delayed ACK, about 40 ms per reply.
+    disable_nagle_algorithm = True
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:

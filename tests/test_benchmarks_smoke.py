@@ -1,0 +1,40 @@
+"""The benchmark runner still runs end to end (``python -m benchmarks --quick``).
+
+Speed is not asserted here; the numbers live in benchmarks/RESULTS.md. DBOS and LangGraph
+are optional: when they are not installed, the report must say they were skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_run_writes_a_report_with_every_section(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    for key in ("first/plain/50", "first/diskcache/50", "first/durable_nb/50",
+                "replay/durable_nb/50", "chat/bare/5", "chat/ctx.chat/5",
+                "transcript/durable_nb/4"):
+        assert runs.get(key), f"no result for {key}"
+    # A resumed run answers every completed step from the journal.
+    assert runs["replay/durable_nb/50"][0]["executed"] == 0
+
+    report = (tmp_path / "RESULTS.md").read_text()
+    assert "## Targets" in report and "### 1. First run" in report
+    assert "| durable_nb |" in report.split("### 4. Bytes per step")[1]
+    for peer, module in (("dbos", "dbos"), ("langgraph", "langgraph")):
+        if importlib.util.find_spec(module) is None:
+            assert f"{peer}: skipped, not installed" in report
+        else:
+            assert runs.get(f"replay/{peer}/50"), f"{peer} is installed but was not measured"
