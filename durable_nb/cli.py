@@ -12,7 +12,7 @@ from . import registry
 from .errors import DurableError
 from .journal import Journal, RunRecord, Status
 
-__all__ = ["main"]
+__all__ = ["STEERING", "format_run", "format_runs", "main", "steer"]
 
 
 def _age(ts: float) -> str:
@@ -65,6 +65,31 @@ def format_run(info: registry.RunInfo) -> str:
         lines.append(f"  {e.position:>4}  {e.kind:<8} {e.name:<28} {e.duration * 1000:8.1f} ms"
                      f"  {outcome}{tokens}")
     return "\n".join(lines)
+
+
+STEERING = ("approve", "reject", "cancel", "reset", "delete")
+
+
+def steer(command: str, run_id: str, journal: Journal, *, note: str | None = None,
+          by: str | None = None, from_step: int = 0) -> str:
+    """One of :data:`STEERING` on a run, for ``durable-nb`` and ``%durable``; returns the
+    line to print."""
+    if command in ("approve", "reject"):
+        decide = registry.approve if command == "approve" else registry.reject
+        decision = decide(run_id, note, by=by, journal=journal)
+        done = "approved" if command == "approve" else "rejected"
+        return f"{done} run {run_id} (by {decision.by})"
+    if command == "cancel":
+        record = registry.cancel(run_id, journal=journal)
+        return (f"run {run_id} is already DONE" if record.status is Status.DONE
+                else f"cancel requested for run {run_id}")
+    if command == "reset":
+        record = registry.reset(run_id, from_step, journal=journal)
+        return f"run {run_id} reset: {record.step_count} steps kept; run it again to go on"
+    if command == "delete":
+        registry.delete(run_id, journal=journal)
+        return f"deleted run {run_id}"
+    raise ValueError(f"unknown command {command!r}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,20 +150,9 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "show":
         info = registry.get_run(args.run_id, journal=journal)
         print(json.dumps(info.to_dict(), indent=2) if args.json else format_run(info))
-    elif args.command in ("approve", "reject"):
-        decide = registry.approve if args.command == "approve" else registry.reject
-        decision = decide(args.run_id, args.note, by=args.by, journal=journal)
-        print(f"{args.command}d run {args.run_id} (by {decision.by})")
-    elif args.command == "cancel":
-        record = registry.cancel(args.run_id, journal=journal)
-        print(f"run {args.run_id} is already DONE" if record.status is Status.DONE
-              else f"cancel requested for run {args.run_id}")
-    elif args.command == "reset":
-        record = registry.reset(args.run_id, args.from_step, journal=journal)
-        print(f"run {args.run_id} reset: {record.step_count} steps kept; execute it again to go on")
-    elif args.command == "delete":
-        registry.delete(args.run_id, journal=journal)
-        print(f"deleted run {args.run_id}")
+    elif args.command in STEERING:
+        print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
+                    by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0)))
     elif args.command == "export":
         from .export import export_run
 

@@ -17,11 +17,11 @@ separated from its results.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import JournalMismatch
-from .tokens import context_window, count_message_tokens, encoding_for
+from .tokens import as_dict, context_window, count_message_tokens, encoding_for
 
 if TYPE_CHECKING:
     from .runner import Execution
@@ -75,13 +75,7 @@ Message = dict[str, Any]
 
 
 def _as_dict(message: Any) -> Message:
-    if isinstance(message, Mapping):
-        return dict(message)
-    dump = getattr(message, "model_dump", None)
-    if callable(dump):
-        return dump(exclude_none=True)
-    raise TypeError(f"ctx.compact takes messages as dicts or pydantic objects (such as openai's "
-                    f"ChatCompletionMessage), not {type(message).__name__}")
+    return as_dict(message, "a message for ctx.compact")
 
 
 def _is_summary(message: Message) -> bool:

@@ -17,7 +17,7 @@ from IPython.core.magic_arguments import (
 from IPython.display import display
 
 from . import registry
-from .cli import format_run, format_runs
+from .cli import STEERING, format_run, format_runs, steer
 from .errors import DurableError, UnknownRun
 from .journal import Journal, Status, default_directory
 from .notebook import NotebookRun, active_run, compile_cell, describe_unfinished
@@ -195,22 +195,13 @@ class DurableMagics(Magics):
             print(format_runs(registry.runs(args.status, journal=journal)))
         elif args.command == "show":
             print(format_run(registry.get_run(args.run_id, journal=journal)))
-        elif args.command in ("approve", "reject"):
-            decide = registry.approve if args.command == "approve" else registry.reject
-            decide(args.run_id, " ".join(args.note) or None, journal=journal)
+        elif args.command in STEERING:
+            note = " ".join(args.note) if getattr(args, "note", None) else None
+            print(steer(args.command, args.run_id, journal, note=note,
+                        from_step=getattr(args, "from_step", 0)))
             run = active_run(args.run_id)
             if run is not None:
-                run._wake.set()
-            print(f"{'approved' if args.command == 'approve' else 'rejected'} run {args.run_id}")
-        elif args.command == "cancel":
-            registry.cancel(args.run_id, journal=journal)
-            print(f"cancel requested for run {args.run_id}")
-        elif args.command == "reset":
-            record = registry.reset(args.run_id, args.from_step, journal=journal)
-            print(f"run {args.run_id} reset: {record.step_count} steps kept; re-run its cell")
-        elif args.command == "delete":
-            registry.delete(args.run_id, journal=journal)
-            print(f"deleted run {args.run_id}")
+                run.wake()  # a parked run in this kernel resumes without waiting for its poll
         elif args.command == "wait":
             return self._wait(args.run_id, args.timeout, journal)
         elif args.command == "export":

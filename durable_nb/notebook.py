@@ -213,6 +213,10 @@ class NotebookRun:
             if outcome.status is not Status.WAITING_APPROVAL:
                 return
 
+    def wake(self) -> None:
+        """Look for a decision now rather than at the next poll."""
+        self._wake.set()
+
     def stop(self) -> None:
         """Stop watching (the run stays parked in the journal)."""
         self._stopped.set()

@@ -19,8 +19,9 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Iterator, Literal, Protocol
 
 from . import serde
 from .errors import (
@@ -296,17 +297,15 @@ class Execution:
             self.broken = (f"step {position} ended without a journal entry while later steps "
                            f"were running concurrently")
 
-    def perform(self, kind: str, name: str, fn: Callable[..., Any], args: tuple = (),
-                kwargs: dict | None = None, *, retry: RetryPolicy | None = None,
-                fingerprint_: str = "", usage: Callable[[Any], tuple[int, int]] | None = None,
-                meta: Callable[[Any], dict | None] | None = None) -> Any:
-        """Run ``fn`` as the next step and journal its outcome (after :meth:`replay` found
-        nothing to replay)."""
+    @contextmanager
+    def _live_step(self, kind: str, name: str, fingerprint_: str) -> Iterator[tuple[int, float]]:
+        """Around a step's function: take its position, make it ``ctx.step_id``, journal an
+        exception as the step's failure, give the position back on an interrupt."""
         position = self.reserve()
         started = time.time()
         token = current_step.set(position)
         try:
-            value = (retry or NO_RETRY).call(fn, *args, **(kwargs or {}))
+            yield position, started
         except Exception as exc:
             self.record_failure(kind, name, started, exc, fingerprint_, position=position)
             raise
@@ -315,6 +314,15 @@ class Execution:
             raise
         finally:
             current_step.reset(token)
+
+    def perform(self, kind: str, name: str, fn: Callable[..., Any], args: tuple = (),
+                kwargs: dict | None = None, *, retry: RetryPolicy | None = None,
+                fingerprint_: str = "", usage: Callable[[Any], tuple[int, int]] | None = None,
+                meta: Callable[[Any], dict | None] | None = None) -> Any:
+        """Run ``fn`` as the next step and journal its outcome (after :meth:`replay` found
+        nothing to replay)."""
+        with self._live_step(kind, name, fingerprint_) as (position, started):
+            value = (retry or NO_RETRY).call(fn, *args, **(kwargs or {}))
         return self.record_result(kind, name, started, value, fingerprint_, usage, meta,
                                   position=position)
 
@@ -324,19 +332,8 @@ class Execution:
                             usage: Callable[[Any], tuple[int, int]] | None = None) -> Any:
         """:meth:`perform` for a coroutine function. The position is taken when the step
         starts, so steps started together (``asyncio.gather``) keep their call order."""
-        position = self.reserve()
-        started = time.time()
-        token = current_step.set(position)
-        try:
+        with self._live_step(kind, name, fingerprint_) as (position, started):
             value = await (retry or NO_RETRY).call_async(fn, *args, **(kwargs or {}))
-        except Exception as exc:
-            self.record_failure(kind, name, started, exc, fingerprint_, position=position)
-            raise
-        except BaseException:
-            self._unreserve(position)
-            raise
-        finally:
-            current_step.reset(token)
         return self.record_result(kind, name, started, value, fingerprint_, usage,
                                   position=position)
 

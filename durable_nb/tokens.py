@@ -154,7 +154,8 @@ _ENUM_ITEM = 3
 _FUNC_END = 12
 
 
-def _as_dict(obj: Any, what: str) -> dict[str, Any]:
+def as_dict(obj: Any, what: str) -> dict[str, Any]:
+    """A message (or part of one) as a dict: dicts as they are, pydantic objects dumped."""
     if isinstance(obj, Mapping):
         return dict(obj)
     dump = getattr(obj, "model_dump", None)
@@ -167,7 +168,7 @@ def _as_dict(obj: Any, what: str) -> dict[str, Any]:
 def _count_part(enc: tiktoken.Encoding, part: Any) -> int:
     if isinstance(part, str):
         return len(enc.encode(part))
-    part = _as_dict(part, "a content part")
+    part = as_dict(part, "a content part")
     kind = part.get("type")
     if kind == "text":
         return len(enc.encode(part.get("text", "")))
@@ -181,16 +182,16 @@ def _count_part(enc: tiktoken.Encoding, part: Any) -> int:
 
 
 def _count_tool_call(enc: tiktoken.Encoding, call: Any) -> int:
-    call = _as_dict(call, "a tool call")
+    call = as_dict(call, "a tool call")
     # "function" for function tools, "custom" for free-form custom tools.
     body = call.get("function") or call.get("custom") or {}
-    body = _as_dict(body, "a tool call's function")
+    body = as_dict(body, "a tool call's function")
     text = (body.get("name") or "") + (body.get("arguments") or body.get("input") or "")
     return _TOKENS_PER_TOOL_CALL + len(enc.encode(text))
 
 
 def _count_message(enc: tiktoken.Encoding, message: Any) -> int:
-    message = _as_dict(message, "a message")
+    message = as_dict(message, "a message")
     tokens = _TOKENS_PER_MESSAGE
     for key, value in message.items():
         if value is None:
@@ -247,7 +248,7 @@ def _count_tools(enc: tiktoken.Encoding, tools: Iterable[Any], func_init: int) -
     tokens = _FUNC_END
     for entry in tools:
         # durable_nb Tool objects carry their OpenAI entry in .schema.
-        entry = _as_dict(getattr(entry, "schema", entry), "a tool")
+        entry = as_dict(getattr(entry, "schema", entry), "a tool")
         if entry.get("type", "function") == "function":
             tokens += _count_function(enc, entry.get("function", entry), func_init)
         else:
