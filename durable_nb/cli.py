@@ -10,7 +10,7 @@ from typing import Sequence
 
 from . import registry
 from .errors import DurableError
-from .journal import Journal, RunRecord, Status
+from .journal import Journal, RunRecord, Status, open_journal
 
 __all__ = ["STEERING", "format_run", "format_runs", "main", "steer"]
 
@@ -140,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
         from .demo import run_demo
 
         return run_demo(args.dir)
-    journal = Journal(args.journal)
+    journal = open_journal(args.journal)
     if args.command == "runs":
         records = registry.runs(args.status, journal=journal)
         if args.json:

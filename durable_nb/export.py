@@ -28,7 +28,7 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from .journal import Journal
+from .journal import Journal, open_journal
 from .registry import RunInfo, get_run
 
 __all__ = ["EXPORT_VERSION", "FORMATS", "export_data", "export_notebook", "export_run"]
@@ -52,12 +52,8 @@ def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = Non
     """
     path = Path(path)
     fmt = _format_for(path, format)
-    source = journal if isinstance(journal, Journal) else Journal(journal)
-    try:
-        data = export_data(get_run(run_id, journal=source), journal=source)
-    finally:
-        if source is not journal:  # opened here, so closed here
-            source.close()
+    source = open_journal(journal)
+    data = export_data(get_run(run_id, journal=source), journal=source)
     if fmt == "json":
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -37,7 +38,8 @@ from diskcache.core import MODE_PICKLE
 
 from .errors import CorruptEntry, IncompatibleJournal, UnknownRun
 
-__all__ = ["FORMAT_VERSION", "Journal", "RunRecord", "Status", "StepEntry", "default_directory"]
+__all__ = ["FORMAT_VERSION", "Journal", "RunRecord", "Status", "StepEntry", "default_directory",
+           "open_journal"]
 
 FORMAT_VERSION = 1
 _DIR_MODE = 0o700
@@ -395,6 +397,23 @@ class Journal:
 
     def delete_key(self, key: str) -> bool:
         return bool(self._cache.delete(key, retry=True))
+
+
+_opened: dict[Path, Journal] = {}
+_opened_lock = threading.Lock()
+
+
+def open_journal(journal: "Journal | str | os.PathLike | None" = None) -> Journal:
+    """``journal`` itself if it is a Journal, else the Journal of that directory (default:
+    :func:`default_directory`), opened once per process and shared."""
+    if isinstance(journal, Journal):
+        return journal
+    directory = Path(journal if journal is not None else default_directory())
+    key = directory.expanduser().resolve()
+    with _opened_lock:
+        if key not in _opened:
+            _opened[key] = Journal(key)
+        return _opened[key]
 
 
 def this_host() -> str:

@@ -19,7 +19,7 @@ from IPython.display import display
 from . import registry
 from .cli import STEERING, format_run, format_runs, steer
 from .errors import DurableError, UnknownRun
-from .journal import Journal, Status, default_directory
+from .journal import Journal, Status, default_directory, open_journal
 from .notebook import NotebookRun, active_run, compile_cell, describe_unfinished
 from .runner import RunOptions, validate_run_id
 
@@ -67,9 +67,6 @@ class DurableMagics(Magics):
 
     def pre_run_cell(self, info: Any) -> None:
         self.cell_id = getattr(info, "cell_id", None)
-
-    def _journal(self, directory: str | None) -> Journal:
-        return Journal(directory)
 
     @magic_arguments()
     @argument("run_id", nargs="?", metavar="RUN_ID",
@@ -123,7 +120,7 @@ class DurableMagics(Magics):
             validate_run_id(run_id)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        journal = self._journal(args.journal)
+        journal = open_journal(args.journal)
         options = RunOptions(
             title=args.title, timeout=args.timeout, max_iterations=args.max_iterations,
             max_tokens=args.max_tokens, model=args.model, source=cell,
@@ -159,7 +156,7 @@ class DurableMagics(Magics):
         Every command takes --journal DIR (default: $DURABLE_NB_DIR or ./.durable_nb).
         """
         args = _parse(self._line_parser(), line)
-        journal = self._journal(args.journal)
+        journal = open_journal(args.journal)
         try:
             return self._dispatch(args, journal)
         except UnknownRun as exc:
@@ -234,7 +231,7 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.events.register("pre_run_cell", magics.pre_run_cell)
     directory = default_directory()
     if directory.is_dir():
-        lines = describe_unfinished(Journal(directory))
+        lines = describe_unfinished(open_journal(directory))
         if lines:
             print("durable_nb: unfinished runs in " + str(directory.resolve()) + ":\n  "
                   + "\n  ".join(lines))

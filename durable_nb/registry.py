@@ -14,7 +14,7 @@ from typing import Any
 
 from .context import Decision
 from .errors import NoPendingApproval, RunLeased
-from .journal import Journal, RunRecord, Status, StepEntry, this_host
+from .journal import Journal, RunRecord, Status, StepEntry, open_journal, this_host
 from .lease import holder_alive
 from .runner import live_execution
 
@@ -58,10 +58,6 @@ class RunInfo(RunRecord):
         return data
 
 
-def _journal(journal: Journal | str | None) -> Journal:
-    return journal if isinstance(journal, Journal) else Journal(journal)
-
-
 def _executing(journal: Journal, run_id: str) -> dict | None:
     """The live lease holder of the run, if any."""
     holder = journal.read_json(f"lease:{run_id}")
@@ -71,7 +67,7 @@ def _executing(journal: Journal, run_id: str) -> dict | None:
 def runs(status: Status | str | None = None, *, journal: Journal | str | None = None
          ) -> list[RunRecord]:
     """All runs (oldest first), or those with ``status``."""
-    journal = _journal(journal)
+    journal = open_journal(journal)
     wanted = Status(status) if status is not None else None
     records = [journal.find_run(run_id) for run_id in journal.run_ids()]
     return [r for r in records if r is not None and (wanted is None or r.status is wanted)]
@@ -79,7 +75,7 @@ def runs(status: Status | str | None = None, *, journal: Journal | str | None = 
 
 def get_run(run_id: str, *, journal: Journal | str | None = None) -> RunInfo:
     """The run with its steps; :class:`UnknownRun` if there is none."""
-    journal = _journal(journal)
+    journal = open_journal(journal)
     record = journal.get_run(run_id)
     info = RunInfo(**{f.name: getattr(record, f.name) for f in fields(RunRecord)})
     info.steps = list(journal.steps(run_id))
@@ -89,7 +85,7 @@ def get_run(run_id: str, *, journal: Journal | str | None = None) -> RunInfo:
 
 def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             journal: Journal | str | None) -> Decision:
-    journal = _journal(journal)
+    journal = open_journal(journal)
     record = journal.get_run(run_id)
     pending = record.pending_approval
     if pending is None:
@@ -123,7 +119,7 @@ def reject(run_id: str, note: str | None = None, *, by: str | None = None,
 def cancel(run_id: str, *, journal: Journal | str | None = None) -> RunRecord:
     """Stop the run cleanly at its next step boundary (journal intact, status CANCELLED).
     Executing it again resumes it."""
-    journal = _journal(journal)
+    journal = open_journal(journal)
     record = journal.get_run(run_id)
     if record.status is Status.DONE:
         return record
@@ -152,7 +148,7 @@ def reset(run_id: str, from_step: int = 0, *, journal: Journal | str | None = No
     Tokens and iterations are recounted from the steps that remain. The run must not be
     executing.
     """
-    journal = _journal(journal)
+    journal = open_journal(journal)
     record = journal.get_run(run_id)
     if from_step < 0:
         raise ValueError(f"from_step must be 0 or more, got {from_step}")
@@ -176,7 +172,7 @@ def reset(run_id: str, from_step: int = 0, *, journal: Journal | str | None = No
 
 def delete(run_id: str, *, journal: Journal | str | None = None) -> None:
     """Remove the run and its journal. The run must not be executing."""
-    journal = _journal(journal)
+    journal = open_journal(journal)
     journal.get_run(run_id)
     _require_idle(journal, run_id, "delete")
     journal.delete_run(run_id)

@@ -39,7 +39,7 @@ from .errors import (
     TerminalError,
     UnserializableResult,
 )
-from .journal import Journal, RunRecord, Status, StepEntry, this_host
+from .journal import Journal, RunRecord, Status, StepEntry, open_journal, this_host
 from .lease import DEFAULT_STALE_AFTER, Lease
 from .retry import NO_RETRY, RetryPolicy
 
@@ -124,7 +124,10 @@ def fingerprint(*parts: Any) -> str:
     """A short stable hash of a step's inputs (values that are not JSON count by type only)."""
     if not any(parts):
         return ""
-    text = json.dumps(parts, sort_keys=True, default=lambda o: type(o).__qualname__)
+    try:
+        text = json.dumps(parts, sort_keys=True, default=lambda o: type(o).__qualname__)
+    except (TypeError, ValueError):  # keys of mixed types cannot be sorted, NaN ...
+        text = repr([type(p).__qualname__ for p in parts])
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
@@ -625,7 +628,7 @@ class Runner:
         validate_run_id(run_id)
         self.run_id = run_id
         self.handler = handler
-        self.journal = journal if isinstance(journal, Journal) else Journal(journal)
+        self.journal = open_journal(journal)
         self.options = options or RunOptions()
         self.observer = observer or _NullObserver()
         self.parent = parent
