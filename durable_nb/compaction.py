@@ -24,7 +24,7 @@ from .errors import JournalMismatch
 from .tokens import as_dict, context_window, count_message_tokens, encoding_for
 
 if TYPE_CHECKING:
-    from .runner import Execution
+    from .execution import Execution
 
 __all__ = ["DEFAULT_KEEP_LAST", "DEFAULT_THRESHOLD", "SUMMARY_MAX_TOKENS", "SUMMARY_PREFIX",
            "compact"]

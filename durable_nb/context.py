@@ -19,7 +19,7 @@ from . import serde
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from .runner import Execution
+    from .execution import Execution
 
 __all__ = ["Context", "Decision", "DurableState", "TokenUsage"]
 
@@ -111,7 +111,7 @@ class Context:
         """A key unique to the current step and stable across replays and restarts: inside a
         ``ctx.run`` function, that step's; elsewhere, the next step's. Hand it to external
         APIs as an idempotency key so that a step retried after a crash is not applied twice."""
-        from .runner import current_step
+        from .execution import current_step
 
         position = current_step.get()
         return f"{self._ex.run_id}:{self._ex.position if position is None else position}"
@@ -143,7 +143,7 @@ class Context:
         exception not retried is journaled and raised again, same type and message, on
         replay. The result must be JSON data, a pydantic model or a registered type.
         """
-        from .runner import fingerprint
+        from .execution import fingerprint
 
         return self._ex.step("run", name, fn, args, kwargs, retry=retry,
                              fingerprint_=fingerprint(args, kwargs))
@@ -156,7 +156,7 @@ class Context:
         the order in which they were started, and each is journaled once all the steps
         before it are, so a replay matches.
         """
-        from .runner import fingerprint
+        from .execution import fingerprint
 
         entry = self._ex.replay("run", name)
         if entry is not None:

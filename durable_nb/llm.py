@@ -9,7 +9,7 @@ from .errors import BudgetExhausted
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from .runner import Execution
+    from .execution import Execution
 
 __all__ = ["CHAT_RETRY", "chat", "chat_async", "chat_step_options", "check_budget", "completion_usage",
            "default_client"]
@@ -95,7 +95,7 @@ def _prepare(execution: "Execution", kwargs: dict) -> tuple[Any, str, dict]:
 
 def chat_step_options(kwargs: dict) -> dict:
     """Step options of a chat call: retry of transient API errors, fingerprint, usage."""
-    from .runner import fingerprint
+    from .execution import fingerprint
 
     public = {k: v for k, v in kwargs.items() if k not in _TRANSPORT_KWARGS}
     return {"retry": RetryPolicy(**{**CHAT_RETRY.__dict__, "retry_on": _transient_errors()}),

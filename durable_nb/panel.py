@@ -35,7 +35,7 @@ def _badge(text: str, colour: str) -> str:
 
 
 class RunPanel:
-    """A live view of one run. Implements :class:`~durable_nb.runner.Observer`.
+    """A live view of one run. Implements :class:`~durable_nb.execution.Observer`.
 
     ``on_decide(approved, note)`` and ``on_cancel()`` are called from the buttons.
     """
