@@ -147,14 +147,15 @@ class JournalMismatch(DurableError):
 class RunLeased(DurableError):
     """Another live process (or thread) is executing this run."""
 
-    def __init__(self, run_id: str, holder: dict) -> None:
+    def __init__(self, run_id: str, holder: dict, advice: str | None = None) -> None:
         self.run_id = run_id
         self.holder = holder
         super().__init__(
             f"run {run_id!r} is being executed by pid {holder.get('pid')} on "
             f"{holder.get('host')!r} (heartbeat {holder.get('age', 0):.1f} s ago). Only one "
-            f"executor may run it: stop that kernel or process, or wait for it to finish; a dead "
-            f"holder's lease is taken over automatically."
+            f"executor may run it: "
+            + (advice or "stop that kernel or process, or wait for it to finish; a dead "
+                         "holder's lease is taken over automatically.")
         )
 
 

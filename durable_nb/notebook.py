@@ -16,6 +16,7 @@ import ast
 import getpass
 import inspect
 import linecache
+import os
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from typing import Any, Callable
 
 from . import registry
 from .errors import RunLeased
-from .journal import Journal, RunRecord, Status
+from .journal import Journal, RunRecord, Status, this_host
 from .panel import RunPanel
 from .runner import RunOptions, RunOutcome, Runner, live_execution, source_hash
 
@@ -142,7 +143,11 @@ class NotebookRun:
         with _active_lock:
             previous = _active.get(self.run_id)
             if previous is not None and previous.executing:
-                raise RunLeased(self.run_id, {"pid": "this kernel", "host": "here", "age": 0.0})
+                raise RunLeased(
+                    self.run_id, {"pid": os.getpid(), "host": this_host(), "age": 0.0},
+                    advice=(f"this kernel resumed it in the background after an approval. "
+                            f"Wait for it with `%durable wait {self.run_id}` or stop it with "
+                            f"the panel's Cancel button, then re-run the cell."))
             if previous is not None:
                 previous.stop()
             _active[self.run_id] = self
