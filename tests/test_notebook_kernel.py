@@ -356,3 +356,19 @@ def test_async_cell_runs_steps_concurrently_and_replays(tmp_path: Path) -> None:
     assert first.text == again.text == "[0, 10, 20]"
     journal = Journal(tmp_path / "journal")
     assert [s.name for s in journal.steps("async-cell")] == ["fetch 0", "fetch 1", "fetch 2"]
+
+
+def test_wait_option_keeps_the_cell_running_until_a_decision_from_outside(tmp_path: Path) -> None:
+    cell = ("%%durable_agent waited --wait\n"
+            "d = ctx.approval('deploy', {'env': 'prod'})\n"
+            "(d.approved, d.by)")
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        msg_id = k.execute_async(cell)
+        _wait_status(tmp_path, "waited", Status.WAITING_APPROVAL)
+        subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                        str(tmp_path / ".durable_nb"), "approve", "waited", "--by", "ops"],
+                       check=True, capture_output=True, timeout=60, env={**os.environ, **_env()})
+        # The cell itself returns the decision: it waited instead of parking.
+        assert k.wait_for(msg_id, timeout=60).raise_for_error().text == "(True, 'ops')"
+    assert _status(tmp_path, "waited") is Status.DONE
