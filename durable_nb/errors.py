@@ -24,6 +24,8 @@ This module imports nothing else from the package, so any module can import it.
 
 from __future__ import annotations
 
+import time
+
 __all__ = [
     "BudgetExhausted",
     "CorruptEntry",
@@ -150,9 +152,10 @@ class RunLeased(DurableError):
     def __init__(self, run_id: str, holder: dict, advice: str | None = None) -> None:
         self.run_id = run_id
         self.holder = holder
+        age = time.time() - float(holder.get("heartbeat") or time.time())
         super().__init__(
             f"run {run_id!r} is being executed by pid {holder.get('pid')} on "
-            f"{holder.get('host')!r} (heartbeat {holder.get('age', 0):.1f} s ago). Only one "
+            f"{holder.get('host')!r} (heartbeat {age:.1f} s ago). Only one "
             f"executor may run it: "
             + (advice or "stop that kernel or process, or wait for it to finish; a dead "
                          "holder's lease is taken over automatically.")

@@ -65,6 +65,7 @@ class _Suspend(BaseException):
 current_step: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "durable_nb_current_step", default=None)
 
+
 def fingerprint(*parts: Any) -> str:
     """A short stable hash of a step's inputs (values that are not JSON count by type only)."""
     if not any(parts):
@@ -286,9 +287,8 @@ class Execution:
                                   position=position)
 
     def record_failure(self, kind: str, name: str, started: float, exc: Exception,
-                       fingerprint_: str = "", *, position: int | None = None) -> None:
-        """Journal the failure of the step at ``position`` (default: the next one)."""
-        position = self.reserve() if position is None else position
+                       fingerprint_: str = "", *, position: int) -> None:
+        """Journal the failure of the step at (reserved) ``position``."""
         self.commit(StepEntry(position, name, kind, fingerprint_, ok=False,
                               error=_error_of(exc, isinstance(exc, TerminalError)),
                               started_at=started, finished_at=time.time()))
@@ -298,16 +298,12 @@ class Execution:
                       fingerprint_: str = "",
                       usage: Callable[[Any], tuple[int, int]] | None = None,
                       meta: Callable[[Any], dict | None] | None = None, *,
-                      position: int | None = None) -> Any:
-        """Journal the result of the step at ``position`` (default: the next one) and
-        return it."""
-        reserved_here = position is None
-        position = self.reserve() if position is None else position
+                      position: int) -> Any:
+        """Journal the result of the step at (reserved) ``position`` and return it."""
         try:
             encoded = serde.encode(value)
         except SerializationError as exc:
-            if not reserved_here or self.position == position + 1:
-                self._unreserve(position)
+            self._unreserve(position)
             raise UnserializableResult(self.run_id, position, name, str(exc)) from None
         prompt, completion = usage(value) if usage else (0, 0)
         self.commit(StepEntry(position, name, kind, fingerprint_, result=encoded,
@@ -417,10 +413,6 @@ class Execution:
                 self.record.journal_degraded_from = None
                 self.observer.on_record(self.record)
 
-    @property
-    def unwritten_steps(self) -> int:
-        return len(self._unwritten)
-
     def save_record(self) -> None:
         """Write the run record (status changes); tolerant of a degraded journal."""
         try:
@@ -449,13 +441,9 @@ class Execution:
                 return None
             if self.options.on_approval == "park":
                 raise _Suspend()
-            self.check_live()
-            if self.record.deadline is not None and now > self.record.deadline:
-                self.replaying = False
-                self.check_live()
+            self.check_live()  # cancelled, past the deadline, lease lost
             self.wake_event.wait(self.options.poll_interval)
             self.wake_event.clear()
-
 
     def approval(self, name: str, details: Any, timeout: float | None) -> dict:
         """Journaled approval: record it pending, wait for (or park until) a decision."""

@@ -75,7 +75,6 @@ class Lease:
         with journal.transaction():
             holder = journal.read_json(key)
             if holder and holder_alive(holder, stale_after):
-                holder["age"] = time.time() - float(holder.get("heartbeat", 0))
                 raise RunLeased(run_id, holder)
             journal.write_json(key, mine)
         _held_here.add(mine["token"])

@@ -11,13 +11,13 @@ from .retry import RetryPolicy
 if TYPE_CHECKING:
     from .execution import Execution
 
-__all__ = ["CHAT_RETRY", "chat", "chat_async", "chat_step_options", "check_budget", "completion_usage",
-           "default_client"]
+__all__ = ["CHAT_RETRY", "chat", "chat_async", "chat_step_options", "check_budget",
+           "completion_usage", "default_client"]
 
 # Keyword arguments that configure transport or carry credentials: never part of a fingerprint.
 _TRANSPORT_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
 
-_default_client: Any = None
+_default_clients: dict[bool, Any] = {}
 _default_lock = threading.Lock()
 
 
@@ -30,21 +30,22 @@ def _transient_errors() -> tuple[type[BaseException], ...]:
 CHAT_RETRY = RetryPolicy(max_attempts=4, initial_delay=1.0, max_delay=20.0)
 
 
-def default_client() -> Any:
-    """``openai.OpenAI()`` configured from the environment, made once per process."""
-    global _default_client
+def default_client(*, asynchronous: bool = False) -> Any:
+    """``openai.OpenAI()`` (or ``AsyncOpenAI()``) configured from the environment, made once
+    per process."""
     with _default_lock:
-        if _default_client is None:
+        if asynchronous not in _default_clients:
             import openai
 
             try:
-                _default_client = openai.OpenAI()
+                _default_clients[asynchronous] = (openai.AsyncOpenAI() if asynchronous
+                                                  else openai.OpenAI())
             except openai.OpenAIError as exc:
                 raise openai.OpenAIError(
                     f"{exc} For an offline run, start the bundled model server "
                     f"(python -m durable_nb.testing) and set OPENAI_BASE_URL to the URL it "
                     f"prints and OPENAI_API_KEY to any value.") from exc
-        return _default_client
+        return _default_clients[asynchronous]
 
 
 def completion_usage(completion: Any) -> tuple[int, int]:
@@ -134,22 +135,13 @@ def chat(execution: "Execution", kwargs: dict) -> Any:
                              **options)
 
 
-_default_async_client: Any = None
-
-
 async def chat_async(execution: "Execution", kwargs: dict) -> Any:
     """Replay or make one chat completion for ``await ctx.chat_async(**kwargs)``."""
-    global _default_async_client
     client, name, kwargs = _prepare(execution, kwargs)
     entry = execution.replay("chat", name)
     if entry is not None:
         return execution.outcome(entry)
     check_budget(execution, kwargs)
-    if client is None:
-        import openai
-
-        if _default_async_client is None:
-            _default_async_client = openai.AsyncOpenAI()
-        client = _default_async_client
+    client = client or default_client(asynchronous=True)
     return await execution.perform_async("chat", name, client.chat.completions.create, (),
                                          kwargs, **chat_step_options(kwargs))

@@ -212,9 +212,10 @@ class DurableMagics(Magics):
 
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            info = registry.get_run(run_id, journal=journal)
+            info = journal.get_run(run_id)  # the record only: this polls
             run = active_run(run_id)
-            busy = info.executing or (run is not None and run.executing)
+            busy = (registry.lease_holder(run_id, journal=journal) is not None
+                    or (run is not None and run.executing))
             if not busy and info.status is Status.DONE:
                 return serde.decode(info.result)
             if not busy and info.status in (Status.FAILED, Status.CANCELLED):

@@ -61,8 +61,16 @@ def compile_cell(source: str, run_id: str, namespace: dict) -> Callable[[Any], A
         namespace["ctx"] = ctx
         namespace.pop(_RESULT_NAME, None)
         if code.co_flags & inspect.CO_COROUTINE:  # top-level await: the runner awaits it
+            sink = _route_of_this_thread()
+
             async def run_async_cell() -> Any:
-                await eval(code, namespace)
+                # The runner may await this on a thread of its own: print where the cell does.
+                restore = _route_output(sink) if sink is not None else None
+                try:
+                    await eval(code, namespace)
+                finally:
+                    if restore is not None:
+                        restore()
                 return namespace.pop(_RESULT_NAME, None)
 
             return run_async_cell()
@@ -92,6 +100,11 @@ class _RoutedStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.original, name)
+
+
+def _route_of_this_thread() -> Callable[[str], None] | None:
+    stream = sys.stdout
+    return stream.routes.get(threading.get_ident()) if isinstance(stream, _RoutedStream) else None
 
 
 def _route_output(sink: Callable[[str], None]) -> Callable[[], None]:
@@ -144,7 +157,7 @@ class NotebookRun:
             previous = _active.get(self.run_id)
             if previous is not None and previous.executing:
                 raise RunLeased(
-                    self.run_id, {"pid": os.getpid(), "host": this_host(), "age": 0.0},
+                    self.run_id, {"pid": os.getpid(), "host": this_host()},
                     advice=(f"this kernel resumed it in the background after an approval. "
                             f"Wait for it with `%durable wait {self.run_id}` or stop it with "
                             f"the panel's Cancel button, then re-run the cell."))
@@ -259,7 +272,7 @@ def describe_unfinished(journal: Journal) -> list[str]:
     for record in registry.runs(journal=journal):
         if record.status not in (Status.RUNNING, Status.WAITING_APPROVAL) or record.parent:
             continue
-        if registry.get_run(record.run_id, journal=journal).executing:
+        if registry.lease_holder(record.run_id, journal=journal) is not None:
             continue
         if record.deadline is not None and time.time() > record.deadline:
             record.status = Status.FAILED

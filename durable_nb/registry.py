@@ -18,7 +18,8 @@ from .journal import Journal, RunRecord, Status, StepEntry, open_journal, this_h
 from .lease import holder_alive
 from .runner import live_execution
 
-__all__ = ["RunInfo", "approve", "cancel", "delete", "get_run", "reject", "reset", "runs"]
+__all__ = ["RunInfo", "approve", "cancel", "delete", "get_run", "lease_holder", "reject", "reset",
+           "runs"]
 
 
 @dataclass
@@ -58,8 +59,9 @@ class RunInfo(RunRecord):
         return data
 
 
-def _executing(journal: Journal, run_id: str) -> dict | None:
-    """The live lease holder of the run, if any."""
+def lease_holder(run_id: str, *, journal: Journal | str | None = None) -> dict | None:
+    """Who executes the run now (pid, host, heartbeat), or None: one read, no steps loaded."""
+    journal = open_journal(journal)
     holder = journal.read_json(f"lease:{run_id}")
     return holder if holder and holder_alive(holder) else None
 
@@ -79,7 +81,7 @@ def get_run(run_id: str, *, journal: Journal | str | None = None) -> RunInfo:
     record = journal.get_run(run_id)
     info = RunInfo(**{f.name: getattr(record, f.name) for f in fields(RunRecord)})
     info.steps = list(journal.steps(run_id))
-    info.executing = _executing(journal, run_id) is not None
+    info.executing = lease_holder(run_id, journal=journal) is not None
     return info
 
 
@@ -128,7 +130,7 @@ def cancel(run_id: str, *, journal: Journal | str | None = None) -> RunRecord:
     if live is not None:
         live.cancel_event.set()
         live.wake_event.set()
-    elif _executing(journal, run_id) is None:
+    elif lease_holder(run_id, journal=journal) is None:
         record.status = Status.CANCELLED
         record.error = "cancelled"
         journal.put_run(record)
@@ -136,10 +138,11 @@ def cancel(run_id: str, *, journal: Journal | str | None = None) -> RunRecord:
 
 
 def _require_idle(journal: Journal, run_id: str, action: str) -> None:
-    holder = _executing(journal, run_id)
+    holder = lease_holder(run_id, journal=journal)
     if holder is not None:
-        holder["age"] = time.time() - float(holder.get("heartbeat", 0))
-        raise RunLeased(run_id, holder)
+        raise RunLeased(run_id, holder, advice=(
+            f"cancel it first (`durable-nb cancel {run_id}` or the panel's Cancel button), "
+            f"then {action} it once it has stopped."))
 
 
 def reset(run_id: str, from_step: int = 0, *, journal: Journal | str | None = None) -> RunRecord:

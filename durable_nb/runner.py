@@ -13,7 +13,6 @@ import hashlib
 import inspect
 import os
 import sqlite3
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -272,17 +271,12 @@ def _run_coroutine(coroutine: Any, execution: Execution) -> Any:
         return asyncio.run(coroutine)
     box: dict[str, Any] = {}
     context = contextvars.copy_context()
-    route = getattr(sys.stdout, "routes", {}).get(threading.get_ident())
 
     def run() -> None:
-        if route is not None:  # prints of the run go where the cell's went
-            sys.stdout.routes[threading.get_ident()] = route
         try:
             box["value"] = context.run(asyncio.run, coroutine)
         except BaseException as exc:
             box["error"] = exc
-        finally:
-            getattr(sys.stdout, "routes", {}).pop(threading.get_ident(), None)
 
     worker = threading.Thread(target=run, name=f"durable-nb-async-{execution.run_id}")
     worker.start()
