@@ -1,36 +1,73 @@
-"""JSON encoding of step results: data in, data out, never code.
+"""JSON encoding of step results and step errors: data in, data out, never code.
 
 Plain JSON values (dict with str keys, list, str, int, float, bool, None) are stored as they
 are. Other values are wrapped in a tagged object ``{"$t": TAG, "v": ...}``:
 
 - ``tuple``, ``set``, ``frozenset``, ``bytes``, ``datetime``, ``date``, ``Decimal``;
 - pydantic models (openai's response types among them), stored with ``model_dump(mode="json")``
-  and rebuilt with ``model_validate``. Only classes from allowed modules (``openai.types``) or
-  registered ones are rebuilt; a journal cannot make decoding import anything else;
+  and rebuilt with ``model_validate``. Only classes defined in ``openai.types`` or registered
+  ones are rebuilt;
 - types registered with :func:`register_type`.
 
 A dict that has a ``"$t"`` key of its own is escaped, so user data never passes for a tag.
-Decoding never unpickles and never imports a module named by the journal outside the
-allow-list: loading a journal cannot run code.
+
+Guarantees of the decoding side (:func:`decode`, :func:`loads`, :func:`decode_error`):
+
+- it never unpickles, never imports a module and never calls a module's ``__getattr__``:
+  classes named by a journal are looked up only in modules already in ``sys.modules``, by
+  reading their ``__dict__``. Loading a journal cannot make this process import anything;
+- any bad input (unknown tags, wrong shapes, nesting deeper than :data:`MAX_DEPTH`, values a
+  registered decoder or pydantic refuses) raises :class:`DecodeError` and nothing else.
+
+:func:`encode` refuses what :func:`decode` would refuse (nesting deeper than
+:data:`MAX_DEPTH`), so whatever it accepts reads back.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as _dt
-import importlib
 import json
+import re
+import sys
+import types
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable
 
-from .errors import SerializationError
+# openai is a hard dependency; importing it here loads every openai.types module, so its
+# response types resolve from sys.modules when a journal names them.
+import openai  # noqa: F401
+import pydantic
 
-__all__ = ["decode", "dumps", "encode", "loads", "register_type"]
+from .errors import SerializationError, StepFailed
+
+__all__ = [
+    "MAX_DEPTH",
+    "DecodeError",
+    "decode",
+    "decode_error",
+    "dumps",
+    "encode",
+    "encode_error",
+    "loads",
+    "register_type",
+]
 
 _TAG = "$t"
-# Modules whose pydantic models may be rebuilt from a journal (importing them runs only openai's code).
+# Modules whose pydantic models may be rebuilt from a journal (besides registered types).
 _ALLOWED_MODEL_PREFIXES = ("openai.types.",)
+
+#: Most containers (JSON objects and arrays, tags included) that may be nested in one value.
+#: Deeper data is refused by both :func:`encode` and :func:`decode`, so a hostile entry cannot
+#: exhaust the stack and every value that was journaled can be read back.
+MAX_DEPTH = 200
+
+
+class DecodeError(ValueError):
+    """Journal data cannot be turned back into a value: it is damaged, hostile, or names a
+    type this process does not know. The only error the decoding functions raise."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +87,9 @@ def register_type(cls: type, encode: Callable[[Any], Any], decode: Callable[[Any
     """Let values of ``cls`` be journaled.
 
     ``encode(value)`` must return JSON data (it may contain other encodable values);
-    ``decode(data)`` gets that data back and returns the value. ``name`` (default: the class's
-    qualified name) is stored in the journal and must stay the same across versions of your code.
+    ``decode(data)`` gets that data back and returns the value; whatever it raises reaches
+    the caller as :class:`DecodeError`. ``name`` (default: the class's qualified name) is
+    stored in the journal and must stay the same across versions of your code.
     """
     tag = name or f"{cls.__module__}.{cls.__qualname__}"
     codec = _Codec(cls, tag, encode, decode)
@@ -59,98 +97,83 @@ def register_type(cls: type, encode: Callable[[Any], Any], decode: Callable[[Any
     _codecs_by_type[cls] = codec
 
 
-def _encode_datetime(v: _dt.datetime) -> str:
-    return v.isoformat()
+def _expect(kind: type, what: str, build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A decoder that refuses data of another JSON type than ``kind`` before building."""
+    def decode_checked(data: Any) -> Any:
+        if type(data) is not kind:
+            raise DecodeError(f"a {what} must be stored as a JSON {kind.__name__}, "
+                              f"not {type(data).__name__}")
+        return build(data)
+    return decode_checked
 
 
 for _cls, _tag, _enc, _dec in (
-    (tuple, "tuple", None, tuple),
-    (set, "set", None, set),
-    (frozenset, "frozenset", None, frozenset),
+    (tuple, "tuple", list, _expect(list, "tuple", tuple)),
+    (set, "set", list, _expect(list, "set", set)),
+    (frozenset, "frozenset", list, _expect(list, "frozenset", frozenset)),
     (bytes, "bytes", lambda v: base64.b64encode(v).decode("ascii"),
-     lambda s: base64.b64decode(s.encode("ascii"))),
-    (_dt.datetime, "datetime", _encode_datetime, _dt.datetime.fromisoformat),
-    (_dt.date, "date", lambda v: v.isoformat(), _dt.date.fromisoformat),
-    (Decimal, "decimal", str, Decimal),
+     _expect(str, "bytes value", lambda s: base64.b64decode(s.encode("ascii"), validate=True))),
+    (_dt.datetime, "datetime", _dt.datetime.isoformat,
+     _expect(str, "datetime", _dt.datetime.fromisoformat)),
+    (_dt.date, "date", _dt.date.isoformat, _expect(str, "date", _dt.date.fromisoformat)),
+    (Decimal, "decimal", str, _expect(str, "Decimal", Decimal)),
 ):
-    register_type(_cls, _enc or list, _dec, name=_tag)
+    register_type(_cls, _enc, _dec, name=_tag)
 
 
-def encode(value: Any, _path: str = "result") -> Any:
-    """Turn ``value`` into JSON data; raise :class:`SerializationError` naming the part that fails."""
+# --- encoding ------------------------------------------------------------------------------
+
+def _too_deep(path: str) -> SerializationError:
+    return SerializationError(
+        f"{path} is nested more than {MAX_DEPTH} containers deep, which the journal does not "
+        f"store (it could not be read back safely); flatten it or store it as a string")
+
+
+def encode(value: Any, _path: str = "result", _depth: int = 0) -> Any:
+    """Turn ``value`` into JSON data; raise :class:`SerializationError` naming the part that fails.
+
+    Everything this returns is read back by :func:`decode` as an equal value.
+    """
     t = type(value)
     if value is None or t is str or t is int or t is bool:
         return value
-    if t is float:
-        if value != value or value in (float("inf"), float("-inf")):
-            return {_TAG: "float", "v": repr(value)}
+    if t is float and value == value and value not in (float("inf"), float("-inf")):
         return value
+    depth = _depth + 1  # from here on, the value becomes a container at this depth
+    if depth > MAX_DEPTH:
+        raise _too_deep(_path)
+    if t is float:  # NaN and the infinities, which JSON has no literal for
+        return {_TAG: "float", "v": repr(value)}
     if t is dict:
-        out = {}
-        for k, v in value.items():
-            if type(k) is not str:
-                # Non-string keys would silently become strings in JSON: keep them as pairs.
-                return {_TAG: "dict", "v": [[encode(k, f"{_path} key"), encode(v, f"{_path}[{k!r}]")]
-                                            for k, v in value.items()]}
-            out[k] = encode(v, f"{_path}[{k!r}]")
-        if _TAG in out:
-            return {_TAG: "dict", "v": [[k, v] for k, v in out.items()]}
-        return out
+        if _TAG not in value:
+            out = {}
+            for k, v in value.items():
+                if type(k) is not str:
+                    break
+                out[k] = encode(v, f"{_path}[{k!r}]", depth)
+            else:
+                return out
+        # Non-string keys would silently become strings in JSON, and a "$t" key would pass
+        # for a tag: store the items as [key, value] pairs.
+        if depth + 2 > MAX_DEPTH:
+            raise _too_deep(_path)
+        return {_TAG: "dict", "v": [[encode(k, f"{_path} key", depth + 2),
+                                     encode(v, f"{_path}[{k!r}]", depth + 2)]
+                                    for k, v in value.items()]}
     if t is list:
-        return [encode(v, f"{_path}[{i}]") for i, v in enumerate(value)]
+        return [encode(v, f"{_path}[{i}]", depth) for i, v in enumerate(value)]
     codec = _codecs_by_type.get(t)
     if codec is not None:
-        return {_TAG: codec.tag, "v": encode(codec.encode(value), _path)}
+        return {_TAG: codec.tag, "v": encode(codec.encode(value), _path, depth)}
     dump = getattr(value, "model_dump", None)
     if callable(dump) and hasattr(t, "model_validate"):
-        return {_TAG: "model", "cls": f"{t.__module__}.{t.__qualname__}",
-                "v": dump(mode="json")}
+        data = dump(mode="json")
+        if _depth_exceeds(data, depth):
+            raise _too_deep(_path)
+        return {_TAG: "model", "cls": f"{t.__module__}.{t.__qualname__}", "v": data}
     raise SerializationError(
         f"{_path} is a {t.__module__}.{t.__qualname__}, which cannot be stored as JSON"
     )
-
-
-def decode(data: Any) -> Any:
-    """Rebuild a value from :func:`encode`'s output. Never imports beyond the allow-list."""
-    t = type(data)
-    if t is dict:
-        tag = data.get(_TAG)
-        if tag is None:
-            return {k: decode(v) for k, v in data.items()}
-        return _decode_tagged(tag, data)
-    if t is list:
-        return [decode(v) for v in data]
-    return data
-
-
-def _decode_tagged(tag: Any, data: dict) -> Any:
-    if tag == "dict":
-        return {decode(k): decode(v) for k, v in data["v"]}
-    if tag == "float":
-        return float(data["v"])
-    if tag == "model":
-        return _model_class(data["cls"]).model_validate(data["v"])
-    codec = _codecs_by_tag.get(tag) if isinstance(tag, str) else None
-    if codec is None:
-        raise ValueError(f"unknown type tag {tag!r} (register it with durable_nb.register_type)")
-    try:
-        return codec.decode(decode(data["v"]))
-    except (ArithmeticError, TypeError, ValueError) as exc:
-        raise ValueError(f"cannot rebuild a {tag!r} from {data['v']!r:.80}: {exc}") from None
-
-
-def _model_class(qualified: Any) -> type:
-    if not isinstance(qualified, str) or not qualified.startswith(_ALLOWED_MODEL_PREFIXES):
-        registered = _codecs_by_tag.get(qualified) if isinstance(qualified, str) else None
-        if registered is not None:
-            return registered.cls
-        raise ValueError(f"model class {qualified!r} is not in the allow-list "
-                         f"{_ALLOWED_MODEL_PREFIXES}; register it with durable_nb.register_type")
-    module_name, _, name = qualified.rpartition(".")
-    cls = getattr(importlib.import_module(module_name), name, None)
-    if not (isinstance(cls, type) and hasattr(cls, "model_validate")):
-        raise ValueError(f"{qualified!r} is not a pydantic model")
-    return cls
 
 
 def dumps(data: Any) -> str:
@@ -158,6 +181,303 @@ def dumps(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def loads(text: str) -> Any:
-    """Parse JSON text written by :func:`dumps`."""
-    return json.loads(text)
+# --- decoding ------------------------------------------------------------------------------
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON text written by :func:`dumps`; raise :class:`DecodeError` for anything else.
+
+    Returns JSON data (pass it to :func:`decode` for the value). Text nested too deeply for
+    the parser is refused the same way, not with a ``RecursionError``.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise DecodeError("the JSON text is nested too deeply to be parsed") from None
+    except Exception as exc:  # noqa: BLE001 - every failure is the text's fault
+        raise DecodeError(f"the journal text is not valid JSON ({type(exc).__name__}: "
+                          f"{str(exc)[:200]})") from None
+
+
+def decode(data: Any) -> Any:
+    """Rebuild a value from :func:`encode`'s output.
+
+    Raises :class:`DecodeError`, and only that, for data :func:`encode` cannot have written.
+    Imports nothing (see the module's docstring).
+    """
+    try:
+        return _decode(data, 0)
+    except DecodeError:
+        raise
+    except RecursionError:
+        # MAX_DEPTH keeps the decoder's own recursion shallow; a registered decoder may recurse.
+        raise DecodeError("the data is nested too deeply to be decoded") from None
+    except Exception as exc:  # noqa: BLE001 - a registered decoder or pydantic refused the data
+        raise DecodeError(f"cannot decode the data: {type(exc).__name__}: "
+                          f"{str(exc)[:300]}") from None
+
+
+def _brief(value: Any, limit: int = 120) -> str:
+    """A short description of journal data for an error message (never a huge or deep repr)."""
+    if type(value) is str:
+        return repr(value[:limit]) + ("..." if len(value) > limit else "")
+    if value is None or type(value) is bool:
+        return repr(value)
+    # Not even numbers: repr() of a huge int raises.
+    return f"a {type(value).__name__}"
+
+
+def _decode(data: Any, depth: int) -> Any:
+    t = type(data)
+    if data is None or t is str or t is int or t is float or t is bool:
+        return data
+    depth += 1
+    if depth > MAX_DEPTH:
+        raise DecodeError(f"the data is nested more than MAX_DEPTH={MAX_DEPTH} containers deep")
+    if t is list:
+        # Loops rather than comprehensions: a comprehension is one more stack frame per level.
+        out_list = []
+        for item in data:
+            out_list.append(_decode(item, depth))
+        return out_list
+    if t is dict:
+        if _TAG in data:
+            return _decode_tagged(data, depth)
+        out = {}
+        for key, item in data.items():
+            if type(key) is not str:
+                raise DecodeError(f"an object key must be a str, not {type(key).__name__}")
+            out[key] = _decode(item, depth)
+        return out
+    raise DecodeError(f"{t.__module__}.{t.__qualname__} is not JSON data")
+
+
+def _decode_tagged(data: dict, depth: int) -> Any:
+    tag = data[_TAG]
+    if "v" not in data:
+        raise DecodeError(f"the tagged value {_brief(tag)} has no 'v'")
+    payload = data["v"]
+    if tag == "dict":
+        if type(payload) is not list:
+            raise DecodeError("a 'dict' tag must hold a list of [key, value] pairs")
+        out = {}
+        for pair in payload:
+            if type(pair) is not list or len(pair) != 2:
+                raise DecodeError("a 'dict' tag must hold a list of [key, value] pairs")
+            # The tag object is at `depth`, the list of pairs at depth + 1, each pair at + 2.
+            if depth + 2 > MAX_DEPTH:
+                raise DecodeError(
+                    f"the data is nested more than MAX_DEPTH={MAX_DEPTH} containers deep")
+            out[_decode(pair[0], depth + 2)] = _decode(pair[1], depth + 2)
+        return out
+    if tag == "float":
+        if type(payload) is not str:
+            raise DecodeError("a 'float' tag must hold a str such as 'nan' or '-inf'")
+        return float(payload)
+    if tag == "model":
+        cls = _model_class(data.get("cls"))
+        if _depth_exceeds(payload, depth):
+            raise DecodeError(f"the data is nested more than MAX_DEPTH={MAX_DEPTH} containers deep")
+        return cls.model_validate(payload)
+    codec = _codecs_by_tag.get(tag) if type(tag) is str else None
+    if codec is None:
+        raise DecodeError(f"unknown type tag {_brief(tag)}: register the type with "
+                          f"durable_nb.register_type before reading this journal")
+    value = _decode(payload, depth)
+    try:
+        return codec.decode(value)
+    except DecodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the decoder raises is the data's fault
+        raise DecodeError(f"cannot rebuild a {tag!r} from {_brief(payload)}: "
+                          f"{type(exc).__name__}: {exc}") from None
+
+
+def _depth_exceeds(data: Any, depth: int) -> bool:
+    """Whether JSON ``data`` inside ``depth`` containers nests past MAX_DEPTH (no recursion)."""
+    stack = [(data, depth)]
+    while stack:
+        item, level = stack.pop()
+        t = type(item)
+        if t is dict or t is list:
+            level += 1
+            if level > MAX_DEPTH:
+                return True
+            stack.extend((child, level) for child in (item.values() if t is dict else item))
+    return False
+
+
+def _model_class(qualified: Any) -> type[pydantic.BaseModel]:
+    if type(qualified) is not str:
+        raise DecodeError(f"a 'model' tag must name its class as a str, not {_brief(qualified)}")
+    registered = _codecs_by_tag.get(qualified)
+    if registered is not None:
+        return registered.cls
+    if not qualified.startswith(_ALLOWED_MODEL_PREFIXES):
+        raise DecodeError(f"model class {_brief(qualified)} is not in the allow-list "
+                          f"{_ALLOWED_MODEL_PREFIXES}; register it with durable_nb.register_type")
+    cls = _loaded_class(qualified)
+    # type.__subclasscheck__ reads the real MRO (BaseModel's ABC metaclass would run hooks).
+    if cls is None or not type.__subclasscheck__(pydantic.BaseModel, cls):
+        raise DecodeError(f"{_brief(qualified)} is not a pydantic model loaded in this process")
+    # The name may reach a class through a re-export; it must also be defined where allowed.
+    if not f"{_class_namespace(cls).get('__module__')}.".startswith(_ALLOWED_MODEL_PREFIXES):
+        raise DecodeError(f"{_brief(qualified)} names a class defined outside the allow-list "
+                          f"{_ALLOWED_MODEL_PREFIXES}")
+    return cls
+
+
+# Read through the descriptors themselves: a module subclass or a metaclass cannot substitute
+# code for the plain namespace.
+_module_namespace = types.ModuleType.__dict__["__dict__"].__get__
+_class_namespace = type.__dict__["__dict__"].__get__
+
+
+def _loaded_class(qualified: str) -> type | None:
+    """The class named ``module.QualName`` if its module is already in ``sys.modules``.
+
+    Reads ``__dict__`` namespaces only, through the builtin descriptors: never imports, never
+    calls ``getattr`` on a module (a module-level ``__getattr__`` may import), runs no code of
+    the modules or classes it passes through.
+    """
+    parts = qualified.split(".")
+    # The module is the longest dotted prefix that is loaded; the rest is the qualname.
+    for split in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:split]))
+        if module is None or not issubclass(type(module), types.ModuleType):
+            continue
+        namespace: Mapping[str, Any] = _module_namespace(module)
+        found: Any = None
+        for name in parts[split:]:
+            found = namespace.get(name)
+            if not issubclass(type(found), type):
+                found = None
+                break
+            namespace = _class_namespace(found)
+        if found is not None:
+            return found
+    return None
+
+
+# --- exceptions ----------------------------------------------------------------------------
+
+# Exception attributes that may hold credentials (request headers, API keys) are never
+# journaled, whatever their type.
+_SECRET_ATTR = re.compile(r"auth|api_?key|secret|passw|token|header|cookie|credential", re.I)
+
+
+def _safe_str(exc: BaseException) -> str | None:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not break journaling
+        return None
+
+
+def encode_error(exc: BaseException, *, terminal: bool) -> dict[str, Any]:
+    """JSON data describing ``exc``, for :func:`decode_error` to raise it again on replay.
+
+    ``{"type": "module.QualName", "message": str(exc), "args": [...], "attrs": {...},
+    "terminal": terminal}``. ``args`` is left out when an argument cannot be encoded;
+    ``attrs`` holds the entries of ``exc.__dict__`` that can be encoded, except names that
+    may hold credentials (headers, keys, tokens), and is left out when empty. Never raises
+    for an exception instance, however broken its ``__str__`` or attributes.
+    """
+    t = type(exc)
+    message = _safe_str(exc)
+    data: dict[str, Any] = {
+        "type": f"{t.__module__}.{t.__qualname__}",
+        "message": message if message is not None else f"<unprintable {t.__qualname__}>",
+    }
+    try:
+        data["args"] = [encode(arg, "args") for arg in exc.args]
+    except Exception:  # noqa: BLE001 - replay then rebuilds from the message
+        pass
+    attrs = {}
+    try:
+        items = list(vars(exc).items())
+    except Exception:  # noqa: BLE001 - no instance dict: nothing more to keep
+        items = []
+    for name, value in items:
+        if type(name) is not str or _SECRET_ATTR.search(name):
+            continue
+        try:
+            attrs[name] = encode(value, name)
+        except Exception:  # noqa: BLE001 - objects such as an httpx.Response are not kept
+            continue
+    if attrs:
+        data["attrs"] = attrs
+    data["terminal"] = bool(terminal)
+    return data
+
+
+def decode_error(data: Any) -> BaseException:
+    """The exception :func:`encode_error` described, to be raised again on replay.
+
+    Returns an instance of the same class when that class is an ``Exception`` subclass already
+    loaded in this process (found as :func:`decode` finds classes: nothing is imported), with
+    the journaled ``args`` and attributes, so ``str(e)``, ``e.args`` and ``except Cls:`` behave
+    as on the first run. It is built by calling the class with the journaled args when that
+    gives the same args and message, else with ``cls.__new__`` and the args and attributes set
+    directly (for classes such as ``openai.APIStatusError`` whose constructor needs objects
+    that were not journaled). Otherwise (class not loaded, not an ``Exception`` subclass such
+    as ``KeyboardInterrupt``, or not constructible) returns
+    :class:`~durable_nb.errors.StepFailed` with the type's name and the message. Raises
+    :class:`DecodeError` only when ``data`` is not such a description at all.
+    """
+    if type(data) is not dict or type(data.get("type")) is not str:
+        raise DecodeError(f"a journaled error must be an object with a 'type' str, "
+                          f"not {_brief(data)}")
+    type_name: str = data["type"]
+    message = data.get("message", "")
+    if type(message) is not str:
+        raise DecodeError(f"a journaled error's 'message' must be a str, not {_brief(message)}")
+
+    args: tuple[Any, ...] | None = None
+    if "args" in data:
+        try:
+            decoded = decode(data["args"])
+        except DecodeError:
+            decoded = None  # e.g. a registered type no longer registered: keep the message
+        if type(decoded) is list:
+            args = tuple(decoded)
+    attrs = {}
+    raw_attrs = data.get("attrs")
+    if type(raw_attrs) is dict:
+        for name, value in raw_attrs.items():
+            if type(name) is not str:
+                continue
+            try:
+                attrs[name] = decode(value)
+            except DecodeError:
+                continue
+
+    cls = _loaded_class(type_name)
+    if cls is not None and issubclass(cls, Exception):
+        rebuilt = _rebuild(cls, args, message, attrs)
+        if rebuilt is not None:
+            return rebuilt
+    return StepFailed(type_name, message)
+
+
+def _rebuild(cls: type[Exception], args: tuple[Any, ...] | None, message: str,
+             attrs: dict[str, Any]) -> Exception | None:
+    known_args = args is not None
+    if args is None:
+        # Journals without args (older ones, or arguments that could not be encoded).
+        args = (message,) if message else ()
+    try:
+        exc = cls(*args)
+        vars(exc).update(attrs)
+        # Compare args too: str() alone is ambiguous (KeyError quotes its argument).
+        if type(exc) is cls and (exc.args == args or not known_args) and _safe_str(exc) == message:
+            return exc
+    except Exception:  # noqa: BLE001 - the constructor wants more than the args: build below
+        pass
+    try:
+        exc = cls.__new__(cls)
+        exc.args = args
+        vars(exc).update(attrs)
+    except Exception:  # noqa: BLE001 - the class cannot be built without its constructor
+        return None
+    if type(exc) is not cls or _safe_str(exc) is None:
+        return None
+    return exc

