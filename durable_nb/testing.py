@@ -1,37 +1,68 @@
-"""A loopback OpenAI-compatible chat server with scripted, deterministic replies.
+"""A loopback OpenAI-compatible server with scripted, deterministic replies.
 
 Used by the project's tests and its offline demo through the real ``openai`` client::
 
     with LoopbackServer([Reply(tool_calls=[ToolCall("read_csv", {"path": "a.csv"})]), "done"]) as srv:
         client = openai.OpenAI(base_url=srv.url, api_key="any")
         client.chat.completions.create(model="loopback-1", messages=[...])
+        client.responses.create(model="loopback-1", input="...")
+
+Endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses``, ``GET /v1/models`` and
+``GET /_stats`` (the counters of :meth:`LoopbackServer.stats`).
 
 Guarantees:
 
-- The reply depends on the request alone: its *round* is the number of ``assistant``
-  messages already in ``messages``, and the reply is ``script[round]`` (past the end of the
-  script, a plain final text ``"done"``). Completion ids and tool-call ids
-  (``call_{round}_{i}``) are derived from the request too, so a restarted server, or one in
-  another process, answers the same request the same way.
-- Requests are validated like the real API (missing model or messages, unknown role, tool
-  messages that answer no tool call, tool calls left unanswered, invalid JSON) and refused
-  with HTTP 400 and the OpenAI error JSON, so the client raises ``openai.BadRequestError``.
+- The reply depends on the request alone: its *round* is the number of assistant turns already
+  in the request, and the reply is ``script[round]`` (past the end of the script, a plain
+  final text ``"done"``). In ``messages`` every ``assistant`` message is a turn. In a
+  Responses ``input`` a turn starts at every assistant message and at every ``function_call``
+  item that does not directly follow an assistant message or another ``function_call``, so
+  one response's output (an optional message, then its function calls) counts once. Ids
+  (completion, response and item ids, tool-call ids ``call_{round}_{i}``) are derived from the
+  request too, so a restarted server, or one in another process, answers the same request
+  the same way.
+- Requests are validated like the real API (missing model, messages or input, unknown roles
+  or item types, tool results that answer no tool call, tool calls left unanswered, bad
+  token caps, invalid JSON) and refused with HTTP 400 and the OpenAI error JSON, so the
+  client raises ``openai.BadRequestError``.
 - Every response carries ``usage``, counted with :mod:`durable_nb.tokens` for the requested
   model (the API's billing rule, offline).
+- Token caps are honoured like the real API: a reply longer than ``max_tokens`` /
+  ``max_completion_tokens`` (chat) or ``max_output_tokens`` (responses) is cut to exactly
+  the cap (text first, then tool calls, whose arguments may be cut to invalid JSON), with
+  ``finish_reason="length"`` or ``status="incomplete"``.
 - ``stream=True`` answers with ``chat.completion.chunk`` server-sent events ending in
-  ``data: [DONE]``, with a final usage chunk when ``stream_options.include_usage`` is set.
-- A request whose first system (or developer) message contains ``summary_marker`` is a
-  summarisation request: it gets a short deterministic summary and is counted apart.
+  ``data: [DONE]`` (with a final ``choices: []`` usage chunk when
+  ``stream_options.include_usage`` is set), or with the Responses event sequence
+  (``response.created`` ... ``response.completed``).
+- A request whose first system (or developer) message, or whose ``instructions``, contains
+  ``summary_marker`` is a summarisation request: it gets a short deterministic summary and
+  is counted apart.
 
-Run ``python -m durable_nb.testing [--port P] [--script FILE.json]`` to serve in the
-foreground; the first stdout line is ``LOOPBACK_URL=http://127.0.0.1:PORT/v1``.
+Faults, for testing retry logic: :meth:`LoopbackServer.fail_next` answers the next valid
+requests with an HTTP error (any status >= 400, an optional body and ``retry-after``), and
+:meth:`LoopbackServer.drop_next` resets the connection without answering.
+
+Quirks of real OpenAI-compatible servers, each an explicit switch of :class:`Quirks` (all
+off by default, so the default server behaves like OpenAI): ``no_stream_usage``,
+``repeat_tool_call_ids``, ``require_content`` and ``ignore_completion_caps``
+(llama-cpp-python), ``loading_for`` and ``final_empty_choices_usage`` (llama-server). They
+apply to chat completions; of them only ``loading_for`` applies to ``/v1/responses`` too.
+
+Run ``python -m durable_nb.testing [--port P] [--script FILE.json] [--quirks a,b=2]`` to serve
+in the foreground; the first stdout line is ``LOOPBACK_URL=http://127.0.0.1:PORT/v1``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
+import itertools
 import json
+import math
+import socket
+import struct
 import sys
 import threading
 import time
@@ -40,11 +71,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator, Mapping, Sequence
 
-from .tokens import count_message_tokens, encoding_for
+from .tokens import context_window, count_message_tokens, encoding_for
 
 __all__ = [
     "DEMO_SCRIPT",
     "LoopbackServer",
+    "Quirks",
     "Reply",
     "ToolCall",
     "load_script",
@@ -54,7 +86,11 @@ __all__ = [
 DEFAULT_SUMMARY_MARKER = "Summarise the conversation"
 FINAL_TEXT = "done"
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
-KINDS = ("chat", "summary", "failure", "invalid")
+INPUT_ROLES = ("assistant", "system", "developer", "user")
+INPUT_ITEM_TYPES = ("message", "function_call", "function_call_output")
+KINDS = ("chat", "summary", "failure", "invalid", "dropped")
+ENDPOINTS = {"/v1/chat/completions": "chat/completions", "/v1/responses": "responses"}
+MIN_OUTPUT_TOKENS = 16  # the Responses API refuses a smaller max_output_tokens
 
 
 @dataclass(frozen=True)
@@ -108,6 +144,78 @@ class Reply:
         raise TypeError(f"a script entry must be a Reply, a str or a dict, not {type(item).__name__}")
 
 
+@dataclass(frozen=True)
+class Quirks:
+    """Behaviours of real OpenAI-compatible servers that clients must survive.
+
+    ``Quirks()`` is OpenAI's own behaviour. Measured on llama-cpp-python 0.3.36 (its
+    ``llama_cpp.server``) and on llama.cpp's ``llama-server`` (see
+    ``shared/real-llm/README.md``). All but ``loading_for`` affect chat completions only.
+    """
+
+    no_stream_usage: bool = False
+    """llama-cpp-python: streams never carry usage (no ``usage`` field, no usage chunk),
+    whatever ``stream_options.include_usage`` says."""
+
+    repeat_tool_call_ids: bool = False
+    """llama-cpp-python: every streamed tool-call delta piece repeats the call's ``id``,
+    ``type`` and ``function.name`` (OpenAI sends them in the first piece only), so an
+    accumulator that concatenates strings, such as the openai SDK's
+    ``chat.completions.stream()``, ends up with ``"call_0_0call_0_0..."``."""
+
+    require_content: bool = False
+    """llama-cpp-python: a request with an assistant message that has no ``content`` key
+    (a tool-call-only message dumped with ``exclude_none=True``) makes its chat template
+    fail: HTTP 500 ``internal_server_error`` "'dict object' has no attribute 'content'",
+    every time the same request is sent."""
+
+    ignore_completion_caps: bool = False
+    """llama-cpp-python (which ignores ``max_completion_tokens``; this switch ignores
+    ``max_tokens`` too): the full scripted reply is sent, ``finish_reason`` never "length"."""
+
+    loading_for: int = 0
+    """llama-server while it loads its model: the first ``loading_for`` POST requests
+    (chat completions or responses, valid or not, counted from server start) are answered
+    503 ``{"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}``
+    before the request is parsed or validated; the client's ``e.body`` is the inner
+    object. ``GET /v1/models``
+    answers meanwhile, as llama-server's does. Counted as ``kind="failure"``, round None."""
+
+    final_empty_choices_usage: bool = True
+    """With ``stream_options.include_usage``: a last chunk with ``choices: []`` and the usage
+    (OpenAI and llama-server), every other chunk with ``"usage": null``. On by default since
+    it is OpenAI's behaviour; ``False`` puts the usage on the finish-reason chunk instead,
+    as some other servers do."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.loading_for, int) or self.loading_for < 0:
+            raise ValueError(f"loading_for must be a whole number >= 0, got {self.loading_for!r}")
+
+    @classmethod
+    def parse(cls, spec: str) -> Quirks:
+        """``"no_stream_usage,loading_for=2,final_empty_choices_usage=false"``: a bare name
+        switches a quirk on; ``name=value`` sets it (a whole number or true/false)."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for entry in filter(None, (e.strip() for e in spec.split(","))):
+            name, _, value = entry.partition("=")
+            name = name.strip().replace("-", "_")
+            if name not in fields:
+                raise ValueError(f"unknown quirk {name!r}; known: {', '.join(fields)}")
+            if fields[name].type in (int, "int"):
+                try:
+                    values[name] = int(value) if value else 1
+                except ValueError:
+                    raise ValueError(f"quirk {name} needs a whole number, got {value!r}") from None
+            elif value.strip().lower() in ("", "1", "true", "on", "yes"):
+                values[name] = True
+            elif value.strip().lower() in ("0", "false", "off", "no"):
+                values[name] = False
+            else:
+                raise ValueError(f"quirk {name} needs true or false, got {value!r}")
+        return cls(**values)
+
+
 DEMO_SCRIPT: tuple[Reply, ...] = (
     Reply(tool_calls=[ToolCall("read_csv", {"path": "sales.csv"})]),
     Reply(tool_calls=[ToolCall("analyse", {"column": "revenue"})]),
@@ -133,13 +241,39 @@ def load_script(path: str) -> list[Reply]:
 
 # --- token counting -------------------------------------------------------------------
 
+def _encode(model: str, text: str) -> list[int]:
+    return encoding_for(model).encode(text, disallowed_special=())
+
+
 def _completion_tokens(model: str, content: str | None, tool_calls: Sequence[ToolCall]) -> int:
     """Completion tokens: the reply text plus each tool call's name and JSON arguments."""
-    enc = encoding_for(model)
-    total = len(enc.encode(content or "", disallowed_special=()))
-    for call in tool_calls:
-        total += len(enc.encode(call.name + call.arguments_json, disallowed_special=()))
-    return total
+    return len(_encode(model, content or "")) + sum(
+        len(_encode(model, call.name + call.arguments_json)) for call in tool_calls)
+
+
+def _cap_reply(model: str, reply: Reply, cap: int | None) -> tuple[Reply, int, bool]:
+    """(reply, completion tokens, truncated): the reply cut to ``cap`` tokens, generated in
+    order (text, then each call's name and arguments), like a model stopped at the cap."""
+    full = _completion_tokens(model, reply.content, reply.tool_calls)
+    if cap is None or full <= cap:
+        return reply, full, False
+    decode = encoding_for(model).decode
+    budget = cap
+    content = None
+    if reply.content is not None:
+        tokens = _encode(model, reply.content)
+        content = decode(tokens[:budget])
+        budget -= min(budget, len(tokens))
+    calls = []
+    for call in reply.tool_calls:
+        if budget == 0:
+            break
+        tokens = _encode(model, call.name + call.arguments_json)
+        text = decode(tokens[:budget])
+        budget -= min(budget, len(tokens))
+        arguments = text[len(call.name):] if text.startswith(call.name) else ""
+        calls.append(ToolCall(call.name, arguments))
+    return Reply(content=content, tool_calls=calls, delay=reply.delay), cap, True
 
 
 # --- validation -----------------------------------------------------------------------
@@ -153,6 +287,31 @@ class _Invalid(Exception):
         self.code = code
 
 
+def _a(value: Any) -> str:
+    """The JSON type of a value, as OpenAI's error messages name it."""
+    for kind, name in ((bool, "a boolean"), (str, "a string"), (dict, "an object"),
+                       (list, "an array"), ((int, float), "a number")):
+        if isinstance(value, kind):
+            return name
+    return "null"
+
+
+def _missing(param: str) -> _Invalid:
+    return _Invalid(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
+
+
+def _check_cap(body: dict, name: str, minimum: int) -> None:
+    value = body.get(name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(f"Invalid type for '{name}': expected an integer, but got {_a(value)} "
+                       f"instead.", name, "invalid_type")
+    if value < minimum:
+        raise _Invalid(f"Invalid '{name}': integer below minimum value. Expected a value >= "
+                       f"{minimum}, but got {value} instead.", name, "integer_below_min_value")
+
+
 def _validate(body: Any) -> None:
     if not isinstance(body, dict):
         raise _Invalid("Invalid body: expected a JSON object.")
@@ -160,15 +319,13 @@ def _validate(body: Any) -> None:
         raise _Invalid("you must provide a model parameter")
     messages = body.get("messages")
     if messages is None:
-        raise _Invalid("Missing required parameter: 'messages'.", "messages",
-                       "missing_required_parameter")
+        raise _missing("messages")
     if not isinstance(messages, list) or not messages:
         raise _Invalid("Invalid 'messages': expected a non-empty array of messages.", "messages",
                        "invalid_value")
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m:
-            raise _Invalid(f"Missing required parameter: 'messages[{i}].role'.",
-                           f"messages[{i}].role", "missing_required_parameter")
+            raise _missing(f"messages[{i}].role")
         if m["role"] not in ROLES:
             raise _Invalid(f"Invalid value: {m['role']!r}. Supported values are: 'system', "
                            f"'assistant', 'user', 'function', 'tool', and 'developer'.",
@@ -178,6 +335,8 @@ def _validate(body: Any) -> None:
                                                   for c in calls):
             raise _Invalid(f"Invalid 'messages[{i}].tool_calls': expected an array of tool calls, "
                            f"each with an 'id'.", f"messages[{i}].tool_calls", "invalid_type")
+    _check_cap(body, "max_tokens", 1)
+    _check_cap(body, "max_completion_tokens", 1)
     _validate_tool_pairs(messages)
 
 
@@ -204,7 +363,83 @@ def _validate_tool_pairs(messages: list[dict]) -> None:
                            f"messages.[{i}].role")
 
 
-# --- replies --------------------------------------------------------------------------
+def _validate_responses(body: Any) -> None:
+    if not isinstance(body, dict):
+        raise _Invalid("Invalid body: expected a JSON object.")
+    if not body.get("model"):
+        raise _missing("model")
+    if body.get("previous_response_id"):  # nothing is stored, so no response can be found
+        raise _Invalid(f"Previous response with id '{body['previous_response_id']}' not found.",
+                       "previous_response_id", "previous_response_not_found")
+    if body.get("instructions") is not None and not isinstance(body["instructions"], str):
+        raise _Invalid(f"Invalid type for 'instructions': expected a string, but got "
+                       f"{_a(body['instructions'])} instead.", "instructions", "invalid_type")
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        raise _Invalid(f"Invalid type for 'tools': expected an array, but got {_a(tools)} "
+                       f"instead.", "tools", "invalid_type")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            raise _missing(f"tools[{i}].type")
+        if tool["type"] == "function" and not isinstance(tool.get("name"), str):
+            raise _missing(f"tools[{i}].name")  # e.g. a chat-style {"function": {...}} entry
+    _check_cap(body, "max_output_tokens", MIN_OUTPUT_TOKENS)
+    items = body.get("input")
+    if items is None:
+        raise _missing("input")
+    if isinstance(items, str):
+        return
+    if not isinstance(items, list):
+        raise _Invalid(f"Invalid type for 'input': expected one of a string or array of input "
+                       f"items, but got {_a(items)} instead.", "input", "invalid_type")
+    calls: set[str] = set()
+    outputs: set[str] = set()
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise _Invalid(f"Invalid type for '{where}': expected an input item, but got "
+                           f"{_a(item)} instead.", where, "invalid_type")
+        kind = item.get("type", "message")
+        if kind not in INPUT_ITEM_TYPES:
+            raise _Invalid(f"Invalid value: {kind!r}. Supported values are: 'message', "
+                           f"'function_call', and 'function_call_output'.", f"{where}.type",
+                           "invalid_value")
+        if kind == "message":
+            if "role" not in item:
+                raise _missing(f"{where}.role")
+            if item["role"] not in INPUT_ROLES:
+                raise _Invalid(f"Invalid value: {item['role']!r}. Supported values are: "
+                               f"'assistant', 'system', 'developer', and 'user'.",
+                               f"{where}.role", "invalid_value")
+            if "content" not in item:
+                raise _missing(f"{where}.content")
+            if not isinstance(item["content"], (str, list)):
+                raise _Invalid(f"Invalid type for '{where}.content': expected one of a string "
+                               f"or array of content parts, but got {_a(item['content'])} "
+                               f"instead.", f"{where}.content", "invalid_type")
+            continue
+        required = ("call_id", "name", "arguments") if kind == "function_call" else (
+            "call_id", "output")
+        for key in required:
+            if item.get(key) is None:
+                raise _missing(f"{where}.{key}")
+        if kind == "function_call":
+            if not isinstance(item["arguments"], str):
+                raise _Invalid(f"Invalid type for '{where}.arguments': expected a string, but "
+                               f"got {_a(item['arguments'])} instead.", f"{where}.arguments",
+                               "invalid_type")
+            calls.add(item["call_id"])
+        elif item["call_id"] not in calls:
+            raise _Invalid("No tool call found for function call output with call_id "
+                           f"{item['call_id']}.", "input")
+        else:
+            outputs.add(item["call_id"])
+    unanswered = sorted(calls - outputs)
+    if unanswered:
+        raise _Invalid(f"No tool output found for function call {unanswered[0]}.", "input")
+
+
+# --- requests as chat messages ----------------------------------------------------------
 
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
@@ -212,6 +447,37 @@ def _text_of(content: Any) -> str:
     if isinstance(content, list):  # content parts: only text parts carry text
         return "".join(p.get("text", "") for p in content if isinstance(p, dict))
     return ""
+
+
+def _responses_messages(body: dict) -> list[dict]:
+    """A valid Responses request as the equivalent chat ``messages``: its round, summary
+    detection and token count then follow the chat rules. Function calls directly after an
+    assistant message or another function call join that assistant message."""
+    messages: list[dict] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": body["instructions"]})
+    items = body["input"]
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    joinable = False  # may the next function call join messages[-1]?
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+            if joinable:
+                messages[-1].setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            joinable = True
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                             "content": _text_of(item["output"])})
+            joinable = False
+        else:
+            messages.append({"role": item["role"], "content": _text_of(item["content"])})
+            joinable = item["role"] == "assistant"
+    return messages
 
 
 def _first_system_text(messages: list[dict]) -> str:
@@ -229,9 +495,8 @@ def _summary_text(messages: list[dict]) -> str:
             f"tools called: {', '.join(tools) or 'none'}.")
 
 
-def _digest(body: dict) -> str:
-    canonical = json.dumps([body.get("model"), body["messages"]], sort_keys=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:24]
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def _pieces(text: str, n: int = 3) -> list[str]:
@@ -244,35 +509,60 @@ def _pieces(text: str, n: int = 3) -> list[str]:
 class _Answer:
     kind: str  # "chat" or "summary"
     round: int
-    reply: Reply
+    reply: Reply  # cut to the cap when truncated
     call_ids: tuple[str, ...]
-    completion_id: str
-    usage: dict
+    digest: str
+    prompt_tokens: int
+    completion_tokens: int
+    truncated: bool
+
+    @property
+    def finish_reason(self) -> str:
+        if self.truncated:
+            return "length"
+        return "tool_calls" if self.reply.tool_calls else "stop"
+
+    @property
+    def usage(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens}
+
+
+@dataclass(frozen=True)
+class _Fault:
+    status: int | None  # None: drop the connection
+    retry_after: float | None = None
+    body: Mapping[str, Any] | str | None = None
 
 
 # --- server ---------------------------------------------------------------------------
 
 class LoopbackServer:
-    """An OpenAI-compatible chat-completions server on 127.0.0.1 with scripted replies.
+    """An OpenAI-compatible chat-completions and responses server on 127.0.0.1 with scripted
+    replies.
 
     ``script`` entries are :class:`Reply`, plain strings or JSON-form dicts; ``None`` means
-    :data:`DEMO_SCRIPT`. ``delay`` seconds are waited before every reply. Thread-safe.
+    :data:`DEMO_SCRIPT`. ``delay`` seconds are waited before every reply. ``quirks`` turns on
+    behaviours of real local servers (:class:`Quirks`). Thread-safe.
     """
 
     def __init__(self, script: Sequence[Reply | str | Mapping[str, Any]] | None = None, *,
                  model: str = "loopback-1", host: str = "127.0.0.1", port: int = 0,
-                 summary_marker: str = DEFAULT_SUMMARY_MARKER, delay: float = 0.0) -> None:
+                 summary_marker: str = DEFAULT_SUMMARY_MARKER, delay: float = 0.0,
+                 quirks: Quirks | None = None) -> None:
         self.script: tuple[Reply, ...] = tuple(
             Reply.coerce(item) for item in (DEMO_SCRIPT if script is None else script))
         self.model = model
         self.summary_marker = summary_marker
         self.delay = delay
+        self.quirks = quirks or Quirks()
         self._host = host
         self._port = port
         self._lock = threading.Lock()
         self._requests: list[dict] = []
-        self._counts: Counter[tuple[str, int | None]] = Counter()
-        self._failures: list[tuple[int, float | None]] = []
+        self._counts: Counter[tuple[str, str, int | None]] = Counter()  # endpoint, kind, round
+        self._faults: list[_Fault] = []
+        self._loading_left = self.quirks.loading_for
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._serving = False  # shutdown() would wait forever on a server never served
@@ -339,73 +629,114 @@ class LoopbackServer:
 
     # fault injection and counters
 
-    def fail_next(self, n: int = 1, status: int = 500, *, retry_after: float | None = None) -> None:
-        """Answer the next ``n`` valid chat requests with HTTP ``status`` (e.g. 500, 429)
-        instead of a reply. ``retry_after`` seconds is sent as ``retry-after-ms`` if given.
+    def fail_next(self, n: int = 1, status: int = 500, *, retry_after: float | None = None,
+                  body: Mapping[str, Any] | str | None = None) -> None:
+        """Answer the next ``n`` valid requests (chat or responses) with HTTP ``status``
+        instead of a reply, in the order faults were queued (see :meth:`drop_next`).
+
+        ``body`` is sent as the response body: a mapping as JSON, a string as text (a
+        proxy's error page). Without it the body is OpenAI's error JSON for the status: 400 is
+        a deterministic "context length exceeded" (``code="context_length_exceeded"``), 429
+        a rate limit, 408, 409 and 5xx server errors. ``retry_after`` seconds is sent as the
+        ``retry-after-ms`` header and as ``retry-after`` (whole seconds, rounded up).
         Failed requests are counted as ``kind="failure"``, not as chat requests."""
-        if status < 400:
-            raise ValueError(f"fail_next needs an error status (>= 400), got {status}")
+        if not 400 <= status <= 599:
+            raise ValueError(f"fail_next needs an error status (400-599), got {status}")
         with self._lock:
-            self._failures.extend([(status, retry_after)] * n)
+            self._faults.extend([_Fault(status, retry_after, body)] * n)
+
+    def drop_next(self, n: int = 1) -> None:
+        """Reset the connection of the next ``n`` valid requests after reading them, without
+        answering: the client sees a connection error (``openai.APIConnectionError``), which
+        its retries may cover. Counted as ``kind="dropped"``."""
+        with self._lock:
+            self._faults.extend([_Fault(None)] * n)
 
     @property
     def requests(self) -> list[dict]:
-        """Bodies of the valid requests that were not failed on purpose (chat and summary),
-        oldest first."""
+        """Bodies of the valid requests that were not failed on purpose (chat and summary,
+        on both endpoints), oldest first."""
         with self._lock:
             return list(self._requests)
 
-    def count(self, round: int | None = None, *, kind: str = "chat") -> int:
-        """How many requests of ``kind`` ("chat", "summary", "failure" or "invalid") were
-        received, optionally only those of one ``round``."""
+    def count(self, round: int | None = None, *, kind: str = "chat",
+              endpoint: str | None = None) -> int:
+        """How many requests of ``kind`` ("chat", "summary", "failure", "invalid" or
+        "dropped") were received, optionally only those of one ``round`` or one ``endpoint``
+        ("chat/completions" or "responses")."""
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
+        if endpoint is not None and endpoint not in ENDPOINTS.values():
+            raise ValueError(f"unknown endpoint {endpoint!r}; use one of "
+                             f"{', '.join(ENDPOINTS.values())}")
         with self._lock:
-            return sum(n for (k, r), n in self._counts.items()
-                       if k == kind and (round is None or r == round))
+            return sum(n for (e, k, r), n in self._counts.items()
+                       if k == kind and (round is None or r == round)
+                       and (endpoint is None or e == endpoint))
 
     def stats(self) -> dict[str, Any]:
-        """The counts served at ``GET /_stats``: total (every chat-completions request),
-        chat, by_round (chat requests per round), summaries, failures, invalid."""
+        """The counts served at ``GET /_stats``: total (every request to either endpoint),
+        chat, by_round (chat requests per round), summaries, failures, invalid, dropped, and
+        responses (how many of the total went to ``/v1/responses``)."""
         with self._lock:
-            by_round: Counter[str] = Counter()
-            for (kind, rnd), n in self._counts.items():
-                if kind == "chat":
-                    by_round[str(rnd)] += n
-            totals = Counter()
-            for (kind, _), n in self._counts.items():
-                totals[kind] += n
+            counts = list(self._counts.items())
+        by_round: Counter[str] = Counter()
+        totals: Counter[str] = Counter()
+        responses = 0
+        for (endpoint, kind, rnd), n in counts:
+            totals[kind] += n
+            responses += n if endpoint == "responses" else 0
+            if kind == "chat":
+                by_round[str(rnd)] += n
         return {"total": sum(totals.values()), "chat": totals["chat"],
                 "by_round": dict(sorted(by_round.items(), key=lambda kv: int(kv[0]))),
                 "summaries": totals["summary"], "failures": totals["failure"],
-                "invalid": totals["invalid"]}
+                "invalid": totals["invalid"], "dropped": totals["dropped"],
+                "responses": responses}
 
     # request handling (called from handler threads)
 
-    def _record(self, kind: str, rnd: int | None, body: dict | None = None) -> None:
+    def _record(self, endpoint: str, kind: str, rnd: int | None, body: dict | None = None) -> None:
         with self._lock:
-            self._counts[(kind, rnd)] += 1
+            self._counts[(endpoint, kind, rnd)] += 1
             if body is not None:
                 self._requests.append(body)
 
-    def _take_failure(self) -> tuple[int, float | None] | None:
+    def _take_fault(self) -> _Fault | None:
         with self._lock:
-            return self._failures.pop(0) if self._failures else None
+            return self._faults.pop(0) if self._faults else None
 
-    def _answer(self, body: dict) -> _Answer:
-        messages = body["messages"]
+    def _still_loading(self) -> bool:
+        with self._lock:
+            if self._loading_left > 0:
+                self._loading_left -= 1
+                return True
+            return False
+
+    def _answer(self, messages: list[dict], model: str, tools: Any, cap: int | None,
+                digest: str) -> _Answer:
         rnd = sum(1 for m in messages if m["role"] == "assistant")
         if self.summary_marker in _first_system_text(messages):
             kind, reply = "summary", Reply(content=_summary_text(messages))
         else:
             kind = "chat"
             reply = self.script[rnd] if rnd < len(self.script) else Reply(content=FINAL_TEXT)
+        reply, completion, truncated = _cap_reply(model, reply, cap)
         call_ids = tuple(f"call_{rnd}_{i}" for i in range(len(reply.tool_calls)))
         # Prompt tokens as the API bills them (durable_nb.tokens follows OpenAI's method).
-        p = count_message_tokens(messages, str(body["model"]), body.get("tools"))
-        c = _completion_tokens(str(body["model"]), reply.content, reply.tool_calls)
-        usage = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
-        return _Answer(kind, rnd, reply, call_ids, f"chatcmpl-{_digest(body)}", usage)
+        prompt = count_message_tokens(messages, model, tools)
+        return _Answer(kind, rnd, reply, call_ids, digest, prompt, completion, truncated)
+
+    def _answer_chat(self, body: dict) -> _Answer:
+        caps = [body[k] for k in ("max_tokens", "max_completion_tokens") if body.get(k)]
+        cap = None if self.quirks.ignore_completion_caps or not caps else min(caps)
+        return self._answer(body["messages"], str(body["model"]), body.get("tools"), cap,
+                            _digest(body.get("model"), body["messages"]))
+
+    def _answer_responses(self, body: dict) -> _Answer:
+        return self._answer(_responses_messages(body), str(body["model"]), body.get("tools"),
+                            body.get("max_output_tokens"),
+                            _digest(body.get("model"), body.get("instructions"), body["input"]))
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -424,8 +755,37 @@ def _error_body(message: str, type_: str, param: str | None = None,
 
 
 _FAILURE_MESSAGES = {
+    408: ("Request timed out (injected by the loopback server).", "timeout", None),
+    409: ("Conflict with a concurrent request (injected by the loopback server).",
+          "invalid_request_error", "conflict"),
     429: ("Rate limit reached (injected by the loopback server).", "requests", "rate_limit_exceeded"),
+    502: ("Bad gateway (injected by the loopback server).", "server_error", None),
+    503: ("The server is overloaded or not ready yet (injected by the loopback server).",
+          "server_error", None),
+    504: ("Gateway timeout (injected by the loopback server).", "server_error", None),
 }
+
+
+def _default_failure(status: int, endpoint: str, answer: _Answer, model: str) -> dict:
+    if status == 400:  # the real API's own wording, with this request's numbers
+        if endpoint == "responses":
+            return _error_body("Your input exceeds the context window of this model. Please "
+                               "adjust your input and try again.", "invalid_request_error",
+                               "input", "context_length_exceeded")
+        return _error_body(f"This model's maximum context length is {context_window(model)} "
+                           f"tokens. However, your messages resulted in {answer.prompt_tokens} "
+                           f"tokens. Please reduce the length of the messages.",
+                           "invalid_request_error", "messages", "context_length_exceeded")
+    message, type_, code = _FAILURE_MESSAGES.get(status, (
+        f"The server had an error while processing your request (injected status {status}).",
+        "server_error", None))
+    return _error_body(message, type_, None, code)
+
+
+_LOADING_BODY = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+# llama-cpp-python's answer when chatml's template (jinja2, StrictUndefined) meets an
+# assistant message without 'content'.
+_TEMPLATE_FAILURE = _error_body("'dict object' has no attribute 'content'", "internal_server_error")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -451,10 +811,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if self.path != "/v1/chat/completions":
+        endpoint = ENDPOINTS.get(self.path)
+        if endpoint is None:
             self._not_found("POST")
             return
         lb = self.server.loopback
+        if lb._still_loading():
+            lb._record(endpoint, "failure", None)
+            self._send_json(503, _LOADING_BODY)
+            return
+        chat = endpoint == "chat/completions"
         try:
             try:
                 body = json.loads(raw)
@@ -462,50 +828,77 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Invalid("We could not parse the JSON body of your request. The OpenAI "
                                "API expects a JSON payload, but what was sent was not valid "
                                "JSON.") from None
-            _validate(body)
+            (_validate if chat else _validate_responses)(body)
         except _Invalid as e:
-            lb._record("invalid", None)
+            lb._record(endpoint, "invalid", None)
             self._send_json(400, _error_body(str(e), "invalid_request_error", e.param, e.code))
             return
 
-        answer = lb._answer(body)
-        failure = lb._take_failure()
-        if failure is not None:
-            status, retry_after = failure
-            lb._record("failure", answer.round)
-            message, type_, code = _FAILURE_MESSAGES.get(status, (
-                f"The server had an error while processing your request (injected status "
-                f"{status}).", "server_error", None))
-            headers = {} if retry_after is None else {"retry-after-ms": str(int(retry_after * 1000))}
-            self._send_json(status, _error_body(message, type_, None, code), headers)
+        answer = lb._answer_chat(body) if chat else lb._answer_responses(body)
+        rnd = answer.round if answer.kind == "chat" else None
+        fault = lb._take_fault()
+        if fault is not None and fault.status is None:
+            lb._record(endpoint, "dropped", rnd)
+            self._reset_connection()
+            return
+        if fault is not None:
+            lb._record(endpoint, "failure", rnd)
+            self._send_failure(fault, _default_failure(fault.status, endpoint, answer,
+                                                       str(body["model"])))
+            return
+        if chat and lb.quirks.require_content and any(
+                m["role"] == "assistant" and "content" not in m for m in body["messages"]):
+            lb._record(endpoint, "failure", rnd)
+            self._send_json(500, _TEMPLATE_FAILURE)
             return
 
         # Counted on receipt, so a client killed during the delay still shows its call.
-        lb._record(answer.kind, answer.round if answer.kind == "chat" else None, body)
+        lb._record(endpoint, answer.kind, rnd, body)
         wait = lb.delay + answer.reply.delay
         if wait > 0:
             time.sleep(wait)
         model = body["model"]
-        if body.get("stream"):
+        if chat and body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._send_stream(_chunks(answer, model, include_usage))
-        else:
+            self._send_events((None, c) for c in _chunks(answer, model, include_usage, lb.quirks))
+            self._send_done()
+        elif chat:
             self._send_json(200, _completion(answer, model))
+        elif body.get("stream"):
+            self._send_events((e["type"], e) for e in _response_events(answer, body))
+        else:
+            self._send_json(200, _response(answer, body, int(time.time()), _output_items(answer)))
 
     # responses
 
     def _send_json(self, status: int, payload: dict,
                    headers: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
+        self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+    def _send(self, status: int, data: bytes, content_type: str,
+              headers: Mapping[str, str] | None = None) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_stream(self, chunks: Iterator[dict]) -> None:
+    def _send_failure(self, fault: _Fault, default: dict) -> None:
+        assert fault.status is not None
+        headers = {}
+        if fault.retry_after is not None:
+            headers = {"retry-after-ms": str(int(fault.retry_after * 1000)),
+                       "retry-after": str(math.ceil(fault.retry_after))}
+        if isinstance(fault.body, str):
+            self._send(fault.status, fault.body.encode(), "text/plain; charset=utf-8", headers)
+        else:
+            self._send_json(fault.status, dict(fault.body) if fault.body is not None else default,
+                            headers)
+
+    def _send_events(self, events: Iterator[tuple[str | None, dict]]) -> None:
+        """Server-sent events, each ``data: JSON`` with an ``event:`` line when named."""
         # No length is known up front, so the end of the body is the end of the connection.
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -513,16 +906,28 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        for chunk in chunks:
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        for name, data in events:
+            line = f"event: {name}\n" if name else ""
+            self.wfile.write(f"{line}data: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
+
+    def _send_done(self) -> None:
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+    def _reset_connection(self) -> None:
+        # SO_LINGER 0: closing sends a TCP reset instead of an orderly end of stream.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
+        self.rfile.close()  # the socket really closes once its last file is closed
 
     def _not_found(self, method: str) -> None:
         self._send_json(404, _error_body(f"Invalid URL ({method} {self.path})",
                                          "invalid_request_error"))
 
+
+# --- chat completions -------------------------------------------------------------------
 
 def _completion(a: _Answer, model: str) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": a.reply.content, "refusal": None}
@@ -531,23 +936,26 @@ def _completion(a: _Answer, model: str) -> dict:
             {"id": cid, "type": "function",
              "function": {"name": call.name, "arguments": call.arguments_json}}
             for cid, call in zip(a.call_ids, a.reply.tool_calls)]
-    return {"id": a.completion_id, "object": "chat.completion", "created": int(time.time()),
+    return {"id": f"chatcmpl-{a.digest}", "object": "chat.completion", "created": int(time.time()),
             "model": model, "system_fingerprint": "loopback",
             "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if a.reply.tool_calls else "stop"}],
+                         "finish_reason": a.finish_reason}],
             "usage": a.usage}
 
 
-def _chunks(a: _Answer, model: str, include_usage: bool) -> Iterator[dict]:
+def _chunks(a: _Answer, model: str, include_usage: bool, quirks: Quirks) -> Iterator[dict]:
     created = int(time.time())
+    include_usage = include_usage and not quirks.no_stream_usage
+    separate_usage = quirks.final_empty_choices_usage
 
     def chunk(delta: dict, finish_reason: str | None = None) -> dict:
-        c = {"id": a.completion_id, "object": "chat.completion.chunk", "created": created,
-             "model": model, "system_fingerprint": "loopback",
-             "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                          "finish_reason": finish_reason}]}
+        c: dict[str, Any] = {
+            "id": f"chatcmpl-{a.digest}", "object": "chat.completion.chunk", "created": created,
+            "model": model, "system_fingerprint": "loopback",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                         "finish_reason": finish_reason}]}
         if include_usage:
-            c["usage"] = None
+            c["usage"] = a.usage if finish_reason and not separate_usage else None
         return c
 
     # Like the real API: the role chunk has content "" for text replies, null for tool calls.
@@ -556,15 +964,100 @@ def _chunks(a: _Answer, model: str, include_usage: bool) -> Iterator[dict]:
     for piece in _pieces(a.reply.content or ""):
         yield chunk({"content": piece})
     for i, (cid, call) in enumerate(zip(a.call_ids, a.reply.tool_calls)):
-        yield chunk({"tool_calls": [{"index": i, "id": cid, "type": "function",
-                                     "function": {"name": call.name, "arguments": ""}}]})
+        head = {"index": i, "id": cid, "type": "function"}
+        yield chunk({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})
         for piece in _pieces(call.arguments_json):
-            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-    yield chunk({}, "tool_calls" if a.reply.tool_calls else "stop")
-    if include_usage:
-        yield {"id": a.completion_id, "object": "chat.completion.chunk", "created": created,
-               "model": model, "system_fingerprint": "loopback", "choices": [],
-               "usage": a.usage}
+            if quirks.repeat_tool_call_ids:
+                delta = {**head, "function": {"name": call.name, "arguments": piece}}
+            else:
+                delta = {"index": i, "function": {"arguments": piece}}
+            yield chunk({"tool_calls": [delta]})
+    yield chunk({}, a.finish_reason)
+    if include_usage and separate_usage:
+        final = chunk({})
+        final["choices"], final["usage"] = [], a.usage
+        yield final
+
+
+# --- responses --------------------------------------------------------------------------
+
+def _output_items(a: _Answer) -> list[dict]:
+    """The ``output`` of a finished response: a message for the text, then one
+    ``function_call`` per tool call; when the reply was cut, its last item is incomplete."""
+    items: list[dict] = []
+    if a.reply.content is not None:
+        items.append({"id": f"msg_{a.digest}", "type": "message", "role": "assistant",
+                      "status": "completed", "content": [
+                          {"type": "output_text", "text": a.reply.content, "annotations": []}]})
+    for i, (cid, call) in enumerate(zip(a.call_ids, a.reply.tool_calls)):
+        items.append({"id": f"fc_{a.digest}_{i}", "type": "function_call", "call_id": cid,
+                      "name": call.name, "arguments": call.arguments_json,
+                      "status": "completed"})
+    if a.truncated:
+        items[-1]["status"] = "incomplete"
+    return items
+
+
+def _response(a: _Answer, body: dict, created: int, output: list[dict] | None) -> dict:
+    """The response object; ``output=None`` gives the in-progress one streams start with."""
+    status = "in_progress" if output is None else "incomplete" if a.truncated else "completed"
+    usage = None if output is None else {
+        "input_tokens": a.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": a.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": a.prompt_tokens + a.completion_tokens}
+    return {
+        "id": f"resp_{a.digest}", "object": "response", "created_at": created,
+        "status": status, "completed_at": created if status == "completed" else None,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "model": body["model"], "output": output or [],
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": None, "temperature": body.get("temperature", 1.0),
+        "top_p": body.get("top_p", 1.0), "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [], "text": {"format": {"type": "text"}},
+        "truncation": "disabled", "metadata": body.get("metadata") or {}, "usage": usage}
+
+
+def _response_events(a: _Answer, body: dict) -> Iterator[dict]:
+    """The Responses streaming events, in the real API's order."""
+    created = int(time.time())
+    sequence = itertools.count()
+
+    def event(type_: str, **fields: Any) -> dict:
+        return {"type": type_, "sequence_number": next(sequence), **fields}
+
+    pending = _response(a, body, created, None)
+    yield event("response.created", response=pending)
+    yield event("response.in_progress", response=pending)
+    items = _output_items(a)
+    for index, item in enumerate(items):
+        ref = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "message":
+            part = item["content"][0]
+            yield event("response.output_item.added", output_index=index,
+                        item={**item, "status": "in_progress", "content": []})
+            yield event("response.content_part.added", **ref, content_index=0,
+                        part={**part, "text": ""})
+            for piece in _pieces(part["text"]):
+                yield event("response.output_text.delta", **ref, content_index=0, delta=piece,
+                            logprobs=[])
+            yield event("response.output_text.done", **ref, content_index=0, text=part["text"],
+                        logprobs=[])
+            yield event("response.content_part.done", **ref, content_index=0, part=part)
+        else:
+            yield event("response.output_item.added", output_index=index,
+                        item={**item, "status": "in_progress", "arguments": ""})
+            for piece in _pieces(item["arguments"]):
+                yield event("response.function_call_arguments.delta", **ref, delta=piece)
+            yield event("response.function_call_arguments.done", **ref, name=item["name"],
+                        arguments=item["arguments"])
+        yield event("response.output_item.done", output_index=index, item=item)
+    final = _response(a, body, created, items)
+    yield event(f"response.{final['status']}", response=final)
 
 
 # --- CLI ------------------------------------------------------------------------------
@@ -578,12 +1071,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--script", help="JSON file: a list of replies (strings or "
                                          "{'content': ..., 'tool_calls': [...]})")
     parser.add_argument("--model", default="loopback-1")
+    parser.add_argument("--quirks", default="",
+                        help="comma-separated quirks of real servers to imitate, e.g. "
+                             "'no_stream_usage,repeat_tool_call_ids,loading_for=3' (known: "
+                             f"{', '.join(f.name for f in dataclasses.fields(Quirks))})")
     args = parser.parse_args(argv)
+    try:
+        quirks = Quirks.parse(args.quirks)
+    except ValueError as e:
+        parser.error(f"--quirks: {e}")
     try:
         script = load_script(args.script) if args.script else None
     except (OSError, ValueError, TypeError, KeyError) as e:
         parser.error(f"cannot use the script {args.script}: {e}")
-    server = LoopbackServer(script, model=args.model, port=args.port).bind()
+    server = LoopbackServer(script, model=args.model, port=args.port, quirks=quirks).bind()
     print(f"LOOPBACK_URL={server.url}", flush=True)
     try:
         server.serve_forever()
