@@ -111,11 +111,11 @@ def raw_diskcache(spec: dict) -> dict:
 
 
 def durable(spec: dict) -> dict:
-    from durable_nb.journal import Journal
+    from durable_nb.journal import DiskJournal
     from durable_nb.runner import Runner
 
     n, first = spec["n"], spec["mode"] == "first"
-    journal = Journal(spec["dir"])
+    journal = DiskJournal(spec["dir"])
     clock = _Clock()
 
     def handler(ctx: Any) -> int:
@@ -252,7 +252,7 @@ def transcript(spec: dict) -> dict:
     against the new content of each round and the size of each request."""
     import openai
 
-    from durable_nb.journal import Journal
+    from durable_nb.journal import DiskJournal
     from durable_nb.runner import RunOptions, Runner
     from durable_nb.testing import LoopbackServer, Reply, ToolCall
 
@@ -295,7 +295,7 @@ def transcript(spec: dict) -> dict:
                               "request": request_bytes})
         return "done"
 
-    journal = Journal(spec["dir"])
+    journal = DiskJournal(spec["dir"])
     with LoopbackServer(script) as server:
         client = openai.OpenAI(base_url=server.url, api_key="bench", max_retries=0)
         Runner("transcript", agent, journal=journal, observer=Meter(),

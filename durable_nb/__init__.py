@@ -11,13 +11,16 @@ In a notebook: ``%load_ext durable_nb`` then a ``%%durable_agent RUN_ID`` cell. 
 from .context import Context, Decision, DurableState, TokenUsage
 from .errors import (
     BudgetExhausted,
+    ContextNotActive,
     CorruptEntry,
     DurableError,
     IncompatibleJournal,
+    InputChanged,
     JournalError,
     JournalMismatch,
     JournalWriteError,
     NoPendingApproval,
+    ReplayDiverged,
     RunCancelled,
     RunExpired,
     RunLeased,
@@ -27,8 +30,8 @@ from .errors import (
     UnknownRun,
     UnserializableResult,
 )
-from .journal import Journal, RunRecord, Status, StepEntry
-from .registry import RunInfo, approve, cancel, delete, get_run, reject, reset, runs
+from .journal import DiskJournal, Journal, RunRecord, Status, StepEntry, open_journal
+from .registry import RunInfo, approve, cancel, delete, get_run, reject, rerun_from, reset, runs
 from .retry import RetryPolicy
 from .runner import RunOptions, execute
 from .serde import register_type
@@ -39,16 +42,20 @@ __version__ = "0.1.0"
 __all__ = [
     "BudgetExhausted",
     "Context",
+    "ContextNotActive",
     "CorruptEntry",
     "Decision",
+    "DiskJournal",
     "DurableError",
     "DurableState",
     "IncompatibleJournal",
+    "InputChanged",
     "Journal",
     "JournalError",
     "JournalMismatch",
     "JournalWriteError",
     "NoPendingApproval",
+    "ReplayDiverged",
     "RetryPolicy",
     "RunCancelled",
     "RunExpired",
@@ -71,8 +78,10 @@ __all__ = [
     "execute",
     "get_run",
     "load_ipython_extension",
+    "open_journal",
     "register_type",
     "reject",
+    "rerun_from",
     "reset",
     "runs",
     "tool",

@@ -50,7 +50,7 @@ def format_run(info: registry.RunInfo) -> str:
         lines.append(f"deadline   {time.ctime(info.deadline)}")
     if info.pending_approval:
         p = info.pending_approval
-        lines.append(f"waiting    approval {p.get('name')!r} at step {p.get('position')}: "
+        lines.append(f"waiting    approval {p.get('name')!r} (step {p.get('key')}): "
                      f"{json.dumps(p.get('details'))}")
     if info.error:
         lines.append(f"error      {info.error}")

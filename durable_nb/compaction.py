@@ -18,13 +18,12 @@ separated from its results.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import JournalMismatch
+from .execution import Execution
+from .llm import CHAT_RETRY, check_budget, completion_usage, default_client
 from .tokens import as_dict, context_window, count_message_tokens, encoding_for
-
-if TYPE_CHECKING:
-    from .execution import Execution
 
 __all__ = ["DEFAULT_KEEP_LAST", "DEFAULT_THRESHOLD", "SUMMARY_MAX_TOKENS", "SUMMARY_PREFIX",
            "compact"]
@@ -196,7 +195,7 @@ def _summary_request(model: str, window: int, goal: str, previous: str | None,
     return {"model": model, "messages": [system, user], "max_completion_tokens": max_out}
 
 
-def compact(execution: "Execution", messages: Sequence[Any], *,
+def compact(execution: Execution, messages: Sequence[Any], *,
             keep_last: int = DEFAULT_KEEP_LAST, threshold: float = DEFAULT_THRESHOLD,
             model: str | None = None, summary_model: str | None = None,
             tools: Sequence[Any] | None = None, client: Any = None) -> list[Any]:
@@ -204,9 +203,6 @@ def compact(execution: "Execution", messages: Sequence[Any], *,
 
     See :meth:`durable_nb.context.Context.compact`.
     """
-    # The same client resolution, retries of transient API errors and fingerprint as ctx.chat.
-    from .llm import chat_step_options, completion_usage, check_budget, default_client
-
     if keep_last < 0:
         raise ValueError(f"keep_last must be 0 or more rounds, got {keep_last}")
     if not 0 < threshold <= 1:
@@ -226,31 +222,21 @@ def compact(execution: "Execution", messages: Sequence[Any], *,
     head, previous, rounds = _split(dicts)
     if len(rounds) <= keep_last:
         return unchanged  # nothing old enough to summarise
-    entry = execution.replay("compact", model)
-    if entry is not None:
-        journaled = execution.outcome(entry)
-        summarised = int(journaled["rounds_summarised"])
-        if summarised > len(rounds):
-            raise JournalMismatch(
-                execution.run_id, entry.position, f"compact {model!r}", f"compact {model!r}",
-                reason=(f"step {entry.position} summarised {summarised} rounds, but the "
-                        f"messages passed to ctx.compact now hold only {len(rounds)}"))
-        execution.record.context_summary = journaled["summary"]
-        return _rebuild(head, journaled["summary"], rounds[summarised:])
-
     summarised = len(rounds) - keep_last
     summary_model = summary_model or model
-    goal = _text(head[-1].get("content")) if head and head[-1].get("role") == "user" else ""
-    request = _summary_request(summary_model,
-                               context_window(summary_model, execution.options.context_windows),
-                               goal, previous, rounds[:summarised])
-    check_budget(execution, request)
-    client = client or execution.options.client or default_client()
-    options = chat_step_options(request)
     made: dict[str, Any] = {}
 
+    def prepare() -> None:  # only when the summary must really be made
+        goal = _text(head[-1].get("content")) if head and head[-1].get("role") == "user" else ""
+        window = context_window(summary_model, execution.options.context_windows)
+        made["request"] = _summary_request(summary_model, window, goal, previous,
+                                           rounds[:summarised])
+        check_budget(execution, made["request"])
+
     def summarise() -> dict[str, Any]:
-        completion = client.chat.completions.create(**request)
+        request = made["request"]
+        chosen = client or execution.options.client or default_client()
+        completion = chosen.chat.completions.create(**request)
         choice = completion.choices[0]
         summary = (choice.message.content or "").strip()
         if not summary:
@@ -266,11 +252,17 @@ def compact(execution: "Execution", messages: Sequence[Any], *,
         execution.record.context_summary = summary
         return {"summary": summary, "rounds_summarised": summarised}
 
-    result = execution.perform(
-        "compact", model, summarise, retry=options["retry"],
-        fingerprint_=options["fingerprint_"],
-        usage=lambda _: made["usage"],
+    inputs = {"model": model, "summary_model": summary_model, "keep_last": keep_last,
+              "messages": dicts}
+    result = execution.step(
+        "compact", model, summarise, retry=CHAT_RETRY, inputs=inputs,
+        usage=lambda _: made["usage"], before_live=prepare,
         meta=lambda _: {"tokens_before": before, "tokens_after": made["after"],
                         "rounds_summarised": summarised, "summary_model": summary_model})
-    execution.save_record()
-    return _rebuild(head, result["summary"], rounds[summarised:])
+    if int(result["rounds_summarised"]) > len(rounds):
+        raise JournalMismatch(
+            execution.run_id, -1, f"compact {model!r}", f"compact {model!r}",
+            reason=(f"a compaction summarised {result['rounds_summarised']} rounds, but the "
+                    f"messages passed to ctx.compact now hold only {len(rounds)}"))
+    execution.record.context_summary = result["summary"]
+    return _rebuild(head, result["summary"], rounds[int(result["rounds_summarised"]):])

@@ -8,20 +8,21 @@ again on every replay and must take the same path given the same step results.
 from __future__ import annotations
 
 import random as _random
-import re
 import time
 import uuid as _uuid
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from . import serde
+from .compaction import compact
+from .errors import ContextNotActive
+from .execution import Execution, canonical, current_scope
+from .llm import chat, chat_async
 from .retry import RetryPolicy
+from .toolcalls import call_tools
 
-if TYPE_CHECKING:
-    from .execution import Execution
-
-__all__ = ["Context", "Decision", "DurableState", "TokenUsage"]
+__all__ = ["Context", "Decision", "DurableState", "TokenUsage", "current_context"]
 
 T = TypeVar("T")
 
@@ -54,7 +55,7 @@ class DurableState(MutableMapping):
     the mapping is rebuilt by replay. Reads are free.
     """
 
-    def __init__(self, execution: "Execution") -> None:
+    def __init__(self, execution: Execution) -> None:
         self._ex = execution
 
     def __getitem__(self, key: str) -> Any:
@@ -71,11 +72,12 @@ class DurableState(MutableMapping):
     def _change(self, key: str, change: dict) -> None:
         if not isinstance(key, str):
             raise TypeError(f"ctx.state keys are str, not {type(key).__name__}")
-        applied = self._ex.step("state", key, lambda: change)
-        if "set" in applied:
-            self._ex.state[key] = applied["set"]
-        else:
-            self._ex.state.pop(key, None)
+        applied = self._ex.step("state", key, lambda: change, inputs=canonical(change))
+        with self._ex.lock:
+            if "set" in applied:
+                self._ex.state[key] = applied["set"]
+            else:
+                self._ex.state.pop(key, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._ex.state)
@@ -90,12 +92,16 @@ class DurableState(MutableMapping):
 class Context:
     """The durable context of one run, handed to the agent loop as ``ctx``.
 
-    Steps are matched with the journal by position: the n-th ``ctx`` call of a replay must be
-    the same kind and name as the n-th call of the first execution, or replay stops with
-    :class:`~durable_nb.errors.JournalMismatch`.
+    Steps are matched with the journal by key: the n-th ``ctx`` call of the handler (or of an
+    asyncio task, or of a step's function) on replay must be the same kind and name, with the
+    same inputs, as the n-th such call of the first execution, or replay stops with
+    :class:`~durable_nb.errors.JournalMismatch` / :class:`~durable_nb.errors.InputChanged`
+    before returning anything stale. A Context works only in the flows of its execution
+    (the handler, its tasks, the steps' functions); elsewhere it raises
+    :class:`~durable_nb.errors.ContextNotActive`.
     """
 
-    def __init__(self, execution: "Execution") -> None:
+    def __init__(self, execution: Execution) -> None:
         self._ex = execution
         self.state = DurableState(execution)
 
@@ -111,10 +117,7 @@ class Context:
         """A key unique to the current step and stable across replays and restarts: inside a
         ``ctx.run`` function, that step's; elsewhere, the next step's. Hand it to external
         APIs as an idempotency key so that a step retried after a crash is not applied twice."""
-        from .execution import current_step
-
-        position = current_step.get()
-        return f"{self._ex.run_id}:{self._ex.position if position is None else position}"
+        return f"{self._ex.run_id}:{self._ex.step_key()}"
 
     @property
     def iteration(self) -> int:
@@ -142,33 +145,28 @@ class Context:
         retried under ``retry`` (default: one attempt); a :class:`TerminalError` or an
         exception not retried is journaled and raised again, same type and message, on
         replay. The result must be JSON data, a pydantic model or a registered type.
-        """
-        from .execution import fingerprint
 
+        The arguments are the step's inputs: called again with other JSON-able arguments
+        (an edited cell), replay stops with :class:`~durable_nb.errors.InputChanged` rather
+        than return the old result (arguments that are not data count by their type).
+        ``ctx`` calls inside ``fn`` are steps of their own, replayed with it.
+        """
         return self._ex.step("run", name, fn, args, kwargs, retry=retry,
-                             fingerprint_=fingerprint(args, kwargs))
+                             inputs=_call_inputs(args, kwargs))
 
     async def run_async(self, name: str, fn: Callable[..., Any], *args: Any,
                         retry: RetryPolicy | None = None, **kwargs: Any) -> Any:
         """:meth:`run` for a coroutine function: ``await ctx.run_async(name, fn, ...)``.
 
-        Steps started together (``asyncio.gather``) run concurrently; their positions follow
-        the order in which they were started, and each is journaled once all the steps
-        before it are, so a replay matches.
+        Steps in tasks started together (``asyncio.gather``) run concurrently; each task's
+        steps have keys of their own, so a replay matches whatever order they finish in.
         """
-        from .execution import fingerprint
-
-        entry = self._ex.replay("run", name)
-        if entry is not None:
-            return self._ex.outcome(entry)
-        return await self._ex.perform_async("run", name, fn, args, kwargs, retry=retry,
-                                            fingerprint_=fingerprint(args, kwargs))
+        return await self._ex.step_async("run", name, fn, args, kwargs, retry=retry,
+                                         inputs=_call_inputs(args, kwargs))
 
     async def chat_async(self, **kwargs: Any) -> Any:
         """:meth:`chat` with an ``openai.AsyncOpenAI`` client (default: one from the
         environment): ``await ctx.chat_async(model=..., messages=...)``."""
-        from .llm import chat_async
-
         return await chat_async(self._ex, kwargs)
 
     def chat(self, **kwargs: Any) -> Any:
@@ -184,9 +182,11 @@ class Context:
         With ``stream=True`` the reply's text is shown in the panel as it arrives and the
         assembled ``ChatCompletion`` (with usage: the API is asked for it) is journaled and
         returned; a replay returns it at once.
-        """
-        from .llm import chat
 
+        The request (model, messages, tools and the options that change the answer) is
+        journaled, each message once per run; replayed with another request (an edited
+        prompt), it stops with :class:`~durable_nb.errors.InputChanged` naming what changed.
+        """
         return chat(self._ex, kwargs)
 
     def compact(self, messages: Any, keep_last: int = 4, threshold: float = 0.6,
@@ -207,8 +207,6 @@ class Context:
         leaves room for the summary call itself (see ``durable_nb.compaction``).
         Messages may be dicts or openai message objects; a compacted list holds dicts.
         """
-        from .compaction import compact
-
         return compact(self._ex, messages, keep_last=keep_last, threshold=threshold,
                        model=model, summary_model=summary_model, tools=tools, client=client)
 
@@ -221,11 +219,10 @@ class Context:
         it first, and a rejection becomes a tool message telling the model so. Unknown tools,
         bad JSON, arguments that do not fit the schema and exceptions raised by the tool come
         back as error messages for the model. ``parallel=True`` runs the calls concurrently,
-        journaled in call order.
+        each with its own step key. A tool that raises :class:`~durable_nb.errors.TerminalError`
+        fails the run.
         """
-        from .toolcalls import call_tools
-
-        return call_tools(self, message, tools, parallel=parallel)
+        return call_tools(self._ex, self, message, tools, parallel=parallel)
 
     def approval(self, name: str, details: Any = None, timeout: float | None = None) -> Decision:
         """Ask a person to approve ``name`` (``details`` is shown to them, JSON data).
@@ -262,12 +259,24 @@ class Context:
         is journaled here as one step, and its tokens count toward this run. A crash inside
         the child replays the child's completed steps when this run resumes.
         """
-        return self._ex.child(name, fn, args, kwargs)
+        return self._ex.child(name, fn, args, kwargs, _call_inputs(args, kwargs))
 
     def __repr__(self) -> str:
-        return f"<durable_nb.Context run_id={self.run_id!r} step={self._ex.position}>"
+        return f"<durable_nb.Context run_id={self.run_id!r}>"
 
 
-def child_run_id(parent: str, name: str, position: int) -> str:
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "child"
-    return f"{parent}/{slug}-{position}"
+def _call_inputs(args: tuple, kwargs: dict) -> dict | None:
+    if not args and not kwargs:
+        return None
+    return {"args": canonical(list(args)), "kwargs": canonical(kwargs)}
+
+
+def current_context() -> Context:
+    """The Context of the run executing in this flow (thread or asyncio task)."""
+    scope = current_scope()
+    if scope is None:
+        raise ContextNotActive(
+            "ctx is only available inside a %%durable_agent cell (or a handler given to "
+            "durable_nb.execute) while its run executes: this code runs outside any run "
+            "(a later cell, or a thread durable_nb did not start).")
+    return Context(scope.execution)

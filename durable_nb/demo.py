@@ -182,7 +182,7 @@ def _spawn(journal: Path, url: str, workdir: Path, crash_after: str | None
 def run_demo(directory: str | None = None) -> int:
     """Run the crash-and-resume demo in ``directory`` (a new temp dir by default)."""
     from . import registry
-    from .journal import Journal, Status
+    from .journal import Status, open_journal
     from .testing import LoopbackServer
 
     workdir = Path(directory or tempfile.mkdtemp(prefix="durable-nb-demo-"))
@@ -198,11 +198,11 @@ def run_demo(directory: str | None = None) -> int:
         print("2. Run it again: completed steps are replayed from the journal, then it goes on.")
         print("   The email needs approval; the demo approves it as a person would.")
         second = _spawn(journal_dir, server.url, workdir, None)
-        journal = Journal(journal_dir)
+        journal = open_journal(journal_dir)
         while second.poll() is None:
             record = journal.find_run("sales-report")
             if record and record.status is Status.WAITING_APPROVAL and \
-                    journal.read_json("decision:sales-report") is None:
+                    journal.get_request("decision", "sales-report") is None:
                 time.sleep(0.5)
                 registry.approve("sales-report", "ok to send", by="demo-user", journal=journal)
                 print("    (approved by demo-user)", flush=True)

@@ -11,7 +11,10 @@
     ├── SerializationError            a value cannot be stored as JSON
     │   └── UnserializableResult      ... and it is a step's result (its side effect already ran)
     ├── JournalMismatch               the code asks for a different step than the journal holds
-    ├── RunLeased                     another live process is executing the run
+    │   └── InputChanged              ... the same step, asked with other inputs (an edited cell)
+    ├── ReplayDiverged                a pure replay (verify_replay) did not reproduce the run
+    ├── ContextNotActive              ctx used outside its run's execution (a later cell, a thread)
+    ├── RunLeased                     another live executor holds the run (or took it over)
     ├── RunExpired                    the run passed its deadline (timeout)
     ├── RunCancelled                  the run was cancelled
     ├── BudgetExhausted               max_iterations, max_tokens or the context window would be passed
@@ -28,13 +31,16 @@ import time
 
 __all__ = [
     "BudgetExhausted",
+    "ContextNotActive",
     "CorruptEntry",
     "DurableError",
     "IncompatibleJournal",
+    "InputChanged",
     "JournalError",
     "JournalMismatch",
     "JournalWriteError",
     "NoPendingApproval",
+    "ReplayDiverged",
     "RunCancelled",
     "RunExpired",
     "RunLeased",
@@ -108,12 +114,12 @@ class UnserializableResult(SerializationError):
     runs again when the run resumes.
     """
 
-    def __init__(self, run_id: str, position: int, name: str, detail: str) -> None:
+    def __init__(self, run_id: str, step: str, name: str, detail: str) -> None:
         self.run_id = run_id
-        self.position = position
+        self.step = step
         self.name = name
         super().__init__(
-            f"step {position} ({name!r}) of run {run_id!r} returned a value that cannot be "
+            f"step {step} ({name!r}) of run {run_id!r} returned a value that cannot be "
             f"journaled: {detail}. The step's side effect already ran, but its result was not "
             f"recorded, so it will run again when the run resumes. Return JSON data (dict, list, "
             f"str, numbers), a pydantic model, or register the type with "
@@ -121,33 +127,62 @@ class UnserializableResult(SerializationError):
         )
 
 
-class JournalMismatch(DurableError):
-    """The code asks for a different step than the journal holds at this position.
+def _step_words(position: int, key: str | None) -> str:
+    """"step 4", or "step 4 (key 2.1)" when the step's identity differs from its position."""
+    return f"step {position}" if key in (None, str(position)) else f"step {position} (key {key})"
 
-    Replay matches steps by position; a different name or kind means the code changed
-    (or is not deterministic). The journal is left untouched.
+
+class JournalMismatch(DurableError):
+    """The code asks for a different step than the journal holds for this step's key.
+
+    Replay matches steps by key (for steps made one after another: by position); a
+    different name or kind means the code changed, or is not deterministic. The journal is
+    left untouched.
     """
 
     def __init__(self, run_id: str, position: int, journaled: str, requested: str,
-                 reason: str = "") -> None:
+                 reason: str = "", *, key: str | None = None) -> None:
         self.run_id = run_id
         self.position = position
+        self.key = key
         self.journaled = journaled
         self.requested = requested
-        why = reason or (f"the journal holds {journaled} at step {position}, "
+        where = _step_words(position, key)
+        why = reason or (f"the journal holds {journaled} at {where}, "
                          f"but the code now asks for {requested}")
         super().__init__(
             f"run {run_id!r} no longer matches its journal: {why}. The journal was not changed. "
-            f"If the change is intended, reset the run from step {position} "
-            f"(`durable-nb reset {run_id} --from {position}`, `%durable reset {run_id} --from "
-            f"{position}`, or --on-mismatch reset in the cell) or use a new run id; otherwise "
-            f"make the code take its steps in the same order as before (no branching on "
-            f"time, randomness or data read outside ctx)."
+            f"To execute again from that step, keeping the old steps as a fork of the run, "
+            f"re-run with --on-change rerun (on_change=\"rerun\"), or reset the run "
+            f"(`durable-nb reset {run_id} --from {position}`); or use a new run id. If the "
+            f"change is not intended, make the code take the same steps with the same inputs "
+            f"as before (no branching on time, randomness or data read outside ctx)."
         )
 
 
+class InputChanged(JournalMismatch):
+    """A step asks with other inputs than the journaled step (an edited prompt, other
+    arguments): replaying its journaled result would return a stale answer."""
+
+    def __init__(self, run_id: str, position: int, step: str, change: str, *,
+                 key: str | None = None) -> None:
+        self.change = change
+        super().__init__(run_id, position, step, step, key=key,
+                         reason=f"{_step_words(position, key)}, {step}: {change}")
+
+
+class ReplayDiverged(DurableError):
+    """A pure replay of a finished run (``verify_replay``, ``DURABLE_NB_VERIFY_REPLAY=1``)
+    did not reproduce what the first execution observed."""
+
+
+class ContextNotActive(DurableError):
+    """``ctx`` was used where no execution of its run is active: after the cell or handler
+    ended, from a later cell, or from a thread or task durable_nb does not number."""
+
+
 class RunLeased(DurableError):
-    """Another live process (or thread) is executing this run."""
+    """Another live executor holds this run's lease, or took it over from this one."""
 
     def __init__(self, run_id: str, holder: dict, advice: str | None = None) -> None:
         self.run_id = run_id

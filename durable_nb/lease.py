@@ -1,9 +1,11 @@
 """One executor per run: a lease in the journal naming the process that executes it.
 
-A lease is ``{"token", "pid", "host", "started", "heartbeat"}`` under ``lease:RUN``. It can be
-taken when there is none, when it is ours, or when its holder is dead: a pid gone from this host
-(or reused by another process, told apart by its start time), or a heartbeat older than
-``stale_after`` seconds (the only test possible for a holder on another host).
+A lease is ``{"token", "pid", "host", "started", "heartbeat"}``. It can be taken when there is
+none, when its holder is dead: a pid gone from this host (or reused by another process, told
+apart by its start time), a lease of this process that no execution holds any more, or a
+heartbeat older than ``stale_after`` seconds (the only test possible for a holder on another
+host, and the one that catches a stalled process). Every write of an executor carries its
+token, so an executor that lost its lease is fenced out (:mod:`durable_nb.journal.base`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .errors import RunLeased
 from .journal import Journal, this_host
 
-__all__ = ["Lease", "holder_alive"]
+__all__ = ["DEFAULT_STALE_AFTER", "Lease", "holder_alive"]
 
 DEFAULT_STALE_AFTER = 30.0
 
@@ -37,9 +38,14 @@ def _process_start(pid: int) -> str | None:
 
 def holder_alive(holder: dict, stale_after: float = DEFAULT_STALE_AFTER) -> bool:
     """Whether the lease holder may still be executing."""
-    age = time.time() - float(holder.get("heartbeat", 0))
+    try:
+        age = time.time() - float(holder.get("heartbeat", 0))
+    except (TypeError, ValueError):
+        return False
+    if age >= stale_after:
+        return False  # on any host: a stalled or paused executor loses its run
     if holder.get("host") != this_host():
-        return age < stale_after
+        return True
     pid = holder.get("pid")
     if not isinstance(pid, int):
         return False
@@ -52,9 +58,7 @@ def holder_alive(holder: dict, stale_after: float = DEFAULT_STALE_AFTER) -> bool
     except PermissionError:
         pass  # alive, owned by someone else
     started = holder.get("started")
-    if started is not None and _process_start(pid) not in (None, started):
-        return False
-    return age < stale_after
+    return started is None or _process_start(pid) in (None, started)
 
 
 @dataclass
@@ -68,33 +72,18 @@ class Lease:
     @classmethod
     def acquire(cls, journal: Journal, run_id: str,
                 stale_after: float = DEFAULT_STALE_AFTER) -> "Lease":
-        """Take the run's lease or raise :class:`RunLeased` naming the live holder."""
-        key = f"lease:{run_id}"
+        """Take the run's lease or raise :class:`~durable_nb.errors.RunLeased` naming the
+        live holder."""
         mine = {"token": uuid.uuid4().hex, "pid": os.getpid(), "host": this_host(),
                 "started": _process_start(os.getpid()), "heartbeat": time.time()}
-        with journal.transaction():
-            holder = journal.read_json(key)
-            if holder and holder_alive(holder, stale_after):
-                raise RunLeased(run_id, holder)
-            journal.write_json(key, mine)
+        journal.acquire_lease(run_id, mine, lambda holder: holder_alive(holder, stale_after))
         _held_here.add(mine["token"])
         return cls(journal, run_id, mine["token"])
 
     def renew(self) -> bool:
         """Refresh the heartbeat; False if another executor took the lease over."""
-        key = f"lease:{self.run_id}"
-        with self.journal.transaction():
-            holder = self.journal.read_json(key)
-            if not holder or holder.get("token") != self.token:
-                return False
-            holder["heartbeat"] = time.time()
-            self.journal.write_json(key, holder)
-        return True
+        return self.journal.renew_lease(self.run_id, self.token, time.time())
 
     def release(self) -> None:
         _held_here.discard(self.token)
-        key = f"lease:{self.run_id}"
-        with self.journal.transaction():
-            holder = self.journal.read_json(key)
-            if holder and holder.get("token") == self.token:
-                self.journal.delete_key(key)
+        self.journal.release_lease(self.run_id, self.token)

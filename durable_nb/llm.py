@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import openai
+from openai.types.chat import ChatCompletion
 
 from .errors import BudgetExhausted
+from .execution import Execution, canonical
 from .retry import RetryPolicy
+from .tokens import context_window, count_message_tokens
 
-if TYPE_CHECKING:
-    from .execution import Execution
+__all__ = ["CHAT_RETRY", "chat", "chat_async", "chat_inputs", "check_budget", "completion_usage",
+           "default_client"]
 
-__all__ = ["CHAT_RETRY", "chat", "chat_async", "chat_step_options", "check_budget",
-           "completion_usage", "default_client"]
-
-# Keyword arguments that configure transport or carry credentials: never part of a fingerprint.
+# Keyword arguments that configure transport or carry credentials: never journaled.
 _TRANSPORT_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
+# Keyword arguments that change how the answer arrives, not what it is.
+_DELIVERY_KWARGS = ("stream", "stream_options")
 
 _default_clients: dict[bool, Any] = {}
 _default_lock = threading.Lock()
 
-
-def _transient_errors() -> tuple[type[BaseException], ...]:
-    import openai
-
-    return (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError)
-
-
-CHAT_RETRY = RetryPolicy(max_attempts=4, initial_delay=1.0, max_delay=20.0)
+CHAT_RETRY = RetryPolicy(max_attempts=4, initial_delay=1.0, max_delay=20.0,
+                         retry_on=(openai.RateLimitError, openai.APIConnectionError,
+                                   openai.InternalServerError))
 
 
 def default_client(*, asynchronous: bool = False) -> Any:
@@ -35,8 +34,6 @@ def default_client(*, asynchronous: bool = False) -> Any:
     per process."""
     with _default_lock:
         if asynchronous not in _default_clients:
-            import openai
-
             try:
                 _default_clients[asynchronous] = (openai.AsyncOpenAI() if asynchronous
                                                   else openai.OpenAI())
@@ -56,11 +53,15 @@ def completion_usage(completion: Any) -> tuple[int, int]:
     return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
 
 
-def check_budget(execution: "Execution", kwargs: dict) -> None:
+def chat_inputs(kwargs: dict) -> dict:
+    """What a chat request asks, as canonical data: its fingerprint is compared on replay."""
+    return {k: canonical(v) for k, v in kwargs.items()
+            if k not in _TRANSPORT_KWARGS and k not in _DELIVERY_KWARGS}
+
+
+def check_budget(execution: Execution, kwargs: dict) -> None:
     """Raise :class:`BudgetExhausted` (and mark the run to fail) before a call that would
     pass max_iterations, max_tokens or the model's context window."""
-    from .tokens import context_window, count_message_tokens
-
     record = execution.record
     problem = None
     if record.max_iterations is not None and execution.iteration >= record.max_iterations:
@@ -79,14 +80,14 @@ def check_budget(execution: "Execution", kwargs: dict) -> None:
                        f"of {model or 'the model'} ({window}); compact the messages "
                        f"(ctx.compact) or choose a model with a larger window")
     if problem is not None:
-        exc = BudgetExhausted(f"run {execution.run_id!r} stopped before step "
-                              f"{execution.position}: {problem}. Raise the limit "
-                              f"(--max-tokens / --max-iterations) and execute again to go on.")
+        exc = BudgetExhausted(f"run {execution.run_id!r} stopped before its next LLM call: "
+                              f"{problem}. Raise the limit (--max-tokens / --max-iterations) "
+                              f"and execute again to go on.")
         execution.budget_failure = exc
         raise exc
 
 
-def _prepare(execution: "Execution", kwargs: dict) -> tuple[Any, str, dict]:
+def _prepare(execution: Execution, kwargs: dict) -> tuple[Any, str, dict]:
     """Split ``client=`` off, apply the run's default model; (client, step name, kwargs)."""
     client = kwargs.pop("client", None) or execution.options.client
     if "model" not in kwargs and execution.options.model:
@@ -94,19 +95,8 @@ def _prepare(execution: "Execution", kwargs: dict) -> tuple[Any, str, dict]:
     return client, str(kwargs.get("model") or "chat"), kwargs
 
 
-def chat_step_options(kwargs: dict) -> dict:
-    """Step options of a chat call: retry of transient API errors, fingerprint, usage."""
-    from .execution import fingerprint
-
-    public = {k: v for k, v in kwargs.items() if k not in _TRANSPORT_KWARGS}
-    return {"retry": RetryPolicy(**{**CHAT_RETRY.__dict__, "retry_on": _transient_errors()}),
-            "fingerprint_": fingerprint(public), "usage": completion_usage}
-
-
 def _assemble(stream_manager: Any, on_text: Any) -> Any:
     """Show a streamed reply's text as it arrives; return the whole ChatCompletion."""
-    from openai.types.chat import ChatCompletion
-
     with stream_manager as stream:
         for event in stream:
             if event.type == "content.delta" and on_text is not None:
@@ -116,32 +106,30 @@ def _assemble(stream_manager: Any, on_text: Any) -> Any:
     return ChatCompletion.model_validate(final.model_dump(mode="json", exclude_none=True))
 
 
-def chat(execution: "Execution", kwargs: dict) -> Any:
+def chat(execution: Execution, kwargs: dict) -> Any:
     """Replay or make one chat completion for ``ctx.chat(**kwargs)``."""
     client, name, kwargs = _prepare(execution, kwargs)
-    entry = execution.replay("chat", name)
-    if entry is not None:
-        return execution.outcome(entry)
-    check_budget(execution, kwargs)
-    client = client or default_client()
-    options = chat_step_options(kwargs)
-    if kwargs.pop("stream", False):
-        kwargs.setdefault("stream_options", {"include_usage": True})
-        on_text = getattr(execution.observer, "on_text", None)
-        return execution.perform(
-            "chat", name, lambda: _assemble(client.chat.completions.stream(**kwargs), on_text),
-            **options)
-    return execution.perform("chat", name, client.chat.completions.create, (), kwargs,
-                             **options)
+    streamed = kwargs.pop("stream", False)
+
+    def call() -> Any:
+        chosen = client or default_client()
+        if streamed:
+            kwargs.setdefault("stream_options", {"include_usage": True})
+            on_text = getattr(execution.observer, "on_text", None)
+            return _assemble(chosen.chat.completions.stream(**kwargs), on_text)
+        return chosen.chat.completions.create(**kwargs)
+
+    return execution.step("chat", name, call, retry=CHAT_RETRY, inputs=chat_inputs(kwargs),
+                          usage=completion_usage, before_live=lambda: check_budget(execution, kwargs))
 
 
-async def chat_async(execution: "Execution", kwargs: dict) -> Any:
+async def chat_async(execution: Execution, kwargs: dict) -> Any:
     """Replay or make one chat completion for ``await ctx.chat_async(**kwargs)``."""
     client, name, kwargs = _prepare(execution, kwargs)
-    entry = execution.replay("chat", name)
-    if entry is not None:
-        return execution.outcome(entry)
-    check_budget(execution, kwargs)
-    client = client or default_client(asynchronous=True)
-    return await execution.perform_async("chat", name, client.chat.completions.create, (),
-                                         kwargs, **chat_step_options(kwargs))
+
+    async def call() -> Any:
+        return await (client or default_client(asynchronous=True)).chat.completions.create(**kwargs)
+
+    return await execution.step_async("chat", name, call, retry=CHAT_RETRY,
+                                      inputs=chat_inputs(kwargs), usage=completion_usage,
+                                      before_live=lambda: check_budget(execution, kwargs))

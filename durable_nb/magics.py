@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -19,7 +20,7 @@ from IPython.display import display
 from . import registry
 from .cli import STEERING, format_run, format_runs, steer
 from .errors import DurableError, UnknownRun
-from .journal import Journal, Status, default_directory, open_journal
+from .journal import Journal, Status, default_location, open_journal
 from .notebook import NotebookRun, active_run, compile_cell, describe_unfinished
 from .runner import RunOptions, validate_run_id
 
@@ -89,9 +90,13 @@ class DurableMagics(Magics):
                    "from outside (durable-nb approve, another notebook). For headless runs "
                    "(nbclient, papermill); without it the cell ends and the panel's buttons "
                    "resume the run")
-    @argument("--on-mismatch", choices=["error", "reset"], default="error",
-              help="when the cell no longer matches the journal: stop with JournalMismatch "
-                   "(default) or forget the journal from the first divergent step and go on")
+    @argument("--on-change", choices=["error", "rerun", "replay"], default="error",
+              help="when a step is asked differently than the journal holds it (an edited "
+                   "prompt, other arguments, another step): stop before returning a stale "
+                   "result, naming what changed (error, the default); execute again from the "
+                   "first changed step, the steps before it replayed and the old ones kept as "
+                   "a fork of the run (rerun); or return the journaled results anyway when "
+                   "only inputs changed (replay)")
     @argument("--on-journal-error", choices=["continue", "stop"], default="continue",
               help="when a journal write fails (disk full): go on with a loud warning and retry "
                    "(default), or stop before passing the unrecorded step")
@@ -124,7 +129,7 @@ class DurableMagics(Magics):
         options = RunOptions(
             title=args.title, timeout=args.timeout, max_iterations=args.max_iterations,
             max_tokens=args.max_tokens, model=args.model, source=cell,
-            on_approval="wait" if args.wait else "park", on_mismatch=args.on_mismatch,
+            on_approval="wait" if args.wait else "park", on_change=args.on_change,
             on_journal_error=args.on_journal_error)
         handler = compile_cell(cell, run_id, self.shell.user_ns)
         run = NotebookRun(run_id, handler, options, journal)
@@ -230,7 +235,7 @@ def load_ipython_extension(ipython: Any) -> None:
     magics = DurableMagics(ipython)
     ipython.register_magics(magics)
     ipython.events.register("pre_run_cell", magics.pre_run_cell)
-    directory = default_directory()
+    directory = Path(default_location())
     if directory.is_dir():
         lines = describe_unfinished(open_journal(directory))
         if lines:

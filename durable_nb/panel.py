@@ -53,8 +53,8 @@ class RunPanel:
         self._replayed = 0
         self._executed = 0
         # Positions already in the timeline: a run resumed after an approval replays its
-        # steps again, and those must not show twice or count as replayed twice (fix).
-        self._shown = 0
+        # steps again, and those must not show twice or count as replayed twice.
+        self._shown: set[int] = set()
         self._note = note
         self._result_html = ""
         self._log_buffer: list[str] = []
@@ -89,7 +89,7 @@ class RunPanel:
         for entry in info.steps:
             panel._recent.append((entry, True))
         panel._replayed = len(info.steps)
-        panel._shown = len(info.steps)
+        panel._shown = {entry.position for entry in info.steps}
         panel.refresh(force=True)
         return panel
 
@@ -122,9 +122,9 @@ class RunPanel:
 
     def on_step(self, entry: StepEntry, replayed: bool) -> None:
         with self._lock:
-            if replayed and entry.position < self._shown:
+            if replayed and entry.position in self._shown:
                 return  # already shown by an earlier execution of this run
-            self._shown = max(self._shown, entry.position + 1)
+            self._shown.add(entry.position)
             self._recent.append((entry, replayed))
             if replayed:
                 self._replayed += 1
@@ -189,7 +189,7 @@ class RunPanel:
                 details = json.dumps(pending.get("details"), indent=2)
                 self.approval_text.value = (
                     f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
-                    f"(step {pending.get('position')})<pre style='white-space:pre-wrap'>"
+                    f"(step {pending.get('key')})<pre style='white-space:pre-wrap'>"
                     f"{html.escape(details)}</pre>")
                 self.approval_box.layout.display = "flex"
                 self.approve_button.disabled = self.reject_button.disabled = False

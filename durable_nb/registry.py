@@ -12,14 +12,25 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from . import serde
 from .context import Decision
 from .errors import NoPendingApproval, RunLeased
-from .journal import Journal, RunRecord, Status, StepEntry, open_journal, this_host
+from .journal import (
+    Journal,
+    JournalSpec,
+    RunRecord,
+    Status,
+    StepEntry,
+    fork_run,
+    open_journal,
+    rewind,
+    this_host,
+)
 from .lease import holder_alive
 from .runner import live_execution
 
-__all__ = ["RunInfo", "approve", "cancel", "delete", "get_run", "lease_holder", "reject", "reset",
-           "runs"]
+__all__ = ["RunInfo", "approve", "cancel", "delete", "get_run", "lease_holder", "reject",
+           "rerun_from", "reset", "runs"]
 
 
 @dataclass
@@ -32,8 +43,6 @@ class RunInfo(RunRecord):
     @property
     def state(self) -> dict[str, Any]:
         """The run's ``ctx.state`` as its journaled steps leave it."""
-        from . import serde
-
         state: dict[str, Any] = {}
         for entry in self.steps:
             if entry.kind == "state" and entry.ok:
@@ -51,7 +60,7 @@ class RunInfo(RunRecord):
         data["executing"] = self.executing
         data["state"] = self.state
         data["steps"] = [
-            {"position": e.position, "name": e.name, "kind": e.kind, "ok": e.ok,
+            {"position": e.position, "key": e.key, "name": e.name, "kind": e.kind, "ok": e.ok,
              "result": e.result, "error": e.error, "started_at": e.started_at,
              "finished_at": e.finished_at, "prompt_tokens": e.prompt_tokens,
              "completion_tokens": e.completion_tokens, "meta": e.meta}
@@ -59,34 +68,40 @@ class RunInfo(RunRecord):
         return data
 
 
-def lease_holder(run_id: str, *, journal: Journal | str | None = None) -> dict | None:
+def lease_holder(run_id: str, *, journal: JournalSpec = None) -> dict | None:
     """Who executes the run now (pid, host, heartbeat), or None: one read, no steps loaded."""
-    journal = open_journal(journal)
-    holder = journal.read_json(f"lease:{run_id}")
+    holder = open_journal(journal).lease(run_id)
     return holder if holder and holder_alive(holder) else None
 
 
-def runs(status: Status | str | None = None, *, journal: Journal | str | None = None
-         ) -> list[RunRecord]:
-    """All runs (oldest first), or those with ``status``."""
+def _current(journal: Journal, record: RunRecord) -> RunRecord:
+    # The record's step count lags the journal after a crash between a step and the next
+    # record write: read the true count (a lookup or two when it is right).
+    record.step_count = journal.count_steps(record.run_id, record.step_count)
+    return record
+
+
+def runs(status: Status | str | None = None, *, journal: JournalSpec = None) -> list[RunRecord]:
+    """All runs (oldest first), or those with ``status`` (any case: ``"done"``)."""
     journal = open_journal(journal)
-    wanted = Status(status) if status is not None else None
-    records = [journal.find_run(run_id) for run_id in journal.run_ids()]
-    return [r for r in records if r is not None and (wanted is None or r.status is wanted)]
+    wanted = Status.parse(status) if status is not None else None
+    return [_current(journal, r) for r in journal.list_runs()
+            if wanted is None or r.status is wanted]
 
 
-def get_run(run_id: str, *, journal: Journal | str | None = None) -> RunInfo:
-    """The run with its steps; :class:`UnknownRun` if there is none."""
+def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:
+    """The run with its steps; :class:`~durable_nb.errors.UnknownRun` if there is none."""
     journal = open_journal(journal)
     record = journal.get_run(run_id)
     info = RunInfo(**{f.name: getattr(record, f.name) for f in fields(RunRecord)})
     info.steps = list(journal.steps(run_id))
+    info.step_count = len(info.steps)
     info.executing = lease_holder(run_id, journal=journal) is not None
     return info
 
 
 def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
-            journal: Journal | str | None) -> Decision:
+            journal: JournalSpec) -> Decision:
     journal = open_journal(journal)
     record = journal.get_run(run_id)
     pending = record.pending_approval
@@ -96,8 +111,8 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             f"See `durable-nb show {run_id}`.")
     target = pending.get("run_id", run_id)
     by = by or f"{getpass.getuser()}@{this_host()}"
-    journal.write_json(f"decision:{target}", {
-        "position": pending["position"], "approved": approved, "note": note, "by": by,
+    journal.put_request("decision", target, {
+        "key": pending.get("key"), "approved": approved, "note": note, "by": by,
         "at": time.time()})
     for waiting in (live_execution(target), live_execution(run_id)):
         if waiting is not None:
@@ -106,26 +121,26 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
 
 
 def approve(run_id: str, note: str | None = None, *, by: str | None = None,
-            journal: Journal | str | None = None) -> Decision:
+            journal: JournalSpec = None) -> Decision:
     """Approve the run's pending approval. The waiting run goes on (a parked one when it is
     resumed: by the notebook that parked it, or by executing it again)."""
     return _decide(run_id, True, note, by, journal)
 
 
 def reject(run_id: str, note: str | None = None, *, by: str | None = None,
-           journal: Journal | str | None = None) -> Decision:
+           journal: JournalSpec = None) -> Decision:
     """Reject the run's pending approval; ``ctx.approval`` returns ``approved=False``."""
     return _decide(run_id, False, note, by, journal)
 
 
-def cancel(run_id: str, *, journal: Journal | str | None = None) -> RunRecord:
+def cancel(run_id: str, *, journal: JournalSpec = None) -> RunRecord:
     """Stop the run cleanly at its next step boundary (journal intact, status CANCELLED).
     Executing it again resumes it."""
     journal = open_journal(journal)
     record = journal.get_run(run_id)
     if record.status is Status.DONE:
         return record
-    journal.write_json(f"cancel:{run_id}", {"at": time.time()})
+    journal.put_request("cancel", run_id, {"at": time.time()})
     live = live_execution(run_id)
     if live is not None:
         live.cancel_event.set()
@@ -145,35 +160,43 @@ def _require_idle(journal: Journal, run_id: str, action: str) -> None:
             f"then {action} it once it has stopped."))
 
 
-def reset(run_id: str, from_step: int = 0, *, journal: Journal | str | None = None) -> RunRecord:
-    """Forget steps ``from_step`` and later, so that they execute again on the next run.
-
-    Tokens and iterations are recounted from the steps that remain. The run must not be
-    executing.
-    """
-    journal = open_journal(journal)
+def _rewind(journal: Journal, run_id: str, from_step: int, action: str) -> RunRecord:
     record = journal.get_run(run_id)
-    if from_step < 0:
-        raise ValueError(f"from_step must be 0 or more, got {from_step}")
-    _require_idle(journal, run_id, "reset")
-    with journal.transaction():
-        journal.truncate(run_id, from_step)
-        kept = list(journal.steps(run_id))
-        record.prompt_tokens = sum(e.prompt_tokens for e in kept)
-        record.completion_tokens = sum(e.completion_tokens for e in kept)
-        record.iteration = sum(1 for e in kept if e.kind == "chat")
-        record.step_count = len(kept)
-        record.status = Status.RUNNING
-        record.error = record.result = record.failed_step = None
-        if record.pending_approval and record.pending_approval.get("position", 0) >= from_step:
-            record.pending_approval = None
-            journal.delete_key(f"decision:{run_id}")
-        journal.delete_key(f"cancel:{run_id}")
-        journal.put_run(record)
+    count = journal.count_steps(run_id, record.step_count)
+    if not isinstance(from_step, int) or not 0 <= from_step < count:
+        last = f"0 to {count - 1}" if count else "none: the run has no steps"
+        raise ValueError(f"cannot {action} run {run_id!r} from step {from_step}: its steps are "
+                         f"numbered {last}. See `durable-nb show {run_id}`.")
+    _require_idle(journal, run_id, action)
     return record
 
 
-def delete(run_id: str, *, journal: Journal | str | None = None) -> None:
+def reset(run_id: str, from_step: int = 0, *, journal: JournalSpec = None) -> RunRecord:
+    """Forget steps ``from_step`` and later, so that they execute again on the next run.
+
+    Tokens and iterations are recounted from the steps that remain. The run must not be
+    executing, and ``from_step`` must be one of its steps.
+    """
+    journal = open_journal(journal)
+    record = _rewind(journal, run_id, from_step, "reset")
+    rewind(journal, record, from_step)
+    journal.put_run(record)
+    return record
+
+
+def rerun_from(run_id: str, from_step: int, *, journal: JournalSpec = None) -> str:
+    """Keep the run as it is now as a fork (``RUN@N``, listed and exportable), then forget
+    its steps from ``from_step`` on, so that executing it again runs them anew (the panel's
+    *Re-run from here*). Returns the fork's run id."""
+    journal = open_journal(journal)
+    record = _rewind(journal, run_id, from_step, "re-run")
+    fork_id = fork_run(journal, record, from_step)
+    rewind(journal, record, from_step)
+    journal.put_run(record)
+    return fork_id
+
+
+def delete(run_id: str, *, journal: JournalSpec = None) -> None:
     """Remove the run and its journal. The run must not be executing."""
     journal = open_journal(journal)
     journal.get_run(run_id)

@@ -2,62 +2,58 @@
 
 :func:`execute` is the entry point outside notebooks; the ``%%durable_agent`` magic uses
 :class:`Runner` directly. The user's handler sees only a :class:`~durable_nb.context.Context`;
-everything durable happens in :meth:`~durable_nb.execution.Execution.step`.
+everything durable happens in :class:`~durable_nb.execution.Execution`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import hashlib
 import inspect
+import json
 import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from . import serde
-from .errors import JournalError, RunCancelled, RunExpired, RunLeased, SerializationError
-from .execution import Execution, Observer, _Suspend
-from .journal import Journal, RunRecord, Status, StepEntry, open_journal, this_host
-from .lease import DEFAULT_STALE_AFTER, Lease
+from .context import Context
+from .errors import (
+    JournalError,
+    ReplayDiverged,
+    RunCancelled,
+    RunExpired,
+    RunLeased,
+    SerializationError,
+)
+from .execution import (
+    Execution,
+    NullObserver,
+    Observer,
+    Restart,
+    Suspend,
+    enter,
+    run_coroutine_here,
+)
+from .journal import (
+    Journal,
+    JournalSpec,
+    RunRecord,
+    Status,
+    fork_run,
+    open_journal,
+    rewind,
+    this_host,
+)
+from .lease import Lease
+from .options import RunOptions
 
-__all__ = ["RunOptions", "RunOutcome", "Runner", "execute", "live_execution"]
-
-OnMismatch = Literal["error", "reset"]
-OnJournalError = Literal["continue", "stop"]
-OnApproval = Literal["wait", "park"]
-
-
-class _NullObserver:
-    def on_step(self, entry: StepEntry, replayed: bool) -> None:
-        pass
-
-    def on_record(self, record: RunRecord) -> None:
-        pass
-
-
-@dataclass
-class RunOptions:
-    """How a run executes. ``timeout`` counts from the run's creation and is fixed then;
-    budgets given on a later execution replace the stored ones (raise them to go on)."""
-
-    title: str | None = None
-    timeout: float | None = None
-    max_iterations: int | None = None
-    max_tokens: int | None = None
-    on_approval: OnApproval = "wait"
-    on_mismatch: OnMismatch = "error"
-    on_journal_error: OnJournalError = "continue"
-    poll_interval: float = 0.1
-    heartbeat_interval: float = 2.0
-    stale_after: float = DEFAULT_STALE_AFTER
-    source: str | None = None
-    model: str | None = None
-    client: Any = None
-    context_windows: dict[str, int] | None = None
+__all__ = ["RunOptions", "RunOutcome", "Runner", "execute", "live_execution", "source_hash",
+           "validate_run_id"]
 
 
 @dataclass
@@ -73,11 +69,11 @@ class RunOutcome:
 
 
 # Runs executing in this process, so that cancel() and approvals reach them without polling.
-_live: dict[str, "Execution"] = {}
+_live: dict[str, Execution] = {}
 _live_lock = threading.Lock()
 
 
-def live_execution(run_id: str) -> "Execution | None":
+def live_execution(run_id: str) -> Execution | None:
     with _live_lock:
         return _live.get(run_id)
 
@@ -85,43 +81,45 @@ def live_execution(run_id: str) -> "Execution | None":
 class _Heartbeat(threading.Thread):
     """Renews the lease and picks up cancel requests written by other processes."""
 
-    def __init__(self, execution: Execution, lease: Lease) -> None:
-        super().__init__(name=f"durable-nb-heartbeat-{execution.run_id}", daemon=True)
-        self.execution = execution
+    def __init__(self, runner: "Runner", lease: Lease) -> None:
+        super().__init__(name=f"durable-nb-heartbeat-{runner.run_id}", daemon=True)
+        self.runner = runner
         self.lease = lease
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        ex = self.execution
+        journal = self.runner.journal
         try:
-            while not self.stopped.wait(ex.options.heartbeat_interval):
+            while not self.stopped.wait(self.runner.options.heartbeat_interval):
+                execution = self.runner.execution
                 try:
                     if not self.lease.renew():
-                        ex.lease_lost = True
+                        if execution is not None:
+                            execution.lease_lost = True
                         return
-                    if ex.journal.read_json(f"cancel:{ex.run_id}") is not None:
-                        ex.cancel_event.set()
-                        ex.wake_event.set()
+                    if execution is not None and \
+                            journal.get_request("cancel", self.runner.run_id) is not None:
+                        execution.cancel_event.set()
+                        execution.wake_event.set()
                 except Exception:  # a transient disk error must not kill the heartbeat
                     continue
         finally:
-            ex.journal.close()  # this thread's connection (and its hold on the WAL)
+            journal.close()  # this thread's connection (and its hold on the WAL)
 
 
 class Runner:
     """Executes one run to an outcome. Create one per execution attempt."""
 
     def __init__(self, run_id: str, handler: Callable[[Any], Any], *,
-                 journal: Journal | str | None = None, options: RunOptions | None = None,
-                 observer: Observer | None = None, parent: str | None = None) -> None:
+                 journal: JournalSpec = None, options: RunOptions | None = None,
+                 observer: Observer | None = None, parent: Execution | None = None) -> None:
         validate_run_id(run_id)
         self.run_id = run_id
         self.handler = handler
         self.journal = open_journal(journal)
         self.options = options or RunOptions()
-        self.observer = observer or _NullObserver()
+        self.observer = observer or NullObserver()
         self.parent = parent
-        self.parent_execution: Execution | None = None
         self.execution: Execution | None = None
 
     def load_or_create(self) -> RunRecord:
@@ -134,7 +132,7 @@ class Runner:
                 run_id=self.run_id, title=opts.title or "", created_at=now, updated_at=now,
                 deadline=now + opts.timeout if opts.timeout else None,
                 max_iterations=opts.max_iterations, max_tokens=opts.max_tokens,
-                parent=self.parent, source=opts.source,
+                parent=self.parent.run_id if self.parent else None, source=opts.source,
                 source_hash=source_hash(opts.source) if opts.source is not None else None)
             if not self.journal.create_run(record):
                 record = self.journal.get_run(self.run_id)
@@ -162,56 +160,87 @@ class Runner:
             raise RunExpired(f"run {self.run_id!r} {record.error}; it is marked FAILED and will "
                              f"not resume. Start a new run id for a new attempt.")
         lease = Lease.acquire(self.journal, self.run_id, self.options.stale_after)
-        execution = Execution(self.journal, record, self.options, self.observer)
-        execution.parent_execution = self.parent_execution
-        self.execution = execution
-        heartbeat = _Heartbeat(execution, lease)
-        with _live_lock:
-            _live[self.run_id] = execution
+        heartbeat = _Heartbeat(self, lease)
         try:
-            self._prepare(execution)
+            self._prepare(record, lease.token)
             heartbeat.start()
-            return self._drive(execution)
+            while True:
+                execution = self._start(record, lease.token)
+                try:
+                    outcome = self._drive(execution)
+                except Restart:
+                    record = self._rerun_from(execution)
+                    continue
+                if outcome.status is Status.DONE and execution.live_steps \
+                        and self.options.verify_replay:
+                    self._verify(outcome, lease.token)
+                return outcome
         finally:
             heartbeat.stopped.set()
             with _live_lock:
-                _live.pop(self.run_id, None)
+                if _live.get(self.run_id) is self.execution:
+                    _live.pop(self.run_id, None)
             try:
                 lease.release()
             except (OSError, sqlite3.Error, JournalError):
                 pass  # a dead lease is taken over by the next executor anyway
 
-    def _prepare(self, execution: Execution) -> None:
-        record = execution.record
-        self.journal.delete_key(f"cancel:{self.run_id}")
+    def _prepare(self, record: RunRecord, token: str) -> None:
+        self.journal.delete_request("cancel", self.run_id)
         # A step whose unhandled failure failed the run is tried again on resume, unless the
-        # step declared it terminal.
-        if record.status is Status.FAILED and record.failed_step is not None:
-            entry = self.journal.get_step(self.run_id, record.failed_step)
-            if entry is not None and not entry.ok and not (entry.error or {}).get("terminal") \
-                    and self.journal.get_step(self.run_id, record.failed_step + 1) is None:
-                self.journal.truncate(self.run_id, record.failed_step)
+        # step declared it terminal: the last entry is removed, an earlier one (concurrent
+        # steps finished after it) is marked to be skipped by replay.
+        failed = record.failed_step
+        if record.status is Status.FAILED and failed is not None:
+            entry = self.journal.get_step(self.run_id, failed)
+            if entry is not None and not entry.ok and not (entry.error or {}).get("terminal"):
+                if not self.journal.has_step(self.run_id, failed + 1):
+                    self.journal.truncate(self.run_id, failed)
+                    record.step_count = failed
+                else:
+                    record.retried_steps = sorted({*(record.retried_steps or ()), failed})
         if record.status is not Status.DONE:
             record.status = Status.WAITING_APPROVAL if record.pending_approval else Status.RUNNING
             record.error = None
             record.failed_step = None
         record.owner = {"pid": os.getpid(), "host": this_host()}
-        execution.save_record()
+        self.journal.put_run(record, token=token)
+
+    def _start(self, record: RunRecord, token: str, *, strict: bool = False) -> Execution:
+        execution = Execution(self.journal, record, self.options,
+                              NullObserver() if strict else self.observer, token=token,
+                              start_child=self._start_child, parent=self.parent, strict=strict)
+        if not strict:
+            self.execution = execution
+            with _live_lock:
+                _live[self.run_id] = execution
+        return execution
+
+    def _call_handler(self, execution: Execution) -> Any:
+        """The handler's value, run in a context where the execution's root scope is
+        current (an async handler on an event loop of its own)."""
+        context = contextvars.copy_context()
+        context.run(enter, execution.root)
+        try:
+            value = context.run(self.handler, Context(execution))
+            if inspect.iscoroutine(value):
+                value = _await_handler(value, execution, context)
+            return value
+        finally:
+            execution.finished = True
 
     def _drive(self, execution: Execution) -> RunOutcome:
-        from .context import Context
-
         record = execution.record
         try:
-            value = self.handler(Context(execution))
-            if inspect.iscoroutine(value):
-                value = _run_coroutine(value, execution)
-        except _Suspend:
+            value = self._call_handler(execution)
+        except Suspend:
             record.status = Status.WAITING_APPROVAL
             execution.save_record()
             if self.parent is not None:
                 raise
             return RunOutcome(record)
+        except Restart:
+            raise
         except BaseException as exc:
             if record.status is not Status.DONE:  # a failed replay leaves a DONE run DONE
                 self._fail(execution, exc)
@@ -234,7 +263,7 @@ class Runner:
             raise err from None
         record.status = Status.DONE
         record.pending_approval = None
-        record.step_count = execution.position
+        record.finished_at = time.time()
         execution.save_record()
         return RunOutcome(record, value)
 
@@ -251,30 +280,86 @@ class Runner:
         else:
             record.status = Status.FAILED
             if isinstance(exc, KeyboardInterrupt):
-                record.error = (f"interrupted at step {execution.position}; execute the run "
-                                f"again to resume")
+                record.error = (f"interrupted at step {execution.writer.next_position}; "
+                                f"execute the run again to resume")
             else:
                 record.error = f"{type(exc).__name__}: {exc}"
             failure = execution.last_failure
             record.failed_step = failure[0] if failure and failure[1] is exc else None
-        record.step_count = execution.position
-        execution.save_record()
+        try:
+            execution.save_record()
+        except RunLeased:
+            pass
+
+    def _rerun_from(self, execution: Execution) -> RunRecord:
+        """After a step changed (``on_change="rerun"``): keep the run as it is as a fork,
+        forget its steps from the changed one, and go on from there."""
+        record = execution.record
+        position = execution.restart_from or 0
+        execution.writer.flush()
+        fork_id = fork_run(self.journal, record, position)
+        rewind(self.journal, record, position)
+        record.error = None
+        self.journal.put_run(record, token=execution.writer.token)
+        note = getattr(self.observer, "on_note", None)
+        if note is not None:
+            note(f"Executing again from step {position}; the steps before are replayed. The "
+                 f"run as it was is kept as {fork_id!r}.")
+        return record
+
+    def _verify(self, outcome: RunOutcome, token: str) -> None:
+        """Execute the handler once more in pure replay; ReplayDiverged on any difference."""
+        record = RunRecord.from_json(outcome.record.to_json())
+        verifier = self._start(record, token, strict=True)
+        value = self._call_handler(verifier)
+        unasked = [e for e in verifier.replay_log.rest()
+                   if not _inside_replayed_step(e.key, verifier.replayed_keys)]
+        if unasked:
+            listed = ", ".join(f"{e.key} ({e.kind} {e.name!r})" for e in unasked[:5])
+            raise ReplayDiverged(
+                f"run {self.run_id!r}: a pure replay never asked for journaled steps {listed}: "
+                f"the code took another path given the same step results.")
+        if _canonical_json(serde.encode(value)) != _canonical_json(outcome.record.result):
+            raise ReplayDiverged(
+                f"run {self.run_id!r}: a pure replay returned another result than the first "
+                f"execution: the code computes its result from something outside ctx.")
+
+    def _start_child(self, child_id: str, title: str, fn: Callable[..., Any], args: tuple,
+                     kwargs: dict, parent: Execution) -> tuple[Any, RunRecord]:
+        deadline = parent.record.deadline
+        options = dataclasses.replace(
+            self.options, title=title, source=None, max_iterations=None,
+            timeout=None if deadline is None else deadline - time.time())
+        runner = Runner(child_id, lambda child_ctx: fn(child_ctx, *args, **kwargs),
+                        journal=self.journal, options=options, observer=self.observer,
+                        parent=parent)
+        outcome = runner.run()
+        return outcome.result, outcome.record
 
 
-def _run_coroutine(coroutine: Any, execution: Execution) -> Any:
+def _inside_replayed_step(key: str, replayed: set[str]) -> bool:
+    """Whether ``key`` is a step made inside a step that replay answered (and skipped)."""
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in replayed for i in range(1, len(parts)))
+
+
+def _canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True)
+
+
+def _await_handler(coroutine: Any, execution: Execution, context: contextvars.Context) -> Any:
     """Run an async handler to completion: here if no event loop runs in this thread, else
     (a notebook cell: the kernel's loop is running) on a thread of its own, while this one
     waits; an interrupt while waiting stops the run at its next step."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        return context.run(run_coroutine_here, coroutine, execution.root)
     box: dict[str, Any] = {}
-    context = contextvars.copy_context()
 
     def run() -> None:
         try:
-            box["value"] = context.run(asyncio.run, coroutine)
+            box["value"] = context.run(run_coroutine_here, coroutine, execution.root)
         except BaseException as exc:
             box["error"] = exc
 
@@ -308,7 +393,7 @@ def source_hash(source: str) -> str:
 
 def execute(run_id: str, handler: Callable[[Any], Any], *, title: str | None = None,
             timeout: float | None = None, max_iterations: int | None = None,
-            max_tokens: int | None = None, journal: Journal | str | None = None,
+            max_tokens: int | None = None, journal: JournalSpec = None,
             **options: Any) -> Any:
     """Execute ``handler(ctx)`` as the durable run ``run_id`` and return its result.
 
@@ -318,8 +403,8 @@ def execute(run_id: str, handler: Callable[[Any], Any], *, title: str | None = N
     from any process. Raises what the handler raised; the run is then FAILED (resumable by
     calling again, unless it expired) or CANCELLED.
 
-    Further keyword options are those of :class:`RunOptions` (``on_mismatch="reset"``,
-    ``on_journal_error="stop"``, ``client=``, ``model=`` ...).
+    Further keyword options are those of :class:`RunOptions` (``on_change="rerun"``,
+    ``on_journal_error="stop"``, ``client=``, ``model=``, ``verify_replay=`` ...).
     """
     opts = RunOptions(title=title, timeout=timeout, max_iterations=max_iterations,
                       max_tokens=max_tokens, **options)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .execution import Execution, canonical
 from .tools import Tool, parse_arguments, tool
-
-if TYPE_CHECKING:
-    from .context import Context
 
 __all__ = ["call_tools", "tool_message"]
 
@@ -31,7 +29,8 @@ def tool_message(call_id: str, content: Any) -> dict[str, str]:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
-def _prepare(ctx: "Context", call: Any, by_name: dict[str, Tool]) -> tuple[Any, str | None]:
+def _prepare(execution: Execution, call: Any, by_name: dict[str, Tool]
+             ) -> tuple[Any, str | None]:
     """Check one call; returns (what to run, None) or (None, an error text for the model)."""
     function = _field(call, "function")
     name = _field(function, "name") or ""
@@ -44,36 +43,37 @@ def _prepare(ctx: "Context", call: Any, by_name: dict[str, Tool]) -> tuple[Any, 
     except ValueError as exc:
         return None, f"error: {exc}"
     if chosen.requires_approval(args):
-        decision = ctx.approval(name, {"tool": name, "arguments": args})
-        if not decision.approved:
-            note = f" Their note: {decision.note}" if decision.note else ""
-            return None, (f"The user rejected this call to {name} (decided by {decision.by})."
-                          f"{note} Do not retry it unless the user asks.")
+        decision = execution.approval(name, {"tool": name, "arguments": args}, None)
+        if not decision["approved"]:
+            note = f" Their note: {decision['note']}" if decision.get("note") else ""
+            return None, (f"The user rejected this call to {name} (decided by "
+                          f"{decision.get('by')}).{note} Do not retry it unless the user asks.")
     return (chosen, args), None
 
 
-def _run(ctx: "Context", chosen: Tool, args: dict[str, Any]) -> Callable[[], Any]:
+def _run(ctx: Any, chosen: Tool, args: dict[str, Any]) -> Callable[[], Any]:
     fn = (lambda **kw: chosen.fn(ctx, **kw)) if chosen.takes_ctx else chosen.fn
     return lambda: fn(**args)
 
 
-def call_tools(ctx: "Context", message: Any, tools: Any, *, parallel: bool = False
-               ) -> list[dict[str, str]]:
+def call_tools(execution: Execution, ctx: Any, message: Any, tools: Any, *,
+               parallel: bool = False) -> list[dict[str, str]]:
     """Run every tool call of ``message`` and return the tool messages, in call order.
 
     Each call is one journaled step named after its tool (approval first where the tool
     needs one; a rejection becomes a tool message telling the model so). A call the model
     got wrong (unknown tool, arguments that are not JSON or do not fit the schema) and a
-    tool that raises become error messages for the model, not a crash. With ``parallel``
-    the calls run concurrently; their steps keep the positions of the call order, so a
-    replay matches.
+    tool that raises become error messages for the model, not a crash; a
+    :class:`~durable_nb.errors.TerminalError` from a tool fails the run, live and on replay
+    alike. With ``parallel`` the calls run concurrently; each takes the key of its place in
+    the call order, so a replay matches. ``ctx`` is handed to tools that take one.
     """
     by_name = _as_tools(tools)
     calls = list(_field(message, "tool_calls") or [])
-    prepared = [_prepare(ctx, call, by_name) for call in calls]
-    steps = [(chosen.name, _run(ctx, chosen, args)) for (todo, _) in prepared if todo
-             for chosen, args in [todo]]
-    outcomes = iter(ctx._ex.steps_in_order("run", steps, parallel=parallel))
+    prepared = [_prepare(execution, call, by_name) for call in calls]
+    steps = [(chosen.name, _run(ctx, chosen, args), {"arguments": canonical(args)})
+             for (todo, _) in prepared if todo for chosen, args in [todo]]
+    outcomes = iter(execution.steps_in_order("run", steps, parallel=parallel))
     messages = []
     for call, (todo, error) in zip(calls, prepared):
         call_id = _field(call, "id")

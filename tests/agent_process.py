@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from durable_nb import approve
-from durable_nb.journal import Journal, Status
+from durable_nb.journal import DiskJournal, Status
 from durable_nb.testing import Reply, ToolCall
 from durable_nb.tokens import encoding_for
 from durable_nb.tools import Tool, tool
@@ -135,7 +135,7 @@ def drive(process: multiprocessing.Process, journal: Journal, run_id: str, *,
             break
         # The decision is read before the record: a consumed decision is deleted only after
         # the record left WAITING_APPROVAL, so this order never approves twice.
-        if approve_waits and journal.read_json(f"decision:{run_id}") is None:
+        if approve_waits and journal.get_request("decision", run_id) is None:
             record = journal.find_run(run_id)
             if record is not None and record.status is Status.WAITING_APPROVAL:
                 approve(run_id, "approved by the crash test", by="crash-test", journal=journal)

@@ -4,13 +4,13 @@ import sys
 
 import pytest
 
-from durable_nb import Journal
+from durable_nb import DiskJournal
 
 
 @pytest.fixture
 def journal(tmp_path):
     """A real diskcache journal in a fresh directory."""
-    j = Journal(tmp_path / "journal")
+    j = DiskJournal(tmp_path / "journal")
     yield j
     j.close()
 
@@ -24,3 +24,8 @@ def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 
     if check and proc.returncode != 0:
         raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+# Every run the suite finishes is executed once more in pure replay and must reproduce what
+# it observed (durable_nb's always-replay check); child processes and kernels inherit it.
+os.environ["DURABLE_NB_VERIFY_REPLAY"] = "1"

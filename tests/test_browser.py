@@ -17,7 +17,7 @@ import pytest
 
 from durable_nb import serde
 from durable_nb.demo import SALES_CSV
-from durable_nb.journal import Journal, Status
+from durable_nb.journal import DiskJournal, Status
 from durable_nb.registry import get_run
 from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
 
@@ -99,7 +99,7 @@ def _side_effects(folder: Path) -> list[str]:
 
 def _approval_result(folder: Path) -> dict:
     """The journaled approval step of the run, decoded, once the run is DONE."""
-    journal = Journal(folder / ".durable_nb")
+    journal = DiskJournal(folder / ".durable_nb")
     try:
         info = get_run(RUN_ID, journal=journal)
     finally:

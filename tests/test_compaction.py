@@ -50,9 +50,13 @@ def agent(log):
     return handler
 
 
-def options(server):
+def options(server, **more):
     client = openai.OpenAI(base_url=server.url, api_key="any", max_retries=0)
-    return {"model": MODEL, "client": client, "context_windows": {MODEL: WINDOW}}
+    return {"model": MODEL, "client": client, "context_windows": {MODEL: WINDOW}, **more}
+
+
+#: For tests that log what each execution of the handler saw: no extra verifying execution.
+ONE_EXECUTION = {"verify_replay": False}
 
 
 def is_compacted(messages):
@@ -62,7 +66,7 @@ def is_compacted(messages):
 
 def test_compacts_only_when_the_estimate_passes_the_threshold(journal, server):
     log = []
-    dn.execute("r", agent(log), journal=journal, **options(server))
+    dn.execute("r", agent(log), journal=journal, **options(server, **ONE_EXECUTION))
     compacted_at = [i for i, (before, after) in enumerate(log)
                     if before > DEFAULT_THRESHOLD * WINDOW]
     assert compacted_at, "the conversation never reached the threshold"
@@ -122,7 +126,8 @@ def test_the_summary_is_the_runs_context_summary(journal, server):
 
 def test_replay_returns_the_same_messages_without_a_summary_call(journal, server):
     first_log, replay_log = [], []
-    first = dn.execute("r", agent(first_log), journal=journal, **options(server))
+    first = dn.execute("r", agent(first_log), journal=journal,
+                       **options(server, **ONE_EXECUTION))
     summaries, chats = server.count(kind="summary"), server.count(kind="chat")
     assert summaries >= 2
     again = dn.execute("r", agent(replay_log), journal=journal, **options(server))

@@ -25,7 +25,7 @@ import pytest
 
 from durable_nb import Status, get_run, serde
 from durable_nb.demo import SALES_CSV
-from durable_nb.journal import Journal, StepEntry
+from durable_nb.journal import DiskJournal, StepEntry
 from durable_nb.testing import DEMO_SCRIPT, LoopbackServer
 from tests.agent_process import DEMO_RUN_ID, demo_child, drive, read_result, start
 
@@ -47,7 +47,7 @@ class DemoRun:
         (root / "sales.csv").write_text(SALES_CSV)
         self.root = root
         self.server = server
-        self.journal = Journal(root / "journal")
+        self.journal = DiskJournal(root / "journal")
         self.approvals = 0
 
     def attempt(self, kills: tuple[str, ...] = (), kill_when: Callable[[], bool] | None = None,

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 import durable_nb
-from durable_nb import Journal, Status, StepEntry, TerminalError
+from durable_nb import DiskJournal, Status, StepEntry, TerminalError
 from durable_nb.demo import SALES_CSV, make_tools, sales_agent
 from durable_nb.export import export_data, export_notebook, export_run
 from durable_nb.testing import LoopbackServer
@@ -44,7 +44,7 @@ def demo_run(tmp_path_factory):
     """A finished demo-agent run in a fresh journal: (journal directory, journal)."""
     root = tmp_path_factory.mktemp("export")
     (root / "sales.csv").write_text(SALES_CSV)
-    journal = Journal(root / "journal")
+    journal = DiskJournal(root / "journal")
     stop = threading.Event()
     approver = threading.Thread(target=_decide_when_asked,
                                 args=(journal, RUN, durable_nb.approve, "ok to send", "ana", stop))
@@ -182,7 +182,7 @@ def test_api_key_is_in_neither_the_journal_nor_the_exports(demo_run, tmp_path):
 
 
 def test_every_step_kind_gets_a_cell_unknown_kinds_a_generic_one(tmp_path):
-    journal = Journal(tmp_path / "journal")
+    journal = DiskJournal(tmp_path / "journal")
 
     def agent(ctx):
         ctx.state["plan"] = ["read", "write"]
@@ -197,11 +197,12 @@ def test_every_step_kind_gets_a_cell_unknown_kinds_a_generic_one(tmp_path):
     assert durable_nb.execute("kinds", agent, title="kinds", journal=journal) == 42
     # A compaction step as ctx.compact journals it, and a kind no version knows yet.
     n = journal.count_steps("kinds")
-    journal.put_step("kinds", StepEntry(
-        n, "loopback-1", "compact", result={"summary": "read it", "rounds_summarised": 3},
+    journal.append_step("kinds", StepEntry(
+        n, str(n), "loopback-1", "compact", result={"summary": "read it", "rounds_summarised": 3},
         prompt_tokens=900, completion_tokens=40,
         meta={"tokens_before": 1200, "tokens_after": 300, "rounds_summarised": 3}))
-    journal.put_step("kinds", StepEntry(n + 1, "thing", "future-kind", result={"x": 1}))
+    journal.append_step("kinds", StepEntry(n + 1, str(n + 1), "thing", "future-kind",
+                                           result={"x": 1}))
 
     nb = nbformat.read(export_run("kinds", tmp_path / "k.ipynb", journal=journal), as_version=4)
     journal.close()
@@ -220,7 +221,7 @@ def test_every_step_kind_gets_a_cell_unknown_kinds_a_generic_one(tmp_path):
 
 
 def test_a_rejection_names_who_rejected_it(tmp_path):
-    journal = Journal(tmp_path / "journal")
+    journal = DiskJournal(tmp_path / "journal")
     stop = threading.Event()
     decider = threading.Thread(target=_decide_when_asked, args=(
         journal, "deploy", durable_nb.reject, "not today", "bob", stop))

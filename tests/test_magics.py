@@ -13,7 +13,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 
-from durable_nb import Journal, RunRecord, Status
+from durable_nb import DiskJournal, RunRecord, Status, StepEntry
 from durable_nb.journal import this_host
 from durable_nb.lease import Lease
 from durable_nb.magics import DurableMagics
@@ -59,7 +59,7 @@ def test_unknown_options_and_extra_words_are_usage_errors(ip) -> None:
     assert "unrecognized arguments: extra" in _usage_error(
         ip.run_cell_magic, "durable_agent", "r extra", CELL)
     assert "invalid choice: 'skip'" in _usage_error(
-        ip.run_cell_magic, "durable_agent", "r --on-mismatch skip", CELL)
+        ip.run_cell_magic, "durable_agent", "r --on-change skip", CELL)
     assert "cannot parse the options" in _usage_error(
         ip.run_cell_magic, "durable_agent", "r --title 'unclosed", CELL)
 
@@ -75,7 +75,7 @@ def test_invalid_or_missing_run_id_is_a_usage_error(ip) -> None:
 def test_options_reach_the_run(ip, tmp_path: Path) -> None:
     line = "opts --title 'my run' --max-iterations 7 --max-tokens 900 --timeout 2h"
     assert ip.run_cell_magic("durable_agent", line, CELL) == 42
-    record = Journal(tmp_path / "journal").get_run("opts")
+    record = DiskJournal(tmp_path / "journal").get_run("opts")
     assert (record.title, record.max_iterations, record.max_tokens) == ("my run", 7, 900)
     assert record.deadline == pytest.approx(record.created_at + 7200, abs=1)
     assert record.source == CELL and record.status is Status.DONE
@@ -124,7 +124,7 @@ def _dead_pid() -> int:
 
 def test_load_ext_reports_interrupted_runs_and_fails_expired_ones(ip, tmp_path: Path,
                                                                   capsys) -> None:
-    journal = Journal(tmp_path / "journal")
+    journal = DiskJournal(tmp_path / "journal")
     now = time.time()
 
     def record(run_id: str, status: Status, **fields) -> RunRecord:
@@ -133,12 +133,14 @@ def test_load_ext_reports_interrupted_runs_and_fails_expired_ones(ip, tmp_path: 
         assert journal.create_run(r)
         return r
 
-    record("crashed", Status.RUNNING, iteration=3, step_count=7, max_iterations=10)
-    journal.write_json("lease:crashed", {"token": "t", "pid": _dead_pid(), "host": this_host(),
-                                         "started": None, "heartbeat": now - 1})
+    record("crashed", Status.RUNNING, iteration=3, step_count=2, max_iterations=10)
+    for position in range(7):  # a crash left the record's step count behind the journal
+        journal.append_step("crashed", StepEntry(position, str(position), "s", "run"))
+    journal.acquire_lease("crashed", {"token": "t", "pid": _dead_pid(), "host": this_host(),
+                                      "started": None, "heartbeat": now - 1}, lambda h: False)
     record("expired", Status.RUNNING, iteration=1, step_count=2, deadline=now - 10)
     record("parked", Status.WAITING_APPROVAL, iteration=2, step_count=4,
-           pending_approval={"position": 3, "name": "send email", "details": None})
+           pending_approval={"key": "3", "name": "send email", "details": None})
     record("finished", Status.DONE, iteration=4, step_count=9)
     record("alive", Status.RUNNING, iteration=1, step_count=1)
     Lease.acquire(journal, "alive")  # held by this live process

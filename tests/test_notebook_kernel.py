@@ -20,7 +20,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from durable_nb import Journal, Status, approve, execute, get_run, serde
+from durable_nb import DiskJournal, Status, approve, execute, get_run, serde
 from durable_nb.demo import SALES_CSV, make_tools, sales_agent
 from durable_nb.testing import DEMO_SCRIPT, LoopbackServer
 from tests.harness import KernelSession, start_kernel, wait_until
@@ -45,7 +45,7 @@ def _env(server: LoopbackServer | None = None) -> dict[str, str]:
 
 
 def _journal(tmp_path: Path) -> Journal:
-    return Journal(tmp_path / ".durable_nb")
+    return DiskJournal(tmp_path / ".durable_nb")
 
 
 def _status(tmp_path: Path, run_id: str) -> Status | None:
@@ -102,7 +102,7 @@ def _reference_tokens(tmp_path: Path) -> tuple[int, int, str]:
     workdir = tmp_path / "reference"
     workdir.mkdir()
     (workdir / "sales.csv").write_text(SALES_CSV)
-    journal = Journal(workdir / "journal")
+    journal = DiskJournal(workdir / "journal")
     with LoopbackServer() as server:
         client = openai.OpenAI(base_url=server.url, api_key="loopback", max_retries=0)
         tools = make_tools(workdir)
@@ -206,7 +206,7 @@ def effect(name):
 """
 
 
-def test_changed_cell_stops_with_mismatch_and_on_mismatch_reset_reruns_from_divergence(
+def test_changed_cell_stops_with_mismatch_and_on_change_rerun_reruns_from_divergence(
         tmp_path: Path) -> None:
     effects = tmp_path / "effects.txt"
     with start_kernel(tmp_path, env=_env()) as k:
@@ -219,15 +219,16 @@ def test_changed_cell_stops_with_mismatch_and_on_mismatch_reset_reruns_from_dive
         assert mismatch.status == "error" and mismatch.error["ename"] == "JournalMismatch"
         assert "holds run 'clean' at step 1" in mismatch.traceback
         assert "asks for run 'dedupe'" in mismatch.traceback
-        assert "This cell changed since the run started" in _panel_html(k, "<b>steps</b>")
         assert _status(tmp_path, "steps") is Status.DONE  # the journal was not changed
 
-        reset = k.execute(_STEPS_CELL.format(options="--on-mismatch reset",
+        rerun = k.execute(_STEPS_CELL.format(options="--on-change rerun",
                                              names=["load", "dedupe", "save"]))
-        assert reset.raise_for_error().text == "['load', 'dedupe', 'save']"
+        assert rerun.raise_for_error().text == "['load', 'dedupe', 'save']"
     assert _lines(effects) == ["load", "clean", "save", "dedupe", "save"]
-    steps = get_run("steps", journal=_journal(tmp_path)).steps
-    assert [e.name for e in steps] == ["load", "dedupe", "save"]
+    journal = _journal(tmp_path)
+    assert [e.name for e in get_run("steps", journal=journal).steps] == ["load", "dedupe", "save"]
+    fork = get_run("steps@1", journal=journal)  # the old steps, kept
+    assert [e.name for e in fork.steps] == ["load", "clean", "save"]
 
 
 # -- cancel, interrupt ----------------------------------------------------------------------------
@@ -354,7 +355,7 @@ def test_async_cell_runs_steps_concurrently_and_replays(tmp_path: Path) -> None:
         first = k.execute(cell).raise_for_error()
         again = k.execute(cell).raise_for_error()
     assert first.text == again.text == "[0, 10, 20]"
-    journal = Journal(tmp_path / "journal")
+    journal = DiskJournal(tmp_path / "journal")
     assert [s.name for s in journal.steps("async-cell")] == ["fetch 0", "fetch 1", "fetch 2"]
 
 

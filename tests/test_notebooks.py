@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from durable_nb import Journal, Status
+from durable_nb import DiskJournal, Status
 
 pytestmark = pytest.mark.kernel
 
@@ -81,7 +81,7 @@ def test_quickstart_runs_the_agent_to_done_after_approval(tmp_path: Path, offlin
     shown = _text(_cell(nb, "%durable show quickstart"))
     assert "status     DONE" in shown and "iteration  5 / 10" in shown
     assert _effects(tmp_path) == ALL_TOOLS_ONCE
-    record = Journal(tmp_path / ".durable_nb").get_run("quickstart")
+    record = DiskJournal(tmp_path / ".durable_nb").get_run("quickstart")
     assert record.status is Status.DONE and record.title == "Q3 sales report"
 
 

@@ -8,13 +8,15 @@ import durable_nb
 
 def test_exported_names_are_exactly_the_public_api():
     assert set(durable_nb.__all__) == {
-        "BudgetExhausted", "Context", "CorruptEntry", "Decision", "DurableError", "DurableState",
-        "IncompatibleJournal", "Journal", "JournalError", "JournalMismatch", "JournalWriteError",
-        "NoPendingApproval", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
+        "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry", "Decision",
+        "DiskJournal", "DurableError", "DurableState", "IncompatibleJournal", "InputChanged",
+        "Journal", "JournalError", "JournalMismatch", "JournalWriteError", "NoPendingApproval",
+        "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
         "RunOptions", "RunRecord", "SerializationError", "Status", "StepEntry", "StepFailed",
         "TerminalError", "TokenUsage", "Tool", "UnknownRun", "UnserializableResult", "approve",
-        "cancel", "delete", "execute", "get_run", "load_ipython_extension", "register_type",
-        "reject", "reset", "runs", "tool", "unload_ipython_extension"}
+        "cancel", "delete", "execute", "get_run", "load_ipython_extension", "open_journal",
+        "register_type", "reject", "rerun_from", "reset", "runs", "tool",
+        "unload_ipython_extension"}
     for name in durable_nb.__all__:
         assert getattr(durable_nb, name).__doc__, f"{name} has no docstring"
 
@@ -23,7 +25,7 @@ def test_every_error_is_a_durable_error():
     errors = [getattr(durable_nb, n) for n in durable_nb.__all__
               if isinstance(getattr(durable_nb, n), type)
               and issubclass(getattr(durable_nb, n), Exception)]
-    assert len(errors) == 16
+    assert len(errors) == 19
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
 
 

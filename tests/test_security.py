@@ -32,11 +32,12 @@ def _raw_db(journal):
 
 def test_pickled_value_in_the_journal_is_refused_not_executed(journal, tmp_path):
     dn.execute("r", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
+    dn.execute("s", lambda ctx: 1, journal=journal)
     marker = tmp_path / "code-ran"
     payload = pickle.dumps(_Boom(str(marker)))
     with _raw_db(journal) as db:  # a hostile edit: mode 4 is diskcache's pickle mode
         db.execute("UPDATE Cache SET mode = 4, value = ? WHERE key = 'step:r:0'", (payload,))
-        db.execute("UPDATE Cache SET mode = 4, value = ? WHERE key = 'runs'", (payload,))
+        db.execute("UPDATE Cache SET mode = 4, value = ? WHERE key = 'run:s'", (payload,))
     with pytest.raises(dn.CorruptEntry, match="pickled value"):
         dn.execute("r", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
     with pytest.raises(dn.CorruptEntry):
@@ -46,9 +47,9 @@ def test_pickled_value_in_the_journal_is_refused_not_executed(journal, tmp_path)
 
 def test_model_classes_outside_the_allow_list_are_not_imported(journal):
     dn.execute("r", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
-    hostile = StepEntry(0, "a", "run", result={"$t": "model", "cls": "antigravity.Fly",
-                                               "v": {}})
-    journal.put_step("r", hostile)
+    hostile = StepEntry(0, "0", "a", "run", result={"$t": "model", "cls": "antigravity.Fly",
+                                                    "v": {}})
+    journal._cache.set("step:r:0", hostile.to_json())  # a hostile edit of the entry
     assert "antigravity" not in sys.modules
     with pytest.raises(dn.CorruptEntry, match="allow-list"):
         dn.execute("r", lambda ctx: ctx.run("a", lambda: 1), journal=journal)

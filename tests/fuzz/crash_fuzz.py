@@ -40,7 +40,7 @@ if __name__ == "__main__":  # run as a script: make `tests` and `durable_nb` imp
 from diskcache.core import DBNAME
 
 from durable_nb import serde
-from durable_nb.journal import Journal, Status, StepEntry
+from durable_nb.journal import DiskJournal, Status, StepEntry
 from durable_nb.testing import LoopbackServer
 from tests.agent_process import (FUZZ_RUN_ID, fuzz_child, fuzz_script, kill, new_event,
                                  read_result, start, wait_ready)
@@ -135,7 +135,7 @@ def uncrashed_run(workdir: Path) -> Baseline:
         if process.exitcode != 0:
             kill(process)
             raise AssertionError(f"the uncrashed fuzz run failed (exit code {process.exitcode})")
-    journal = Journal(journal_dir)
+    journal = DiskJournal(journal_dir)
     try:
         record = journal.get_run(FUZZ_RUN_ID)
         entries = read_journal(journal)
@@ -174,7 +174,7 @@ def run_trial(workdir: Path, rng: random.Random, baseline: Baseline, max_kills: 
     in_flight: Counter = Counter()  # position -> kills that found that step in flight
     kills = 0
     with LoopbackServer(fuzz_script(), delay=SERVER_DELAY) as server:
-        journal = Journal(journal_dir)
+        journal = DiskJournal(journal_dir)
         try:
             while True:
                 before = _Progress.now(journal, workdir / "steps.log", server)

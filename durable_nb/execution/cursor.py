@@ -1,0 +1,571 @@
+"""The step cursor of one execution: replay a step from the journal or run it and journal it.
+
+For each step the code asks for, :class:`Execution` takes the step's key from the current
+scope (:mod:`~durable_nb.execution.scope`) and looks the key up in the journal. If it is
+there, the entry is checked (same kind and name, same input fingerprint) and its outcome
+returned or raised again, without running anything: the step is *replayed*. If not, the
+step's function runs, in a scope of its own, and its outcome is journaled before it is
+handed back: the step is *executed*. Entries get journal positions in the order they
+complete (:class:`~durable_nb.execution.writer.JournalWriter`).
+
+:class:`~durable_nb.context.Context` is the public face of an Execution;
+:class:`~durable_nb.runner.Runner` creates it, and owns the lease and the run's status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Protocol
+
+from .. import serde
+from ..errors import (
+    BudgetExhausted,
+    ContextNotActive,
+    CorruptEntry,
+    DurableError,
+    InputChanged,
+    JournalMismatch,
+    ReplayDiverged,
+    RunCancelled,
+    RunExpired,
+    RunLeased,
+    SerializationError,
+    StepFailed,
+    TerminalError,
+    UnserializableResult,
+)
+from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
+from ..options import RunOptions
+from ..retry import NO_RETRY, RetryPolicy
+from .inputs import first_difference, fingerprint, load_request, store_request
+from .replay import ReplayLog
+from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
+from .writer import JournalWriter
+
+__all__ = ["ChildStarter", "Execution", "NullObserver", "Observer", "Restart",
+           "Suspend", "child_run_id", "run_coroutine_here"]
+
+class Observer(Protocol):
+    """Receives what happens in a run, for a live view. Called on the executing flow;
+    must be quick and must not raise."""
+
+    def on_step(self, entry: StepEntry, replayed: bool) -> None: ...
+
+    def on_record(self, record: RunRecord) -> None: ...
+
+
+class NullObserver:
+    def on_step(self, entry: StepEntry, replayed: bool) -> None:
+        pass
+
+    def on_record(self, record: RunRecord) -> None:
+        pass
+
+
+class Suspend(BaseException):
+    """Unwinds the handler when the run parks to wait for an approval (never caught by
+    ``except Exception`` in user code)."""
+
+
+class Restart(BaseException):
+    """Unwinds the handler to execute it again from a changed step (``on_change="rerun"``)."""
+
+
+#: Runs a child run to its end for :meth:`Execution.child`:
+#: ``(child_id, title, fn, args, kwargs, parent) -> (result, child record)``.
+ChildStarter = Callable[[str, str, Callable[..., Any], tuple, dict, "Execution"],
+                        tuple[Any, RunRecord]]
+
+
+def _journaled_as_failure(exc: Exception) -> bool:
+    """Whether an exception ends a step as its journaled outcome. durable_nb's own errors
+    that stop a run (a mismatch, a lost lease, a budget ...) say nothing about the step:
+    it stays unjournaled and runs again on resume. TerminalError and a replayed failure
+    are outcomes."""
+    return not isinstance(exc, DurableError) or isinstance(exc, (TerminalError, StepFailed))
+
+
+def child_run_id(parent: str, name: str, key: str) -> str:
+    """``PARENT/NAME-KEY``: the id of the child run started by step ``key``."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "child"
+    return f"{parent}/{slug}-{key}"
+
+
+class Execution:
+    """One attempt at executing a run in this process: the step cursor over its journal."""
+
+    def __init__(self, journal: Journal, record: RunRecord, options: RunOptions,
+                 observer: Observer, *, token: str, start_child: ChildStarter | None = None,
+                 parent: "Execution | None" = None, strict: bool = False) -> None:
+        self.journal = journal
+        self.record = record
+        self.options = options
+        self.observer = observer
+        self.run_id = record.run_id
+        self.parent = parent
+        self.strict = strict
+        self._start_child = start_child
+        size = journal.count_steps(self.run_id, record.step_count)
+        self.replay_log = ReplayLog(journal, self.run_id, size, record.retried_steps)
+        self.writer = JournalWriter(journal, record, token, size, options.on_journal_error,
+                                    observer.on_record)
+        self.lock = self.writer.lock
+        self.root = Scope(self, "", current_flow())
+        self.iteration = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.state: dict[str, Any] = {}
+        self.cancel_event = threading.Event()
+        self.wake_event = threading.Event()
+        self.lease_lost = False
+        self.interrupted = False
+        self.finished = False
+        self.parking = False
+        self.restart_from: int | None = None
+        self.budget_failure: BudgetExhausted | None = None
+        self.last_failure: tuple[int, BaseException] | None = None
+        self.live_steps = 0
+        self.replayed_keys: set[str] = set()  # kept in strict mode only
+
+    # -- where the code is ---------------------------------------------------------------
+
+    @property
+    def replaying(self) -> bool:
+        """True while the journal holds entries no step has replayed yet."""
+        return self.replay_log.pending()
+
+    def scope(self) -> Scope:
+        """The scope the running flow takes steps in; ContextNotActive if it has none here."""
+        scope = current_scope()
+        if scope is None or scope.execution is not self:
+            raise ContextNotActive(self._not_active(scope))
+        why = scope.usable_here()
+        if why is not None:
+            raise ContextNotActive(
+                f"ctx of run {self.run_id!r} was used {why}, where step keys would depend on "
+                f"timing. Run concurrent work as asyncio tasks inside the run (an async cell or "
+                f"handler, asyncio.gather) or with ctx.call_tools(..., parallel=True).")
+        return scope
+
+    def _not_active(self, scope: Scope | None) -> str:
+        if scope is not None:
+            return (f"ctx of run {self.run_id!r} was used while run {scope.execution.run_id!r} "
+                    f"executes here; use that run's ctx.")
+        if self.finished:
+            return (f"ctx of run {self.run_id!r} was used after its execution ended (in a later "
+                    f"cell, or by code kept from the cell). ctx works only inside the "
+                    f"%%durable_agent cell (or the handler given to durable_nb.execute) while "
+                    f"it runs; re-run that cell to continue the run.")
+        return (f"ctx of run {self.run_id!r} was used from a thread that durable_nb did not "
+                f"start, where step keys would depend on timing. Run concurrent work as asyncio "
+                f"tasks inside the run (an async cell or handler, asyncio.gather) or with "
+                f"ctx.call_tools(..., parallel=True).")
+
+    def step_key(self) -> str:
+        """Inside a step's function, that step's key; elsewhere the next step's."""
+        scope = self.scope()
+        return scope.path if scope.is_step else scope.peek_key()
+
+    # -- checks at every step boundary ----------------------------------------------------
+
+    def check_live(self) -> None:
+        """Raise if the run must stop before its next step: restarted, parked, cancelled,
+        lease lost."""
+        if self.restart_from is not None:
+            raise Restart()
+        if self.parking:
+            raise Suspend()
+        if self.cancel_event.is_set():
+            raise RunCancelled(f"run {self.run_id!r} was cancelled; its journal is intact. "
+                               f"Execute it again to resume.")
+        if self.lease_lost:
+            raise RunLeased(self.run_id, self.journal.lease(self.run_id) or {},
+                            advice="this executor lost the lease and stopped.")
+
+    def _check_deadline(self, key: str) -> None:
+        deadline = self.record.deadline
+        if deadline is not None and time.time() > deadline:
+            raise RunExpired(f"run {self.run_id!r} passed its deadline ({time.ctime(deadline)}) "
+                             f"before step {key}; it is marked FAILED and will not resume. "
+                             f"Start a new run id for a new attempt.")
+
+    # -- replay -----------------------------------------------------------------------------
+
+    def _replay(self, key: str, kind: str, name: str, fp: str, inputs: Any) -> StepEntry | None:
+        self.check_live()
+        entry = self.replay_log.take(key)
+        if entry is None:
+            if self.strict:
+                raise ReplayDiverged(
+                    f"run {self.run_id!r}: a pure replay asked for step {key} ({kind} {name!r}), "
+                    f"which the first execution never journaled: the code took another path "
+                    f"given the same step results (a branch on the clock, randomness, or data "
+                    f"read outside ctx).")
+            if self.record.status is Status.DONE:
+                self._new_step_after_done(key, kind, name)
+            return None
+        if entry.kind != kind or entry.name != name:
+            self._changed(entry, JournalMismatch(
+                self.run_id, entry.position, f"{entry.kind} {entry.name!r}", f"{kind} {name!r}",
+                key=key))
+        elif fp != entry.fingerprint and entry.fingerprint and (
+                self.strict or self.options.on_change != "replay"):
+            self._changed(entry, InputChanged(self.run_id, entry.position, f"{kind} {name!r}",
+                                              self._describe_change(entry, inputs), key=key))
+        with self.lock:
+            self._count(entry)
+            if self.strict:
+                self.replayed_keys.add(key)
+        self.observer.on_step(entry, True)
+        return entry
+
+    def _describe_change(self, entry: StepEntry, inputs: Any) -> str:
+        if entry.request is None:
+            return "its inputs changed"
+        old = load_request(entry.request, lambda digest: self.journal.get_blob(self.run_id, digest))
+        return first_difference(old, inputs) or "its inputs changed"
+
+    def _changed(self, entry: StepEntry, error: JournalMismatch) -> None:
+        if self.strict:
+            raise ReplayDiverged(f"a pure replay did not reproduce the run: {error}")
+        if self.options.on_change == "rerun":
+            with self.lock:
+                if self.restart_from is None or entry.position < self.restart_from:
+                    self.restart_from = entry.position
+            raise Restart()
+        raise error
+
+    def _new_step_after_done(self, key: str, kind: str, name: str) -> None:
+        if self.options.on_change == "rerun":
+            with self.lock:
+                self.restart_from = self.replay_log.size  # keep every step; reopen the run
+            raise Restart()
+        raise JournalMismatch(
+            self.run_id, self.replay_log.size, "the end of the journal", f"{kind} {name!r}",
+            key=key, reason=(f"the run is DONE with {self.replay_log.size} steps, but the code "
+                             f"now asks for a new step {key} ({kind} {name!r})"))
+
+    def outcome(self, entry: StepEntry) -> Any:
+        """The journaled result of a step, or its journaled exception raised again."""
+        try:
+            if not entry.ok:
+                error = serde.decode_error(entry.error or {})
+            else:
+                return serde.decode(entry.result)
+        except serde.DecodeError as exc:
+            raise CorruptEntry(f"step:{self.run_id}:{entry.position}",
+                               f"its outcome cannot be decoded ({exc})", run_id=self.run_id,
+                               position=entry.position) from None
+        raise error
+
+    def _count(self, entry: StepEntry) -> None:
+        self.prompt_tokens += entry.prompt_tokens
+        self.completion_tokens += entry.completion_tokens
+        if entry.kind in LLM_KINDS:
+            self.iteration += 1
+
+    # -- the durable step -------------------------------------------------------------------
+
+    def step(self, kind: str, name: str, fn: Callable[..., Any], args: tuple = (),
+             kwargs: dict | None = None, *, retry: RetryPolicy | None = None,
+             inputs: Any = None, usage: Callable[[Any], tuple[int, int]] | None = None,
+             meta: Callable[[Any], dict | None] | None = None,
+             before_live: Callable[[], None] | None = None) -> Any:
+        """Replay the next step of the running flow, or run ``fn`` and journal its outcome.
+
+        ``inputs`` (canonical JSON data) identify what the step is asked, compared on
+        replay; ``usage(result)`` gives (prompt, completion) tokens to account; ``meta``
+        extra data for the entry; ``before_live`` runs only when the step must execute
+        (a budget check before paying for an LLM call).
+        """
+        scope = self.scope()
+        key = scope.next_key()
+        fp = fingerprint(inputs) if inputs else ""
+        entry = self._replay(key, kind, name, fp, inputs)
+        if entry is not None:
+            return self.outcome(entry)
+        if before_live is not None:
+            before_live()
+        return self.run_live(scope, key, kind, name, fn, args, kwargs, retry=retry,
+                             inputs=inputs, fp=fp, usage=usage, meta=meta)
+
+    async def step_async(self, kind: str, name: str, fn: Callable[..., Any], args: tuple = (),
+                         kwargs: dict | None = None, *, retry: RetryPolicy | None = None,
+                         inputs: Any = None,
+                         usage: Callable[[Any], tuple[int, int]] | None = None,
+                         meta: Callable[[Any], dict | None] | None = None,
+                         before_live: Callable[[], None] | None = None) -> Any:
+        """:meth:`step` for a coroutine function ``fn``."""
+        scope = self.scope()
+        key = scope.next_key()
+        fp = fingerprint(inputs) if inputs else ""
+        entry = self._replay(key, kind, name, fp, inputs)
+        if entry is not None:
+            return self.outcome(entry)
+        if before_live is not None:
+            before_live()
+        self._check_deadline(key)
+        started = time.time()
+        sub = scope.step_scope(key)
+        token = enter(sub)
+        try:
+            value = await (retry or NO_RETRY).call_async(fn, *args, **(kwargs or {}))
+        except Exception as exc:
+            if _journaled_as_failure(exc):
+                self._record_failure(key, kind, name, started, exc, inputs, fp)
+            raise
+        finally:
+            leave(token)
+            sub.closed = True
+        return self._record_result(key, kind, name, started, value, inputs, fp, usage, meta)
+
+    def run_live(self, scope: Scope, key: str, kind: str, name: str, fn: Callable[..., Any],
+                 args: tuple = (), kwargs: dict | None = None, *,
+                 retry: RetryPolicy | None = None, inputs: Any = None, fp: str = "",
+                 usage: Callable[[Any], tuple[int, int]] | None = None,
+                 meta: Callable[[Any], dict | None] | None = None) -> Any:
+        """Run step ``key``'s function in its own scope and journal its outcome."""
+        self._check_deadline(key)
+        started = time.time()
+        sub = scope.step_scope(key)
+        token = enter(sub)
+        try:
+            value = (retry or NO_RETRY).call(fn, *args, **(kwargs or {}))
+        except Exception as exc:
+            if _journaled_as_failure(exc):
+                self._record_failure(key, kind, name, started, exc, inputs, fp)
+            raise
+        finally:
+            leave(token)
+            sub.closed = True
+        return self._record_result(key, kind, name, started, value, inputs, fp, usage, meta)
+
+    def _record_failure(self, key: str, kind: str, name: str, started: float, exc: Exception,
+                        inputs: Any, fp: str) -> None:
+        entry = self._append(StepEntry(
+            -1, key, name, kind, fp, ok=False,
+            error=serde.encode_error(exc, terminal=isinstance(exc, TerminalError)),
+            started_at=started, finished_at=time.time()), inputs)
+        self.last_failure = (entry.position, exc)
+
+    def _record_result(self, key: str, kind: str, name: str, started: float, value: Any,
+                       inputs: Any, fp: str, usage: Callable[[Any], tuple[int, int]] | None,
+                       meta: Callable[[Any], dict | None] | None) -> Any:
+        try:
+            encoded = serde.encode(value)
+        except SerializationError as exc:
+            raise UnserializableResult(self.run_id, key, name, str(exc)) from None
+        prompt, completion = usage(value) if usage else (0, 0)
+        self._append(StepEntry(-1, key, name, kind, fp, result=encoded, started_at=started,
+                               finished_at=time.time(), prompt_tokens=prompt,
+                               completion_tokens=completion, meta=meta(value) if meta else None),
+                     inputs)
+        return value
+
+    def _append(self, entry: StepEntry, inputs: Any, record_changed: bool = False) -> StepEntry:
+        """Account for a completed step and journal it."""
+        blobs = None
+        if inputs:
+            entry.request, blobs = store_request(inputs)
+        with self.lock:
+            self._count(entry)
+            if entry.prompt_tokens or entry.completion_tokens or entry.kind in LLM_KINDS:
+                self.record.prompt_tokens = self.prompt_tokens
+                self.record.completion_tokens = self.completion_tokens
+                self.record.iteration = self.iteration
+                record_changed = True
+            self.live_steps += 1
+            try:
+                self.writer.append(entry, record_changed=record_changed, blobs=blobs)
+            except RunLeased:
+                self.lease_lost = True
+                raise
+        self.observer.on_step(entry, False)
+        if record_changed:
+            self.observer.on_record(self.record)
+        return entry
+
+    def save_record(self) -> None:
+        """Write the run record (a status change), fenced, after the queued entries."""
+        try:
+            self.writer.save_record()
+        except RunLeased:
+            self.lease_lost = True
+            raise
+        self.observer.on_record(self.record)
+
+    # -- several steps at once ---------------------------------------------------------------
+
+    def steps_in_order(self, kind: str, calls: list[tuple[str, Callable[[], Any], Any]], *,
+                       parallel: bool = False) -> list[tuple[bool, Any]]:
+        """Several steps ``(name, fn, inputs)`` taking consecutive keys in list order, each
+        replayed or run: ``(True, result)`` or ``(False, exception)`` per step, the same
+        live and on replay. durable_nb's own errors (TerminalError among them) are raised.
+        With ``parallel``, the functions that must run are called concurrently on threads,
+        each in its own scope."""
+        scope = self.scope()
+        keys = [scope.next_key() for _ in calls]
+        outcomes: list[tuple[bool, Any] | None] = [None] * len(calls)
+        live: list[tuple[int, Callable[[], Any]]] = []
+        for i, ((name, fn, inputs), key) in enumerate(zip(calls, keys)):
+            fp = fingerprint(inputs) if inputs else ""
+            entry = self._replay(key, kind, name, fp, inputs)
+            if entry is None:
+                live.append((i, functools.partial(self.run_live, scope, key, kind, name, fn,
+                                                  inputs=inputs, fp=fp)))
+            else:
+                outcomes[i] = _settle(functools.partial(self.outcome, entry))
+        if parallel and len(live) > 1:
+            with ThreadPoolExecutor(max_workers=min(8, len(live)),
+                                    thread_name_prefix=f"durable-nb-{self.run_id}") as pool:
+                futures = [(i, pool.submit(contextvars.copy_context().run, _settle, run))
+                           for i, run in live]
+                for i, future in futures:
+                    outcomes[i] = future.result()
+        else:
+            for i, run in live:
+                outcomes[i] = _settle(run)
+        return outcomes  # type: ignore[return-value]
+
+    # -- approvals --------------------------------------------------------------------------
+
+    def approval(self, name: str, details: Any, timeout: float | None) -> dict:
+        """Journaled approval: record it pending, wait for (or park until) a decision."""
+        scope = self.scope()
+        key = scope.next_key()
+        inputs = {"details": details}
+        fp = fingerprint(inputs)
+        entry = self._replay(key, "approval", name, fp, inputs)
+        if entry is not None:
+            return self.outcome(entry)
+        pending = self._claim_pending(key, name, details, timeout)
+        decision = self._wait_for_decision(key, pending["timeout_at"])
+        if decision is None:
+            decision = {"approved": False, "note": f"no decision within {timeout:g} s",
+                        "by": "timeout"}
+        result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
+                  "by": decision.get("by"), "at": decision.get("at", time.time())}
+        with self.lock:
+            self._set_pending(None)
+            self._append(StepEntry(-1, key, name, "approval", fp, result=result,
+                                   started_at=pending["requested_at"], finished_at=time.time(),
+                                   meta={"details": details}), inputs, record_changed=True)
+        self._save_ancestors()
+        self.journal.delete_request("decision", self.run_id)
+        return result
+
+    def _claim_pending(self, key: str, name: str, details: Any, timeout: float | None) -> dict:
+        """Make this approval the run's pending one; one waits at a time (a concurrent one
+        parks, or waits for the slot)."""
+        while True:
+            with self.lock:
+                pending = self.record.pending_approval
+                if not pending or pending.get("key") == key:
+                    if not pending:
+                        # On resume the pending request keeps its first timestamps, so its
+                        # timeout runs on.
+                        now = time.time()
+                        pending = {"key": key, "name": name, "details": details,
+                                   "requested_at": now,
+                                   "timeout_at": now + timeout if timeout else None}
+                    self._set_pending(pending)
+                    break
+            if self.options.on_approval == "park":
+                self.parking = True
+                raise Suspend()
+            self.check_live()
+            self.wake_event.wait(self.options.poll_interval)
+            self.wake_event.clear()
+        self.save_record()
+        self._save_ancestors()
+        return pending
+
+    def _set_pending(self, pending: dict | None) -> None:
+        # A child's pending approval is shown (and approved) through its ancestors too.
+        execution: Execution | None = self
+        while execution is not None:
+            execution.record.pending_approval = (
+                None if pending is None else dict(pending, run_id=self.run_id))
+            execution.record.status = (Status.RUNNING if pending is None
+                                       else Status.WAITING_APPROVAL)
+            execution = execution.parent
+
+    def _save_ancestors(self) -> None:
+        execution = self.parent
+        while execution is not None:
+            execution.save_record()
+            execution = execution.parent
+
+    def _wait_for_decision(self, key: str, timeout_at: float | None) -> dict | None:
+        """Poll the journal for a decision on approval ``key``: the decision, or None when
+        ``timeout_at`` passed; :class:`Suspend` when the run parks instead of waiting."""
+        while True:
+            decision = self.journal.get_request("decision", self.run_id)
+            if decision is not None and decision.get("key") == key:
+                return decision
+            if timeout_at is not None and time.time() >= timeout_at:
+                return None
+            if self.options.on_approval == "park":
+                self.parking = True
+                raise Suspend()
+            self.check_live()
+            self.wake_event.wait(self.options.poll_interval)
+            self.wake_event.clear()
+
+    # -- sleep and children ----------------------------------------------------------------
+
+    def sleep(self, seconds: float) -> None:
+        """Durable sleep: the wake-up time is journaled before sleeping."""
+        now = time.time()
+        until = float(self.step("sleep", "sleep", lambda: {"until": now + seconds},
+                                inputs={"seconds": seconds})["until"])
+        while (remaining := until - time.time()) > 0:
+            self.check_live()
+            self.wake_event.wait(min(remaining, 0.5))
+            self.wake_event.clear()
+
+    def child(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict,
+              inputs: Any) -> Any:
+        """Run a sub-agent as its own run; journal its result as one step here."""
+        if self._start_child is None:
+            raise DurableError(f"run {self.run_id!r} cannot start child runs here")
+        started: dict[str, Any] = {}
+
+        def run_child() -> Any:
+            child_id = child_run_id(self.run_id, name, self.step_key())
+            result, record = self._start_child(child_id, name, fn, args, kwargs, self)
+            started.update(run_id=child_id, record=record)
+            return result
+
+        return self.step("child", name, run_child, inputs=inputs,
+                         meta=lambda _: {"run_id": started["run_id"]},
+                         usage=lambda _: (started["record"].prompt_tokens,
+                                          started["record"].completion_tokens))
+
+
+def _settle(thunk: Callable[[], Any]) -> tuple[bool, Any]:
+    """``(True, value)``, or ``(False, exception)`` for an exception that is a step's
+    outcome; durable_nb's errors that stop the run propagate."""
+    try:
+        return True, thunk()
+    except Exception as exc:
+        if isinstance(exc, DurableError) and not isinstance(exc, StepFailed):
+            raise
+        return False, exc
+
+
+def run_coroutine_here(coroutine: Any, root: Scope) -> Any:
+    """Run an async handler on a new event loop in this thread, its tasks numbered
+    (:func:`~durable_nb.execution.scope.task_factory`), its main task owning ``root``."""
+    async def main() -> Any:
+        root.owner = asyncio.current_task()
+        install_task_numbering()
+        return await coroutine
+
+    return asyncio.run(main())

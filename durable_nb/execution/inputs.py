@@ -1,0 +1,149 @@
+"""What a step was asked: canonical inputs, their fingerprint, how they are stored, and how
+two of them differ.
+
+A step's inputs (a chat request's model, messages and tools; a ``ctx.run`` function's
+arguments) are turned into canonical JSON data: pydantic models by ``model_dump`` without
+``None`` fields, tuples as lists, values that are not data (functions, open files, data
+frames) by their type name only. The fingerprint is a digest of that data; replay compares it
+with the journaled one and stops before returning a stale result when they differ.
+
+The inputs themselves are journaled too, so that a person can see what a step was asked and
+what changed. Large parts are stored once per run as *blobs*, by digest: each chat message
+once, however many later requests repeat it, so the journal grows with new content only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Callable
+
+__all__ = ["canonical", "first_difference", "fingerprint", "load_request", "store_request"]
+
+#: Top-level input fields that hold lists of large items, stored one blob per item.
+_PER_ITEM = ("messages", "input")
+#: A field whose JSON is longer than this is stored as a blob.
+_INLINE_LIMIT = 512
+
+
+def canonical(value: Any, _depth: int = 0) -> Any:
+    """``value`` as JSON data that is the same for equal inputs across processes."""
+    if _depth > 100:
+        return "<deeply nested>"
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
+    if isinstance(value, Mapping):
+        return {str(k): canonical(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v, _depth + 1) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((canonical(v, _depth + 1) for v in value), key=repr)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and hasattr(type(value), "model_validate"):
+        try:
+            return canonical(dump(mode="json", exclude_none=True), _depth + 1)
+        except Exception:  # noqa: BLE001 - a model that cannot dump counts by its type
+            pass
+    schema = getattr(value, "schema", None)  # a durable_nb Tool: the model sees its schema
+    if isinstance(schema, Mapping):
+        return canonical(schema, _depth + 1)
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+def fingerprint(data: Any) -> str:
+    """A short digest of canonical input data."""
+    return _digest(_dumps(data))
+
+
+def store_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Split canonical inputs into what the step entry holds and the blobs it references.
+
+    Items of ``messages`` / ``input`` lists, and any other field longer than a few hundred
+    characters of JSON, become blobs ``{digest: json}``; the entry holds
+    ``{"$blobs": [digest, ...]}`` or ``{"$blob": digest}`` in their place.
+    """
+    stored: dict[str, Any] = {}
+    blobs: dict[str, str] = {}
+
+    def blob(value: Any) -> str:
+        text = _dumps(value)
+        digest = _digest(text)
+        blobs[digest] = text
+        return digest
+
+    for field, value in data.items():
+        if field in _PER_ITEM and isinstance(value, list):
+            stored[field] = {"$blobs": [blob(item) for item in value]}
+        elif len(_dumps(value)) > _INLINE_LIMIT:
+            stored[field] = {"$blob": blob(value)}
+        else:
+            stored[field] = value
+    return stored, blobs
+
+
+def load_request(stored: Any, get_blob: Callable[[str], str | None]) -> Any:
+    """The inputs :func:`store_request` split, whole again; a missing blob reads as a
+    ``"<missing blob ...>"`` marker (inputs are for people and diffs, not for replay)."""
+    if not isinstance(stored, dict):
+        return stored
+
+    def load(digest: Any) -> Any:
+        text = get_blob(str(digest))
+        if text is None:
+            return f"<missing blob {digest}>"
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):
+            return f"<unreadable blob {digest}>"
+
+    whole: dict[str, Any] = {}
+    for field, value in stored.items():
+        if isinstance(value, dict) and set(value) == {"$blobs"} and isinstance(value["$blobs"], list):
+            whole[field] = [load(d) for d in value["$blobs"]]
+        elif isinstance(value, dict) and set(value) == {"$blob"}:
+            whole[field] = load(value["$blob"])
+        else:
+            whole[field] = value
+    return whole
+
+
+def first_difference(old: Any, new: Any, path: str = "") -> str | None:
+    """Where two canonical values first differ, as a path (``messages[1].content``), with
+    what changed; None if they are equal."""
+    here = path or "the inputs"
+    if type(old) is not type(new):
+        return f"{here} changed"
+    if isinstance(old, dict):
+        for key in sorted(set(old) | set(new)):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in old:
+                return f"{sub} was added"
+            if key not in new:
+                return f"{sub} was removed"
+            found = first_difference(old[key], new[key], sub)
+            if found:
+                return found
+        return None
+    if isinstance(old, list):
+        for i, (a, b) in enumerate(zip(old, new)):
+            found = first_difference(a, b, f"{path}[{i}]")
+            if found:
+                return found
+        if len(old) != len(new):
+            return f"{here} has {len(new)} items instead of {len(old)}"
+        return None
+    return None if old == new else f"{here} changed"

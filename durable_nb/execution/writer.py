@@ -1,0 +1,109 @@
+"""The ordered, fenced writer of one execution's journal entries.
+
+Entries get their positions here, in the order steps complete, and are written in that
+order, each in one transaction with the run record when the step changed it (tokens, an
+approval) and with the blobs its inputs need; every write carries the execution's lease
+token, so a fenced-out executor writes nothing. When the disk refuses a write (full,
+read-only), ``on_journal_error="continue"`` keeps the entries in memory, says loudly that the
+journal is degraded, and retries them in order at every step; ``"stop"`` stops the run
+before it goes past the unrecorded step.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import warnings
+from collections import deque
+from typing import Callable, Literal
+
+from ..errors import JournalWriteError
+from ..journal import Journal, RunRecord, StepEntry
+
+__all__ = ["JournalWriter", "OnJournalError"]
+
+OnJournalError = Literal["continue", "stop"]
+_WRITE_ERRORS = (OSError, sqlite3.Error, TimeoutError)
+
+
+class JournalWriter:
+    """Appends one execution's entries to a run's journal. Thread-safe."""
+
+    def __init__(self, journal: Journal, record: RunRecord, token: str, next_position: int,
+                 on_error: OnJournalError, on_degraded: Callable[[RunRecord], None]) -> None:
+        self.journal = journal
+        self.record = record
+        self.token = token
+        self.next_position = next_position
+        self.on_error = on_error
+        self._on_degraded = on_degraded
+        self._queue: deque[tuple[StepEntry, str | None, dict[str, str] | None]] = deque()
+        self._blobs_written: set[str] = set()
+        self.lock = threading.RLock()
+
+    def append(self, entry: StepEntry, *, record_changed: bool = False,
+               blobs: dict[str, str] | None = None) -> StepEntry:
+        """Give ``entry`` the next position and journal it (with the record as it is now,
+        if ``record_changed``). Raises :class:`~durable_nb.errors.RunLeased` when fenced."""
+        with self.lock:
+            entry.position = self.next_position
+            self.next_position += 1
+            self.record.step_count = self.next_position
+            new_blobs = None
+            if blobs:
+                new_blobs = {d: t for d, t in blobs.items() if d not in self._blobs_written}
+                self._blobs_written.update(new_blobs)
+            snapshot = self._snapshot() if record_changed else None
+            self._queue.append((entry, snapshot, new_blobs or None))
+            self.flush()
+        return entry
+
+    def _snapshot(self) -> str:
+        # Taken now: an entry still queued when a later one changes the record again must
+        # be written with the record as it was at its own step.
+        self.record.updated_at = time.time()
+        return self.record.to_json()
+
+    def flush(self) -> None:
+        """Write queued entries in order; see the module docstring for failures."""
+        with self.lock:
+            try:
+                while self._queue:
+                    entry, record_json, blobs = self._queue[0]
+                    self.journal.append_step(self.record.run_id, entry, record_json=record_json,
+                                             token=self.token, blobs=blobs)
+                    self._queue.popleft()
+            except _WRITE_ERRORS as exc:
+                self._degrade(exc)
+            else:
+                if self.record.journal_degraded_from is not None:
+                    self.record.journal_degraded_from = None
+                    self._on_degraded(self.record)
+
+    def save_record(self) -> None:
+        """Write the run record (a status change) after the queued entries; fenced."""
+        with self.lock:
+            self.flush()
+            try:
+                self.journal.put_run(self.record, token=self.token)
+            except _WRITE_ERRORS:
+                if self.on_error == "stop":
+                    raise
+
+    def _degrade(self, exc: BaseException) -> None:
+        first = self._queue[0][0].position
+        run_id = self.record.run_id
+        if self.on_error == "stop":
+            raise JournalWriteError(
+                f"run {run_id!r}: writing step {first} to the journal failed ({exc}); the run "
+                f"stopped before going past the unrecorded step, as on_journal_error='stop' "
+                f"asks. Free disk space and execute again: step {first} will run again.") from exc
+        if self.record.journal_degraded_from is None:
+            self.record.journal_degraded_from = first
+            warnings.warn(
+                f"durable_nb: the journal of run {run_id!r} is DEGRADED from step {first}: "
+                f"writing it failed ({exc}). The run goes on and the writes are retried at "
+                f"every step; until they succeed, a crash would run these steps again. Use "
+                f"on_journal_error='stop' to stop instead.", RuntimeWarning, stacklevel=5)
+            self._on_degraded(self.record)

@@ -1,0 +1,163 @@
+"""The journal interface: what every backend stores and which operations are atomic.
+
+A backend keeps, per run: its record, its step entries by position, its blobs (inputs stored
+once per run, by digest), its lease (who executes it now) and requests from other processes
+(a decision on an approval, a cancel). Every method is safe to call from several threads and
+processes at once. The operations that must be atomic are atomic in the backend itself (one
+SQLite or PostgreSQL transaction): creating a run, appending a step with the record and blobs
+it changed, taking a lease, truncating.
+
+**Fencing.** Writes of an executor carry its lease token. :meth:`Journal.append_step` and
+:meth:`Journal.put_run` with a token check, in the same transaction as the write, that the
+lease still holds that token, and refuse with :class:`~durable_nb.errors.RunLeased` once it
+moved to another executor; and a step is written only where its position is free. An
+executor that stalled past its lease and woke up can therefore never write over the work of
+the one that took over.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import UnknownRun
+from .records import RunRecord, StepEntry
+
+__all__ = ["Journal"]
+
+
+class Journal(abc.ABC):
+    """The durable store of runs and their steps. See the module docstring for guarantees."""
+
+    #: Where the journal is, for messages: a directory, or a database URL without password.
+    location: str
+
+    # -- runs -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def create_run(self, record: RunRecord) -> bool:
+        """Store a new run; False (and nothing written) if the id exists already."""
+
+    @abc.abstractmethod
+    def find_run(self, run_id: str) -> RunRecord | None:
+        """The run record, or None if there is no such run."""
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run record; :class:`UnknownRun` if there is none."""
+        record = self.find_run(run_id)
+        if record is None:
+            raise UnknownRun(run_id, self.location)
+        return record
+
+    @abc.abstractmethod
+    def put_run(self, record: RunRecord, *, token: str | None = None) -> None:
+        """Replace the run record (stamping ``updated_at``); with ``token``, only while that
+        lease holds the run, else :class:`~durable_nb.errors.RunLeased`."""
+
+    @abc.abstractmethod
+    def list_runs(self) -> list[RunRecord]:
+        """Every run record, oldest first."""
+
+    @abc.abstractmethod
+    def delete_run(self, run_id: str) -> None:
+        """Remove the run with its steps, blobs, lease and requests."""
+
+    # -- steps ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_step(self, run_id: str, position: int) -> StepEntry | None:
+        """The entry at ``position``, or None past the end of the run's journal."""
+
+    @abc.abstractmethod
+    def has_step(self, run_id: str, position: int) -> bool:
+        """Whether an entry exists at ``position`` (without reading it)."""
+
+    @abc.abstractmethod
+    def append_step(self, run_id: str, entry: StepEntry, *, record_json: str | None = None,
+                    token: str | None = None, blobs: dict[str, str] | None = None) -> None:
+        """Write ``entry`` at its position, with the run record (``record_json``) and any
+        ``blobs`` (digest -> JSON text, kept if present) in the same transaction.
+
+        Raises :class:`~durable_nb.errors.RunLeased` when ``token`` no longer holds the
+        lease or the position is taken: nothing is written then.
+        """
+
+    @abc.abstractmethod
+    def truncate(self, run_id: str, from_position: int) -> int:
+        """Delete the entries from ``from_position`` on; how many were deleted."""
+
+    def steps(self, run_id: str, start: int = 0) -> Iterator[StepEntry]:
+        """The run's entries in position order."""
+        position = start
+        while (entry := self.get_step(run_id, position)) is not None:
+            yield entry
+            position += 1
+
+    def count_steps(self, run_id: str, hint: int = 0) -> int:
+        """How many entries the run has: a few lookups from ``hint`` (a record's
+        ``step_count``, right unless a crash came after the last record write)."""
+        low = 0  # a known count: every position below exists
+        if hint > 0 and self.has_step(run_id, hint - 1):
+            low = hint
+        step = 1
+        while self.has_step(run_id, low + step - 1):  # gallop past the end ...
+            low += step
+            step *= 2
+        high = low + step - 1  # ... then bisect: positions from `high` on do not exist
+        while low < high:
+            mid = (low + high) // 2
+            if self.has_step(run_id, mid):
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    # -- blobs ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_blob(self, run_id: str, digest: str) -> str | None:
+        """The JSON text stored under ``digest`` for the run, or None."""
+
+    # -- leases ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def acquire_lease(self, run_id: str, holder: dict,
+                      holder_alive: Callable[[dict], bool]) -> None:
+        """Make ``holder`` (a dict with a ``token``) the run's lease holder, atomically,
+        unless a holder for which ``holder_alive`` is true holds it:
+        :class:`~durable_nb.errors.RunLeased` naming that holder then."""
+
+    @abc.abstractmethod
+    def renew_lease(self, run_id: str, token: str, heartbeat: float) -> bool:
+        """Stamp the heartbeat of the lease held by ``token``; False if it moved on."""
+
+    @abc.abstractmethod
+    def release_lease(self, run_id: str, token: str) -> None:
+        """Remove the lease if ``token`` still holds it."""
+
+    @abc.abstractmethod
+    def lease(self, run_id: str) -> dict | None:
+        """The lease as stored (its holder may be dead), or None."""
+
+    # -- requests from other processes -----------------------------------------------------
+
+    @abc.abstractmethod
+    def put_request(self, kind: str, run_id: str, value: dict) -> None:
+        """Leave a request (``"decision"`` or ``"cancel"``) for the run's executor."""
+
+    @abc.abstractmethod
+    def get_request(self, kind: str, run_id: str) -> dict | None:
+        """The pending request of ``kind``, or None."""
+
+    @abc.abstractmethod
+    def delete_request(self, kind: str, run_id: str) -> None:
+        """Remove the pending request of ``kind``."""
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release this thread's resources (connections); the journal stays usable."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location!r})"

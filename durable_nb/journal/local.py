@@ -1,0 +1,380 @@
+"""The default journal: one directory on local disk, a diskcache ``Cache`` (SQLite in WAL mode,
+values over 32 KiB in files beside it).
+
+Keys are strings::
+
+    format               the journal format version, checked on open
+    run:ID               the run record
+    step:ID:N            the entry at position N of the run
+    blob:ID:DIGEST       an input part stored once per run (chat messages, tool schemas)
+    lease:ID             who executes the run now (token, pid, host, heartbeat)
+    decision:ID          an approval decision waiting for the executor
+    cancel:ID            a cancel request waiting for the executor
+
+Values are JSON text only: the cache refuses to store or load pickles, so opening a journal
+never runs code from it. Nothing is ever evicted. The directory is created ``0700`` and every
+file in it ``0600``, value files and their folders included.
+
+**Durability.** ``durability="process"`` (the default): SQLite ``synchronous=NORMAL`` in WAL
+mode; a killed process loses nothing that was journaled, a power cut may lose the last
+steps. ``durability="power"``: ``synchronous=FULL`` and every value file fsynced before its
+row is committed; a step journaled before a power cut is still there after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import os.path as op
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import diskcache
+from diskcache.core import MODE_PICKLE
+
+from ..errors import CorruptEntry, IncompatibleJournal, RunLeased
+from .base import Journal
+from .records import RunRecord, StepEntry
+
+__all__ = ["DiskJournal", "Durability", "FORMAT_VERSION"]
+
+#: 2 added step keys, input fingerprints and blobs; format 1 journals are read as they are.
+FORMAT_VERSION = 2
+Durability = Literal["process", "power"]
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
+_SYNCHRONOUS = {"process": 1, "power": 2}  # SQLite NORMAL, FULL
+_REQUEST_KINDS = ("decision", "cancel")
+
+
+class _JsonOnlyDisk(diskcache.Disk):
+    """A diskcache Disk that stores and loads str keys and str values only (never pickle),
+    and writes value files owner-only, fsynced when ``fsync`` is set."""
+
+    fsync = False
+
+    def put(self, key: Any) -> tuple:
+        if type(key) is not str:
+            raise TypeError(f"journal keys are str, not {type(key).__name__}")
+        return super().put(key)
+
+    def get(self, key: Any, raw: bool) -> Any:
+        if not raw:
+            raise CorruptEntry("<pickled key>", "the journal holds a pickled key; refusing to load it")
+        return super().get(key, raw)
+
+    def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> tuple:
+        if type(value) is not str:
+            raise TypeError(f"journal values are JSON text, not {type(value).__name__}")
+        return super().store(value, read, key)
+
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+        if mode == MODE_PICKLE:
+            raise CorruptEntry("<pickled value>", "the journal holds a pickled value; refusing to load it")
+        return super().fetch(mode, filename, value, read)
+
+    def _write(self, full_path: str, iterator: Any, mode: str, encoding: str | None = None) -> int:
+        # diskcache's own _write creates folders and files with the process umask (0755/0644).
+        full_dir = op.dirname(full_path)
+        for attempt in range(10):
+            os.makedirs(full_dir, mode=_DIR_MODE, exist_ok=True)
+            try:
+                fd = os.open(full_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+                break
+            except FileNotFoundError:  # another process removed the folder meanwhile
+                if attempt == 9:
+                    raise
+        with open(fd, "wb" if "b" in mode else "w", encoding=encoding) as writer:
+            size = 0
+            for chunk in iterator:
+                size += len(chunk)
+                writer.write(chunk)
+            if self.fsync:
+                writer.flush()
+                os.fsync(fd)
+        if self.fsync:
+            _fsync_directory(full_dir)
+        return size
+
+
+def _fsync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Cache(diskcache.Cache):
+    """A diskcache Cache whose SQLite connections (one per thread) use this object's
+    ``synchronous`` level: diskcache keeps pragmas in the shared database, where another
+    process opening the same journal with another durability would change them."""
+
+    synchronous: int | None = None  # set once diskcache's own set-up is done
+
+    @property
+    def _con(self) -> sqlite3.Connection:
+        con = super()._con
+        if self.synchronous is not None and \
+                getattr(self._local, "synchronous", None) != self.synchronous:
+            _retry_locked(lambda: con.execute(f"PRAGMA synchronous = {self.synchronous}"))
+            self._local.synchronous = self.synchronous
+        return con
+
+
+def _retry_locked(action: Callable[[], Any], seconds: float = 60.0) -> Any:
+    """``action()``, tried again while SQLite says the database is locked: another process
+    opening the same journal at the same moment holds it for a few milliseconds."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)
+
+
+def _step_key(run_id: str, position: int) -> str:
+    return f"step:{run_id}:{position}"
+
+
+def _prefix_end(prefix: str) -> str:
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class DiskJournal(Journal):
+    """The journal in one directory (default ``./.durable_nb``) on this machine.
+
+    Safe to share between threads and processes: every write is a SQLite transaction.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, durability: Durability = "process") -> None:
+        if durability not in _SYNCHRONOUS:
+            raise ValueError(f"durability must be 'process' or 'power', not {durability!r}")
+        self.directory = Path(directory).expanduser().resolve()
+        self.location = str(self.directory)
+        self.durability = durability
+        try:
+            self.directory.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+            old_umask = os.umask(0o077)
+            try:
+                self._cache = _retry_locked(lambda: _Cache(
+                    str(self.directory), disk=_JsonOnlyDisk, eviction_policy="none",
+                    size_limit=2**62, cull_limit=0, statistics=False, tag_index=False,
+                    # A replay reads each entry once, in order: SQLite's default 64 MiB map
+                    # and 32 MiB page cache would only grow the kernel's memory with the
+                    # journal. (diskcache stores settings in the database: always pass them.)
+                    sqlite_mmap_size=0, sqlite_cache_size=2**10,
+                ))
+            finally:
+                os.umask(old_umask)
+        except (OSError, sqlite3.Error) as exc:
+            raise IncompatibleJournal(
+                f"cannot open the journal at {self.directory}: {exc}. Check that the directory is "
+                f"readable and writable by you, or point DURABLE_NB_DIR at another directory."
+            ) from exc
+        self._cache.synchronous = _SYNCHRONOUS[durability]
+        self._cache._disk.fsync = durability == "power"
+        self._check_format()
+
+    def _check_format(self) -> None:
+        stored = self._get("format")
+        if stored is None:
+            self._cache.add("format", json.dumps({"version": FORMAT_VERSION}), retry=True)
+            return
+        try:
+            version = json.loads(stored)["version"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptEntry("format", f"unreadable format marker ({exc})") from exc
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise IncompatibleJournal(
+                f"the journal at {self.directory} has format version {version!r}, newer than this "
+                f"durable_nb understands ({FORMAT_VERSION}). Upgrade durable_nb "
+                f"(pip install -U durable-nb) or use another directory."
+            )
+        if version < FORMAT_VERSION:
+            # Format 1 entries read as format 2 ones (their keys are their positions);
+            # marking the journal stops an older durable_nb from misreading new entries.
+            self._cache.set("format", json.dumps({"version": FORMAT_VERSION}), retry=True)
+
+    def close(self) -> None:
+        self._cache.close()
+
+    # -- primitives ------------------------------------------------------------------------
+
+    def _get(self, key: str) -> str | None:
+        return self._cache.get(key, retry=True)
+
+    def _read_json(self, key: str) -> Any:
+        text = self._get(key)
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise CorruptEntry(key, f"not JSON ({exc})") from None
+
+    def _set_json(self, key: str, value: Any) -> None:
+        self._cache.set(key, json.dumps(value, separators=(",", ":")), retry=True)
+
+    def _range(self, prefix: str) -> list[tuple[str, str]]:
+        """(key, value) of every key starting with ``prefix``, in key order: one indexed
+        range query (diskcache has no public prefix scan)."""
+        rows = self._cache._sql(
+            "SELECT key, mode, filename, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
+            (prefix, _prefix_end(prefix))).fetchall()
+        fetch = self._cache._disk.fetch
+        return [(key, fetch(mode, filename, value, False)) for key, mode, filename, value in rows]
+
+    def _fenced(self, run_id: str, token: str | None) -> None:
+        """Inside a transaction: refuse to write for an executor that lost the lease."""
+        if token is None:
+            return
+        holder = self._read_json(f"lease:{run_id}")
+        if not isinstance(holder, dict) or holder.get("token") != token:
+            raise RunLeased(run_id, holder if isinstance(holder, dict) else {}, advice=_FENCED)
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def create_run(self, record: RunRecord) -> bool:
+        return bool(self._cache.add(f"run:{record.run_id}", record.to_json(), retry=True))
+
+    def find_run(self, run_id: str) -> RunRecord | None:
+        text = self._get(f"run:{run_id}")
+        if text is None:
+            return None
+        return _parse_record(f"run:{run_id}", text, run_id)
+
+    def put_run(self, record: RunRecord, *, token: str | None = None) -> None:
+        record.updated_at = time.time()
+        text = record.to_json()
+        with self._cache.transact(retry=True):
+            self._fenced(record.run_id, token)
+            self._cache.set(f"run:{record.run_id}", text, retry=True)
+
+    def list_runs(self) -> list[RunRecord]:
+        records = [_parse_record(key, text, key[4:]) for key, text in self._range("run:")]
+        records.sort(key=lambda r: (r.created_at, r.run_id))
+        return records
+
+    def delete_run(self, run_id: str) -> None:
+        self.get_run(run_id)
+        with self._cache.transact(retry=True):
+            self.truncate(run_id, 0)
+            for key, _ in self._range(f"blob:{run_id}:"):
+                self._cache.delete(key, retry=True)
+            for key in (f"run:{run_id}", f"lease:{run_id}",
+                        *(f"{kind}:{run_id}" for kind in _REQUEST_KINDS)):
+                self._cache.delete(key, retry=True)
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def get_step(self, run_id: str, position: int) -> StepEntry | None:
+        key = _step_key(run_id, position)
+        text = self._get(key)
+        if text is None:
+            if key in self._cache:  # the row exists but its value file is gone
+                raise CorruptEntry(key, "its value file is missing", run_id=run_id,
+                                   position=position)
+            return None
+        try:
+            return StepEntry.from_json(position, text)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise CorruptEntry(key, str(exc) or type(exc).__name__, run_id=run_id,
+                               position=position) from None
+
+    def has_step(self, run_id: str, position: int) -> bool:
+        return _step_key(run_id, position) in self._cache
+
+    def append_step(self, run_id: str, entry: StepEntry, *, record_json: str | None = None,
+                    token: str | None = None, blobs: dict[str, str] | None = None) -> None:
+        text = entry.to_json()
+        cache = self._cache
+        with cache.transact(retry=True):
+            self._fenced(run_id, token)
+            if not cache.add(_step_key(run_id, entry.position), text, retry=True):
+                raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
+                                advice=f"position {entry.position} of its journal was written "
+                                       f"by another executor. {_FENCED}")
+            for digest, blob in (blobs or {}).items():
+                cache.add(f"blob:{run_id}:{digest}", blob, retry=True)
+            if record_json is not None:
+                cache.set(f"run:{run_id}", record_json, retry=True)
+
+    def truncate(self, run_id: str, from_position: int) -> int:
+        deleted = 0
+        with self._cache.transact(retry=True):
+            while self._cache.delete(_step_key(run_id, from_position + deleted), retry=True):
+                deleted += 1
+        return deleted
+
+    # -- blobs ----------------------------------------------------------------------------
+
+    def get_blob(self, run_id: str, digest: str) -> str | None:
+        return self._get(f"blob:{run_id}:{digest}")
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def acquire_lease(self, run_id: str, holder: dict,
+                      holder_alive: Callable[[dict], bool]) -> None:
+        key = f"lease:{run_id}"
+        with self._cache.transact(retry=True):
+            current = self._read_json(key)
+            if isinstance(current, dict) and holder_alive(current):
+                raise RunLeased(run_id, current)
+            self._set_json(key, holder)
+
+    def renew_lease(self, run_id: str, token: str, heartbeat: float) -> bool:
+        key = f"lease:{run_id}"
+        with self._cache.transact(retry=True):
+            holder = self._read_json(key)
+            if not isinstance(holder, dict) or holder.get("token") != token:
+                return False
+            holder["heartbeat"] = heartbeat
+            self._set_json(key, holder)
+        return True
+
+    def release_lease(self, run_id: str, token: str) -> None:
+        key = f"lease:{run_id}"
+        with self._cache.transact(retry=True):
+            holder = self._read_json(key)
+            if isinstance(holder, dict) and holder.get("token") == token:
+                self._cache.delete(key, retry=True)
+
+    def lease(self, run_id: str) -> dict | None:
+        holder = self._read_json(f"lease:{run_id}")
+        return holder if isinstance(holder, dict) else None
+
+    # -- requests -------------------------------------------------------------------------
+
+    def put_request(self, kind: str, run_id: str, value: dict) -> None:
+        self._set_json(_request_key(kind, run_id), value)
+
+    def get_request(self, kind: str, run_id: str) -> dict | None:
+        value = self._read_json(_request_key(kind, run_id))
+        return value if isinstance(value, dict) else None
+
+    def delete_request(self, kind: str, run_id: str) -> None:
+        self._cache.delete(_request_key(kind, run_id), retry=True)
+
+
+_FENCED = ("this executor was fenced out: it lost the run's lease (it stalled longer than the "
+           "lease lasts, and another executor took the run over), so it stopped without "
+           "writing anything more. The run goes on in the other executor.")
+
+
+def _request_key(kind: str, run_id: str) -> str:
+    if kind not in _REQUEST_KINDS:
+        raise ValueError(f"unknown request kind {kind!r}")
+    return f"{kind}:{run_id}"
+
+
+def _parse_record(key: str, text: str, run_id: str) -> RunRecord:
+    try:
+        return RunRecord.from_json(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CorruptEntry(key, str(exc) or type(exc).__name__, run_id=run_id) from None

@@ -1,0 +1,195 @@
+"""What a journal holds: run records and step entries, and their JSON wire form.
+
+A step has two numbers. Its **position** is where its entry stands in the run's journal:
+0, 1, 2 ... in the order entries were written, always a contiguous prefix. Its **key** is its
+identity, stable across replays whatever the timing: ``"3"`` for the fourth step of the
+handler, ``"3.0"`` for the first step made inside step 3's function, ``"fetch#1.0"`` for the
+first step of the second task running coroutine ``fetch`` (see
+:mod:`durable_nb.execution.scope`). Replay finds entries by key; people read them by position.
+For a handler that makes its steps one after another, the two are the same.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any
+
+__all__ = ["LLM_KINDS", "RunRecord", "Status", "StepEntry", "json_text"]
+
+#: Step kinds that are one LLM round each: the run's iterations count them.
+LLM_KINDS = ("chat", "respond")
+
+
+class Status(str, Enum):
+    """Where a run is. Every status but DONE resumes when the run is executed again
+    (unless its deadline passed); DONE replays."""
+
+    RUNNING = "RUNNING"
+    WAITING_APPROVAL = "WAITING_APPROVAL"
+    DONE = "DONE"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, text: "str | Status") -> "Status":
+        """A status from its name in any case (``done``, ``Done``, ``DONE``)."""
+        if isinstance(text, Status):
+            return text
+        try:
+            return cls(str(text).strip().upper())
+        except ValueError:
+            raise ValueError(f"unknown status {text!r}: use one of "
+                             f"{', '.join(s.value for s in cls)}") from None
+
+
+@dataclass
+class StepEntry:
+    """One completed step: what was asked and what came out.
+
+    ``result`` is encoded JSON data (:mod:`durable_nb.serde`); ``error`` is the encoded
+    exception of a failed step (:func:`durable_nb.serde.encode_error`). ``fingerprint`` is a
+    digest of the step's inputs, compared on replay; ``request`` the inputs themselves, with
+    long parts stored once per run as blobs and referenced here by digest.
+    """
+
+    position: int
+    key: str
+    name: str
+    kind: str
+    fingerprint: str = ""
+    request: Any = None
+    ok: bool = True
+    result: Any = None
+    error: dict | None = None
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    meta: dict | None = None
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.finished_at - self.started_at)
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    # Short keys keep the per-step overhead on disk small; empty fields are left out.
+    # ("f" held a format-1 fingerprint that was never compared: it is read and ignored.)
+    _WIRE = (("key", "id"), ("name", "n"), ("kind", "k"), ("fingerprint", "in"),
+             ("request", "q"), ("ok", "ok"), ("result", "r"), ("error", "e"),
+             ("started_at", "t0"), ("finished_at", "t1"), ("prompt_tokens", "pt"),
+             ("completion_tokens", "ct"), ("meta", "m"))
+
+    def to_json(self) -> str:
+        wire: dict[str, Any] = {"id": self.key, "n": self.name, "k": self.kind}
+        if self.fingerprint:
+            wire["in"] = self.fingerprint
+        if self.request is not None:
+            wire["q"] = self.request
+        if not self.ok:
+            wire["ok"] = False
+            wire["e"] = self.error
+        elif self.result is not None:
+            wire["r"] = self.result
+        wire["t0"] = round(self.started_at, 4)
+        wire["t1"] = round(self.finished_at, 4)
+        if self.prompt_tokens or self.completion_tokens:
+            wire["pt"] = self.prompt_tokens
+            wire["ct"] = self.completion_tokens
+        if self.meta:
+            wire["m"] = self.meta
+        return json_text(wire)
+
+    @classmethod
+    def from_json(cls, position: int, text: str) -> "StepEntry":
+        """Parse an entry; ValueError (or RecursionError from hostile nesting) if it is not one."""
+        wire = json.loads(text)
+        if not isinstance(wire, dict):
+            raise ValueError("entry is not a JSON object")
+        values = {attr: wire[key] for attr, key in cls._WIRE if key in wire}
+        values.setdefault("key", str(position))  # format 1: every step was a top-level one
+        entry = cls(position=position, **values)
+        if not (isinstance(entry.key, str) and isinstance(entry.name, str)
+                and isinstance(entry.kind, str) and isinstance(entry.ok, bool)
+                and isinstance(entry.fingerprint, str)
+                and (entry.ok or isinstance(entry.error, dict))
+                and (entry.meta is None or isinstance(entry.meta, dict))
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in
+                        (entry.started_at, entry.finished_at, entry.prompt_tokens,
+                         entry.completion_tokens))):
+            raise ValueError("entry fields have the wrong types")
+        return entry
+
+
+@dataclass
+class RunRecord:
+    """Everything known about a run but its steps. Timestamps are Unix seconds.
+
+    ``step_count`` is the number of journal entries as of the last record write; after a
+    crash it may lag behind the journal, and readers correct it
+    (:meth:`durable_nb.journal.Journal.count_steps`). ``retried_steps`` are positions of
+    failed entries that failed the run and were tried again on resume: replay skips them.
+    """
+
+    run_id: str
+    title: str = ""
+    status: Status = Status.RUNNING
+    iteration: int = 0
+    max_iterations: int | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    max_tokens: int | None = None
+    step_count: int = 0
+    pending_approval: dict | None = None
+    context_summary: str | None = None
+    result: Any = None
+    error: str | None = None
+    failed_step: int | None = None
+    retried_steps: list[int] | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    finished_at: float | None = None
+    deadline: float | None = None
+    owner: dict | None = None
+    parent: str | None = None
+    forked_from: dict | None = None
+    source: str | None = None
+    source_hash: str | None = None
+    journal_degraded_from: int | None = None
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_json(self) -> str:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies
+        data["status"] = self.status.value
+        return json_text(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunRecord":
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
+            raise ValueError("run record is not a JSON object with a run_id")
+        known = {f.name for f in fields(cls)}
+        record = cls(**{k: v for k, v in data.items() if k in known})
+        record.status = Status(record.status)
+        return record
+
+
+def json_text(data: Any) -> str:
+    """Compact JSON; plain UTF-8 where possible, ASCII escapes when the data holds strings
+    that are not valid Unicode (lone surrogates), which SQLite could not store as text."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return text

@@ -1,0 +1,63 @@
+"""How a run executes: :class:`RunOptions`, shared by the runner, the cursor and the step kinds."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .lease import DEFAULT_STALE_AFTER
+
+__all__ = ["OnApproval", "OnChange", "OnJournalError", "RunOptions", "verify_replay_default"]
+
+#: What to do when the code asks a step differently than the journal holds it: stop with
+#: JournalMismatch / InputChanged ("error"), execute again from that step and keep the old
+#: steps as a fork of the run ("rerun"), or return the journaled result anyway when only the
+#: inputs changed ("replay").
+OnChange = Literal["error", "rerun", "replay"]
+OnJournalError = Literal["continue", "stop"]
+OnApproval = Literal["wait", "park"]
+
+
+def verify_replay_default() -> bool:
+    """``DURABLE_NB_VERIFY_REPLAY=1`` turns :attr:`RunOptions.verify_replay` on by default."""
+    return os.environ.get("DURABLE_NB_VERIFY_REPLAY", "") not in ("", "0")
+
+
+@dataclass
+class RunOptions:
+    """How a run executes. ``timeout`` counts from the run's creation and is fixed then;
+    budgets given on a later execution replace the stored ones (raise them to go on).
+
+    ``verify_replay``: after an execution that finished the run (DONE) having executed steps,
+    execute the handler once more in pure replay and raise
+    :class:`~durable_nb.errors.ReplayDiverged` if it does not reproduce the same steps,
+    inputs and result (Restate's always-replay check; the test suite runs with it on).
+    """
+
+    title: str | None = None
+    timeout: float | None = None
+    max_iterations: int | None = None
+    max_tokens: int | None = None
+    on_approval: OnApproval = "wait"
+    on_change: OnChange = "error"
+    on_journal_error: OnJournalError = "continue"
+    poll_interval: float = 0.1
+    heartbeat_interval: float = 2.0
+    stale_after: float = DEFAULT_STALE_AFTER
+    source: str | None = None
+    model: str | None = None
+    client: Any = None
+    context_windows: dict[str, int] | None = None
+    verify_replay: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("on_change", ("error", "rerun", "replay")),
+                              ("on_journal_error", ("continue", "stop")),
+                              ("on_approval", ("wait", "park"))):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, "
+                                 f"not {value!r}")
+        if self.verify_replay is None:
+            self.verify_replay = verify_replay_default()
