@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .lease import DEFAULT_STALE_AFTER
+from .pricing import Price
 
 __all__ = ["OnApproval", "OnChange", "OnJournalError", "RunOptions", "verify_replay_default"]
 
@@ -28,6 +29,8 @@ def verify_replay_default() -> bool:
 class RunOptions:
     """How a run executes. ``timeout`` counts from the run's creation and is fixed then;
     budgets given on a later execution replace the stored ones (raise them to go on).
+    ``max_cost`` is in US dollars, priced with :mod:`durable_nb.pricing` (``prices``
+    overrides its table per model).
 
     ``verify_replay``: after an execution that finished the run (DONE) having executed steps,
     execute the handler once more in pure replay and raise
@@ -39,6 +42,8 @@ class RunOptions:
     timeout: float | None = None
     max_iterations: int | None = None
     max_tokens: int | None = None
+    max_cost: float | None = None
+    prices: dict[str, Price] | None = None
     on_approval: OnApproval = "wait"
     on_change: OnChange = "error"
     on_journal_error: OnJournalError = "continue"

@@ -132,6 +132,7 @@ class Runner:
                 run_id=self.run_id, title=opts.title or "", created_at=now, updated_at=now,
                 deadline=now + opts.timeout if opts.timeout else None,
                 max_iterations=opts.max_iterations, max_tokens=opts.max_tokens,
+                max_cost=opts.max_cost,
                 parent=self.parent.run_id if self.parent else None, source=opts.source,
                 source_hash=source_hash(opts.source) if opts.source is not None else None)
             if not self.journal.create_run(record):
@@ -140,6 +141,8 @@ class Runner:
             record.max_iterations = opts.max_iterations
         if opts.max_tokens is not None:
             record.max_tokens = opts.max_tokens
+        if opts.max_cost is not None:
+            record.max_cost = opts.max_cost
         if opts.title:
             record.title = opts.title
         return record

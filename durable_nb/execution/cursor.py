@@ -40,7 +40,7 @@ from ..errors import (
     TerminalError,
     UnserializableResult,
 )
-from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
+from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
 from ..options import RunOptions
 from ..retry import NO_RETRY, RetryPolicy
 from .inputs import first_difference, fingerprint, load_request, store_request
@@ -120,6 +120,7 @@ class Execution:
         self.iteration = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.cost = 0.0
         self.state: dict[str, Any] = {}
         self.cancel_event = threading.Event()
         self.wake_event = threading.Event()
@@ -267,6 +268,7 @@ class Execution:
     def _count(self, entry: StepEntry) -> None:
         self.prompt_tokens += entry.prompt_tokens
         self.completion_tokens += entry.completion_tokens
+        self.cost += entry_cost(entry)
         if entry.kind in LLM_KINDS:
             self.iteration += 1
 
@@ -378,6 +380,7 @@ class Execution:
             if entry.prompt_tokens or entry.completion_tokens or entry.kind in LLM_KINDS:
                 self.record.prompt_tokens = self.prompt_tokens
                 self.record.completion_tokens = self.completion_tokens
+                self.record.cost = self.cost
                 self.record.iteration = self.iteration
                 record_changed = True
             self.live_steps += 1

@@ -17,10 +17,10 @@ from typing import Union
 from .base import Journal
 from .local import FORMAT_VERSION, DiskJournal, Durability
 from .edits import copy_run, fork_run, recount, rewind
-from .records import LLM_KINDS, RunRecord, Status, StepEntry, json_text
+from .records import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost, json_text
 
 __all__ = ["FORMAT_VERSION", "LLM_KINDS", "DiskJournal", "Durability", "Journal", "JournalSpec",
-           "RunRecord", "Status", "StepEntry", "copy_run", "default_location", "fork_run",
+           "RunRecord", "Status", "StepEntry", "copy_run", "default_location", "entry_cost", "fork_run",
            "json_text", "open_journal", "recount", "rewind", "this_host"]
 
 #: What a user may pass as ``journal=``: a Journal, a directory, or None (the default).

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from .base import Journal
-from .records import LLM_KINDS, RunRecord, Status, StepEntry
+from .records import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 
 __all__ = ["copy_run", "fork_run", "recount", "rewind"]
 
@@ -70,6 +70,7 @@ def recount(record: RunRecord, kept: list[StepEntry]) -> None:
     record.prompt_tokens = sum(e.prompt_tokens for e in kept)
     record.completion_tokens = sum(e.completion_tokens for e in kept)
     record.iteration = sum(1 for e in kept if e.kind in LLM_KINDS)
+    record.cost = sum(entry_cost(e) for e in kept)
     record.step_count = len(kept)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
-__all__ = ["LLM_KINDS", "RunRecord", "Status", "StepEntry", "json_text"]
+__all__ = ["LLM_KINDS", "RunRecord", "Status", "StepEntry", "entry_cost", "json_text"]
 
 #: Step kinds that are one LLM round each: the run's iterations count them.
 LLM_KINDS = ("chat", "respond")
@@ -132,7 +132,8 @@ class StepEntry:
 class RunRecord:
     """Everything known about a run but its steps. Timestamps are Unix seconds.
 
-    ``step_count`` is the number of journal entries as of the last record write; after a
+    ``cost`` is US dollars of the LLM calls whose price is known (``meta["cost"]`` of their
+    entries). ``step_count`` is the number of journal entries as of the last record write; after a
     crash it may lag behind the journal, and readers correct it
     (:meth:`durable_nb.journal.Journal.count_steps`). ``retried_steps`` are positions of
     failed entries that failed the run and were tried again on resume: replay skips them.
@@ -146,6 +147,8 @@ class RunRecord:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     max_tokens: int | None = None
+    cost: float = 0.0
+    max_cost: float | None = None
     step_count: int = 0
     pending_approval: dict | None = None
     context_summary: str | None = None
@@ -182,6 +185,12 @@ class RunRecord:
         record = cls(**{k: v for k, v in data.items() if k in known})
         record.status = Status(record.status)
         return record
+
+
+def entry_cost(entry: StepEntry) -> float:
+    """US dollars an entry's LLM call cost (0 when its price is not known)."""
+    value = (entry.meta or {}).get("cost")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def json_text(data: Any) -> str:
