@@ -21,10 +21,37 @@ import abc
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import UnknownRun
+from ..errors import JournalError, UnknownRun
 from .records import RunRecord, StepEntry
 
-__all__ = ["Journal"]
+__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "check_request_kind", "position_taken_advice",
+           "read_only_error"]
+
+#: What :class:`~durable_nb.errors.RunLeased` tells an executor whose write was refused
+#: because its lease moved to another executor (every backend says the same).
+FENCED_ADVICE = ("this executor was fenced out: it lost the run's lease (it stalled longer than "
+                 "the lease lasts, and another executor took the run over), so it stopped "
+                 "without writing anything more. The run goes on in the other executor.")
+
+#: The kinds of requests other processes leave for a run's executor.
+REQUEST_KINDS = ("decision", "cancel")
+
+
+def position_taken_advice(position: int) -> str:
+    """The RunLeased advice when a step's position was already written by someone else."""
+    return f"position {position} of its journal was written by another executor. {FENCED_ADVICE}"
+
+
+def read_only_error(location: str, action: str) -> JournalError:
+    """The error every write method of a journal opened read-only raises."""
+    return JournalError(
+        f"the journal at {location} was opened read-only, so it cannot {action}. Open it "
+        f"without read_only=True (open_journal(..., read_only=False)) to change it.")
+
+
+def check_request_kind(kind: str) -> None:
+    if kind not in REQUEST_KINDS:
+        raise ValueError(f"unknown request kind {kind!r}: use one of {', '.join(REQUEST_KINDS)}")
 
 
 class Journal(abc.ABC):
@@ -32,6 +59,9 @@ class Journal(abc.ABC):
 
     #: Where the journal is, for messages: a directory, or a database URL without password.
     location: str
+    #: True for a journal opened with ``read_only=True``: it never creates or writes
+    #: anything, and its write methods raise :class:`~durable_nb.errors.JournalError`.
+    read_only: bool = False
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -126,11 +156,19 @@ class Journal(abc.ABC):
                       holder_alive: Callable[[dict], bool]) -> None:
         """Make ``holder`` (a dict with a ``token``) the run's lease holder, atomically,
         unless a holder for which ``holder_alive`` is true holds it:
-        :class:`~durable_nb.errors.RunLeased` naming that holder then."""
+        :class:`~durable_nb.errors.RunLeased` naming that holder then.
+
+        The holder dicts passed to ``holder_alive`` (and returned by :meth:`lease`) are the
+        stored ones. A backend with a clock of its own (PostgreSQL's ``now()``) stamps the
+        heartbeat in that clock and adds ``heartbeat_age``: seconds since the last heartbeat
+        by that clock, which :func:`durable_nb.lease.holder_alive` prefers to comparing
+        ``heartbeat`` with this host's clock; ``heartbeat`` is then that age subtracted from
+        this process's ``time.time()``."""
 
     @abc.abstractmethod
     def renew_lease(self, run_id: str, token: str, heartbeat: float) -> bool:
-        """Stamp the heartbeat of the lease held by ``token``; False if it moved on."""
+        """Stamp the heartbeat of the lease held by ``token`` (``heartbeat``, or the
+        backend's own clock); False if it moved on."""
 
     @abc.abstractmethod
     def release_lease(self, run_id: str, token: str) -> None:

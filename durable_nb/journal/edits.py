@@ -28,13 +28,24 @@ def copy_run(source: Journal, run_id: str, target: Journal, new_id: str, *,
              changes: dict[str, Any] | None = None) -> RunRecord | None:
     """Copy run ``run_id`` with its entries and blobs to ``target`` as ``new_id`` (its
     record updated with ``changes``); None, and nothing written, if ``new_id`` exists there.
-    Leases and pending requests are not copied."""
+    Leases and pending requests are not copied.
+
+    ``source`` and ``target`` may be journals of different backends (a directory and a
+    PostgreSQL URL): the copy is made of interface calls only. Until its last write the
+    copy is marked FAILED "incomplete copy", so a copy cut short is never taken for the
+    run (delete it and copy again)."""
     record = RunRecord.from_json(source.get_run(run_id).to_json())
     record.run_id = new_id
     record.owner = None
     for name, value in (changes or {}).items():
         setattr(record, name, value)
-    if not target.create_run(record):
+    placeholder = RunRecord.from_json(record.to_json())
+    placeholder.status = Status.FAILED
+    placeholder.result = None
+    placeholder.pending_approval = None
+    placeholder.error = (f"incomplete copy of run {run_id!r} from {source.location}: delete it "
+                         f"(durable-nb delete {new_id}) and copy it again")
+    if not target.create_run(placeholder):
         return None
     for entry in source.steps(run_id):
         blobs = {}

@@ -19,6 +19,13 @@ file in it ``0600``, value files and their folders included.
 mode; a killed process loses nothing that was journaled, a power cut may lose the last
 steps. ``durability="power"``: ``synchronous=FULL`` and every value file fsynced before its
 row is committed; a step journaled before a power cut is still there after it.
+
+**Read-only.** ``read_only=True`` opens an existing journal without diskcache (whose
+constructor writes its settings): SQLite opened with ``mode=ro`` and the cache table's rows
+read here, values inline or from their files, pickles refused. Nothing is created or
+written: a missing journal is an error, write methods raise, and a read-only copy (files
+without write permission) is read as it is. In a writable directory SQLite may add its
+``-wal``/``-shm`` companion files to read alongside live writers; they hold no data.
 """
 
 from __future__ import annotations
@@ -27,16 +34,24 @@ import json
 import os
 import os.path as op
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import diskcache
-from diskcache.core import MODE_PICKLE
+from diskcache.core import MODE_PICKLE, MODE_RAW, MODE_TEXT
 
-from ..errors import CorruptEntry, IncompatibleJournal, RunLeased
-from .base import Journal
+from ..errors import CorruptEntry, IncompatibleJournal, JournalError, RunLeased
+from .base import (
+    FENCED_ADVICE,
+    REQUEST_KINDS,
+    Journal,
+    check_request_kind,
+    position_taken_advice,
+    read_only_error,
+)
 from .records import RunRecord, StepEntry
 
 __all__ = ["DiskJournal", "Durability", "FORMAT_VERSION"]
@@ -47,7 +62,6 @@ Durability = Literal["process", "power"]
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 _SYNCHRONOUS = {"process": 1, "power": 2}  # SQLite NORMAL, FULL
-_REQUEST_KINDS = ("decision", "cancel")
 
 
 class _JsonOnlyDisk(diskcache.Disk):
@@ -80,6 +94,8 @@ class _JsonOnlyDisk(diskcache.Disk):
         # diskcache's own _write creates folders and files with the process umask (0755/0644).
         full_dir = op.dirname(full_path)
         for attempt in range(10):
+            # makedirs gives `mode` to the leaf only: make the outer folder first.
+            os.makedirs(op.dirname(full_dir), mode=_DIR_MODE, exist_ok=True)
             os.makedirs(full_dir, mode=_DIR_MODE, exist_ok=True)
             try:
                 fd = os.open(full_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
@@ -138,6 +154,91 @@ def _retry_locked(action: Callable[[], Any], seconds: float = 60.0) -> Any:
         time.sleep(0.005)
 
 
+class _ReadOnlyCache:
+    """The reads DiskJournal makes of a diskcache Cache, done on a SQLite connection opened
+    read-only (one per thread), never writing; the write methods raise."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = str(directory)
+        self._location = str(directory)
+        self._disk = self  # DiskJournal._range calls self._cache._disk.fetch
+        self._local = threading.local()
+        database = directory / "cache.db"
+        if not database.is_file():
+            raise JournalError(
+                f"there is no journal at {directory} (no cache.db in it). Check the path "
+                f"(--journal, DURABLE_NB_JOURNAL or DURABLE_NB_DIR); a read-only journal is "
+                f"never created.")
+        self._uri = database.as_uri() + "?mode=ro"
+        if not op.exists(f"{database}-wal"):
+            # No write-ahead log to read: a WAL database in a directory SQLite may not write
+            # (a read-only copy) opens only as immutable, and nothing is lost by it.
+            try:
+                self._connect().close()
+            except sqlite3.OperationalError:
+                self._uri = database.as_uri() + "?mode=ro&immutable=1"
+        self._con  # fail now, not at the first read
+
+    def _connect(self) -> sqlite3.Connection:
+        con = sqlite3.connect(self._uri, uri=True, isolation_level=None,
+                              check_same_thread=False)
+        try:
+            con.execute("SELECT 1 FROM Cache LIMIT 1").fetchall()
+        except sqlite3.Error:
+            con.close()
+            raise
+        return con
+
+    @property
+    def _con(self) -> sqlite3.Connection:
+        con = getattr(self._local, "con", None)
+        if con is None:
+            con = self._local.con = _retry_locked(self._connect)
+        return con
+
+    def _sql(self, query: str, params: tuple = ()) -> sqlite3.Cursor:
+        return _retry_locked(lambda: self._con.execute(query, params))
+
+    def _row(self, key: str) -> tuple | None:
+        return self._sql("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 "
+                         "AND (expire_time IS NULL OR expire_time > ?)",
+                         (key, time.time())).fetchone()
+
+    def get(self, key: str, retry: bool = True) -> str | None:
+        row = self._row(key)
+        if row is None:
+            return None
+        try:
+            return self.fetch(*row, False)
+        except FileNotFoundError:  # as diskcache: a row whose value file is gone reads as absent
+            return None
+
+    def __contains__(self, key: str) -> bool:
+        return self._row(key) is not None
+
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> str:
+        if mode == MODE_RAW and type(value) is str:
+            return value
+        if mode == MODE_TEXT and filename:
+            with open(op.join(self._directory, filename), encoding="UTF-8") as reader:
+                return reader.read()
+        if mode == MODE_PICKLE:
+            raise CorruptEntry("<pickled value>", "the journal holds a pickled value; refusing to load it")
+        raise CorruptEntry("<value>", f"the journal holds a value of storage mode {mode} that is "
+                                      f"not JSON text; refusing to load it")
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise read_only_error(self._location, "be written")
+
+    add = set = delete = transact = _refuse
+
+    def close(self) -> None:
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            self._local.con = None
+            con.close()
+
+
 def _step_key(run_id: str, position: int) -> str:
     return f"step:{run_id}:{position}"
 
@@ -150,14 +251,26 @@ class DiskJournal(Journal):
     """The journal in one directory (default ``./.durable_nb``) on this machine.
 
     Safe to share between threads and processes: every write is a SQLite transaction.
+    ``read_only=True``: see the module docstring.
     """
 
-    def __init__(self, directory: str | os.PathLike, *, durability: Durability = "process") -> None:
+    def __init__(self, directory: str | os.PathLike, *, durability: Durability = "process",
+                 read_only: bool = False) -> None:
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"durability must be 'process' or 'power', not {durability!r}")
         self.directory = Path(directory).expanduser().resolve()
         self.location = str(self.directory)
         self.durability = durability
+        self.read_only = read_only
+        if read_only:
+            try:
+                self._cache = _ReadOnlyCache(self.directory)
+            except (OSError, sqlite3.Error) as exc:
+                raise IncompatibleJournal(
+                    f"cannot open the journal at {self.directory} read-only: {exc}. Check that "
+                    f"its directory and files are readable by you.") from exc
+            self._check_format()
+            return
         try:
             self.directory.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
             old_umask = os.umask(0o077)
@@ -184,7 +297,8 @@ class DiskJournal(Journal):
     def _check_format(self) -> None:
         stored = self._get("format")
         if stored is None:
-            self._cache.add("format", json.dumps({"version": FORMAT_VERSION}), retry=True)
+            if not self.read_only:
+                self._cache.add("format", json.dumps({"version": FORMAT_VERSION}), retry=True)
             return
         try:
             version = json.loads(stored)["version"]
@@ -196,7 +310,7 @@ class DiskJournal(Journal):
                 f"durable_nb understands ({FORMAT_VERSION}). Upgrade durable_nb "
                 f"(pip install -U durable-nb) or use another directory."
             )
-        if version < FORMAT_VERSION:
+        if version < FORMAT_VERSION and not self.read_only:
             # Format 1 entries read as format 2 ones (their keys are their positions);
             # marking the journal stops an older durable_nb from misreading new entries.
             self._cache.set("format", json.dumps({"version": FORMAT_VERSION}), retry=True)
@@ -236,7 +350,8 @@ class DiskJournal(Journal):
             return
         holder = self._read_json(f"lease:{run_id}")
         if not isinstance(holder, dict) or holder.get("token") != token:
-            raise RunLeased(run_id, holder if isinstance(holder, dict) else {}, advice=_FENCED)
+            raise RunLeased(run_id, holder if isinstance(holder, dict) else {},
+                            advice=FENCED_ADVICE)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -268,7 +383,7 @@ class DiskJournal(Journal):
             for key, _ in self._range(f"blob:{run_id}:"):
                 self._cache.delete(key, retry=True)
             for key in (f"run:{run_id}", f"lease:{run_id}",
-                        *(f"{kind}:{run_id}" for kind in _REQUEST_KINDS)):
+                        *(f"{kind}:{run_id}" for kind in REQUEST_KINDS)):
                 self._cache.delete(key, retry=True)
 
     # -- steps ----------------------------------------------------------------------------
@@ -298,8 +413,7 @@ class DiskJournal(Journal):
             self._fenced(run_id, token)
             if not cache.add(_step_key(run_id, entry.position), text, retry=True):
                 raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
-                                advice=f"position {entry.position} of its journal was written "
-                                       f"by another executor. {_FENCED}")
+                                advice=position_taken_advice(entry.position))
             for digest, blob in (blobs or {}).items():
                 cache.add(f"blob:{run_id}:{digest}", blob, retry=True)
             if record_json is not None:
@@ -362,14 +476,8 @@ class DiskJournal(Journal):
         self._cache.delete(_request_key(kind, run_id), retry=True)
 
 
-_FENCED = ("this executor was fenced out: it lost the run's lease (it stalled longer than the "
-           "lease lasts, and another executor took the run over), so it stopped without "
-           "writing anything more. The run goes on in the other executor.")
-
-
 def _request_key(kind: str, run_id: str) -> str:
-    if kind not in _REQUEST_KINDS:
-        raise ValueError(f"unknown request kind {kind!r}")
+    check_request_kind(kind)
     return f"{kind}:{run_id}"
 
 
