@@ -6,6 +6,12 @@ apart by its start time), a lease of this process that no execution holds any mo
 heartbeat older than ``stale_after`` seconds (the only test possible for a holder on another
 host, and the one that catches a stalled process). Every write of an executor carries its
 token, so an executor that lost its lease is fenced out (:mod:`durable_nb.journal.base`).
+
+Heartbeat age: a journal with a clock of its own (PostgreSQL) stamps heartbeats with it and
+hands out holders with ``heartbeat_age``, the seconds since the last heartbeat by that clock;
+it is used when present, so executors on hosts whose clocks disagree still agree on who is
+stale. Otherwise (the disk journal, one machine) the age is this host's ``time.time()`` minus
+``heartbeat``.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ def _process_start(pid: int) -> str | None:
 def holder_alive(holder: dict, stale_after: float = DEFAULT_STALE_AFTER) -> bool:
     """Whether the lease holder may still be executing."""
     try:
-        age = time.time() - float(holder.get("heartbeat", 0))
+        age = holder.get("heartbeat_age")
+        age = float(age) if age is not None else time.time() - float(holder.get("heartbeat", 0))
     except (TypeError, ValueError):
         return False
     if age >= stale_after:

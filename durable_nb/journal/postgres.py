@@ -1,0 +1,686 @@
+"""The shared journal: PostgreSQL through psycopg 3 and a ``psycopg_pool`` connection pool.
+
+Chosen by a URL wherever a journal directory is accepted: ``postgresql://USER:PASSWORD@HOST:PORT/DB``
+(or ``postgres://``), with ``?schema=NAME`` for the schema (default ``durable_nb``); every
+other query parameter goes to libpq. ``pip install 'durable-nb[postgres]'``.
+
+The journal lives in a schema of its own::
+
+    migrations (version, name, applied_at)   schema migrations applied, in order
+    meta (key, value)                        'format': the journal format version, as on disk
+    runs (run_id, created_at, record)        the run records (JSON text), listed by created_at
+    steps (run_id, position, entry)          the entries (JSON text), primary key (run_id, position)
+    blobs (run_id, digest, value)            inputs stored once per run
+    leases (run_id, token, holder, heartbeat_at)    the executor; heartbeat in the database's clock
+    requests (run_id, kind, value)           decisions and cancels for the executor
+
+**Same guarantees as the disk journal.** A step is one transaction (one statement: the
+schema's ``append_step`` function) that checks the lease token with the lease row locked
+``FOR SHARE``, inserts the entry only where its position is free (``ON CONFLICT DO
+NOTHING``), adds the blobs and writes the record. A fenced or taken position writes
+nothing and raises :class:`~durable_nb.errors.RunLeased`. Values are JSON text (``text``
+columns, byte for byte what :meth:`StepEntry.to_json` produced): nothing is ever unpickled.
+
+**Heartbeats in the database's clock.** ``leases.heartbeat_at`` is the server's ``now()``
+when the lease was taken or renewed; the holder dicts this journal hands to
+:func:`~durable_nb.lease.holder_alive` carry ``heartbeat_age`` (seconds, by the server's
+clock), so hosts with skewed clocks agree on which holder is stale.
+
+**Migrations.** :data:`MIGRATIONS` is an ordered list; opening the journal applies those not
+yet in ``migrations``, all in one transaction under a transaction-level advisory lock
+(processes opening a fresh database at once wait for each other; the second finds nothing
+to do). A schema migrated by a newer durable_nb, or a newer format version, is refused.
+
+**Grants.** The role needs ``CREATE`` on the database (to create the schema once) or, on a
+schema created for it, ``USAGE, CREATE`` on it; then ``SELECT, INSERT, UPDATE, DELETE`` on its
+tables. Read-only use needs ``USAGE`` and ``SELECT``. Anyone who can write the schema can
+change what replay returns, as anyone who can write a journal directory can.
+
+**Passwords.** The password (in the URL, or ``password=`` in its query) is given to libpq
+only: :attr:`location` is the URL without it, and it is cut out of every error message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from ..errors import CorruptEntry, IncompatibleJournal, JournalError, RunLeased
+from .base import (
+    FENCED_ADVICE,
+    Journal,
+    check_request_kind,
+    position_taken_advice,
+    read_only_error,
+)
+from .records import RunRecord, StepEntry
+
+__all__ = ["DEFAULT_SCHEMA", "DatabaseError", "JournalUnavailable", "MIGRATIONS", "PostgresJournal",
+           "is_postgres_url", "location_of"]
+
+DEFAULT_SCHEMA = "durable_nb"
+_SCHEMES = ("postgresql", "postgres")
+_SECRET_PARAMS = ("password", "sslpassword")
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_BATCH = 500  # entries fetched per query when a run's steps are read in order
+
+
+class DatabaseError(JournalError, OSError):
+    """The journal's database failed a query (psycopg's error, password cut out). An
+    :class:`OSError`, as a failed disk write is, so that an executing run treats a failed
+    write the same on both backends: the journal is degraded and the write retried (or the
+    run stops, with ``on_journal_error="stop"``)."""
+
+
+class JournalUnavailable(DatabaseError, ConnectionError):
+    """The journal's database cannot be reached, or refused for lack of resources (disk
+    full, too many connections, a lock or statement timeout)."""
+
+
+def is_postgres_url(location: Any) -> bool:
+    """Whether ``location`` is a ``postgresql://`` or ``postgres://`` URL."""
+    return isinstance(location, str) and location.split("://", 1)[0].lower() in _SCHEMES \
+        and "://" in location
+
+
+class _Url:
+    """A journal URL taken apart: what libpq gets, the schema, and what may be shown."""
+
+    def __init__(self, url: str) -> None:
+        if not is_postgres_url(url):
+            raise ValueError("a PostgreSQL journal URL starts with postgresql:// or postgres://")
+        parts = urlsplit(url)
+        secrets: list[str] = []
+        userinfo, at, hostport = parts.netloc.rpartition("@")
+        user, colon, password = userinfo.partition(":")
+        if colon and password:
+            secrets += [password, unquote(password)]
+        schema = DEFAULT_SCHEMA
+        # The query's pieces are passed on as they were written (libpq decodes them itself):
+        # ``schema`` is ours and removed; password pieces are not shown.
+        libpq, shown = [], []
+        for piece in parts.query.split("&") if parts.query else []:
+            raw_key, _, raw_value = piece.partition("=")
+            key, value = unquote(raw_key), unquote(raw_value)
+            if key == "schema":
+                schema = value
+                continue
+            libpq.append(piece)
+            if key in _SECRET_PARAMS:
+                secrets += [raw_value, value]
+            else:
+                shown.append(piece)
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise ValueError(f"invalid schema name {schema!r} in the journal URL: use letters, "
+                             f"digits and _ (at most 63), not starting with a digit")
+        self.schema = schema
+        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self.conninfo = _join(parts.scheme, parts.netloc, parts.path, libpq)
+        if schema != DEFAULT_SCHEMA:
+            shown.append(f"schema={schema}")
+        netloc = f"{user}{at}{hostport}" if at else hostport
+        self.location = _join(parts.scheme, netloc, parts.path, shown)
+
+    def scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _join(scheme: str, netloc: str, path: str, query: list[str]) -> str:
+    # (urlunsplit would drop the "//" of a URL without a host, which libpq needs)
+    return f"{scheme}://{netloc}{path}" + (f"?{'&'.join(query)}" if query else "")
+
+
+def location_of(url: str) -> str:
+    """The URL as durable_nb shows it: without its password."""
+    return _Url(url).location
+
+
+def _q(schema: str) -> str:
+    return f'"{schema}"'
+
+
+def _migrations(s: str) -> list[tuple[str, list[str]]]:
+    """The schema's migrations, in order: (name, statements). Append only; never edit one
+    that was released (a journal records which it applied by number)."""
+    return [
+        ("tables", [
+            f"CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)",
+            f"""INSERT INTO {s}.meta (key, value) VALUES ('format', '{{"version": 2}}')""",
+            f"""CREATE TABLE {s}.runs (run_id text COLLATE "C" PRIMARY KEY,
+                created_at double precision NOT NULL, record text NOT NULL)""",
+            f"CREATE INDEX runs_by_creation ON {s}.runs (created_at, run_id)",
+            f"""CREATE TABLE {s}.steps (run_id text COLLATE "C" NOT NULL,
+                position integer NOT NULL, entry text NOT NULL,
+                PRIMARY KEY (run_id, position))""",
+            f"""CREATE TABLE {s}.blobs (run_id text COLLATE "C" NOT NULL, digest text NOT NULL,
+                value text NOT NULL, PRIMARY KEY (run_id, digest))""",
+            f"""CREATE TABLE {s}.leases (run_id text COLLATE "C" PRIMARY KEY,
+                token text NOT NULL, holder text NOT NULL,
+                heartbeat_at timestamptz NOT NULL DEFAULT now())""",
+            f"""CREATE TABLE {s}.requests (run_id text COLLATE "C" NOT NULL, kind text NOT NULL,
+                value text NOT NULL, PRIMARY KEY (run_id, kind))""",
+        ]),
+        ("append_step and put_run in one statement each", [
+            # 0: written; 1: fenced (the lease is not held by p_token); 2: position taken.
+            f"""CREATE FUNCTION {s}.append_step(p_run text, p_position integer, p_entry text,
+                    p_record text, p_token text, p_digests text[], p_blobs text[])
+                RETURNS integer LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    held text;
+                    created double precision;
+                BEGIN
+                    IF p_token IS NOT NULL THEN
+                        SELECT token INTO held FROM {s}.leases WHERE run_id = p_run FOR SHARE;
+                        IF held IS DISTINCT FROM p_token THEN
+                            RETURN 1;
+                        END IF;
+                    END IF;
+                    INSERT INTO {s}.steps (run_id, position, entry)
+                        VALUES (p_run, p_position, p_entry) ON CONFLICT DO NOTHING;
+                    IF NOT FOUND THEN
+                        RETURN 2;
+                    END IF;
+                    IF p_digests IS NOT NULL THEN
+                        INSERT INTO {s}.blobs (run_id, digest, value)
+                            SELECT p_run, b.digest, b.value
+                            FROM unnest(p_digests, p_blobs) AS b(digest, value)
+                            ON CONFLICT DO NOTHING;
+                    END IF;
+                    IF p_record IS NOT NULL THEN
+                        UPDATE {s}.runs SET record = p_record WHERE run_id = p_run;
+                        IF NOT FOUND THEN
+                            BEGIN
+                                created := (p_record::json ->> 'created_at')::double precision;
+                            EXCEPTION WHEN others THEN
+                                created := 0;
+                            END;
+                            INSERT INTO {s}.runs (run_id, created_at, record)
+                                VALUES (p_run, coalesce(created, 0), p_record)
+                                ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record;
+                        END IF;
+                    END IF;
+                    RETURN 0;
+                END
+                $fn$""",
+            # 0: written; 1: fenced.
+            f"""CREATE FUNCTION {s}.put_run(p_run text, p_created double precision,
+                    p_record text, p_token text)
+                RETURNS integer LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    held text;
+                BEGIN
+                    IF p_token IS NOT NULL THEN
+                        SELECT token INTO held FROM {s}.leases WHERE run_id = p_run FOR SHARE;
+                        IF held IS DISTINCT FROM p_token THEN
+                            RETURN 1;
+                        END IF;
+                    END IF;
+                    INSERT INTO {s}.runs (run_id, created_at, record)
+                        VALUES (p_run, p_created, p_record)
+                        ON CONFLICT (run_id) DO UPDATE
+                        SET created_at = EXCLUDED.created_at, record = EXCLUDED.record;
+                    RETURN 0;
+                END
+                $fn$""",
+        ]),
+    ]
+
+
+#: The names of the schema migrations, in order (version N is ``MIGRATIONS[N - 1]``).
+MIGRATIONS = [name for name, _ in _migrations(_q(DEFAULT_SCHEMA))]
+#: The format version of the entries and records; the same wire format as the disk journal.
+FORMAT_VERSION = 2
+
+# Pools left behind by a fork: the child must neither use nor close the parent's connections
+# (closing one would end the parent's session), so they are kept referenced, unused.
+_inherited: list[Any] = []
+
+
+def _lock_key(schema: str) -> int:
+    digest = hashlib.sha256(f"durable_nb migrations {schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _created_at(record: RunRecord) -> float:
+    try:
+        return float(record.created_at or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+class PostgresJournal(Journal):
+    """The journal in a PostgreSQL schema, shared by every process that reaches the database.
+
+    ``read_only=True``: nothing is created or written (the sessions are read-only too); a
+    missing journal is an error and write methods raise. ``pool_size``: connections at most
+    (one is used per call, for the call's duration). Safe to share between threads.
+    """
+
+    def __init__(self, url: str, *, read_only: bool = False, pool_size: int = 8,
+                 connect_timeout: float = 10.0) -> None:
+        try:
+            import psycopg
+            import psycopg_pool
+        except ImportError as exc:
+            raise JournalError(
+                f"a PostgreSQL journal needs psycopg 3 and psycopg_pool ({exc}): "
+                f"pip install 'durable-nb[postgres]'") from None
+        self._psycopg = psycopg
+        self._pool_class = psycopg_pool.ConnectionPool
+        self._url = _Url(url)
+        _ScrubSecrets.secrets.update(self._url.secrets)
+        self.location = self._url.location
+        self.schema = self._url.schema
+        self.read_only = read_only
+        self._pool_size = pool_size
+        self._connect_timeout = connect_timeout
+        self._kwargs: dict[str, Any] = {"autocommit": True, "client_encoding": "utf8",
+                                        "application_name": "durable_nb"}
+        if "connect_timeout" not in self._url.conninfo:
+            self._kwargs["connect_timeout"] = max(1, int(connect_timeout))
+        self._sql = self._statements(_q(self.schema))
+        self._pid = os.getpid()
+        self._pool_lock = threading.Lock()
+        self._pool: Any = None
+        with self._errors("open"):
+            with psycopg.connect(self._url.conninfo, **self._kwargs) as conn:
+                self._configure(conn)
+                self._open_schema(conn)
+        self._pool = self._new_pool()
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _configure(self, conn: Any) -> None:
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
+
+    def _new_pool(self) -> Any:
+        pool = self._pool_class(self._url.conninfo, kwargs=self._kwargs, min_size=1,
+                                max_size=self._pool_size, open=False, name="durable_nb",
+                                configure=self._configure if self.read_only else None,
+                                timeout=max(self._connect_timeout, 30.0))
+        pool.open(wait=False)
+        return pool
+
+    def _current_pool(self) -> Any:
+        if self._pid != os.getpid():  # a forked child: new connections of its own
+            with self._pool_lock:
+                if self._pid != os.getpid():
+                    _inherited.append(self._pool)
+                    self._pool = self._new_pool()
+                    self._pid = os.getpid()
+        if self._pool is None:
+            raise JournalError(f"the journal at {self.location} was disposed of")
+        return self._pool
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """psycopg errors as JournalErrors, with the password cut out of their text."""
+        try:
+            yield
+        except self._psycopg.Error as exc:
+            raise self._translate(exc, action) from None
+
+    def _translate(self, exc: BaseException, action: str) -> DatabaseError:
+        text = self._url.scrub(str(exc).strip() or type(exc).__name__)
+        where = f"the PostgreSQL journal at {self.location}"
+        if isinstance(exc, (self._psycopg.OperationalError, self._psycopg.InterfaceError)):
+            return JournalUnavailable(
+                f"{where}: {action} failed: {text}. Check that the server is running and "
+                f"reachable, and the URL's user, password and database (DURABLE_NB_JOURNAL or "
+                f"--journal).")
+        return DatabaseError(f"{where}: {action} failed ({type(exc).__name__}): {text}")
+
+    @contextmanager
+    def _conn(self, action: str = "a query") -> Iterator[Any]:
+        try:
+            with self._current_pool().connection() as conn:
+                yield conn
+        except self._psycopg.Error as exc:
+            raise self._translate(exc, action) from None
+
+    def _writable(self, action: str) -> None:
+        if self.read_only:
+            raise read_only_error(self.location, action)
+
+    def close(self) -> None:
+        """Nothing to release per thread: connections return to the pool after each call."""
+
+    def dispose(self) -> None:
+        """Close the pool's connections; the journal cannot be used after this."""
+        pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.close()
+
+    # -- schema -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _statements(s: str) -> dict[str, str]:
+        return {
+            "find_run": f"SELECT record FROM {s}.runs WHERE run_id = %s",
+            "create_run": f"INSERT INTO {s}.runs (run_id, created_at, record) VALUES (%s, %s, %s) "
+                          f"ON CONFLICT DO NOTHING",
+            "put_run": f"SELECT {s}.put_run(%s, %s, %s, %s)",
+            "list_runs": f"SELECT run_id, record FROM {s}.runs ORDER BY created_at, run_id",
+            "get_step": f"SELECT entry FROM {s}.steps WHERE run_id = %s AND position = %s",
+            "has_step": f"SELECT 1 FROM {s}.steps WHERE run_id = %s AND position = %s",
+            "steps": f"SELECT position, entry FROM {s}.steps WHERE run_id = %s AND position >= %s "
+                     f"ORDER BY position LIMIT {_BATCH}",
+            "count_steps": f"SELECT max(position) FROM {s}.steps WHERE run_id = %s",
+            "append_step": f"SELECT {s}.append_step(%s, %s, %s, %s, %s, %s, %s)",
+            "truncate": f"DELETE FROM {s}.steps WHERE run_id = %s AND position >= %s",
+            "get_blob": f"SELECT value FROM {s}.blobs WHERE run_id = %s AND digest = %s",
+            "lease": f"SELECT holder, extract(epoch FROM now() - heartbeat_at)::float8 "
+                     f"FROM {s}.leases WHERE run_id = %s",
+            "lease_for_update": f"SELECT holder, extract(epoch FROM now() - heartbeat_at)::float8 "
+                                f"FROM {s}.leases WHERE run_id = %s FOR UPDATE",
+            "insert_lease": f"INSERT INTO {s}.leases (run_id, token, holder, heartbeat_at) "
+                            f"VALUES (%s, %s, %s, now()) ON CONFLICT DO NOTHING",
+            "replace_lease": f"UPDATE {s}.leases SET token = %s, holder = %s, heartbeat_at = now() "
+                             f"WHERE run_id = %s",
+            "renew_lease": f"UPDATE {s}.leases SET heartbeat_at = now() "
+                           f"WHERE run_id = %s AND token = %s",
+            "release_lease": f"DELETE FROM {s}.leases WHERE run_id = %s AND token = %s",
+            "put_request": f"INSERT INTO {s}.requests (run_id, kind, value) VALUES (%s, %s, %s) "
+                           f"ON CONFLICT (run_id, kind) DO UPDATE SET value = EXCLUDED.value",
+            "get_request": f"SELECT value FROM {s}.requests WHERE run_id = %s AND kind = %s",
+            "delete_request": f"DELETE FROM {s}.requests WHERE run_id = %s AND kind = %s",
+            **{f"delete_{table}": f"DELETE FROM {s}.{table} WHERE run_id = %s"
+               for table in ("steps", "blobs", "leases", "requests", "runs")},
+        }
+
+    def _schema_version(self, conn: Any) -> int | None:
+        """How many migrations the schema has, or None if it has no journal."""
+        found = conn.execute("SELECT to_regclass(%s)", (f"{_q(self.schema)}.migrations",)).fetchone()
+        if found[0] is None:
+            return None
+        return conn.execute(f"SELECT coalesce(max(version), 0) FROM {_q(self.schema)}.migrations"
+                            ).fetchone()[0]
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > len(MIGRATIONS):
+            raise IncompatibleJournal(
+                f"the journal at {self.location} has schema version {version}, newer than this "
+                f"durable_nb understands ({len(MIGRATIONS)}). Upgrade durable_nb "
+                f"(pip install -U 'durable-nb[postgres]') or use another schema (?schema=...).")
+
+    def _open_schema(self, conn: Any) -> None:
+        """Check the server, apply pending migrations (not when read-only), check the format."""
+        encoding = conn.execute("SHOW server_encoding").fetchone()[0]
+        if encoding.upper() not in ("UTF8", "SQL_ASCII"):
+            raise JournalError(
+                f"the database of the journal at {self.location} has encoding {encoding}; the "
+                f"journal stores UTF-8 text. Use a database created with ENCODING 'UTF8'.")
+        version = self._schema_version(conn)
+        if version is None and self.read_only:
+            raise JournalError(
+                f"there is no journal at {self.location} (no schema {self.schema!r} with a "
+                f"migrations table). Check the URL's database and ?schema=; a read-only journal "
+                f"is never created.")
+        if version is not None:
+            self._refuse_newer(version)
+        if version != len(MIGRATIONS):
+            if self.read_only:
+                raise JournalError(
+                    f"the journal at {self.location} has schema version {version}, older than "
+                    f"this durable_nb's {len(MIGRATIONS)}; open it once without read_only=True "
+                    f"to migrate it.")
+            self._migrate(conn)
+        self._check_format(conn)
+
+    def _migrate(self, conn: Any) -> None:
+        s = _q(self.schema)
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS {s}.migrations (
+                version integer PRIMARY KEY, name text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now())""")
+            applied = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.migrations"
+                                   ).fetchone()[0]
+            self._refuse_newer(applied)
+            for version, (name, statements) in enumerate(_migrations(s), start=1):
+                if version <= applied:
+                    continue
+                for statement in statements:
+                    conn.execute(statement)
+                conn.execute(f"INSERT INTO {s}.migrations (version, name) VALUES (%s, %s)",
+                             (version, name))
+
+    def _check_format(self, conn: Any) -> None:
+        row = conn.execute(f"SELECT value FROM {_q(self.schema)}.meta WHERE key = 'format'"
+                           ).fetchone()
+        try:
+            version = json.loads(row[0])["version"] if row else None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptEntry("format", f"unreadable format marker ({exc})") from None
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise IncompatibleJournal(
+                f"the journal at {self.location} has format version {version!r}, newer than "
+                f"this durable_nb understands ({FORMAT_VERSION}). Upgrade durable_nb "
+                f"(pip install -U 'durable-nb[postgres]') or use another schema (?schema=...).")
+
+    # -- runs -------------------------------------------------------------------------------
+
+    def create_run(self, record: RunRecord) -> bool:
+        self._writable("create a run")
+        with self._conn("creating a run") as conn:
+            cursor = conn.execute(self._sql["create_run"],
+                                  (record.run_id, _created_at(record), record.to_json()))
+            return cursor.rowcount == 1
+
+    def find_run(self, run_id: str) -> RunRecord | None:
+        with self._conn("reading a run") as conn:
+            row = conn.execute(self._sql["find_run"], (run_id,)).fetchone()
+        return None if row is None else _parse_record(f"run:{run_id}", row[0], run_id)
+
+    def put_run(self, record: RunRecord, *, token: str | None = None) -> None:
+        self._writable("write a run record")
+        record.updated_at = time.time()
+        with self._conn("writing a run record") as conn:
+            fenced = conn.execute(self._sql["put_run"], (record.run_id, _created_at(record),
+                                                         record.to_json(), token)).fetchone()[0]
+        if fenced:
+            raise RunLeased(record.run_id, self.lease(record.run_id) or {}, advice=FENCED_ADVICE)
+
+    def list_runs(self) -> list[RunRecord]:
+        with self._conn("listing runs") as conn:
+            rows = conn.execute(self._sql["list_runs"]).fetchall()
+        records = [_parse_record(f"run:{run_id}", text, run_id) for run_id, text in rows]
+        records.sort(key=lambda r: (r.created_at, r.run_id))  # linear: already in this order
+        return records
+
+    def delete_run(self, run_id: str) -> None:
+        self._writable("delete a run")
+        self.get_run(run_id)
+        with self._conn("deleting a run") as conn, conn.transaction():
+            for table in ("steps", "blobs", "leases", "requests", "runs"):
+                conn.execute(self._sql[f"delete_{table}"], (run_id,))
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def get_step(self, run_id: str, position: int) -> StepEntry | None:
+        with self._conn("reading a step") as conn:
+            row = conn.execute(self._sql["get_step"], (run_id, position)).fetchone()
+        return None if row is None else _parse_entry(run_id, position, row[0])
+
+    def has_step(self, run_id: str, position: int) -> bool:
+        with self._conn("reading a step") as conn:
+            return conn.execute(self._sql["has_step"], (run_id, position)).fetchone() is not None
+
+    def steps(self, run_id: str, start: int = 0) -> Iterator[StepEntry]:
+        """The run's entries in position order, fetched a batch per query; stops at the
+        first missing position, as the interface's own version does."""
+        position = start
+        while True:
+            with self._conn("reading steps") as conn:
+                rows = conn.execute(self._sql["steps"], (run_id, position)).fetchall()
+            for stored, text in rows:
+                if stored != position:
+                    return
+                yield _parse_entry(run_id, position, text)
+                position += 1
+            if len(rows) < _BATCH:
+                return
+
+    def count_steps(self, run_id: str, hint: int = 0) -> int:
+        """One query: entries are a contiguous prefix, so the count is the last position + 1."""
+        with self._conn("counting steps") as conn:
+            last = conn.execute(self._sql["count_steps"], (run_id,)).fetchone()[0]
+        return 0 if last is None else last + 1
+
+    def append_step(self, run_id: str, entry: StepEntry, *, record_json: str | None = None,
+                    token: str | None = None, blobs: dict[str, str] | None = None) -> None:
+        self._writable("append a step")
+        digests = values = None
+        if blobs:
+            digests, values = list(blobs), list(blobs.values())
+        with self._conn("appending a step") as conn:
+            outcome = conn.execute(self._sql["append_step"], (
+                run_id, entry.position, entry.to_json(), record_json, token, digests, values,
+            )).fetchone()[0]
+        if outcome == 1:
+            raise RunLeased(run_id, self.lease(run_id) or {}, advice=FENCED_ADVICE)
+        if outcome == 2:
+            raise RunLeased(run_id, self.lease(run_id) or {},
+                            advice=position_taken_advice(entry.position))
+
+    def truncate(self, run_id: str, from_position: int) -> int:
+        self._writable("truncate a run")
+        with self._conn("truncating a run") as conn:
+            return conn.execute(self._sql["truncate"], (run_id, from_position)).rowcount
+
+    # -- blobs ------------------------------------------------------------------------------
+
+    def get_blob(self, run_id: str, digest: str) -> str | None:
+        with self._conn("reading a blob") as conn:
+            row = conn.execute(self._sql["get_blob"], (run_id, digest)).fetchone()
+        return None if row is None else row[0]
+
+    # -- leases -----------------------------------------------------------------------------
+
+    def _holder(self, run_id: str, row: tuple) -> dict:
+        text, age = row
+        try:
+            holder = json.loads(text)
+        except (ValueError, RecursionError):
+            holder = None
+        if not isinstance(holder, dict):
+            raise CorruptEntry(f"lease:{run_id}", "the lease is not a JSON object", run_id=run_id)
+        holder["heartbeat_age"] = max(0.0, float(age))
+        holder["heartbeat"] = time.time() - holder["heartbeat_age"]
+        return holder
+
+    def acquire_lease(self, run_id: str, holder: dict,
+                      holder_alive: Callable[[dict], bool]) -> None:
+        self._writable("take a lease")
+        stored = {k: v for k, v in holder.items() if k not in ("heartbeat", "heartbeat_age")}
+        text = json.dumps(stored, separators=(",", ":"))
+        token = holder["token"]
+        with self._conn("taking a lease") as conn:
+            while True:
+                with conn.transaction():
+                    row = conn.execute(self._sql["lease_for_update"], (run_id,)).fetchone()
+                    if row is None:
+                        # Two executors may find no lease at once: one insert wins, the
+                        # other sees its lease on the next round.
+                        if conn.execute(self._sql["insert_lease"],
+                                        (run_id, token, text)).rowcount == 1:
+                            return
+                        continue
+                    current = self._holder(run_id, row)
+                    if holder_alive(current):
+                        raise RunLeased(run_id, current)
+                    conn.execute(self._sql["replace_lease"], (token, text, run_id))
+                    return
+
+    def renew_lease(self, run_id: str, token: str, heartbeat: float) -> bool:
+        """Stamp the heartbeat with the database's ``now()`` (``heartbeat`` is not used)."""
+        self._writable("renew a lease")
+        with self._conn("renewing a lease") as conn:
+            return conn.execute(self._sql["renew_lease"], (run_id, token)).rowcount == 1
+
+    def release_lease(self, run_id: str, token: str) -> None:
+        self._writable("release a lease")
+        with self._conn("releasing a lease") as conn:
+            conn.execute(self._sql["release_lease"], (run_id, token))
+
+    def lease(self, run_id: str) -> dict | None:
+        with self._conn("reading a lease") as conn:
+            row = conn.execute(self._sql["lease"], (run_id,)).fetchone()
+        return None if row is None else self._holder(run_id, row)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def put_request(self, kind: str, run_id: str, value: dict) -> None:
+        check_request_kind(kind)
+        self._writable("leave a request")
+        with self._conn("leaving a request") as conn:
+            conn.execute(self._sql["put_request"],
+                         (run_id, kind, json.dumps(value, separators=(",", ":"))))
+
+    def get_request(self, kind: str, run_id: str) -> dict | None:
+        check_request_kind(kind)
+        with self._conn("reading a request") as conn:
+            row = conn.execute(self._sql["get_request"], (run_id, kind)).fetchone()
+        if row is None:
+            return None
+        try:
+            value = json.loads(row[0])
+        except (ValueError, RecursionError):
+            raise CorruptEntry(f"{kind}:{run_id}", "not JSON", run_id=run_id) from None
+        return value if isinstance(value, dict) else None
+
+    def delete_request(self, kind: str, run_id: str) -> None:
+        check_request_kind(kind)
+        self._writable("delete a request")
+        with self._conn("deleting a request") as conn:
+            conn.execute(self._sql["delete_request"], (run_id, kind))
+
+
+def _parse_record(key: str, text: str, run_id: str) -> RunRecord:
+    try:
+        return RunRecord.from_json(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CorruptEntry(key, str(exc) or type(exc).__name__, run_id=run_id) from None
+
+
+def _parse_entry(run_id: str, position: int, text: str) -> StepEntry:
+    try:
+        return StepEntry.from_json(position, text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CorruptEntry(f"step:{run_id}:{position}", str(exc) or type(exc).__name__,
+                           run_id=run_id, position=position) from None
+
+
+class _ScrubSecrets(logging.Filter):
+    """Cuts the passwords of every journal URL opened in this process out of psycopg's log
+    records (the pool logs connection failures with libpq's message)."""
+
+    secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            text = record.getMessage()
+            scrubbed = text
+            for secret in sorted(self.secrets, key=len, reverse=True):
+                scrubbed = scrubbed.replace(secret, "***")
+            if scrubbed != text:
+                record.msg, record.args = scrubbed, None
+        return True
+
+
+_scrub_filter = _ScrubSecrets()
+for _name in ("psycopg", "psycopg.pool"):
+    logging.getLogger(_name).addFilter(_scrub_filter)
