@@ -29,3 +29,18 @@ def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 
 # Every run the suite finishes is executed once more in pure replay and must reproduce what
 # it observed (durable_nb's always-replay check); child processes and kernels inherit it.
 os.environ["DURABLE_NB_VERIFY_REPLAY"] = "1"
+
+
+# --- PostgreSQL: a real server for the session (tests/postgres.py) -----------------------
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server started for this test session and stopped at its end; skips the
+    test without PostgreSQL installed (fails under CI=true)."""
+    from tests.postgres import PostgresServer, require_postgres
+
+    server = PostgresServer(require_postgres()).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,1045 @@
+"""The journal interface's contract, checked the same way on both backends.
+
+Every test taking ``backend`` or ``store`` runs twice: on a real diskcache journal in a fresh
+directory, and on a real PostgreSQL server (started for the session by ``tests/postgres.py``)
+in a fresh schema. The tests name what they check: runs, steps, blobs, insert-if-absent,
+fencing after a lease moved, leases, requests, whole-run edits, format and schema versions,
+read-only journals, passwords, and ``durable_nb.execute`` end to end (replay, a child process
+SIGKILLed mid-run and resumed, concurrent asyncio steps). Tests for one backend only say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import durable_nb as dn
+from durable_nb import journal as journal_pkg
+from durable_nb.errors import (
+    IncompatibleJournal,
+    JournalError,
+    RunLeased,
+    UnknownRun,
+)
+from durable_nb.execution.inputs import load_request
+from durable_nb.journal import (
+    DiskJournal,
+    Journal,
+    JournalUnavailable,
+    PostgresJournal,
+    RunRecord,
+    Status,
+    StepEntry,
+    copy_run,
+    fork_run,
+    open_journal,
+    rewind,
+)
+from durable_nb.journal.base import FENCED_ADVICE
+from durable_nb.journal.postgres import MIGRATIONS
+from durable_nb.lease import Lease, holder_alive
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --- the two backends ---------------------------------------------------------------------
+
+class Backend:
+    """One journal location of either kind, with the raw access the tests need to set up
+    situations (an old lease, a newer format) and to look underneath the interface."""
+
+    def __init__(self, kind: str, location: str, server: Any = None, schema: str = "") -> None:
+        self.kind = kind
+        self.location = location
+        self.server = server
+        self.schema = schema
+        self._opened: list[Journal] = []
+
+    def open(self, *, read_only: bool = False) -> Journal:
+        if self.kind == "disk":
+            journal: Journal = DiskJournal(self.location, read_only=read_only)
+        else:
+            journal = PostgresJournal(self.location, read_only=read_only)
+        self._opened.append(journal)
+        return journal
+
+    def sql(self, query: str, params: tuple = ()) -> list[tuple]:
+        """A query as the superuser, in this backend's schema (PostgreSQL only)."""
+        with self.server.connect() as conn:
+            cursor = conn.execute(query.replace("{s}", f'"{self.schema}"'), params)
+            return cursor.fetchall() if cursor.description else []
+
+    def age_lease(self, journal: Journal, run_id: str, seconds: float) -> None:
+        """Make the run's lease look as if its last heartbeat was ``seconds`` ago."""
+        if self.kind == "disk":
+            holder = journal.lease(run_id)
+            holder["heartbeat"] -= seconds
+            journal._set_json(f"lease:{run_id}", holder)
+        else:
+            self.sql("UPDATE {s}.leases SET heartbeat_at = now() - make_interval(secs => %s) "
+                     "WHERE run_id = %s", (seconds, run_id))
+
+    def set_format(self, journal: Journal, version: int) -> None:
+        if self.kind == "disk":
+            journal._cache.set("format", json.dumps({"version": version}))
+        else:
+            self.sql("UPDATE {s}.meta SET value = %s WHERE key = 'format'",
+                     (json.dumps({"version": version}),))
+
+    def raw_entry(self, journal: Journal, run_id: str, position: int) -> str | None:
+        """The stored text of an entry, read beneath the interface."""
+        if self.kind == "disk":
+            return journal._get(f"step:{run_id}:{position}")
+        rows = self.sql("SELECT entry FROM {s}.steps WHERE run_id = %s AND position = %s",
+                        (run_id, position))
+        return rows[0][0] if rows else None
+
+    def snapshot(self) -> Any:
+        """Everything stored, to compare before and after."""
+        if self.kind == "disk":
+            root = Path(self.location)
+            if not root.exists():
+                return None
+            # (cache.db-shm is SQLite's shared-memory index, which readers also write)
+            return {str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes()
+                                               if p.is_file() and p.suffix != ".db-shm" else b"")
+                    for p in sorted(root.rglob("*"))}
+        if not self.sql("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)):
+            return None
+        return {table: sorted(self.sql(f"SELECT * FROM {{s}}.{table}"), key=repr)
+                for table in ("meta", "migrations", "runs", "steps", "blobs", "leases",
+                              "requests")}
+
+    def cleanup(self) -> None:
+        for journal in self._opened:
+            if isinstance(journal, PostgresJournal):
+                journal.dispose()
+            else:
+                journal.close()
+        with journal_pkg._opened_lock:
+            for key in [k for k in journal_pkg._opened if k[0] == self.location]:
+                shared = journal_pkg._opened.pop(key)
+                if isinstance(shared, PostgresJournal):
+                    shared.dispose()
+        if self.kind == "postgres":
+            self.sql(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+def _postgres_backend(server: Any, schema: str | None = None) -> Backend:
+    schema = schema or f"t_{uuid.uuid4().hex[:12]}"
+    return Backend("postgres", f"{server.url}?schema={schema}", server, schema)
+
+
+@pytest.fixture(params=["disk", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path):
+    if request.param == "disk":
+        chosen = Backend("disk", str(tmp_path / "journal"))
+    else:
+        chosen = _postgres_backend(request.getfixturevalue("postgres_server"))
+    yield chosen
+    chosen.cleanup()
+
+
+@pytest.fixture
+def pg_backend(postgres_server):
+    chosen = _postgres_backend(postgres_server)
+    yield chosen
+    chosen.cleanup()
+
+
+@pytest.fixture
+def store(backend: Backend) -> Journal:
+    return backend.open()
+
+
+def _record(run_id: str, created_at: float = 1000.0, **fields: Any) -> RunRecord:
+    return RunRecord(run_id=run_id, created_at=created_at, updated_at=created_at, **fields)
+
+
+def _entry(position: int, result: Any = None, **fields: Any) -> StepEntry:
+    return StepEntry(position=position, key=str(position), name=f"step-{position}", kind="run",
+                     result=result if result is not None else position, started_at=1.0,
+                     finished_at=2.0, **fields)
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+def test_create_find_put_list_and_delete_runs(store: Journal):
+    assert store.find_run("a") is None
+    assert store.create_run(_record("a", title="first")) is True
+    assert store.create_run(_record("a", title="second")) is False  # nothing written
+    assert store.find_run("a").title == "first"
+    record = store.get_run("a")
+    record.title, record.status = "renamed", Status.DONE
+    before = time.time()
+    store.put_run(record)
+    stored = store.get_run("a")
+    assert (stored.title, stored.status) == ("renamed", Status.DONE)
+    assert stored.updated_at >= before
+    store.create_run(_record("b"))
+    assert [r.run_id for r in store.list_runs()] == ["a", "b"]
+    store.delete_run("a")
+    assert store.find_run("a") is None
+    assert [r.run_id for r in store.list_runs()] == ["b"]
+    with pytest.raises(UnknownRun, match=re.escape(f"no run 'a' in the journal at {store.location}")):
+        store.delete_run("a")
+    with pytest.raises(UnknownRun):
+        store.get_run("a")
+
+
+def test_list_runs_returns_records_oldest_first(store: Journal):
+    for run_id, created in [("m", 3.0), ("z", 1.0), ("b", 2.0), ("a", 2.0), ("é", 2.0)]:
+        store.create_run(_record(run_id, created_at=created))
+    record = store.get_run("z")
+    record.created_at = 5.0  # a record rewritten with another creation time moves
+    store.put_run(record)
+    assert [r.run_id for r in store.list_runs()] == ["a", "b", "é", "m", "z"]
+
+
+def test_delete_run_removes_its_steps_blobs_lease_and_requests_only(store: Journal):
+    for run_id in ("gone", "kept"):
+        store.create_run(_record(run_id))
+        store.append_step(run_id, _entry(0), blobs={"d1": "[1]"})
+        store.acquire_lease(run_id, {"token": run_id, "pid": 1, "host": "h",
+                                     "heartbeat": time.time()}, lambda holder: True)
+        store.put_request("cancel", run_id, {"at": 1})
+        store.put_request("decision", run_id, {"approved": True})
+    store.delete_run("gone")
+    assert (store.find_run("gone"), store.get_step("gone", 0), store.get_blob("gone", "d1"),
+            store.lease("gone"), store.get_request("cancel", "gone"),
+            store.get_request("decision", "gone")) == (None,) * 6
+    assert store.get_step("kept", 0) is not None and store.get_blob("kept", "d1") == "[1]"
+    assert store.lease("kept")["token"] == "kept"
+    assert store.get_request("cancel", "kept") == {"at": 1}
+
+
+# --- steps and blobs ---------------------------------------------------------------------
+
+def test_append_get_has_and_count_steps(store: Journal):
+    store.create_run(_record("r"))
+    assert store.get_step("r", 0) is None and not store.has_step("r", 0)
+    assert store.count_steps("r") == 0
+    for position in range(5):
+        store.append_step("r", _entry(position, result={"n": position}))
+    assert store.get_step("r", 3) == _entry(3, result={"n": 3})
+    assert store.has_step("r", 4) and not store.has_step("r", 5)
+    assert store.get_step("r", 5) is None
+    assert store.count_steps("r") == 5
+    assert store.count_steps("r", hint=2) == 5 and store.count_steps("r", hint=5) == 5
+    assert store.count_steps("other") == 0
+
+
+def test_steps_are_read_in_position_order_across_batches(store: Journal):
+    store.create_run(_record("r"))
+    for position in range(1203):  # PostgreSQL reads them 500 a query
+        store.append_step("r", _entry(position))
+    assert [e.position for e in store.steps("r")] == list(range(1203))
+    assert [e.result for e in store.steps("r", start=1199)] == [1199, 1200, 1201, 1202]
+
+
+def test_truncate_deletes_from_a_position_and_says_how_many(store: Journal):
+    store.create_run(_record("r"))
+    for position in range(6):
+        store.append_step("r", _entry(position))
+    assert store.truncate("r", 4) == 2
+    assert store.count_steps("r") == 4 and store.get_step("r", 4) is None
+    assert store.truncate("r", 10) == 0
+    store.append_step("r", _entry(4, result="again"))  # a freed position can be written again
+    assert store.get_step("r", 4).result == "again"
+
+
+def test_append_writes_the_record_and_blobs_with_the_entry(store: Journal):
+    store.create_run(_record("r"))
+    record = store.get_run("r")
+    record.prompt_tokens, record.step_count = 42, 1
+    store.append_step("r", _entry(0), record_json=record.to_json(),
+                      blobs={"d1": '{"role":"user"}', "d2": "[2]"})
+    assert store.get_run("r").prompt_tokens == 42
+    assert store.get_blob("r", "d1") == '{"role":"user"}' and store.get_blob("r", "d2") == "[2]"
+    # A blob is kept once written (same digest, same content by construction).
+    store.append_step("r", _entry(1), blobs={"d1": "other"})
+    assert store.get_blob("r", "d1") == '{"role":"user"}'
+    assert store.get_blob("r", "nope") is None and store.get_blob("other", "d1") is None
+
+
+def test_append_creates_the_record_when_the_run_has_none(store: Journal):
+    store.append_step("r", _entry(0), record_json=_record("r", created_at=7.0).to_json())
+    assert store.get_run("r").created_at == 7.0
+    assert [r.run_id for r in store.list_runs()] == ["r"]
+
+
+def test_a_written_position_is_never_overwritten(store: Journal):
+    store.create_run(_record("r"))
+    store.append_step("r", _entry(0, result="first"))
+    record = store.get_run("r")
+    record.title = "changed by the refused append"
+    with pytest.raises(RunLeased, match="position 0 of its journal was written by another"):
+        store.append_step("r", _entry(0, result="second"), record_json=record.to_json(),
+                          blobs={"new": "[1]"})
+    assert store.get_step("r", 0).result == "first"
+    assert store.get_run("r").title == "" and store.get_blob("r", "new") is None
+
+
+def test_concurrent_appends_at_one_position_exactly_one_wins(backend: Backend):
+    journals = [backend.open() for _ in range(4)]
+    journals[0].create_run(_record("r"))
+    barrier = threading.Barrier(len(journals))
+    outcomes: list[str] = []
+
+    def append(index: int, journal: Journal) -> None:
+        barrier.wait()
+        try:
+            journal.append_step("r", _entry(0, result=f"writer {index}"))
+            outcomes.append(f"writer {index}")
+        except RunLeased:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=append, args=(i, j)) for i, j in enumerate(journals)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [o for o in outcomes if o != "refused"]
+    assert len(winners) == 1 and outcomes.count("refused") == 3
+    assert journals[1].get_step("r", 0).result == winners[0]
+
+
+@pytest.mark.parametrize("value", [
+    "plain", "ünïcödé ✓ 日本語 🦜", "quote \" backslash \\ newline \n tab \t nul \x00",
+    "lone surrogate \udc80 here", {"nested": [1, 2.5, None, True, {"deep": "x" * 50}]},
+    "x" * 100_000,  # past diskcache's 32 KiB: a value file on disk, TOAST in PostgreSQL
+])
+def test_entries_round_trip_byte_for_byte(backend: Backend, value: Any):
+    store = backend.open()
+    entry = _entry(0, result=value, meta={"cost": 0.25}, prompt_tokens=3, completion_tokens=4)
+    text = entry.to_json()
+    store.create_run(_record("r"))
+    store.append_step("r", entry)
+    assert backend.raw_entry(store, "r", 0) == text
+    assert store.get_step("r", 0).to_json() == text
+    assert backend.open().get_step("r", 0) == entry  # a fresh connection reads it the same
+
+
+# --- fencing -------------------------------------------------------------------------------
+
+def test_fenced_executor_writes_nothing_after_its_lease_moved(backend: Backend):
+    first, second = backend.open(), backend.open()  # two executors, each its own journal object
+    first.create_run(_record("r"))
+    mine = Lease.acquire(first, "r")
+    first.append_step("r", _entry(0), token=mine.token)
+    # The first executor stalls; its heartbeat gets old, and a second executor takes over.
+    backend.age_lease(first, "r", 3600)
+    theirs = Lease.acquire(second, "r")
+    assert second.lease("r")["token"] == theirs.token != mine.token
+    record = first.get_run("r")
+    record.title = "written by the fenced executor"
+    with pytest.raises(RunLeased) as refused:
+        first.append_step("r", _entry(1), token=mine.token, record_json=record.to_json(),
+                          blobs={"fenced": "[1]"})
+    assert FENCED_ADVICE in str(refused.value) and str(os.getpid()) in str(refused.value)
+    with pytest.raises(RunLeased, match="fenced out"):
+        first.put_run(record, token=mine.token)
+    assert not mine.renew()
+    assert first.get_step("r", 1) is None and first.get_blob("r", "fenced") is None
+    assert first.get_run("r").title == ""
+    second.append_step("r", _entry(1, result="theirs"), token=theirs.token)
+    assert first.get_step("r", 1).result == "theirs"
+    mine.release()  # releasing a lease that moved on leaves the new holder's lease
+    assert second.lease("r")["token"] == theirs.token
+    theirs.release()
+
+
+def test_a_token_without_a_lease_is_refused(store: Journal):
+    store.create_run(_record("r"))
+    with pytest.raises(RunLeased, match="fenced out"):
+        store.append_step("r", _entry(0), token="never-held")
+    with pytest.raises(RunLeased, match="fenced out"):
+        store.put_run(store.get_run("r"), token="never-held")
+    assert store.get_step("r", 0) is None
+
+
+# --- leases --------------------------------------------------------------------------------
+
+def _holder(token: str, host: str = "elsewhere", pid: int = 1) -> dict:
+    return {"token": token, "pid": pid, "host": host, "started": None, "heartbeat": time.time()}
+
+
+def test_acquire_renew_and_release_a_lease(store: Journal):
+    store.acquire_lease("r", _holder("one"), lambda holder: False)
+    with pytest.raises(RunLeased, match="pid 1 on 'elsewhere'") as held:
+        store.acquire_lease("r", _holder("two"), lambda holder: True)
+    assert held.value.holder["token"] == "one"
+    assert store.renew_lease("r", "one", time.time())
+    assert not store.renew_lease("r", "two", time.time())
+    store.release_lease("r", "two")  # not the holder: nothing happens
+    assert store.lease("r")["token"] == "one"
+    store.acquire_lease("r", _holder("two"), lambda holder: False)  # a dead holder is replaced
+    assert store.lease("r")["token"] == "two" and not store.renew_lease("r", "one", time.time())
+    store.release_lease("r", "two")
+    assert store.lease("r") is None
+    assert store.lease("never") is None
+
+
+def test_a_stale_lease_from_another_host_is_taken_over_and_a_fresh_one_is_not(backend: Backend):
+    store = backend.open()
+    store.acquire_lease("old", _holder("x"), lambda holder: False)
+    backend.age_lease(store, "old", 3600)
+    assert not holder_alive(store.lease("old"))
+    assert dn.execute("old", lambda ctx: "mine", journal=store) == "mine"
+    store.acquire_lease("fresh", _holder("y"), lambda holder: False)
+    assert holder_alive(store.lease("fresh"))
+    with pytest.raises(dn.RunLeased, match="elsewhere"):
+        dn.execute("fresh", lambda ctx: "mine", journal=store)
+
+
+def test_two_executors_racing_for_a_new_lease_exactly_one_wins(backend: Backend):
+    journals = [backend.open() for _ in range(4)]
+    barrier = threading.Barrier(len(journals))
+    won: list[str] = []
+
+    def take(index: int, journal: Journal) -> None:
+        barrier.wait()
+        try:
+            journal.acquire_lease("r", _holder(f"t{index}"), lambda holder: True)
+            won.append(f"t{index}")
+        except RunLeased:
+            pass
+
+    threads = [threading.Thread(target=take, args=(i, j)) for i, j in enumerate(journals)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1 and journals[0].lease("r")["token"] == won[0]
+
+
+@pytest.mark.postgres
+def test_postgres_heartbeats_are_aged_by_the_database_clock(pg_backend: Backend,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """PostgreSQL only: a holder on another host that just renewed stays alive for a reader
+    whose own clock is an hour ahead; its heartbeat argument is not used."""
+    store = pg_backend.open()
+    store.acquire_lease("r", {**_holder("x"), "heartbeat": 0.0}, lambda holder: False)
+    assert store.renew_lease("r", "x", heartbeat=0.0)
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 3600)
+    holder = store.lease("r")
+    assert holder["heartbeat_age"] < 30 and holder_alive(holder)
+    with pytest.raises(RunLeased, match="elsewhere"):
+        store.acquire_lease("r", _holder("y"), holder_alive)
+    monkeypatch.setattr(time, "time", real_time)
+    pg_backend.age_lease(store, "r", 3600)
+    assert store.lease("r")["heartbeat_age"] >= 3600 and not holder_alive(store.lease("r"))
+
+
+# --- requests ------------------------------------------------------------------------------
+
+def test_requests_put_get_and_delete(store: Journal):
+    assert store.get_request("decision", "r") is None
+    store.put_request("decision", "r", {"approved": True, "note": "ok"})
+    store.put_request("decision", "r", {"approved": False, "note": "no"})  # replaces
+    store.put_request("cancel", "r", {"at": 1.5})
+    assert store.get_request("decision", "r") == {"approved": False, "note": "no"}
+    assert store.get_request("cancel", "r") == {"at": 1.5}
+    store.delete_request("decision", "r")
+    assert store.get_request("decision", "r") is None and store.get_request("cancel", "r")
+    with pytest.raises(ValueError, match="unknown request kind"):
+        store.put_request("launch", "r", {})
+
+
+# --- whole-run edits ----------------------------------------------------------------------
+
+def _fill(journal: Journal, run_id: str, steps: int = 4) -> RunRecord:
+    record = _record(run_id, title="source", status=Status.DONE, result={"$t": "ok"})
+    journal.create_run(record)
+    for position in range(steps):
+        entry = _entry(position, request={"args": {"$blob": f"b{position}"}},
+                       prompt_tokens=10, completion_tokens=5)
+        entry.kind = "chat" if position % 2 == 0 else "run"
+        journal.append_step(run_id, entry, blobs={f"b{position}": json.dumps([position] * 3)})
+    record.step_count = steps
+    journal.put_run(record)
+    journal.acquire_lease(run_id, _holder("t"), lambda holder: False)
+    journal.put_request("cancel", run_id, {"at": 1})
+    return record
+
+
+def test_copy_run_copies_entries_blobs_and_record_but_not_lease_or_requests(store: Journal):
+    _fill(store, "src")
+    copied = copy_run(store, "src", store, "dst", changes={"title": "copy"})
+    assert copied.run_id == "dst" and store.get_run("dst").title == "copy"
+    assert store.get_run("dst").status is Status.DONE and store.get_run("dst").step_count == 4
+    assert [e.to_json() for e in store.steps("dst")] == [e.to_json() for e in store.steps("src")]
+    assert [store.get_blob("dst", f"b{i}") for i in range(4)] == \
+        [store.get_blob("src", f"b{i}") for i in range(4)]
+    assert store.lease("dst") is None and store.get_request("cancel", "dst") is None
+    assert copy_run(store, "src", store, "dst") is None  # the target id exists: nothing written
+
+
+def test_fork_run_keeps_the_run_and_rewind_forgets_its_tail(store: Journal):
+    record = _fill(store, "r")
+    record.status = Status.RUNNING
+    store.put_run(record)
+    fork_id = fork_run(store, store.get_run("r"), 2)
+    assert fork_id == "r@1" and fork_run(store, store.get_run("r"), 2) == "r@2"
+    fork = store.get_run("r@1")
+    assert fork.status is Status.CANCELLED and fork.forked_from["run_id"] == "r"
+    record = store.get_run("r")
+    assert rewind(store, record, 2) == 2
+    store.put_run(record)
+    assert store.count_steps("r") == 2 and store.count_steps("r@1") == 4
+    assert (record.status, record.step_count, record.prompt_tokens, record.iteration) == \
+        (Status.RUNNING, 2, 20, 1)
+    assert store.get_request("cancel", "r") is None
+
+
+@pytest.mark.postgres
+def test_copy_run_moves_runs_between_disk_and_postgresql_with_their_blobs(tmp_path,
+                                                                           pg_backend: Backend):
+    """Both backends at once: a run executed on disk is copied to PostgreSQL, replayed
+    there without executing a step, and copied back."""
+    disk = DiskJournal(tmp_path / "journal")
+    postgres = pg_backend.open()
+    calls: list[str] = []
+    long_text = "the quarterly figures " * 100  # past the inline limit: stored as a blob
+
+    def agent(ctx):
+        first = ctx.run("summarise", lambda text: calls.append("summarise") or len(text),
+                        long_text)
+        second = ctx.run("double", lambda n: calls.append("double") or n * 2, first)
+        return [first, second]
+
+    expected = dn.execute("moved", agent, journal=disk)
+    assert calls == ["summarise", "double"]
+    source_entries = [e.to_json() for e in disk.steps("moved")]
+    assert any(isinstance(e.request, dict) and "$blob" in json.dumps(e.request)
+               for e in disk.steps("moved")), "the test needs a step with a blob"
+
+    assert copy_run(disk, "moved", postgres, "moved") is not None
+    assert [e.to_json() for e in postgres.steps("moved")] == source_entries
+    for entry in postgres.steps("moved"):
+        assert load_request(entry.request, lambda d: postgres.get_blob("moved", d)) == \
+            load_request(entry.request, lambda d: disk.get_blob("moved", d))
+    assert dn.execute("moved", agent, journal=postgres) == expected
+    assert calls == ["summarise", "double"]  # replayed from PostgreSQL: nothing ran again
+
+    back = DiskJournal(tmp_path / "back")
+    assert copy_run(postgres, "moved", back, "moved") is not None
+    assert [e.to_json() for e in back.steps("moved")] == source_entries
+    assert back.get_run("moved").status is Status.DONE
+    assert dn.execute("moved", agent, journal=back) == expected and len(calls) == 2
+    back.close()
+    disk.close()
+
+
+# --- format and schema versions ------------------------------------------------------------
+
+def test_a_newer_format_version_is_refused(backend: Backend):
+    store = backend.open()
+    store.create_run(_record("r"))
+    backend.set_format(store, 99)
+    with pytest.raises(IncompatibleJournal, match="format version 99, newer than"):
+        backend.open()
+    with pytest.raises(IncompatibleJournal, match="format version 99"):
+        backend.open(read_only=True)
+
+
+@pytest.mark.postgres
+def test_postgres_a_newer_schema_migration_is_refused(pg_backend: Backend):
+    pg_backend.open()
+    pg_backend.sql("INSERT INTO {s}.migrations (version, name) VALUES (%s, 'from the future')",
+                   (len(MIGRATIONS) + 1,))
+    with pytest.raises(IncompatibleJournal, match=f"schema version {len(MIGRATIONS) + 1}, newer"):
+        pg_backend.open()
+
+
+@pytest.mark.postgres
+def test_postgres_migrations_are_applied_once_in_order(pg_backend: Backend):
+    pg_backend.open()
+    pg_backend.open()
+    rows = pg_backend.sql("SELECT version, name FROM {s}.migrations ORDER BY version")
+    assert rows == [(i + 1, name) for i, name in enumerate(MIGRATIONS)]
+    functions = pg_backend.sql(
+        "SELECT proname FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY proname",
+        (f'"{pg_backend.schema}"',))
+    assert functions == [("append_step",), ("put_run",)]
+
+
+@pytest.mark.postgres
+def test_postgres_processes_opening_a_fresh_database_at_once_all_succeed(pg_backend: Backend):
+    """Four processes open the same fresh schema at the same moment: the migrations run
+    once, under the advisory lock, and every process gets a working journal."""
+    code = (
+        "import sys\n"
+        "from durable_nb.journal import PostgresJournal, RunRecord\n"
+        "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
+        "sys.stdin.readline()\n"
+        "j = PostgresJournal(sys.argv[1])\n"
+        "print(j.create_run(RunRecord(sys.argv[2])))\n"
+    )
+    children = [subprocess.Popen([sys.executable, "-c", code, pg_backend.location, f"run{i}"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, cwd=REPO)
+                for i in range(4)]
+    for child in children:
+        assert child.stdout.readline() == "ready\n"  # imported, about to open
+    for child in children:
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    outputs = [child.communicate(timeout=120) for child in children]
+    assert [child.returncode for child in children] == [0] * 4, outputs
+    assert [out.strip() for out, _ in outputs] == ["True"] * 4
+    rows = pg_backend.sql("SELECT version FROM {s}.migrations ORDER BY version")
+    assert rows == [(i + 1,) for i in range(len(MIGRATIONS))]
+    assert sorted(r.run_id for r in pg_backend.open().list_runs()) == [f"run{i}" for i in range(4)]
+
+
+# --- read-only journals ---------------------------------------------------------------------
+
+def test_read_only_on_a_missing_journal_is_an_error_and_creates_nothing(backend: Backend):
+    with pytest.raises(JournalError, match="there is no journal at"):
+        backend.open(read_only=True)
+    assert backend.snapshot() is None  # no directory, no schema
+
+
+def test_read_only_reads_everything_and_writes_nothing(backend: Backend):
+    writer = backend.open()
+    _fill(writer, "r")
+    writer.append_step("r", _entry(4, result="x" * 40_000))  # a value file on disk
+    before = backend.snapshot()
+    reader = backend.open(read_only=True)
+    assert reader.read_only and not writer.read_only
+    assert [r.run_id for r in reader.list_runs()] == ["r"]
+    assert [e.to_json() for e in reader.steps("r")] == [e.to_json() for e in writer.steps("r")]
+    assert reader.count_steps("r") == 5 and reader.has_step("r", 4)
+    assert reader.get_blob("r", "b1") == writer.get_blob("r", "b1")
+    assert reader.lease("r")["token"] == "t" and reader.get_request("cancel", "r") == {"at": 1}
+    record = reader.get_run("r")
+    writes = {
+        "create_run": lambda: reader.create_run(_record("new")),
+        "put_run": lambda: reader.put_run(record),
+        "delete_run": lambda: reader.delete_run("r"),
+        "append_step": lambda: reader.append_step("r", _entry(5)),
+        "truncate": lambda: reader.truncate("r", 0),
+        "acquire_lease": lambda: reader.acquire_lease("r", _holder("z"), lambda h: False),
+        "renew_lease": lambda: reader.renew_lease("r", "t", time.time()),
+        "release_lease": lambda: reader.release_lease("r", "t"),
+        "put_request": lambda: reader.put_request("decision", "r", {}),
+        "delete_request": lambda: reader.delete_request("cancel", "r"),
+    }
+    for name, write in writes.items():
+        with pytest.raises(JournalError, match="was opened read-only"):
+            write()
+    with pytest.raises(JournalError, match="was opened read-only"):
+        dn.execute("r", lambda ctx: None, journal=reader)
+    assert backend.snapshot() == before
+
+
+@pytest.mark.postgres
+def test_postgres_read_only_sessions_refuse_writes_in_the_database_too(pg_backend: Backend):
+    pg_backend.open().create_run(_record("r"))
+    reader = pg_backend.open(read_only=True)
+    with reader._conn() as conn:
+        with pytest.raises(Exception, match="read-only transaction"):
+            conn.execute(f'DELETE FROM "{pg_backend.schema}".runs')
+    assert reader.find_run("r") is not None
+
+
+_WRITER = """
+import sys, time
+from durable_nb.journal import DiskJournal, StepEntry
+journal = DiskJournal(sys.argv[1])
+position = 0
+while True:
+    result = "x" * 40_000 if position % 7 == 0 else position
+    journal.append_step("r", StepEntry(position, str(position), "s", "run", result=result))
+    position += 1
+    if position == 50:
+        print("50 written", flush=True)
+"""
+
+_READER = """
+import json, sys
+from durable_nb.journal import DiskJournal
+journal = DiskJournal(sys.argv[1], read_only=True)
+entries = list(journal.steps("r"))
+assert all(e.result == ("x" * 40_000 if e.position % 7 == 0 else e.position) for e in entries)
+try:
+    open(sys.argv[1] + "/cache.db", "a")
+    print("WRITABLE")
+except PermissionError:
+    pass
+print(json.dumps({"count": journal.count_steps("r"), "listed": len(entries)}))
+"""
+
+
+def _without_write_permission(command: list[str]) -> list[str]:
+    """Run ``command`` so that file permissions bind: as root, without the capabilities
+    that let root write read-only files."""
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but setpriv (util-linux) is missing")
+        pytest.skip("setpriv (util-linux) is needed to drop root's file permission override")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search", *command]
+
+
+def _tree(root: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes() if p.is_file() else b"")
+            for p in sorted(root.rglob("*"))}
+
+
+def test_disk_read_only_copy_of_a_journal_being_written_is_read_as_it_is(tmp_path: Path):
+    """Disk only: ``cp -r`` of a journal while another process writes it, ``chmod -R a-w``,
+    then read with read_only=True by a process that cannot write those files: every entry
+    copied is read (from the WAL too) and nothing in the copy changes."""
+    original, copy = tmp_path / "journal", tmp_path / "copy"
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(original)], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "50 written\n"
+        subprocess.run(["cp", "-r", str(original), str(copy)], check=True)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert (copy / "cache.db-wal").exists()  # the copy holds entries not yet checkpointed
+    subprocess.run(["chmod", "-R", "a-w", str(copy)], check=True)
+    before = _tree(copy)
+    try:
+        out = subprocess.run(_without_write_permission([sys.executable, "-c", _READER, str(copy)]),
+                             capture_output=True, text=True, cwd=REPO, timeout=120)
+    finally:
+        after = _tree(copy)
+        subprocess.run(["chmod", "-R", "u+w", str(copy)], check=True)
+    assert out.returncode == 0, out.stderr
+    counts = json.loads(out.stdout.splitlines()[-1])
+    assert "WRITABLE" not in out.stdout
+    assert counts["count"] == counts["listed"] >= 50
+    assert after == before
+
+
+def test_disk_read_only_copy_without_a_write_ahead_log_is_read(tmp_path: Path):
+    """Disk only: a journal closed cleanly has no -wal file; its read-only copy opens (as
+    immutable, since there is no log to miss) and nothing is created beside it."""
+    original, copy = tmp_path / "journal", tmp_path / "copy"
+    journal = DiskJournal(original)
+    for position in range(60):
+        journal.append_step("r", _entry(position))
+    journal.close()
+    shutil.copytree(original, copy)
+    assert not (copy / "cache.db-wal").exists()
+    subprocess.run(["chmod", "-R", "a-w", str(copy)], check=True)
+    before = _tree(copy)
+    reader = (_READER.replace('("x" * 40_000 if e.position % 7 == 0 else e.position)',
+                              "e.position"))
+    try:
+        out = subprocess.run(_without_write_permission([sys.executable, "-c", reader, str(copy)]),
+                             capture_output=True, text=True, cwd=REPO, timeout=120)
+    finally:
+        after = _tree(copy)
+        subprocess.run(["chmod", "-R", "u+w", str(copy)], check=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == {"count": 60, "listed": 60}
+    assert after == before
+
+
+def test_disk_read_only_refuses_pickled_values(tmp_path: Path):
+    import sqlite3
+
+    journal = DiskJournal(tmp_path / "journal")
+    journal.append_step("r", _entry(0))
+    journal.close()
+    with sqlite3.connect(tmp_path / "journal" / "cache.db") as db:
+        db.execute("UPDATE Cache SET mode = 4, value = ? WHERE key = 'step:r:0'",
+                   (b"cos\nsystem\n(S'true'\ntR.",))
+    reader = DiskJournal(tmp_path / "journal", read_only=True)
+    with pytest.raises(dn.CorruptEntry, match="pickled value; refusing"):
+        reader.get_step("r", 0)
+
+
+def test_open_journal_takes_urls_and_read_only_and_shares_one_object(backend: Backend,
+                                                                      monkeypatch):
+    backend.open()  # the journal exists
+    first = open_journal(backend.location)
+    assert open_journal(backend.location) is first
+    assert type(first) is (DiskJournal if backend.kind == "disk" else PostgresJournal)
+    reader = open_journal(backend.location, read_only=True)
+    assert reader is not first and reader.read_only and not first.read_only
+    assert open_journal(backend.location, read_only=True) is reader
+    monkeypatch.setenv("DURABLE_NB_JOURNAL", backend.location)
+    assert open_journal() is first
+    assert open_journal(first, read_only=True) is first  # a Journal is taken as it is
+
+
+# --- passwords -------------------------------------------------------------------------------
+
+def _everything_stored(backend: Backend) -> str:
+    return json.dumps(backend.snapshot(), default=str)
+
+
+@pytest.mark.postgres
+def test_postgres_password_never_in_location_repr_errors_logs_or_journal(
+        postgres_server, caplog: pytest.LogCaptureFixture):
+    from tests.postgres import PASSWORD
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    url = f"{postgres_server.password_url}?schema={schema}"
+    secret_forms = {PASSWORD, url.split("@")[0].split(":")[-1]}  # as typed and as encoded
+    backend = Backend("postgres", url, postgres_server, schema)
+    caplog.set_level(logging.DEBUG)
+    try:
+        journal = backend.open()
+        assert journal.location == f"postgresql://agent@127.0.0.1:{postgres_server.port}" \
+                                   f"/dnb_test?schema={schema}"
+        assert dn.execute("r", lambda ctx: ctx.run("a", lambda: "done"), journal=journal) == "done"
+        texts = [journal.location, repr(journal), _everything_stored(backend)]
+        with pytest.raises(UnknownRun) as unknown:
+            journal.get_run("nope")
+        texts.append(str(unknown.value))
+        wrong = url.replace(url.split("@")[0].split(":")[-1], "wrong%40pw")
+        with pytest.raises(JournalUnavailable, match="password authentication failed") as bad:
+            PostgresJournal(wrong)
+        texts.append(str(bad.value))
+        unreachable = url.replace(f":{postgres_server.port}/", ":1/")
+        with pytest.raises(JournalUnavailable) as down:
+            PostgresJournal(unreachable)
+        assert down.value.__cause__ is None and down.value.__suppress_context__
+        texts.append(str(down.value))
+        query_form = (f"postgresql://agent@127.0.0.1:{postgres_server.port}/dnb_test"
+                      f"?password={url.split('@')[0].split(':')[-1]}&schema={schema}")
+        by_query = PostgresJournal(query_form)
+        assert by_query.find_run("r") is not None  # the password in the query works too
+        texts += [by_query.location, repr(by_query)]
+        by_query.dispose()
+        texts += [record.getMessage() for record in caplog.records]
+        for text in texts:
+            for secret in secret_forms:
+                assert secret not in text, text
+        assert "wrong%40pw" not in str(bad.value) and "wrong@pw" not in str(bad.value)
+    finally:
+        backend.cleanup()
+
+
+@pytest.mark.parametrize("url, location, conninfo", [
+    ("postgresql://ana:p%40ss@db.example:5433/agents",
+     "postgresql://ana@db.example:5433/agents", "postgresql://ana:p%40ss@db.example:5433/agents"),
+    ("postgres://ana@[::1]/agents?password=p%26ss&sslmode=require&schema=team_a",
+     "postgres://ana@[::1]/agents?sslmode=require&schema=team_a",
+     "postgres://ana@[::1]/agents?password=p%26ss&sslmode=require"),
+    ("postgresql:///agents?host=/run/pg&options=-c%20lock_timeout%3D100&sslpassword=k3y-s3cret",
+     "postgresql:///agents?host=/run/pg&options=-c%20lock_timeout%3D100",
+     "postgresql:///agents?host=/run/pg&options=-c%20lock_timeout%3D100&sslpassword=k3y-s3cret"),
+])
+def test_journal_urls_lose_their_passwords_and_schema_only(url: str, location: str,
+                                                             conninfo: str):
+    from durable_nb.journal.postgres import _Url
+
+    parsed = _Url(url)
+    assert (parsed.location, parsed.conninfo) == (location, conninfo)
+    assert parsed.schema == ("team_a" if "team_a" in url else "durable_nb")
+    assert all(secret not in parsed.location for secret in parsed.secrets)
+    assert parsed.scrub(f"failed for {unquote_all(url)}").count("***") >= 1
+
+
+def unquote_all(text: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(text)
+
+
+@pytest.mark.postgres
+def test_postgres_a_malformed_url_does_not_echo_the_password(postgres_server):
+    url = f"postgresql://agent:hunter2%zz@127.0.0.1:{postgres_server.port}/dnb_test"
+    with pytest.raises(JournalError) as info:
+        PostgresJournal(url)
+    assert "hunter2" not in str(info.value) and "%zz" not in str(info.value)
+
+
+# --- durable_nb.execute end to end ------------------------------------------------------------
+
+def test_execute_replays_journaled_steps_without_running_them(store: Journal):
+    calls: list[int] = []
+
+    def agent(ctx):
+        values = [ctx.run(f"step {i}", lambda i=i: calls.append(i) or i * i) for i in range(5)]
+        ctx.state["total"] = sum(values)
+        return {"values": values, "id": ctx.uuid()}
+
+    first = dn.execute("e2e", agent, journal=store)
+    assert calls == [0, 1, 2, 3, 4]
+    assert dn.execute("e2e", agent, journal=store) == first
+    assert calls == [0, 1, 2, 3, 4]
+    info = dn.get_run("e2e", journal=store)
+    assert info.status is Status.DONE and info.state == {"total": 30}
+    assert [r.run_id for r in dn.runs(journal=store)] == ["e2e"]
+
+
+def test_approval_from_the_cli_reaches_a_waiting_run(backend: Backend):
+    store = backend.open()
+
+    def agent(ctx):
+        return ctx.approval("send", {"to": "team"}).approved
+
+    result: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: result.update(
+        value=dn.execute("waits", agent, journal=store)), daemon=True)
+    worker.start()
+    try:
+        while (store.find_run("waits") is None
+               or store.get_run("waits").status is not Status.WAITING_APPROVAL):
+            assert worker.is_alive()
+            time.sleep(0.02)
+        proc = subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                               backend.location, "approve", "waits", "--by", "ana"],
+                              capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        worker.join(60)
+    assert result == {"value": True}
+
+
+_CRASHING_AGENT = """
+import os, signal, sys
+import durable_nb as dn
+location, log, marker, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+def agent(ctx):
+    total = 0
+    for i in range(8):
+        def effect(i=i, step_id=ctx.step_id):
+            with open(log, "a") as f:
+                f.write(f"{i}\\n")
+            if i == kill_at and not os.path.exists(marker):
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)  # after the side effect, before the entry
+            return i * i
+        total += ctx.run(f"square {i}", effect)
+    return total
+
+print(dn.execute("crash", agent, journal=location))
+"""
+
+
+def test_sigkilled_child_resumes_and_runs_every_journaled_step_once(backend: Backend,
+                                                                      tmp_path: Path):
+    backend.open()  # create the journal (schema) before the children use it
+    log, marker = tmp_path / "effects.log", tmp_path / "killed"
+    command = [sys.executable, "-c", _CRASHING_AGENT, backend.location, str(log), str(marker), "5"]
+    crashed = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    store = backend.open()
+    assert store.count_steps("crash") == 5  # steps 0-4 journaled; step 5 was in flight
+    resumed = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == str(sum(i * i for i in range(8)))
+    runs = Counter(int(line) for line in log.read_text().split())
+    assert runs == {0: 1, 1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 1, 7: 1}
+    assert store.get_run("crash").status is Status.DONE and store.count_steps("crash") == 8
+    assert store.lease("crash") is None
+
+
+def test_concurrent_asyncio_steps_are_journaled_and_replayed(store: Journal):
+    calls: list[int] = []
+
+    async def agent(ctx):
+        done = [asyncio.Event() for _ in range(3)]
+
+        async def fetch(n: int) -> int:
+            if n < 2:
+                await done[n + 1].wait()  # finish in reverse order: 2, 1, 0
+            calls.append(n)
+            done[n].set()
+            return n * 10
+
+        return await asyncio.gather(*(ctx.run_async(f"fetch {n}", fetch, n) for n in range(3)))
+
+    assert dn.execute("async", agent, journal=store) == [0, 10, 20]
+    assert calls == [2, 1, 0]
+    entries = list(store.steps("async"))
+    assert [e.name for e in entries] == ["fetch 2", "fetch 1", "fetch 0"]  # completion order
+    assert len({e.key for e in entries}) == 3
+    assert dn.execute("async", agent, journal=store) == [0, 10, 20]
+    assert calls == [2, 1, 0]
+
+
+@pytest.mark.postgres
+def test_postgres_lists_a_hundred_thousand_runs_oldest_first(pg_backend: Backend):
+    """PostgreSQL only: the runs table has an index in listing order (creation time, id),
+    and a listing of 100k runs comes back whole and in that order."""
+    store = pg_backend.open()
+    pg_backend.sql(
+        "INSERT INTO {s}.runs (run_id, created_at, record) "
+        "SELECT 'run-' || i, 100000 - i, "
+        "       json_build_object('run_id', 'run-' || i, 'created_at', 100000 - i)::text "
+        "FROM generate_series(1, 100000) AS i")
+    indexes = pg_backend.sql("SELECT indexdef FROM pg_indexes WHERE schemaname = %s "
+                             "AND tablename = 'runs'", (pg_backend.schema,))
+    assert any("(created_at, run_id)" in row[0] for row in indexes), indexes
+    listed = store.list_runs()
+    assert len(listed) == 100000
+    assert [r.run_id for r in listed[:2]] == ["run-100000", "run-99999"]
+    assert all(a.created_at < b.created_at for a, b in zip(listed, listed[1:]))
+
+
+@pytest.mark.postgres
+def test_postgres_a_failed_write_degrades_the_run_then_catches_up(pg_backend: Backend):
+    """PostgreSQL only: while another session holds the steps table locked, the journal's
+    writes fail (lock_timeout, a real server error); as with a full disk, the run goes on
+    with a loud warning and the held-back entries are written, in order, once the lock is
+    gone; with on_journal_error="stop" the run stops before passing the unwritten step."""
+    import psycopg
+
+    pg_backend.open()  # the schema exists
+    journal = PostgresJournal(f"{pg_backend.location}&options=-c%20lock_timeout%3D100")
+    pg_backend._opened.append(journal)
+    locker = psycopg.connect(pg_backend.server.url)  # a transaction, held open
+    calls: list[str] = []
+
+    def lock_steps() -> None:
+        locker.execute(f'LOCK TABLE "{pg_backend.schema}".steps IN ACCESS EXCLUSIVE MODE')
+
+    def agent(ctx):
+        ctx.run("before", lambda: calls.append("before") or 1)
+        ctx.run("lock the journal", lock_steps)
+        ctx.run("paid llm call", lambda: calls.append("paid") or "y" * 100)
+        ctx.run("unlock", locker.rollback)
+        ctx.run("after", lambda: calls.append("after") or 2)
+        return "done"
+
+    try:
+        with pytest.warns(RuntimeWarning, match="DEGRADED from step 1") as caught:
+            assert dn.execute("degraded", agent, journal=journal) == "done"
+        assert "lock timeout" in str(caught[0].message)
+        info = dn.get_run("degraded", journal=journal)
+        assert [s.name for s in info.steps] == ["before", "lock the journal", "paid llm call",
+                                                "unlock", "after"]
+        assert info.status is Status.DONE and info.journal_degraded_from is None
+        assert dn.execute("degraded", agent, journal=journal) == "done"
+        assert calls == ["before", "paid", "after"]
+
+        calls.clear()
+        with pytest.raises(dn.JournalWriteError, match="writing step 1 to the journal failed"):
+            dn.execute("strict", agent, journal=journal, on_journal_error="stop")
+        assert calls == ["before"]  # stopped before the paid call
+        locker.rollback()
+        assert [s.name for s in journal.steps("strict")] == ["before"]
+    finally:
+        locker.close()
