@@ -45,9 +45,12 @@ requests with an HTTP error (any status >= 400, an optional body and ``retry-aft
 
 Quirks of real OpenAI-compatible servers, each an explicit switch of :class:`Quirks` (all
 off by default, so the default server behaves like OpenAI): ``no_stream_usage``,
-``repeat_tool_call_ids``, ``require_content`` and ``ignore_completion_caps``
-(llama-cpp-python), ``loading_for`` and ``final_empty_choices_usage`` (llama-server). They
-apply to chat completions; of them only ``loading_for`` applies to ``/v1/responses`` too.
+``repeat_tool_call_ids``, ``require_content``, ``require_string_content`` and
+``ignore_completion_caps`` (llama-cpp-python), ``loading_for`` and
+``final_empty_choices_usage`` (llama-server), ``extra_prompt_tokens`` (both). They apply to
+chat completions; of them only ``loading_for`` and ``extra_prompt_tokens`` apply to
+``/v1/responses`` too. Requests are answered at ``/v1/...`` and at Azure OpenAI's paths
+(``/openai/deployments/NAME/chat/completions?api-version=...``, ``/openai/responses``).
 
 Run ``python -m durable_nb.testing [--port P] [--script FILE.json] [--quirks a,b=2]`` to serve
 in the foreground; the first stdout line is ``LOOPBACK_URL=http://127.0.0.1:PORT/v1``.
@@ -61,6 +64,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import socket
 import struct
 import sys
@@ -90,6 +94,15 @@ INPUT_ROLES = ("assistant", "system", "developer", "user")
 INPUT_ITEM_TYPES = ("message", "function_call", "function_call_output")
 KINDS = ("chat", "summary", "failure", "invalid", "dropped")
 ENDPOINTS = {"/v1/chat/completions": "chat/completions", "/v1/responses": "responses"}
+# Where clients send requests: /v1/... (OpenAI, a custom base_url), and Azure OpenAI's
+# /openai/deployments/NAME/chat/completions?api-version=... (azure_endpoint), its
+# base_url form BASE/deployments/NAME/... and /openai/responses; the query is ignored.
+_ROUTE = re.compile(r"^/(?:v1|openai|openai/v1)(?:/deployments/[^/]+)?/(chat/completions|responses)$")
+
+
+def _endpoint(path: str) -> str | None:
+    match = _ROUTE.match(path.split("?", 1)[0])
+    return ENDPOINTS.get(f"/v1/{match.group(1)}") if match else None
 MIN_OUTPUT_TOKENS = 16  # the Responses API refuses a smaller max_output_tokens
 
 
@@ -150,7 +163,8 @@ class Quirks:
 
     ``Quirks()`` is OpenAI's own behaviour. Measured on llama-cpp-python 0.3.36 (its
     ``llama_cpp.server``) and on llama.cpp's ``llama-server`` (see
-    ``shared/real-llm/README.md``). All but ``loading_for`` affect chat completions only.
+    ``shared/real-llm/README.md``). All but ``loading_for`` and ``extra_prompt_tokens``
+    affect chat completions only.
     """
 
     no_stream_usage: bool = False
@@ -169,6 +183,13 @@ class Quirks:
     fail: HTTP 500 ``internal_server_error`` "'dict object' has no attribute 'content'",
     every time the same request is sent."""
 
+    require_string_content: bool = False
+    """llama-cpp-python: its request model wants every assistant message's ``content`` to be
+    a string, so ``"content": null`` (a tool-call-only message as OpenAI returns it) fails the
+    request's validation: HTTP 500 ``internal_server_error`` "... Input should be a valid
+    string ...", every time the same request is sent. With ``require_content`` too, a missing
+    ``content`` gives the template failure instead."""
+
     ignore_completion_caps: bool = False
     """llama-cpp-python (which ignores ``max_completion_tokens``; this switch ignores
     ``max_tokens`` too): the full scripted reply is sent, ``finish_reason`` never "length"."""
@@ -181,6 +202,13 @@ class Quirks:
     object. ``GET /v1/models``
     answers meanwhile, as llama-server's does. Counted as ``kind="failure"``, round None."""
 
+    extra_prompt_tokens: int = 0
+    """A server with a chat template of its own (llama.cpp's and llama-cpp-python's): it
+    counts this many prompt tokens more than OpenAI's rule (:mod:`durable_nb.tokens`) for
+    every request, chat or responses, as SmolLM2's template does with the default system
+    prompt it adds (measured: 31 prompt tokens for a lone "hi" that OpenAI's rule counts as
+    8), so an offline estimate undercounts."""
+
     final_empty_choices_usage: bool = True
     """With ``stream_options.include_usage``: a last chunk with ``choices: []`` and the usage
     (OpenAI and llama-server), every other chunk with ``"usage": null``. On by default since
@@ -188,8 +216,10 @@ class Quirks:
     as some other servers do."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.loading_for, int) or self.loading_for < 0:
-            raise ValueError(f"loading_for must be a whole number >= 0, got {self.loading_for!r}")
+        for name in ("loading_for", "extra_prompt_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
 
     @classmethod
     def parse(cls, spec: str) -> Quirks:
@@ -724,7 +754,7 @@ class LoopbackServer:
         reply, completion, truncated = _cap_reply(model, reply, cap)
         call_ids = tuple(f"call_{rnd}_{i}" for i in range(len(reply.tool_calls)))
         # Prompt tokens as the API bills them (durable_nb.tokens follows OpenAI's method).
-        prompt = count_message_tokens(messages, model, tools)
+        prompt = count_message_tokens(messages, model, tools) + self.quirks.extra_prompt_tokens
         return _Answer(kind, rnd, reply, call_ids, digest, prompt, completion, truncated)
 
     def _answer_chat(self, body: dict) -> _Answer:
@@ -786,6 +816,12 @@ _LOADING_BODY = {"error": {"code": 503, "message": "Loading model", "type": "una
 # llama-cpp-python's answer when chatml's template (jinja2, StrictUndefined) meets an
 # assistant message without 'content'.
 _TEMPLATE_FAILURE = _error_body("'dict object' has no attribute 'content'", "internal_server_error")
+# Its answer (pydantic, shortened) to an assistant message whose content is null.
+_CONTENT_VALIDATION_FAILURE = _error_body(
+    "1 validation error:\n  {'type': 'string_type', 'loc': ('body', 'messages', 1, "
+    "'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid "
+    "string', 'input': None}\n\n  File \"llama_cpp/server/app.py\", line 376, in "
+    "create_chat_completion\n    POST /v1/chat/completions", "internal_server_error")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -811,7 +847,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        endpoint = ENDPOINTS.get(self.path)
+        endpoint = _endpoint(self.path)
         if endpoint is None:
             self._not_found("POST")
             return
@@ -850,6 +886,12 @@ class _Handler(BaseHTTPRequestHandler):
                 m["role"] == "assistant" and "content" not in m for m in body["messages"]):
             lb._record(endpoint, "failure", rnd)
             self._send_json(500, _TEMPLATE_FAILURE)
+            return
+        if chat and lb.quirks.require_string_content and any(
+                m["role"] == "assistant" and "content" in m and not isinstance(m["content"], str)
+                for m in body["messages"]):
+            lb._record(endpoint, "failure", rnd)
+            self._send_json(500, _CONTENT_VALIDATION_FAILURE)
             return
 
         # Counted on receipt, so a client killed during the delay still shows its call.
