@@ -9,6 +9,7 @@ In a notebook: ``%load_ext durable_nb`` then a ``%%durable_agent RUN_ID`` cell. 
 """
 
 from .context import Context, Decision, DurableState, TokenUsage
+from .endpoints import EndpointError
 from .errors import (
     BudgetExhausted,
     ContextNotActive,
@@ -30,6 +31,7 @@ from .errors import (
     UnknownRun,
     UnserializableResult,
 )
+from .messages import assistant_message
 from .journal import DiskJournal, Journal, RunRecord, Status, StepEntry, open_journal
 from .registry import RunInfo, approve, cancel, delete, get_run, reject, rerun_from, reset, runs
 from .retry import RetryPolicy
@@ -48,6 +50,7 @@ __all__ = [
     "DiskJournal",
     "DurableError",
     "DurableState",
+    "EndpointError",
     "IncompatibleJournal",
     "InputChanged",
     "Journal",
@@ -73,6 +76,7 @@ __all__ = [
     "UnknownRun",
     "UnserializableResult",
     "approve",
+    "assistant_message",
     "cancel",
     "delete",
     "execute",

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from .messages import assistant_message
 from .tools import Tool, tool
 
 __all__ = ["SALES_CSV", "make_tools", "run_demo", "sales_agent"]
@@ -127,7 +128,7 @@ def sales_agent(ctx: Any, tools: list[Tool], model: str = "loopback-1",
         reply = ctx.chat(model=model, messages=messages, tools=schemas,
                          **({"client": client} if client is not None else {}))
         message = reply.choices[0].message
-        messages.append(message.model_dump(exclude_none=True))
+        messages.append(assistant_message(message))
         if not message.tool_calls:
             return message.content
         messages += ctx.call_tools(message, tools)

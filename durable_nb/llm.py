@@ -1,48 +1,43 @@
-"""``ctx.chat``: journaled chat completions with usage accounting, budgets and retries."""
+"""``ctx.chat``: journaled chat completions with usage accounting, budgets and retries.
+
+One call is one step of kind ``chat`` named after the model. Live, the budget is checked
+first (:mod:`durable_nb.budget`), then the request is sent through the one retry layer of
+:mod:`durable_nb.endpoints` (the client's own retries off), streamed replies are assembled by
+:mod:`durable_nb.streaming`, and the ``ChatCompletion`` is journaled with its usage and meta
+(model, cost, cached tokens, ``estimated`` when the server sent no usage) before it is
+returned. On replay the journaled completion is returned and nothing is sent.
+"""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-import openai
 from openai.types.chat import ChatCompletion
+from openai.types.completion_usage import CompletionUsage
 
-from .errors import BudgetExhausted
+from .budget import calibration, chat_estimate, check_budget, llm_meta
+from .endpoints import (
+    DEFAULT_RETRY,
+    call_with_retries,
+    call_with_retries_async,
+    check_client,
+    default_client,
+    without_retries,
+)
 from .execution import Execution, canonical
 from .retry import RetryPolicy
-from .tokens import context_window, count_message_tokens
+from .streaming import ChatAssembler, completion_tokens
 
 __all__ = ["CHAT_RETRY", "chat", "chat_async", "chat_inputs", "check_budget", "completion_usage",
-           "default_client"]
+           "default_client", "prepare", "usage_details"]
+
+#: The attempts and backoff of one LLM call (see :mod:`durable_nb.endpoints`).
+CHAT_RETRY = DEFAULT_RETRY
 
 # Keyword arguments that configure transport or carry credentials: never journaled.
 _TRANSPORT_KWARGS = ("extra_headers", "extra_query", "extra_body", "timeout")
 # Keyword arguments that change how the answer arrives, not what it is.
 _DELIVERY_KWARGS = ("stream", "stream_options")
-
-_default_clients: dict[bool, Any] = {}
-_default_lock = threading.Lock()
-
-CHAT_RETRY = RetryPolicy(max_attempts=4, initial_delay=1.0, max_delay=20.0,
-                         retry_on=(openai.RateLimitError, openai.APIConnectionError,
-                                   openai.InternalServerError))
-
-
-def default_client(*, asynchronous: bool = False) -> Any:
-    """``openai.OpenAI()`` (or ``AsyncOpenAI()``) configured from the environment, made once
-    per process."""
-    with _default_lock:
-        if asynchronous not in _default_clients:
-            try:
-                _default_clients[asynchronous] = (openai.AsyncOpenAI() if asynchronous
-                                                  else openai.OpenAI())
-            except openai.OpenAIError as exc:
-                raise openai.OpenAIError(
-                    f"{exc} For an offline run, start the bundled model server "
-                    f"(python -m durable_nb.testing) and set OPENAI_BASE_URL to the URL it "
-                    f"prints and OPENAI_API_KEY to any value.") from exc
-        return _default_clients[asynchronous]
 
 
 def completion_usage(completion: Any) -> tuple[int, int]:
@@ -53,83 +48,193 @@ def completion_usage(completion: Any) -> tuple[int, int]:
     return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
 
 
+def usage_details(usage: Any) -> tuple[int | None, int | None]:
+    """(cached prompt tokens, reasoning tokens) of a chat or Responses usage, None where
+    the server did not report them."""
+    if usage is None:
+        return None, None
+    prompt = (getattr(usage, "prompt_tokens_details", None)
+              or getattr(usage, "input_tokens_details", None))
+    output = (getattr(usage, "completion_tokens_details", None)
+              or getattr(usage, "output_tokens_details", None))
+    cached = getattr(prompt, "cached_tokens", None) if prompt is not None else None
+    reasoning = getattr(output, "reasoning_tokens", None) if output is not None else None
+    return (int(cached) if isinstance(cached, int) else None,
+            int(reasoning) if isinstance(reasoning, int) else None)
+
+
 def chat_inputs(kwargs: dict) -> dict:
     """What a chat request asks, as canonical data: its fingerprint is compared on replay."""
     return {k: canonical(v) for k, v in kwargs.items()
             if k not in _TRANSPORT_KWARGS and k not in _DELIVERY_KWARGS}
 
 
-def check_budget(execution: Execution, kwargs: dict) -> None:
-    """Raise :class:`BudgetExhausted` (and mark the run to fail) before a call that would
-    pass max_iterations, max_tokens or the model's context window."""
-    record = execution.record
-    problem = None
-    if record.max_iterations is not None and execution.iteration >= record.max_iterations:
-        problem = (f"max_iterations reached: {execution.iteration} of {record.max_iterations} "
-                   f"LLM calls made")
-    else:
-        model = str(kwargs.get("model", ""))
-        estimate = count_message_tokens(kwargs.get("messages") or [], model, kwargs.get("tools"))
-        window = context_window(model, execution.options.context_windows)
-        used = execution.prompt_tokens + execution.completion_tokens
-        if record.max_tokens is not None and used + estimate > record.max_tokens:
-            problem = (f"token budget exhausted: used {used} of {record.max_tokens}, and the next "
-                       f"request needs about {estimate} more")
-        elif estimate > window:
-            problem = (f"the request has about {estimate} tokens, more than the context window "
-                       f"of {model or 'the model'} ({window}); compact the messages "
-                       f"(ctx.compact) or choose a model with a larger window")
-    if problem is not None:
-        exc = BudgetExhausted(f"run {execution.run_id!r} stopped before its next LLM call: "
-                              f"{problem}. Raise the limit (--max-tokens / --max-iterations) "
-                              f"and execute again to go on.")
-        execution.budget_failure = exc
-        raise exc
-
-
-def _prepare(execution: Execution, kwargs: dict) -> tuple[Any, str, dict]:
-    """Split ``client=`` off, apply the run's default model; (client, step name, kwargs)."""
+def prepare(execution: Execution, kwargs: dict, what: str, *, asynchronous: bool
+            ) -> tuple[Any, str, dict, RetryPolicy | None]:
+    """Split ``client=`` and ``retry=`` off, check the client's kind, apply the run's default
+    model; (client or None, step name, kwargs, retry policy or None)."""
     client = kwargs.pop("client", None) or execution.options.client
+    retry = kwargs.pop("retry", None)
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"{what}(retry=...) takes a durable_nb.RetryPolicy, not "
+                        f"{type(retry).__name__}")
+    check_client(client, asynchronous=asynchronous, what=what)
     if "model" not in kwargs and execution.options.model:
         kwargs["model"] = execution.options.model
-    return client, str(kwargs.get("model") or "chat"), kwargs
+    return client, str(kwargs.get("model") or "chat"), kwargs, retry
 
 
-def _assemble(stream_manager: Any, on_text: Any) -> Any:
-    """Show a streamed reply's text as it arrives; return the whole ChatCompletion."""
-    with stream_manager as stream:
-        for event in stream:
-            if event.type == "content.delta" and on_text is not None:
-                on_text(event.delta)
-        final = stream.get_final_completion()
-    # The stream helper returns a ParsedChatCompletion; journal the plain type.
-    return ChatCompletion.model_validate(final.model_dump(mode="json", exclude_none=True))
+def _refuses_stream_options(exc: Exception) -> bool:
+    return getattr(exc, "status_code", None) in (400, 422) and "stream_options" in str(exc)
+
+
+class _ChatCall:
+    """The live side of one ``ctx.chat`` step."""
+
+    def __init__(self, execution: Execution, kwargs: dict, name: str) -> None:
+        self.execution = execution
+        self.kwargs = kwargs
+        self.name = name
+        self.model = str(kwargs.get("model") or "")
+        self.estimate: int | None = None
+        self.estimated = False
+        # Asked for unless the caller set stream_options; dropped if the server refuses it.
+        self.add_stream_options = "stream_options" not in kwargs
+
+    def before_live(self) -> None:
+        self.estimate = chat_estimate(self.kwargs)
+        check_budget(self.execution, self.kwargs, estimate=self.estimate)
+
+    def stream_request(self) -> dict:
+        request = dict(self.kwargs, stream=True)
+        if self.add_stream_options:
+            request["stream_options"] = {"include_usage": True}
+        return request
+
+    def retry_without_stream_options(self, exc: Exception) -> bool:
+        if self.add_stream_options and _refuses_stream_options(exc):
+            self.add_stream_options = False
+            return True
+        return False
+
+    def assembler(self) -> ChatAssembler:
+        return ChatAssembler(tools=self.kwargs.get("tools"),
+                             on_text=getattr(self.execution.observer, "on_text", None))
+
+    def finish(self, completion: ChatCompletion, texts: list[str] | None = None
+               ) -> ChatCompletion:
+        """The completion to journal: with usage estimated when the server sent none."""
+        if completion.usage is not None:
+            return completion
+        if texts is None:
+            texts = []
+            for choice in completion.choices:
+                message = choice.message
+                texts += [message.content or "", message.refusal or ""]
+                for call in message.tool_calls or []:
+                    function = getattr(call, "function", None)
+                    if function is not None:
+                        texts.append((function.name or "") + (function.arguments or ""))
+        estimate = self.estimate if self.estimate is not None else chat_estimate(self.kwargs)
+        prompt = calibration(self.execution).best_guess(self.model, estimate)
+        completed = completion_tokens(self.model, texts)
+        self.estimated = True
+        return completion.model_copy(update={"usage": CompletionUsage(
+            prompt_tokens=prompt, completion_tokens=completed,
+            total_tokens=prompt + completed)})
+
+    def meta(self, completion: Any) -> dict:
+        prompt, completed = completion_usage(completion)
+        cached, reasoning = usage_details(getattr(completion, "usage", None))
+        return llm_meta(self.execution, requested=self.model,
+                        model=getattr(completion, "model", None), prompt=prompt,
+                        completion=completed, cached=cached, reasoning=reasoning,
+                        estimated=self.estimated, prompt_estimate=self.estimate)
+
+
+def _close(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        close()
 
 
 def chat(execution: Execution, kwargs: dict) -> Any:
     """Replay or make one chat completion for ``ctx.chat(**kwargs)``."""
-    client, name, kwargs = _prepare(execution, kwargs)
-    streamed = kwargs.pop("stream", False)
+    client, name, kwargs, retry = prepare(execution, kwargs, "ctx.chat", asynchronous=False)
+    streamed = bool(kwargs.pop("stream", False))
+    live = _ChatCall(execution, kwargs, name)
+
+    def streamed_once(chosen: Any) -> ChatCompletion:
+        assembler = live.assembler()
+        try:
+            stream = chosen.chat.completions.create(**live.stream_request())
+            try:
+                for chunk in stream:
+                    assembler.add(chunk)
+            finally:
+                _close(stream)
+        except BaseException:
+            assembler.text.end()
+            raise
+        return live.finish(assembler.completion(), assembler.generated_texts())
 
     def call() -> Any:
-        chosen = client or default_client()
-        if streamed:
-            kwargs.setdefault("stream_options", {"include_usage": True})
-            on_text = getattr(execution.observer, "on_text", None)
-            return _assemble(chosen.chat.completions.stream(**kwargs), on_text)
-        return chosen.chat.completions.create(**kwargs)
+        chosen = without_retries(client or default_client())
 
-    return execution.step("chat", name, call, retry=CHAT_RETRY, inputs=chat_inputs(kwargs),
-                          usage=completion_usage, before_live=lambda: check_budget(execution, kwargs))
+        def attempt() -> Any:
+            if not streamed:
+                return live.finish(chosen.chat.completions.create(**kwargs))
+            try:
+                return streamed_once(chosen)
+            except Exception as exc:
+                if live.retry_without_stream_options(exc):
+                    return streamed_once(chosen)
+                raise
+
+        return call_with_retries(execution, "ctx.chat", name, chosen, attempt, retry)
+
+    return execution.step("chat", name, call, inputs=chat_inputs(kwargs),
+                          usage=completion_usage, meta=live.meta, before_live=live.before_live)
 
 
 async def chat_async(execution: Execution, kwargs: dict) -> Any:
     """Replay or make one chat completion for ``await ctx.chat_async(**kwargs)``."""
-    client, name, kwargs = _prepare(execution, kwargs)
+    client, name, kwargs, retry = prepare(execution, kwargs, "ctx.chat", asynchronous=True)
+    streamed = bool(kwargs.pop("stream", False))
+    live = _ChatCall(execution, kwargs, name)
+
+    async def streamed_once(chosen: Any) -> ChatCompletion:
+        assembler = live.assembler()
+        try:
+            stream = await chosen.chat.completions.create(**live.stream_request())
+            try:
+                async for chunk in stream:
+                    assembler.add(chunk)
+            finally:
+                close = getattr(stream, "close", None)
+                if callable(close):
+                    await close()
+        except BaseException:
+            assembler.text.end()
+            raise
+        return live.finish(assembler.completion(), assembler.generated_texts())
 
     async def call() -> Any:
-        return await (client or default_client(asynchronous=True)).chat.completions.create(**kwargs)
+        chosen = without_retries(client or default_client(asynchronous=True))
 
-    return await execution.step_async("chat", name, call, retry=CHAT_RETRY,
-                                      inputs=chat_inputs(kwargs), usage=completion_usage,
-                                      before_live=lambda: check_budget(execution, kwargs))
+        async def attempt() -> Any:
+            if not streamed:
+                return live.finish(await chosen.chat.completions.create(**kwargs))
+            try:
+                return await streamed_once(chosen)
+            except Exception as exc:
+                if live.retry_without_stream_options(exc):
+                    return await streamed_once(chosen)
+                raise
+
+        return await call_with_retries_async(execution, "ctx.chat", name, chosen, attempt,
+                                             retry)
+
+    return await execution.step_async("chat", name, call, inputs=chat_inputs(kwargs),
+                                      usage=completion_usage, meta=live.meta,
+                                      before_live=live.before_live)

@@ -11,7 +11,7 @@ import pytest
 import durable_nb as dn
 from durable_nb import Status
 from durable_nb.runner import RunOptions, Runner
-from durable_nb.testing import LoopbackServer, Reply, ToolCall
+from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall
 
 
 def _script(server, *replies):
@@ -35,7 +35,7 @@ def _loop(ctx, client, tools, model="gpt-4"):
     while True:
         message = ctx.chat(client=client, model=model, messages=messages,
                            tools=schemas).choices[0].message
-        messages.append(message.model_dump(exclude_none=True))
+        messages.append(dn.assistant_message(message))
         if not message.tool_calls:
             return messages
         messages += ctx.call_tools(message, tools)
@@ -157,8 +157,8 @@ def test_token_budget_stops_before_the_call_that_would_pass_it(journal, server, 
     def handler(ctx):
         messages = [{"role": "user", "content": "hi"}]
         for _ in range(2):
-            reply = ctx.chat(client=client, model="gpt-4", messages=messages)
-            messages += [reply.choices[0].message.model_dump(exclude_none=True),
+            reply = ctx.chat(client=client, model="gpt-4", messages=messages, max_tokens=5)
+            messages += [dn.assistant_message(reply.choices[0].message),
                          {"role": "user", "content": "more " * 30}]
 
     with pytest.raises(dn.BudgetExhausted, match=r"token budget exhausted: used \d+ of 40"):
@@ -166,6 +166,7 @@ def test_token_budget_stops_before_the_call_that_would_pass_it(journal, server, 
     assert server.count() == 1
     record = dn.get_run("r", journal=journal)
     assert record.status is Status.FAILED and "token budget exhausted" in record.error
+    assert record.prompt_tokens + record.completion_tokens <= 40
     # Raising the budget lets the run go on from where it stopped.
     dn.execute("r", handler, journal=journal, max_tokens=10_000)
     assert server.count() == 2
@@ -226,8 +227,67 @@ def test_streamed_chat_shows_text_as_it_arrives_and_journals_the_whole_reply(
 
     first = Runner("r", handler, journal=journal, observer=Watcher()).run().result
     assert first[0] == "a streamed answer in pieces" and first[1] > 0
-    assert len([d for d in shown if d]) > 1 and "".join(shown) == first[0]
+    # The text arrives in pieces, ended with a newline so that the next print starts afresh.
+    assert len([d for d in shown if d]) > 2 and "".join(shown) == first[0] + "\n"
     assert dn.get_run("r", journal=journal).completion_tokens == first[1]
     assert Runner("r", handler, journal=journal,
                   options=RunOptions()).run().result == first
     assert server.count() == 1
+
+
+@pytest.mark.parametrize("append, failures", [
+    (dn.assistant_message, 0),
+    (lambda m: m.model_dump(exclude_none=True), 1),  # no "content": the template fails
+    (lambda m: m.model_dump(), 1),  # "content": null, refusal/audio/...: validation fails
+])
+def test_the_readme_loop_form_is_accepted_by_servers_that_need_string_content(
+        journal, append, failures):
+    # llama-cpp-python refuses an assistant message without a string "content" with HTTP 500.
+    quirks = Quirks(require_content=True, require_string_content=True)
+    with LoopbackServer([Reply(tool_calls=[ToolCall("lookup", {"city": "Oslo"})]), "sunny"],
+                        quirks=quirks) as srv:
+        client = openai.OpenAI(base_url=srv.url, api_key="test", max_retries=2)
+        tools = _tools([])
+
+        def handler(ctx):
+            messages = [{"role": "user", "content": "go"}]
+            while True:
+                message = ctx.chat(client=client, model="gpt-4", messages=messages,
+                                   tools=[t.schema for t in tools]).choices[0].message
+                messages.append(append(message))
+                if not message.tool_calls:
+                    return messages
+                messages += ctx.call_tools(message, tools)
+
+        if failures:
+            with pytest.raises(dn.EndpointError, match="durable_nb.assistant_message"):
+                dn.execute("r", handler, journal=journal)
+        else:
+            messages = dn.execute("r", handler, journal=journal)
+            assert messages[1] == {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_0_0", "type": "function",
+                 "function": {"name": "lookup", "arguments": '{"city": "Oslo"}'}}]}
+            assert messages[-1] == {"role": "assistant", "content": "sunny"}
+        # A deterministic 500 is sent once, not retried.
+        assert srv.count(kind="failure") == failures and srv.count() == 2 - failures
+
+
+def test_assistant_message_keeps_what_servers_accept_and_drops_the_rest():
+    from openai.types.chat import ChatCompletion
+    completion = ChatCompletion.model_validate({
+        "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": None, "refusal": None, "audio": None,
+            "annotations": None, "function_call": {"name": "old", "arguments": "{}"},
+            "reasoning_content": "thinking...",
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "f", "arguments": "{}"}}]}}]})
+    expected = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    assert dn.assistant_message(completion) == expected
+    assert dn.assistant_message(completion.choices[0].message) == expected
+    assert dn.assistant_message({"role": "assistant", "content": [
+        {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}) == {
+        "role": "assistant", "content": "ab"}
+    with pytest.raises(ValueError, match="not a 'user' one"):
+        dn.assistant_message({"role": "user", "content": "hi"})
