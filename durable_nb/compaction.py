@@ -13,6 +13,15 @@ The shape of a compacted conversation::
 A *round* is an assistant message, the ``tool`` messages that answer it, and the user
 messages just before it; rounds are kept or summarised whole, so a tool call is never
 separated from its results.
+
+A compaction always shrinks the conversation. The summary is held to its cap
+(``max_completion_tokens``) even when the server ignores the cap, as llama-cpp-python does:
+a longer summary is cut to the cap by tokens, ending in ``[...]``. A compaction whose result
+would not have fewer tokens than the conversation (few or short rounds summarised) is not
+applied: ``ctx.compact`` returns the messages unchanged. The summary call is journaled either
+way (its tokens were paid) with the decision, so a replay takes the same path; the entry's
+meta says ``skipped`` with a ``note`` ("compaction skipped: would not shrink (x -> y
+tokens)") for the panel.
 """
 
 from __future__ import annotations
@@ -20,9 +29,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .budget import check_budget, llm_meta
+from .endpoints import call_with_retries, default_client, without_retries
 from .errors import JournalMismatch
 from .execution import Execution
-from .llm import CHAT_RETRY, check_budget, completion_usage, default_client
+from .llm import completion_usage, usage_details
 from .tokens import as_dict, context_window, count_message_tokens, encoding_for
 
 __all__ = ["DEFAULT_KEEP_LAST", "DEFAULT_THRESHOLD", "SUMMARY_MAX_TOKENS", "SUMMARY_PREFIX",
@@ -229,14 +240,16 @@ def compact(execution: Execution, messages: Sequence[Any], *,
     def prepare() -> None:  # only when the summary must really be made
         goal = _text(head[-1].get("content")) if head and head[-1].get("role") == "user" else ""
         window = context_window(summary_model, execution.options.context_windows)
-        made["request"] = _summary_request(summary_model, window, goal, previous,
-                                           rounds[:summarised])
-        check_budget(execution, made["request"])
+        request = made["request"] = _summary_request(summary_model, window, goal, previous,
+                                                     rounds[:summarised])
+        made["estimate"] = count_message_tokens(request["messages"], summary_model)
+        check_budget(execution, request, estimate=made["estimate"])
 
     def summarise() -> dict[str, Any]:
         request = made["request"]
-        chosen = client or execution.options.client or default_client()
-        completion = chosen.chat.completions.create(**request)
+        chosen = without_retries(client or execution.options.client or default_client())
+        completion = call_with_retries(execution, "ctx.compact", summary_model, chosen,
+                                       lambda: chosen.chat.completions.create(**request))
         choice = completion.choices[0]
         summary = (choice.message.content or "").strip()
         if not summary:
@@ -245,24 +258,64 @@ def compact(execution: Execution, messages: Sequence[Any], *,
                 f"{choice.finish_reason!r}); a reasoning model may spend the whole "
                 f"{request['max_completion_tokens']}-token limit on reasoning: pass a chat "
                 f"model as summary_model=")
-        made["usage"] = completion_usage(completion)
-        made["after"] = count_message_tokens(_rebuild(head, summary, rounds[summarised:]),
-                                             model, tools)
+        summary, made["cut"] = _hold_to_cap(summary, summary_model,
+                                            request["max_completion_tokens"])
+        made["completion"] = completion
+        after = made["after"] = count_message_tokens(
+            _rebuild(head, summary, rounds[summarised:]), model, tools)
+        if after >= before:
+            return {"summary": summary, "rounds_summarised": summarised, "applied": False}
         # Set here so that the record is written with the step, in the same transaction.
         execution.record.context_summary = summary
         return {"summary": summary, "rounds_summarised": summarised}
 
+    def meta(result: dict[str, Any]) -> dict[str, Any]:
+        completion = made["completion"]
+        prompt, completed = completion_usage(completion)
+        cached, reasoning = usage_details(completion.usage)
+        data = {"tokens_before": before, "tokens_after": made["after"],
+                "rounds_summarised": summarised, "summary_model": summary_model,
+                **llm_meta(execution, requested=summary_model, model=completion.model,
+                           prompt=prompt, completion=completed, cached=cached,
+                           reasoning=reasoning, prompt_estimate=made["estimate"])}
+        if made["cut"]:
+            data["summary_truncated"] = True
+        if result.get("applied") is False:
+            data["skipped"] = True
+            data["note"] = (f"compaction skipped: would not shrink ({before} -> "
+                            f"{made['after']} tokens)")
+        return data
+
     inputs = {"model": model, "summary_model": summary_model, "keep_last": keep_last,
               "messages": dicts}
     result = execution.step(
-        "compact", model, summarise, retry=CHAT_RETRY, inputs=inputs,
-        usage=lambda _: made["usage"], before_live=prepare,
-        meta=lambda _: {"tokens_before": before, "tokens_after": made["after"],
-                        "rounds_summarised": summarised, "summary_model": summary_model})
+        "compact", model, summarise, inputs=inputs,
+        usage=lambda _: completion_usage(made["completion"]), before_live=prepare, meta=meta)
     if int(result["rounds_summarised"]) > len(rounds):
         raise JournalMismatch(
             execution.run_id, -1, f"compact {model!r}", f"compact {model!r}",
             reason=(f"a compaction summarised {result['rounds_summarised']} rounds, but the "
                     f"messages passed to ctx.compact now hold only {len(rounds)}"))
+    if result.get("applied") is False:
+        return unchanged  # it would not have shrunk the conversation
     execution.record.context_summary = result["summary"]
     return _rebuild(head, result["summary"], rounds[int(result["rounds_summarised"]):])
+
+
+_CUT_MARKER = " [...]"
+
+
+def _hold_to_cap(summary: str, model: str, cap: int) -> tuple[str, bool]:
+    """(the summary cut to at most ``cap`` tokens, whether it was cut): for servers that
+    ignore ``max_completion_tokens``."""
+    enc = encoding_for(model)
+    tokens = enc.encode(summary, disallowed_special=())
+    if len(tokens) <= cap:
+        return summary, False
+    keep = cap - len(enc.encode(_CUT_MARKER))
+    while keep > 0:
+        cut = enc.decode(tokens[:keep]).rstrip() + _CUT_MARKER
+        if len(enc.encode(cut, disallowed_special=())) <= cap:
+            return cut, True
+        keep -= 1
+    return enc.decode(tokens[:cap]), True

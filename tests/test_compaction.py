@@ -6,8 +6,8 @@ import pytest
 
 import durable_nb as dn
 from durable_nb.compaction import DEFAULT_THRESHOLD, SUMMARY_PREFIX
-from durable_nb.testing import LoopbackServer, Reply, ToolCall
-from durable_nb.tokens import count_message_tokens
+from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall
+from durable_nb.tokens import count_message_tokens, encoding_for
 from durable_nb.tools import tool as make_tool
 
 MODEL = "loopback-1"
@@ -214,3 +214,66 @@ def test_parallel_tool_calls_stay_with_all_their_results(journal):
     for before, messages in log:
         if before > DEFAULT_THRESHOLD * WINDOW:
             assert [m["role"] for m in messages[3:]] == ["assistant", "tool", "tool"] * KEEP_LAST
+
+
+# --- compaction that always shrinks -------------------------------------------------------------
+
+def test_a_summary_is_held_to_its_cap_when_the_server_ignores_it(journal):
+    # llama-cpp-python ignores max_completion_tokens: summaries of 160-570 tokens for a cap
+    # of 125. The loopback summary quotes the start of the goal: here 63 characters of 4
+    # tokens each, twice the cap.
+    goal = {"role": "user", "content": "\N{LINEAR B SYLLABLE B008 A}" * 80}
+    page = make_tool(lambda page: f"page {page}: ok", name="fetch_page")
+    script = [Reply(tool_calls=[ToolCall("fetch_page", {"page": n})]) for n in range(40)]
+    with LoopbackServer(script, quirks=Quirks(ignore_completion_caps=True)) as srv:
+        def handler(ctx):
+            messages = [SYSTEM, goal]
+            for _ in range(ITERATIONS):
+                messages = ctx.compact(messages, keep_last=KEEP_LAST, summary_model="small-1")
+                reply = ctx.chat(messages=messages).choices[0].message
+                messages += [dn.assistant_message(reply), *ctx.call_tools(reply, [page])]
+            return messages
+
+        opts = options(srv)
+        # The summary cap is max(64, min(1000, window // 8)): 125 tokens, as in the issue.
+        opts["context_windows"] = {MODEL: 1000, "small-1": 1000}
+        dn.execute("r", handler, journal=journal, **opts)
+        assert srv.count(kind="summary") >= 1
+    enc = encoding_for("small-1")
+    compactions = [s for s in journal.steps("r") if s.kind == "compact"]
+    assert compactions
+    for step in compactions:
+        summary = dn.serde.decode(step.result)["summary"]
+        assert step.completion_tokens > 125  # the server sent more than the cap ...
+        assert len(enc.encode(summary)) <= 125  # ... and the summary was cut to it
+        assert summary.endswith("[...]") and step.meta["summary_truncated"] is True
+        assert step.meta["tokens_after"] < step.meta["tokens_before"]
+
+
+def test_a_compaction_that_would_not_shrink_is_not_applied_and_replays_so(journal, server):
+    # Two short rounds to summarise: the summary message would be longer than they are.
+    messages = [SYSTEM, GOAL, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "go on"}, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "go on"}, {"role": "assistant", "content": "done"}]
+    before = count_message_tokens(messages, MODEL)
+    seen = []
+
+    def handler(ctx):
+        compacted = ctx.compact(messages, keep_last=1, threshold=0.1, summary_model="big-1")
+        seen.append(compacted is messages)
+        return len(compacted)
+
+    opts = options(server, verify_replay=False)
+    opts["context_windows"] = {MODEL: before * 2}  # over the threshold of 0.1
+    assert dn.execute("r", handler, journal=journal, **opts) == len(messages)
+    (step,) = journal.steps("r")
+    after = step.meta["tokens_after"]
+    assert step.kind == "compact" and dn.serde.decode(step.result)["applied"] is False
+    assert after >= before == step.meta["tokens_before"]
+    assert step.meta["skipped"] is True
+    assert step.meta["note"] == f"compaction skipped: would not shrink ({before} -> {after} tokens)"
+    assert step.prompt_tokens > 0  # the summary call was paid for, and is counted
+    assert dn.get_run("r", journal=journal).context_summary is None
+    # Replay takes the same path without a call.
+    assert dn.execute("r", handler, journal=journal, **opts) == len(messages)
+    assert seen == [True, True] and server.count(kind="summary") == 1
