@@ -19,6 +19,7 @@ from .compaction import compact
 from .errors import ContextNotActive
 from .execution import Execution, canonical, current_scope
 from .llm import chat, chat_async
+from .responses import respond, respond_async
 from .retry import RetryPolicy
 from .toolcalls import call_tools
 
@@ -121,7 +122,8 @@ class Context:
 
     @property
     def iteration(self) -> int:
-        """How many LLM calls (``ctx.chat``) the run made so far, replayed ones included."""
+        """How many LLM calls (``ctx.chat``, ``ctx.respond``) the run made so far, replayed
+        ones included."""
         return self._ex.iteration
 
     @property
@@ -165,29 +167,58 @@ class Context:
                                          inputs=_call_inputs(args, kwargs))
 
     async def chat_async(self, **kwargs: Any) -> Any:
-        """:meth:`chat` with an ``openai.AsyncOpenAI`` client (default: one from the
-        environment): ``await ctx.chat_async(model=..., messages=...)``."""
+        """:meth:`chat` with an ``openai.AsyncOpenAI`` (or ``AsyncAzureOpenAI``) client
+        (default: one from the environment): ``await ctx.chat_async(model=..., messages=...)``,
+        streamed or not."""
         return await chat_async(self._ex, kwargs)
 
     def chat(self, **kwargs: Any) -> Any:
         """A journaled ``client.chat.completions.create(**kwargs)``; returns the real
         ``ChatCompletion`` (rebuilt from the journal on replay).
 
-        ``client=`` picks the client (default ``openai.OpenAI()`` from the environment, or the
-        run's client); ``model`` defaults to the run's model. Counts one iteration, adds the
-        response's usage to the run's tokens, and retries transient API errors (rate limit,
-        connection, timeout, 5xx). Stops the run (FAILED) before a call that would pass
-        max_iterations or max_tokens.
+        ``client=`` picks the client: any OpenAI-compatible one (``openai.OpenAI``,
+        ``AzureOpenAI``, a custom ``base_url``); default ``openai.OpenAI()`` (or
+        ``AzureOpenAI()``) from the environment, or the run's client. ``model`` defaults to
+        the run's model. Counts one iteration and adds the response's usage to the run's
+        tokens and cost. Append the reply to the history with
+        :func:`durable_nb.assistant_message`.
+
+        Transient failures (connection errors, timeouts, 408, 409, 429, 502-504, a 500 that
+        is not about the request) are retried: at most 4 attempts, 60 s of waiting in all,
+        the client's own retries turned off; ``retry=RetryPolicy(...)`` changes the attempts
+        and delays. A request the server refuses fails at once. Either way the error is an
+        :class:`~durable_nb.endpoints.EndpointError` naming the URL and the step to continue
+        from. Stops the run (FAILED, resumable) before a call that could pass
+        max_iterations, max_tokens or max_cost (see :mod:`durable_nb.budget`).
 
         With ``stream=True`` the reply's text is shown in the panel as it arrives and the
-        assembled ``ChatCompletion`` (with usage: the API is asked for it) is journaled and
-        returned; a replay returns it at once.
+        assembled ``ChatCompletion`` is journaled and returned, the same as without
+        streaming: a reply cut at its token cap comes back with ``finish_reason="length"``;
+        tool calls are assembled even from servers that repeat ids and names in every
+        delta; without usage from the server, the usage is estimated (the entry's meta says
+        ``estimated``). A replay returns it at once.
 
         The request (model, messages, tools and the options that change the answer) is
         journaled, each message once per run; replayed with another request (an edited
         prompt), it stops with :class:`~durable_nb.errors.InputChanged` naming what changed.
         """
         return chat(self._ex, kwargs)
+
+    def respond(self, **kwargs: Any) -> Any:
+        """A journaled ``client.responses.create(**kwargs)`` (the Responses API); returns
+        the real ``openai.types.responses.Response``, rebuilt from the journal on replay.
+
+        Like :meth:`chat`: one iteration, usage (input, output, cached and reasoning tokens)
+        counted, budgets, retries, errors, ``client=``, ``retry=``, the run's model; with
+        ``stream=True`` the text is shown as it arrives and the final ``Response`` is
+        journaled. Tool calls: ``input += response.output`` then
+        ``input += ctx.call_tools(response, tools)``.
+        """
+        return respond(self._ex, kwargs)
+
+    async def respond_async(self, **kwargs: Any) -> Any:
+        """:meth:`respond` with an async client: ``await ctx.respond_async(...)``."""
+        return await respond_async(self._ex, kwargs)
 
     def compact(self, messages: Any, keep_last: int = 4, threshold: float = 0.6,
                 model: str | None = None, summary_model: str | None = None, *,
@@ -211,12 +242,14 @@ class Context:
                        model=model, summary_model=summary_model, tools=tools, client=client)
 
     def call_tools(self, message: Any, tools: Any, *, parallel: bool = False) -> list[dict]:
-        """Run every tool call of an assistant ``message`` with the matching function of
-        ``tools`` (``@durable_nb.tool`` objects or plain functions) and return the ``tool``
-        messages to append, in call order.
+        """Run every tool call of an assistant ``message`` (or of a Responses API
+        ``Response``: its ``function_call`` output items) with the matching function of
+        ``tools`` (``@durable_nb.tool`` objects or plain functions) and return the answers
+        to append, in call order: ``tool`` messages for a chat message,
+        ``function_call_output`` items for a Response.
 
         Each call is a journaled step named after its tool; tools that need approval ask for
-        it first, and a rejection becomes a tool message telling the model so. Unknown tools,
+        it first, and a rejection becomes an answer telling the model so. Unknown tools,
         bad JSON, arguments that do not fit the schema and exceptions raised by the tool come
         back as error messages for the model. ``parallel=True`` runs the calls concurrently,
         each with its own step key. A tool that raises :class:`~durable_nb.errors.TerminalError`
