@@ -1,18 +1,138 @@
-"""``durable-nb``: list, inspect, approve, cancel, reset, export runs from a terminal."""
+"""``durable-nb``: list, inspect, approve, cancel, reset, export runs from a terminal.
+
+``runs``, ``show`` and ``export`` only read: they never create or write a journal, and work on
+a read-only copy of one. The helpers here (option parsing with suggestions, how a run is
+shown, how a journal is opened for reading or writing) are shared with the ``%durable`` and
+``%%durable_agent`` magics.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import inspect
 import json
+import os
+import re
+import sqlite3
 import sys
 import time
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 from . import registry
-from .errors import DurableError
-from .journal import Journal, RunRecord, Status, open_journal
+from .errors import DurableError, IncompatibleJournal, JournalError
+from .journal import (
+    LLM_KINDS,
+    Journal,
+    JournalSpec,
+    RunRecord,
+    Status,
+    StepEntry,
+    default_location,
+    entry_cost,
+    open_journal,
+)
 
-__all__ = ["STEERING", "format_run", "format_runs", "main", "steer"]
+__all__ = ["COMMANDS", "JournalNotWritable", "NoJournal", "STEERING", "explain_usage",
+           "format_cost", "format_run", "format_runs", "main", "open_for_reading",
+           "open_for_writing", "parse_status", "plain", "replay_savings", "steer"]
+
+
+# -- opening a journal ---------------------------------------------------------------------------
+
+class NoJournal(JournalError):
+    """Inspection asked for a journal where there is none (nothing is created there)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        super().__init__(
+            f"there is no journal at {location}: no run was ever recorded there. Point "
+            f"--journal DIR (or DURABLE_NB_DIR) at the directory that holds your runs; the "
+            f"default is ./.durable_nb in the folder where the notebook or script ran.")
+
+
+class JournalNotWritable(JournalError):
+    """The journal cannot be written (a read-only directory, file system or copy)."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        self.location = location
+        super().__init__(
+            f"the journal at {location} is not writable ({reason}). Executing, approving or "
+            f"resetting a run writes to it: make the directory writable by you, or use another "
+            f"one (--journal DIR or DURABLE_NB_DIR). `durable-nb runs`, `show` and `export` "
+            f"work on a read-only journal.")
+
+
+def _location(journal: JournalSpec) -> str:
+    return os.fspath(journal if journal is not None else default_location())
+
+
+def _is_local(location: str) -> bool:
+    return "://" not in location
+
+
+def open_for_reading(journal: JournalSpec = None) -> Journal:
+    """The journal at ``journal`` (default: the default location) for inspection: it is
+    never created or written; :class:`NoJournal` where there is none."""
+    if isinstance(journal, Journal):
+        return journal
+    location = _location(journal)
+    if _is_local(location):
+        directory = Path(location).expanduser()
+        if not (directory / "cache.db").is_file():
+            raise NoJournal(str(directory.resolve()))
+    if "read_only" in inspect.signature(open_journal).parameters:
+        return open_journal(location, read_only=True)  # type: ignore[call-arg]
+    return open_journal(location)  # until open_journal(read_only=True) exists
+
+
+def _not_writable(location: str) -> str | None:
+    """Why the local journal directory cannot be written, or None if it can."""
+    path = Path(location).expanduser().resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not os.access(path, os.W_OK):
+        return f"{path} is read-only"
+    db = Path(location).expanduser() / "cache.db"
+    if db.exists() and not os.access(db, os.W_OK):
+        return f"{db} is read-only"
+    return None
+
+
+def open_for_writing(journal: JournalSpec = None) -> Journal:
+    """:func:`~durable_nb.journal.open_journal`, with an unwritable journal reported as
+    :class:`JournalNotWritable` rather than as an incompatible one."""
+    try:
+        return open_journal(journal)
+    except IncompatibleJournal as exc:
+        location = _location(journal) if not isinstance(journal, Journal) else journal.location
+        cause = exc.__cause__
+        if _is_local(location) and isinstance(cause, (OSError, sqlite3.Error)):
+            reason = _not_writable(location)
+            if reason is not None or "readonly" in str(cause) or "read-only" in str(cause):
+                raise JournalNotWritable(str(Path(location).expanduser().resolve()),
+                                         reason or str(cause)) from None
+        raise
+
+
+# -- showing runs ----------------------------------------------------------------------------------
+
+def plain(data: Any) -> Any:
+    """Encoded journal data as plain JSON: serde's tags unwrapped, for reading."""
+    if isinstance(data, list):
+        return [plain(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    tag = data.get("$t")
+    if tag is None:
+        return {k: plain(v) for k, v in data.items()}
+    if tag == "dict":
+        pairs = [(plain(k), plain(v)) for k, v in data.get("v", [])]
+        if all(isinstance(k, str) for k, _ in pairs):
+            return dict(pairs)
+        return [list(pair) for pair in pairs]
+    return plain(data.get("v"))
 
 
 def _age(ts: float) -> str:
@@ -23,31 +143,135 @@ def _age(ts: float) -> str:
     return f"{seconds:.0f}s ago"
 
 
-def format_runs(records: list[RunRecord]) -> str:
-    """The run table shown by ``durable-nb runs`` and ``%durable runs``."""
+def format_cost(dollars: float | None, *, estimated: bool = False) -> str:
+    """``$0.0021``, ``$1.23``; ``-`` for None."""
+    if dollars is None:
+        return "-"
+    prefix = "~" if estimated else ""
+    if dollars == 0:
+        return f"{prefix}$0"
+    if dollars < 0.01:
+        return f"{prefix}${dollars:.4f}"
+    if dollars < 100:
+        return f"{prefix}${dollars:,.2f}" if dollars >= 1 else f"{prefix}${dollars:.3f}"
+    return f"{prefix}${dollars:,.0f}"
+
+
+def format_duration(seconds: float) -> str:
+    """``0.4 s``, ``12.3 s``, ``3 min 5 s``, ``2 h 4 min``."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+def elapsed(record: RunRecord) -> float:
+    """Seconds from the run's creation to its end (DONE, FAILED, CANCELLED: the last update
+    of that execution; a DONE run replayed later does not grow), or to now while it runs."""
+    if not record.created_at:
+        return 0.0  # not created yet
+    if record.status is Status.DONE:
+        end = record.finished_at or record.updated_at
+    elif record.status in (Status.RUNNING, Status.WAITING_APPROVAL):
+        end = time.time()
+    else:
+        end = record.updated_at
+    return max(0.0, end - record.created_at)
+
+
+def cost_of(entries: Iterable[StepEntry]) -> tuple[float, bool, list[str]]:
+    """(dollars, whether any is estimated, models without a known price) of LLM entries."""
+    total, estimated, unpriced = 0.0, False, []
+    for entry in entries:
+        if entry.kind not in LLM_KINDS and entry.kind != "compact":
+            continue
+        meta = entry.meta or {}
+        if not isinstance(meta.get("cost"), (int, float)) or isinstance(meta.get("cost"), bool):
+            model = str(meta.get("model") or entry.name)
+            if entry.tokens and model not in unpriced:
+                unpriced.append(model)
+            continue
+        total += entry_cost(entry)
+        estimated = estimated or bool(meta.get("estimated"))
+    return total, estimated, unpriced
+
+
+def replay_savings(entries: Sequence[StepEntry], verb: str = "replayed",
+                   saved: str = "saved", count: int | None = None) -> str:
+    """``7 steps replayed: 1,427 tokens, $0.0021 saved`` for entries answered by the
+    journal (tokens and dollars not spent again); ``count`` steps (default: the entries)."""
+    tokens = sum(e.tokens for e in entries)
+    dollars, estimated, unpriced = cost_of(entries)
+    count = len(entries) if count is None else count
+    steps = f"{count:,} step{'s' if count != 1 else ''} {verb}"
+    if not tokens:
+        return steps
+    money = f", {format_cost(dollars, estimated=estimated)} {saved}" \
+        if dollars or not unpriced else ""
+    return f"{steps}: {tokens:,} tokens{money}"
+
+
+def is_interrupted(record: RunRecord, journal: Journal) -> bool:
+    """RUNNING in the journal, but no live process executes it (it died)."""
+    return record.status is Status.RUNNING and \
+        registry.lease_holder(record.run_id, journal=journal) is None
+
+
+def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> str:
+    """The run table shown by ``durable-nb runs`` and ``%durable runs``; runs listed in
+    ``interrupted`` show as INTERRUPTED."""
     if not records:
         return "no runs"
-    rows = [("RUN", "STATUS", "ITER", "TOKENS", "STEPS", "UPDATED", "TITLE")]
+    interrupted = set(interrupted)
+    rows = [("RUN", "STATUS", "ITER", "TOKENS", "COST", "STEPS", "UPDATED", "TITLE")]
     for r in records:
         iters = f"{r.iteration}/{r.max_iterations}" if r.max_iterations else str(r.iteration)
-        rows.append((r.run_id, str(r.status), iters, str(r.tokens), str(r.step_count),
+        status = "INTERRUPTED" if r.run_id in interrupted else str(r.status)
+        rows.append((r.run_id, status, iters, f"{r.tokens:,}",
+                     format_cost(r.cost) if r.cost else "-", str(r.step_count),
                      _age(r.updated_at), r.title))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
-                     for row in rows).rstrip()
+    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
+                      for row in rows)
+    lines = [line.rstrip() for line in table.splitlines()]
+    if interrupted & {r.run_id for r in records}:
+        lines.append("INTERRUPTED: RUNNING in the journal, but the process executing it is gone; "
+                     "re-run its cell (or execute it again) to resume it.")
+    return "\n".join(lines)
 
 
-def format_run(info: registry.RunInfo) -> str:
+def format_run(info: registry.RunInfo, interrupted: bool = False) -> str:
     """The detail view shown by ``durable-nb show`` and ``%durable show``."""
+    if interrupted:
+        owner = info.owner or {}
+        who = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
+        status = (f"INTERRUPTED: RUNNING in the journal, but its process{who} is gone; "
+                  f"re-run its cell or execute it again to resume")
+    else:
+        status = str(info.status) + ("  [executing now]" if info.executing else "")
+    budget = f" of {info.max_tokens:,}" if info.max_tokens else ""
     lines = [f"run        {info.run_id}" + (f"  ({info.title})" if info.title else ""),
-             f"status     {info.status}" + ("  [executing now]" if info.executing else ""),
+             f"status     {status}",
              f"iteration  {info.iteration}" + (f" / {info.max_iterations}"
                                                if info.max_iterations else ""),
-             f"tokens     {info.prompt_tokens} prompt + {info.completion_tokens} completion"
-             + (f" of {info.max_tokens}" if info.max_tokens else ""),
-             f"created    {time.ctime(info.created_at)}"]
+             f"tokens     {info.prompt_tokens:,} prompt + {info.completion_tokens:,} completion"
+             + budget]
+    dollars, estimated, unpriced = cost_of(info.steps)
+    cost = format_cost(info.cost or dollars, estimated=estimated)
+    if info.max_cost:
+        cost += f" of {format_cost(info.max_cost)}"
+    if unpriced:
+        cost += f" (no price known for {', '.join(sorted(set(unpriced)))})"
+    lines.append(f"cost       {cost}")
+    lines.append(f"created    {time.ctime(info.created_at)}; "
+                 f"{'took' if info.status is Status.DONE else 'elapsed'} "
+                 f"{format_duration(elapsed(info))}")
     if info.deadline:
         lines.append(f"deadline   {time.ctime(info.deadline)}")
+    if info.forked_from:
+        lines.append(f"forked     from {json.dumps(info.forked_from)}")
     if info.pending_approval:
         p = info.pending_approval
         lines.append(f"waiting    approval {p.get('name')!r} (step {p.get('key')}): "
@@ -58,14 +282,27 @@ def format_run(info: registry.RunInfo) -> str:
         lines.append(f"result     {json.dumps(info.result)[:500]}")
     if info.context_summary:
         lines.append(f"summary    {info.context_summary[:500]}")
+    if info.steps:
+        lines.append(f"replay     a re-run replays from the journal "
+                     f"{replay_savings(info.steps, 'journaled', 'not spent again')}")
     lines.append(f"steps      {len(info.steps)}")
     for e in info.steps:
         outcome = "ok" if e.ok else f"FAILED {e.error.get('type') if e.error else ''}"
-        tokens = f"  {e.prompt_tokens}+{e.completion_tokens} tok" if e.prompt_tokens else ""
+        extra = ""
+        if e.prompt_tokens or e.completion_tokens:
+            extra = f"  {e.prompt_tokens:,}+{e.completion_tokens:,} tok"
+            if isinstance((e.meta or {}).get("cost"), (int, float)):
+                extra += f"  {format_cost(entry_cost(e), estimated=bool(e.meta.get('estimated')))}"
+        if e.kind == "approval":
+            when = f"waited {format_duration(e.duration)}"
+            lines.append(f"  {e.position:>4}  {e.kind:<8} {e.name:<28} {when:>11}  {outcome}")
+            continue
         lines.append(f"  {e.position:>4}  {e.kind:<8} {e.name:<28} {e.duration * 1000:8.1f} ms"
-                     f"  {outcome}{tokens}")
+                     f"  {outcome}{extra}")
     return "\n".join(lines)
 
+
+# -- steering ---------------------------------------------------------------------------------------
 
 STEERING = ("approve", "reject", "cancel", "reset", "delete")
 
@@ -92,46 +329,157 @@ def steer(command: str, run_id: str, journal: Journal, *, note: str | None = Non
     raise ValueError(f"unknown command {command!r}")
 
 
+# -- options -------------------------------------------------------------------------------------
+
+#: Every command with its one-line description, for `durable-nb` and `%durable` alone.
+COMMANDS = {
+    "runs": "list runs (--status S: only those; --json)",
+    "show": "one run: status, tokens, cost, its steps",
+    "approve": "approve the run's pending approval (with an optional note)",
+    "reject": "reject it",
+    "cancel": "stop the run at its next step (status CANCELLED)",
+    "reset": "forget steps N and later (--from N), so they run again",
+    "delete": "delete the run and its journal",
+    "export": "write the run as a notebook (.ipynb) or JSON",
+    "wait": "wait until the run finishes (headless notebooks)",
+    "demo": "the offline crash-and-resume demo",
+    "enable": "load durable_nb in every IPython kernel (writes your IPython profile)",
+    "disable": "undo `enable`",
+}
+
+
+def command_list(prog: str, names: Iterable[str]) -> str:
+    names = list(names)
+    width = max(len(n) for n in names)
+    return "\n".join([f"{prog} COMMAND ...; the commands:"]
+                     + [f"  {n.ljust(width)}  {COMMANDS[n]}" for n in names]
+                     + [f"`{prog} COMMAND --help` tells more." if prog == "durable-nb"
+                        else f"`{prog}?` tells more."])
+
+
+def parse_status(text: str) -> str:
+    """An argparse type: a status name in any case (``done``) -> its value (``DONE``)."""
+    try:
+        return Status.parse(text).value
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    found: list[str] = []
+    for action in parser._actions:
+        found += [s for s in action.option_strings if s.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _option_strings(sub)
+    return sorted(set(found))
+
+
+def _command_names(parser: argparse.ArgumentParser) -> list[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
+
+
+def explain_usage(parser: argparse.ArgumentParser, message: str,
+                  words: Sequence[str] = ()) -> str:
+    """An argparse error message with what to do: the option or command meant by a near
+    miss, and the run id an unquoted space split in two."""
+    hints = []
+    unknown = re.match(r"unrecognized arguments: (.*)$", message)
+    if unknown:
+        extras = unknown.group(1).split()
+        options = _option_strings(parser)
+        for word in extras:
+            if word.startswith("-"):
+                name = word.split("=", 1)[0]
+                close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+                hints.append(f"{name} is not an option (options are never abbreviated)"
+                             + (f": did you mean {close[0]}?" if close else ""))
+        plain = [w for w in extras if not w.startswith("-")]
+        if plain and not hints:
+            first = plain[0]
+            index = next((i for i, w in enumerate(words) if w == first), None)
+            before = words[index - 1] if index else None
+            if before and not before.startswith("-"):
+                glued = "-".join([before] + plain)
+                hints.append(f"a run id is one word without spaces: did you mean {glued!r}?")
+    choice = re.search(r"invalid choice: '([^']*)'", message)
+    if choice and not hints:
+        close = difflib.get_close_matches(choice.group(1), _command_names(parser), n=1)
+        if close:
+            hints.append(f"did you mean {close[0]!r}?")
+    return message + "".join(f"\n  {hint}" for hint in hints)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse without prefix matching, with suggestions in its errors."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+        self._words: list[str] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if not self._words:
+            self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        if "required: COMMAND" in message:  # nothing asked: say what can be
+            self.exit(2, command_list(self.prog, _command_names(self)) + "\n")
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {explain_usage(self, message, self._words)}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="durable-nb", description="Inspect and steer durable agent runs.")
+    parser = _Parser(prog="durable-nb", description="Inspect and steer durable agent runs.")
     parser.add_argument("--journal", metavar="DIR",
                         help="journal directory (default: $DURABLE_NB_DIR or ./.durable_nb)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("runs", help="list runs")
-    p.add_argument("--status", choices=[s.value for s in Status], help="only runs in this status")
+    p = sub.add_parser("runs", help=COMMANDS["runs"])
+    p.add_argument("--status", type=parse_status, metavar="STATUS",
+                   help="only runs in this status: running, waiting_approval, done, failed, "
+                        "cancelled (any case)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = sub.add_parser("show", help="show one run and its steps")
+    p = sub.add_parser("show", help=COMMANDS["show"])
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    for name, verb in (("approve", "approve"), ("reject", "reject")):
-        p = sub.add_parser(name, help=f"{verb} the run's pending approval")
+    for name in ("approve", "reject"):
+        p = sub.add_parser(name, help=COMMANDS[name])
         p.add_argument("run_id", metavar="RUN")
-        p.add_argument("note", nargs="?", help="a note for the agent")
+        p.add_argument("note", nargs="?", help="a note for the agent (quote it)")
         p.add_argument("--by", help="who decides (default: user@host)")
 
-    p = sub.add_parser("cancel", help="cancel a run (it stops at its next step)")
+    p = sub.add_parser("cancel", help=COMMANDS["cancel"])
     p.add_argument("run_id", metavar="RUN")
 
-    p = sub.add_parser("reset", help="forget steps from N on, so they run again")
+    p = sub.add_parser("reset", help=COMMANDS["reset"])
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--from", dest="from_step", type=int, required=True, metavar="N",
-                   help="first step to forget (0 forgets all)")
+                   help="first step to forget (0 forgets all; `durable-nb show RUN` numbers "
+                        "them)")
 
-    p = sub.add_parser("delete", help="delete a run and its journal")
+    p = sub.add_parser("delete", help=COMMANDS["delete"])
     p.add_argument("run_id", metavar="RUN")
 
-    p = sub.add_parser("export", help="write a run as a notebook (or JSON)")
+    p = sub.add_parser("export", help=COMMANDS["export"])
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--to", required=True, metavar="FILE", help="output file")
     p.add_argument("--format", choices=["ipynb", "json"], default=None,
                    help="default: from the file's extension")
 
-    p = sub.add_parser("demo", help="an offline crash-and-resume demo (no API key needed)")
+    p = sub.add_parser("demo", help=COMMANDS["demo"])
     p.add_argument("--dir", metavar="DIR", help="work directory (default: a new temp dir)")
+
+    for name in ("enable", "disable"):
+        p = sub.add_parser(name, help=COMMANDS[name])
+        p.add_argument("--profile", default="default",
+                       help="the IPython profile (default: default)")
     return parser
 
 
@@ -140,16 +488,30 @@ def _run(args: argparse.Namespace) -> int:
         from .demo import run_demo
 
         return run_demo(args.dir)
-    journal = open_journal(args.journal)
+    if args.command in ("enable", "disable"):
+        from .notebook.enable import disable, enable
+
+        print(enable(args.profile) if args.command == "enable" else disable(args.profile))
+        return 0
+    if args.command in ("runs", "show", "export"):
+        journal = open_for_reading(args.journal)
+    else:
+        journal = open_for_writing(args.journal)
     if args.command == "runs":
         records = registry.runs(args.status, journal=journal)
+        interrupted = [r.run_id for r in records if is_interrupted(r, journal)]
         if args.json:
-            print(json.dumps([json.loads(r.to_json()) for r in records], indent=2))
+            print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted)
+                              for r in records], indent=2))
         else:
-            print(format_runs(records))
+            print(format_runs(records, interrupted))
     elif args.command == "show":
         info = registry.get_run(args.run_id, journal=journal)
-        print(json.dumps(info.to_dict(), indent=2) if args.json else format_run(info))
+        interrupted = is_interrupted(info, journal)
+        if args.json:
+            print(json.dumps(dict(info.to_dict(), interrupted=interrupted), indent=2))
+        else:
+            print(format_run(info, interrupted))
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0)))
@@ -163,7 +525,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``durable-nb`` command; returns the exit code."""
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         return _run(args)
     except (DurableError, ValueError, OSError) as exc:

@@ -1,8 +1,9 @@
 """Export a run as a notebook (or JSON) that tells its story: goal, rounds, approvals, result.
 
 The export is built from the journal alone (:func:`durable_nb.get_run`), so it holds what the
-journal holds: step results, model responses, decisions, tokens and timings. Client
-configuration (API keys, headers, base URLs) is never journaled and never added here.
+journal holds: what each model call was asked (its new messages), step results, model
+responses, decisions, tokens, cost and timings. Client configuration (API keys, headers, base
+URLs) is never journaled and never added here. Exporting only reads the journal.
 
 The notebook validates under ``nbformat.validate`` and contains no outputs: markdown cells tell
 the run, and the run's source (when it was recorded) is one code cell without outputs, so
@@ -28,10 +29,12 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from .journal import Journal, open_journal
+from .cli import cost_of, format_cost, open_for_reading, plain, replay_savings
+from .execution import load_request
+from .journal import Journal
 from .registry import RunInfo, get_run
 
-__all__ = ["EXPORT_VERSION", "FORMATS", "export_data", "export_notebook", "export_run"]
+__all__ = ["EXPORT_VERSION", "FORMATS", "export_data", "export_notebook", "export_run", "plain"]
 
 EXPORT_VERSION = 1
 FORMATS = ("ipynb", "json")
@@ -39,7 +42,8 @@ FORMATS = ("ipynb", "json")
 # The run record fields an export shows; ``owner`` (pid, host) is left out of shared files.
 _RUN_FIELDS = ("run_id", "title", "status", "parent", "source", "created_at", "updated_at",
                "deadline", "iteration", "max_iterations", "prompt_tokens", "completion_tokens",
-               "max_tokens", "step_count", "context_summary", "pending_approval")
+               "max_tokens", "cost", "max_cost", "step_count", "context_summary",
+               "pending_approval", "forked_from", "finished_at")
 
 
 def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = None,
@@ -52,7 +56,7 @@ def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = Non
     """
     path = Path(path)
     fmt = _format_for(path, format)
-    source = open_journal(journal)
+    source = open_for_reading(journal)
     data = export_data(get_run(run_id, journal=source), journal=source)
     if fmt == "json":
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -77,10 +81,21 @@ def _format_for(path: Path, format: str | None) -> str:
 
 def _write_whole(path: Path, text: str) -> None:
     # A half-written notebook would not open: write beside it, then rename over it.
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise FileNotFoundError(f"cannot write {path}: the folder {folder} {what}. Create it "
+                                f"first, or export to a path in an existing folder.")
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot write {path}: it is a folder. Name the file to "
+                                f"write, e.g. {path / 'run.ipynb'}.")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
+    except OSError as exc:
+        raise OSError(f"cannot write {path}: {exc.strerror or exc}. Check that the folder is "
+                      f"writable, or export to another path.") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -93,10 +108,19 @@ def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, A
     ``journal`` (the one ``info`` came from) lets child steps name their child run's status.
     """
     rounds: list[dict[str, Any]] = []
+    seen: set[str] = set()  # chat messages sent in an earlier request (blob digests)
+    goal = None
     for entry in info.steps:
         if entry.kind == "chat":
             number = sum(1 for r in rounds if r["chat"] is not None) + 1
-            rounds.append({"round": number, "chat": _chat(entry), "steps": []})
+            chat = _chat(entry)
+            request = _chat_request(entry, info.run_id, journal, seen)
+            if request is not None:
+                chat["request"] = request
+                if goal is None:
+                    goal = next((m.get("content") for m in request["new_messages"]
+                                 if isinstance(m, dict) and m.get("role") == "user"), None)
+            rounds.append({"round": number, "chat": chat, "steps": []})
             continue
         if not rounds:
             rounds.append({"round": 0, "chat": None, "steps": []})
@@ -105,8 +129,33 @@ def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, A
         _pair_tool_calls(round_)
     run = {name: getattr(info, name) for name in _RUN_FIELDS}
     run["status"] = str(info.status)
+    run["goal"] = goal if isinstance(goal, str) else (_plain(goal) if goal is not None else None)
     return {"export_version": EXPORT_VERSION, "run": run, "rounds": rounds,
             "result": _result(info)}
+
+
+def _chat_request(entry: Any, run_id: str, journal: Journal | None,
+                  seen: set[str]) -> dict[str, Any] | None:
+    """What a chat step was asked: its model, tools, and the messages new in this request
+    (those an earlier request of the run sent are counted, not repeated)."""
+    stored = entry.request if isinstance(entry.request, dict) else None
+    if stored is None or journal is None:
+        return None
+    whole = load_request(stored, lambda digest: journal.get_blob(run_id, digest))
+    messages = whole.get("messages") if isinstance(whole.get("messages"), list) else []
+    refs = (stored.get("messages") or {}).get("$blobs") if isinstance(
+        stored.get("messages"), dict) else None
+    if isinstance(refs, list) and len(refs) == len(messages):
+        new = [m for m, d in zip(messages, refs) if d not in seen]
+        seen.update(str(d) for d in refs)
+    else:
+        new = messages
+    tools = whole.get("tools")
+    names = [((t or {}).get("function") or {}).get("name") for t in tools
+             if isinstance(t, dict)] if isinstance(tools, list) else []
+    options = {k: v for k, v in whole.items() if k not in ("model", "messages", "tools")}
+    return {"model": whole.get("model"), "messages": len(messages), "new_messages": new,
+            "tools": names, **({"options": options} if options else {})}
 
 
 def _base(entry: Any) -> dict[str, Any]:
@@ -115,6 +164,9 @@ def _base(entry: Any) -> dict[str, Any]:
                             "duration": round(entry.duration, 6)}
     if entry.prompt_tokens or entry.completion_tokens:
         data["tokens"] = {"prompt": entry.prompt_tokens, "completion": entry.completion_tokens}
+        dollars, estimated, unpriced = cost_of([entry])
+        if not unpriced:
+            data["cost"] = {"dollars": round(dollars, 8), "estimated": estimated}
     if not entry.ok:
         data["error"] = entry.error
     return data
@@ -197,31 +249,23 @@ def _result(info: RunInfo) -> dict[str, Any]:
     def seconds(kind: str) -> float:
         return round(sum(e.duration for e in info.steps if e.kind == kind), 6)
 
+    dollars, estimated, unpriced = cost_of(info.steps)
+    end = info.finished_at or info.updated_at
     return {"status": str(info.status), "result": _plain(info.result), "error": info.error,
             "failed_step": info.failed_step, "pending_approval": info.pending_approval,
             "tokens": {"prompt": info.prompt_tokens, "completion": info.completion_tokens,
                        "total": info.tokens},
+            "cost": {"dollars": round(info.cost or dollars, 8), "estimated": estimated,
+                     "unpriced_models": unpriced, "max": info.max_cost},
+            "replay": replay_savings(info.steps, "journaled", "not spent again"),
             "timing": {"created_at": info.created_at, "updated_at": info.updated_at,
-                       "elapsed": round(max(0.0, info.updated_at - info.created_at), 6),
+                       "finished_at": info.finished_at,
+                       "elapsed": round(max(0.0, end - info.created_at), 6),
                        "model": seconds("chat"), "tools": seconds("run"),
                        "approval_wait": seconds("approval"), "steps": len(info.steps)}}
 
 
-def _plain(data: Any) -> Any:
-    """Encoded journal data as plain JSON: serde's tags unwrapped, for reading."""
-    if isinstance(data, list):
-        return [_plain(v) for v in data]
-    if not isinstance(data, dict):
-        return data
-    tag = data.get("$t")
-    if tag is None:
-        return {k: _plain(v) for k, v in data.items()}
-    if tag == "dict":
-        pairs = [(_plain(k), _plain(v)) for k, v in data.get("v", [])]
-        if all(isinstance(k, str) for k, _ in pairs):
-            return dict(pairs)
-        return [list(pair) for pair in pairs]
-    return _plain(data.get("v"))
+_plain = plain  # the name used below
 
 
 # -- the notebook ------------------------------------------------------------------------------
@@ -248,15 +292,25 @@ def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
 
 
 def _title_md(run: dict[str, Any], result: dict[str, Any]) -> str:
+    cost = result["cost"]
+    money = format_cost(cost["dollars"], estimated=cost["estimated"])
+    if cost["unpriced_models"]:
+        money += f" (no price known for {', '.join(cost['unpriced_models'])})"
     lines = [f"# {run['title'] or run['run_id']}", "",
-             f"Durable run {_code(run['run_id'])}, exported from its journal.", "",
-             f"- status: **{run['status']}**",
-             f"- created: {_time(run['created_at'])}, last update: {_time(run['updated_at'])}",
-             f"- LLM calls: {run['iteration']}"
-             + (f" (limit {run['max_iterations']})" if run["max_iterations"] else ""),
-             f"- tokens: {run['prompt_tokens']} prompt + {run['completion_tokens']} completion"
-             + (f" (limit {run['max_tokens']})" if run["max_tokens"] else ""),
-             f"- steps: {result['timing']['steps']}"]
+             f"Durable run {_code(run['run_id'])}, exported from its journal.", ""]
+    if run.get("goal"):
+        goal = run["goal"] if isinstance(run["goal"], str) else _json(run["goal"])
+        lines += ["**Goal** (the first user message):", "", _quote(goal), ""]
+    lines += [f"- status: **{run['status']}**",
+              f"- created: {_time(run['created_at'])}, last update: {_time(run['updated_at'])}",
+              f"- LLM calls: {run['iteration']}"
+              + (f" (limit {run['max_iterations']})" if run["max_iterations"] else ""),
+              f"- tokens: {run['prompt_tokens']} prompt + {run['completion_tokens']} completion"
+              + (f" (limit {run['max_tokens']})" if run["max_tokens"] else ""),
+              f"- cost: {money}" + (f" (limit {format_cost(run['max_cost'])})"
+                                    if run.get("max_cost") else ""),
+              f"- steps: {result['timing']['steps']}; a re-run replays from the journal "
+              f"{result['replay']}"]
     if run["parent"]:
         lines.append(f"- child of run {_code(run['parent'])}")
     if run["source"]:
@@ -264,14 +318,47 @@ def _title_md(run: dict[str, Any], result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _quote(text: str) -> str:
+    return "\n".join("> " + line if line else ">" for line in str(text).splitlines() or [""])
+
+
+def _message_md(message: Any) -> list[str]:
+    if not isinstance(message, dict):
+        return [_fence(_json(message), "json"), ""]
+    role = str(message.get("role", "?"))
+    content = message.get("content")
+    lines = [f"*{role}*" + (f" (answering {_code(message['tool_call_id'])})"
+                            if message.get("tool_call_id") else "") + ":", ""]
+    if isinstance(content, str) and content:
+        lines += [_quote(content) if role in ("system", "user") else _fence(content, "text"), ""]
+    elif content:
+        lines += [_fence(_json(content), "json"), ""]
+    for call in message.get("tool_calls") or []:
+        function = (call or {}).get("function") or {}
+        lines += [f"- calls {_code(function.get('name'))}", ""]
+    return lines
+
+
 def _round_md(round_: dict[str, Any]) -> str:
     chat = round_["chat"]
     if chat is None:
         return "## Before the first model call"
+    cost = chat.get("cost")
     lines = [f"## Round {round_['round']}", "",
              f"Model {_code(chat['model'])}, step {chat['position']}, {_duration(chat['duration'])}"
              + (f", {chat['tokens']['prompt']} + {chat['tokens']['completion']} tokens"
-                if "tokens" in chat else "")]
+                if "tokens" in chat else "")
+             + (f", {format_cost(cost['dollars'], estimated=cost['estimated'])}" if cost else "")]
+    request = chat.get("request")
+    if request:
+        new = request["new_messages"]
+        earlier = request["messages"] - len(new)
+        lines += ["", f"**Prompt**: {request['messages']} messages"
+                  + (f" ({earlier} sent before, {len(new)} new)" if earlier else "")
+                  + (f"; tools {', '.join(_code(t) for t in request['tools'])}"
+                     if request["tools"] else "") + ".", ""]
+        for message in new:
+            lines += _message_md(message)
     if not chat["ok"]:
         lines += ["", _error_md(chat["error"])]
     if chat.get("content"):
@@ -353,10 +440,16 @@ def _step_md(step: dict[str, Any]) -> str:
 
 def _result_md(result: dict[str, Any]) -> str:
     timing, tokens = result["timing"], result["tokens"]
+    cost = result["cost"]
     lines = ["## Result", "", f"- status: **{result['status']}**",
              f"- tokens: {tokens['prompt']} prompt + {tokens['completion']} completion "
              f"= {tokens['total']}",
-             f"- time: {_duration(timing['elapsed'])} from creation to last update; "
+             f"- cost: {format_cost(cost['dollars'], estimated=cost['estimated'])}"
+             + (f" (no price known for {', '.join(cost['unpriced_models'])})"
+                if cost["unpriced_models"] else ""),
+             f"- a re-run replays from the journal {result['replay']}",
+             f"- time: {_duration(timing['elapsed'])} from creation to "
+             f"{'the end' if timing.get('finished_at') else 'last update'}; "
              f"model {_duration(timing['model'])}, tools {_duration(timing['tools'])}, "
              f"waiting for approval {_duration(timing['approval_wait'])}"]
     if result["error"]:

@@ -1,0 +1,251 @@
+"""``durable-nb`` as a person types it: a real child process on a real journal.
+
+Inspection (``runs``, ``show``, ``export``) never creates or writes a journal; options are
+never abbreviated and near misses get a suggestion; errors are one line with what to do.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import durable_nb as dn
+from durable_nb import DiskJournal, RunRecord, Status, StepEntry
+from durable_nb.cli import main
+from durable_nb.journal import open_journal, this_host
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict | None = None,
+        prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    """``durable-nb ARGS`` in a child process (``prefix`` e.g. runs it in a mount namespace)."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([*(prefix or []), sys.executable, "-m", "durable_nb.cli", *args],
+                          capture_output=True, text=True, timeout=120, cwd=cwd, env=full_env)
+
+
+@pytest.fixture
+def run(capsys, monkeypatch):
+    """``durable-nb ARGS`` in this process (the same main() the command calls, without the
+    second of imports a child pays): a CompletedProcess-like result."""
+    def call(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    return call
+
+
+def _done_run(directory: Path, run_id: str = "r", steps: int = 3) -> None:
+    journal = DiskJournal(directory)
+    dn.execute(run_id, lambda ctx: [ctx.run(f"s{i}", lambda i=i: i) for i in range(steps)],
+               journal=journal)
+    journal.close()
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_no_command_lists_the_commands(tmp_path: Path, run) -> None:
+    proc = run(cwd=tmp_path)
+    assert proc.returncode == 2
+    for command in ("runs", "show", "approve", "reject", "cancel", "reset", "delete", "export",
+                    "demo", "enable", "disable"):
+        assert f"\n  {command} " in proc.stderr, command
+    assert not (tmp_path / ".durable_nb").exists()
+
+
+def test_runs_on_a_missing_journal_says_so_exits_1_and_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent"
+    for args in (["runs"], ["show", "r"], ["export", "r", "--to", str(tmp_path / "r.ipynb")]):
+        proc = cli("--journal", str(missing), *args)
+        assert proc.returncode == 1, proc
+        assert proc.stderr == (f"durable-nb: error: there is no journal at {missing}: no run "
+                               f"was ever recorded there. Point --journal DIR (or "
+                               f"DURABLE_NB_DIR) at the directory that holds your runs; the "
+                               f"default is ./.durable_nb in the folder where the notebook or "
+                               f"script ran.\n")
+    assert not missing.exists()
+    # The default location too: nothing appears in the current directory.
+    assert cli("runs", cwd=tmp_path, env={"DURABLE_NB_DIR": ""}).returncode == 1
+    assert not (tmp_path / ".durable_nb").exists()
+
+
+def test_abbreviated_options_are_refused_with_a_suggestion(tmp_path: Path, run) -> None:
+    _done_run(tmp_path / "j")
+    proc = run("--journal", str(tmp_path / "j"), "runs", "--stat", "DONE")
+    assert proc.returncode == 2
+    assert "unrecognized arguments: --stat DONE" in proc.stderr
+    assert "--stat is not an option (options are never abbreviated): did you mean --status?" \
+        in proc.stderr
+    proc = run("--journal", str(tmp_path / "j"), "shwo", "r")
+    assert proc.returncode == 2 and "did you mean 'show'?" in proc.stderr
+
+
+def test_a_run_id_split_by_a_space_is_explained(tmp_path: Path, run) -> None:
+    _done_run(tmp_path / "j", "sales-report")
+    proc = run("--journal", str(tmp_path / "j"), "show", "sales", "report")
+    assert proc.returncode == 2
+    assert "unrecognized arguments: report" in proc.stderr
+    assert "a run id is one word without spaces: did you mean 'sales-report'?" in proc.stderr
+
+
+def test_status_is_case_insensitive(tmp_path: Path, run) -> None:
+    _done_run(tmp_path / "j")
+    for status in ("done", "Done", "DONE"):
+        proc = run("--journal", str(tmp_path / "j"), "runs", "--status", status)
+        assert proc.returncode == 0 and proc.stdout.splitlines()[1].startswith("r "), proc
+    proc = run("--journal", str(tmp_path / "j"), "runs", "--status", "finished")
+    assert proc.returncode == 2 and "unknown status 'finished': use one of RUNNING" in proc.stderr
+
+
+def test_reset_outside_the_journal_is_refused_and_changes_nothing(tmp_path: Path, run) -> None:
+    _done_run(tmp_path / "j")
+    for step in ("-1", "3", "99"):
+        proc = run("--journal", str(tmp_path / "j"), "reset", "r", "--from", step)
+        assert proc.returncode == 1
+        assert proc.stderr == (f"durable-nb: error: cannot reset run 'r' from step {step}: its "
+                               f"steps are numbered 0 to 2. See `durable-nb show r`.\n")
+    record = DiskJournal(tmp_path / "j").get_run("r")
+    assert record.status is Status.DONE and record.result == [0, 1, 2]
+
+
+def test_a_run_whose_process_died_shows_as_interrupted(tmp_path: Path, run) -> None:
+    journal = DiskJournal(tmp_path / "j")
+    now = time.time()
+    record = RunRecord(run_id="crashed", status=Status.RUNNING, iteration=1, step_count=1,
+                       created_at=now - 60, updated_at=now - 5,
+                       owner={"pid": _dead_pid(), "host": this_host()})
+    assert journal.create_run(record)
+    journal.append_step("crashed", StepEntry(0, "0", "s", "run", result=1))
+    journal.acquire_lease("crashed", {"token": "t", "pid": record.owner["pid"],
+                                      "host": this_host(), "heartbeat": now - 1},
+                          lambda h: False)
+    journal.close()
+
+    runs = run("--journal", str(tmp_path / "j"), "runs")
+    assert runs.returncode == 0
+    assert runs.stdout.splitlines()[1].split()[:2] == ["crashed", "INTERRUPTED"]
+    assert "INTERRUPTED: RUNNING in the journal, but the process executing it is gone" \
+        in runs.stdout
+    shown = run("--journal", str(tmp_path / "j"), "show", "crashed")
+    assert (f"status     INTERRUPTED: RUNNING in the journal, but its process (pid "
+            f"{record.owner['pid']} on {this_host()}) is gone; re-run its cell") in shown.stdout
+    data = json.loads(run("--journal", str(tmp_path / "j"), "show", "crashed", "--json").stdout)
+    assert data["status"] == "RUNNING" and data["interrupted"] is True
+
+
+def test_show_tells_cost_replay_savings_and_approval_wait(tmp_path: Path, run) -> None:
+    journal = DiskJournal(tmp_path / "j")
+    now = time.time()
+    assert journal.create_run(RunRecord(run_id="paid", status=Status.DONE, iteration=2,
+                                        prompt_tokens=1200, completion_tokens=227, cost=0.0021,
+                                        max_cost=1.0, created_at=now - 400, updated_at=now,
+                                        finished_at=now - 300, step_count=3))
+    for position, (kind, name, pt, ct, cost, took) in enumerate([
+            ("chat", "gpt-4o-mini", 600, 100, 0.0009, 1.5),
+            ("approval", "send_email", 0, 0, None, 185.0),
+            ("chat", "gpt-4o-mini", 600, 127, 0.0012, 2.0)]):
+        meta = {"model": name, "cost": cost, "cached": 0, "estimated": False} \
+            if cost is not None else None
+        journal.append_step("paid", StepEntry(position, str(position), name, kind,
+                                              result={"approved": True, "by": "ana"},
+                                              started_at=now - 350, finished_at=now - 350 + took,
+                                              prompt_tokens=pt, completion_tokens=ct, meta=meta))
+    journal.close()
+
+    shown = run("--journal", str(tmp_path / "j"), "show", "paid").stdout
+    assert "cost       $0.0021 of $1.00" in shown
+    assert "replay     a re-run replays from the journal 3 steps journaled: 1,427 tokens, " \
+           "$0.0021 not spent again" in shown
+    assert "took 1 min 40 s" in shown  # created .. finished, however often it was replayed
+    assert "send_email                   waited 3 min 5 s  ok" in shown
+    runs = run("--journal", str(tmp_path / "j"), "runs").stdout
+    assert runs.splitlines()[1].split()[:5] == ["paid", "DONE", "2", "1,427", "$0.0021"]
+
+
+# -- journals that cannot be written --------------------------------------------------------------
+
+def _read_only_mount_works() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount --bind -o ro / /mnt 2>/dev/null || "
+                                      "mount --bind -o ro /tmp /tmp"],
+        capture_output=True).returncode == 0
+
+
+needs_read_only_mount = pytest.mark.skipif(
+    not _read_only_mount_works(), reason="needs `unshare -m` and a read-only bind mount (root)")
+
+
+def _in_read_only(directory: Path) -> list[str]:
+    """A command prefix running the CLI where ``directory`` is a read-only file system."""
+    return ["unshare", "-m", "sh", "-c", f'mount --bind -o ro "{directory}" "{directory}" && '
+                                         f'exec "$@"', "sh"]
+
+
+@needs_read_only_mount
+def test_steering_a_read_only_journal_says_it_is_not_writable(tmp_path: Path) -> None:
+    _done_run(tmp_path / "j")
+    proc = cli("--journal", str(tmp_path / "j"), "cancel", "r", prefix=_in_read_only(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"durable-nb: error: the journal at {tmp_path / 'j'} is not "
+                                  f"writable (")
+    assert "make the directory writable by you, or use another one" in proc.stderr
+    assert "IncompatibleJournal" not in proc.stderr and "format" not in proc.stderr
+
+
+@needs_read_only_mount
+@pytest.mark.skipif("read_only" not in inspect.signature(open_journal).parameters,
+                    reason="needs open_journal(location, read_only=True) (journal/__init__.py)")
+def test_runs_show_and_export_work_on_a_read_only_copy(tmp_path: Path) -> None:
+    _done_run(tmp_path / "j")
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "j", copy)
+    before = {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    out = tmp_path / "out"
+    out.mkdir()
+    ro = _in_read_only(copy)
+    runs = cli("--journal", str(copy), "runs", prefix=ro)
+    assert runs.returncode == 0, runs.stderr
+    assert runs.stdout.splitlines()[1].split()[:2] == ["r", "DONE"]
+    shown = cli("--journal", str(copy), "show", "r", prefix=ro)
+    assert shown.returncode == 0 and "steps      3" in shown.stdout, shown.stderr
+    exported = cli("--journal", str(copy), "export", "r", "--to", str(out / "r.ipynb"),
+                   prefix=ro)
+    assert exported.returncode == 0, exported.stderr
+    assert (out / "r.ipynb").is_file()
+    assert {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()} == before
+
+
+# -- durable-nb enable ------------------------------------------------------------------------------
+
+def test_enable_writes_the_profile_once_and_disable_removes_it(tmp_path: Path) -> None:
+    env = {"IPYTHONDIR": str(tmp_path / "ipython")}
+    config = tmp_path / "ipython" / "profile_default" / "ipython_config.py"
+    first = cli("enable", env=env)
+    assert first.returncode == 0, first.stderr
+    assert str(config) in first.stdout
+    assert cli("enable", env=env).returncode == 0
+    text = config.read_text()
+    assert text.count('c.InteractiveShellApp.extensions.append("durable_nb")') == 1
+    assert "already" in cli("enable", env=env).stdout
+    disabled = cli("disable", env=env)
+    assert disabled.returncode == 0 and "durable_nb" not in config.read_text()
