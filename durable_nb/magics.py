@@ -1,10 +1,18 @@
-"""``%%durable_agent`` and ``%durable``: thin IPython magics over the runner and registry."""
+"""``%%durable_agent`` and ``%durable``: thin IPython magics over the runner and registry.
+
+Errors: durable_nb's own errors show in the notebook as their message alone (they say what
+happened and what to do); an exception from the user's code shows the user's frames only,
+never durable_nb's internals.
+"""
 
 from __future__ import annotations
 
 import re
 import shlex
+import sys
+import sysconfig
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +26,37 @@ from IPython.core.magic_arguments import (
 from IPython.display import display
 
 from . import registry
-from .cli import STEERING, format_run, format_runs, steer
-from .errors import DurableError, UnknownRun
+from .cli import (
+    COMMANDS,
+    STEERING,
+    command_list,
+    explain_usage,
+    format_run,
+    format_runs,
+    is_interrupted,
+    open_for_reading,
+    open_for_writing,
+    parse_status,
+    steer,
+)
+from .errors import (
+    ContextNotActive,
+    DurableError,
+    SerializationError,
+    TerminalError,
+    UnknownRun,
+)
 from .journal import Journal, Status, default_location, open_journal
 from .notebook import NotebookRun, active_run, compile_cell, describe_unfinished
 from .runner import RunOptions, validate_run_id
 
-__all__ = ["DurableMagics", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_duration",
+           "unload_ipython_extension"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$")
 _UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+_MAGIC_COMMANDS = ["runs", "show", "approve", "reject", "cancel", "reset", "delete", "wait",
+                   "export", "enable", "disable"]
 
 
 def parse_duration(text: str) -> float:
@@ -36,6 +65,18 @@ def parse_duration(text: str) -> float:
     if not match:
         raise UsageError(f"--timeout {text!r} is not a duration: write e.g. 90s, 30m, 2h or 1d")
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def parse_cost(text: str) -> float:
+    """``0.50``, ``$0.50``, ``2`` -> US dollars."""
+    try:
+        value = float(text.strip().lstrip("$"))
+    except ValueError:
+        raise UsageError(f"--max-cost {text!r} is not an amount: write US dollars, e.g. 0.50 "
+                         f"or 2") from None
+    if not value > 0:
+        raise UsageError(f"--max-cost {text!r} must be more than 0")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -54,7 +95,81 @@ def _parse(parser: Any, line: str) -> Any:
         words = shlex.split(line)
     except ValueError as exc:
         raise UsageError(f"cannot parse the options {line!r}: {exc}") from None
-    return parser.parse_args(words)
+    try:
+        return parser.parse_args(words)
+    except UsageError as exc:
+        raise UsageError(explain_usage(parser, str(exc), words)) from None
+
+
+# -- how errors look in a notebook -----------------------------------------------------------------
+
+_PACKAGE = Path(__file__).resolve().parent
+_EXAMPLES = {_PACKAGE / "demo.py"}  # example user code shipped in the package
+_LIBRARIES = tuple(str(Path(p).resolve()) for p in
+                   {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
+#: durable_nb errors whose frames in the user's code say where it went wrong.
+_USER_ERRORS = (TerminalError, ContextNotActive, SerializationError)
+
+
+def _user_frame(frame: types.FrameType) -> bool:
+    filename = frame.f_code.co_filename
+    if filename.startswith("<"):
+        return True  # a cell: <durable_agent RUN>, or an IPython cell
+    path = Path(filename).resolve()
+    if path in _EXAMPLES:
+        return True
+    if _PACKAGE in path.parents:
+        return False
+    return not str(path).startswith(_LIBRARIES) and "IPython" not in path.parts
+
+
+def _user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The traceback with only the user's frames (their cells and modules), from below the
+    magic that ran the cell."""
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    starts = [i for i, e in enumerate(entries)
+              if e.tb_frame.f_code.co_name in ("durable_agent", "durable")
+              and Path(e.tb_frame.f_code.co_filename).resolve() == Path(__file__).resolve()]
+    if starts:
+        entries = entries[starts[-1] + 1:]
+    new = None
+    for entry in reversed([e for e in entries if _user_frame(e.tb_frame)]):
+        new = types.TracebackType(new, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return new
+
+
+def _message_only(exc: BaseException, text: str | None = None) -> list[str]:
+    return [f"\x1b[0;31m{type(exc).__name__}\x1b[0m: {text if text is not None else exc}"]
+
+
+def shorten(exc: BaseException, shell: Any, interrupted: str | None = None) -> None:
+    """Make IPython show ``exc`` short: durable_nb's errors as their message, the user's
+    exceptions with the user's frames only (IPython's ``_render_traceback_`` protocol)."""
+    if isinstance(exc, UsageError) or getattr(exc, "_render_traceback_", None):
+        return
+    try:
+        if isinstance(exc, KeyboardInterrupt):
+            text = interrupted or "the run stopped; re-run the cell to continue it"
+            exc._render_traceback_ = lambda: _message_only(exc, text)  # type: ignore[attr-defined]
+            return
+        if isinstance(exc, DurableError) and not isinstance(exc, _USER_ERRORS):
+            exc._render_traceback_ = lambda: _message_only(exc)  # type: ignore[attr-defined]
+            return
+        tb = _user_traceback(exc.__traceback__)
+        if tb is None:
+            exc._render_traceback_ = lambda: _message_only(exc)  # type: ignore[attr-defined]
+            return
+
+        def render() -> list[str]:
+            formatter = shell.InteractiveTB
+            return formatter.structured_traceback(type(exc), exc.with_traceback(tb), tb)
+
+        exc._render_traceback_ = render  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # an exception type that takes no attributes
+        return
 
 
 @magics_class
@@ -71,14 +186,17 @@ class DurableMagics(Magics):
 
     @magic_arguments()
     @argument("run_id", nargs="?", metavar="RUN_ID",
-              help="the run's id; re-running the cell with the same id resumes or replays the "
-                   "run. Default: derived from the notebook cell's id, so re-running this cell "
-                   "continues its run.")
+              help="the run's id (one word, no spaces); re-running the cell with the same id "
+                   "resumes or replays the run. Default: derived from the notebook cell's id, "
+                   "so re-running this cell continues its run.")
     @argument("--title", help="a title shown in the panel and in `%%durable runs`")
     @argument("--max-iterations", type=_positive_int, metavar="N",
               help="stop the run (FAILED) before LLM call N+1")
     @argument("--max-tokens", type=_positive_int, metavar="N",
               help="token budget: stop the run (FAILED) before an LLM call that would pass it")
+    @argument("--max-cost", type=parse_cost, metavar="DOLLARS",
+              help="cost budget in US dollars (e.g. 0.50): stop the run (FAILED) before an LLM "
+                   "call that would pass it")
     @argument("--timeout", type=parse_duration, metavar="DURATION",
               help="total time allowed from the run's creation (90s, 30m, 2h); an expired run is "
                    "marked FAILED and never resumed")
@@ -112,12 +230,13 @@ class DurableMagics(Magics):
         and continues at the first step that never finished. A DONE run replays instantly and
         shows its result (the value of the cell's last expression).
 
-        A live panel under the cell shows status, iteration, tokens, the step timeline and
-        pending approvals with Approve / Reject buttons. When an approval is pending the cell
-        ends and the run waits in the journal; a click (or ``durable-nb approve RUN`` from
-        anywhere) resumes it in the background with the same panel. Stop a running cell
-        with the kernel's stop button (the run is kept, FAILED "interrupted", and resumes
-        when re-run), or with the panel's Cancel button.
+        A live panel under the cell shows status, iteration, tokens, cost, the step timeline
+        (click a step to see what it was asked and what came back) and pending approvals with
+        Approve / Reject buttons. When an approval is pending the cell ends and the run waits
+        in the journal; a click (or ``durable-nb approve RUN`` from anywhere) resumes it in
+        the background with the same panel. Stop a running cell with the kernel's stop button
+        (the run is kept, FAILED "interrupted", and resumes when re-run), or with the panel's
+        Cancel button. The cell's prints go to the cell's output and to the panel's log.
         """
         args = _parse(self.durable_agent.parser, line)
         run_id = args.run_id or self._run_id_from_cell()
@@ -125,16 +244,28 @@ class DurableMagics(Magics):
             validate_run_id(run_id)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        journal = open_journal(args.journal)
-        options = RunOptions(
-            title=args.title, timeout=args.timeout, max_iterations=args.max_iterations,
-            max_tokens=args.max_tokens, model=args.model, source=cell,
-            on_approval="wait" if args.wait else "park", on_change=args.on_change,
-            on_journal_error=args.on_journal_error)
-        handler = compile_cell(cell, run_id, self.shell.user_ns)
-        run = NotebookRun(run_id, handler, options, journal)
-        display(run.panel.widget)
-        outcome = run.start()
+        run = None
+        try:
+            journal = open_for_writing(args.journal)
+            options = RunOptions(
+                title=args.title, timeout=args.timeout, max_iterations=args.max_iterations,
+                max_tokens=args.max_tokens, max_cost=args.max_cost, model=args.model,
+                source=cell, on_approval="wait" if args.wait else "park",
+                on_change=args.on_change, on_journal_error=args.on_journal_error)
+            handler = compile_cell(cell, run_id, self.shell.user_ns)
+            run = NotebookRun(run_id, handler, options, journal)
+            run.show()
+            outcome = run.start()
+        except BaseException as exc:
+            stopped = None
+            if isinstance(exc, KeyboardInterrupt) and run is not None:
+                try:
+                    record = run.journal.find_run(run_id)
+                    stopped = f"run {run_id!r} {record.error}" if record and record.error else None
+                except DurableError:
+                    pass
+            shorten(exc, self.shell, interrupted=stopped)
+            raise
         return outcome.result if outcome.status is Status.DONE else None
 
     def _run_id_from_cell(self) -> str:
@@ -147,8 +278,8 @@ class DurableMagics(Magics):
     def durable(self, line: str) -> Any:
         """Inspect and steer durable runs.
 
-        %durable runs [--status STATUS]     list runs
-        %durable show RUN                   one run and its steps
+        %durable runs [--status STATUS]     list runs (status in any case: done, DONE)
+        %durable show RUN                   one run: status, tokens, cost, its steps
         %durable approve RUN [NOTE]         approve the pending approval
         %durable reject RUN [NOTE]          reject it
         %durable cancel RUN                 stop the run at its next step (status CANCELLED)
@@ -157,29 +288,39 @@ class DurableMagics(Magics):
         %durable wait RUN [--timeout DUR]   block until the run finishes (for headless runs);
                                             returns its result, raises if it FAILED
         %durable export RUN PATH            write the run as a notebook (.ipynb) or .json
+        %durable enable                     load durable_nb in every kernel from now on
+                                            (writes your IPython profile); disable undoes it
 
         Every command takes --journal DIR (default: $DURABLE_NB_DIR or ./.durable_nb).
+        ``runs``, ``show`` and ``export`` only read the journal (never create or change it).
         """
+        if not line.strip():
+            print(command_list("%durable", _MAGIC_COMMANDS))
+            return None
         args = _parse(self._line_parser(), line)
-        journal = open_journal(args.journal)
         try:
-            return self._dispatch(args, journal)
+            return self._dispatch(args)
         except UnknownRun as exc:
             raise UsageError(str(exc)) from None
+        except ValueError as exc:  # a step number outside the run, and the like
+            raise UsageError(str(exc)) from None
+        except BaseException as exc:
+            shorten(exc, self.shell)
+            raise
 
     def _line_parser(self) -> MagicArgumentParser:
-        parser = MagicArgumentParser(prog="%durable", add_help=False)
+        parser = _no_abbrev(MagicArgumentParser(prog="%durable", add_help=False))
         sub = parser.add_subparsers(dest="command", metavar="COMMAND")
         sub.required = True
 
         def command(name: str, *run_args: str) -> Any:
-            p = sub.add_parser(name, add_help=False)
+            p = _no_abbrev(sub.add_parser(name, add_help=False))
             p.add_argument("--journal", metavar="DIR")
             for arg in run_args:
                 p.add_argument(arg, metavar=arg.upper())
             return p
 
-        command("runs").add_argument("--status", choices=[s.value for s in Status])
+        command("runs").add_argument("--status", type=parse_status, metavar="STATUS")
         command("show", "run_id")
         for verb in ("approve", "reject"):
             # default=[]: without it argparse reports the optional note as required (fix).
@@ -190,13 +331,31 @@ class DurableMagics(Magics):
         command("delete", "run_id")
         command("wait", "run_id").add_argument("--timeout", type=parse_duration)
         command("export", "run_id", "path")
+        for name in ("enable", "disable"):
+            _no_abbrev(sub.add_parser(name, add_help=False)).add_argument(
+                "--profile", default="default")
         return parser
 
-    def _dispatch(self, args: Any, journal: Journal) -> Any:
+    def _dispatch(self, args: Any) -> Any:
+        if args.command in ("enable", "disable"):
+            from .notebook.enable import disable, enable
+
+            print(enable(args.profile) if args.command == "enable" else disable(args.profile))
+            return None
+        if args.command in ("runs", "show", "export"):
+            journal = open_for_reading(args.journal)
+        elif args.command == "wait":
+            journal = open_journal(args.journal)
+        else:
+            journal = open_for_writing(args.journal)
         if args.command == "runs":
-            print(format_runs(registry.runs(args.status, journal=journal)))
+            records = registry.runs(args.status, journal=journal)
+            print(format_runs(records, [r.run_id for r in records
+                                        if is_interrupted(r, journal)
+                                        and active_run(r.run_id) is None]))
         elif args.command == "show":
-            print(format_run(registry.get_run(args.run_id, journal=journal)))
+            info = registry.get_run(args.run_id, journal=journal)
+            print(format_run(info, is_interrupted(info, journal)))
         elif args.command in STEERING:
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,
@@ -221,13 +380,34 @@ class DurableMagics(Magics):
             run = active_run(run_id)
             busy = (registry.lease_holder(run_id, journal=journal) is not None
                     or (run is not None and run.executing))
+            if not busy and run is not None and info.status in (
+                    Status.DONE, Status.FAILED, Status.CANCELLED):
+                run.refresh_display()  # the panel's text summary tells the end, headless too
             if not busy and info.status is Status.DONE:
                 return serde.decode(info.result)
             if not busy and info.status in (Status.FAILED, Status.CANCELLED):
-                raise DurableError(f"run {run_id!r} is {info.status}: {info.error}")
+                raise DurableError(f"run {run_id!r} is {info.status}: {info.error}. "
+                                   f"`%durable show {run_id}` tells more; re-run its cell to "
+                                   f"resume it.")
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"run {run_id!r} is still {info.status} after {timeout:g} s")
+                raise DurableError(
+                    f"run {run_id!r} is still {info.status} after {timeout:g} s"
+                    + (f" (waiting for approval of "
+                       f"{(info.pending_approval or {}).get('name')!r}: approve it with "
+                       f"`%durable approve {run_id}`)"
+                       if info.status is Status.WAITING_APPROVAL else "")
+                    + ". Wait longer with --timeout, or look at it: "
+                      f"`%durable show {run_id}`.")
             time.sleep(0.1)
+
+
+def _no_abbrev(parser: Any) -> Any:
+    # MagicArgumentParser takes no allow_abbrev; argparse reads the attribute when parsing.
+    parser.allow_abbrev = False
+    return parser
+
+
+_no_abbrev(DurableMagics.durable_agent.parser)
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -236,8 +416,12 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(magics)
     ipython.events.register("pre_run_cell", magics.pre_run_cell)
     directory = Path(default_location())
-    if directory.is_dir():
-        lines = describe_unfinished(open_journal(directory))
+    if (directory / "cache.db").is_file():
+        try:
+            lines = describe_unfinished(open_for_writing(directory))
+        except DurableError as exc:
+            print(f"durable_nb: {exc}", file=sys.stderr)
+            return
         if lines:
             print("durable_nb: unfinished runs in " + str(directory.resolve()) + ":\n  "
                   + "\n  ".join(lines))

@@ -1,10 +1,15 @@
 """The live ipywidgets panel under a ``%%durable_agent`` cell: a view over one run.
 
-It observes the executing run (status, iteration, tokens, step timeline, approvals, log) and
-redraws at most every ``refresh_interval`` seconds, so a loop of thousands of fast steps costs a
-few comm messages, not thousands. Everything it shows can be rebuilt from the journal
-(:meth:`RunPanel.load`). Callbacks may run on a kernel subshell thread (ipykernel >= 7 with
-JupyterLab >= 4.4) or on a worker thread: all state is guarded by one lock.
+It observes the executing run (status, iteration, tokens, cost, step timeline, approvals, log)
+and redraws at most every ``refresh_interval`` seconds, so a loop of thousands of fast steps
+costs a few comm messages, not thousands. Everything it shows but the log can be rebuilt from
+the journal (:meth:`RunPanel.load`). Callbacks may run on a kernel subshell thread (ipykernel
+>= 7 with JupyterLab >= 4.4) or on a worker thread: all state is guarded by one lock.
+
+Each timeline row opens (an HTML ``<details>``, no kernel round trip) to what the step was
+asked and what came back. When the kernel that drew the panel stops, ipywidgets marks its
+views ``jupyter-widgets-disconnected``; the panel's own CSS then shows a note saying so in
+place of ipywidgets' broken-link icons, and why its buttons do nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from typing import Any, Callable
 
 import ipywidgets as w
 
-from .journal import RunRecord, Status, StepEntry
+from .cli import cost_of, elapsed, format_cost, format_duration, plain, replay_savings
+from .errors import InputChanged, JournalMismatch, RunLeased
+from .journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
 
 __all__ = ["RunPanel"]
 
@@ -26,7 +33,39 @@ _STATUS_COLOURS = {
     Status.RUNNING: "#1f6feb", Status.WAITING_APPROVAL: "#bf8700", Status.DONE: "#1a7f37",
     Status.FAILED: "#cf222e", Status.CANCELLED: "#6e7781",
 }
+_STOPPED = "#9a6700"
 _TIMELINE_ROWS = 30
+_TEXT_LIMIT = 2000  # characters of one message, argument or result shown in a step's details
+
+# Scoped to the panel (class dnb-panel on its outer box). ipywidgets adds the class
+# jupyter-widgets-disconnected to every view of a model whose kernel connection is gone.
+_CSS = """<style>
+.dnb-panel .dnb-dead {display: none}
+.dnb-panel.jupyter-widgets-disconnected .dnb-dead {display: block; background: #fff8c5;
+  border: 1px solid #d4a72c; color: #4d2d00; padding: 4px 8px; margin: 2px 0 6px 0;
+  border-radius: 4px}
+.dnb-panel.jupyter-widgets-disconnected::before,
+.dnb-panel .jupyter-widgets-disconnected::before {display: none !important}
+.dnb-panel.jupyter-widgets-disconnected .dnb-button {opacity: 0.5; cursor: not-allowed}
+.dnb-panel.jupyter-widgets-disconnected .dnb-button::after {content: " (kernel stopped)";
+  margin-left: 2px}
+.dnb-panel .dnb-button i.fa {margin-right: 4px; vertical-align: baseline}
+.dnb-panel .dnb-text {white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
+  margin: 2px 0}
+.dnb-steps {font-size: 0.85em}
+.dnb-steps summary, .dnb-steps .dnb-head {display: grid; grid-template-columns: 3em 6em minmax(8em, 16em) 7em 11em auto;
+  gap: 0 8px; cursor: pointer; line-height: 1.5; list-style: none}
+.dnb-steps summary::-webkit-details-marker {display: none}
+.dnb-steps summary::before {content: none}
+.dnb-steps summary:hover {background: rgba(127, 127, 127, 0.12)}
+.dnb-steps details[open] > summary {background: rgba(127, 127, 127, 0.12)}
+.dnb-steps .dnb-head {font-weight: bold; cursor: default; background: none}
+.dnb-steps .dnb-name {overflow: hidden; text-overflow: ellipsis; white-space: nowrap}
+.dnb-step-body {margin: 2px 0 8px 3em; padding: 4px 8px; border-left: 3px solid #d0d7de}
+.dnb-step-body pre {white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
+  margin: 2px 0 6px 0; max-height: 20em; overflow: auto}
+.dnb-step-body .dnb-role {font-weight: bold}
+</style>"""
 
 
 def _badge(text: str, colour: str) -> str:
@@ -34,17 +73,73 @@ def _badge(text: str, colour: str) -> str:
             f'font-size:0.85em">{html.escape(text)}</span>')
 
 
+def _stopped_badge(error: BaseException) -> str:
+    """The badge of an execution that stopped while the journal keeps the run's status."""
+    if isinstance(error, InputChanged):
+        return "stopped: input changed"
+    if isinstance(error, JournalMismatch):
+        return "stopped: mismatch"
+    if isinstance(error, RunLeased):
+        return "stopped: run busy elsewhere"
+    if isinstance(error, KeyboardInterrupt):
+        return "stopped: interrupted"
+    return "stopped: error"
+
+
+def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\u2026 ({len(text) - limit:,} more characters: `%durable show` / export)"
+
+
+def _pre(value: Any) -> str:
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+    return f"<pre>{html.escape(_clip(text))}</pre>"
+
+
+def _message_html(message: Any) -> str:
+    if not isinstance(message, dict):
+        return _pre(message)
+    role = html.escape(str(message.get("role", "?")))
+    parts = [f"<div class='dnb-role'>{role}</div>"]
+    content = message.get("content")
+    if content not in (None, ""):
+        parts.append(_pre(content))
+    for call in message.get("tool_calls") or []:
+        function = (call or {}).get("function") or {}
+        parts.append(f"<div>&rarr; calls <code>{html.escape(str(function.get('name')))}</code>"
+                     f"</div>{_pre(_arguments(function.get('arguments')))}")
+    return "".join(parts)
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
 class RunPanel:
     """A live view of one run. Implements :class:`~durable_nb.execution.Observer`.
 
     ``on_decide(approved, note)`` and ``on_cancel()`` are called from the buttons.
+    ``journal`` (where the run is) lets step details show what each step was asked.
     """
 
     def __init__(self, record: RunRecord, *, on_decide: Callable[[bool, str], None] | None = None,
                  on_cancel: Callable[[], None] | None = None, refresh_interval: float = 0.25,
-                 note: str | None = None) -> None:
+                 note: str | None = None, journal: Journal | None = None) -> None:
         self._lock = threading.RLock()
         self._record = record
+        self._journal = journal
         self._on_decide = on_decide
         self._on_cancel = on_cancel
         self._refresh_interval = refresh_interval
@@ -52,12 +147,22 @@ class RunPanel:
         self._recent: deque[tuple[StepEntry, bool]] = deque(maxlen=_TIMELINE_ROWS)
         self._replayed = 0
         self._executed = 0
+        self._replayed_entries: list[StepEntry] = []  # LLM ones only: for the savings line
+        self._replayed_steps = 0
         # Positions already in the timeline: a run resumed after an approval replays its
         # steps again, and those must not show twice or count as replayed twice.
         self._shown: set[int] = set()
         self._note = note
+        self._error: BaseException | None = None
         self._result_html = ""
+        self._result_text = ""
         self._log_buffer: list[str] = []
+        self._log_ends_line = True
+        self._streaming = False
+        # Step details: the chat messages each request added, rendered rows (by position).
+        self._seen_messages: set[str] = set()
+        self._new_messages: dict[int, list[str]] = {}
+        self._details: dict[int, str] = {}
 
         self.header = w.HTML()
         self.stats = w.HTML()
@@ -69,9 +174,10 @@ class RunPanel:
                                     layout=w.Layout(width="320px"))
         self.approve_button = w.Button(description="Approve", button_style="success", icon="check")
         self.reject_button = w.Button(description="Reject", button_style="danger", icon="times")
-        self.cancel_button = w.Button(description="Cancel run", button_style="",
-                                      icon="stop",
+        self.cancel_button = w.Button(description="Cancel run", button_style="", icon="stop",
                                       layout=w.Layout(width="auto", align_self="flex-start"))
+        for button in (self.approve_button, self.reject_button, self.cancel_button):
+            button.add_class("dnb-button")
         self.approval_box = w.VBox([self.approval_text, w.HBox(
             [self.approval_note, self.approve_button, self.reject_button])],
             layout=w.Layout(display="none", border="1px solid #bf8700", padding="6px"))
@@ -80,6 +186,7 @@ class RunPanel:
         self.cancel_button.on_click(lambda _: self._cancel())
         self.widget = w.VBox([self.header, self.stats, self.approval_box, self.timeline,
                               self.log, self.result, self.cancel_button])
+        self.widget.add_class("dnb-panel")
         self.refresh(force=True)
 
     @classmethod
@@ -87,16 +194,19 @@ class RunPanel:
         """A panel rebuilt from the journal (a :class:`~durable_nb.registry.RunInfo`)."""
         panel = cls(info, **kwargs)
         for entry in info.steps:
+            panel._note_messages(entry)
             panel._recent.append((entry, True))
         panel._replayed = len(info.steps)
         panel._shown = {entry.position for entry in info.steps}
         panel.refresh(force=True)
         return panel
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
+        """The widget, with a readable text/plain summary for frontends without widgets
+        (nbconvert, papermill outputs, a terminal)."""
+        bundle = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+        bundle["text/plain"] = self.summary()
+        return bundle
 
     # -- buttons (any thread) ------------------------------------------------------------
 
@@ -125,11 +235,19 @@ class RunPanel:
             if replayed and entry.position in self._shown:
                 return  # already shown by an earlier execution of this run
             self._shown.add(entry.position)
+            self._note_messages(entry)
             self._recent.append((entry, replayed))
             if replayed:
                 self._replayed += 1
+                if entry.tokens:
+                    self._replayed_entries.append(entry)
             else:
                 self._executed += 1
+            if self._streaming and entry.kind in LLM_KINDS:
+                self._streaming = False
+                if not self._log_ends_line:  # the streamed reply ends its line
+                    self._log_buffer.append("\n")
+                    self._log_ends_line = True
         self.refresh()
 
     def on_record(self, record: RunRecord) -> None:
@@ -139,17 +257,32 @@ class RunPanel:
 
     def on_text(self, delta: str) -> None:
         """Streamed reply text (``ctx.chat(stream=True)``), shown in the log as it arrives."""
+        with self._lock:
+            self._streaming = True
         self.append_log(delta)
+
+    def on_note(self, text: str) -> None:
+        """A message from the runner (e.g. executing again from a changed step)."""
+        with self._lock:
+            self._note = text
+        self.refresh(force=True)
 
     def append_log(self, text: str) -> None:
         """Add printed text to the log area (buffered until the next redraw)."""
+        if not text:
+            return
         with self._lock:
             self._log_buffer.append(text)
+            self._log_ends_line = text.endswith("\n")
         self.refresh()
 
     def show_result(self, value: Any = None, error: BaseException | None = None) -> None:
+        text = ""
         if error is not None:
-            text = f"<b>Error:</b> <code>{html.escape(f'{type(error).__name__}: {error}')}</code>"
+            message = str(error) or type(error).__name__
+            text = (f"<b>Error:</b> <div class='dnb-text' style='color:#cf222e'>"
+                    f"{html.escape(f'{type(error).__name__}: {message}')}</div>")
+            plain = f"error: {type(error).__name__}: {message}"
         elif value is not None:
             if isinstance(value, str):
                 body = value
@@ -158,11 +291,15 @@ class RunPanel:
                     body = json.dumps(value, indent=2, default=str)
                 except (TypeError, ValueError):
                     body = repr(value)
-            text = f"<b>Result:</b><pre style='white-space:pre-wrap'>{html.escape(body[:4000])}</pre>"
+            text = (f"<b>Result:</b><div class='dnb-text' style='font-family:var(--jp-code-font-"
+                    f"family, monospace)'>{html.escape(_clip(body, 4000))}</div>")
+            plain = f"result: {_clip(body, 1000)}"
         else:
-            text = ""
+            plain = ""
         with self._lock:
+            self._error = error
             self._result_html = text
+            self._result_text = plain
         self.refresh(force=True)
 
     # -- drawing -----------------------------------------------------------------------
@@ -186,77 +323,282 @@ class RunPanel:
             self.timeline.value = timeline
             self.result.value = result
             if pending:
-                details = json.dumps(pending.get("details"), indent=2)
-                self.approval_text.value = (
-                    f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
-                    f"(step {pending.get('key')})<pre style='white-space:pre-wrap'>"
-                    f"{html.escape(details)}</pre>")
+                self.approval_text.value = self._approval_html(pending)
                 self.approval_box.layout.display = "flex"
                 self.approve_button.disabled = self.reject_button.disabled = False
             else:
                 self.approval_box.layout.display = "none"
-            finished = record.status in (Status.DONE, Status.FAILED, Status.CANCELLED)
+            finished = record.status in (Status.DONE, Status.FAILED, Status.CANCELLED) \
+                or self._error is not None
             self.cancel_button.layout.display = "none" if finished else "inline-flex"
         if log:
             self.log.append_stdout(log)
 
+    def _approval_html(self, pending: dict) -> str:
+        details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
+        asked = pending.get("requested_at")
+        since = (f" &middot; asked {html.escape(format_duration(time.time() - asked))} ago"
+                 if isinstance(asked, (int, float)) else "")
+        run_id = html.escape(str(pending.get("run_id") or self._record.run_id))
+        return (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
+                f"(step {html.escape(str(pending.get('key')))}){since}"
+                f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>"
+                f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
+                f"drew them stopped. Re-run the cell for live buttons, or decide from anywhere: "
+                f"<code>durable-nb approve {run_id}</code> in a terminal, "
+                f"<code>%durable approve {run_id}</code> in a notebook.</div>")
+
     def _header_html(self, record: RunRecord) -> str:
         title = f" &middot; {html.escape(record.title)}" if record.title else ""
-        note = (f"<div style='color:#bf8700'>{html.escape(self._note)}</div>" if self._note else "")
+        error = self._error
+        if error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
+            # The journal keeps its status (a mismatch changes nothing); this execution stopped.
+            badge = _badge(_stopped_badge(error), _STOPPED)
+            state = (f"<div style='color:#6e7781'>The run is {record.status} in the journal "
+                     f"(unchanged); this execution of the cell stopped, see the error below."
+                     f"</div>")
+        else:
+            badge = _badge(str(record.status), _STATUS_COLOURS[record.status])
+            state = ""
+        note = f"<div style='color:#bf8700'>{html.escape(self._note)}</div>" if self._note else ""
         degraded = ""
         if record.journal_degraded_from is not None:
             degraded = (f"<div style='color:#cf222e'><b>Journal degraded from step "
                         f"{record.journal_degraded_from}</b>: writes are failing and being "
                         f"retried; these steps may run again after a crash.</div>")
-        return (f"<b>{html.escape(record.run_id)}</b>{title} "
-                f"{_badge(str(record.status), _STATUS_COLOURS[record.status])}{note}{degraded}")
+        dead = ("<div class='dnb-dead'><b>This panel belongs to a kernel that stopped</b>; "
+                "re-run the cell to reconnect (the run resumes or replays from its journal). "
+                "What it shows is as of the moment the kernel stopped.</div>")
+        return (f"{_CSS}{dead}<b>{html.escape(record.run_id)}</b>{title} "
+                f"{badge}{state}{note}{degraded}")
+
+    def _cost_text(self, record: RunRecord) -> str:
+        if not record.cost and not record.max_cost:
+            return ""
+        text = format_cost(record.cost)
+        if record.max_cost:
+            text += f" of {format_cost(record.max_cost)}"
+        return f"cost <b>{text}</b>"
 
     def _stats_html(self, record: RunRecord) -> str:
         iters = f"{record.iteration}" + (f" / {record.max_iterations}"
                                          if record.max_iterations else "")
         budget = f" of {record.max_tokens:,}" if record.max_tokens else ""
-        end = time.time() if record.status is Status.RUNNING else record.updated_at
-        elapsed = max(0.0, end - record.created_at)
+        took = "took" if record.status is Status.DONE else "elapsed"
         parts = [f"iteration <b>{iters}</b>",
                  f"tokens <b>{record.prompt_tokens:,}</b> prompt / "
-                 f"<b>{record.completion_tokens:,}</b> completion{budget}",
-                 f"steps <b>{self._replayed:,}</b> replayed, <b>{self._executed:,}</b> executed",
-                 f"elapsed {elapsed:,.1f} s"]
+                 f"<b>{record.completion_tokens:,}</b> completion{budget}"]
+        cost = self._cost_text(record)
+        if cost:
+            parts.append(cost)
+        parts.append(f"steps <b>{self._replayed:,}</b> replayed, <b>{self._executed:,}</b> "
+                     f"executed")
+        parts.append(f"{took} {format_duration(elapsed(record))}")
+        line = " &middot; ".join(parts)
+        if self._replayed_entries:
+            line += (f"<div style='color:#1a7f37'>{html.escape(self._savings())}</div>")
         if record.error:
-            parts.append(f"<span style='color:#cf222e'>{html.escape(record.error)}</span>")
-        summary = ""
+            line += f"<div class='dnb-text' style='color:#cf222e'>{html.escape(record.error)}</div>"
         if record.context_summary:
-            summary = (f"<details><summary>context summary</summary><pre style='white-space:"
-                       f"pre-wrap'>{html.escape(record.context_summary)}</pre></details>")
-        return " &middot; ".join(parts) + summary
+            line += (f"<details><summary>context summary</summary><pre class='dnb-text'>"
+                     f"{html.escape(record.context_summary)}</pre></details>")
+        return line
+
+    def _savings(self) -> str:
+        return replay_savings(self._replayed_entries, count=self._replayed)
+
+    # -- the timeline ------------------------------------------------------------------
+
+    def _note_messages(self, entry: StepEntry) -> None:
+        """Remember which chat messages this request added (by their blob digests)."""
+        request = entry.request if isinstance(entry.request, dict) else {}
+        refs = request.get("messages")
+        digests = refs.get("$blobs") if isinstance(refs, dict) else None
+        if not isinstance(digests, list):
+            return
+        self._new_messages[entry.position] = [d for d in digests if d not in self._seen_messages]
+        self._seen_messages.update(str(d) for d in digests)
 
     def _timeline_html(self) -> str:
         if not self._recent:
             return ""
-        rows = []
-        for entry, replayed in self._recent:
-            mark = _badge("replayed", "#6e7781") if replayed else _badge("executed", "#1a7f37")
-            outcome = "" if entry.ok else _badge("failed", "#cf222e")
-            extra = ""
-            if entry.kind == "approval" and entry.ok and isinstance(entry.result, dict):
+        rows = [self._row(entry, replayed) for entry, replayed in self._recent]
+        hidden = self._replayed + self._executed - len(self._recent)
+        more = (f"<div style='color:#6e7781'>{hidden:,} earlier steps not shown "
+                f"(<code>%durable show {html.escape(self._record.run_id)}</code> lists all)</div>"
+                if hidden > 0 else "")
+        head = ("<div class='dnb-head'><span>#</span><span>kind</span><span>name</span>"
+                "<span>time</span><span>how</span><span>detail (click a step for more)</span>"
+                "</div>")
+        return f"{more}<div class='dnb-steps'>{head}{''.join(rows)}</div>"
+
+    def _row(self, entry: StepEntry, replayed: bool) -> str:
+        mark = _badge("replayed", "#6e7781") if replayed else _badge("executed", "#1a7f37")
+        outcome = "" if entry.ok else _badge("failed", "#cf222e")
+        extra = ""
+        time_cell = f"{entry.duration * 1000:,.1f} ms"
+        if entry.kind == "approval":
+            time_cell = "&ndash;"  # a person's wait is not step time
+            waited = f"waited {format_duration(entry.duration)}"
+            if entry.ok and isinstance(entry.result, dict):
                 decided = entry.result
                 outcome = (_badge("approved", "#1a7f37") if decided.get("approved")
                            else _badge("rejected", "#cf222e"))
                 note = f": {decided['note']}" if decided.get("note") else ""
-                extra = html.escape(f"by {decided.get('by')}{note}")
-            if entry.prompt_tokens or entry.completion_tokens:
-                extra = f"{entry.prompt_tokens}+{entry.completion_tokens} tok"
-            if entry.kind == "compact" and entry.meta:
-                extra = f"{entry.meta.get('tokens_before')} &rarr; {entry.meta.get('tokens_after')} tok"
-            rows.append(f"<tr><td>{entry.position}</td><td>{html.escape(entry.kind)}</td>"
-                        f"<td>{html.escape(entry.name)}</td><td>{entry.duration * 1000:.1f} ms</td>"
-                        f"<td>{mark} {outcome}</td><td>{extra}</td></tr>")
-        hidden = self._replayed + self._executed - len(self._recent)
-        more = f"<div style='color:#6e7781'>{hidden:,} earlier steps not shown</div>" if hidden > 0 else ""
-        return (f"{more}<style>.dnb-timeline td, .dnb-timeline th {{padding: 1px 6px; "
-                f"line-height: 1.2}}</style><table class='dnb-timeline' style='font-size:0.85em'>"
-                f"<tr><th>#</th><th>kind</th><th>name</th><th>time</th><th>how</th>"
-                f"<th>detail</th></tr>{''.join(rows)}</table>")
+                extra = html.escape(f"by {decided.get('by')}{note} \u00b7 {waited}")
+            else:
+                extra = html.escape(waited)
+        if entry.prompt_tokens or entry.completion_tokens:
+            extra = f"{entry.prompt_tokens:,}+{entry.completion_tokens:,} tok"
+            meta = entry.meta or {}
+            if isinstance(meta.get("cost"), (int, float)):
+                extra += " &middot; " + format_cost(entry_cost(entry),
+                                                    estimated=bool(meta.get("estimated")))
+        if entry.kind == "compact" and entry.meta:
+            extra = (f"{entry.meta.get('tokens_before')} &rarr; {entry.meta.get('tokens_after')} "
+                     f"tok")
+        summary = (f"<summary><span>{entry.position}</span><span>{html.escape(entry.kind)}</span>"
+                   f"<span class='dnb-name' title='{html.escape(entry.name)}'>"
+                   f"{html.escape(entry.name)}</span><span>{time_cell}</span>"
+                   f"<span>{mark} {outcome}</span><span>{extra}</span></summary>")
+        return f"<details>{summary}<div class='dnb-step-body'>{self._body(entry)}</div></details>"
+
+    def _body(self, entry: StepEntry) -> str:
+        cached = self._details.get(entry.position)
+        if cached is None:
+            try:
+                cached = self._render_body(entry)
+            except Exception as exc:  # a detail view must never break the panel
+                cached = f"<i>cannot show this step: {html.escape(str(exc))}</i>"
+            self._details[entry.position] = cached
+        return cached
+
+    def _request(self, entry: StepEntry) -> Any:
+        if entry.request is None:
+            return None
+        from .execution import load_request
+
+        journal, run_id = self._journal, self._record.run_id
+        if journal is None:
+            return None
+        return load_request(entry.request, lambda digest: journal.get_blob(run_id, digest))
+
+    def _render_body(self, entry: StepEntry) -> str:
+        parts: list[str] = []
+        request = self._request(entry)
+        result = plain(entry.result) if entry.ok else None
+        if entry.kind in LLM_KINDS and isinstance(request, dict):
+            parts.append(self._chat_request_html(entry, request))
+        elif entry.kind == "approval":
+            details = (entry.meta or {}).get("details")
+            parts.append(f"<div><b>Asked</b> for approval of <code>{html.escape(entry.name)}"
+                         f"</code>:</div>{_pre(plain(details))}")
+        elif isinstance(request, dict) and request:
+            shown = request.get("arguments", request)
+            if set(request) <= {"args", "kwargs"}:
+                shown = {k: v for k, v in request.items() if v}
+            parts.append(f"<div><b>Asked</b> with:</div>{_pre(shown)}")
+        elif entry.kind not in ("now", "uuid", "random"):
+            parts.append("<div><b>Asked</b> with no arguments.</div>")
+        if not entry.ok:
+            error = entry.error or {}
+            parts.append(f"<div style='color:#cf222e'><b>Failed:</b> "
+                         f"{html.escape(str(error.get('type', 'error')))}: "
+                         f"{html.escape(str(error.get('message', '')))}</div>")
+        elif entry.kind in LLM_KINDS:
+            parts.append(self._reply_html(result))
+        elif entry.kind == "approval" and isinstance(result, dict):
+            verdict = "approved" if result.get("approved") else "rejected"
+            note = f": {result['note']}" if result.get("note") else ""
+            parts.append(f"<div><b>Decision:</b> {verdict} by "
+                         f"{html.escape(str(result.get('by')))}{html.escape(note)}, after "
+                         f"{html.escape(format_duration(entry.duration))}</div>")
+        else:
+            parts.append(f"<div><b>Result:</b></div>{_pre(result)}")
+        facts = [f"{entry.duration * 1000:,.1f} ms" if entry.kind != "approval"
+                 else f"waited {format_duration(entry.duration)}"]
+        if entry.tokens:
+            facts.append(f"{entry.prompt_tokens:,} prompt + {entry.completion_tokens:,} "
+                         f"completion tokens")
+            meta = entry.meta or {}
+            if meta.get("cached"):
+                facts.append(f"{meta['cached']:,} cached")
+            dollars, estimated, unpriced = cost_of([entry])
+            facts.append(format_cost(dollars, estimated=estimated) if not unpriced
+                         else "cost unknown (no price for this model)")
+        facts.append(f"step key {html.escape(entry.key)}")
+        parts.append(f"<div style='color:#6e7781'>{' &middot; '.join(facts)}</div>")
+        return "".join(parts)
+
+    def _chat_request_html(self, entry: StepEntry, request: dict) -> str:
+        messages = request.get("messages") if isinstance(request.get("messages"), list) else []
+        refs = ((entry.request or {}).get("messages") or {}).get("$blobs") or []
+        new = set(self._new_messages.get(entry.position, refs))
+        fresh = [m for m, d in zip(messages, refs) if d in new] if refs else messages
+        earlier = [m for m, d in zip(messages, refs) if d not in new] if refs else []
+        tools = request.get("tools")
+        names = [((t or {}).get("function") or {}).get("name") for t in tools] \
+            if isinstance(tools, list) else []
+        head = (f"<div><b>Asked</b> <code>{html.escape(str(request.get('model', entry.name)))}"
+                f"</code> with {len(messages)} messages"
+                + (f" and tools {html.escape(', '.join(map(str, names)))}" if names else "")
+                + f"; {len(fresh)} new in this request:</div>")
+        body = "".join(_message_html(m) for m in fresh)
+        if earlier:
+            listed = "".join(
+                f"<div><span class='dnb-role'>{html.escape(str(m.get('role', '?')))}</span>: "
+                f"{html.escape(_clip(str(m.get('content') or ''), 160))}</div>"
+                if isinstance(m, dict) else "" for m in earlier)
+            body = (f"<details><summary>{len(earlier)} earlier messages (sent before)</summary>"
+                    f"{listed}</details>") + body
+        return head + body
+
+    def _reply_html(self, response: Any) -> str:
+        choices = response.get("choices") if isinstance(response, dict) else None
+        first = choices[0] if isinstance(choices, list) and choices else {}
+        message = first.get("message") if isinstance(first, dict) else None
+        if not isinstance(message, dict):
+            return f"<div><b>Reply:</b></div>{_pre(response)}"
+        return f"<div><b>Reply</b> ({html.escape(str(first.get('finish_reason')))}):</div>" \
+               + _message_html(message)
+
+    # -- text ----------------------------------------------------------------------------
+
+    def summary(self) -> str:
+        """The panel as plain text: status, iteration, tokens, cost, pending approval,
+        result or error."""
+        with self._lock:
+            record = self._record
+            error = self._error
+            result = self._result_text
+        status = str(record.status)
+        if error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
+            status = f"{_stopped_badge(error)} (the run is {record.status} in the journal)"
+        lines = [f"durable run {record.run_id}" + (f" ({record.title})" if record.title else "")
+                 + f": {status}"]
+        iters = f"{record.iteration}" + (f" / {record.max_iterations}"
+                                         if record.max_iterations else "")
+        facts = [f"iteration {iters}",
+                 f"tokens {record.prompt_tokens:,} prompt + {record.completion_tokens:,} "
+                 f"completion"]
+        if record.cost or record.max_cost:
+            facts.append(f"cost {format_cost(record.cost)}"
+                         + (f" of {format_cost(record.max_cost)}" if record.max_cost else ""))
+        facts.append(f"steps {self._replayed:,} replayed, {self._executed:,} executed")
+        facts.append(("took " if record.status is Status.DONE else "elapsed ")
+                     + format_duration(elapsed(record)))
+        lines.append(", ".join(facts))
+        if self._replayed_entries:
+            lines.append(self._savings())
+        if record.pending_approval:
+            p = record.pending_approval
+            lines.append(f"waiting for approval of {p.get('name')!r}: "
+                         f"{json.dumps(p.get('details'), default=str)[:300]}")
+        if record.error and not result.startswith("error"):
+            lines.append(f"error: {record.error}")
+        if result:
+            lines.append(result)
+        return "\n".join(lines)
 
 
 class _nothing:

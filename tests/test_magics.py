@@ -16,6 +16,7 @@ from IPython.testing.globalipapp import start_ipython
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry
 from durable_nb.journal import this_host
 from durable_nb.lease import Lease
+from durable_nb.cli import NoJournal
 from durable_nb.magics import DurableMagics
 
 CELL = "ctx.run('a', lambda: 41) + 1"
@@ -82,7 +83,6 @@ def test_options_reach_the_run(ip, tmp_path: Path) -> None:
 
 
 def test_durable_with_missing_arguments_is_a_usage_error(ip) -> None:
-    assert "required: COMMAND" in _usage_error(ip.run_line_magic, "durable", "")
     for command in ("show", "cancel", "delete", "wait"):
         assert "required: RUN_ID" in _usage_error(ip.run_line_magic, "durable", command)
     for verb in ("approve", "reject"):
@@ -93,11 +93,84 @@ def test_durable_with_missing_arguments_is_a_usage_error(ip) -> None:
     assert "invalid choice: 'frob'" in _usage_error(ip.run_line_magic, "durable", "frob")
 
 
+def test_durable_alone_lists_its_commands(ip, capsys) -> None:
+    assert ip.run_line_magic("durable", "") is None
+    out = capsys.readouterr().out
+    for command in ("runs", "show", "approve", "reject", "cancel", "reset", "delete", "wait",
+                    "export", "enable", "disable"):
+        assert f"\n  {command} " in out, command
+
+
+def test_options_are_never_abbreviated_and_near_misses_get_a_suggestion(ip) -> None:
+    message = _usage_error(ip.run_cell_magic, "durable_agent", "r --max-iteration 3", CELL)
+    assert "unrecognized arguments: --max-iteration 3" in message
+    assert "did you mean --max-iterations?" in message
+    message = _usage_error(ip.run_line_magic, "durable", "runs --stat done")
+    assert "did you mean --status?" in message
+    message = _usage_error(ip.run_line_magic, "durable", "shwo r1")
+    assert "invalid choice: 'shwo'" in message and "did you mean 'show'?" in message
+
+
+def test_an_unquoted_run_id_with_a_space_is_explained(ip) -> None:
+    message = _usage_error(ip.run_cell_magic, "durable_agent", "sales report --title x", CELL)
+    assert "a run id is one word without spaces: did you mean 'sales-report'?" in message
+    message = _usage_error(ip.run_line_magic, "durable", "show sales report")
+    assert "did you mean 'sales-report'?" in message
+    assert "invalid run id" in _usage_error(ip.run_cell_magic, "durable_agent", "'a b'", CELL)
+
+
+def test_status_names_are_case_insensitive(ip, capsys) -> None:
+    assert ip.run_cell_magic("durable_agent", "lower", CELL) == 42
+    capsys.readouterr()
+    for status in ("done", "Done", "DONE"):
+        ip.run_line_magic("durable", f"runs --status {status}")
+        assert "\nlower " in capsys.readouterr().out
+    assert "unknown status 'finished'" in _usage_error(
+        ip.run_line_magic, "durable", "runs --status finished")
+
+
+def test_reset_outside_the_journal_is_a_usage_error_numbering_the_steps(ip) -> None:
+    assert ip.run_cell_magic("durable_agent", "three", "[ctx.run(n, str, n) for n in 'abc']") \
+        == ["a", "b", "c"]
+    for step in ("-1", "3", "99"):
+        message = _usage_error(ip.run_line_magic, "durable", f"reset three --from {step}")
+        assert f"cannot reset run 'three' from step {step}: its steps are numbered 0 to 2" \
+            in message
+
+
+def test_max_cost_reaches_the_run(ip, tmp_path: Path) -> None:
+    assert ip.run_cell_magic("durable_agent", "budget --max-cost $0.50", CELL) == 42
+    assert DiskJournal(tmp_path / "journal").get_run("budget").max_cost == 0.5
+    assert "is not an amount" in _usage_error(ip.run_cell_magic, "durable_agent",
+                                              "budget --max-cost lots", CELL)
+
+
+def test_inspection_never_creates_a_journal(ip, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    for line in (f"runs --journal {missing}", f"show r --journal {missing}",
+                 f"export r {tmp_path / 'r.ipynb'} --journal {missing}"):
+        with pytest.raises(NoJournal) as info:
+            ip.run_line_magic("durable", line)
+        assert f"there is no journal at {missing}" in str(info.value)
+    assert not missing.exists()
+
+
+def test_export_to_a_missing_folder_names_the_folder_not_a_temp_file(ip, tmp_path: Path) -> None:
+    assert ip.run_cell_magic("durable_agent", "exported", CELL) == 42
+    target = tmp_path / "no" / "such" / "run.ipynb"
+    with pytest.raises(FileNotFoundError) as info:
+        ip.run_line_magic("durable", f"export exported {target}")
+    assert str(info.value) == (f"cannot write {target}: the folder {target.parent} does not "
+                               f"exist. Create it first, or export to a path in an existing "
+                               f"folder.")
+
+
 @pytest.mark.parametrize("line", ["show ghost", "approve ghost ok", "reject ghost",
                                   "cancel ghost", "reset ghost --from 1", "delete ghost",
                                   "wait ghost --timeout 1s"])
 def test_unknown_run_is_a_usage_error_naming_run_and_journal(ip, tmp_path: Path,
                                                              line: str) -> None:
+    DiskJournal(tmp_path / "journal").close()  # a journal without that run
     message = _usage_error(ip.run_line_magic, "durable", line)
     assert f"no run 'ghost' in the journal at {tmp_path / 'journal'}" in message
     assert "%durable runs" in message
@@ -107,7 +180,7 @@ def test_help_lists_every_option_and_command(ip) -> None:
     agent_help = ip.object_inspect_text("%%durable_agent")
     parser = ip.find_cell_magic("durable_agent").parser
     options = [s for a in parser._actions for s in a.option_strings if s not in ("-h", "--help")]
-    assert len(options) == 9
+    assert len(options) == 10
     for option in options + ["RUN_ID"]:
         assert option in agent_help, option
     durable_help = ip.object_inspect_text("%durable")

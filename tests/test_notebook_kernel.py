@@ -70,13 +70,13 @@ def _panel_html(k: KernelSession, marker: str) -> str:
     return values[-1]
 
 
-_ROW = re.compile(r"<tr><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td><td>[^<]*</td>"
-                  r"<td><span[^>]*>(replayed|executed)</span>")
+_ROW = re.compile(r"<summary><span>(\d+)</span><span>([^<]*)</span><span class='dnb-name'[^>]*>"
+                  r"([^<]*)</span><span>[^<]*</span><span><span[^>]*>(replayed|executed)</span>")
 
 
 def _timeline(k: KernelSession) -> list[tuple[int, str, str, str]]:
     """(position, kind, name, "replayed"|"executed") rows of the panel's step timeline."""
-    table = _panel_html(k, "<th>kind</th>")
+    table = _panel_html(k, "class='dnb-steps'")
     return [(int(p), kind, html.unescape(name), mark) for p, kind, name, mark in
             _ROW.findall(table)]
 

@@ -61,11 +61,11 @@ def compile_cell(source: str, run_id: str, namespace: dict) -> Callable[[Any], A
     def handler(_ctx: Any) -> Any:
         namespace.pop(_RESULT_NAME, None)
         if code.co_flags & inspect.CO_COROUTINE:  # top-level await: the runner awaits it
-            sink = route_of_this_thread()
+            route = route_of_this_thread()
 
             async def run_async_cell() -> Any:
                 # The runner may await this on a thread of its own: print where the cell does.
-                restore = route_output(sink) if sink is not None else None
+                restore = route_output(route[0], tee=route[1]) if route is not None else None
                 try:
                     await eval(code, namespace)
                 finally:

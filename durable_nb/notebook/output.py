@@ -1,5 +1,7 @@
 """Where a run's prints go: the thread that executes a run sends what it prints to the run's
-panel log; every other thread prints where it did before."""
+panel log (and, for a cell running in the foreground, to the cell's own output as well, so
+that nbclient, papermill and nbconvert keep them); every other thread prints where it did
+before."""
 
 from __future__ import annotations
 
@@ -17,12 +19,16 @@ class _RoutedStream:
     def __init__(self, original: Any) -> None:
         self.original = original
         self.routes: dict[int, Callable[[str], None]] = {}
+        self.tees: set[int] = set()
 
     def write(self, text: str) -> int:
-        route = self.routes.get(threading.get_ident())
+        ident = threading.get_ident()
+        route = self.routes.get(ident)
         if route is None:
             return self.original.write(text)
         route(text)
+        if ident in self.tees:
+            self.original.write(text)
         return len(text)
 
     def flush(self) -> None:
@@ -32,14 +38,19 @@ class _RoutedStream:
         return getattr(self.original, name)
 
 
-def route_of_this_thread() -> Callable[[str], None] | None:
-    """Where this thread's prints are routed now, if anywhere."""
+def route_of_this_thread() -> tuple[Callable[[str], None], bool] | None:
+    """Where this thread's prints are routed now (sink, tee), if anywhere."""
     stream = sys.stdout
-    return stream.routes.get(threading.get_ident()) if isinstance(stream, _RoutedStream) else None
+    if not isinstance(stream, _RoutedStream):
+        return None
+    ident = threading.get_ident()
+    sink = stream.routes.get(ident)
+    return None if sink is None else (sink, ident in stream.tees)
 
 
-def route_output(sink: Callable[[str], None]) -> Callable[[], None]:
-    """Route this thread's prints to ``sink`` until the returned function is called."""
+def route_output(sink: Callable[[str], None], *, tee: bool = False) -> Callable[[], None]:
+    """Route this thread's prints to ``sink`` until the returned function is called; with
+    ``tee``, also where they went before."""
     streams = []
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
@@ -47,11 +58,14 @@ def route_output(sink: Callable[[str], None]) -> Callable[[], None]:
             stream = _RoutedStream(stream)
             setattr(sys, name, stream)
         stream.routes[threading.get_ident()] = sink
+        if tee:
+            stream.tees.add(threading.get_ident())
         streams.append(stream)
     ident = threading.get_ident()
 
     def restore() -> None:
         for stream in streams:
             stream.routes.pop(ident, None)
+            stream.tees.discard(ident)
 
     return restore

@@ -16,7 +16,6 @@ import getpass
 import os
 import threading
 import time
-import traceback
 from typing import Any, Callable
 
 from .. import registry
@@ -52,9 +51,26 @@ class NotebookRun:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._display: Any = None
         self.executing = False
         record = journal.find_run(run_id) or RunRecord(run_id=run_id, title=options.title or "")
-        self.panel = RunPanel(record, on_decide=self.decide, on_cancel=self.cancel)
+        self.panel = RunPanel(record, on_decide=self.decide, on_cancel=self.cancel,
+                              journal=journal)
+
+    def show(self) -> None:
+        """Display the panel under the cell (with a display id, so that its text/plain
+        summary can be brought up to date when the run ends)."""
+        from IPython.display import display
+
+        self._display = display(self.panel, display_id=True)
+
+    def refresh_display(self) -> None:
+        """Send the panel's display again: its text/plain summary (what nbclient, papermill
+        and nbconvert keep) then tells the run's latest state. From the kernel's main thread
+        (the cell, or ``%durable wait``)."""
+        if self._display is not None:
+            self.panel.refresh(force=True)
+            self._display.update(self.panel)
 
     # -- the cell ----------------------------------------------------------------------
 
@@ -71,13 +87,18 @@ class NotebookRun:
             if previous is not None:
                 previous.stop()
             _active[self.run_id] = self
-        outcome = self._execute()
+        try:
+            outcome = self._execute(foreground=True)
+        finally:
+            self.refresh_display()
         if outcome.status is Status.WAITING_APPROVAL:
             self._watch()
         return outcome
 
-    def _execute(self) -> RunOutcome:
-        restore = route_output(self.panel.append_log)
+    def _execute(self, foreground: bool = False) -> RunOutcome:
+        # In the foreground the prints reach the cell's output too; in the background (after
+        # an approval) there is no cell to print to: the panel's log has them.
+        restore = route_output(self.panel.append_log, tee=foreground)
         self.executing = True
         try:
             outcome = Runner(self.run_id, self.handler, journal=self.journal,
@@ -131,10 +152,11 @@ class NotebookRun:
                 outcome = self._execute()
             except RunLeased:
                 return  # another kernel or process resumed it first
-            except BaseException as exc:
-                self.panel.append_log("".join(traceback.format_exception(exc)))
+            except BaseException:  # shown in the panel (badge, error) by _execute
+                self.refresh_display()
                 return
             if outcome.status is not Status.WAITING_APPROVAL:
+                self.refresh_display()
                 return
 
     def wake(self) -> None:
