@@ -192,7 +192,7 @@ class _RespondCall:
             error = getattr(response, "error", None)
             code = getattr(error, "code", None)
             raise ReplyProblem(f"the response failed ({code}: {getattr(error, 'message', '')})",
-                                transient=code in (None, "server_error", "rate_limit_exceeded"))
+                               transient=code in (None, "server_error", "rate_limit_exceeded"))
         if getattr(response, "usage", None) is not None:
             return response
         estimate = self.estimate if self.estimate is not None else response_estimate(self.kwargs)

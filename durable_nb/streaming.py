@@ -195,11 +195,11 @@ class ChatAssembler:
         self.text.end()
         if not self.chunks:
             raise ReplyProblem("the stream ended without sending anything (llama-cpp-python "
-                                "does this for tool_choice='auto' with stream=True; call "
-                                "without stream=True there)", transient=False)
+                               "sometimes does this for tool_choice='auto' with stream=True; "
+                               "call without stream=True there)", transient=True)
         if not self.choices or any(c.finish_reason is None for c in self.choices.values()):
             raise ReplyProblem("the stream ended before the reply was finished (no "
-                                "finish_reason)", transient=True)
+                               "finish_reason)", transient=True)
         choices = []
         for index in sorted(self.choices):
             state = self.choices[index]
@@ -273,11 +273,11 @@ class ResponseAssembler:
         self.text.end()
         if self.error is not None:
             raise ReplyProblem(f"the stream reported an error ({self.error})",
-                                transient=self.error_transient)
+                               transient=self.error_transient)
         if self.final is None:
             if not self.events:
                 raise ReplyProblem("the stream ended without sending anything",
-                                    transient=False)
+                                   transient=True)
             raise ReplyProblem("the stream ended before the response was finished (no "
-                                "response.completed event)", transient=True)
+                               "response.completed event)", transient=True)
         return self.final

@@ -223,4 +223,4 @@ def test_a_stream_that_ends_early_or_empty_is_a_reply_problem():
     assert early.value.transient  # a cut connection: sent again
     with pytest.raises(ReplyProblem, match="without sending anything") as empty:
         ChatAssembler().completion()
-    assert not empty.value.transient
+    assert empty.value.transient  # llama-cpp-python does it now and then: sent again
