@@ -89,6 +89,15 @@ class Journal(abc.ABC):
     def list_runs(self) -> list[RunRecord]:
         """Every run record, oldest first."""
 
+    def list_runs_counted(self) -> list[RunRecord]:
+        """Every run record, oldest first, with ``step_count`` set to the number of entries
+        the journal holds (a record written before a crash may lag behind): what a listing
+        of runs shows. Backends answer it in one query where they can."""
+        records = self.list_runs()
+        for record in records:
+            record.step_count = self.count_steps(record.run_id, record.step_count)
+        return records
+
     @abc.abstractmethod
     def delete_run(self, run_id: str) -> None:
         """Remove the run with its steps, blobs, lease and requests."""

@@ -181,10 +181,17 @@ class RunRecord:
         data = json.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
             raise ValueError("run record is not a JSON object with a run_id")
-        known = {f.name for f in fields(cls)}
-        record = cls(**{k: v for k, v in data.items() if k in known})
+        known = _FIELD_NAMES.get(cls)
+        if known is None:
+            known = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+        record = cls(**(data if data.keys() <= known else
+                        {k: v for k, v in data.items() if k in known}))
         record.status = Status(record.status)
         return record
+
+
+# The field names of RunRecord (and subclasses), for from_json: fields() is slow to ask.
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
 
 
 def entry_cost(entry: StepEntry) -> float:
