@@ -212,6 +212,16 @@ def test_list_runs_returns_records_oldest_first(store: Journal):
     assert [r.run_id for r in store.list_runs()] == ["a", "b", "é", "m", "z"]
 
 
+def test_list_runs_counted_corrects_step_counts_that_lag_the_journal(store: Journal):
+    store.create_run(_record("lagging", created_at=1.0, step_count=1))  # as after a crash
+    for position in range(3):
+        store.append_step("lagging", _entry(position))
+    store.create_run(_record("empty", created_at=2.0, step_count=0))
+    assert [(r.run_id, r.step_count) for r in store.list_runs()] == [("lagging", 1), ("empty", 0)]
+    assert [(r.run_id, r.step_count) for r in store.list_runs_counted()] == \
+        [("lagging", 3), ("empty", 0)]
+
+
 def test_delete_run_removes_its_steps_blobs_lease_and_requests_only(store: Journal):
     for run_id in ("gone", "kept"):
         store.create_run(_record(run_id))
@@ -981,7 +991,7 @@ def test_concurrent_asyncio_steps_are_journaled_and_replayed(store: Journal):
 
 
 @pytest.mark.postgres
-def test_postgres_lists_a_hundred_thousand_runs_oldest_first(pg_backend: Backend):
+def test_postgres_lists_a_hundred_thousand_runs_oldest_first_with_step_counts(pg_backend: Backend):
     """PostgreSQL only: the runs table has an index in listing order (creation time, id),
     and a listing of 100k runs comes back whole and in that order."""
     store = pg_backend.open()
@@ -993,6 +1003,11 @@ def test_postgres_lists_a_hundred_thousand_runs_oldest_first(pg_backend: Backend
     indexes = pg_backend.sql("SELECT indexdef FROM pg_indexes WHERE schemaname = %s "
                              "AND tablename = 'runs'", (pg_backend.schema,))
     assert any("(created_at, run_id)" in row[0] for row in indexes), indexes
+    pg_backend.sql("INSERT INTO {s}.steps (run_id, position, entry) "
+                   "SELECT 'run-7', p, '{\"id\":\"' || p || '\",\"n\":\"s\",\"k\":\"run\"}' "
+                   "FROM generate_series(0, 4) AS p")
+    counted = store.list_runs_counted()
+    assert [r.step_count for r in counted if r.run_id in ("run-7", "run-8")] == [0, 5]
     listed = store.list_runs()
     assert len(listed) == 100000
     assert [r.run_id for r in listed[:2]] == ["run-100000", "run-99999"]
@@ -1043,3 +1058,31 @@ def test_postgres_a_failed_write_degrades_the_run_then_catches_up(pg_backend: Ba
         assert [s.name for s in journal.steps("strict")] == ["before"]
     finally:
         locker.close()
+
+
+@pytest.mark.postgres
+def test_postgres_a_forked_child_uses_connections_of_its_own(pg_backend: Backend):
+    """PostgreSQL only: a process forked after the journal was opened (multiprocessing's
+    fork start method) gets new connections; the parent's keep working after the child
+    wrote through the journal and exited."""
+    store = pg_backend.open()
+    store.create_run(_record("r"))
+    store.append_step("r", _entry(0))
+    parent_sessions = {pid for pid, in pg_backend.sql(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'durable_nb'")}
+    pid = os.fork()
+    if pid == 0:  # the child: write through the journal, then exit
+        code = 1
+        try:
+            with store._conn() as conn:
+                session = conn.info.backend_pid
+            store.append_step("r", _entry(1, result=session))
+            code = 0 if store.count_steps("r") == 2 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.append_step("r", _entry(2, result="from the parent"))
+    results = [e.result for e in store.steps("r")]
+    assert results[0] == 0 and results[2] == "from the parent"
+    assert results[1] not in parent_sessions  # the child's own session wrote its step
