@@ -301,7 +301,7 @@ class Context:
 def _call_inputs(args: tuple, kwargs: dict) -> dict | None:
     if not args and not kwargs:
         return None
-    return {"args": canonical(list(args)), "kwargs": canonical(kwargs)}
+    return {"args": args, "kwargs": kwargs}
 
 
 def current_context() -> Context:

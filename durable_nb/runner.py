@@ -190,24 +190,34 @@ class Runner:
 
     def _prepare(self, record: RunRecord, token: str) -> None:
         self.journal.delete_request("cancel", self.run_id)
-        # A step whose unhandled failure failed the run is tried again on resume, unless the
-        # step declared it terminal: the last entry is removed, an earlier one (concurrent
-        # steps finished after it) is marked to be skipped by replay.
-        failed = record.failed_step
-        if record.status is Status.FAILED and failed is not None:
-            entry = self.journal.get_step(self.run_id, failed)
-            if entry is not None and not entry.ok and not (entry.error or {}).get("terminal"):
-                if not self.journal.has_step(self.run_id, failed + 1):
-                    self.journal.truncate(self.run_id, failed)
-                    record.step_count = failed
-                else:
-                    record.retried_steps = sorted({*(record.retried_steps or ()), failed})
+        if record.status is Status.FAILED and record.failed_step is not None:
+            self._retry_failed_steps(record)
         if record.status is not Status.DONE:
             record.status = Status.WAITING_APPROVAL if record.pending_approval else Status.RUNNING
             record.error = None
             record.failed_step = None
         record.owner = {"pid": os.getpid(), "host": this_host()}
         self.journal.put_run(record, token=token)
+
+    def _retry_failed_steps(self, record: RunRecord) -> None:
+        """A step whose unhandled failure failed the run is tried again on resume, with the
+        steps around it that failed because of it, unless it declared the failure terminal.
+        Entries at the end of the journal are removed; earlier ones (concurrent steps
+        finished after them) are marked for replay to skip."""
+        first = self.journal.get_step(self.run_id, record.failed_step)
+        if first is None or first.ok or (first.error or {}).get("terminal"):
+            return
+        retry = [first.position]
+        for entry in self.journal.steps(self.run_id, first.position + 1):
+            if not entry.ok and first.key.startswith(entry.key + "."):
+                retry.append(entry.position)  # a step that enclosed it, failed by it
+        count = self.journal.count_steps(self.run_id, record.step_count)
+        while retry and retry[-1] == count - 1:
+            count -= 1
+            self.journal.truncate(self.run_id, retry.pop())
+        record.step_count = count
+        if retry:
+            record.retried_steps = sorted({*(record.retried_steps or ()), *retry})
 
     def _start(self, record: RunRecord, token: str, *, strict: bool = False) -> Execution:
         execution = Execution(self.journal, record, self.options,
@@ -287,8 +297,10 @@ class Runner:
                                 f"execute the run again to resume")
             else:
                 record.error = f"{type(exc).__name__}: {exc}"
-            failure = execution.last_failure
-            record.failed_step = failure[0] if failure and failure[1] is exc else None
+            # The innermost step whose failure is this exception: the steps around it that it
+            # failed on its way out are tried again with it.
+            positions = [position for position, error in execution.failures if error is exc]
+            record.failed_step = min(positions) if positions else None
         try:
             execution.save_record()
         except RunLeased:

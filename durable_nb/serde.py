@@ -123,17 +123,38 @@ for _cls, _tag, _enc, _dec in (
 
 # --- encoding ------------------------------------------------------------------------------
 
-def _too_deep(path: str) -> SerializationError:
+def _path_text(where: tuple | None) -> str:
+    """``result['rows'][3]`` from the chain of (parent, key) links :func:`_encode` passes
+    down: built only when a value fails, so that encoding pays for a tuple, not a string."""
+    parts = []
+    while where is not None:
+        where, key = where
+        parts.append(key)
+    path = "result"
+    for key in reversed(parts):
+        path += " key" if key is _KEY else f"[{key!r}]"
+    return path
+
+
+_KEY = object()  # marks "the key of a dict item" in a path
+
+
+def _too_deep(where: tuple | None) -> SerializationError:
     return SerializationError(
-        f"{path} is nested more than {MAX_DEPTH} containers deep, which the journal does not "
-        f"store (it could not be read back safely); flatten it or store it as a string")
+        f"{_path_text(where)} is nested more than {MAX_DEPTH} containers deep, which the "
+        f"journal does not store (it could not be read back safely); flatten it or store it "
+        f"as a string")
 
 
-def encode(value: Any, _path: str = "result", _depth: int = 0) -> Any:
+def encode(value: Any) -> Any:
     """Turn ``value`` into JSON data; raise :class:`SerializationError` naming the part that fails.
 
     Everything this returns is read back by :func:`decode` as an equal value.
     """
+    return _encode(value, None, 0)
+
+
+def _encode(value: Any, where: tuple | None, _depth: int) -> Any:
     t = type(value)
     if value is None or t is str or t is int or t is bool:
         return value
@@ -141,7 +162,7 @@ def encode(value: Any, _path: str = "result", _depth: int = 0) -> Any:
         return value
     depth = _depth + 1  # from here on, the value becomes a container at this depth
     if depth > MAX_DEPTH:
-        raise _too_deep(_path)
+        raise _too_deep(where)
     if t is float:  # NaN and the infinities, which JSON has no literal for
         return {_TAG: "float", "v": repr(value)}
     if t is dict:
@@ -150,30 +171,30 @@ def encode(value: Any, _path: str = "result", _depth: int = 0) -> Any:
             for k, v in value.items():
                 if type(k) is not str:
                     break
-                out[k] = encode(v, f"{_path}[{k!r}]", depth)
+                out[k] = _encode(v, (where, k), depth)
             else:
                 return out
         # Non-string keys would silently become strings in JSON, and a "$t" key would pass
         # for a tag: store the items as [key, value] pairs.
         if depth + 2 > MAX_DEPTH:
-            raise _too_deep(_path)
-        return {_TAG: "dict", "v": [[encode(k, f"{_path} key", depth + 2),
-                                     encode(v, f"{_path}[{k!r}]", depth + 2)]
+            raise _too_deep(where)
+        return {_TAG: "dict", "v": [[_encode(k, (where, _KEY), depth + 2),
+                                     _encode(v, (where, k), depth + 2)]
                                     for k, v in value.items()]}
     if t is list:
-        return [encode(v, f"{_path}[{i}]", depth) for i, v in enumerate(value)]
+        return [_encode(v, (where, i), depth) for i, v in enumerate(value)]
     codec = _codecs_by_type.get(t)
     if codec is not None:
-        return {_TAG: codec.tag, "v": encode(codec.encode(value), _path, depth)}
+        return {_TAG: codec.tag, "v": _encode(codec.encode(value), where, depth)}
     dump = getattr(value, "model_dump", None)
     if callable(dump) and hasattr(t, "model_validate"):
         data = dump(mode="json")
         if _depth_exceeds(data, depth):
-            raise _too_deep(_path)
+            raise _too_deep(where)
         return {_TAG: "model", "cls": f"{t.__module__}.{t.__qualname__}", "v": data}
     raise SerializationError(
-        f"{_path} is a {t.__module__}.{t.__qualname__}, which cannot be stored as JSON"
-    )
+        f"{_path_text(where)} is a {t.__module__}.{t.__qualname__}, which cannot be stored "
+        f"as JSON")
 
 
 def dumps(data: Any) -> str:
@@ -388,7 +409,7 @@ def encode_error(exc: BaseException, *, terminal: bool) -> dict[str, Any]:
         "message": message if message is not None else f"<unprintable {t.__qualname__}>",
     }
     try:
-        data["args"] = [encode(arg, "args") for arg in exc.args]
+        data["args"] = [encode(arg) for arg in exc.args]
     except Exception:  # noqa: BLE001 - replay then rebuilds from the message
         pass
     attrs = {}
@@ -400,7 +421,7 @@ def encode_error(exc: BaseException, *, terminal: bool) -> dict[str, Any]:
         if type(name) is not str or _SECRET_ATTR.search(name):
             continue
         try:
-            attrs[name] = encode(value, name)
+            attrs[name] = encode(value)
         except Exception:  # noqa: BLE001 - objects such as an httpx.Response are not kept
             continue
     if attrs:

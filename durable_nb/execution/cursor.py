@@ -43,7 +43,7 @@ from ..errors import (
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
 from ..options import RunOptions
 from ..retry import NO_RETRY, RetryPolicy
-from .inputs import first_difference, fingerprint, load_request, store_request
+from .inputs import canonical, first_difference, fingerprint, load_request, store_request
 from .replay import ReplayLog
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
 from .writer import JournalWriter
@@ -130,7 +130,9 @@ class Execution:
         self.parking = False
         self.restart_from: int | None = None
         self.budget_failure: BudgetExhausted | None = None
-        self.last_failure: tuple[int, BaseException] | None = None
+        # (position, exception) of every failure journaled or replayed in this execution: the
+        # runner finds the steps whose failure failed the run among them.
+        self.failures: list[tuple[int, BaseException]] = []
         self.live_steps = 0
         self.replayed_keys: set[str] = set()  # kept in strict mode only
 
@@ -230,11 +232,17 @@ class Execution:
         if entry.request is None:
             return "its inputs changed"
         old = load_request(entry.request, lambda digest: self.journal.get_blob(self.run_id, digest))
-        return first_difference(old, inputs) or "its inputs changed"
+        return first_difference(old, canonical(inputs)) or "its inputs changed"
 
     def _changed(self, entry: StepEntry, error: JournalMismatch) -> None:
         if self.strict:
-            raise ReplayDiverged(f"a pure replay did not reproduce the run: {error}")
+            what = (f"{error.journaled}: {error.change}" if isinstance(error, InputChanged) else
+                    f"the first execution journaled {error.journaled}, the replay asked for "
+                    f"{error.requested}")
+            raise ReplayDiverged(
+                f"run {self.run_id!r}: a pure replay did not reproduce step {entry.position} "
+                f"({what}): the code took another path, or passed other inputs, given the same "
+                f"step results (a branch on the clock, randomness, or data read outside ctx).")
         if self.options.on_change == "rerun":
             with self.lock:
                 if self.restart_from is None or entry.position < self.restart_from:
@@ -263,6 +271,9 @@ class Execution:
             raise CorruptEntry(f"step:{self.run_id}:{entry.position}",
                                f"its outcome cannot be decoded ({exc})", run_id=self.run_id,
                                position=entry.position) from None
+        # Replayed, it may fail the run again (it did not in the execution that journaled it,
+        # which died first): then it is the step to try again on resume, as a live failure.
+        self.failures.append((entry.position, error))
         raise error
 
     def _count(self, entry: StepEntry) -> None:
@@ -354,7 +365,7 @@ class Execution:
             -1, key, name, kind, fp, ok=False,
             error=serde.encode_error(exc, terminal=isinstance(exc, TerminalError)),
             started_at=started, finished_at=time.time()), inputs)
-        self.last_failure = (entry.position, exc)
+        self.failures.append((entry.position, exc))
 
     def _record_result(self, key: str, kind: str, name: str, started: float, value: Any,
                        inputs: Any, fp: str, usage: Callable[[Any], tuple[int, int]] | None,
@@ -374,7 +385,7 @@ class Execution:
         """Account for a completed step and journal it."""
         blobs = None
         if inputs:
-            entry.request, blobs = store_request(inputs)
+            entry.request, blobs = store_request(canonical(inputs))
         with self.lock:
             self._count(entry)
             if entry.prompt_tokens or entry.completion_tokens or entry.kind in LLM_KINDS:

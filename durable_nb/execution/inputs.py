@@ -65,8 +65,18 @@ def _digest(text: str) -> str:
 
 
 def fingerprint(data: Any) -> str:
-    """A short digest of canonical input data."""
-    return _digest(_dumps(data))
+    """A short digest of input data, as :func:`canonical` would make it (computed without
+    building the canonical copy: on replay it is the only work a step's inputs cost)."""
+    try:
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          default=_canonical_default)
+    except (TypeError, ValueError):  # keys of mixed types cannot be sorted
+        text = _dumps(canonical(data))
+    return _digest(text)
+
+
+def _canonical_default(value: Any) -> Any:
+    return canonical(value)
 
 
 def store_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -76,6 +86,9 @@ def store_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
     characters of JSON, become blobs ``{digest: json}``; the entry holds
     ``{"$blobs": [digest, ...]}`` or ``{"$blob": digest}`` in their place.
     """
+    whole = _dumps(data)
+    if len(whole) <= _INLINE_LIMIT and not any(f in data for f in _PER_ITEM):
+        return dict(data), {}  # the common case: a few small arguments, kept inline
     stored: dict[str, Any] = {}
     blobs: dict[str, str] = {}
 

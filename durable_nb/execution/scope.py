@@ -40,10 +40,9 @@ _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
 
 def current_flow() -> object:
     """The asyncio task running this code, or else this thread's id."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no event loop runs in this thread
-        task = None
+    # _get_running_loop() answers None where current_task() would raise: this runs per step.
+    loop = asyncio._get_running_loop()
+    task = asyncio.current_task(loop) if loop is not None else None
     return task if task is not None else threading.get_ident()
 
 

@@ -1,0 +1,466 @@
+"""Replay fuzzing: random agent programs, SIGKILLed at random moments and resumed, must end
+exactly as an uninterrupted reference run of the same program.
+
+A program (:func:`programs`, a hypothesis strategy) mixes ``ctx.run``, ``ctx.chat`` against the
+loopback server, ``asyncio.gather`` of multi-step branches with random delays (``run_async``,
+``chat_async``), parallel tool calls (tools that take ``ctx`` make steps of their own), steps
+nested in steps, caught exceptions (KeyError, ValueError, an exception with a two-argument
+constructor), a step that fails the run once, and approvals. Step names repeat across
+branches on purpose: equal names in concurrent branches are where a replay by position would
+silently swap results.
+
+Each step's function returns a value derived from its own step id and arguments, and logs
+``pid key`` before it does, so values differ from step to step and every execution is on
+record. A trial runs the program once without kills (the reference), then again in another
+journal, SIGKILLing the child process at random moments and resuming it until it is DONE.
+It passes when:
+
+- the result (every value the program observed, by place in the program) equals the
+  reference's, and so do the journaled steps (key -> kind, name, outcome) and the tokens;
+- no step that was journaled before a kill was executed again by a later process (a step in
+  flight at a kill may run again: its entry was never written);
+- after every kill each entry reads back and positions are exactly 0..n-1.
+
+Usage: ``python tests/fuzz/replay_fuzz.py --examples 2000 [--seed N]``. The quick variant in
+the suite is ``tests/test_replay_fuzz.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__":  # run as a script: make `tests` and `durable_nb` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from hypothesis import strategies as st
+
+from durable_nb.journal import DiskJournal, Status
+from durable_nb.testing import LoopbackServer
+from tests.agent_process import _run_child, drive, kill, start
+
+RUN_ID = "program"
+MODEL = "loopback-1"
+CHILD_TIMEOUT = 60.0
+NAMES = ("a", "b", "c")  # few names: concurrent branches reuse them
+
+
+class CustomError(Exception):
+    """An exception whose constructor takes two arguments (it must replay as itself)."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(code, reason)
+        self.code = code
+        self.reason = reason
+
+
+# -- programs ------------------------------------------------------------------------------
+
+def _op(kind: str, **fields: Any) -> dict:
+    return {"op": kind, **fields}
+
+
+_names = st.sampled_from(NAMES)
+_args = st.integers(0, 9)
+_tool_calls = st.lists(st.tuples(st.sampled_from(["calc", "calc_nested", "boom"]), _args),
+                       min_size=1, max_size=3)
+
+_sync_leaf = st.one_of(
+    st.builds(lambda n, a: _op("run", name=n, arg=a), _names, _args),
+    st.builds(lambda c: _op("chat", conv=c), st.integers(0, 1)),
+    st.builds(lambda calls, p: _op("tools", calls=calls, parallel=p), _tool_calls, st.booleans()),
+    st.builds(lambda n, e: _op("catch", name=n, exc=e), _names,
+              st.sampled_from(["KeyError", "ValueError", "CustomError"])),
+    st.builds(lambda n: _op("flaky", name=n), _names),
+    st.builds(lambda n: _op("approval", name=n), _names),
+)
+_sync_ops = st.recursive(
+    st.lists(_sync_leaf, min_size=1, max_size=5),
+    lambda inner: st.lists(st.one_of(_sync_leaf, st.builds(
+        lambda n, ops: _op("nested", name=n, ops=ops), _names, inner)), min_size=1, max_size=5),
+    max_leaves=16)
+
+_async_leaf = st.one_of(
+    _sync_leaf,
+    st.builds(lambda n, a: _op("run_async", name=n, arg=a), _names, _args),
+    st.builds(lambda c: _op("chat_async", conv=c), st.integers(0, 1)),
+)
+_async_ops = st.recursive(
+    st.lists(_async_leaf, min_size=1, max_size=5),
+    lambda inner: st.lists(st.one_of(
+        _async_leaf,
+        st.builds(lambda branches: _op("gather", branches=branches),
+                  st.lists(inner, min_size=2, max_size=4))), min_size=1, max_size=5),
+    max_leaves=20)
+
+
+def programs() -> st.SearchStrategy[dict]:
+    """Random agent programs: ``{"mode": "sync" | "async", "ops": [...]}``."""
+    return st.one_of(st.builds(lambda ops: {"mode": "sync", "ops": ops}, _sync_ops),
+                     st.builds(lambda ops: {"mode": "async", "ops": ops}, _async_ops))
+
+
+# -- the interpreter (runs in the child) ---------------------------------------------------
+
+class Interpreter:
+    """Runs a program with ``ctx``; returns what it observed, by place in the program."""
+
+    def __init__(self, workdir: Path, url: str) -> None:
+        import openai
+
+        self.workdir = workdir
+        self.url = url
+        self.client = openai.OpenAI(base_url=url, api_key="fuzz", max_retries=0)
+        self.conversations: dict[tuple[str, int], list[dict]] = {}
+
+    # each step's function: logged by key, value derived from its key and argument
+    def _key(self, ctx: Any) -> str:
+        return ctx.step_id.split(":", 1)[1]
+
+    def _log(self, key: str) -> None:
+        with open(self.workdir / "executions.log", "a") as f:
+            f.write(f"{os.getpid()} {key}\n")
+
+    def compute(self, ctx: Any, name: str, arg: int) -> str:
+        key = self._key(ctx)
+        self._log(key)
+        time.sleep(random.random() * 0.004)
+        return f"{name}({arg})@{key}"
+
+    async def compute_async(self, ctx: Any, name: str, arg: int) -> str:
+        key = self._key(ctx)
+        self._log(key)
+        await asyncio.sleep(random.random() * 0.004)
+        return f"{name}({arg})@{key}"
+
+    def raiser(self, ctx: Any, kind: str) -> None:
+        key = self._key(ctx)
+        self._log(key)
+        if kind == "KeyError":
+            raise KeyError(key)
+        if kind == "ValueError":
+            raise ValueError("bad value at", key)
+        raise CustomError(7, f"custom at {key}")
+
+    def flaky(self, ctx: Any) -> str:
+        key = self._key(ctx)
+        self._log(key)
+        marker = self.workdir / f"flaky-{key}"
+        if not marker.exists():
+            marker.touch()
+            raise RuntimeError(f"fails once at {key}")
+        return f"recovered@{key}"
+
+    def tools(self, ctx: Any) -> list:
+        import durable_nb as dn
+
+        @dn.tool
+        def calc(ctx, x: int) -> str:
+            """Deterministic work."""
+            return self.compute(ctx, "calc", x)
+
+        @dn.tool
+        def calc_nested(ctx, x: int) -> str:
+            """A tool that makes steps of its own."""
+            inner = ctx.run("inner", self.compute, ctx, "inner", x)
+            return f"outer[{inner}]@{self._key(ctx)}"
+
+        @dn.tool
+        def boom(ctx, x: int) -> str:
+            """Always fails (an error message for the model)."""
+            self._log(self._key(ctx))
+            raise ValueError(f"boom {x}")
+
+        return [calc, calc_nested, boom]
+
+    # ops
+    def chat_request(self, path: str, conv: int) -> list[dict]:
+        # A conversation per list of ops (a branch, a nested body): ops in one list run one
+        # after another, so its messages come in the same order in every execution.
+        where = path.rsplit(".", 1)[0] if "." in path else ""
+        messages = self.conversations.setdefault(
+            (where, conv), [{"role": "system", "content": f"conversation {conv}"}])
+        messages.append({"role": "user", "content": f"at {path}"})
+        return messages
+
+    def sync_op(self, ctx: Any, op: dict, path: str, seen: dict) -> None:
+        kind = op["op"]
+        if kind == "run":
+            seen[path] = ctx.run(op["name"], self.compute, ctx, op["name"], op["arg"])
+        elif kind == "chat":
+            messages = self.chat_request(path, op["conv"])
+            reply = ctx.chat(model=MODEL, messages=messages, client=self.client)
+            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+            seen[path] = [reply.id, reply.choices[0].message.content]
+        elif kind == "tools":
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"{path}-{i}", "type": "function",
+                 "function": {"name": name, "arguments": json.dumps({"x": x})}}
+                for i, (name, x) in enumerate(op["calls"])]}
+            results = ctx.call_tools(message, self.tools(ctx), parallel=op["parallel"])
+            seen[path] = [m["content"] for m in results]
+        elif kind == "catch":
+            try:
+                ctx.run(op["name"], self.raiser, ctx, op["exc"])
+                seen[path] = "not raised"
+            except (KeyError, ValueError, CustomError) as exc:
+                seen[path] = [type(exc).__name__, [str(a) for a in exc.args]]
+        elif kind == "flaky":
+            seen[path] = ctx.run(op["name"], self.flaky, ctx)
+        elif kind == "approval":
+            decision = ctx.approval(op["name"], {"at": path})
+            seen[path] = [decision.approved, decision.note]
+        elif kind == "nested":
+            def body() -> dict:
+                inner: dict = {}
+                for i, sub in enumerate(op["ops"]):
+                    self.sync_op(ctx, sub, f"{path}.{i}", inner)
+                return inner
+            seen.update(ctx.run(op["name"], body))
+        else:
+            raise ValueError(f"no sync op {kind!r}")
+
+    async def async_op(self, ctx: Any, op: dict, path: str, seen: dict) -> None:
+        kind = op["op"]
+        await asyncio.sleep(random.random() * 0.003)
+        if kind == "run_async":
+            seen[path] = await ctx.run_async(op["name"], self.compute_async, ctx, op["name"],
+                                             op["arg"])
+        elif kind == "chat_async":
+            import openai
+
+            client = openai.AsyncOpenAI(base_url=self.url, api_key="fuzz", max_retries=0)
+            messages = self.chat_request(path, op["conv"])
+            reply = await ctx.chat_async(model=MODEL, messages=messages, client=client)
+            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+            seen[path] = [reply.id, reply.choices[0].message.content]
+        elif kind == "gather":
+            async def branch(ops: list, where: str) -> None:
+                for i, sub in enumerate(ops):
+                    await self.async_op(ctx, sub, f"{where}.{i}", seen)
+
+            await asyncio.gather(*(branch(ops, f"{path}/b{j}")
+                                   for j, ops in enumerate(op["branches"])))
+        else:
+            self.sync_op(ctx, op, path, seen)
+
+    def handler(self, program: dict) -> Any:
+        if program["mode"] == "sync":
+            def run(ctx: Any) -> dict:
+                self.conversations.clear()
+                seen: dict = {}
+                for i, op in enumerate(program["ops"]):
+                    self.sync_op(ctx, op, str(i), seen)
+                return seen
+            return run
+
+        async def run_async(ctx: Any) -> dict:
+            self.conversations.clear()
+            seen: dict = {}
+            for i, op in enumerate(program["ops"]):
+                await self.async_op(ctx, op, str(i), seen)
+            return seen
+        return run_async
+
+
+def program_child(program_json: str, journal_dir: str, workdir: str, url: str) -> None:
+    """Process target: execute the program as run ``program`` (result.json / error.txt)."""
+    import durable_nb as dn
+
+    interpreter = Interpreter(Path(workdir), url)
+    handler = interpreter.handler(json.loads(program_json))
+    try:
+        _run_child(workdir, lambda: dn.execute(RUN_ID, handler, journal=journal_dir,
+                                               poll_interval=0.02))
+    except Exception:
+        sys.exit(1)  # error.txt has the traceback; the driver reads it
+
+
+# -- trials --------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    result: Any
+    steps: dict[str, tuple]  # key -> (kind, name, ok, outcome)
+    tokens: int
+    kills: int = 0
+    restarts: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def _journal_view(journal: DiskJournal) -> tuple[dict[str, tuple], int]:
+    """The run's steps by key (entries replay skips left out), and its tokens."""
+    record = journal.get_run(RUN_ID)
+    skipped = set(record.retried_steps or ())
+    view = {}
+    for entry in journal.steps(RUN_ID):
+        if entry.position in skipped:
+            continue
+        outcome = entry.result if entry.ok else [entry.error.get("type"), entry.error.get("args")]
+        view[entry.key] = (entry.kind, entry.name, entry.ok,
+                           json.dumps(_timeless(outcome), sort_keys=True))
+    return view, record.tokens
+
+
+def _timeless(data: Any) -> Any:
+    """``data`` without timestamps (a reply's ``created``, a decision's ``at``), which differ
+    between the reference run and the killed one."""
+    if isinstance(data, dict):
+        return {k: _timeless(v) for k, v in data.items() if k not in ("created", "at")}
+    if isinstance(data, list):
+        return [_timeless(v) for v in data]
+    return data
+
+
+def _check_positions(journal: DiskJournal) -> str | None:
+    entries = list(journal.steps(RUN_ID))  # CorruptEntry propagates
+    with closing(sqlite3.connect(f"file:{journal.directory / 'cache.db'}?mode=ro",
+                                 uri=True)) as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM Cache WHERE key LIKE ?",
+                                         (f"step:{RUN_ID}:%",))]
+    positions = sorted(int(k.rsplit(":", 1)[1]) for k in keys)
+    if positions != list(range(len(entries))):
+        return f"step positions on disk are {positions}: a gap or a stray entry"
+    return None
+
+
+def _journaled_keys(journal: DiskJournal) -> set[str]:
+    """Keys of every entry in the run's journal (their steps must never run again)."""
+    return {entry.key for entry in journal.steps(RUN_ID)} if journal.find_run(RUN_ID) else set()
+
+
+def _executions(workdir: Path) -> list[str]:
+    """Keys of the step executions logged so far, in order."""
+    log = workdir / "executions.log"
+    return [line.split()[1] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def execute_program(program: dict, workdir: Path, url: str, kill_after: list[float]) -> Outcome:
+    """Run the program to DONE, killing its process after each delay in ``kill_after`` and
+    resuming it, as a person re-running the cell would."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    journal_dir = workdir / "journal"
+    journal = DiskJournal(journal_dir)
+    program_json = json.dumps(program)
+    kills, restarts = 0, 0
+    problems: list[str] = []
+    # After each kill: how many executions were logged, and which steps were journaled.
+    snapshots: list[tuple[int, set[str]]] = []
+    try:
+        while True:
+            for name in ("result.json", "error.txt"):
+                (workdir / name).unlink(missing_ok=True)
+            process = start(program_child, program_json, str(journal_dir), str(workdir), url)
+            kill_at = time.monotonic() + kill_after[kills] if kills < len(kill_after) else None
+            try:
+                drive(process, journal, RUN_ID, timeout=CHILD_TIMEOUT,
+                      kill_when=(lambda: time.monotonic() > kill_at) if kill_at else None)
+            except TimeoutError as exc:
+                problems.append(str(exc))
+                break
+            if process.exitcode == -9:
+                kills += 1
+                problem = _check_positions(journal)
+                if problem:
+                    problems.append(f"after kill {kills}: {problem}")
+                    break
+                snapshots.append((len(_executions(workdir)), _journaled_keys(journal)))
+                continue
+            if (workdir / "result.json").exists():
+                break
+            error = (workdir / "error.txt").read_text() if (workdir / "error.txt").exists() else ""
+            if "fails once at" in error and restarts < 20:
+                restarts += 1  # a flaky step failed the run: resume it, as a person would
+                continue
+            problems.append(f"the run failed: {error[-2000:] or f'exit code {process.exitcode}'}")
+            break
+        result = json.loads((workdir / "result.json").read_text())["result"] \
+            if (workdir / "result.json").exists() else None
+        if result is not None and journal.get_run(RUN_ID).status is not Status.DONE:
+            problems.append("the run returned but is not DONE")
+        # A step that failed the run once is tried again on purpose; any other journaled
+        # step executed again after a kill ran twice.
+        retried = {marker.name.removeprefix("flaky-") for marker in workdir.glob("flaky-*")}
+        executed = _executions(workdir)
+        for mark, journaled in snapshots:
+            again = sorted({key for key in executed[mark:] if key in journaled} - retried)
+            if again:
+                problems.append(f"steps {again} were journaled before a kill and executed "
+                                f"again by a later process")
+        steps, tokens = _journal_view(journal)
+    finally:
+        journal.close()
+    return Outcome(result, steps, tokens, kills, restarts, problems)
+
+
+#: Totals over the trials of this process, for the report line.
+TOTALS: Counter = Counter()
+
+
+def check_program(program: dict, kill_after: list[float], root: Path, url: str) -> list[str]:
+    """One trial: the reference run, then the killed-and-resumed one; the problems found."""
+    root.mkdir(parents=True, exist_ok=True)
+    reference = execute_program(program, root / "reference", url, [])
+    if reference.problems:
+        return [f"reference run: {p}" for p in reference.problems]
+    crashed = execute_program(program, root / "crashed", url, kill_after)
+    TOTALS.update(programs=1, kills=crashed.kills, resumes_after_failure=crashed.restarts,
+                  steps=len(reference.steps))
+    problems = list(crashed.problems)
+    if crashed.result != reference.result:
+        problems.append(f"result differs from the reference:\n  {crashed.result}\n  "
+                        f"{reference.result}")
+    if crashed.steps != reference.steps:
+        differing = sorted(k for k in set(crashed.steps) | set(reference.steps)
+                           if crashed.steps.get(k) != reference.steps.get(k))
+        problems.append(f"journaled steps differ at keys {differing[:8]}")
+    if crashed.tokens != reference.tokens:
+        problems.append(f"tokens {crashed.tokens} != reference {reference.tokens}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    chosen = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    print(f"replay fuzz: {args.examples} programs, seed {chosen}", flush=True)
+    examples = iter(range(10**9))
+    with LoopbackServer(["first", "second", "third", "fourth", "fifth"]) as server, \
+            tempfile.TemporaryDirectory() as tmp:
+
+        @hypothesis_seed(chosen)
+        @settings(max_examples=args.examples, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(program=programs(), kills=st.lists(st.floats(0.0, 0.4), max_size=3))
+        def trial(program: dict, kills: list[float]) -> None:
+            problems = check_program(program, kills, Path(tmp) / str(next(examples)), server.url)
+            assert not problems, "\n".join(problems) + f"\nprogram: {json.dumps(program)}"
+
+        started = time.monotonic()
+        try:
+            trial()
+        finally:
+            print(" ".join(f"{k}={v}" for k, v in sorted(TOTALS.items()))
+                  + f" seconds={time.monotonic() - started:.0f} seed={chosen}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Random agent programs, SIGKILLed at random moments and resumed, end exactly as an
+uninterrupted reference run: every observed value, every journaled step, the tokens; no
+journaled step executed again (a short run of ``tests/fuzz/replay_fuzz.py``, which runs
+thousands of programs). ``REPLAY_FUZZ_SEED`` picks the seed (default: random, printed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from durable_nb.testing import LoopbackServer
+from tests.fuzz.replay_fuzz import TOTALS, check_program, programs
+
+SEED = int(os.environ.get("REPLAY_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
+EXAMPLES = 25
+
+
+def test_killed_and_resumed_programs_replay_what_an_uninterrupted_run_observed(tmp_path):
+    print(f"replay fuzz seed {SEED} (rerun with REPLAY_FUZZ_SEED={SEED})")
+    counter = iter(range(EXAMPLES * 10))
+    TOTALS.clear()
+    with LoopbackServer(["first", "second", "third", "fourth", "fifth"]) as server:
+
+        @seed(SEED)
+        @settings(max_examples=EXAMPLES, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(program=programs(), kills=st.lists(st.floats(0.0, 0.4), min_size=1, max_size=3))
+        def trial(program, kills):
+            problems = check_program(program, kills, tmp_path / str(next(counter)), server.url)
+            assert not problems, "\n".join(problems) + f"\nprogram: {json.dumps(program)}"
+
+        trial()
+    print(dict(TOTALS))
+    assert TOTALS["programs"] >= EXAMPLES
+    assert TOTALS["kills"] >= EXAMPLES // 2, f"too few kills landed to test anything: {TOTALS}"
