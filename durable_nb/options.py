@@ -32,6 +32,9 @@ class RunOptions:
     ``max_cost`` is in US dollars, priced with :mod:`durable_nb.pricing` (``prices``
     overrides its table per model).
 
+    ``durability`` (default ``$DURABLE_NB_DURABILITY`` or ``"process"``) is how the journal
+    directory is opened when it is given by path: see :mod:`durable_nb.journal.local`.
+
     ``verify_replay``: after an execution that finished the run (DONE) having executed steps,
     execute the handler once more in pure replay and raise
     :class:`~durable_nb.errors.ReplayDiverged` if it does not reproduce the same steps,
@@ -55,6 +58,7 @@ class RunOptions:
     client: Any = None
     context_windows: dict[str, int] | None = None
     verify_replay: bool | None = None
+    durability: Literal["process", "power"] | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in (("on_change", ("error", "rerun", "replay")),

@@ -116,8 +116,8 @@ class Runner:
         validate_run_id(run_id)
         self.run_id = run_id
         self.handler = handler
-        self.journal = open_journal(journal)
         self.options = options or RunOptions()
+        self.journal = open_journal(journal, durability=self.options.durability)
         self.observer = observer or NullObserver()
         self.parent = parent
         self.execution: Execution | None = None
