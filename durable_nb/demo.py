@@ -149,12 +149,20 @@ class _PrintSteps:
 
 
 def _agent_main(journal: str, url: str, workdir: str, crash_after: str | None) -> None:
-    """The child process: run the agent; SIGKILL itself after the named tool's step."""
+    """The child process: run the agent; SIGKILL itself after the named tool's step.
+
+    The model is ``$DURABLE_NB_MODEL`` (default the loopback one) and the key
+    ``$OPENAI_API_KEY``, so that a notebook on a real model gets the same run. With a crash
+    point the child never waits for a decision: a run already past that point (a second
+    Run All of the notebook) is only replayed, and parks at a pending approval.
+    """
     import openai
 
     from .runner import RunOptions, Runner
 
-    client = openai.OpenAI(base_url=url, api_key="offline-demo", max_retries=0)
+    model = os.environ.get("DURABLE_NB_MODEL") or "loopback-1"
+    client = openai.OpenAI(base_url=url, api_key=os.environ.get("OPENAI_API_KEY") or
+                           "offline-demo", max_retries=0)
     observer = _PrintSteps()
     if crash_after:
         printer = observer.on_step
@@ -166,12 +174,18 @@ def _agent_main(journal: str, url: str, workdir: str, crash_after: str | None) -
 
         observer.on_step = on_step  # type: ignore[method-assign]
     tools = make_tools(workdir)
-    runner = Runner("sales-report", lambda ctx: sales_agent(ctx, tools, client=client),
+    runner = Runner("sales-report",
+                    lambda ctx: sales_agent(ctx, tools, model=model, client=client),
                     journal=journal, observer=observer,
                     options=RunOptions(title="Q3 sales report", max_iterations=10,
-                                       poll_interval=0.05))
+                                       poll_interval=0.05,
+                                       on_approval="park" if crash_after else "wait"))
     outcome = runner.run()
-    print(f"    result: {outcome.result}", flush=True)
+    if outcome.record.pending_approval:
+        print(f"    parked: the run waits for approval of "
+              f"{outcome.record.pending_approval.get('name')!r}", flush=True)
+    else:
+        print(f"    result: {outcome.result}", flush=True)
 
 
 def _spawn(journal: Path, url: str, workdir: Path, crash_after: str | None

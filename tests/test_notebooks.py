@@ -1,44 +1,76 @@
-"""Every notebook in notebooks/ runs headless (nbclient, as CI or papermill would) in a fresh
-working directory, offline, and shows what its text promises."""
+"""Every notebook in notebooks/ runs headless (nbclient, as CI or papermill would), offline,
+shows what its text promises, and keeps it whatever the order: Run All twice in one kernel,
+Restart and Run All, Restart and Run All while an approval waits, two notebooks one after the
+other in the same folder. Each notebook works in a folder of its own (``work/NAME`` beside
+it), so "every tool ran once" stays true."""
 
 from __future__ import annotations
 
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
 from durable_nb import DiskJournal, Status
+from durable_nb.testing import LoopbackServer
 
 pytestmark = pytest.mark.kernel
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+NAMES = [p.stem for p in NOTEBOOKS]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+ALL_TOOLS_ONCE = Counter(read_csv=1, analyse=1, write_report=1, send_email=1)
 
 
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kernel inherits this environment: the bundled model server, not a real API."""
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "DURABLE_NB_DIR"):
+    """The kernel inherits this environment: no API key, so the bundled model server."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "DURABLE_NB_DIR", "DURABLE_NB_JOURNAL",
+                 "DURABLE_NB_MODEL", "DURABLE_NB_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
 
-def _run(name: str, workdir: Path) -> nbformat.NotebookNode:
-    nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False,
-                   resources={"metadata": {"path": str(workdir)}}).execute()
+def _client(nb: nbformat.NotebookNode, folder: Path) -> NotebookClient:
+    return NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False,
+                          resources={"metadata": {"path": str(folder)}})
+
+
+def _read(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
+
+
+def _run(name: str, folder: Path) -> nbformat.NotebookNode:
+    """Run All in a new kernel (a first run, or Restart and Run All)."""
+    nb = _read(name)
+    _client(nb, folder).execute()
     return nb
 
 
-def _cell(nb: nbformat.NotebookNode, starts: str, nth: int = 0) -> nbformat.NotebookNode:
+def _run_all_twice(name: str, folder: Path) -> tuple[list[dict], nbformat.NotebookNode]:
+    """Run All, then Run All again in the same kernel: (the first pass's outputs by cell,
+    the notebook after the second pass)."""
+    nb = _read(name)
+    client = _client(nb, folder)
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        first = [nbformat.from_dict(dict(c)) for c in nb.cells]
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+    return first, nb
+
+
+def _cell(nb: Any, starts: str, nth: int = 0) -> nbformat.NotebookNode:
     """The ``nth`` code cell whose source starts with ``starts``."""
-    matches = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(starts)]
+    cells = nb.cells if hasattr(nb, "cells") else nb
+    matches = [c for c in cells if c.cell_type == "code" and c.source.startswith(starts)]
     assert len(matches) > nth, f"{len(matches)} cells start with {starts!r}"
     return matches[nth]
 
@@ -58,53 +90,62 @@ def _has_panel(cell: nbformat.NotebookNode) -> bool:
     return any(WIDGET_VIEW in out.get("data", {}) for out in cell.outputs)
 
 
+def _work(folder: Path, name: str) -> Path:
+    return folder / "work" / name
+
+
 def _effects(workdir: Path) -> Counter:
     return Counter(line.split()[0] for line in
                    (workdir / "side_effects.log").read_text().splitlines())
 
 
-ALL_TOOLS_ONCE = Counter(read_csv=1, analyse=1, write_report=1, send_email=1)
-
-
 def test_every_notebook_has_a_test() -> None:
-    assert [p.name for p in NOTEBOOKS] == ["approvals.ipynb", "crash_and_resume.ipynb",
-                                           "quickstart.ipynb"]
+    assert NAMES == ["approvals", "crash_and_resume", "quickstart"]
 
 
 def test_quickstart_runs_the_agent_to_done_after_approval(tmp_path: Path, offline) -> None:
-    nb = _run("quickstart.ipynb", tmp_path)
+    nb = _run("quickstart", tmp_path)
+    work = _work(tmp_path, "quickstart")
+    assert _text(_cell(nb, "import os")) == f"model: loopback-1 (offline); working in {work}\n"
     assert _text(_cell(nb, "%load_ext")) == ""  # no runs left behind in a fresh directory
     assert _text(_cell(nb, "from durable_nb.demo import make_tools")) == \
         "['read_csv', 'analyse', 'write_report', 'send_email']"
-    assert _has_panel(_cell(nb, "%%durable_agent quickstart"))
+    agent = _cell(nb, "%%durable_agent quickstart")
+    assert _has_panel(agent)
+    # The panel's text fallback (what nbconvert and papermill keep) tells how the run ended.
+    summary = _text(agent)
+    assert summary.startswith("durable run quickstart (Q3 sales report): DONE\n"), summary
+    assert "result: The Q3 sales report is done" in summary
     assert "The Q3 sales report is done" in _text(_cell(nb, "%durable wait quickstart"))
     shown = _text(_cell(nb, "%durable show quickstart"))
     assert "status     DONE" in shown and "iteration  5 / 10" in shown
-    assert _effects(tmp_path) == ALL_TOOLS_ONCE
-    record = DiskJournal(tmp_path / ".durable_nb").get_run("quickstart")
+    assert _effects(work) == ALL_TOOLS_ONCE
+    record = DiskJournal(work / ".durable_nb").get_run("quickstart")
     assert record.status is Status.DONE and record.title == "Q3 sales report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing outside work/
 
 
 def test_crash_and_resume_repeats_no_tool_after_the_sigkill(tmp_path: Path, offline) -> None:
-    nb = _run("crash_and_resume.ipynb", tmp_path)
+    nb = _run("crash_and_resume", tmp_path)
+    work = _work(tmp_path, "crash_and_resume")
     died = _text(_cell(nb, "import subprocess, sys"))
     assert "exit code: -9" in died and "executed  step 5: run write_report" in died
-    assert "status     RUNNING" in _text(_cell(nb, "%durable show sales-report", 0))
+    assert "status     INTERRUPTED" in _text(_cell(nb, "%durable show sales-report", 0))
     assert _has_panel(_cell(nb, "%%durable_agent sales-report"))
     assert "The Q3 sales report is done" in _text(_cell(nb, "%durable wait sales-report"))
     assert _text(_cell(nb, "from collections import Counter")) == \
         "Counter({'read_csv': 1, 'analyse': 1, 'write_report': 1, 'send_email': 1})"
     assert "status     DONE" in _text(_cell(nb, "%durable show sales-report", 1))
-    assert _effects(tmp_path) == ALL_TOOLS_ONCE
-    assert len(list((tmp_path / "outbox").iterdir())) == 1
+    assert _effects(work) == ALL_TOOLS_ONCE
+    assert len(list((work / "outbox").iterdir())) == 1
 
 
 def test_approvals_notebook_shows_approval_rejection_and_timeout(tmp_path: Path,
                                                                  offline) -> None:
-    nb = _run("approvals.ipynb", tmp_path)
+    nb = _run("approvals", tmp_path)
     assert "approved run refund-42 (by lead)" in _text(_cell(nb, "import subprocess, sys"))
     assert _text(_cell(nb, "%durable wait refund-42")) == "'refunded 180.0 (key refund-42:2)'"
-    assert "rejected run delete-table" in _text(_cell(nb, "%durable reject delete-table"))
+    assert "rejected run delete-table" in _text(_cell(nb, "import durable_nb\n\nif"))
     assert _text(_cell(nb, "%durable wait delete-table")).startswith(
         "'kept the table: not today (decided by ")
     assert _text(_cell(nb, "%durable wait nobody-home")) == \
@@ -112,3 +153,81 @@ def test_approvals_notebook_shows_approval_rejection_and_timeout(tmp_path: Path,
     runs = _text(_cell(nb, "%durable runs"))
     for run_id in ("refund-42", "delete-table", "nobody-home"):
         assert any(line.startswith(run_id) and "DONE" in line for line in runs.splitlines())
+    assert (_work(tmp_path, "approvals") / ".durable_nb").is_dir()
+
+
+# -- any order -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_run_all_twice_in_one_kernel_replays_and_keeps_every_promise(tmp_path: Path, offline,
+                                                                      name: str) -> None:
+    first, nb = _run_all_twice(name, tmp_path)
+    # The second pass changed nothing: the same results, the model chosen before the notebook
+    # ran (not the key the first pass set), every tool still run once.
+    for before, after in zip(first, nb.cells):
+        if after.cell_type == "code" and after.source.startswith(("%durable wait", "Counter",
+                                                                  "[t.name", "from collections")):
+            assert _text(after) == _text(before), after.source
+    if name != "approvals":
+        assert "model: loopback-1 (offline)" in _text(_cell(nb, "import os"))
+        assert _effects(_work(tmp_path, name)) == ALL_TOOLS_ONCE
+    agent = nb.cells[[i for i, c in enumerate(nb.cells)
+                      if c.cell_type == "code" and c.source.startswith("%%durable_agent")][0]]
+    assert ": DONE\n" in _text(agent) and "replayed, 0 executed" in _text(agent)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_restart_and_run_all_replays(tmp_path: Path, offline, name: str) -> None:
+    _run(name, tmp_path)
+    again = _run(name, tmp_path)  # a new kernel, the same folder
+    if name != "approvals":
+        assert _effects(_work(tmp_path, name)) == ALL_TOOLS_ONCE
+    if name == "crash_and_resume":
+        assert "only replayed it" in _text(_cell(again, "import subprocess, sys"))
+        assert _text(_cell(again, "from collections import Counter")) == \
+            "Counter({'read_csv': 1, 'analyse': 1, 'write_report': 1, 'send_email': 1})"
+
+
+def test_restart_and_run_all_while_the_email_waits_never_hangs(tmp_path: Path, offline) -> None:
+    nb = _read("crash_and_resume")
+    client = _client(nb, tmp_path)
+    agent_index = nb.cells.index(_cell(nb, "%%durable_agent sales-report"))
+    with client.setup_kernel():  # a person ran the notebook up to the agent cell, and left
+        for index, cell in enumerate(nb.cells[:agent_index + 1]):
+            client.execute_cell(cell, index)
+    work = _work(tmp_path, "crash_and_resume")
+    assert DiskJournal(work / ".durable_nb").get_run("sales-report").status \
+        is Status.WAITING_APPROVAL
+
+    again = _run("crash_and_resume", tmp_path)  # Restart and Run All
+    assert "parked: the run waits for approval of 'send_email'" in \
+        _text(_cell(again, "import subprocess, sys"))
+    assert _text(_cell(again, "from collections import Counter")) == \
+        "Counter({'read_csv': 1, 'analyse': 1, 'write_report': 1, 'send_email': 1})"
+
+
+def test_two_notebooks_in_one_folder_keep_their_own_journal_and_effects(tmp_path: Path,
+                                                                        offline) -> None:
+    _run("quickstart", tmp_path)
+    nb = _run("crash_and_resume", tmp_path)
+    assert "exit code: -9" in _text(_cell(nb, "import subprocess, sys"))
+    assert _text(_cell(nb, "from collections import Counter")) == \
+        "Counter({'read_csv': 1, 'analyse': 1, 'write_report': 1, 'send_email': 1})"
+    assert _effects(_work(tmp_path, "quickstart")) == ALL_TOOLS_ONCE
+    assert DiskJournal(_work(tmp_path, "quickstart") / ".durable_nb").find_run(
+        "sales-report") is None
+
+
+def test_with_an_api_key_the_notebooks_use_the_configured_endpoint_on_every_pass(
+        tmp_path: Path, offline, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "Real model" mode, with a local server standing in for the API: the key and endpoint
+    # the environment had before the notebook ran decide it, on the second pass too.
+    with LoopbackServer() as api:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+        monkeypatch.setenv("OPENAI_BASE_URL", api.url)
+        monkeypatch.setenv("DURABLE_NB_MODEL", "loopback-1")
+        _, nb = _run_all_twice("crash_and_resume", tmp_path)
+        served = api.stats()["total"]
+    assert "model: loopback-1 (real)" in _text(_cell(nb, "import os"))
+    assert served > 0  # the notebook and its crashing child talked to that endpoint
+    assert _effects(_work(tmp_path, "crash_and_resume")) == ALL_TOOLS_ONCE
