@@ -1086,3 +1086,21 @@ def test_postgres_a_forked_child_uses_connections_of_its_own(pg_backend: Backend
     results = [e.result for e in store.steps("r")]
     assert results[0] == 0 and results[2] == "from the parent"
     assert results[1] not in parent_sessions  # the child's own session wrote its step
+
+
+@pytest.mark.postgres
+def test_postgres_an_append_retried_after_a_lost_reply_counts_as_written(pg_backend: Backend):
+    """PostgreSQL only: a writer whose connection dropped after the commit does not know
+    the step was written and tries again; finding its own entry there, byte for byte, is
+    success; any other entry at that position is still refused."""
+    store = pg_backend.open()
+    store.acquire_lease("r", _holder("t"), lambda holder: False)
+    entry = _entry(0, result="paid answer")
+    record = _record("r", title="with the step")
+    store.append_step("r", entry, token="t", record_json=record.to_json(), blobs={"d": "[1]"})
+    store.append_step("r", entry, token="t", record_json=record.to_json(), blobs={"d": "[1]"})
+    assert store.count_steps("r") == 1 and store.get_run("r").title == "with the step"
+    with pytest.raises(RunLeased, match="position 0 of its journal was written by another"):
+        store.append_step("r", _entry(0, result="another answer"), token="t")
+    with pytest.raises(RunLeased, match="fenced out"):
+        store.append_step("r", entry, token="not the holder")

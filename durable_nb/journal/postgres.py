@@ -18,7 +18,11 @@ The journal lives in a schema of its own::
 schema's ``append_step`` function) that checks the lease token with the lease row locked
 ``FOR SHARE``, inserts the entry only where its position is free (``ON CONFLICT DO
 NOTHING``), adds the blobs and writes the record. A fenced or taken position writes
-nothing and raises :class:`~durable_nb.errors.RunLeased`. Values are JSON text (``text``
+nothing and raises :class:`~durable_nb.errors.RunLeased`, except when the position holds
+this very entry, byte for byte: a retry after a reply lost with the connection (the write
+was committed) counts as done. A failed query raises :class:`DatabaseError` (an
+``OSError``, as a failed disk write), :class:`JournalUnavailable` when the server cannot be
+reached: an executing run degrades and retries its writes as on a full disk. Values are JSON text (``text``
 columns, byte for byte what :meth:`StepEntry.to_json` produced): nothing is ever unpickled.
 
 **Heartbeats in the database's clock.** ``leases.heartbeat_at`` is the server's ``now()``
@@ -309,7 +313,7 @@ class PostgresJournal(Journal):
         pool = self._pool_class(self._url.conninfo, kwargs=self._kwargs, min_size=1,
                                 max_size=self._pool_size, open=False, name="durable_nb",
                                 configure=self._configure if self.read_only else None,
-                                timeout=max(self._connect_timeout, 30.0))
+                                timeout=self._connect_timeout)
         pool.open(wait=False)
         return pool
 
@@ -562,10 +566,17 @@ class PostgresJournal(Journal):
         digests = values = None
         if blobs:
             digests, values = list(blobs), list(blobs.values())
+        text = entry.to_json()
         with self._conn("appending a step") as conn:
             outcome = conn.execute(self._sql["append_step"], (
-                run_id, entry.position, entry.to_json(), record_json, token, digests, values,
+                run_id, entry.position, text, record_json, token, digests, values,
             )).fetchone()[0]
+            if outcome == 2:
+                stored = conn.execute(self._sql["get_step"], (run_id, entry.position)).fetchone()
+                if stored is not None and stored[0] == text:
+                    # This very entry, written by an earlier try whose reply was lost (the
+                    # connection dropped after the commit): the write is done.
+                    return
         if outcome == 1:
             raise RunLeased(run_id, self.lease(run_id) or {}, advice=FENCED_ADVICE)
         if outcome == 2:
