@@ -78,33 +78,66 @@ def live_execution(run_id: str) -> Execution | None:
         return _live.get(run_id)
 
 
-class _Heartbeat(threading.Thread):
-    """Renews the lease and picks up cancel requests written by other processes."""
+class _Heartbeats:
+    """One thread for the whole process: renews the lease of every run executing here (each
+    at its own ``heartbeat_interval``) and picks up cancel requests other processes wrote. A
+    batch of a hundred runs costs one thread, not a hundred."""
 
-    def __init__(self, runner: "Runner", lease: Lease) -> None:
-        super().__init__(name=f"durable-nb-heartbeat-{runner.run_id}", daemon=True)
-        self.runner = runner
-        self.lease = lease
-        self.stopped = threading.Event()
+    def __init__(self) -> None:
+        self._due: dict[Runner, tuple[Lease, float]] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
 
-    def run(self) -> None:
-        journal = self.runner.journal
-        try:
-            while not self.stopped.wait(self.runner.options.heartbeat_interval):
-                execution = self.runner.execution
-                try:
-                    if not self.lease.renew():
-                        if execution is not None:
-                            execution.lease_lost = True
-                        return
-                    if execution is not None and \
-                            journal.get_request("cancel", self.runner.run_id) is not None:
-                        execution.cancel_event.set()
-                        execution.wake_event.set()
-                except Exception:  # a transient disk error must not kill the heartbeat
+    def add(self, runner: "Runner", lease: Lease) -> None:
+        with self._lock:
+            self._due[runner] = (lease, time.monotonic() + runner.options.heartbeat_interval)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="durable-nb-heartbeat")
+                self._thread.start()
+            self._changed.notify()
+
+    def remove(self, runner: "Runner") -> None:
+        with self._lock:
+            self._due.pop(runner, None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._due:
+                    self._thread = None
+                    return
+                now = time.monotonic()
+                ready = [(r, lease) for r, (lease, due) in self._due.items() if due <= now]
+                for runner, lease in ready:
+                    self._due[runner] = (lease, now + runner.options.heartbeat_interval)
+                if not ready:
+                    self._changed.wait(min(due for _, due in self._due.values()) - now)
                     continue
-        finally:
-            journal.close()  # this thread's connection (and its hold on the WAL)
+            for runner, lease in ready:
+                if not self._beat(runner, lease):
+                    self.remove(runner)
+
+    @staticmethod
+    def _beat(runner: "Runner", lease: Lease) -> bool:
+        """Renew one lease; False once it is lost (the run's next step stops it)."""
+        execution = runner.execution
+        try:
+            if not lease.renew():
+                if execution is not None:
+                    execution.lease_lost = True
+                return False
+            if execution is not None and \
+                    runner.journal.get_request("cancel", runner.run_id) is not None:
+                execution.cancel_event.set()
+                execution.wake_event.set()
+        except Exception:  # noqa: BLE001 - a transient disk error must not stop the heartbeat
+            pass
+        return True
+
+
+_heartbeats = _Heartbeats()
 
 
 class Runner:
@@ -163,10 +196,9 @@ class Runner:
             raise RunExpired(f"run {self.run_id!r} {record.error}; it is marked FAILED and will "
                              f"not resume. Start a new run id for a new attempt.")
         lease = Lease.acquire(self.journal, self.run_id, self.options.stale_after)
-        heartbeat = _Heartbeat(self, lease)
         try:
             self._prepare(record, lease.token)
-            heartbeat.start()
+            _heartbeats.add(self, lease)
             while True:
                 execution = self._start(record, lease.token)
                 try:
@@ -179,7 +211,7 @@ class Runner:
                     self._verify(outcome, lease.token)
                 return outcome
         finally:
-            heartbeat.stopped.set()
+            _heartbeats.remove(self)
             with _live_lock:
                 if _live.get(self.run_id) is self.execution:
                     _live.pop(self.run_id, None)
