@@ -11,11 +11,13 @@ from __future__ import annotations
 import html
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -373,3 +375,111 @@ def test_wait_option_keeps_the_cell_running_until_a_decision_from_outside(tmp_pa
         # The cell itself returns the decision: it waited instead of parking.
         assert k.wait_for(msg_id, timeout=60).raise_for_error().text == "(True, 'ops')"
     assert _status(tmp_path, "waited") is Status.DONE
+
+
+# -- errors as a person reads them ---------------------------------------------------------------
+
+def _one_line(result: Any) -> str:
+    """The error the cell shows, asserting it is one line without any traceback frame
+    (IPython prints a UsageError to stderr rather than as a traceback)."""
+    shown = (result.traceback or result.stderr).strip()
+    assert result.status == "error", result
+    assert "\n" not in shown and "File " not in shown and "Traceback" not in shown, shown
+    return shown
+
+
+def test_durable_errors_show_as_their_message_with_what_to_do_and_the_badge_stops(
+        tmp_path: Path) -> None:
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        k.execute("%%durable_agent e\nctx.run('a', str, 'x')").raise_for_error()
+        changed = k.execute("%%durable_agent e\nctx.run('a', str, 'y')")
+        assert changed.error["ename"] == "InputChanged"
+        shown = _one_line(changed)
+        assert shown.startswith("InputChanged: run 'e' no longer matches its journal: step 0, "
+                                "run 'a': args[0] changed.")
+        assert "`durable-nb reset e --from 0`" in shown and "--on-change rerun" in shown
+        header = html.unescape(_panel_html(k, "stopped: input changed"))
+        assert "The run is DONE in the journal (unchanged)" in header
+        assert _status(tmp_path, "e") is Status.DONE
+
+        assert _one_line(k.execute("%durable approve e")) == (
+            "NoPendingApproval: run 'e' is not waiting for an approval (status DONE). See "
+            "`durable-nb show e`.")
+        assert _one_line(k.execute("%durable reset e --from 99")) == (
+            "UsageError: cannot reset run 'e' from step 99: its steps are numbered 0 to 0. "
+            "See `durable-nb show e`.")
+        missing = tmp_path / "no" / "x.ipynb"
+        assert _one_line(k.execute(f"%durable export e {missing}")) == (
+            f"FileNotFoundError: cannot write {missing}: the folder {missing.parent} does not "
+            f"exist. Create it first, or export to a path in an existing folder.")
+        spaced = k.execute("%%durable_agent sales report\nctx.run('a', str, 'x')")
+        assert spaced.stderr.strip() == (
+            "UsageError: unrecognized arguments: report\n"
+            "  a run id is one word without spaces: did you mean 'sales-report'?")
+
+
+def test_a_user_exception_from_a_step_shows_the_users_frames_only(tmp_path: Path) -> None:
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        failed = k.execute("%%durable_agent u\n"
+                           "def boom(x):\n"
+                           "    raise ValueError('bad ' + x)\n"
+                           "ctx.run('a', lambda: 1)\n"
+                           "ctx.run('b', boom, 'y')")
+        assert failed.status == "error" and failed.error["ename"] == "ValueError"
+        shown = failed.traceback
+        assert "ctx.run('b', boom, 'y')" in shown and "raise ValueError('bad ' + x)" in shown
+        assert shown.rstrip().endswith("ValueError: bad y")
+        assert "durable_nb/" not in shown and "run_cell_magic" not in shown, shown
+        assert "FAILED" in _panel_html(k, "<b>u</b>")
+
+
+def test_prints_reach_the_cells_output_and_the_panel_log(tmp_path: Path) -> None:
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        done = k.execute("%%durable_agent p\nprint('hello from the cell')\nctx.run('a', str, 1)")
+        done.raise_for_error()
+        # Printed once by the run and once by its pure-replay check (DURABLE_NB_VERIFY_REPLAY).
+        assert done.stdout == "hello from the cell\n" * 2
+        k.drain(0.3)
+        logs = [m.state.get("outputs") for m in k.widgets.values()
+                if m.model_name == "OutputModel"]
+        assert any("hello from the cell" in str(out) for out in logs), logs
+
+
+needs_ro_mount = pytest.mark.skipif(
+    not shutil.which("unshare") or subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount --bind -o ro /tmp /tmp"],
+        capture_output=True).returncode != 0,
+    reason="needs `unshare -m` and a read-only bind mount (root)")
+
+
+@needs_ro_mount
+def test_an_unwritable_journal_is_reported_as_not_writable(tmp_path: Path) -> None:
+    readonly = tmp_path / "readonly"
+    journal = DiskJournal(readonly / "j")
+    execute("r", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
+    journal.close()
+    wrapper = ["unshare", "-m", "sh", "-c",
+               f'mount --bind -o ro "{readonly}" "{readonly}" && exec "$@"', "sh"]
+    with start_kernel(tmp_path, env=_env(), argv_prefix=wrapper) as k:
+        _load(k)
+        shown = _one_line(k.execute(f"%%durable_agent r --journal {readonly / 'j'}\n"
+                                    f"ctx.run('a', lambda: 1)"))
+    assert shown.startswith(f"JournalNotWritable: the journal at {readonly / 'j'} is not "
+                            f"writable (")
+    assert "use another one (--journal DIR or DURABLE_NB_DIR)" in shown
+
+
+def test_durable_nb_enable_makes_the_magic_exist_after_every_restart(tmp_path: Path) -> None:
+    env = {**_env(), "IPYTHONDIR": str(tmp_path / "ipython")}
+    enabled = subprocess.run([sys.executable, "-m", "durable_nb.cli", "enable"], env={
+        **os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert enabled.returncode == 0, enabled.stderr
+    cell = "%%durable_agent enabled\nctx.run('a', lambda: 41) + 1"
+    with start_kernel(tmp_path, env=env) as k:
+        assert k.execute(cell).raise_for_error().text == "42"  # no %load_ext
+        k.restart()
+        assert k.execute(cell).raise_for_error().text == "42"  # only the agent cell, replayed
+    assert [e.name for e in _journal(tmp_path).steps("enabled")] == ["a"]

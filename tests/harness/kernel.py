@@ -88,12 +88,13 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30, what: str = "
         time.sleep(0.05)
 
 
-def _write_kernelspec(spec_dir: Path) -> None:
+def _write_kernelspec(spec_dir: Path, argv_prefix: list[str] | None = None) -> None:
     # A private spec pins the kernel to this interpreter; a system-wide "python3" spec might not.
     kdir = spec_dir / KERNEL_NAME
     kdir.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [*(argv_prefix or []), sys.executable, "-m", "ipykernel_launcher", "-f",
+                 "{connection_file}"],
         "display_name": "durable-nb test kernel",
         "language": "python",
     }
@@ -108,10 +109,11 @@ class KernelSession:
     states in `widgets`, whatever request they belong to.
     """
 
-    def __init__(self, cwd: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, cwd: str | os.PathLike[str], env: Mapping[str, str] | None = None,
+                 argv_prefix: list[str] | None = None) -> None:
         self.cwd = Path(cwd)
         self._spec_dir = Path(tempfile.mkdtemp(prefix="durable-nb-kspec-"))
-        _write_kernelspec(self._spec_dir)
+        _write_kernelspec(self._spec_dir, argv_prefix)
         self.km = KernelManager(
             kernel_name=KERNEL_NAME,
             kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(self._spec_dir)]),
@@ -326,10 +328,12 @@ class KernelSession:
 
 @contextmanager
 def start_kernel(
-    tmp_path: str | os.PathLike[str], env: Mapping[str, str] | None = None
+    tmp_path: str | os.PathLike[str], env: Mapping[str, str] | None = None,
+    argv_prefix: list[str] | None = None,
 ) -> Iterator[KernelSession]:
-    """A started KernelSession with cwd `tmp_path` and extra `env`; shut down on exit."""
-    session = KernelSession(tmp_path, env)
+    """A started KernelSession with cwd `tmp_path` and extra `env`; shut down on exit.
+    `argv_prefix` goes before the kernel's command (e.g. a mount namespace wrapper)."""
+    session = KernelSession(tmp_path, env, argv_prefix)
     session.start()
     try:
         yield session

@@ -1,0 +1,156 @@
+"""The panel's content, built from real runs on a real journal (no browser, no kernel): what
+each part says, step details, cost and savings, an honest badge, the text summary."""
+
+from __future__ import annotations
+
+import html
+import re
+import threading
+import time
+
+import openai
+import pytest
+
+import durable_nb
+from durable_nb import DiskJournal, InputChanged, RunRecord, Status, StepEntry
+from durable_nb.demo import SALES_CSV, make_tools, sales_agent
+from durable_nb.panel import RunPanel
+from durable_nb.registry import get_run
+from durable_nb.testing import LoopbackServer
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The demo agent's run, DONE after an approval: (journal, RunInfo)."""
+    root = tmp_path_factory.mktemp("panel")
+    (root / "sales.csv").write_text(SALES_CSV)
+    journal = DiskJournal(root / "journal")
+
+    def approve_when_asked() -> None:
+        while (r := journal.find_run("sales")) is None or r.status is not Status.WAITING_APPROVAL:
+            time.sleep(0.02)
+        durable_nb.approve("sales", "fine", by="ana", journal=journal)
+
+    with LoopbackServer() as server:
+        client = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0)
+        tools = make_tools(root)
+        approver = threading.Thread(target=approve_when_asked)
+        approver.start()
+        durable_nb.execute("sales", lambda ctx: sales_agent(ctx, tools, client=client),
+                           title="Q3", journal=journal, poll_interval=0.02)
+        approver.join()
+    yield journal, get_run("sales", journal=journal)
+    journal.close()
+
+
+def test_step_details_show_new_messages_reply_arguments_result_and_decision(demo_run) -> None:
+    journal, info = demo_run
+    panel = RunPanel.load(info, journal=journal)
+    timeline = panel.timeline.value
+    rows = timeline.split("<details><summary><span>")[1:]  # one chunk per step row
+    bodies = [row.split("<div class='dnb-step-body'>", 1)[1] for row in rows]
+    assert len(bodies) == len(info.steps)
+    first_chat = _text(bodies[0])
+    assert "Asked loopback-1 with 2 messages and tools read_csv, analyse, write_report, " \
+           "send_email; 2 new in this request" in first_chat
+    assert "Write the Q3 sales report" in first_chat and "earlier messages" not in first_chat
+    second_chat = _text(bodies[2])
+    assert "with 4 messages" in second_chat and "2 new in this request" in second_chat
+    assert "2 earlier messages (sent before)" in second_chat  # collapsed, not repeated
+    assert "calls read_csv" in second_chat  # the assistant message new in this request
+    read_csv = _text(bodies[1])
+    assert '"path": "sales.csv"' in read_csv and '"rows": 9' in read_csv
+    approval = _text(bodies[[e.kind for e in info.steps].index("approval")])
+    assert '"to": "team@example.com"' in approval
+    assert "Decision: approved by ana: fine" in approval
+    assert "prompt +" in first_chat and "completion tokens" in first_chat
+
+
+def test_approval_row_shows_the_wait_apart_from_step_time(demo_run) -> None:
+    journal, info = demo_run
+    row = re.search(r"<summary><span>\d+</span><span>approval</span>.*?</summary>",
+                    RunPanel.load(info, journal=journal).timeline.value, re.S).group(0)
+    cells = re.findall(r"<span[^>]*>(.*?)</span>", row)
+    assert cells[3] == "&ndash;"  # no step time for a person's wait
+    assert re.search(r"by ana: fine \u00b7 waited \d+\.\d s", html.unescape(row))
+
+
+def test_a_done_runs_elapsed_ends_when_it_finished(tmp_path) -> None:
+    now = time.time()
+    record = RunRecord(run_id="r", status=Status.DONE, created_at=now - 1000,
+                       updated_at=now, finished_at=now - 990)
+    panel = RunPanel(record)
+    assert "took 10.0 s" in panel.stats.value
+    assert "took 10.0 s" in panel.summary()
+
+
+def test_replay_savings_count_tokens_and_cost_of_replayed_steps(tmp_path) -> None:
+    record = RunRecord(run_id="r", status=Status.RUNNING, created_at=time.time())
+    panel = RunPanel(record)
+    for position in range(7):
+        meta = {"model": "gpt-4o-mini", "cost": 0.0003, "cached": 0, "estimated": False}
+        kind, tokens = ("chat", (200, 4)) if position % 2 == 0 else ("run", (0, 0))
+        panel.on_step(StepEntry(position, str(position), "gpt-4o-mini", kind,
+                                prompt_tokens=tokens[0], completion_tokens=tokens[1],
+                                meta=meta if kind == "chat" else None), True)
+    panel.refresh(force=True)
+    assert "7 steps replayed: 816 tokens, $0.0012 saved" in panel.stats.value
+    assert "7 steps replayed: 816 tokens, $0.0012 saved" in panel.summary()
+
+
+def test_a_stopped_execution_of_a_done_run_says_so_instead_of_done() -> None:
+    record = RunRecord(run_id="r", status=Status.DONE, created_at=time.time())
+    panel = RunPanel(record)
+    panel.show_result(error=InputChanged("r", 1, "run 'b'", "args[0] changed"))
+    header = _text(panel.header.value)
+    assert "stopped: input changed" in header and "DONE" not in header.split("The run")[0]
+    assert "The run is DONE in the journal (unchanged); this execution of the cell stopped" \
+        in header
+    assert panel.summary().startswith(
+        "durable run r: stopped: input changed (the run is DONE in the journal)")
+
+
+def test_streamed_text_ends_its_line_before_the_next_print() -> None:
+    panel = RunPanel(RunRecord(run_id="r", created_at=time.time()), refresh_interval=3600)
+    panel.on_text("The report")
+    panel.on_text(" is done.")
+    panel.on_step(StepEntry(0, "0", "m", "chat"), False)
+    panel.append_log("next print\n")
+    assert "".join(panel._log_buffer) == "The report is done.\nnext print\n"
+
+
+def test_the_text_summary_tells_status_tokens_cost_approval_and_result(demo_run) -> None:
+    journal, info = demo_run
+    record = RunRecord(run_id="w", title="deploy", status=Status.WAITING_APPROVAL,
+                       iteration=2, max_iterations=10, prompt_tokens=1500, completion_tokens=40,
+                       cost=0.0021, max_cost=0.5, created_at=time.time(),
+                       pending_approval={"key": "3", "name": "send_email",
+                                         "details": {"to": "team@example.com"}})
+    text = RunPanel(record).summary()
+    assert text.splitlines()[0] == "durable run w (deploy): WAITING_APPROVAL"
+    assert "iteration 2 / 10, tokens 1,500 prompt + 40 completion, cost $0.0021 of $0.500" \
+        in text
+    assert 'waiting for approval of \'send_email\': {"to": "team@example.com"}' in text
+    done = RunPanel.load(info, journal=journal)
+    done.show_result("The Q3 sales report is done.")
+    assert done.summary().endswith("result: The Q3 sales report is done.")
+    bundle = done._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"] == done.summary()
+
+
+def test_a_dead_kernel_note_and_button_hint_are_in_the_panel_hidden_until_disconnected() -> None:
+    record = RunRecord(run_id="r", status=Status.WAITING_APPROVAL, created_at=time.time(),
+                       pending_approval={"key": "1", "name": "go", "details": None})
+    panel = RunPanel(record)
+    assert "dnb-panel" in panel.widget._dom_classes
+    assert ".dnb-panel.jupyter-widgets-disconnected .dnb-dead {display: block" \
+        in panel.header.value
+    assert "This panel belongs to a kernel that stopped" in panel.header.value
+    assert "durable-nb approve r" in panel.approval_text.value
+    assert all("dnb-button" in b._dom_classes for b in
+               (panel.approve_button, panel.reject_button, panel.cancel_button))
