@@ -176,7 +176,7 @@ def check_budget(execution: Any, kwargs: dict, *, estimate: int | None = None) -
     record = execution.record
     model = str(kwargs.get("model") or "")
     problem = advice = None
-    limits = "Raise the limit (--max-tokens, --max-iterations, max_cost=)"
+    limits = "Raise the limit (--max-tokens / --max-cost / --max-iterations)"
     if record.max_iterations is not None and execution.iteration >= record.max_iterations:
         problem = (f"max_iterations reached: {execution.iteration} of {record.max_iterations} "
                    f"LLM calls made")
