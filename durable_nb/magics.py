@@ -11,6 +11,7 @@ import re
 import shlex
 import sys
 import sysconfig
+import textwrap
 import time
 import types
 from pathlib import Path
@@ -142,7 +143,11 @@ def _user_traceback(tb: types.TracebackType | None) -> types.TracebackType | Non
 
 
 def _message_only(exc: BaseException, text: str | None = None) -> list[str]:
-    return [f"\x1b[0;31m{type(exc).__name__}\x1b[0m: {text if text is not None else exc}"]
+    # Wrapped at word boundaries: a front end wraps a long line anywhere, mid-word.
+    name = type(exc).__name__
+    message = textwrap.fill(f"{name}: {text if text is not None else exc}", 100,
+                            break_long_words=False, break_on_hyphens=False)
+    return [f"\x1b[0;31m{name}\x1b[0m{message[len(name):]}"]
 
 
 def shorten(exc: BaseException, shell: Any, interrupted: str | None = None) -> None:

@@ -46,21 +46,24 @@ _CSS = """<style>
   border-radius: 4px}
 .dnb-panel.jupyter-widgets-disconnected::before,
 .dnb-panel .jupyter-widgets-disconnected::before {display: none !important}
-.dnb-panel.jupyter-widgets-disconnected .dnb-button {opacity: 0.5; cursor: not-allowed}
+.dnb-panel.jupyter-widgets-disconnected .dnb-button {opacity: 0.5; cursor: not-allowed;
+  width: auto; max-width: none}
 .dnb-panel.jupyter-widgets-disconnected .dnb-button::after {content: " (kernel stopped)";
   margin-left: 2px}
 .dnb-panel .dnb-button i.fa {margin-right: 4px; vertical-align: baseline}
 .dnb-panel .dnb-text {white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
   margin: 2px 0}
 .dnb-steps {font-size: 0.85em}
-.dnb-steps summary, .dnb-steps .dnb-head {display: grid; grid-template-columns: 3em 6em minmax(8em, 16em) 7em 11em auto;
-  gap: 0 8px; cursor: pointer; line-height: 1.5; list-style: none}
-.dnb-steps summary::-webkit-details-marker {display: none}
-.dnb-steps summary::before {content: none}
-.dnb-steps summary:hover {background: rgba(127, 127, 127, 0.12)}
-.dnb-steps details[open] > summary {background: rgba(127, 127, 127, 0.12)}
-.dnb-steps .dnb-head {font-weight: bold; cursor: default; background: none}
-.dnb-steps .dnb-name {overflow: hidden; text-overflow: ellipsis; white-space: nowrap}
+.dnb-steps > details > summary, .dnb-steps > .dnb-head {display: grid;
+  grid-template-columns: 3em 6em minmax(8em, 16em) 7em 13em auto; gap: 0 8px;
+  line-height: 1.5}
+.dnb-steps > details > summary {cursor: pointer; list-style: none}
+.dnb-steps > details > summary::-webkit-details-marker {display: none}
+.dnb-steps > details > summary:hover, .dnb-steps > details[open] > summary {
+  background: rgba(127, 127, 127, 0.12)}
+.dnb-steps > .dnb-head {font-weight: bold}
+.dnb-steps summary > span {white-space: nowrap; overflow: hidden; text-overflow: ellipsis}
+.dnb-steps details details > summary {cursor: pointer; color: #57606a}
 .dnb-step-body {margin: 2px 0 8px 3em; padding: 4px 8px; border-left: 3px solid #d0d7de}
 .dnb-step-body pre {white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
   margin: 2px 0 6px 0; max-height: 20em; overflow: auto}
@@ -84,6 +87,26 @@ def _stopped_badge(error: BaseException) -> str:
     if isinstance(error, KeyboardInterrupt):
         return "stopped: interrupted"
     return "stopped: error"
+
+
+def _clock(ts: float) -> str:
+    """A wall-clock time: ``14:03:12``, with the date when it is not today."""
+    moment = time.localtime(ts)
+    same_day = time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d")
+    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M", moment)
+
+
+def _timing(record: RunRecord) -> str:
+    """How long the run took (DONE), ran (FAILED, CANCELLED), has run (RUNNING, redrawn while
+    it runs), or since when it waits (a parked run's panel is not redrawn)."""
+    if record.status is Status.DONE:
+        return f"took {format_duration(elapsed(record))}"
+    if record.status is Status.RUNNING:
+        return f"elapsed {format_duration(elapsed(record))}"
+    if record.status is Status.WAITING_APPROVAL:
+        asked = (record.pending_approval or {}).get("requested_at")
+        return f"waiting since {_clock(asked)}" if isinstance(asked, (int, float)) else "waiting"
+    return f"ran {format_duration(elapsed(record))}"
 
 
 def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
@@ -276,12 +299,19 @@ class RunPanel:
             self._log_ends_line = text.endswith("\n")
         self.refresh()
 
-    def show_result(self, value: Any = None, error: BaseException | None = None) -> None:
+    def show_result(self, value: Any = None, error: BaseException | None = None,
+                    shown_below: bool = False) -> None:
+        """Show the run's result, or the error that stopped this execution (named only,
+        when the cell shows it right below the panel)."""
         text = ""
         if error is not None:
             message = str(error) or type(error).__name__
-            text = (f"<b>Error:</b> <div class='dnb-text' style='color:#cf222e'>"
-                    f"{html.escape(f'{type(error).__name__}: {message}')}</div>")
+            if shown_below:
+                text = (f"<div style='color:#cf222e'><b>Error:</b> "
+                        f"{html.escape(type(error).__name__)} (the message is below)</div>")
+            else:
+                text = (f"<b>Error:</b> <div class='dnb-text' style='color:#cf222e'>"
+                        f"{html.escape(f'{type(error).__name__}: {message}')}</div>")
             plain = f"error: {type(error).__name__}: {message}"
         elif value is not None:
             if isinstance(value, str):
@@ -330,15 +360,14 @@ class RunPanel:
                 self.approval_box.layout.display = "none"
             finished = record.status in (Status.DONE, Status.FAILED, Status.CANCELLED) \
                 or self._error is not None
-            self.cancel_button.layout.display = "none" if finished else "inline-flex"
+            self.cancel_button.layout.display = "none" if finished else None
         if log:
             self.log.append_stdout(log)
 
     def _approval_html(self, pending: dict) -> str:
         details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
         asked = pending.get("requested_at")
-        since = (f" &middot; asked {html.escape(format_duration(time.time() - asked))} ago"
-                 if isinstance(asked, (int, float)) else "")
+        since = (f" &middot; asked at {_clock(asked)}" if isinstance(asked, (int, float)) else "")
         run_id = html.escape(str(pending.get("run_id") or self._record.run_id))
         return (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
                 f"(step {html.escape(str(pending.get('key')))}){since}"
@@ -384,7 +413,6 @@ class RunPanel:
         iters = f"{record.iteration}" + (f" / {record.max_iterations}"
                                          if record.max_iterations else "")
         budget = f" of {record.max_tokens:,}" if record.max_tokens else ""
-        took = "took" if record.status is Status.DONE else "elapsed"
         parts = [f"iteration <b>{iters}</b>",
                  f"tokens <b>{record.prompt_tokens:,}</b> prompt / "
                  f"<b>{record.completion_tokens:,}</b> completion{budget}"]
@@ -393,7 +421,7 @@ class RunPanel:
             parts.append(cost)
         parts.append(f"steps <b>{self._replayed:,}</b> replayed, <b>{self._executed:,}</b> "
                      f"executed")
-        parts.append(f"{took} {format_duration(elapsed(record))}")
+        parts.append(_timing(record))
         line = " &middot; ".join(parts)
         if self._replayed_entries:
             line += (f"<div style='color:#1a7f37'>{html.escape(self._savings())}</div>")
@@ -585,8 +613,7 @@ class RunPanel:
             facts.append(f"cost {format_cost(record.cost)}"
                          + (f" of {format_cost(record.max_cost)}" if record.max_cost else ""))
         facts.append(f"steps {self._replayed:,} replayed, {self._executed:,} executed")
-        facts.append(("took " if record.status is Status.DONE else "elapsed ")
-                     + format_duration(elapsed(record)))
+        facts.append(_timing(record))
         lines.append(", ".join(facts))
         if self._replayed_entries:
             lines.append(self._savings())

@@ -5,11 +5,14 @@ A notebook starts the loopback model server in its kernel, runs the demo sales a
 panel's Approve (or Reject) button in the page and watches the panel's status badge reach DONE;
 the notebook folder's side_effects.log and the run's journal show what really happened.
 
-Screenshots of the panel (waiting for approval, and done) are saved in the test's tmp dir.
+Screenshots of the panel (waiting for approval, done, a step's details, after a kernel
+restart, an error) are saved in the test's tmp dir, or in $DURABLE_NB_SHOTS to look at them.
+The panel of a stopped kernel is checked in Jupyter Notebook 7 too, when it is installed.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,7 +22,13 @@ from durable_nb import serde
 from durable_nb.demo import SALES_CSV
 from durable_nb.journal import DiskJournal, Status
 from durable_nb.registry import get_run
-from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
+from tests.harness.lab import (
+    JupyterLab,
+    LabPage,
+    notebook7_available,
+    require_chromium,
+    write_notebook,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -160,3 +169,121 @@ def test_reject_click_with_note_resumes_run_to_done_without_email(
     assert decision["approved"] is False
     assert decision["note"] == NOTE
     assert decision["by"].endswith(" (notebook)")
+
+
+# -- what a person sees beyond the click --------------------------------------------------------
+
+def _shots(tmp_path: Path) -> Path:
+    """Where screenshots go: $DURABLE_NB_SHOTS (to look at them), else the test's tmp dir."""
+    folder = Path(os.environ.get("DURABLE_NB_SHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
+    """Jupyter Notebook 7 serving a folder (skipped when the notebook package is missing)."""
+    require_chromium()
+    if not notebook7_available():
+        pytest.skip("Jupyter Notebook 7 is not installed (pip install 'notebook>=7')")
+    with JupyterLab(tmp_path_factory.mktemp("nb7"), app="notebook") as server:
+        yield server
+
+
+def test_a_step_opens_to_what_it_was_asked_and_a_restarted_kernels_panel_says_so(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    with LabPage(lab, timeout=60) as page:
+        folder = _open_agent_notebook(lab, page, "details")
+        _panel_button(page, "Approve").click()
+        _badge(page, Status.DONE).wait_for(state="visible")
+        rows = page.cell(AGENT).locator(".dnb-steps > details > summary")
+        rows.filter(has_text="read_csv").first.click()
+        body = page.cell(AGENT).locator(".dnb-steps > details[open] .dnb-step-body").first
+        body.wait_for(state="visible")
+        assert '"path": "sales.csv"' in body.inner_text()
+        assert '"rows": 9' in body.inner_text()
+        rows.filter(has_text="loopback-1").nth(1).click()
+        chat = page.cell(AGENT).locator(".dnb-steps > details[open] .dnb-step-body").nth(1)
+        assert "2 new in this request" in chat.inner_text()
+        _shoot_panel(page, shots / "lab-step-details.png")
+        dead = page.cell(AGENT).locator(".dnb-dead").first
+        assert not dead.is_visible()  # the kernel is alive: no note
+
+        page.restart_kernel()
+
+        page.cell(AGENT).locator(".dnb-panel.jupyter-widgets-disconnected").wait_for()
+        dead.wait_for(state="visible")
+        assert "This panel belongs to a kernel that stopped; re-run the cell to reconnect" \
+            in dead.inner_text()
+        _shoot_panel(page, shots / "lab-after-restart.png")
+    assert get_run(RUN_ID, journal=DiskJournal(folder / ".durable_nb")).status is Status.DONE
+
+
+_PARKED_CELL = """%%durable_agent parked --title "deploy"
+d = ctx.approval('deploy', {'env': 'prod'})
+d.approved"""
+
+
+def test_notebook7_panel_of_a_stopped_kernel_says_why_its_buttons_do_nothing(
+    notebook7: JupyterLab, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    write_notebook(notebook7.root_dir / "parked.ipynb",
+                   ["%load_ext durable_nb\nprint('setup ok')", _PARKED_CELL])
+    with LabPage(notebook7, timeout=60) as page:
+        page.open_notebook("parked.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        try:
+            page.wait_for_text("setup ok", cell_index=0)
+        except Exception:
+            page.screenshot(shots / "nb7-setup-failed.png")
+            raise
+        page.run_cell(1)
+        output = page.cell(1).locator(".jp-Cell-outputArea")
+        output.get_by_text(str(Status.WAITING_APPROVAL), exact=True).wait_for()
+        approve = page.cell(1).locator("button.dnb-button", has_text="Approve").first
+        assert approve.evaluate("e => getComputedStyle(e, '::after').content") == "none"
+        output.screenshot(path=str(shots / "nb7-waiting.png"))
+
+        page.restart_kernel()
+
+        page.cell(1).locator(".dnb-panel.jupyter-widgets-disconnected").wait_for()
+        notes = page.cell(1).locator(".dnb-dead")
+        notes.first.wait_for(state="visible")
+        text = " ".join(notes.all_inner_texts())
+        assert "This panel belongs to a kernel that stopped" in text
+        assert "Approve and Reject do nothing here: the kernel that drew them stopped" in text
+        assert "durable-nb approve parked" in text
+        assert approve.evaluate("e => getComputedStyle(e, '::after').content") == \
+            '" (kernel stopped)"'
+        output.screenshot(path=str(shots / "nb7-after-restart.png"))
+
+
+def test_an_error_is_one_line_under_a_stopped_badge(lab: JupyterLab, tmp_path: Path) -> None:
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "errors"
+    folder.mkdir()
+    write_notebook(folder / "errors.ipynb", [
+        "%load_ext durable_nb\nprint('setup ok')",
+        "%%durable_agent e\nctx.run('a', str, 'x')",
+        "%%durable_agent e\nctx.run('a', str, 'an edited input')"])
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("errors/errors.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.cell(1).locator(".jp-Cell-outputArea").get_by_text("DONE", exact=True).wait_for()
+        page.run_cell(2)
+        output = page.cell(2).locator(".jp-Cell-outputArea")
+        output.get_by_text("stopped: input changed", exact=True).wait_for()
+        error = page.cell(2).locator(".jp-RenderedText[data-mime-type='application/"
+                                     "vnd.jupyter.stderr']").last
+        error.wait_for(state="visible")
+        shown = error.inner_text().strip()
+        output.screenshot(path=str(shots / "lab-error.png"))
+    assert shown.startswith("InputChanged: run 'e' no longer matches its journal")
+    assert "File " not in shown and "Traceback" not in shown

@@ -384,8 +384,10 @@ def _one_line(result: Any) -> str:
     (IPython prints a UsageError to stderr rather than as a traceback)."""
     shown = (result.traceback or result.stderr).strip()
     assert result.status == "error", result
-    assert "\n" not in shown and "File " not in shown and "Traceback" not in shown, shown
-    return shown
+    assert "File " not in shown and "Traceback" not in shown and "---" not in shown, shown
+    if result.traceback:  # wrapped at word boundaries, at 100 columns
+        assert all(len(line) <= 100 for line in shown.splitlines()), shown
+    return " ".join(shown.splitlines())
 
 
 def test_durable_errors_show_as_their_message_with_what_to_do_and_the_badge_stops(

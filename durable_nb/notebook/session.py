@@ -105,7 +105,8 @@ class NotebookRun:
                              options=self.options, observer=self.panel).run()
         except BaseException as exc:
             self.panel.on_record(self.journal.find_run(self.run_id) or self.panel._record)
-            self.panel.show_result(error=exc)
+            # In the foreground the cell shows the error right below the panel.
+            self.panel.show_result(error=exc, shown_below=foreground)
             raise
         finally:
             self.executing = False

@@ -107,16 +107,29 @@ def write_notebook(path: str | os.PathLike[str], sources: list[str]) -> Path:
     return Path(path)
 
 
+def notebook7_available() -> bool:
+    """True when Jupyter Notebook 7 (the `notebook` package) is installed."""
+    try:
+        from importlib.metadata import version
+
+        return int(version("notebook").split(".")[0]) >= 7
+    except Exception:  # noqa: BLE001 - not installed, or an unreadable version
+        return False
+
+
 class JupyterLab:
     """A `jupyter lab` server serving `root_dir`, ready (GET /api/status == 200) inside `with`.
 
     `env` is added to the server's environment, which kernels it starts inherit (e.g.
     DURABLE_NB_DIR). On exit all kernel sessions are deleted and the server is terminated.
+    `app="notebook"` runs Jupyter Notebook 7 instead (the same front-end components).
     """
 
     def __init__(
-        self, root_dir: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 60
+        self, root_dir: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 60,
+        app: str = "lab",
     ) -> None:
+        self.app = app
         self.root_dir = Path(root_dir)
         self.env = env or {}
         self.timeout = timeout
@@ -130,7 +143,7 @@ class JupyterLab:
     def __enter__(self) -> JupyterLab:
         env = {**os.environ, **_write_jupyter_dirs(self._base), **self.env}
         cmd = [
-            sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+            sys.executable, "-m", "jupyter", self.app, "--no-browser", "--allow-root",
             f"--port={self.port}", "--port-retries=0", "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={self.root_dir}",
         ]  # fmt: skip
@@ -172,13 +185,19 @@ class JupyterLab:
 
     def notebook_url(self, name: str) -> str:
         """The URL opening notebook `name` (relative to root_dir) in a fresh layout."""
+        if self.app == "notebook":
+            return f"{self.url}/notebooks/{name}?token={self.token}"
         # ?reset stops JupyterLab restoring earlier tabs whose hidden cells would match selectors.
         return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
 
     def delete_sessions(self) -> None:
-        """Shut down every kernel session the server runs."""
+        """Shut down every kernel session the server runs (one that is restarting may refuse:
+        the server's exit ends its kernel anyway)."""
         for session in self.api("GET", "/api/sessions"):
-            self.api("DELETE", f"/api/sessions/{session['id']}")
+            try:
+                self.api("DELETE", f"/api/sessions/{session['id']}")
+            except urllib.error.HTTPError:
+                pass
 
     def __exit__(
         self,
@@ -260,13 +279,31 @@ class LabPage:
         Only meaningful before running cells: subshell status messages can show Idle while a
         cell is still blocked, so judge running cells by their output.
         """
+        if self.lab.app == "notebook":  # Notebook 7 has no status bar: its toolbar indicator
+            status = self.page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+            status.first.wait_for(state="attached", timeout=timeout * 1000)
+            return
         status = self.page.locator("#jp-main-statusbar").filter(has_text="Idle")
         status.wait_for(state="visible", timeout=timeout * 1000)
 
-    def run_cell(self, index: int) -> None:
-        """Run cell `index` as a user would: click into its editor, press Shift+Enter."""
-        self.cell(index).locator(".jp-InputArea-editor .cm-content").click()
-        self.page.keyboard.press("Shift+Enter")
+    def run_cell(self, index: int, attempts: int = 3) -> None:
+        """Run cell `index` as a user would: click into its editor, press Shift+Enter.
+
+        Right after a notebook opens, a front end may drop the keystroke while its kernel
+        connection settles (seen in Notebook 7): the cell then keeps its empty prompt
+        "[ ]:", and the keystroke is sent again (a cell that ran shows "[*]:" or "[N]:")."""
+        prompt = self.cell(index).locator(".jp-InputPrompt").first
+        for attempt in range(attempts):
+            self.cell(index).locator(".jp-InputArea-editor .cm-content").click()
+            self.page.keyboard.press("Shift+Enter")
+            try:
+                self.page.wait_for_function(
+                    "e => !/^\\[ \\]:?$/.test(e.textContent.trim())", arg=prompt.element_handle(),
+                    timeout=10_000)
+                return
+            except Exception:  # noqa: BLE001 - playwright's TimeoutError
+                if attempt == attempts - 1:
+                    raise
 
     def cell_output_text(self, index: int) -> str:
         """The visible text of cell `index`'s output area ("" when it has none)."""
@@ -288,6 +325,13 @@ class LabPage:
         """Wait until `text` appears in cell outputs (never matches cell source code)."""
         found = self._outputs(cell_index).filter(has_text=text).first
         found.wait_for(state="visible", timeout=timeout * 1000)
+
+    def restart_kernel(self) -> None:
+        """Restart the kernel as a person does: Kernel menu, Restart Kernel..., confirm."""
+        self.page.locator("#jp-MainMenu, #jp-menu-panel").get_by_text(
+            "Kernel", exact=True).first.click()
+        self.page.locator(".lm-Menu-content").get_by_text("Restart Kernel…").first.click()
+        self.page.locator(".jp-Dialog button.jp-mod-accept").click()
 
     def screenshot(self, path: str | os.PathLike[str]) -> None:
         """Save a full-page PNG (for debugging failures)."""
