@@ -52,6 +52,7 @@ _CSS = """<style>
   margin-left: 2px}
 .dnb-panel .dnb-button i.fa {margin-right: 4px; vertical-align: baseline}
 .dnb-panel .dnb-text {white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
+  line-height: 1.4;
   margin: 2px 0}
 .dnb-steps {font-size: 0.85em}
 .dnb-steps > details > summary, .dnb-steps > .dnb-head {display: grid;
