@@ -260,6 +260,8 @@ def format_run(info: registry.RunInfo, interrupted: bool = False) -> str:
              + budget]
     dollars, estimated, unpriced = cost_of(info.steps)
     cost = format_cost(info.cost or dollars, estimated=estimated)
+    if unpriced and not (info.cost or dollars):
+        cost = "unknown"
     if info.max_cost:
         cost += f" of {format_cost(info.max_cost)}"
     if unpriced:

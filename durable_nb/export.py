@@ -292,10 +292,7 @@ def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
 
 
 def _title_md(run: dict[str, Any], result: dict[str, Any]) -> str:
-    cost = result["cost"]
-    money = format_cost(cost["dollars"], estimated=cost["estimated"])
-    if cost["unpriced_models"]:
-        money += f" (no price known for {', '.join(cost['unpriced_models'])})"
+    money = _money(result["cost"])
     lines = [f"# {run['title'] or run['run_id']}", "",
              f"Durable run {_code(run['run_id'])}, exported from its journal.", ""]
     if run.get("goal"):
@@ -316,6 +313,15 @@ def _title_md(run: dict[str, Any], result: dict[str, Any]) -> str:
     if run["source"]:
         lines += ["", "The cell below is the code that ran it (not executed here)."]
     return "\n".join(lines)
+
+
+def _money(cost: dict[str, Any]) -> str:
+    """``$0.0021``; ``unknown (no price known for M)`` when nothing could be priced."""
+    unpriced = cost["unpriced_models"]
+    if unpriced and not cost["dollars"]:
+        return f"unknown (no price known for {', '.join(unpriced)})"
+    text = format_cost(cost["dollars"], estimated=cost["estimated"])
+    return text + (f" (no price known for {', '.join(unpriced)})" if unpriced else "")
 
 
 def _quote(text: str) -> str:
@@ -444,9 +450,7 @@ def _result_md(result: dict[str, Any]) -> str:
     lines = ["## Result", "", f"- status: **{result['status']}**",
              f"- tokens: {tokens['prompt']} prompt + {tokens['completion']} completion "
              f"= {tokens['total']}",
-             f"- cost: {format_cost(cost['dollars'], estimated=cost['estimated'])}"
-             + (f" (no price known for {', '.join(cost['unpriced_models'])})"
-                if cost["unpriced_models"] else ""),
+             f"- cost: {_money(cost)}",
              f"- a re-run replays from the journal {result['replay']}",
              f"- time: {_duration(timing['elapsed'])} from creation to "
              f"{'the end' if timing.get('finished_at') else 'last update'}; "

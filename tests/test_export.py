@@ -245,3 +245,60 @@ def test_a_rejection_names_who_rejected_it(tmp_path):
 
 def _fail() -> None:
     raise TerminalError("the service said no")
+
+
+def test_export_tells_the_goal_and_the_prompt_each_round_sent(demo_run, tmp_path):
+    _, journal = demo_run
+    nb = nbformat.read(export_run(RUN, tmp_path / "run.ipynb", journal=journal), as_version=4)
+    data = json.loads(export_run(RUN, tmp_path / "run.json", journal=journal).read_text())
+
+    goal = "Write the Q3 sales report from sales.csv and email it to team@example.com."
+    assert data["run"]["goal"] == goal
+    assert f"**Goal** (the first user message):\n\n> {goal}" in nb.cells[0].source
+    first, second = data["rounds"][0]["chat"]["request"], data["rounds"][1]["chat"]["request"]
+    assert first["model"] == "loopback-1" and first["messages"] == 2
+    assert [m["role"] for m in first["new_messages"]] == ["system", "user"]
+    assert first["tools"] == ["read_csv", "analyse", "write_report", "send_email"]
+    # Each message once: the second request repeats the first two, the export does not.
+    assert second["messages"] == 4 and [m["role"] for m in second["new_messages"]] == \
+        ["assistant", "tool"]
+    rounds = [c.source for c in nb.cells if c.source.startswith("## Round")]
+    assert "**Prompt**: 2 messages; tools `read_csv`, `analyse`" in rounds[0]
+    assert f"> {goal}" in rounds[0]
+    assert "**Prompt**: 4 messages (2 sent before, 2 new)" in rounds[1]
+
+
+def test_export_tells_cost_and_what_replay_saves(demo_run, tmp_path):
+    _, journal = demo_run
+    info = durable_nb.get_run(RUN, journal=journal)
+    data = json.loads(export_run(RUN, tmp_path / "run.json", journal=journal).read_text())
+    text = _text(nbformat.read(export_run(RUN, tmp_path / "run.ipynb", journal=journal),
+                               as_version=4))
+
+    # The loopback model has no price: the cost is said to be unknown, not $0.
+    assert data["result"]["cost"]["unpriced_models"] == ["loopback-1"]
+    assert "- cost: unknown (no price known for loopback-1)" in text
+    assert data["result"]["replay"] == (f"{len(info.steps)} steps journaled: {info.tokens:,} "
+                                        f"tokens")
+    assert f"a re-run replays from the journal {len(info.steps)} steps journaled" in text
+
+
+def test_export_of_a_priced_run_shows_dollars(tmp_path):
+    from durable_nb.pricing import Price
+
+    journal = DiskJournal(tmp_path / "journal")
+    with LoopbackServer(["The answer is 42."]) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=SECRET, max_retries=0)
+        durable_nb.execute("priced", lambda ctx: ctx.chat(
+            client=client, model="loopback-1",
+            messages=[{"role": "user", "content": "What is the answer?"}]
+        ).choices[0].message.content, journal=journal,
+            prices={"loopback-1": Price(input=1000.0, cached_input=0.0, output=2000.0)})
+    info = durable_nb.get_run("priced", journal=journal)
+    data = export_data(info, journal=journal)
+    journal.close()
+
+    expected = (info.prompt_tokens * 1000.0 + info.completion_tokens * 2000.0) / 1_000_000
+    assert data["result"]["cost"]["dollars"] == pytest.approx(expected)
+    assert data["rounds"][0]["chat"]["cost"]["dollars"] == pytest.approx(expected)
+    assert data["run"]["goal"] == "What is the answer?"
