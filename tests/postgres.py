@@ -11,6 +11,10 @@ logs in as ``agent`` with a password.
 
 Without PostgreSQL the tests that need it skip, except under ``CI=true``, where they fail:
 CI must prove they ran (``.ci/run`` installs the package).
+
+A test session killed before its teardown leaves its server running: each cluster directory
+names the process that started it (``owner``), and starting a server stops and removes the
+clusters whose owner is gone.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from urllib.parse import quote
 
 import pytest
 
+_PREFIX = "dnb-pg-"
 DATABASE = "dnb_test"
 SUPERUSER = "dnb"
 PASSWORD_ROLE = "agent"
@@ -95,9 +100,27 @@ class PostgresServer:
                                f"{proc.stderr}\n{tail}")
         return proc
 
+    def _sweep(self) -> None:
+        """Stop and remove clusters left by test sessions that died without their teardown."""
+        for owner in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*/owner"):
+            try:
+                os.kill(int(owner.read_text()), 0)
+                continue  # its session is alive
+            except ProcessLookupError:
+                pass
+            except (ValueError, OSError):
+                continue
+            root = owner.parent
+            if (root / "data" / "postmaster.pid").exists():
+                self._as_postgres(str(self.bin_dir / "pg_ctl"), "-D", str(root / "data"),
+                                  "-m", "immediate", "-w", "stop", check=False)
+            shutil.rmtree(root, ignore_errors=True)
+
     def start(self) -> "PostgresServer":
         began = time.monotonic()
-        self.root = Path(tempfile.mkdtemp(prefix="dnb-pg-"))
+        self._sweep()
+        self.root = Path(tempfile.mkdtemp(prefix=_PREFIX))
+        (self.root / "owner").write_text(str(os.getpid()))
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
         data = self.root / "data"
