@@ -8,18 +8,23 @@ In a notebook: ``%load_ext durable_nb`` then a ``%%durable_agent RUN_ID`` cell. 
 :func:`execute`.
 """
 
+from .batch import Batch, ItemResult, batch, item_keys, map
 from .context import Context, Decision, DurableState, TokenUsage
-from .endpoints import EndpointError
 from .errors import (
     BudgetExhausted,
     ContextNotActive,
     CorruptEntry,
+    DatabaseError,
     DurableError,
+    EndpointError,
     IncompatibleJournal,
     InputChanged,
     JournalError,
     JournalMismatch,
+    JournalNotWritable,
+    JournalUnavailable,
     JournalWriteError,
+    NoJournal,
     NoPendingApproval,
     ReplayDiverged,
     RunCancelled,
@@ -42,6 +47,12 @@ from .tools import Tool, tool
 __version__ = "0.1.0"
 
 __all__ = [
+    "NoJournal",
+    "JournalUnavailable",
+    "JournalNotWritable",
+    "DatabaseError",
+    "Batch",
+    "ItemResult",
     "BudgetExhausted",
     "Context",
     "ContextNotActive",
@@ -77,11 +88,14 @@ __all__ = [
     "UnserializableResult",
     "approve",
     "assistant_message",
+    "batch",
     "cancel",
     "delete",
     "execute",
     "get_run",
+    "item_keys",
     "load_ipython_extension",
+    "map",
     "open_journal",
     "register_type",
     "reject",

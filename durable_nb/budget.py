@@ -218,6 +218,16 @@ def check_budget(execution: Any, kwargs: dict, *, estimate: int | None = None) -
                               f"{problem}. {advice or limits + ' and execute again to go on.'}")
         execution.budget_failure = exc
         raise exc
+    gate = execution.options.call_gate
+    if gate is not None:  # limits shared with other runs (a batch)
+        prompt = calibration(execution).calibrated(model, estimate)
+        cap, _ = completion_cap(kwargs)
+        projected = cost(model, prompt, cap, overrides=execution.options.prices) or 0.0
+        try:
+            gate.before_call(execution.run_id, execution.step_key(), prompt + cap, projected)
+        except BudgetExhausted as exc:
+            execution.budget_failure = exc
+            raise
 
 
 def llm_meta(execution: Any, *, requested: str, model: str | None, prompt: int, completion: int,

@@ -10,111 +10,29 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import inspect
 import json
-import os
 import re
-import sqlite3
 import sys
 import time
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import registry
-from .errors import DurableError, IncompatibleJournal, JournalError
+from .errors import DurableError
 from .journal import (
     LLM_KINDS,
     Journal,
-    JournalSpec,
     RunRecord,
     Status,
     StepEntry,
-    default_location,
     entry_cost,
     open_journal,
 )
 
-__all__ = ["COMMANDS", "JournalNotWritable", "NoJournal", "STEERING", "explain_usage",
-           "format_cost", "format_run", "format_runs", "main", "open_for_reading",
-           "open_for_writing", "parse_status", "plain", "replay_savings", "steer"]
+__all__ = ["COMMANDS", "STEERING", "explain_usage", "format_cost", "format_run", "format_runs",
+           "main", "parse_status", "plain", "replay_savings", "steer"]
 
 
 # -- opening a journal ---------------------------------------------------------------------------
-
-class NoJournal(JournalError):
-    """Inspection asked for a journal where there is none (nothing is created there)."""
-
-    def __init__(self, location: str) -> None:
-        self.location = location
-        super().__init__(
-            f"there is no journal at {location}: no run was ever recorded there. Point "
-            f"--journal DIR (or DURABLE_NB_DIR) at the directory that holds your runs; the "
-            f"default is ./.durable_nb in the folder where the notebook or script ran.")
-
-
-class JournalNotWritable(JournalError):
-    """The journal cannot be written (a read-only directory, file system or copy)."""
-
-    def __init__(self, location: str, reason: str) -> None:
-        self.location = location
-        super().__init__(
-            f"the journal at {location} is not writable ({reason}). Executing, approving or "
-            f"resetting a run writes to it: make the directory writable by you, or use another "
-            f"one (--journal DIR or DURABLE_NB_DIR). `durable-nb runs`, `show` and `export` "
-            f"work on a read-only journal.")
-
-
-def _location(journal: JournalSpec) -> str:
-    return os.fspath(journal if journal is not None else default_location())
-
-
-def _is_local(location: str) -> bool:
-    return "://" not in location
-
-
-def open_for_reading(journal: JournalSpec = None) -> Journal:
-    """The journal at ``journal`` (default: the default location) for inspection: it is
-    never created or written; :class:`NoJournal` where there is none."""
-    if isinstance(journal, Journal):
-        return journal
-    location = _location(journal)
-    if _is_local(location):
-        directory = Path(location).expanduser()
-        if not (directory / "cache.db").is_file():
-            raise NoJournal(str(directory.resolve()))
-    if "read_only" in inspect.signature(open_journal).parameters:
-        return open_journal(location, read_only=True)  # type: ignore[call-arg]
-    return open_journal(location)  # until open_journal(read_only=True) exists
-
-
-def _not_writable(location: str) -> str | None:
-    """Why the local journal directory cannot be written, or None if it can."""
-    path = Path(location).expanduser().resolve()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    if not os.access(path, os.W_OK):
-        return f"{path} is read-only"
-    db = Path(location).expanduser() / "cache.db"
-    if db.exists() and not os.access(db, os.W_OK):
-        return f"{db} is read-only"
-    return None
-
-
-def open_for_writing(journal: JournalSpec = None) -> Journal:
-    """:func:`~durable_nb.journal.open_journal`, with an unwritable journal reported as
-    :class:`JournalNotWritable` rather than as an incompatible one."""
-    try:
-        return open_journal(journal)
-    except IncompatibleJournal as exc:
-        location = _location(journal) if not isinstance(journal, Journal) else journal.location
-        cause = exc.__cause__
-        if _is_local(location) and isinstance(cause, (OSError, sqlite3.Error)):
-            reason = _not_writable(location)
-            if reason is not None or "readonly" in str(cause) or "read-only" in str(cause):
-                raise JournalNotWritable(str(Path(location).expanduser().resolve()),
-                                         reason or str(cause)) from None
-        raise
-
 
 # -- showing runs ----------------------------------------------------------------------------------
 
@@ -496,9 +414,9 @@ def _run(args: argparse.Namespace) -> int:
         print(enable(args.profile) if args.command == "enable" else disable(args.profile))
         return 0
     if args.command in ("runs", "show", "export"):
-        journal = open_for_reading(args.journal)
+        journal = open_journal(args.journal, read_only=True)
     else:
-        journal = open_for_writing(args.journal)
+        journal = open_journal(args.journal)
     if args.command == "runs":
         records = registry.runs(args.status, journal=journal)
         interrupted = [r.run_id for r in records if is_interrupted(r, journal)]

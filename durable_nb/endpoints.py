@@ -40,7 +40,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import openai
 
-from .errors import StepFailed
+from .errors import EndpointError
 from .retry import RetryPolicy
 
 __all__ = ["DEFAULT_RETRY", "EndpointError", "MAX_RETRY_WAIT", "ReplyProblem",
@@ -56,35 +56,6 @@ DEFAULT_RETRY = RetryPolicy(max_attempts=4, initial_delay=0.5, max_delay=8.0, mu
 #: Seconds all the waits between the attempts of one call may add up to. A server asking
 #: (retry-after) for a longer wait than what is left fails the call at once, saying so.
 MAX_RETRY_WAIT = 60.0
-
-
-class EndpointError(StepFailed):
-    """An LLM call (``ctx.chat``, ``ctx.respond``, ``ctx.compact``) failed at its endpoint:
-    a request the server refuses, or a transient failure that outlasted the retries.
-
-    The message names the URL (never a key), the step and the server's answer, and says
-    how to go on. Attributes: ``url``, ``status_code`` (None without an HTTP answer),
-    ``code`` (the server's error code, e.g. ``"context_length_exceeded"``), ``step``
-    (the journal position), ``attempts``, ``transient`` (True when retries ran out),
-    ``type_name`` (the openai exception's type). The openai exception is ``__cause__``
-    (on replay, where the error comes from the journal, there is none).
-    """
-
-    def __init__(self, message: str, *, url: str | None = None, status_code: int | None = None,
-                 code: str | None = None, step: int | None = None, attempts: int = 1,
-                 transient: bool = False, type_name: str = "") -> None:
-        Exception.__init__(self, message)
-        self.message = message
-        self.type_name = type_name
-        self.url = url
-        self.status_code = status_code
-        self.code = code
-        self.step = step
-        self.attempts = attempts
-        self.transient = transient
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class ReplyProblem(Exception):
@@ -334,6 +305,9 @@ class _Attempts:
         if self.attempt >= self.policy.max_attempts:
             raise self.error(exc, retried=True) from exc
         asked = retry_after(exc)
+        gate = getattr(getattr(self.execution, "options", None), "call_gate", None)
+        if asked is not None and gate is not None:
+            gate.pause(asked)  # every run sharing the endpoint slows down, not this one alone
         delay = asked if asked is not None else self.policy.delay(self.attempt)
         if self.waited + delay > MAX_RETRY_WAIT:
             raise self.error(exc, retried=True, asked=delay) from exc
@@ -386,6 +360,9 @@ class _Attempts:
             self.execution.check_live()
         else:
             time.sleep(delay)
+        gate = getattr(getattr(self.execution, "options", None), "call_gate", None)
+        if gate is not None:
+            gate.wait_if_paused()
 
 
 def _advice(exc: BaseException, status: int | None, server: str) -> str:

@@ -3,10 +3,14 @@
 ::
 
     DurableError                      anything durable_nb raises on purpose
-    ├── JournalError                  the journal on disk cannot be used as asked
+    ├── JournalError                  the journal cannot be used as asked
     │   ├── CorruptEntry              a stored entry cannot be read back
     │   ├── IncompatibleJournal       written by a newer, incompatible format version
+    │   ├── NoJournal                 inspection asked for a journal where there is none
+    │   ├── JournalNotWritable        the journal cannot be written (read-only directory, copy)
     │   ├── JournalWriteError         a write failed (disk full, permissions) in strict mode
+    │   ├── DatabaseError             the journal's database failed a query (also an OSError)
+    │   │   └── JournalUnavailable    ... or cannot be reached (also a ConnectionError)
     │   └── UnknownRun                no run with that id
     ├── SerializationError            a value cannot be stored as JSON
     │   └── UnserializableResult      ... and it is a step's result (its side effect already ran)
@@ -20,6 +24,7 @@
     ├── BudgetExhausted               max_iterations, max_tokens or the context window would be passed
     ├── NoPendingApproval             approve/reject on a run that waits for nothing
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
+    │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
     └── TerminalError                 raise it from a step: journaled, never retried
 
 This module imports nothing else from the package, so any module can import it.
@@ -33,12 +38,17 @@ __all__ = [
     "BudgetExhausted",
     "ContextNotActive",
     "CorruptEntry",
+    "DatabaseError",
     "DurableError",
+    "EndpointError",
     "IncompatibleJournal",
     "InputChanged",
     "JournalError",
     "JournalMismatch",
+    "JournalNotWritable",
+    "JournalUnavailable",
     "JournalWriteError",
+    "NoJournal",
     "NoPendingApproval",
     "ReplayDiverged",
     "RunCancelled",
@@ -84,6 +94,42 @@ class CorruptEntry(JournalError):
 
 class IncompatibleJournal(JournalError):
     """The journal was written by a newer durable_nb with an incompatible format."""
+
+
+class NoJournal(JournalError):
+    """Inspection asked for a journal where there is none (nothing is created there)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        super().__init__(
+            f"there is no journal at {location}: no run was ever recorded there. Point "
+            f"--journal (or DURABLE_NB_DIR, DURABLE_NB_JOURNAL) at the directory or "
+            f"postgresql:// URL that holds your runs; the default is ./.durable_nb in the "
+            f"folder where the notebook or script ran.")
+
+
+class JournalNotWritable(JournalError):
+    """The journal cannot be written (a read-only directory, file system or copy)."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        self.location = location
+        super().__init__(
+            f"the journal at {location} is not writable ({reason}). Executing, approving or "
+            f"resetting a run writes to it: make the directory writable by you, or use another "
+            f"one (--journal DIR or DURABLE_NB_DIR). `durable-nb runs`, `show` and `export` "
+            f"work on a read-only journal.")
+
+
+class DatabaseError(JournalError, OSError):
+    """The journal's database failed a query (psycopg's error, password cut out). An
+    :class:`OSError`, as a failed disk write is, so that an executing run treats a failed
+    write the same on both backends: the journal is degraded and the write retried (or the
+    run stops, with ``on_journal_error="stop"``)."""
+
+
+class JournalUnavailable(DatabaseError, ConnectionError):
+    """The journal's database cannot be reached, or refused for lack of resources (disk
+    full, too many connections, a lock or statement timeout)."""
 
 
 class JournalWriteError(JournalError):
@@ -223,6 +269,35 @@ class StepFailed(DurableError):
         self.type_name = type_name
         self.message = message
         super().__init__(f"{type_name}: {message}")
+
+
+class EndpointError(StepFailed):
+    """An LLM call (``ctx.chat``, ``ctx.respond``, ``ctx.compact``) failed at its endpoint:
+    a request the server refuses, or a transient failure that outlasted the retries.
+
+    The message names the URL (never a key), the step and the server's answer, and says
+    how to go on. Attributes: ``url``, ``status_code`` (None without an HTTP answer),
+    ``code`` (the server's error code, e.g. ``"context_length_exceeded"``), ``step``
+    (the journal position), ``attempts``, ``transient`` (True when retries ran out),
+    ``type_name`` (the openai exception's type). The openai exception is ``__cause__``
+    (on replay, where the error comes from the journal, there is none).
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, status_code: int | None = None,
+                 code: str | None = None, step: int | None = None, attempts: int = 1,
+                 transient: bool = False, type_name: str = "") -> None:
+        Exception.__init__(self, message)
+        self.message = message
+        self.type_name = type_name
+        self.url = url
+        self.status_code = status_code
+        self.code = code
+        self.step = step
+        self.attempts = attempts
+        self.transient = transient
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class TerminalError(DurableError):

@@ -29,9 +29,9 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from .cli import cost_of, format_cost, open_for_reading, plain, replay_savings
+from .cli import cost_of, format_cost, plain, replay_savings
 from .execution import load_request
-from .journal import Journal
+from .journal import Journal, open_journal
 from .registry import RunInfo, get_run
 
 __all__ = ["EXPORT_VERSION", "FORMATS", "export_data", "export_notebook", "export_run", "plain"]
@@ -56,7 +56,7 @@ def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = Non
     """
     path = Path(path)
     fmt = _format_for(path, format)
-    source = open_for_reading(journal)
+    source = open_journal(journal, read_only=True)
     data = export_data(get_run(run_id, journal=source), journal=source)
     if fmt == "json":
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"

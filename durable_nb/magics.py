@@ -24,19 +24,15 @@ from IPython.core.magic_arguments import (
     argument,
     magic_arguments,
 )
-from IPython.display import display
 
 from . import registry
 from .cli import (
-    COMMANDS,
     STEERING,
     command_list,
     explain_usage,
     format_run,
     format_runs,
     is_interrupted,
-    open_for_reading,
-    open_for_writing,
     parse_status,
     steer,
 )
@@ -251,7 +247,7 @@ class DurableMagics(Magics):
             raise UsageError(str(exc)) from None
         run = None
         try:
-            journal = open_for_writing(args.journal)
+            journal = open_journal(args.journal)
             options = RunOptions(
                 title=args.title, timeout=args.timeout, max_iterations=args.max_iterations,
                 max_tokens=args.max_tokens, max_cost=args.max_cost, model=args.model,
@@ -347,12 +343,8 @@ class DurableMagics(Magics):
 
             print(enable(args.profile) if args.command == "enable" else disable(args.profile))
             return None
-        if args.command in ("runs", "show", "export"):
-            journal = open_for_reading(args.journal)
-        elif args.command == "wait":
-            journal = open_journal(args.journal)
-        else:
-            journal = open_for_writing(args.journal)
+        journal = open_journal(args.journal,
+                               read_only=args.command in ("runs", "show", "export"))
         if args.command == "runs":
             records = registry.runs(args.status, journal=journal)
             print(format_runs(records, [r.run_id for r in records
@@ -423,7 +415,7 @@ def load_ipython_extension(ipython: Any) -> None:
     directory = Path(default_location())
     if (directory / "cache.db").is_file():
         try:
-            lines = describe_unfinished(open_for_writing(directory))
+            lines = describe_unfinished(open_journal(directory))
         except DurableError as exc:
             print(f"durable_nb: {exc}", file=sys.stderr)
             return

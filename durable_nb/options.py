@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from .lease import DEFAULT_STALE_AFTER
 from .pricing import Price
 
-__all__ = ["OnApproval", "OnChange", "OnJournalError", "RunOptions", "verify_replay_default"]
+__all__ = ["CallGate", "OnApproval", "OnChange", "OnJournalError", "RunOptions",
+           "verify_replay_default"]
 
 #: What to do when the code asks a step differently than the journal holds it: stop with
 #: JournalMismatch / InputChanged ("error"), execute again from that step and keep the old
@@ -18,6 +19,24 @@ __all__ = ["OnApproval", "OnChange", "OnJournalError", "RunOptions", "verify_rep
 OnChange = Literal["error", "rerun", "replay"]
 OnJournalError = Literal["continue", "stop"]
 OnApproval = Literal["wait", "park"]
+
+
+class CallGate(Protocol):
+    """What every LLM call of a run passes when several runs share limits (a batch: see
+    :class:`durable_nb.limits.BatchLimits`). Called from the runs' threads."""
+
+    def before_call(self, run_id: str, key: str, tokens: int, cost: float) -> None:
+        """Before step ``key`` calls the endpoint, taking up to ``tokens`` and ``cost``: wait
+        for room under the shared rate, or raise BudgetExhausted."""
+
+    def account(self, run_id: str, entry: Any) -> None:
+        """A step of the run was journaled (its tokens and cost are now spent)."""
+
+    def pause(self, seconds: float) -> None:
+        """The endpoint asked to slow down (retry-after): every run waits that long."""
+
+    def wait_if_paused(self) -> None:
+        """Before retrying a call: wait out a pause another run's 429 set."""
 
 
 def verify_replay_default() -> bool:
@@ -59,6 +78,7 @@ class RunOptions:
     context_windows: dict[str, int] | None = None
     verify_replay: bool | None = None
     durability: Literal["process", "power"] | None = None
+    call_gate: CallGate | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in (("on_change", ("error", "rerun", "replay")),

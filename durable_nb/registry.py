@@ -74,19 +74,11 @@ def lease_holder(run_id: str, *, journal: JournalSpec = None) -> dict | None:
     return holder if holder and holder_alive(holder) else None
 
 
-def _current(journal: Journal, record: RunRecord) -> RunRecord:
-    # The record's step count lags the journal after a crash between a step and the next
-    # record write: read the true count (a lookup or two when it is right).
-    record.step_count = journal.count_steps(record.run_id, record.step_count)
-    return record
-
-
 def runs(status: Status | str | None = None, *, journal: JournalSpec = None) -> list[RunRecord]:
     """All runs (oldest first), or those with ``status`` (any case: ``"done"``)."""
     journal = open_journal(journal)
     wanted = Status.parse(status) if status is not None else None
-    return [_current(journal, r) for r in journal.list_runs()
-            if wanted is None or r.status is wanted]
+    return [r for r in journal.list_runs_counted() if wanted is None or r.status is wanted]
 
 
 def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:

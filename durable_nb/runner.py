@@ -40,7 +40,6 @@ from .execution import (
     run_coroutine_here,
 )
 from .journal import (
-    Journal,
     JournalSpec,
     RunRecord,
     Status,

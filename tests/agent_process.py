@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from durable_nb import approve
-from durable_nb.journal import DiskJournal, Status
+from durable_nb.journal import Journal, Status
 from durable_nb.testing import Reply, ToolCall
 from durable_nb.tokens import encoding_for
 from durable_nb.tools import Tool, tool

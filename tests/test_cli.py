@@ -79,10 +79,10 @@ def test_runs_on_a_missing_journal_says_so_exits_1_and_creates_nothing(tmp_path:
         proc = cli("--journal", str(missing), *args)
         assert proc.returncode == 1, proc
         assert proc.stderr == (f"durable-nb: error: there is no journal at {missing}: no run "
-                               f"was ever recorded there. Point --journal DIR (or "
-                               f"DURABLE_NB_DIR) at the directory that holds your runs; the "
-                               f"default is ./.durable_nb in the folder where the notebook or "
-                               f"script ran.\n")
+                               f"was ever recorded there. Point --journal (or DURABLE_NB_DIR, "
+                               f"DURABLE_NB_JOURNAL) at the directory or postgresql:// URL that "
+                               f"holds your runs; the default is ./.durable_nb in the folder "
+                               f"where the notebook or script ran.\n")
     assert not missing.exists()
     # The default location too: nothing appears in the current directory.
     assert cli("runs", cwd=tmp_path, env={"DURABLE_NB_DIR": ""}).returncode == 1

@@ -28,7 +28,7 @@ SECRET = "sk-test-SECRET123"
 RUN = "sales"
 
 
-def _decide_when_asked(journal: Journal, run_id: str, decide, note: str, by: str,
+def _decide_when_asked(journal: DiskJournal, run_id: str, decide, note: str, by: str,
                        stop: threading.Event) -> None:
     """Decide the run's approval once it waits for one, as a person would from elsewhere."""
     while not stop.is_set():

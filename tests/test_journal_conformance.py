@@ -11,7 +11,6 @@ SIGKILLed mid-run and resumed, concurrent asyncio steps). Tests for one backend 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -37,11 +36,11 @@ from durable_nb.errors import (
     RunLeased,
     UnknownRun,
 )
+from durable_nb.errors import JournalUnavailable
 from durable_nb.execution.inputs import load_request
 from durable_nb.journal import (
     DiskJournal,
     Journal,
-    JournalUnavailable,
     PostgresJournal,
     RunRecord,
     Status,

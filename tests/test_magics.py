@@ -16,7 +16,7 @@ from IPython.testing.globalipapp import start_ipython
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry
 from durable_nb.journal import this_host
 from durable_nb.lease import Lease
-from durable_nb.cli import NoJournal
+from durable_nb import NoJournal
 from durable_nb.magics import DurableMagics
 
 CELL = "ctx.run('a', lambda: 41) + 1"

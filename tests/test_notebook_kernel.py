@@ -46,7 +46,7 @@ def _env(server: LoopbackServer | None = None) -> dict[str, str]:
     return env
 
 
-def _journal(tmp_path: Path) -> Journal:
+def _journal(tmp_path: Path) -> DiskJournal:
     return DiskJournal(tmp_path / ".durable_nb")
 
 

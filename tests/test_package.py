@@ -8,14 +8,16 @@ import durable_nb
 
 def test_exported_names_are_exactly_the_public_api():
     assert set(durable_nb.__all__) == {
-        "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry", "Decision",
-        "DiskJournal", "DurableError", "DurableState", "EndpointError", "IncompatibleJournal",
-        "InputChanged",
-        "Journal", "JournalError", "JournalMismatch", "JournalWriteError", "NoPendingApproval",
+        "Batch", "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry",
+        "DatabaseError", "Decision", "DiskJournal", "DurableError", "DurableState",
+        "EndpointError", "IncompatibleJournal", "InputChanged", "ItemResult", "Journal",
+        "JournalError", "JournalMismatch", "JournalNotWritable", "JournalUnavailable",
+        "JournalWriteError", "NoJournal", "NoPendingApproval",
         "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
         "RunOptions", "RunRecord", "SerializationError", "Status", "StepEntry", "StepFailed",
         "TerminalError", "TokenUsage", "Tool", "UnknownRun", "UnserializableResult", "approve", "assistant_message",
-        "cancel", "delete", "execute", "get_run", "load_ipython_extension", "open_journal",
+        "batch", "cancel", "delete", "execute", "get_run", "item_keys",
+        "load_ipython_extension", "map", "open_journal",
         "register_type", "reject", "rerun_from", "reset", "runs", "tool",
         "unload_ipython_extension"}
     for name in durable_nb.__all__:
@@ -26,7 +28,7 @@ def test_every_error_is_a_durable_error():
     errors = [getattr(durable_nb, n) for n in durable_nb.__all__
               if isinstance(getattr(durable_nb, n), type)
               and issubclass(getattr(durable_nb, n), Exception)]
-    assert len(errors) == 20
+    assert len(errors) == 24
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
 
 

@@ -303,10 +303,9 @@ class Execution:
         entry = self._replay(key, kind, name, fp, inputs)
         if entry is not None:
             return self.outcome(entry)
-        if before_live is not None:
-            before_live()
         return self.run_live(scope, key, kind, name, fn, args, kwargs, retry=retry,
-                             inputs=inputs, fp=fp, usage=usage, meta=meta)
+                             inputs=inputs, fp=fp, usage=usage, meta=meta,
+                             before_live=before_live)
 
     async def step_async(self, kind: str, name: str, fn: Callable[..., Any], args: tuple = (),
                          kwargs: dict | None = None, *, retry: RetryPolicy | None = None,
@@ -321,13 +320,13 @@ class Execution:
         entry = self._replay(key, kind, name, fp, inputs)
         if entry is not None:
             return self.outcome(entry)
-        if before_live is not None:
-            before_live()
         self._check_deadline(key)
         started = time.time()
         sub = scope.step_scope(key)
         token = enter(sub)
         try:
+            if before_live is not None:
+                before_live()
             value = await (retry or NO_RETRY).call_async(fn, *args, **(kwargs or {}))
         except Exception as exc:
             if _journaled_as_failure(exc):
@@ -342,13 +341,17 @@ class Execution:
                  args: tuple = (), kwargs: dict | None = None, *,
                  retry: RetryPolicy | None = None, inputs: Any = None, fp: str = "",
                  usage: Callable[[Any], tuple[int, int]] | None = None,
-                 meta: Callable[[Any], dict | None] | None = None) -> Any:
-        """Run step ``key``'s function in its own scope and journal its outcome."""
+                 meta: Callable[[Any], dict | None] | None = None,
+                 before_live: Callable[[], None] | None = None) -> Any:
+        """Run step ``key``'s function in its own scope and journal its outcome;
+        ``before_live`` runs first, in that scope (``step_key()`` is this step's)."""
         self._check_deadline(key)
         started = time.time()
         sub = scope.step_scope(key)
         token = enter(sub)
         try:
+            if before_live is not None:
+                before_live()
             value = (retry or NO_RETRY).call(fn, *args, **(kwargs or {}))
         except Exception as exc:
             if _journaled_as_failure(exc):
@@ -400,6 +403,8 @@ class Execution:
             except RunLeased:
                 self.lease_lost = True
                 raise
+        if self.options.call_gate is not None:
+            self.options.call_gate.account(self.run_id, entry)
         self.observer.on_step(entry, False)
         if record_changed:
             self.observer.on_record(self.record)

@@ -27,6 +27,8 @@ class ReplayLog:
         self.size = size
         self._skip = set(skip or ())
         self._next = 0
+        # The backend reads ahead as it likes (PostgreSQL: hundreds of entries a query).
+        self._entries = journal.steps(run_id) if size else iter(())
         self._held: dict[str, StepEntry] = {}
         self._lock = threading.Lock()
 
@@ -60,14 +62,13 @@ class ReplayLog:
         while self._next < self.size:
             position = self._next
             self._next += 1
-            if position in self._skip:
-                continue
-            entry = self._journal.get_step(self._run_id, position)
-            if entry is None:
+            entry = next(self._entries, None)
+            if entry is None or entry.position != position:
                 raise CorruptEntry(f"step:{self._run_id}:{position}",
                                    "the entry vanished while the run was being replayed",
                                    run_id=self._run_id, position=position)
-            return entry
+            if position not in self._skip:
+                return entry
         return None
 
     def _hold(self, entry: StepEntry) -> None:

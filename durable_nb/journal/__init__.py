@@ -19,11 +19,11 @@ from typing import Union
 from .base import Journal
 from .local import FORMAT_VERSION, DiskJournal, Durability
 from .edits import copy_run, fork_run, recount, rewind
-from .postgres import JournalUnavailable, PostgresJournal, is_postgres_url
-from .records import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost, json_text
+from .postgres import PostgresJournal, is_postgres_url
+from .records import LLM_KINDS, BatchRecord, RunRecord, Status, StepEntry, entry_cost, json_text
 
-__all__ = ["FORMAT_VERSION", "LLM_KINDS", "DiskJournal", "Durability", "Journal", "JournalSpec",
-           "JournalUnavailable", "PostgresJournal", "RunRecord", "Status", "StepEntry", "copy_run",
+__all__ = ["FORMAT_VERSION", "LLM_KINDS", "BatchRecord", "DiskJournal", "Durability", "Journal", "JournalSpec",
+           "PostgresJournal", "RunRecord", "Status", "StepEntry", "copy_run",
            "default_location", "entry_cost", "fork_run", "is_postgres_url", "json_text",
            "open_journal", "recount", "rewind", "this_host"]
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from ..errors import JournalError, UnknownRun
-from .records import RunRecord, StepEntry
+from .records import BatchRecord, RunRecord, StepEntry
 
 __all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "check_request_kind", "position_taken_advice",
            "read_only_error"]
@@ -86,14 +85,15 @@ class Journal(abc.ABC):
         lease holds the run, else :class:`~durable_nb.errors.RunLeased`."""
 
     @abc.abstractmethod
-    def list_runs(self) -> list[RunRecord]:
-        """Every run record, oldest first."""
+    def list_runs(self, prefix: str = "") -> list[RunRecord]:
+        """Every run record whose id starts with ``prefix`` (a batch's items: ``"BATCH/"``),
+        oldest first."""
 
-    def list_runs_counted(self) -> list[RunRecord]:
-        """Every run record, oldest first, with ``step_count`` set to the number of entries
-        the journal holds (a record written before a crash may lag behind): what a listing
-        of runs shows. Backends answer it in one query where they can."""
-        records = self.list_runs()
+    def list_runs_counted(self, prefix: str = "") -> list[RunRecord]:
+        """:meth:`list_runs`, with ``step_count`` set to the number of entries the journal
+        holds (a record written before a crash may lag behind): what a listing of runs
+        shows. Backends answer it in one query where they can."""
+        records = self.list_runs(prefix)
         for record in records:
             record.step_count = self.count_steps(record.run_id, record.step_count)
         return records
@@ -101,6 +101,20 @@ class Journal(abc.ABC):
     @abc.abstractmethod
     def delete_run(self, run_id: str) -> None:
         """Remove the run with its steps, blobs, lease and requests."""
+
+    # -- batches ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def put_batch(self, record: BatchRecord) -> None:
+        """Store the batch record (stamping ``updated_at``), replacing any earlier one."""
+
+    @abc.abstractmethod
+    def find_batch(self, batch_id: str) -> BatchRecord | None:
+        """The batch record, or None."""
+
+    @abc.abstractmethod
+    def list_batches(self) -> list[BatchRecord]:
+        """Every batch record, oldest first."""
 
     # -- steps ----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ Keys are strings::
 
     format               the journal format version, checked on open
     run:ID               the run record
+    batch:ID             a batch record (its items' keys)
     step:ID:N            the entry at position N of the run
     blob:ID:DIGEST       an input part stored once per run (chat messages, tool schemas)
     lease:ID             who executes the run now (token, pid, host, heartbeat)
@@ -30,6 +31,7 @@ without write permission) is read as it is. In a writable directory SQLite may a
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import os.path as op
@@ -43,7 +45,13 @@ from typing import Any, Literal
 import diskcache
 from diskcache.core import MODE_PICKLE, MODE_RAW, MODE_TEXT
 
-from ..errors import CorruptEntry, IncompatibleJournal, JournalError, RunLeased
+from ..errors import (
+    CorruptEntry,
+    IncompatibleJournal,
+    JournalNotWritable,
+    NoJournal,
+    RunLeased,
+)
 from .base import (
     FENCED_ADVICE,
     REQUEST_KINDS,
@@ -52,7 +60,7 @@ from .base import (
     position_taken_advice,
     read_only_error,
 )
-from .records import RunRecord, StepEntry
+from .records import BatchRecord, RunRecord, StepEntry
 
 __all__ = ["DiskJournal", "Durability", "FORMAT_VERSION"]
 
@@ -165,10 +173,7 @@ class _ReadOnlyCache:
         self._local = threading.local()
         database = directory / "cache.db"
         if not database.is_file():
-            raise JournalError(
-                f"there is no journal at {directory} (no cache.db in it). Check the path "
-                f"(--journal, DURABLE_NB_JOURNAL or DURABLE_NB_DIR); a read-only journal is "
-                f"never created.")
+            raise NoJournal(str(directory))
         self._uri = database.as_uri() + "?mode=ro"
         if not op.exists(f"{database}-wal"):
             # No write-ahead log to read: a WAL database in a directory SQLite may not write
@@ -239,6 +244,26 @@ class _ReadOnlyCache:
             con.close()
 
 
+def _not_writable(directory: Path, exc: BaseException) -> str | None:
+    """Why opening the journal for writing failed when the cause is that it can be read but
+    not written (a read-only file system, mount or copy); None for other failures."""
+    if isinstance(exc, OSError) and exc.errno == errno.EROFS:
+        return exc.strerror or str(exc)
+    if "readonly" in str(exc) or "read-only" in str(exc):
+        return str(exc)
+    try:
+        path = directory
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        for candidate in (path, directory / "cache.db"):
+            if candidate.exists() and os.access(candidate, os.R_OK) \
+                    and not os.access(candidate, os.W_OK):
+                return f"{candidate} is read-only"
+    except OSError:  # the path cannot even be looked at: not a matter of writing
+        pass
+    return None
+
+
 def _step_key(run_id: str, position: int) -> str:
     return f"step:{run_id}:{position}"
 
@@ -286,6 +311,9 @@ class DiskJournal(Journal):
             finally:
                 os.umask(old_umask)
         except (OSError, sqlite3.Error) as exc:
+            reason = _not_writable(self.directory, exc)
+            if reason is not None:
+                raise JournalNotWritable(str(self.directory), reason) from exc
             raise IncompatibleJournal(
                 f"cannot open the journal at {self.directory}: {exc}. Check that the directory is "
                 f"readable and writable by you, or point DURABLE_NB_DIR at another directory."
@@ -371,9 +399,24 @@ class DiskJournal(Journal):
             self._fenced(record.run_id, token)
             self._cache.set(f"run:{record.run_id}", text, retry=True)
 
-    def list_runs(self) -> list[RunRecord]:
-        records = [_parse_record(key, text, key[4:]) for key, text in self._range("run:")]
+    def list_runs(self, prefix: str = "") -> list[RunRecord]:
+        records = [_parse_record(key, text, key[4:]) for key, text in self._range("run:" + prefix)]
         records.sort(key=lambda r: (r.created_at, r.run_id))
+        return records
+
+    # -- batches --------------------------------------------------------------------------
+
+    def put_batch(self, record: BatchRecord) -> None:
+        record.updated_at = time.time()
+        self._cache.set(f"batch:{record.batch_id}", record.to_json(), retry=True)
+
+    def find_batch(self, batch_id: str) -> BatchRecord | None:
+        text = self._get(f"batch:{batch_id}")
+        return None if text is None else _parse_batch(f"batch:{batch_id}", text)
+
+    def list_batches(self) -> list[BatchRecord]:
+        records = [_parse_batch(key, text) for key, text in self._range("batch:")]
+        records.sort(key=lambda r: (r.created_at, r.batch_id))
         return records
 
     def delete_run(self, run_id: str) -> None:
@@ -486,3 +529,10 @@ def _parse_record(key: str, text: str, run_id: str) -> RunRecord:
         return RunRecord.from_json(text)
     except (ValueError, TypeError, RecursionError) as exc:
         raise CorruptEntry(key, str(exc) or type(exc).__name__, run_id=run_id) from None
+
+
+def _parse_batch(key: str, text: str) -> BatchRecord:
+    try:
+        return BatchRecord.from_json(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CorruptEntry(key, str(exc) or type(exc).__name__) from None

@@ -58,7 +58,14 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ..errors import CorruptEntry, IncompatibleJournal, JournalError, RunLeased
+from ..errors import (
+    CorruptEntry,
+    DatabaseError,
+    IncompatibleJournal,
+    JournalError,
+    JournalUnavailable,
+    RunLeased,
+)
 from .base import (
     FENCED_ADVICE,
     Journal,
@@ -66,9 +73,9 @@ from .base import (
     position_taken_advice,
     read_only_error,
 )
-from .records import RunRecord, StepEntry
+from .records import BatchRecord, RunRecord, StepEntry
 
-__all__ = ["DEFAULT_SCHEMA", "DatabaseError", "JournalUnavailable", "MIGRATIONS", "PostgresJournal",
+__all__ = ["DEFAULT_SCHEMA", "MIGRATIONS", "PostgresJournal",
            "is_postgres_url", "location_of"]
 
 DEFAULT_SCHEMA = "durable_nb"
@@ -76,18 +83,6 @@ _SCHEMES = ("postgresql", "postgres")
 _SECRET_PARAMS = ("password", "sslpassword")
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _BATCH = 500  # entries fetched per query when a run's steps are read in order
-
-
-class DatabaseError(JournalError, OSError):
-    """The journal's database failed a query (psycopg's error, password cut out). An
-    :class:`OSError`, as a failed disk write is, so that an executing run treats a failed
-    write the same on both backends: the journal is degraded and the write retried (or the
-    run stops, with ``on_journal_error="stop"``)."""
-
-
-class JournalUnavailable(DatabaseError, ConnectionError):
-    """The journal's database cannot be reached, or refused for lack of resources (disk
-    full, too many connections, a lock or statement timeout)."""
 
 
 def is_postgres_url(location: Any) -> bool:
@@ -238,6 +233,10 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
                 END
                 $fn$""",
         ]),
+        ("batches", [
+            f"""CREATE TABLE {s}.batches (batch_id text COLLATE "C" PRIMARY KEY,
+                created_at double precision NOT NULL, record text NOT NULL)""",
+        ]),
     ]
 
 
@@ -376,10 +375,17 @@ class PostgresJournal(Journal):
             "create_run": f"INSERT INTO {s}.runs (run_id, created_at, record) VALUES (%s, %s, %s) "
                           f"ON CONFLICT DO NOTHING",
             "put_run": f"SELECT {s}.put_run(%s, %s, %s, %s)",
-            "list_runs": f"SELECT run_id, record FROM {s}.runs ORDER BY created_at, run_id",
+            # Ids from a prefix to the end of its range (prefix_end): byte order, COLLATE "C".
+            "list_runs": f"SELECT run_id, record FROM {s}.runs WHERE run_id >= %s AND run_id < %s "
+                         f"ORDER BY created_at, run_id",
             "list_runs_counted": f"SELECT r.run_id, r.record, (SELECT max(position) FROM {s}.steps "
                                  f"WHERE run_id = r.run_id) FROM {s}.runs AS r "
+                                 f"WHERE r.run_id >= %s AND r.run_id < %s "
                                  f"ORDER BY r.created_at, r.run_id",
+            "put_batch": f"INSERT INTO {s}.batches (batch_id, created_at, record) VALUES (%s, %s, %s) "
+                         f"ON CONFLICT (batch_id) DO UPDATE SET record = EXCLUDED.record",
+            "find_batch": f"SELECT record FROM {s}.batches WHERE batch_id = %s",
+            "list_batches": f"SELECT batch_id, record FROM {s}.batches ORDER BY created_at, batch_id",
             "get_step": f"SELECT entry FROM {s}.steps WHERE run_id = %s AND position = %s",
             "has_step": f"SELECT 1 FROM {s}.steps WHERE run_id = %s AND position = %s",
             "steps": f"SELECT position, entry FROM {s}.steps WHERE run_id = %s AND position >= %s "
@@ -501,17 +507,17 @@ class PostgresJournal(Journal):
         if fenced:
             raise RunLeased(record.run_id, self.lease(record.run_id) or {}, advice=FENCED_ADVICE)
 
-    def list_runs(self) -> list[RunRecord]:
+    def list_runs(self, prefix: str = "") -> list[RunRecord]:
         with self._conn("listing runs") as conn:
-            rows = conn.execute(self._sql["list_runs"]).fetchall()
+            rows = conn.execute(self._sql["list_runs"], _id_range(prefix)).fetchall()
         records = [_parse_record(f"run:{run_id}", text, run_id) for run_id, text in rows]
         records.sort(key=lambda r: (r.created_at, r.run_id))  # linear: already in this order
         return records
 
-    def list_runs_counted(self) -> list[RunRecord]:
+    def list_runs_counted(self, prefix: str = "") -> list[RunRecord]:
         """:meth:`list_runs` with each ``step_count`` from the steps table, in one query."""
         with self._conn("listing runs") as conn:
-            rows = conn.execute(self._sql["list_runs_counted"]).fetchall()
+            rows = conn.execute(self._sql["list_runs_counted"], _id_range(prefix)).fetchall()
         records = []
         for run_id, text, last in rows:
             record = _parse_record(f"run:{run_id}", text, run_id)
@@ -519,6 +525,25 @@ class PostgresJournal(Journal):
             records.append(record)
         records.sort(key=lambda r: (r.created_at, r.run_id))
         return records
+
+    # -- batches ----------------------------------------------------------------------------
+
+    def put_batch(self, record: BatchRecord) -> None:
+        self._writable("write a batch record")
+        record.updated_at = time.time()
+        with self._conn("writing a batch record") as conn:
+            conn.execute(self._sql["put_batch"],
+                         (record.batch_id, record.created_at or time.time(), record.to_json()))
+
+    def find_batch(self, batch_id: str) -> BatchRecord | None:
+        with self._conn("reading a batch") as conn:
+            row = conn.execute(self._sql["find_batch"], (batch_id,)).fetchone()
+        return None if row is None else _parse_batch(batch_id, row[0])
+
+    def list_batches(self) -> list[BatchRecord]:
+        with self._conn("listing batches") as conn:
+            rows = conn.execute(self._sql["list_batches"]).fetchall()
+        return [_parse_batch(batch_id, text) for batch_id, text in rows]
 
     def delete_run(self, run_id: str) -> None:
         self._writable("delete a run")
@@ -674,6 +699,18 @@ class PostgresJournal(Journal):
         self._writable("delete a request")
         with self._conn("deleting a request") as conn:
             conn.execute(self._sql["delete_request"], (run_id, kind))
+
+
+def _id_range(prefix: str) -> tuple[str, str]:
+    """Bounds of the ids that start with ``prefix``: [prefix, its successor) in byte order."""
+    return (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)) if prefix else ("", "\U0010ffff")
+
+
+def _parse_batch(batch_id: str, text: str) -> BatchRecord:
+    try:
+        return BatchRecord.from_json(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CorruptEntry(f"batch:{batch_id}", str(exc) or type(exc).__name__) from None
 
 
 def _parse_record(key: str, text: str, run_id: str) -> RunRecord:

@@ -12,11 +12,11 @@ For a handler that makes its steps one after another, the two are the same.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-__all__ = ["LLM_KINDS", "RunRecord", "Status", "StepEntry", "entry_cost", "json_text"]
+__all__ = ["LLM_KINDS", "BatchRecord", "RunRecord", "Status", "StepEntry", "entry_cost", "json_text"]
 
 #: Step kinds that are one LLM round each: the run's iterations count them.
 LLM_KINDS = ("chat", "respond")
@@ -192,6 +192,37 @@ class RunRecord:
 
 # The field names of RunRecord (and subclasses), for from_json: fields() is slow to ask.
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+@dataclass
+class BatchRecord:
+    """A batch (:func:`durable_nb.map`): its items' keys in item order. Each item is the run
+    ``BATCH_ID/KEY``; statuses, tokens and results are those runs'. ``removed`` are keys of
+    items no longer in the batch's list, whose runs stay in the journal."""
+
+    batch_id: str
+    title: str = ""
+    keys: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    def to_json(self) -> str:
+        return json_text({f.name: getattr(self, f.name) for f in fields(self)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "BatchRecord":
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("batch_id"), str):
+            raise ValueError("batch record is not a JSON object with a batch_id")
+        record = cls(**{k: v for k, v in data.items() if k in _BATCH_FIELDS})
+        if not (isinstance(record.keys, list) and all(isinstance(k, str) for k in record.keys)
+                and isinstance(record.removed, list)):
+            raise ValueError("batch record fields have the wrong types")
+        return record
+
+
+_BATCH_FIELDS = {"batch_id", "title", "keys", "removed", "created_at", "updated_at"}
 
 
 def entry_cost(entry: StepEntry) -> float:

@@ -100,7 +100,7 @@ class FuzzReport:
                 f"in_flight_reruns={self.in_flight_reruns} seed={self.seed}")
 
 
-def read_journal(journal: Journal) -> list[StepEntry]:
+def read_journal(journal: DiskJournal) -> list[StepEntry]:
     """Every entry of the fuzz run, each parsed (CorruptEntry propagates), after checking
     that the step keys in the database are exactly positions 0..n-1."""
     entries = list(journal.steps(FUZZ_RUN_ID))
@@ -222,12 +222,12 @@ class _Progress:
     by_round: dict[str, int]
 
     @classmethod
-    def now(cls, journal: Journal, log: Path, server: LoopbackServer) -> "_Progress":
+    def now(cls, journal: DiskJournal, log: Path, server: LoopbackServer) -> "_Progress":
         return cls(len(list(journal.steps(FUZZ_RUN_ID))), _log_counts(log),
                    server.stats()["by_round"])
 
 
-def _after_kill(journal: Journal, log: Path, server: LoopbackServer, baseline: Baseline,
+def _after_kill(journal: DiskJournal, log: Path, server: LoopbackServer, baseline: Baseline,
                 before: _Progress, in_flight: Counter, report: FuzzReport) -> str | None:
     """Validate the journal after a kill and note which step was in flight; returns a
     problem if the journal is corrupt."""
@@ -251,7 +251,7 @@ def _after_kill(journal: Journal, log: Path, server: LoopbackServer, baseline: B
     return None
 
 
-def _check_finished(journal: Journal, workdir: Path, server: LoopbackServer,
+def _check_finished(journal: DiskJournal, workdir: Path, server: LoopbackServer,
                     baseline: Baseline, in_flight: Counter, kills: int,
                     report: FuzzReport) -> list[str]:
     """The checks once the run finished; adds to ``report``, returns the problems."""

@@ -49,7 +49,7 @@ from hypothesis import strategies as st
 
 from durable_nb.journal import DiskJournal, Status
 from durable_nb.testing import LoopbackServer
-from tests.agent_process import _run_child, drive, kill, start
+from tests.agent_process import _run_child, drive, start
 
 RUN_ID = "program"
 MODEL = "loopback-1"
