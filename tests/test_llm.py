@@ -14,6 +14,7 @@ from durable_nb import Status
 from durable_nb.endpoints import DEFAULT_RETRY, MAX_RETRY_WAIT, default_client, is_transient
 from durable_nb.retry import RetryPolicy
 from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall
+from tests.openai_http import HTTP
 
 KEY = "sk-test-do-not-journal-0123456789"
 USER = {"role": "user", "content": "hi"}
@@ -231,13 +232,11 @@ def test_is_transient_reads_the_servers_verdict():
 
 
 def _request():
-    import httpx2
-    return httpx2.Request("POST", "http://127.0.0.1:1/v1/chat/completions")
+    return HTTP.Request("POST", "http://127.0.0.1:1/v1/chat/completions")
 
 
 def _status(status, body, headers=None):
-    import httpx2
-    response = httpx2.Response(status, json={"error": body}, headers=headers or {},
+    response = HTTP.Response(status, json={"error": body}, headers=headers or {},
                                request=_request())
     return openai.OpenAI(api_key="k", base_url="http://127.0.0.1:1/v1")._make_status_error(
         "error", body=body, response=response)

@@ -15,7 +15,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import httpx
-import httpx2
 import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,6 +24,7 @@ from openai.types.chat import ChatCompletion
 from durable_nb import serde
 from durable_nb.errors import SerializationError, StepFailed, TerminalError
 from durable_nb.serde import DecodeError, MAX_DEPTH
+from tests.openai_http import HTTP
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -378,7 +378,8 @@ def _status_response(http, status: int, body: dict):
     return http.Response(status, json=body, headers={"x-request-id": "req_123"}, request=request)
 
 
-@pytest.mark.parametrize("http", [httpx2, httpx], ids=["httpx2", "httpx"])
+@pytest.mark.parametrize("http", sorted({HTTP, httpx}, key=lambda m: m.__name__),
+                         ids=lambda m: m.__name__)
 @pytest.mark.parametrize(("status", "cls"), [(429, openai.RateLimitError),
                                              (418, openai.APIStatusError)])
 def test_openai_status_errors_built_by_the_client_round_trip(http, status, cls):
@@ -404,7 +405,7 @@ def test_openai_status_errors_built_by_the_client_round_trip(http, status, cls):
 
 
 def test_openai_status_error_built_directly_round_trips():
-    response = _status_response(httpx2, 500, {"error": {"message": "oops"}})
+    response = _status_response(HTTP, 500, {"error": {"message": "oops"}})
     exc = openai.InternalServerError("Error code: 500", response=response, body=None)
     back = error_round_trip(exc)
     assert_same_error(back, exc)

@@ -68,8 +68,11 @@ def test_tool_call_deltas_that_repeat_ids_and_names_are_assembled_once(journal):
     log = []
     with LoopbackServer(TWO_CALLS, quirks=quirks) as srv:
         client = openai.OpenAI(base_url=srv.url, api_key="any", max_retries=0)
-        # openai's own accumulator concatenates what llama-cpp-python repeats:
-        with client.chat.completions.stream(model=MODEL, messages=[USER]) as stream:
+        # openai's own accumulator concatenates what llama-cpp-python repeats (its stream
+        # helper moved from client.beta to client.chat in openai 1.92):
+        stream_helper = getattr(client.chat.completions, "stream", None) or \
+            client.beta.chat.completions.stream
+        with stream_helper(model=MODEL, messages=[USER]) as stream:
             for _ in stream:
                 pass
             helper = stream.get_final_completion().choices[0].message.tool_calls[0]
