@@ -160,6 +160,11 @@ class BatchObserver:
     def on_item_step(self, index: int, entry: StepEntry, replayed: bool) -> None:
         """A step of an item's run was executed or replayed."""
 
+    def on_start(self, items: list[ItemResult], todo: list[int]) -> None:
+        """The batch was planned: every item as the journal holds it before this execution
+        (DONE ones are answered from their records, ``replayed``), and the indexes of those
+        that will execute. Called once per call of :func:`map`, before any item runs."""
+
 
 class _ItemObserver:
     """Forwards one item's run events to the batch observer (as an Observer of the run)."""
@@ -228,10 +233,21 @@ class _BatchExecution:
                                               replayed=record is not None
                                               and record.status is Status.DONE))
             if record is None or record.status in (Status.RUNNING, Status.CANCELLED) \
-                    or (record.status is Status.FAILED and self.retry_failed) \
+                    or (record.status is Status.FAILED
+                        and (self.retry_failed or _interrupted(record))) \
                     or (record.status is Status.WAITING_APPROVAL and self._decided(record)):
                 todo.append(index)
         return todo
+
+    def decided(self) -> list[int]:
+        """The indexes of parked items whose approval has been decided (or timed out)."""
+        return [r.index for r in self.results if r.status is Status.WAITING_APPROVAL
+                and self._decided(self.journal.get_run(r.run_id))]
+
+    def batch(self) -> Batch:
+        """The items as this execution leaves them (the list is this execution's own: items
+        resumed later show in it)."""
+        return Batch(self.record.batch_id, self.results, self.record.removed, self.record.title)
 
     def _decided(self, record: RunRecord) -> bool:
         pending = record.pending_approval or {}
@@ -297,6 +313,12 @@ class _BatchExecution:
         return result
 
 
+def _interrupted(record: RunRecord) -> bool:
+    """FAILED by an interrupt (the stop button, ``interrupt()``): resumed whatever
+    ``retry_failed`` says, since nothing failed."""
+    return (record.error or "").startswith("interrupted at step")
+
+
 def _batch_record(journal: Journal, batch_id: str, keys: list[str], title: str | None
                   ) -> BatchRecord:
     now = time.time()
@@ -333,6 +355,31 @@ def map(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_id: s
     limit). Further keyword options are each item's :class:`RunOptions` (``max_tokens``,
     ``max_cost``, ``timeout``, ``client``, ``model`` ...).
     """
+    execution, todo = prepare(
+        handler, items, batch_id=batch_id, concurrency=concurrency, key=key,
+        retry_failed=retry_failed, title=title, journal=journal, observer=observer,
+        requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
+        max_total_tokens=max_total_tokens, max_total_cost=max_total_cost, **options)
+    execution.execute(todo)
+    while wait and any(r.status is Status.WAITING_APPROVAL for r in execution.results):
+        decided = execution.decided()
+        if decided:
+            execution.execute(decided)
+        else:
+            time.sleep(execution.options.poll_interval * 2)
+    return execution.batch()
+
+
+def prepare(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_id: str,
+            concurrency: int = 8, key: Callable[[Any], Any] | str | None = None,
+            retry_failed: bool = True, title: str | None = None, journal: JournalSpec = None,
+            observer: BatchObserver | None = None, requests_per_minute: float | None = None,
+            tokens_per_minute: float | None = None, max_total_tokens: int | None = None,
+            max_total_cost: float | None = None,
+            **options: Any) -> tuple[_BatchExecution, list[int]]:
+    """:func:`map` up to running anything: the batch keyed, recorded and planned. Returns
+    the execution and the indexes of the items it must execute (``execution.execute(todo)``
+    runs them; the notebook's batch cell drives it this way, resuming parked items later)."""
     validate_run_id(batch_id)
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -350,15 +397,8 @@ def map(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_id: s
                                 retry_failed, limits, observer or BatchObserver())
     todo = execution.plan()
     limits.start(sum(r.tokens for r in execution.results), sum(r.cost for r in execution.results))
-    execution.execute(todo)
-    while wait and any(r.status is Status.WAITING_APPROVAL for r in execution.results):
-        decided = [r.index for r in execution.results if r.status is Status.WAITING_APPROVAL
-                   and execution._decided(opened.get_run(r.run_id))]
-        if decided:
-            execution.execute(decided)
-        else:
-            time.sleep(run_options.poll_interval * 2)
-    return Batch(batch_id, execution.results, record.removed, record.title)
+    execution.observer.on_start(list(execution.results), todo)
+    return execution, todo
 
 
 def batch(batch_id: str, *, journal: JournalSpec = None) -> Batch:
