@@ -38,7 +38,7 @@ import os.path as op
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -264,6 +264,20 @@ def _not_writable(directory: Path, exc: BaseException) -> str | None:
     return None
 
 
+# Statements on the Cache table of diskcache 5 (its columns as ``Cache._row_insert`` writes
+# them; a str key is stored with raw = 1).
+_SELECT_VALUE = "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1"
+_INSERT_IF_ABSENT = (
+    "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
+    " tag, size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)")
+
+
+#: Entries read per query by :meth:`DiskJournal.steps` (SQLite allows 999 parameters at least).
+_READ_AHEAD = 256
+_SELECT_STEPS = ("SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN ("
+                 + ", ".join("?" * _READ_AHEAD) + ")")
+
+
 def _step_key(run_id: str, position: int) -> str:
     return f"step:{run_id}:{position}"
 
@@ -376,10 +390,43 @@ class DiskJournal(Journal):
         """Inside a transaction: refuse to write for an executor that lost the lease."""
         if token is None:
             return
-        holder = self._read_json(f"lease:{run_id}")
+        # One indexed SELECT on the transaction's own connection (diskcache's get() would
+        # add its expiry and statistics bookkeeping to every step).
+        row = self._cache._sql(_SELECT_VALUE, (f"lease:{run_id}",)).fetchone()
+        holder = None
+        if row is not None:
+            mode, filename, value = row
+            try:
+                text = value if mode == MODE_RAW and type(value) is str else \
+                    self._cache._disk.fetch(mode, filename, value, False)
+                holder = json.loads(text)
+            except (OSError, ValueError, RecursionError):
+                holder = None  # a lease that cannot be read is not this executor's
         if not isinstance(holder, dict) or holder.get("token") != token:
             raise RunLeased(run_id, holder if isinstance(holder, dict) else {},
                             advice=FENCED_ADVICE)
+
+    def _columns(self, key: str, text: str) -> tuple:
+        """The (size, mode, filename, value) columns of ``text`` as diskcache stores it:
+        inline under its ``min_file_size`` (32 KiB), else in a value file written now (owner
+        only, fsynced at durability="power"), before the transaction takes the write lock."""
+        disk = self._cache._disk
+        if len(text) < disk.min_file_size:
+            return 0, MODE_RAW, None, text
+        return disk.store(text, False, key=key)
+
+    def _insert_if_absent(self, key: str, columns: tuple, now: float) -> bool:
+        """Inside a transaction: add the row ``key`` unless it exists; whether it was added.
+
+        One statement where diskcache's ``add`` takes two (a SELECT, then the INSERT): the
+        Cache table's UNIQUE (key, raw) index refuses a second row, ``OR IGNORE`` turns that
+        into "nothing written", and diskcache's count and size triggers fire only for a row
+        really inserted. Journal rows never expire, so add()'s replacing of an expired row
+        does not apply.
+        """
+        size, mode, filename, value = columns
+        cursor = self._cache._sql(_INSERT_IF_ABSENT, (key, now, now, size, mode, filename, value))
+        return cursor.rowcount == 1
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -439,28 +486,70 @@ class DiskJournal(Journal):
                 raise CorruptEntry(key, "its value file is missing", run_id=run_id,
                                    position=position)
             return None
-        try:
-            return StepEntry.from_json(position, text)
-        except (ValueError, TypeError, RecursionError) as exc:
-            raise CorruptEntry(key, str(exc) or type(exc).__name__, run_id=run_id,
-                               position=position) from None
+        return _parse_entry(key, run_id, position, text)
 
     def has_step(self, run_id: str, position: int) -> bool:
         return _step_key(run_id, position) in self._cache
 
+    def steps(self, run_id: str, start: int = 0) -> Iterator[StepEntry]:
+        """The run's entries in position order, read :data:`_READ_AHEAD` positions a query
+        (one indexed ``key IN (...)`` lookup instead of a query per entry: keys sort as
+        text, ``step:R:10`` before ``step:R:2``, so a range scan would not do); stops at the
+        first missing position, as the interface's own version does."""
+        fetch = self._cache._disk.fetch
+        position = start
+        while True:
+            keys = [_step_key(run_id, p) for p in range(position, position + _READ_AHEAD)]
+            rows = self._cache._sql(_SELECT_STEPS, keys).fetchall()
+            found = {key: (mode, filename, value) for key, mode, filename, value in rows}
+            for key in keys:
+                row = found.get(key)
+                if row is None:
+                    return
+                mode, filename, value = row
+                try:
+                    text = value if mode == MODE_RAW and type(value) is str else \
+                        fetch(mode, filename, value, False)
+                except FileNotFoundError:  # the row exists but its value file is gone
+                    raise CorruptEntry(key, "its value file is missing", run_id=run_id,
+                                       position=position) from None
+                yield _parse_entry(key, run_id, position, text)
+                position += 1
+            if len(rows) < _READ_AHEAD:
+                return
+
     def append_step(self, run_id: str, entry: StepEntry, *, record_json: str | None = None,
                     token: str | None = None, blobs: dict[str, str] | None = None) -> None:
-        text = entry.to_json()
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
         cache = self._cache
-        with cache.transact(retry=True):
-            self._fenced(run_id, token)
-            if not cache.add(_step_key(run_id, entry.position), text, retry=True):
-                raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
-                                advice=position_taken_advice(entry.position))
-            for digest, blob in (blobs or {}).items():
-                cache.add(f"blob:{run_id}:{digest}", blob, retry=True)
-            if record_json is not None:
-                cache.set(f"run:{run_id}", record_json, retry=True)
+        key = _step_key(run_id, entry.position)
+        rows = [(key, self._columns(key, entry.to_json()))]
+        for digest, blob in (blobs or {}).items():
+            blob_key = f"blob:{run_id}:{digest}"
+            rows.append((blob_key, self._columns(blob_key, blob)))
+        written = False
+        try:
+            # One SQLite transaction (BEGIN IMMEDIATE; retried while another writer holds the
+            # lock, as diskcache's transact(retry=True)): the lease check, the entry written
+            # only where its position is free, its blobs unless present, the record.
+            with cache._transact(retry=True) as (_, cleanup):
+                self._fenced(run_id, token)
+                now = time.time()
+                if not self._insert_if_absent(key, rows[0][1], now):
+                    raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
+                                    advice=position_taken_advice(entry.position))
+                for blob_key, columns in rows[1:]:
+                    if not self._insert_if_absent(blob_key, columns, now):
+                        cleanup(columns[2])  # the run has this blob: its new file goes
+                if record_json is not None:
+                    cache.set(f"run:{run_id}", record_json, retry=True)
+            written = True
+        finally:
+            if not written:  # refused or failed: nothing references the value files
+                for _, columns in rows:
+                    if columns[2] is not None:
+                        cache._disk.remove(columns[2])
 
     def truncate(self, run_id: str, from_position: int) -> int:
         deleted = 0
@@ -522,6 +611,14 @@ class DiskJournal(Journal):
 def _request_key(kind: str, run_id: str) -> str:
     check_request_kind(kind)
     return f"{kind}:{run_id}"
+
+
+def _parse_entry(key: str, run_id: str, position: int, text: str) -> StepEntry:
+    try:
+        return StepEntry.from_json(position, text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CorruptEntry(key, str(exc) or type(exc).__name__, run_id=run_id,
+                           position=position) from None
 
 
 def _parse_record(key: str, text: str, run_id: str) -> RunRecord:
