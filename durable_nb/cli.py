@@ -1,4 +1,5 @@
-"""``durable-nb``: list, inspect, approve, cancel, reset, export runs from a terminal.
+"""``durable-nb``: list, inspect, approve, cancel, reset, export runs and batches from a
+terminal.
 
 ``runs``, ``show`` and ``export`` only read: they never create or write a journal, and work on
 a read-only copy of one. The helpers here (option parsing with suggestions, how a run is
@@ -14,6 +15,7 @@ import json
 import re
 import sys
 import time
+from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from . import registry
@@ -28,8 +30,9 @@ from .journal import (
     open_journal,
 )
 
-__all__ = ["COMMANDS", "STEERING", "explain_usage", "format_cost", "format_run", "format_runs",
-           "main", "parse_status", "plain", "replay_savings", "steer"]
+__all__ = ["COMMANDS", "STEERING", "batch_rows", "explain_usage", "format_batch",
+           "format_batches", "format_cost", "format_run", "format_runs", "list_runs", "main",
+           "parse_item_status", "parse_status", "plain", "replay_savings", "steer"]
 
 
 # -- opening a journal ---------------------------------------------------------------------------
@@ -222,6 +225,128 @@ def format_run(info: registry.RunInfo, interrupted: bool = False) -> str:
     return "\n".join(lines)
 
 
+def list_runs(journal: Journal, *, status: str | None = None, prefix: str | None = None,
+              limit: int | None = 50) -> tuple[list[RunRecord], int]:
+    """The runs a listing shows, newest first: (the first ``limit`` of them, or all with
+    ``limit`` None or 0; how many match in all)."""
+    records = registry.runs(status, journal=journal)
+    if prefix:
+        records = [r for r in records if r.run_id.startswith(prefix)]
+    records.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+    return (records[:limit] if limit else records), len(records)
+
+
+def more_runs_note(shown: int, total: int, command: str) -> str:
+    """The line under a listing cut at ``--limit``."""
+    if shown >= total:
+        return ""
+    return (f"showing the newest {shown:,} of {total:,} runs: `{command} --limit N` (0: all), "
+            f"--status S or --prefix P for others")
+
+
+def parse_item_status(text: str) -> str:
+    """An argparse type: a status in any case, or ``pending`` (an item never started)."""
+    if str(text).strip().upper() == "PENDING":
+        return "PENDING"
+    return parse_status(text)
+
+
+def batch_rows(journal: Journal) -> list[dict[str, Any]]:
+    """One row per batch (oldest first): id, title, items, counts by status, tokens, cost,
+    updated."""
+    rows = []
+    for record in journal.list_batches():
+        runs = {r.run_id: r for r in journal.list_runs(f"{record.batch_id}/")}
+        items = [runs.get(f"{record.batch_id}/{key}") for key in record.keys]
+        counts = Counter(r.status.value if r is not None else "PENDING" for r in items)
+        rows.append({"batch_id": record.batch_id, "title": record.title,
+                     "items": len(record.keys), "counts": dict(counts),
+                     "tokens": sum(r.tokens for r in items if r is not None),
+                     "cost": sum(r.cost for r in items if r is not None),
+                     "removed": len(record.removed),
+                     "updated_at": max([record.updated_at]
+                                       + [r.updated_at for r in items if r is not None])})
+    return rows
+
+
+def format_batches(rows: list[dict[str, Any]]) -> str:
+    """The batch table shown by ``durable-nb batches`` and ``%durable batches``."""
+    if not rows:
+        return "no batches"
+    table = [("BATCH", "ITEMS", "DONE", "FAILED", "WAITING", "RUNNING", "PENDING", "TOKENS",
+              "COST", "UPDATED", "TITLE")]
+    for row in rows:
+        c = row["counts"]
+        table.append((row["batch_id"], f"{row['items']:,}", f"{c.get('DONE', 0):,}",
+                      f"{c.get('FAILED', 0) + c.get('CANCELLED', 0):,}",
+                      f"{c.get('WAITING_APPROVAL', 0):,}", f"{c.get('RUNNING', 0):,}",
+                      f"{c.get('PENDING', 0):,}", f"{row['tokens']:,}",
+                      format_cost(row["cost"]) if row["cost"] else "-",
+                      _age(row["updated_at"]), row["title"]))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "  " + r[-1]
+             for r in table]
+    return "\n".join(line.rstrip() for line in lines) + (
+        "\nFAILED counts CANCELLED items too. `durable-nb batch show BATCH` lists the items.")
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def format_batch(batch: Any, *, status: str | None = None, limit: int | None = 50,
+                 interrupted: Iterable[str] = ()) -> str:
+    """The detail view of a batch (:class:`durable_nb.batch.Batch`) shown by ``durable-nb
+    batch show`` and ``%durable batch show``: totals, then its items (those in ``status``,
+    the first ``limit``), items whose process died as INTERRUPTED."""
+    interrupted = set(interrupted)
+    items = list(batch)
+    counts = Counter("INTERRUPTED" if i.run_id in interrupted else i.state for i in items)
+    order = ["DONE", "FAILED", "CANCELLED", "WAITING_APPROVAL", "RUNNING", "INTERRUPTED",
+             "PENDING"]
+    by_status = ", ".join(f"{counts[s]:,} {s}" for s in order if counts[s])
+    prompt = sum(i.prompt_tokens for i in items)
+    completion = sum(i.completion_tokens for i in items)
+    lines = [f"batch      {batch.batch_id}" + (f"  ({batch.title})" if batch.title else ""),
+             f"items      {len(items):,}" + (f": {by_status}" if by_status else ""),
+             f"tokens     {prompt + completion:,} ({prompt:,} prompt + {completion:,} "
+             f"completion)",
+             f"cost       {format_cost(sum(i.cost for i in items))}"]
+    if batch.removed:
+        shown = ", ".join(batch.removed[:5]) + (" ..." if len(batch.removed) > 5 else "")
+        lines.append(f"removed    {len(batch.removed):,} items no longer in the list, their "
+                     f"runs kept: {shown}")
+    if counts["INTERRUPTED"]:
+        lines.append("INTERRUPTED: RUNNING in the journal, but the process executing it is "
+                     "gone; re-run the batch's cell (or map) to resume them.")
+    chosen = [i for i in items if status is None or i.state == status
+              or (status == "RUNNING" and i.run_id in interrupted)]
+    shown_items = chosen[:limit] if limit else chosen
+    table = [("#", "KEY", "STATUS", "ITER", "TOKENS", "COST", "RESULT / ERROR")]
+    for item in shown_items:
+        state = "INTERRUPTED" if item.run_id in interrupted else item.state
+        outcome = item.error or ""
+        if item.status is Status.DONE:
+            outcome = _one_line(item.result if isinstance(item.result, str)
+                                else json.dumps(item.result, ensure_ascii=False, default=str),
+                                70)
+        table.append((str(item.index), item.key, state, str(item.iterations),
+                      f"{item.tokens:,}", format_cost(item.cost) if item.cost else "-",
+                      _one_line(outcome, 90)))
+    if shown_items:
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+        lines.append("")
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
+                  for r in table]
+    else:
+        lines.append(f"no items{f' in status {status}' if status else ''}")
+    if len(shown_items) < len(chosen):
+        lines.append(f"showing {len(shown_items):,} of {len(chosen):,} items: --limit N (0: all)"
+                     f" or --status S for others")
+    return "\n".join(line.rstrip() for line in lines)
+
+
 # -- steering ---------------------------------------------------------------------------------------
 
 STEERING = ("approve", "reject", "cancel", "reset", "delete")
@@ -253,7 +378,10 @@ def steer(command: str, run_id: str, journal: Journal, *, note: str | None = Non
 
 #: Every command with its one-line description, for `durable-nb` and `%durable` alone.
 COMMANDS = {
-    "runs": "list runs (--status S: only those; --json)",
+    "runs": "list runs, newest first (--limit N, --status S, --prefix P, --json)",
+    "batches": "list batches with their items' counts by status",
+    "batch": "one batch: `batch show ID` (totals, items; --status S, --limit N), "
+             "`batch export ID` (JSON lines or a notebook report)",
     "show": "one run: status, tokens, cost, its steps",
     "approve": "approve the run's pending approval (with an optional note)",
     "reject": "reject it",
@@ -353,6 +481,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {explain_usage(self, message, self._words)}\n")
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="durable-nb", description="Inspect and steer durable agent runs.")
     parser.add_argument("--journal", metavar="DIR",
@@ -363,7 +501,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--status", type=parse_status, metavar="STATUS",
                    help="only runs in this status: running, waiting_approval, done, failed, "
                         "cancelled (any case)")
+    p.add_argument("--prefix", metavar="P",
+                   help="only runs whose id starts with P (a batch's items: --prefix BATCH/)")
+    p.add_argument("--limit", type=_count, default=50, metavar="N",
+                   help="the newest N runs (default 50; 0: all)")
     p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("batches", help=COMMANDS["batches"])
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("batch", help=COMMANDS["batch"])
+    batch = p.add_subparsers(dest="batch_command", required=True, metavar="show|export")
+    b = batch.add_parser("show", help="the batch's totals and its items")
+    b.add_argument("batch_id", metavar="ID")
+    b.add_argument("--status", type=parse_item_status, metavar="STATUS",
+                   help="only items in this status (any case; pending: never started)")
+    b.add_argument("--limit", type=_count, default=50, metavar="N",
+                   help="at most N items (default 50; 0: all)")
+    b.add_argument("--json", action="store_true", help="print JSON (every item)")
+    b = batch.add_parser("export", help="write the items as JSON lines or a notebook report")
+    b.add_argument("batch_id", metavar="ID")
+    b.add_argument("--to", required=True, metavar="FILE",
+                   help="FILE.jsonl (one line per item) or FILE.ipynb (a report)")
 
     p = sub.add_parser("show", help=COMMANDS["show"])
     p.add_argument("run_id", metavar="RUN")
@@ -413,18 +572,27 @@ def _run(args: argparse.Namespace) -> int:
 
         print(enable(args.profile) if args.command == "enable" else disable(args.profile))
         return 0
-    if args.command in ("runs", "show", "export"):
+    if args.command in ("runs", "show", "export", "batches", "batch"):
         journal = open_journal(args.journal, read_only=True)
     else:
         journal = open_journal(args.journal)
     if args.command == "runs":
-        records = registry.runs(args.status, journal=journal)
+        records, total = list_runs(journal, status=args.status, prefix=args.prefix,
+                                   limit=args.limit)
         interrupted = [r.run_id for r in records if is_interrupted(r, journal)]
         if args.json:
             print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted)
                               for r in records], indent=2))
         else:
             print(format_runs(records, interrupted))
+            note = more_runs_note(len(records), total, "durable-nb runs")
+            if note:
+                print(note)
+    elif args.command == "batches":
+        rows = batch_rows(journal)
+        print(json.dumps(rows, indent=2) if args.json else format_batches(rows))
+    elif args.command == "batch":
+        _batch_command(args, journal)
     elif args.command == "show":
         info = registry.get_run(args.run_id, journal=journal)
         interrupted = is_interrupted(info, journal)
@@ -441,6 +609,27 @@ def _run(args: argparse.Namespace) -> int:
         path = export_run(args.run_id, args.to, format=args.format, journal=journal)
         print(f"wrote {path}")
     return 0
+
+
+def _batch_command(args: argparse.Namespace, journal: Journal) -> None:
+    from .batch import batch as read_batch
+
+    if args.batch_command == "export":
+        from .export import export_batch
+
+        print(f"wrote {export_batch(args.batch_id, args.to, journal=journal)}")
+        return
+    batch = read_batch(args.batch_id, journal=journal)
+    interrupted = [item.run_id for item in batch if item.status is Status.RUNNING
+                   and registry.lease_holder(item.run_id, journal=journal) is None]
+    if args.json:
+        print(json.dumps({"batch_id": batch.batch_id, "title": batch.title,
+                          "removed": batch.removed, "counts": batch.counts,
+                          "items": [dict(item.to_dict(), interrupted=item.run_id in interrupted)
+                                    for item in batch]}, indent=2, default=str))
+    else:
+        print(format_batch(batch, status=args.status, limit=args.limit,
+                           interrupted=interrupted))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,11 +28,17 @@ from IPython.core.magic_arguments import (
 from . import registry
 from .cli import (
     STEERING,
+    batch_rows,
     command_list,
     explain_usage,
+    format_batch,
+    format_batches,
     format_run,
     format_runs,
     is_interrupted,
+    list_runs,
+    more_runs_note,
+    parse_item_status,
     parse_status,
     steer,
 )
@@ -44,7 +50,15 @@ from .errors import (
     UnknownRun,
 )
 from .journal import Journal, Status, default_location, open_journal
-from .notebook import NotebookRun, active_run, compile_cell, describe_unfinished
+from .notebook import (
+    NotebookRun,
+    active_batch,
+    active_run,
+    batch_of_run,
+    compile_cell,
+    describe_unfinished,
+    wait_for_batch,
+)
 from .runner import RunOptions, validate_run_id
 
 __all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_duration",
@@ -53,7 +67,7 @@ __all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_durat
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$")
 _UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 _MAGIC_COMMANDS = ["runs", "show", "approve", "reject", "cancel", "reset", "delete", "wait",
-                   "export", "enable", "disable"]
+                   "export", "batches", "batch", "enable", "disable"]
 
 
 def parse_duration(text: str) -> float:
@@ -86,10 +100,156 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: Options whose value is a Python expression: written as in code (``--key item['id']``),
+#: brackets and quotes kept; quoting the whole expression is allowed too.
+_EXPRESSION_OPTIONS = ("--over", "--key")
+_CLOSING = {"(": ")", "[": "]", "{": "}"}
+
+
+def _expression_word(line: str, start: int) -> tuple[str, int]:
+    """The Python expression starting at ``line[start]``: up to the first blank outside
+    brackets and quotes. Returns (expression, end)."""
+    stack: list[str] = []
+    quote = None
+    i = start
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in _CLOSING:
+            stack.append(_CLOSING[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+        elif ch.isspace() and not stack:
+            break
+        i += 1
+    if quote or stack:
+        raise ValueError(f"unbalanced {'quote' if quote else 'brackets'} in the expression "
+                         f"{line[start:]!r}")
+    word = line[start:i]
+    if len(word) >= 2 and word[0] == word[-1] and word[0] in "'\"":
+        inner = word[1:-1]
+        if word[0] not in inner:  # quoted as a whole, as a shell would: the expression inside
+            word = inner
+    return word, i
+
+
+def split_options(line: str) -> list[str]:
+    """The words of a magic's line, as a shell splits them (shlex), except the values of
+    ``--over`` and ``--key``, which are Python expressions kept as written."""
+    words: list[str] = []
+    i = 0
+    while i < len(line):
+        if line[i].isspace():
+            i += 1
+            continue
+        if words and words[-1] in _EXPRESSION_OPTIONS:
+            word, i = _expression_word(line, i)
+            words.append(word)
+            continue
+        lexer = shlex.shlex(line[i:], posix=True)
+        lexer.whitespace_split = True
+        lexer.commenters = ""
+        word = lexer.get_token()
+        if word is None:
+            break
+        consumed = lexer.instream.tell()
+        name, eq, value = word.partition("=")
+        if eq and name in _EXPRESSION_OPTIONS:  # --key=item['id']: the raw text after '='
+            raw_start = i + line[i:].index("=") + 1
+            value, i = _expression_word(line, raw_start)
+            words.append(f"{name}={value}")
+            continue
+        words.append(word)
+        i += consumed
+    return words
+
+
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise UsageError(f"{text!r} must be more than 0")
+    return value
+
+
+#: ``%%durable_agent`` options that only a batch (``--over``) takes.
+_BATCH_OPTIONS = ("key", "concurrency", "retry_failed", "max_total_tokens", "max_total_cost",
+                  "requests_per_minute", "tokens_per_minute")
+
+
+def _batch_items(expression: str, namespace: dict) -> list:
+    """The items of ``--over EXPR``, evaluated in the notebook's namespace, as a list."""
+    try:
+        value = eval(compile(expression, "<--over>", "eval"), namespace)
+    except SyntaxError as exc:
+        raise UsageError(f"--over {expression}: not a Python expression ({exc.msg}). Write "
+                         f"e.g. --over items or --over \"tickets[:10]\"") from None
+    except Exception as exc:
+        raise UsageError(f"--over {expression}: {type(exc).__name__}: {exc}") from None
+    if hasattr(value, "to_dict") and hasattr(value, "columns"):  # a pandas DataFrame: its rows
+        return list(value.to_dict("records"))
+    if isinstance(value, (str, bytes)):
+        raise UsageError(f"--over {expression} is a string: give a list of items (e.g. "
+                         f"--over \"text.splitlines()\")")
+    if isinstance(value, dict):
+        raise UsageError(f"--over {expression} is a dict: say what an item is, e.g. --over "
+                         f"\"list({expression}.values())\" or \"list({expression}.items())\"")
+    try:
+        return list(value)
+    except TypeError:
+        raise UsageError(f"--over {expression}: a {type(value).__name__} is not a list of "
+                         f"items (it cannot be iterated)") from None
+
+
+def _batch_keys(items: list, expression: str | None, namespace: dict) -> list[str]:
+    """Each item's key: ``--key EXPR`` evaluated with ``item`` and ``index``, or a digest
+    of the item's content."""
+    from .batch import item_keys
+
+    if expression is None:
+        return item_keys(items)
+    try:
+        code = compile(expression, "<--key>", "eval")
+    except SyntaxError as exc:
+        raise UsageError(f"--key {expression}: not a Python expression ({exc.msg}). Write "
+                         f"e.g. --key item['id'] or --key index") from None
+    scope = dict(namespace)
+    raw = []
+    for index, item in enumerate(items):
+        scope["item"], scope["index"] = item, index
+        try:
+            raw.append(eval(code, scope))
+        except Exception as exc:
+            raise UsageError(f"--key {expression} failed for item {index} ({_short(item)}): "
+                             f"{type(exc).__name__}: {exc}") from None
+    return item_keys(list(range(len(items))), key=lambda index: raw[index])
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "\u2026"
+
+
+def _batch_stopped(batch_id: str, interrupted: list[str]) -> str:
+    kept = (f"{len(interrupted)} item{'s' if len(interrupted) != 1 else ''} in flight "
+            f"{'were' if len(interrupted) != 1 else 'was'} interrupted and kept; "
+            if interrupted else "")
+    return (f"batch {batch_id!r} stopped: {kept}re-run the cell to finish the batch (DONE items "
+            f"are answered from the journal, the others resume)")
+
+
 def _parse(parser: Any, line: str) -> Any:
     # shlex rather than IPython's arg_split, which keeps the quotes of quoted values.
     try:
-        words = shlex.split(line)
+        words = split_options(line)
     except ValueError as exc:
         raise UsageError(f"cannot parse the options {line!r}: {exc}") from None
     try:
@@ -219,6 +379,32 @@ class DurableMagics(Magics):
     @argument("--on-journal-error", choices=["continue", "stop"], default="continue",
               help="when a journal write fails (disk full): go on with a loud warning and retry "
                    "(default), or stop before passing the unrecorded step")
+    @argument("--over", metavar="ITEMS",
+              help="a batch: run the cell once per item of ITEMS (a Python expression: a list, "
+                   "any iterable, a pandas DataFrame gives one dict per row), each item its "
+                   "own run RUN_ID/KEY, with `item` and `index` in scope; the cell's value is "
+                   "the Batch. Re-running the cell answers DONE items from the journal and "
+                   "resumes the rest. Options above (budgets, --timeout, --model) apply to "
+                   "each item")
+    @argument("--key", metavar="EXPR",
+              help="with --over: an item's key, a Python expression of `item` (and `index`), "
+                   "e.g. item['id']; `index` keys items by their place in the list (which "
+                   "shifts when the list changes). Default: a digest of the item's content")
+    @argument("--concurrency", type=_positive_int, default=None, metavar="N",
+              help="with --over: how many items run at once (default 8)")
+    @argument("--retry-failed", choices=["yes", "no"], default=None,
+              help="with --over: run FAILED items again when the cell is re-run (yes, the "
+                   "default) or keep them as they are (no); interrupted items always resume")
+    @argument("--max-total-tokens", type=_positive_int, metavar="N",
+              help="with --over: the batch's token budget, shared by all items: an item stops "
+                   "(FAILED) before an LLM call that could pass it")
+    @argument("--max-total-cost", type=parse_cost, metavar="DOLLARS",
+              help="with --over: the batch's cost budget in US dollars, shared by all items")
+    @argument("--requests-per-minute", type=_positive_number, metavar="N",
+              help="with --over: the endpoint's request rate limit, shared by all items (a "
+                   "429's retry-after pauses them all)")
+    @argument("--tokens-per-minute", type=_positive_number, metavar="N",
+              help="with --over: the endpoint's token rate limit, shared by all items")
     @cell_magic
     def durable_agent(self, line: str, cell: str) -> Any:
         """Run the cell as a durable agent loop, with ``ctx`` in scope.
@@ -245,6 +431,14 @@ class DurableMagics(Magics):
             validate_run_id(run_id)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        if args.over is not None:
+            return self._batch_cell(run_id, args, cell)
+        batch_only = [name for name in _BATCH_OPTIONS if getattr(args, name) is not None]
+        if batch_only:
+            option = "--" + batch_only[0].replace("_", "-")
+            raise UsageError(f"{option} is an option of a batch: add --over ITEMS to run the "
+                             f"cell once per item (e.g. `%%durable_agent {run_id} --over items "
+                             f"{option} ...`)")
         run = None
         try:
             journal = open_journal(args.journal)
@@ -269,6 +463,41 @@ class DurableMagics(Magics):
             raise
         return outcome.result if outcome.status is Status.DONE else None
 
+    def _batch_cell(self, batch_id: str, args: Any, cell: str) -> Any:
+        """``%%durable_agent BATCH --over ITEMS``: the cell once per item, as a batch."""
+        from .notebook import NotebookBatch, compile_item_cell
+
+        if args.concurrency == 0:
+            raise UsageError("--concurrency 0 would run nothing: give 1 or more")
+        namespace = self.shell.user_ns
+        items = _batch_items(args.over, namespace)
+        keys = _batch_keys(items, args.key, namespace)
+        batch = None
+        try:
+            journal = open_journal(args.journal)
+            body = compile_item_cell(cell, batch_id, namespace, items)
+            batch = NotebookBatch(
+                batch_id, lambda ctx, index: body(ctx, index), keys, journal=journal,
+                concurrency=args.concurrency or 8, retry_failed=args.retry_failed != "no",
+                wait=args.wait, title=args.title,
+                limits={"max_total_tokens": args.max_total_tokens,
+                        "max_total_cost": args.max_total_cost,
+                        "requests_per_minute": args.requests_per_minute,
+                        "tokens_per_minute": args.tokens_per_minute},
+                options={"timeout": args.timeout, "max_iterations": args.max_iterations,
+                         "max_tokens": args.max_tokens, "max_cost": args.max_cost,
+                         "model": args.model, "source": cell,
+                         "on_change": args.on_change,
+                         "on_journal_error": args.on_journal_error})
+            batch.show()
+            return batch.start()
+        except BaseException as exc:
+            stopped = None
+            if isinstance(exc, KeyboardInterrupt) and batch is not None:
+                stopped = _batch_stopped(batch_id, batch.interrupted_items())
+            shorten(exc, self.shell, interrupted=stopped)
+            raise
+
     def _run_id_from_cell(self) -> str:
         if not self.cell_id:
             raise UsageError("%%durable_agent needs a RUN_ID here: this frontend does not send "
@@ -289,11 +518,20 @@ class DurableMagics(Magics):
         %durable wait RUN [--timeout DUR]   block until the run finishes (for headless runs);
                                             returns its result, raises if it FAILED
         %durable export RUN PATH            write the run as a notebook (.ipynb) or .json
+        %durable batches                    list batches with their items' counts
+        %durable batch show ID [--status S] [--limit N]
+                                            a batch's totals and items
+        %durable batch wait ID [--timeout DUR]
+                                            block until every item finished (headless
+                                            notebooks); returns the Batch
+        %durable batch export ID PATH       the items as .jsonl, or a notebook report (.ipynb)
         %durable enable                     load durable_nb in every kernel from now on
                                             (writes your IPython profile); disable undoes it
 
         Every command takes --journal DIR (default: $DURABLE_NB_DIR or ./.durable_nb).
-        ``runs``, ``show`` and ``export`` only read the journal (never create or change it).
+        ``runs``, ``show``, ``export``, ``batches`` and ``batch show/export`` only read the
+        journal (never create or change it). A batch's items are runs ``BATCH/KEY``: approve
+        one with ``%durable approve BATCH/KEY``.
         """
         if not line.strip():
             print(command_list("%durable", _MAGIC_COMMANDS))
@@ -321,7 +559,25 @@ class DurableMagics(Magics):
                 p.add_argument(arg, metavar=arg.upper())
             return p
 
-        command("runs").add_argument("--status", type=parse_status, metavar="STATUS")
+        runs = command("runs")
+        runs.add_argument("--status", type=parse_status, metavar="STATUS")
+        runs.add_argument("--prefix", metavar="P")
+        runs.add_argument("--limit", type=_positive_int, default=50, metavar="N")
+        command("batches")
+        batch = _no_abbrev(sub.add_parser("batch", add_help=False))
+        verbs = batch.add_subparsers(dest="batch_command", metavar="show|wait|export")
+        verbs.required = True
+        for verb in ("show", "wait", "export"):
+            p = _no_abbrev(verbs.add_parser(verb, add_help=False))
+            p.add_argument("--journal", metavar="DIR")
+            p.add_argument("batch_id", metavar="ID")
+            if verb == "show":
+                p.add_argument("--status", type=parse_item_status, metavar="STATUS")
+                p.add_argument("--limit", type=_positive_int, default=50, metavar="N")
+            elif verb == "wait":
+                p.add_argument("--timeout", type=parse_duration)
+            else:
+                p.add_argument("path", metavar="PATH")
         command("show", "run_id")
         for verb in ("approve", "reject"):
             # default=[]: without it argparse reports the optional note as required (fix).
@@ -343,13 +599,22 @@ class DurableMagics(Magics):
 
             print(enable(args.profile) if args.command == "enable" else disable(args.profile))
             return None
-        journal = open_journal(args.journal,
-                               read_only=args.command in ("runs", "show", "export"))
+        read_only = args.command in ("runs", "show", "export", "batches") or (
+            args.command == "batch" and args.batch_command in ("show", "export"))
+        journal = open_journal(args.journal, read_only=read_only)
         if args.command == "runs":
-            records = registry.runs(args.status, journal=journal)
+            records, total = list_runs(journal, status=args.status, prefix=args.prefix,
+                                       limit=args.limit)
             print(format_runs(records, [r.run_id for r in records
                                         if is_interrupted(r, journal)
                                         and active_run(r.run_id) is None]))
+            note = more_runs_note(len(records), total, "%durable runs")
+            if note:
+                print(note)
+        elif args.command == "batches":
+            print(format_batches(batch_rows(journal)))
+        elif args.command == "batch":
+            return self._batch(args, journal)
         elif args.command == "show":
             info = registry.get_run(args.run_id, journal=journal)
             print(format_run(info, is_interrupted(info, journal)))
@@ -357,15 +622,34 @@ class DurableMagics(Magics):
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,
                         from_step=getattr(args, "from_step", 0)))
-            run = active_run(args.run_id)
-            if run is not None:
-                run.wake()  # a parked run in this kernel resumes without waiting for its poll
+            # A parked run (or batch item) of this kernel resumes without waiting for its poll.
+            for watcher in (active_run(args.run_id), batch_of_run(args.run_id)):
+                if watcher is not None:
+                    watcher.wake()
         elif args.command == "wait":
             return self._wait(args.run_id, args.timeout, journal)
         elif args.command == "export":
             from .export import export_run
 
             print(f"wrote {export_run(args.run_id, args.path, journal=journal)}")
+        return None
+
+    def _batch(self, args: Any, journal: Journal) -> Any:
+        from .batch import batch as read_batch
+
+        if args.batch_command == "wait":
+            return wait_for_batch(args.batch_id, journal, args.timeout)
+        if args.batch_command == "export":
+            from .export import export_batch
+
+            print(f"wrote {export_batch(args.batch_id, args.path, journal=journal)}")
+            return None
+        batch = read_batch(args.batch_id, journal=journal)
+        active = active_batch(args.batch_id)
+        interrupted = [item.run_id for item in batch if item.status is Status.RUNNING
+                       and not (active is not None and active.executing)
+                       and registry.lease_holder(item.run_id, journal=journal) is None]
+        print(format_batch(batch, status=args.status, limit=args.limit, interrupted=interrupted))
         return None
 
     def _wait(self, run_id: str, timeout: float | None, journal: Journal) -> Any:

@@ -77,3 +77,172 @@ def test_prepare_plans_and_execute_runs_what_it_planned(journal) -> None:
     assert execution.decided() == [0]
     execution.execute(execution.decided())
     assert execution.batch().counts == {"DONE": 1, "WAITING_APPROVAL": 1}
+
+
+# -- the panel -------------------------------------------------------------------------------
+
+def _chat_handler(client):
+    def handler(ctx, item):
+        reply = ctx.chat(model="gpt-4o-mini", client=client, max_tokens=5,
+                         messages=[{"role": "user", "content": f"ticket {item}"}])
+        if item == 3:
+            raise RuntimeError("the CRM is down")
+        return f"{item}: {reply.choices[0].message.content}"
+    return handler
+
+
+@pytest.fixture
+def chat_batch(journal):
+    """A batch of 6 items with one LLM call each, item 3 FAILED: (journal, panel, batch)."""
+    import openai
+
+    from durable_nb.testing import LoopbackServer
+
+    with LoopbackServer(["fine"]) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0)
+        panel = BatchPanel("chats", title="six tickets", journal=journal)
+        batch = dn.map(_chat_handler(client), list(range(6)), batch_id="chats", key="index",
+                       title="six tickets", journal=journal, observer=panel)
+        panel.refresh(force=True)  # the notebook's cell does this when the batch ends
+        yield journal, panel, batch, client
+
+
+def test_summary_shows_progress_by_status_tokens_cost_and_then_what_replay_saved(
+        chat_batch) -> None:
+    journal, panel, batch, client = chat_batch
+    summary = _text(panel.summary_html.value)
+    assert "batch chats · six tickets" in summary
+    assert "5 / 6 done" in summary and "1 failed" in summary
+    assert f"tokens {batch.tokens:,}" in summary and batch.tokens > 0
+    assert "cost $0.0000" in summary or "cost $" in summary
+    segments = re.findall(r"title='(\d+) (\w+)'", panel.summary_html.value)
+    assert segments == [("5", "DONE"), ("1", "FAILED")]
+
+    again = BatchPanel("chats", journal=journal)
+    dn.map(_chat_handler(client), list(range(6)), batch_id="chats", key="index",
+           journal=journal, observer=again, retry_failed=False)
+    again.refresh(force=True)
+    saved = _text(again.summary_html.value)
+    done_tokens = sum(i.tokens for i in batch if i.status is Status.DONE)
+    assert f"replay: 5 items answered from the journal: {done_tokens:,} tokens" in saved
+
+
+def test_the_table_filters_by_status_and_text_sorts_and_pages(journal) -> None:
+    panel = BatchPanel("many", journal=journal)
+    batch = dn.map(lambda ctx, x: ctx.run("s", lambda: f"value {x}") if x % 10 else 1 / 0,
+                   list(range(45)), batch_id="many", key="index", journal=journal,
+                   observer=panel)
+    panel.refresh(force=True)
+    assert batch.counts == {"DONE": 40, "FAILED": 5}
+    rows = lambda: re.findall(r"data-key='([^']+)'", panel.table.value)  # noqa: E731
+    assert rows() == [str(i) for i in range(20)]
+    assert "rows 1–20 of 45 · page 1 of 3" in _text(panel.table.value)
+    panel.next_button.click()
+    panel.next_button.click()
+    assert rows() == [str(i) for i in range(40, 45)] and panel.next_button.disabled
+    panel.status_filter.value = "FAILED"
+    assert rows() == ["0", "10", "20", "30", "40"]
+    assert "ZeroDivisionError: division by zero" in _text(panel.table.value)
+    assert "(filtered from 45)" in _text(panel.table.value)
+    panel.status_filter.value = ""
+    panel.text_filter.value = "value 3"
+    assert rows() == ["3"] + [str(i) for i in range(31, 40)]
+    panel.text_filter.value = ""
+    panel.sort.value = "status"
+    assert rows()[:5] == ["0", "10", "20", "30", "40"]  # problems first
+
+
+def test_clicking_an_item_opens_its_own_run_panel(chat_batch) -> None:
+    journal, panel, batch, _ = chat_batch
+    panel.pick.value = "3"  # what a click on the row sends
+    (shown,) = panel.detail.children
+    text = _text(shown.children[0].value)
+    assert "chats/3" in text and "FAILED" in text
+    assert "class='dnb-picked'" not in panel.table.value and "dnb-row dnb-picked" in \
+        panel.table.value
+    panel.close_button.click()
+    assert panel.detail.children == () and panel.pick.value == ""
+
+
+def _parked(journal, n=4, observer=None):
+    batch = dn.map(lambda ctx, x: ctx.approval("publish", {"n": x}).approved, list(range(n)),
+                   batch_id="p", key="index", journal=journal, observer=observer, wait=False)
+    if observer is not None:
+        observer.refresh(force=True)
+    return batch
+
+
+def test_an_items_approve_button_decides_that_item_only(journal) -> None:
+    decided = []
+    panel = BatchPanel("p", journal=journal, on_decide=lambda *a: decided.append(a))
+    _parked(journal, observer=panel)
+    rows = panel.approval_rows.children
+    assert len(rows) == 4 and "publish" in rows[1].children[0].value
+    assert '{"n": 1}' in _text(rows[1].children[0].value)
+    panel.approval_note.value = "ok by me"
+    rows[1].children[1].click()
+    assert decided == [("p/1", True, "ok by me")]
+    assert rows[1].children[1].disabled and rows[1].children[2].disabled
+    rows[2].children[2].click()
+    assert decided[-1] == ("p/2", False, "ok by me")
+
+
+def test_approve_all_shown_asks_first_and_approves_only_the_items_shown(journal) -> None:
+    decided = []
+    panel = BatchPanel("p", journal=journal, on_decide=lambda *a: decided.append(a))
+    _parked(journal, n=12, observer=panel)
+    panel.text_filter.value = "1"  # shows items 1, 10, 11
+    assert panel.approve_all_button.description == "Approve all 3 shown"
+    panel.approve_all_button.click()
+    assert decided == []  # nothing until confirmed
+    assert panel.confirm_box.layout.display == "flex"
+    assert "Approve the pending approval of 3 items?" in _text(panel.confirm_text.value)
+    assert panel.confirm_button.description == "Yes, approve 3"
+    panel.confirm_cancel.click()
+    assert decided == [] and panel.confirm_box.layout.display == "none"
+    panel.approve_all_button.click()
+    panel.confirm_button.click()
+    assert sorted(d[0] for d in decided) == ["p/1", "p/10", "p/11"]
+    assert all(d[1] is True for d in decided)
+    assert "approved 3 items" in _text(panel.summary_html.value)
+
+
+def test_redraws_are_throttled_whatever_the_number_of_items(journal) -> None:
+    panel = BatchPanel("fast", journal=journal, refresh_interval=0.5)
+    started = time.monotonic()
+    dn.map(lambda ctx, x: ctx.run("s", lambda: x), list(range(1000)), batch_id="fast",
+           key="index", journal=journal, observer=panel, concurrency=16)
+    took = time.monotonic() - started
+    # One redraw per interval, plus the forced ones (the plan) and one trailing redraw.
+    assert panel.redraws <= took / 0.5 + 3, (panel.redraws, took)
+    time.sleep(0.6)  # the trailing redraw shows the last item
+    assert "1,000 / 1,000</b> done" in panel.summary_html.value
+
+
+def test_the_text_summary_tells_state_counts_failures_and_pending_approvals(journal) -> None:
+    panel = BatchPanel("mixed", title="mixed bag", journal=journal)
+
+    def handler(ctx, x):
+        if x == 1:
+            raise ValueError("bad input")
+        if x == 2:
+            return ctx.approval("send", {"to": "ana"}).approved
+        return x
+
+    dn.map(handler, [0, 1, 2], batch_id="mixed", key="index", journal=journal,
+           observer=panel, wait=False)
+    panel.refresh(force=True)
+    text = panel.summary()
+    lines = text.splitlines()
+    assert lines[0] == "durable batch mixed (mixed bag): WAITING_APPROVAL"
+    assert lines[1] == "3 items: 1 DONE, 1 FAILED, 1 WAITING_APPROVAL"
+    assert "  mixed/1: ValueError: bad input" in lines
+    assert '  mixed/2: \'send\' {"to": "ana"}' in lines
+
+
+def test_load_rebuilds_the_panel_from_the_journal(journal) -> None:
+    _parked(journal, n=3)
+    panel = BatchPanel.load(dn.batch("p", journal=journal), journal=journal)
+    assert "0 / 3</b> done" in panel.summary_html.value
+    assert len(panel.approval_rows.children) == 3
+    assert panel.summary().splitlines()[0] == "durable batch p: WAITING_APPROVAL"

@@ -249,3 +249,112 @@ def test_enable_writes_the_profile_once_and_disable_removes_it(tmp_path: Path) -
     assert "already" in cli("enable", env=env).stdout
     disabled = cli("disable", env=env)
     assert disabled.returncode == 0 and "durable_nb" not in config.read_text()
+
+
+# -- runs at scale, batches ---------------------------------------------------------------------
+
+def test_runs_lists_the_newest_first_a_page_at_a_time_with_filters(tmp_path: Path, run) -> None:
+    journal = DiskJournal(tmp_path / "j")
+    now = time.time()
+    for i in range(7):
+        run_id = f"eval/{i}" if i % 2 else f"single-{i}"
+        assert journal.create_run(RunRecord(run_id=run_id, status=Status.DONE,
+                                            created_at=now - 100 + i, updated_at=now))
+    journal.close()
+    page = run("--journal", str(tmp_path / "j"), "runs", "--limit", "3").stdout.splitlines()
+    assert [line.split()[0] for line in page[1:4]] == ["single-6", "eval/5", "single-4"]
+    assert page[4] == ("showing the newest 3 of 7 runs: `durable-nb runs --limit N` (0: all), "
+                       "--status S or --prefix P for others")
+    items = run("--journal", str(tmp_path / "j"), "runs", "--prefix", "eval/").stdout
+    assert [line.split()[0] for line in items.splitlines()[1:]] == ["eval/5", "eval/3", "eval/1"]
+    every = run("--journal", str(tmp_path / "j"), "runs", "--limit", "0").stdout
+    assert len(every.splitlines()) == 8 and "showing" not in every
+    data = json.loads(run("--journal", str(tmp_path / "j"), "runs", "--limit", "2",
+                          "--json").stdout)
+    assert [r["run_id"] for r in data] == ["single-6", "eval/5"]
+
+
+def _batch_with_everything(directory: Path) -> None:
+    """Batch 'b' of five items: three DONE, one FAILED, one waiting for approval."""
+    journal = DiskJournal(directory)
+
+    def handler(ctx, x):
+        if x == 3:
+            raise RuntimeError("tool broke")
+        if x == 4:
+            return ctx.approval("publish", {"n": x}).approved
+        return ctx.run("work", lambda: f"result {x}")
+
+    dn.map(handler, range(5), batch_id="b", key="index", title="five items", journal=journal,
+           wait=False)
+    journal.close()
+
+
+def test_batches_and_batch_show_tell_counts_items_and_failures(tmp_path: Path, run) -> None:
+    _batch_with_everything(tmp_path / "j")
+    listed = run("--journal", str(tmp_path / "j"), "batches")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[1].split()[:7] == ["b", "5", "3", "1", "1", "0", "0"]
+    assert "five items" in listed.stdout.splitlines()[1]
+    shown = run("--journal", str(tmp_path / "j"), "batch", "show", "b").stdout
+    assert "batch      b  (five items)" in shown
+    assert "items      5: 3 DONE, 1 FAILED, 1 WAITING_APPROVAL" in shown
+    rows = [line.split() for line in shown.splitlines() if line[:1].isdigit()]
+    assert [r[:3] for r in rows] == [["0", "0", "DONE"], ["1", "1", "DONE"], ["2", "2", "DONE"],
+                                     ["3", "3", "FAILED"], ["4", "4", "WAITING_APPROVAL"]]
+    assert "result 0" in shown and "RuntimeError: tool broke" in shown
+    failed = run("--journal", str(tmp_path / "j"), "batch", "show", "b", "--status", "failed")
+    assert [line for line in failed.stdout.splitlines() if line[:1].isdigit()][0].startswith("3")
+    limited = run("--journal", str(tmp_path / "j"), "batch", "show", "b", "--limit", "2").stdout
+    assert "showing 2 of 5 items: --limit N (0: all) or --status S for others" in limited
+    data = json.loads(run("--journal", str(tmp_path / "j"), "batch", "show", "b",
+                          "--json").stdout)
+    assert data["counts"] == {"DONE": 3, "FAILED": 1, "WAITING_APPROVAL": 1}
+    missing = run("--journal", str(tmp_path / "j"), "batch", "show", "nope")
+    assert missing.returncode == 1 and "no batch 'nope'" in missing.stderr
+    assert "`durable-nb batches`" in missing.stderr
+
+
+def test_an_item_is_approved_like_any_run_and_the_batch_goes_on(tmp_path: Path) -> None:
+    _batch_with_everything(tmp_path / "j")
+    approved = cli("--journal", str(tmp_path / "j"), "approve", "b/4", "go", "--by", "lead")
+    assert approved.returncode == 0 and "approved run b/4 (by lead)" in approved.stdout
+    journal = DiskJournal(tmp_path / "j")
+    again = dn.map(lambda ctx, x: ctx.approval("publish", {"n": x}).approved if x == 4 else
+                   ctx.run("work", lambda: f"result {x}"), range(5), batch_id="b", key="index",
+                   journal=journal, retry_failed=False)
+    assert again[4].status is Status.DONE and again[4].result is True
+
+
+def test_batch_export_writes_json_lines_or_a_notebook_report(tmp_path: Path, run) -> None:
+    _batch_with_everything(tmp_path / "j")
+    out = run("--journal", str(tmp_path / "j"), "batch", "export", "b", "--to",
+              str(tmp_path / "b.jsonl"))
+    assert out.returncode == 0 and out.stdout == f"wrote {tmp_path / 'b.jsonl'}\n"
+    lines = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [(r["key"], r["status"]) for r in lines] == [
+        ("0", "DONE"), ("1", "DONE"), ("2", "DONE"), ("3", "FAILED"), ("4", "WAITING_APPROVAL")]
+    assert lines[0]["result"] == "result 0" and lines[3]["error"].startswith("RuntimeError")
+
+    assert run("--journal", str(tmp_path / "j"), "batch", "export", "b", "--to",
+               str(tmp_path / "b.ipynb")).returncode == 0
+    import nbformat
+
+    nb = nbformat.read(tmp_path / "b.ipynb", as_version=4)
+    nbformat.validate(nb)
+    text = "\n".join(cell.source for cell in nb.cells)
+    assert "# Batch five items" in text and "| DONE | 3 |" in text and "| FAILED | 1 |" in text
+    assert "| 3 | 3 | FAILED |" in text and "## Failures" in text and "tool broke" in text
+    assert "## Waiting for approval" in text and "`b/4`: `publish`" in text
+    assert nb.cells[-1].cell_type == "code" and not nb.cells[-1].outputs
+    bad = run("--journal", str(tmp_path / "j"), "batch", "export", "b", "--to",
+              str(tmp_path / "b.csv"))
+    assert bad.returncode == 1 and "name it .jsonl (one line per item) or .ipynb" in bad.stderr
+
+
+def test_batch_inspection_creates_no_journal(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    for args in (["batches"], ["batch", "show", "b"]):
+        proc = cli("--journal", str(missing), *args)
+        assert proc.returncode == 1 and "there is no journal at" in proc.stderr
+    assert not missing.exists()

@@ -1,0 +1,719 @@
+"""The live ipywidgets panel under a batch cell (``%%durable_agent BATCH --over ITEMS``): a
+view over the batch's items, as :class:`~durable_nb.batch.BatchObserver`.
+
+It shows a progress bar by status, throughput and ETA, tokens and cost so far and what
+replay saved, the items as a table (sortable, filtered by status and by text, a page at a
+time), the pending approvals with Approve / Reject per item and "approve all shown" behind a
+confirmation, and, for the item clicked in the table, its own run panel
+(:class:`~durable_nb.panel.RunPanel` over the journal).
+
+Traffic stays low whatever the batch's size: redraws are throttled to one every
+``refresh_interval`` seconds (with a trailing redraw, so the last change is never lost), and
+one redraw sends at most a few comm messages (the summary, the table, the log), so a batch
+of 1,000 fast items sends a few updates a second, not thousands. Observer calls come from the
+items' threads; all state is guarded by one lock.
+
+A row of the table is clicked in the page: its ``onclick`` writes the item's key into the
+panel's *item* field, which sends it to the kernel as a person typing it would (the field
+also takes a key typed by hand). Without a widget front end the panel reads as a text
+summary (:meth:`BatchPanel.summary`).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import ipywidgets as w
+
+from .batch import Batch, BatchObserver, ItemResult
+from .cli import cost_of, format_cost, format_duration
+from .errors import DurableError
+from .journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
+from .panel import _CSS as _RUN_CSS
+from .panel import _STATUS_COLOURS, _STOPPED, RunPanel, _badge
+
+__all__ = ["BatchPanel"]
+
+PENDING = "PENDING"  # an item that never started
+_COLOURS = {**{s.value: c for s, c in _STATUS_COLOURS.items()}, PENDING: "#afb8c1"}
+#: Order of the progress bar's segments and of the "status" sort (what needs a look first).
+_ORDER = ["FAILED", "WAITING_APPROVAL", "RUNNING", "CANCELLED", PENDING, "DONE"]
+_BAR_ORDER = ["DONE", "FAILED", "CANCELLED", "WAITING_APPROVAL", "RUNNING", PENDING]
+_PAGE = 20
+_APPROVAL_ROWS = 10
+_SORTS = [("item order", "index"), ("key", "key"), ("status (problems first)", "status"),
+          ("iterations (most first)", "-iterations"), ("tokens (most first)", "-tokens"),
+          ("cost (highest first)", "-cost")]
+
+_CSS = """<style>
+.dnb-batch .dnb-bar {display: flex; height: 14px; border-radius: 4px; overflow: hidden;
+  background: #eaeef2; margin: 4px 0 2px 0; max-width: 900px}
+.dnb-batch .dnb-bar > span {display: block; height: 100%}
+.dnb-batch .dnb-legend span.dnb-dot {display: inline-block; width: 9px; height: 9px;
+  border-radius: 2px; margin: 0 3px 0 0}
+.dnb-batch table.dnb-items {border-collapse: collapse; font-size: 0.85em; width: 100%;
+  max-width: 1200px; table-layout: fixed}
+.dnb-batch table.dnb-items th {text-align: left; border-bottom: 1px solid #d0d7de;
+  padding: 2px 6px; font-weight: bold}
+.dnb-batch table.dnb-items td {padding: 2px 6px; white-space: nowrap; overflow: hidden;
+  text-overflow: ellipsis; border-bottom: 1px solid rgba(127, 127, 127, 0.15)}
+.dnb-batch table.dnb-items td.dnb-num {text-align: right}
+.dnb-batch table.dnb-items tr.dnb-row {cursor: pointer}
+.dnb-batch table.dnb-items tr.dnb-row:hover {background: rgba(127, 127, 127, 0.12)}
+.dnb-batch table.dnb-items tr.dnb-picked {background: rgba(31, 111, 235, 0.12)}
+.dnb-batch .dnb-muted {color: #6e7781}
+.dnb-batch .dnb-approval-row {border-bottom: 1px solid rgba(127, 127, 127, 0.2)}
+</style>"""
+
+# A click on a row puts its key in the panel's item field and sends it, as typing would.
+_ONCLICK = ("var f=this.closest('.dnb-batch').querySelector('.dnb-pick input');"
+            "f.value=this.dataset.key;f.dispatchEvent(new Event('change',{bubbles:true}))")
+
+
+def _state(item: ItemResult) -> str:
+    return item.state
+
+
+def _preview(value: Any, limit: int = 80) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+class BatchPanel(BatchObserver):
+    """A live view of one batch. ``on_decide(run_id, approved, note)`` and
+    ``on_cancel(run_id)`` are called from its buttons; ``journal`` is where the items are
+    (for pending approvals' details and the item panels)."""
+
+    def __init__(self, batch_id: str, *, title: str = "", journal: Journal | None = None,
+                 on_decide: Callable[[str, bool, str], None] | None = None,
+                 on_cancel: Callable[[str], None] | None = None,
+                 max_total_tokens: int | None = None, max_total_cost: float | None = None,
+                 refresh_interval: float = 0.5) -> None:
+        self.batch_id = batch_id
+        self.title = title
+        self._journal = journal
+        self._on_decide = on_decide
+        self._on_cancel = on_cancel
+        self.max_total_tokens = max_total_tokens
+        self.max_total_cost = max_total_cost
+        self._refresh_interval = refresh_interval
+        self._lock = threading.RLock()
+        self._items: list[ItemResult] = []
+        self._by_key: dict[str, int] = {}
+        self._pending: dict[int, dict] = {}  # index -> pending approval of a parked item
+        self._executing = False
+        self._stopped: str | None = None
+        self._t0: float | None = None
+        self._t_end: float | None = None
+        self._finished_now = 0  # items that finished in this panel's executions
+        self._answered = 0  # DONE before the execution began: answered from their records
+        self._answered_tokens = 0
+        self._answered_cost = 0.0
+        self._replayed_steps = 0
+        self._replayed_tokens = 0
+        self._replayed_cost = 0.0
+        self._log_buffer: list[str] = []
+        self._message = ""
+        self._last_refresh = 0.0
+        self._timer: threading.Timer | None = None
+        self._picked: int | None = None
+        self._item_panel: RunPanel | None = None
+        self._shown_pending: tuple[int, ...] = ()
+        self._confirming: list[str] = []
+        self.redraws = 0
+
+        self.summary_html = w.HTML()
+        self.status_filter = w.Dropdown(
+            options=[("all", "")] + [(s.lower().replace("_", " "), s) for s in _ORDER],
+            value="", description="status", layout=w.Layout(width="220px"))
+        self.text_filter = w.Text(placeholder="filter: key, result or error text",
+                                  layout=w.Layout(width="260px"))
+        self.sort = w.Dropdown(options=_SORTS, value="index", description="sort",
+                               layout=w.Layout(width="250px"))
+        self.prev_button = w.Button(description="", icon="chevron-left", tooltip="previous page",
+                                    layout=w.Layout(width="36px"))
+        self.next_button = w.Button(description="", icon="chevron-right", tooltip="next page",
+                                    layout=w.Layout(width="36px"))
+        self.page = 0
+        self.table = w.HTML()
+        self.pick = w.Text(placeholder="click a row, or type an item's key",
+                           description="item", continuous_update=False,
+                           layout=w.Layout(width="340px"))
+        self.pick.add_class("dnb-pick")
+        self.close_button = w.Button(description="Close", icon="times",
+                                     layout=w.Layout(width="auto", display="none"))
+        self.detail = w.VBox([])
+        self.approval_head = w.HTML()
+        self.approval_note = w.Text(placeholder="optional note for the agent(s)",
+                                    layout=w.Layout(width="320px"))
+        self.approve_all_button = w.Button(description="Approve all shown",
+                                           button_style="success", icon="check-double",
+                                           layout=w.Layout(width="auto"))
+        self.confirm_text = w.HTML()
+        self.confirm_button = w.Button(description="Yes, approve", button_style="success",
+                                       icon="check", layout=w.Layout(width="auto"))
+        self.confirm_cancel = w.Button(description="Cancel", layout=w.Layout(width="auto"))
+        self.confirm_box = w.VBox([self.confirm_text, w.HBox([self.confirm_button,
+                                                              self.confirm_cancel])],
+                                  layout=w.Layout(display="none", border="1px solid #bf8700",
+                                                  padding="4px", margin="4px 0"))
+        self.approval_rows = w.VBox([])
+        self.approval_box = w.VBox(
+            [self.approval_head, w.HBox([self.approval_note, self.approve_all_button]),
+             self.confirm_box, self.approval_rows],
+            layout=w.Layout(display="none", border="1px solid #bf8700", padding="6px",
+                            margin="4px 0"))
+        self.log = w.Output(layout=w.Layout(max_height="160px", overflow="auto"))
+        for button in (self.approve_all_button, self.confirm_button, self.confirm_cancel,
+                       self.prev_button, self.next_button, self.close_button):
+            button.add_class("dnb-button")
+        controls = w.HBox([self.status_filter, self.text_filter, self.sort, self.prev_button,
+                           self.next_button])
+        self.widget = w.VBox([self.summary_html, self.approval_box, controls, self.table,
+                              w.HBox([self.pick, self.close_button]), self.detail, self.log])
+        self.widget.add_class("dnb-panel")
+        self.widget.add_class("dnb-batch")
+
+        self.status_filter.observe(lambda _: self._view_changed(), names="value")
+        self.text_filter.observe(lambda _: self._view_changed(), names="value")
+        self.sort.observe(lambda _: self._view_changed(), names="value")
+        self.prev_button.on_click(lambda _: self._turn(-1))
+        self.next_button.on_click(lambda _: self._turn(1))
+        self.pick.observe(lambda change: self._safely(self._open, change["new"]), names="value")
+        self.close_button.on_click(lambda _: self._safely(self._close))
+        self.approve_all_button.on_click(lambda _: self._safely(self._ask_approve_all))
+        self.confirm_button.on_click(lambda _: self._safely(self._approve_all))
+        self.confirm_cancel.on_click(lambda _: self._safely(self._cancel_confirm))
+        self.refresh(force=True)
+
+    @classmethod
+    def load(cls, batch: Batch, *, journal: Journal | None = None, **kwargs: Any
+             ) -> "BatchPanel":
+        """A panel rebuilt from the journal (:func:`durable_nb.batch`)."""
+        panel = cls(batch.batch_id, title=batch.title, journal=journal, **kwargs)
+        panel.on_start(list(batch.items), [])
+        return panel
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
+        """The widget, with the text summary for front ends without widgets."""
+        bundle = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+        bundle["text/plain"] = self.summary()
+        return bundle
+
+    # -- observer (items' threads) -------------------------------------------------------
+
+    def on_start(self, items: list[ItemResult], todo: list[int]) -> None:
+        with self._lock:
+            self._items = [replace(item) for item in items]
+            self._by_key = {item.key: item.index for item in items}
+            answered = [item for item in items if item.replayed]
+            self._answered = len(answered)
+            self._answered_tokens = sum(item.tokens for item in answered)
+            self._answered_cost = sum(item.cost for item in answered)
+            self._t0 = time.monotonic()
+            self._t_end = None
+            self._finished_now = 0
+            self._stopped = None
+            waiting = [item for item in items if item.status is Status.WAITING_APPROVAL]
+        for item in waiting:
+            self._note_pending(item)
+        self.refresh(force=True)
+
+    def on_item(self, item: ItemResult) -> None:
+        with self._lock:
+            if not 0 <= item.index < len(self._items):
+                return
+            before = self._items[item.index]
+            if item.status in (Status.DONE, Status.FAILED, Status.CANCELLED) \
+                    and before.status not in (Status.DONE, Status.FAILED, Status.CANCELLED):
+                self._finished_now += 1
+            self._items[item.index] = replace(item)
+            if item.status is not Status.WAITING_APPROVAL:
+                self._pending.pop(item.index, None)
+            picked = self._picked == item.index
+        if item.status is Status.WAITING_APPROVAL:
+            self._note_pending(item)
+        if picked and self._item_panel is not None and self._journal is not None:
+            record = self._journal.find_run(item.run_id)
+            if record is not None:
+                self._item_panel.on_record(record)
+        self.refresh()
+
+    def on_item_step(self, index: int, entry: StepEntry, replayed: bool) -> None:
+        with self._lock:
+            if not 0 <= index < len(self._items):
+                return
+            if replayed:
+                self._replayed_steps += 1
+                if entry.tokens:
+                    self._replayed_tokens += entry.tokens
+                    self._replayed_cost += cost_of([entry])[0]
+            else:
+                item = self._items[index]
+                if entry.kind in LLM_KINDS:
+                    item.iterations += 1
+                item.prompt_tokens += entry.prompt_tokens
+                item.completion_tokens += entry.completion_tokens
+                item.cost += entry_cost(entry)
+            panel = self._item_panel if self._picked == index else None
+        if panel is not None:
+            panel.on_step(entry, replayed)
+        self.refresh()
+
+    def _note_pending(self, item: ItemResult) -> None:
+        pending = None
+        if self._journal is not None:
+            try:
+                record = self._journal.find_run(item.run_id)
+            except DurableError:
+                record = None
+            pending = record.pending_approval if record is not None else None
+        with self._lock:
+            self._pending[item.index] = pending or {}
+
+    # -- executions (the notebook's batch) -------------------------------------------------
+
+    def executing(self, on: bool) -> None:
+        """The batch is executing items (the cell, or its watcher resuming approved items),
+        or stopped doing so."""
+        with self._lock:
+            self._executing = on
+            if on:
+                self._stopped = None
+            else:
+                self._t_end = time.monotonic()
+        self.refresh(force=True)
+
+    def sync(self, items: list[ItemResult]) -> None:
+        """Take the items as an execution left them (after an interrupt, whose items'
+        last change is not reported one by one)."""
+        with self._lock:
+            for item in items:
+                if 0 <= item.index < len(self._items) and item.status is not None:
+                    self._items[item.index] = replace(item)
+                    if item.status is not Status.WAITING_APPROVAL:
+                        self._pending.pop(item.index, None)
+        self.refresh(force=True)
+
+    def stopped(self, why: str) -> None:
+        """This execution was stopped (``"interrupted"``): the badge says so."""
+        with self._lock:
+            self._stopped = why
+        self.refresh(force=True)
+
+    def append_log(self, text: str) -> None:
+        """Add printed text to the log (sent with the next redraw)."""
+        if text:
+            with self._lock:
+                self._log_buffer.append(text)
+            self.refresh()
+
+    def tell(self, message: str) -> None:
+        """A one-line message under the summary (a decision recorded, an error)."""
+        with self._lock:
+            self._message = message
+        self.refresh(force=True)
+
+    # -- buttons and fields (comm threads) ---------------------------------------------
+
+    def _safely(self, action: Callable[..., Any], *args: Any) -> None:
+        try:
+            action(*args)
+        except Exception as exc:  # shown, never raised into the comm handler
+            self.tell(f"durable_nb: {exc}")
+
+    def _view_changed(self) -> None:
+        with self._lock:
+            self.page = 0
+            self._confirming = []
+        self.refresh(force=True)
+
+    def _turn(self, step: int) -> None:
+        with self._lock:
+            self.page = max(0, self.page + step)
+        self.refresh(force=True)
+
+    def _decide(self, run_id: str, approved: bool) -> None:
+        if self._on_decide is None:
+            return
+        note = self.approval_note.value.strip()
+        self._on_decide(run_id, approved, note)
+        self.tell(f"{'approved' if approved else 'rejected'} {run_id}")
+
+    def _ask_approve_all(self) -> None:
+        with self._lock:
+            runs = [self._items[i].run_id for i in self._pending_shown()]
+            self._confirming = runs
+        if not runs:
+            self.tell("no pending approvals are shown")
+            return
+        listed = ", ".join(html.escape(r) for r in runs[:8]) + \
+            (f" and {len(runs) - 8:,} more" if len(runs) > 8 else "")
+        self.confirm_text.value = (f"<b>Approve the pending approval of {len(runs):,} "
+                                   f"item{'s' if len(runs) != 1 else ''}?</b> {listed}")
+        self.confirm_button.description = f"Yes, approve {len(runs):,}"
+        self.confirm_box.layout.display = "flex"
+
+    def _approve_all(self) -> None:
+        with self._lock:
+            runs, self._confirming = self._confirming, []
+        self.confirm_box.layout.display = "none"
+        if self._on_decide is None or not runs:
+            return
+        note = self.approval_note.value.strip()
+        done, skipped = 0, 0
+        for run_id in runs:
+            try:
+                self._on_decide(run_id, True, note)
+                done += 1
+            except DurableError:  # decided meanwhile (elsewhere), or no longer waiting
+                skipped += 1
+        self.tell(f"approved {done:,} item{'s' if done != 1 else ''}"
+                  + (f" ({skipped:,} no longer waited)" if skipped else ""))
+
+    def _cancel_confirm(self) -> None:
+        with self._lock:
+            self._confirming = []
+        self.confirm_box.layout.display = "none"
+
+    def _open(self, key: str) -> None:
+        key = key.strip()
+        if not key:
+            self._close()
+            return
+        with self._lock:
+            index = self._by_key.get(key)
+            item = self._items[index] if index is not None else None
+        if item is None:
+            self.detail.children = [w.HTML(f"<span class='dnb-muted'>no item {html.escape(key)!s}"
+                                           f" in batch {html.escape(self.batch_id)}</span>")]
+            return
+        if item.status is None or self._journal is None:
+            self.detail.children = [w.HTML(f"<span class='dnb-muted'>item "
+                                           f"{html.escape(key)} has not started yet</span>")]
+            with self._lock:
+                self._picked, self._item_panel = index, None
+            self.close_button.layout.display = None
+            self.refresh(force=True)
+            return
+        from .registry import get_run
+
+        info = get_run(item.run_id, journal=self._journal)
+        run_id = item.run_id
+        panel = RunPanel.load(
+            info, journal=self._journal,
+            on_decide=(lambda ok, note: self._on_decide(run_id, ok, note))
+            if self._on_decide else None,
+            on_cancel=(lambda: self._on_cancel(run_id)) if self._on_cancel else None)
+        with self._lock:
+            self._picked, self._item_panel = index, panel
+        self.detail.children = [panel.widget]
+        self.close_button.layout.display = None
+        self.refresh(force=True)
+
+    def _close(self) -> None:
+        with self._lock:
+            self._picked, self._item_panel = None, None
+        self.detail.children = []
+        self.close_button.layout.display = "none"
+        if self.pick.value:
+            self.pick.value = ""
+        self.refresh(force=True)
+
+    # -- the view ----------------------------------------------------------------------
+
+    def view(self) -> list[ItemResult]:
+        """The items the table shows: filtered by status and text, sorted."""
+        with self._lock:
+            return self._view()
+
+    def _view(self) -> list[ItemResult]:
+        wanted = self.status_filter.value
+        text = self.text_filter.value.strip().lower()
+        items = [i for i in self._items if not wanted or _state(i) == wanted]
+        if text:
+            items = [i for i in items
+                     if text in i.key.lower() or text in (i.error or "").lower()
+                     or text in _preview(i.result, 400).lower()]
+        order = self.sort.value
+        if order == "key":
+            items.sort(key=lambda i: i.key)
+        elif order == "status":
+            items.sort(key=lambda i: (_ORDER.index(_state(i)), i.index))
+        elif order.startswith("-"):
+            field = order[1:]
+            items.sort(key=lambda i: (-getattr(i, field), i.index))
+        return items
+
+    def _pending_shown(self) -> list[int]:
+        return [i.index for i in self._view() if i.status is Status.WAITING_APPROVAL]
+
+    # -- drawing -------------------------------------------------------------------------
+
+    def refresh(self, force: bool = False) -> None:
+        """Redraw if forced or if the last redraw is older than the refresh interval; a
+        skipped redraw is made when the interval has passed."""
+        now = time.monotonic()
+        with self._lock:
+            wait = self._refresh_interval - (now - self._last_refresh)
+            if not force and wait > 0:
+                if self._timer is None:
+                    self._timer = threading.Timer(wait, self._trailing)
+                    self._timer.daemon = True
+                    self._timer.start()
+                return
+            self._last_refresh = now
+            self.redraws += 1
+            view = self._view()
+            pages = max(1, -(-len(view) // _PAGE))
+            self.page = min(self.page, pages - 1)
+            summary = self._summary_html()
+            table = self._table_html(view, pages)
+            log, self._log_buffer = "".join(self._log_buffer), []
+            pending = tuple(i.index for i in view if i.status is Status.WAITING_APPROVAL)
+            rows_changed = pending[:_APPROVAL_ROWS] != self._shown_pending
+            self._shown_pending = pending[:_APPROVAL_ROWS]
+            rows = [(self._items[i], self._pending.get(i) or {}) for i in self._shown_pending]
+            head = self._approval_head(len(pending))
+            first_page, last_page = self.page == 0, self.page >= pages - 1
+        with self.widget.hold_sync():
+            self.summary_html.value = summary
+            self.table.value = table
+            self.prev_button.disabled = first_page
+            self.next_button.disabled = last_page
+            self.approval_head.value = head
+            self.approve_all_button.description = f"Approve all {len(pending):,} shown"
+            self.approval_box.layout.display = "flex" if pending else "none"
+        if rows_changed:
+            self.approval_rows.children = [self._approval_row(item, p) for item, p in rows]
+        if log:
+            self.log.append_stdout(log)
+
+    def _trailing(self) -> None:
+        with self._lock:
+            self._timer = None
+        self.refresh()
+
+    def _counts(self) -> Counter:
+        return Counter(_state(i) for i in self._items)
+
+    def _state(self, counts: Counter) -> tuple[str, str]:
+        """The batch's state as (text, colour): stopped, RUNNING, WAITING_APPROVAL, DONE,
+        FINISHED (some items not DONE) or INCOMPLETE."""
+        total = len(self._items)
+        finished = counts["DONE"] + counts["FAILED"] + counts["CANCELLED"]
+        if self._stopped:
+            return f"stopped: {self._stopped}", _STOPPED
+        if self._t0 is None:
+            return "STARTING", _COLOURS["RUNNING"]
+        if self._executing:
+            return "RUNNING", _COLOURS["RUNNING"]
+        if counts["WAITING_APPROVAL"]:
+            return "WAITING_APPROVAL", _COLOURS["WAITING_APPROVAL"]
+        if finished == total:
+            if counts["DONE"] == total:
+                return "DONE", _COLOURS["DONE"]
+            return f"FINISHED: {total - counts['DONE']:,} not done", _COLOURS["FAILED"]
+        return "INCOMPLETE: re-run the cell to finish", _STOPPED
+
+    def _summary_html(self) -> str:
+        counts = self._counts()
+        total = len(self._items)
+        title = f" &middot; {html.escape(self.title)}" if self.title else ""
+        dead = ("<div class='dnb-dead'><b>This panel belongs to a kernel that stopped</b>; "
+                "re-run the cell to reconnect (DONE items are answered from the journal, the "
+                "others resume). What it shows is as of the moment the kernel stopped.</div>")
+        head = (f"{_RUN_CSS}{_CSS}{dead}<b>batch {html.escape(self.batch_id)}</b>{title} "
+                f"{_badge(*self._state(counts))}")
+        segments = "".join(
+            f"<span style='width:{100 * counts[s] / total:.3f}%;background:{_COLOURS[s]}' "
+            f"title='{counts[s]:,} {s}'></span>" for s in _BAR_ORDER if total and counts[s])
+        legend = [f"<b>{counts['DONE']:,} / {total:,}</b> done"]
+        legend += [f"<span class='dnb-dot' style='background:{_COLOURS[s]}'></span>"
+                   f"{counts[s]:,} {s.lower().replace('_', ' ')}"
+                   for s in _BAR_ORDER[1:] if counts[s]]
+        lines = [head, f"<div class='dnb-bar'>{segments}</div>",
+                 f"<div class='dnb-legend'>{' &nbsp;&middot;&nbsp; '.join(legend)}</div>",
+                 f"<div>{' &middot; '.join(self._facts(counts))}</div>"]
+        saved = self._saved_text()
+        if saved:
+            lines.append(f"<div style='color:#1a7f37'>{html.escape(saved)}</div>")
+        if self._message:
+            lines.append(f"<div class='dnb-muted'>{html.escape(self._message)}</div>")
+        return "".join(lines)
+
+    def _facts(self, counts: Counter) -> list[str]:
+        facts = []
+        now = time.monotonic()
+        if self._t0 is not None:
+            spent = (now if self._executing or self._t_end is None else self._t_end) - self._t0
+            if self._executing:
+                facts.append(f"elapsed {format_duration(spent)}")
+                if self._finished_now and spent > 0:
+                    rate = self._finished_now / spent
+                    left = counts[PENDING] + counts["RUNNING"]
+                    facts.append(f"{rate * 60:,.1f} items/min")
+                    if left:
+                        facts.append(f"ETA {format_duration(left / rate)}")
+            else:
+                facts.append(f"took {format_duration(spent)}")
+        prompt = sum(i.prompt_tokens for i in self._items)
+        completion = sum(i.completion_tokens for i in self._items)
+        budget = f" of {self.max_total_tokens:,}" if self.max_total_tokens else ""
+        facts.append(f"tokens <b>{prompt + completion:,}</b>{budget} ({prompt:,} prompt / "
+                     f"{completion:,} completion)")
+        cost = sum(i.cost for i in self._items)
+        if cost or self.max_total_cost:
+            facts.append(f"cost <b>{format_cost(cost)}</b>"
+                         + (f" of {format_cost(self.max_total_cost)}"
+                            if self.max_total_cost else ""))
+        return facts
+
+    def _saved_text(self) -> str:
+        parts = []
+        if self._answered:
+            parts.append(f"{self._answered:,} item{'s' if self._answered != 1 else ''} "
+                         f"answered from the journal")
+        if self._replayed_steps:
+            parts.append(f"{self._replayed_steps:,} step"
+                         f"{'s' if self._replayed_steps != 1 else ''} replayed")
+        if not parts:
+            return ""
+        tokens = self._answered_tokens + self._replayed_tokens
+        dollars = self._answered_cost + self._replayed_cost
+        money = f", {format_cost(dollars)}" if dollars else ""
+        spent = f": {tokens:,} tokens{money} not spent again" if tokens else ""
+        return "replay: " + ", ".join(parts) + spent
+
+    def _table_html(self, view: list[ItemResult], pages: int) -> str:
+        start = self.page * _PAGE
+        shown = view[start:start + _PAGE]
+        if not self._items:
+            return "<div class='dnb-muted'>no items</div>"
+        if not view:
+            return "<div class='dnb-muted'>no item matches the filter</div>"
+        head = ("<table class='dnb-items'><colgroup><col style='width:3.5em'>"
+                "<col style='width:14em'><col style='width:12em'><col style='width:4em'>"
+                "<col style='width:6.5em'><col style='width:6em'><col><col></colgroup>"
+                "<tr><th>#</th><th>key</th><th>status</th><th>iter</th><th>tokens</th>"
+                "<th>cost</th><th>result</th><th>error</th></tr>")
+        rows = [self._row(item) for item in shown]
+        where = (f"rows {start + 1:,}&ndash;{start + len(shown):,} of {len(view):,}"
+                 + (f" (filtered from {len(self._items):,})" if len(view) != len(self._items)
+                    else "")
+                 + (f" &middot; page {self.page + 1} of {pages}" if pages > 1 else "")
+                 + " &middot; click a row to see its run")
+        return f"{head}{''.join(rows)}</table><div class='dnb-muted'>{where}</div>"
+
+    def _row(self, item: ItemResult) -> str:
+        state = _state(item)
+        badge = _badge(state.lower().replace("_", " "), _COLOURS[state])
+        result = _preview(item.result) if item.status is Status.DONE else ""
+        full_result = _preview(item.result, 500) if result else ""
+        error = item.error or ""
+        picked = " dnb-picked" if self._picked == item.index else ""
+        cost = format_cost(item.cost) if item.cost else "-"
+        return (f"<tr class='dnb-row{picked}' data-key='{html.escape(item.key)}' "
+                f"onclick=\"{_ONCLICK}\"><td class='dnb-num'>{item.index}</td>"
+                f"<td title='{html.escape(item.run_id)}'>{html.escape(item.key)}</td>"
+                f"<td>{badge}</td><td class='dnb-num'>{item.iterations}</td>"
+                f"<td class='dnb-num'>{item.tokens:,}</td><td class='dnb-num'>{cost}</td>"
+                f"<td title='{html.escape(full_result)}'>{html.escape(result)}</td>"
+                f"<td style='color:#cf222e' title='{html.escape(_preview(error, 500))}'>"
+                f"{html.escape(_preview(error, 120))}</td></tr>")
+
+    def _approval_head(self, shown: int) -> str:
+        total = sum(1 for i in self._items if i.status is Status.WAITING_APPROVAL)
+        more = f" (first {_APPROVAL_ROWS} listed)" if shown > _APPROVAL_ROWS else ""
+        hidden = f"; {total - shown:,} more hidden by the filter" if total > shown else ""
+        example = next((self._items[i].run_id for i in self._shown_pending), "BATCH/KEY")
+        return (f"<b>{total:,} item{'s' if total != 1 else ''} waiting for approval</b>"
+                f"{hidden}{more}. Decide here, or from anywhere: "
+                f"<code>durable-nb approve {html.escape(example)}</code>"
+                f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
+                f"drew them stopped. Re-run the cell for live buttons, or decide with "
+                f"<code>durable-nb approve {html.escape(example)}</code>.</div>")
+
+    def _approval_row(self, item: ItemResult, pending: dict) -> w.HBox:
+        details = json.dumps(pending.get("details"), ensure_ascii=False, default=str)
+        text = w.HTML(f"<b>{html.escape(item.key)}</b> &middot; "
+                      f"{html.escape(str(pending.get('name', 'approval')))} "
+                      f"<code>{html.escape(_preview(details, 200))}</code>",
+                      layout=w.Layout(width="560px"))
+        approve = w.Button(description="Approve", button_style="success", icon="check",
+                           layout=w.Layout(width="auto"))
+        reject = w.Button(description="Reject", button_style="danger", icon="times",
+                          layout=w.Layout(width="auto"))
+        for button in (approve, reject):
+            button.add_class("dnb-button")
+
+        def decide(approved: bool) -> None:
+            approve.disabled = reject.disabled = True
+            try:
+                self._decide(item.run_id, approved)
+            except Exception:
+                approve.disabled = reject.disabled = False
+                raise
+
+        approve.on_click(lambda _: self._safely(decide, True))
+        reject.on_click(lambda _: self._safely(decide, False))
+        row = w.HBox([text, approve, reject])
+        row.add_class("dnb-approval-row")
+        return row
+
+    # -- text ----------------------------------------------------------------------------
+
+    def summary(self) -> str:
+        """The panel as plain text: state, counts, tokens, cost, replay savings, failures
+        and pending approvals (for nbconvert, papermill, a terminal)."""
+        with self._lock:
+            counts = self._counts()
+            items = list(self._items)
+            pending = dict(self._pending)
+            state = self._state(counts)[0]
+            facts = self._facts(counts)
+            saved = self._saved_text()
+        lines = [f"durable batch {self.batch_id}" + (f" ({self.title})" if self.title else "")
+                 + f": {state}"]
+        total = len(items)
+        by_status = ", ".join(f"{counts[s]:,} {s}" for s in _BAR_ORDER if counts[s])
+        lines.append(f"{total:,} items: {by_status or 'none'}")
+        plain = [html.unescape(f.replace("<b>", "").replace("</b>", "")) for f in facts]
+        lines.append(", ".join(plain))
+        if saved:
+            lines.append(saved)
+        failed = [i for i in items if i.status in (Status.FAILED, Status.CANCELLED)]
+        if failed:
+            lines.append("failed:")
+            lines += [f"  {i.run_id}: {_preview(i.error or str(i.status), 200)}"
+                      for i in failed[:10]]
+            if len(failed) > 10:
+                lines.append(f"  ... {len(failed) - 10:,} more: durable-nb batch show "
+                             f"{self.batch_id} --status failed")
+        waiting = [i for i in items if i.status is Status.WAITING_APPROVAL]
+        if waiting:
+            lines.append("waiting for approval (durable-nb approve BATCH/KEY):")
+            for i in waiting[:10]:
+                p = pending.get(i.index) or {}
+                lines.append(f"  {i.run_id}: {p.get('name')!r} "
+                             f"{_preview(json.dumps(p.get('details'), default=str), 200)}")
+            if len(waiting) > 10:
+                lines.append(f"  ... {len(waiting) - 10:,} more: durable-nb batch show "
+                             f"{self.batch_id} --status waiting_approval")
+        return "\n".join(lines)

@@ -1,0 +1,305 @@
+"""A batch cell's execution inside a kernel: ``%%durable_agent BATCH --over ITEMS``, its
+panel, and the watcher that resumes parked items when their approvals are decided.
+
+The cell runs the batch on the kernel's main thread, which waits while the items run on a
+pool of threads (:func:`durable_nb.batch.prepare`), so the stop button (KeyboardInterrupt)
+reaches it: the items in flight stop at their next step, FAILED "interrupted" and resumed
+by the next run of the cell; items not started stay unstarted. An item that reaches an
+approval nobody has decided *parks* and frees its place; the cell ends when no item can
+progress (every item finished or parked), and the kernel is idle for the panel's clicks. A
+watcher thread then looks for decisions in the journal (the panel's buttons,
+``durable-nb approve BATCH/KEY``, another notebook) and resumes those items on itself, as
+:class:`~durable_nb.notebook.session.NotebookRun` does for one run.
+
+Each item's prints go to the panel's log, prefixed with the item's key, and, while the cell
+itself runs, to the cell's output too.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from .. import registry
+from ..batch import Batch, ItemResult, prepare
+from ..batch_panel import BatchPanel
+from ..errors import DurableError, RunLeased
+from ..journal import Journal, Status, this_host
+from .output import route_output
+
+__all__ = ["NotebookBatch", "active_batch", "batch_of_run"]
+
+_active: dict[str, "NotebookBatch"] = {}
+_active_lock = threading.RLock()
+
+
+def active_batch(batch_id: str) -> "NotebookBatch | None":
+    """The batch cell of this kernel that executes or watches ``batch_id``, if any."""
+    with _active_lock:
+        return _active.get(batch_id)
+
+
+def batch_of_run(run_id: str) -> "NotebookBatch | None":
+    """The active batch whose item is the run ``run_id`` (``BATCH/KEY``), if any."""
+    batch_id = run_id.rpartition("/")[0]
+    return active_batch(batch_id) if batch_id else None
+
+
+class _ItemLog:
+    """Where one item's prints go: whole lines, prefixed with the item's key, to the panel's
+    log and (while the cell runs in the foreground) to the cell's output."""
+
+    def __init__(self, batch: "NotebookBatch", key: str) -> None:
+        self.batch = batch
+        self.prefix = f"[{key}] "
+        self.partial = ""
+
+    def __call__(self, text: str) -> None:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        if lines:
+            self.batch._print("".join(f"{self.prefix}{line}\n" for line in lines))
+
+    def flush(self) -> None:
+        if self.partial:
+            self.batch._print(f"{self.prefix}{self.partial}\n")
+            self.partial = ""
+
+
+class NotebookBatch:
+    """One batch cell's batch in this kernel: the panel, the foreground execution, and the
+    watcher that resumes parked items after their approvals are decided."""
+
+    def __init__(self, batch_id: str, body: Callable[[Any, int], Any], keys: list[str], *,
+                 journal: Journal, concurrency: int, retry_failed: bool, wait: bool,
+                 title: str | None, limits: dict[str, Any], options: dict[str, Any]) -> None:
+        self.batch_id = batch_id
+        self.body = body
+        self.keys = keys
+        self.journal = journal
+        self.concurrency = concurrency
+        self.retry_failed = retry_failed
+        self.wait_for_decisions = wait
+        self.title = title
+        self.limits = limits
+        self.options = options
+        self.execution: Any = None
+        self.executing = False
+        self._foreground = False
+        self._cell_stream: Any = None
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._display: Any = None
+        self.panel = BatchPanel(batch_id, title=title or "", journal=journal,
+                                on_decide=self.decide, on_cancel=self.cancel,
+                                max_total_tokens=limits.get("max_total_tokens"),
+                                max_total_cost=limits.get("max_total_cost"))
+
+    # -- display ---------------------------------------------------------------------------
+
+    def show(self) -> None:
+        """Display the panel under the cell, with a display id for later text updates."""
+        from IPython.display import display
+
+        self._display = display(self.panel, display_id=True)
+
+    def refresh_display(self) -> None:
+        """Send the panel's display again, so its text summary (what nbclient, papermill and
+        nbconvert keep) tells the batch's latest state."""
+        if self._display is not None:
+            self.panel.refresh(force=True)
+            self._display.update(self.panel)
+
+    # -- the cell --------------------------------------------------------------------------
+
+    def _handler(self, ctx: Any, index: int) -> Any:
+        """One item's execution, on its thread: prints routed to its log, then the body."""
+        log = _ItemLog(self, self.keys[index])
+        restore = route_output(log)
+        try:
+            return self.body(ctx, index)
+        finally:
+            restore()
+            log.flush()
+
+    def _print(self, text: str) -> None:
+        self.panel.append_log(text)
+        stream = self._cell_stream
+        if self._foreground and stream is not None:
+            try:
+                stream.write(text)
+            except (OSError, ValueError):
+                pass
+
+    def start(self) -> Batch:
+        """Execute in the calling (main) thread until no item can progress; watch for
+        decisions if items are parked. Returns the batch."""
+        with _active_lock:
+            previous = _active.get(self.batch_id)
+            if previous is not None and previous.executing:
+                raise RunLeased(
+                    self.batch_id, {"pid": os.getpid(), "host": this_host()},
+                    advice=(f"this kernel is resuming approved items of the batch in the "
+                            f"background. Wait for them with `%durable batch wait "
+                            f"{self.batch_id}`, then re-run the cell."))
+            if previous is not None:
+                previous.stop()
+            _active[self.batch_id] = self
+        self._cell_stream = getattr(sys.stdout, "original", sys.stdout)
+        self._foreground = True
+        try:
+            keys = self.keys
+            self.execution, todo = prepare(
+                self._handler, range(len(keys)), batch_id=self.batch_id,
+                key=lambda index: keys[index], concurrency=self.concurrency,
+                retry_failed=self.retry_failed, title=self.title, journal=self.journal,
+                observer=self.panel, **self.limits, **self.options)
+            self._run(todo)
+            while self.wait_for_decisions and self._parked():
+                decided = self._decided()
+                if decided:
+                    self._run(decided)
+                else:
+                    time.sleep(self.execution.options.poll_interval * 2)
+        except KeyboardInterrupt:
+            if self.execution is not None:
+                self.panel.sync(self.execution.results)
+            self.panel.stopped("interrupted")
+            raise
+        finally:
+            self._foreground = False
+            self.refresh_display()
+        if self._parked():
+            self._watch()
+        return self.execution.batch()
+
+    def _run(self, indexes: list[int]) -> None:
+        self.executing = True
+        self.panel.executing(True)
+        try:
+            self.execution.execute(indexes)
+        finally:
+            self.executing = False
+            self.panel.executing(False)
+
+    def interrupted_items(self) -> list[str]:
+        """Run ids of the items an interrupt stopped in flight (resumed by a re-run)."""
+        if self.execution is None:
+            return []
+        return [r.run_id for r in self.execution.results if r.status is Status.FAILED
+                and (r.error or "").startswith("interrupted at step")]
+
+    # -- after the cell: the watcher -------------------------------------------------------
+
+    def _parked(self) -> list[ItemResult]:
+        return [r for r in self.execution.results if r.status is Status.WAITING_APPROVAL]
+
+    def _decided(self) -> list[int]:
+        """Parked items with a decision; items no longer waiting (cancelled, resumed
+        elsewhere) are brought up to date on the way."""
+        decided = []
+        for item in self._parked():
+            record = self.journal.find_run(item.run_id)
+            if record is None or record.status is not Status.WAITING_APPROVAL:
+                updated = ItemResult.of(item.index, item.key, item.run_id, record)
+                self.execution.results[item.index] = updated
+                self.panel.on_item(updated)
+            elif self.execution._decided(record):
+                decided.append(item.index)
+        return decided
+
+    def _watch(self) -> None:
+        self._watcher = threading.Thread(target=self._watch_loop, daemon=True,
+                                         name=f"durable-nb-watch-batch-{self.batch_id}")
+        self._watcher.start()
+
+    def _watch_loop(self) -> None:
+        poll = self.execution.options.poll_interval * 2
+        while not self._stopped.is_set():
+            self._wake.wait(poll)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                decided = self._decided()
+                if decided:
+                    self._run(decided)
+                if not self._parked():
+                    break
+            except BaseException as exc:  # shown in the panel; the items stay in the journal
+                self.panel.tell(f"durable_nb: resuming approved items stopped: "
+                                f"{type(exc).__name__}: {exc}. Re-run the cell to go on.")
+                break
+        self.refresh_display()
+
+    def wake(self) -> None:
+        """Look for decisions now rather than at the next poll."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop watching (parked items stay parked in the journal)."""
+        self._stopped.set()
+        self._wake.set()
+        with _active_lock:
+            if _active.get(self.batch_id) is self:
+                del _active[self.batch_id]
+
+    def idle(self) -> bool:
+        """Nothing executes and no parked item has a decision waiting to be resumed."""
+        return not self.executing and (self._watcher is None or not self._watcher.is_alive()
+                                       or not self._decided_quietly())
+
+    def _decided_quietly(self) -> bool:
+        for item in self._parked():
+            record = self.journal.find_run(item.run_id)
+            if record is None or record.status is not Status.WAITING_APPROVAL \
+                    or self.execution._decided(record):
+                return True
+        return False
+
+    # -- buttons ---------------------------------------------------------------------------
+
+    def decide(self, run_id: str, approved: bool, note: str) -> None:
+        decide = registry.approve if approved else registry.reject
+        decide(run_id, note or None, by=f"{getpass.getuser()} (notebook)",
+               journal=self.journal)
+        self._wake.set()
+
+    def cancel(self, run_id: str) -> None:
+        registry.cancel(run_id, journal=self.journal)
+        self._wake.set()
+
+
+def wait_for_batch(batch_id: str, journal: Journal, timeout: float | None = None) -> Batch:
+    """Wait until every item of the batch finished (DONE, FAILED or CANCELLED) and nothing
+    executes it; the batch then. Raises DurableError after ``timeout`` seconds, naming the
+    items still waiting for approval."""
+    from ..batch import batch as read_batch
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        current = read_batch(batch_id, journal=journal)
+        active = active_batch(batch_id)
+        if current.done and (active is None or not active.executing) and not any(
+                registry.lease_holder(item.run_id, journal=journal) is not None
+                for item in current):
+            if active is not None:
+                active.refresh_display()
+            return current
+        if deadline is not None and time.monotonic() > deadline:
+            waiting = [item.run_id for item in current if item.status is Status.WAITING_APPROVAL]
+            counts = ", ".join(f"{n:,} {s}" for s, n in sorted(current.counts.items()))
+            hint = ""
+            if waiting:
+                listed = ", ".join(waiting[:3]) + (" ..." if len(waiting) > 3 else "")
+                hint = (f"; {len(waiting):,} wait for approval ({listed}): approve them with "
+                        f"`%durable approve {waiting[0]}` or the panel's buttons")
+            raise DurableError(f"batch {batch_id!r} is not finished after {timeout:g} s "
+                               f"({counts}){hint}. Wait longer with --timeout, or look at it: "
+                               f"`%durable batch show {batch_id}`.")
+        time.sleep(0.2)
