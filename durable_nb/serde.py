@@ -199,7 +199,11 @@ def _encode(value: Any, where: tuple | None, _depth: int) -> Any:
 
 def dumps(data: Any) -> str:
     """Compact JSON text of already-encoded data (no NaN: encode() tags it)."""
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _COMPACT.encode(data)
+
+
+# Made once: json.dumps() with options builds an encoder per call (encode() is stateless).
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 # --- decoding ------------------------------------------------------------------------------

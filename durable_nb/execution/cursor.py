@@ -107,6 +107,9 @@ class Execution:
         self.record = record
         self.options = options
         self.observer = observer
+        # With an observer (a panel) keeping replayed entries, their results are copied
+        # (decoded) for the code, which may change what it gets.
+        self._entries_private = type(observer) is NullObserver
         self.run_id = record.run_id
         self.parent = parent
         self.strict = strict
@@ -265,6 +268,10 @@ class Execution:
         try:
             if not entry.ok:
                 error = serde.decode_error(entry.error or {})
+            elif entry.plain_result and self._entries_private:
+                # Plain JSON data: decode() would return an equal copy, and nobody else
+                # holds this entry (no observer got it), so the parsed data is handed out.
+                return entry.result
             else:
                 return serde.decode(entry.result)
         except serde.DecodeError as exc:

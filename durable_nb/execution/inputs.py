@@ -57,7 +57,7 @@ def canonical(value: Any, _depth: int = 0) -> Any:
 
 
 def _dumps(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _SORTED.encode(data)
 
 
 def _digest(text: str) -> str:
@@ -68,8 +68,7 @@ def fingerprint(data: Any) -> str:
     """A short digest of input data, as :func:`canonical` would make it (computed without
     building the canonical copy: on replay it is the only work a step's inputs cost)."""
     try:
-        text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          default=_canonical_default)
+        text = _SORTED_ANY.encode(data)
     except (TypeError, ValueError):  # keys of mixed types cannot be sorted
         text = _dumps(canonical(data))
     return _digest(text)
@@ -77,6 +76,13 @@ def fingerprint(data: Any) -> str:
 
 def _canonical_default(value: Any) -> Any:
     return canonical(value)
+
+
+# Encoders made once (json.dumps with options builds one per call); encode() keeps no state
+# between calls, so threads share them.
+_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_SORTED_ANY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                               default=_canonical_default)
 
 
 def store_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:

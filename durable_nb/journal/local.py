@@ -386,13 +386,14 @@ class DiskJournal(Journal):
         fetch = self._cache._disk.fetch
         return [(key, fetch(mode, filename, value, False)) for key, mode, filename, value in rows]
 
-    def _fenced(self, run_id: str, token: str | None) -> None:
-        """Inside a transaction: refuse to write for an executor that lost the lease."""
+    def _fenced(self, run_id: str, token: str | None, sql: Callable | None = None) -> None:
+        """Inside a transaction (whose ``sql``, diskcache's ``execute``, may be passed):
+        refuse to write for an executor that lost the lease."""
         if token is None:
             return
         # One indexed SELECT on the transaction's own connection (diskcache's get() would
         # add its expiry and statistics bookkeeping to every step).
-        row = self._cache._sql(_SELECT_VALUE, (f"lease:{run_id}",)).fetchone()
+        row = (sql or self._cache._sql)(_SELECT_VALUE, (f"lease:{run_id}",)).fetchone()
         holder = None
         if row is not None:
             mode, filename, value = row
@@ -415,8 +416,10 @@ class DiskJournal(Journal):
             return 0, MODE_RAW, None, text
         return disk.store(text, False, key=key)
 
-    def _insert_if_absent(self, key: str, columns: tuple, now: float) -> bool:
-        """Inside a transaction: add the row ``key`` unless it exists; whether it was added.
+    @staticmethod
+    def _insert_if_absent(sql: Callable, key: str, columns: tuple, now: float) -> bool:
+        """Inside a transaction (``sql``: its ``execute``): add the row ``key`` unless it
+        exists; whether it was added.
 
         One statement where diskcache's ``add`` takes two (a SELECT, then the INSERT): the
         Cache table's UNIQUE (key, raw) index refuses a second row, ``OR IGNORE`` turns that
@@ -425,8 +428,7 @@ class DiskJournal(Journal):
         does not apply.
         """
         size, mode, filename, value = columns
-        cursor = self._cache._sql(_INSERT_IF_ABSENT, (key, now, now, size, mode, filename, value))
-        return cursor.rowcount == 1
+        return sql(_INSERT_IF_ABSENT, (key, now, now, size, mode, filename, value)).rowcount == 1
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -533,14 +535,14 @@ class DiskJournal(Journal):
             # One SQLite transaction (BEGIN IMMEDIATE; retried while another writer holds the
             # lock, as diskcache's transact(retry=True)): the lease check, the entry written
             # only where its position is free, its blobs unless present, the record.
-            with cache._transact(retry=True) as (_, cleanup):
-                self._fenced(run_id, token)
+            with cache._transact(retry=True) as (sql, cleanup):
+                self._fenced(run_id, token, sql)
                 now = time.time()
-                if not self._insert_if_absent(key, rows[0][1], now):
+                if not self._insert_if_absent(sql, key, rows[0][1], now):
                     raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
                                     advice=position_taken_advice(entry.position))
                 for blob_key, columns in rows[1:]:
-                    if not self._insert_if_absent(blob_key, columns, now):
+                    if not self._insert_if_absent(sql, blob_key, columns, now):
                         cleanup(columns[2])  # the run has this blob: its new file goes
                 if record_json is not None:
                     cache.set(f"run:{run_id}", record_json, retry=True)

@@ -71,6 +71,9 @@ class StepEntry:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     meta: dict | None = None
+    #: Set by :meth:`from_json`: ``result`` is plain JSON data that decoding would copy as
+    #: it is (no tagged values, shallow enough); not part of the entry's identity.
+    plain_result: bool = field(default=False, compare=False, repr=False)
 
     @property
     def duration(self) -> float:
@@ -111,21 +114,35 @@ class StepEntry:
     def from_json(cls, position: int, text: str) -> "StepEntry":
         """Parse an entry; ValueError (or RecursionError from hostile nesting) if it is not one."""
         wire = json.loads(text)
-        if not isinstance(wire, dict):
+        if type(wire) is not dict:
             raise ValueError("entry is not a JSON object")
-        values = {attr: wire[key] for attr, key in cls._WIRE if key in wire}
-        values.setdefault("key", str(position))  # format 1: every step was a top-level one
-        entry = cls(position=position, **values)
-        if not (isinstance(entry.key, str) and isinstance(entry.name, str)
-                and isinstance(entry.kind, str) and isinstance(entry.ok, bool)
-                and isinstance(entry.fingerprint, str)
-                and (entry.ok or isinstance(entry.error, dict))
-                and (entry.meta is None or isinstance(entry.meta, dict))
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in
-                        (entry.started_at, entry.finished_at, entry.prompt_tokens,
-                         entry.completion_tokens))):
+        # Field by field rather than through a generic mapping: replay parses every entry.
+        get = wire.get
+        key = wire["id"] if "id" in wire else str(position)  # format 1: top-level steps only
+        name, kind, fingerprint = get("n"), get("k"), get("in", "")
+        ok, result, error, meta = get("ok", True), get("r"), get("e"), get("m")
+        started, finished = get("t0", 0.0), get("t1", 0.0)
+        prompt, completion = get("pt", 0), get("ct", 0)
+        if not (type(key) is str and type(name) is str and type(kind) is str
+                and type(ok) is bool and type(fingerprint) is str
+                and (ok or type(error) is dict) and (meta is None or type(meta) is dict)
+                and type(started) in _NUMBERS and type(finished) in _NUMBERS
+                and type(prompt) in _NUMBERS and type(completion) in _NUMBERS):
             raise ValueError("entry fields have the wrong types")
+        entry = cls(position, key, name, kind, fingerprint, get("q"), ok, result, error,
+                    started, finished, prompt, completion, meta)
+        # The result needs no decoding pass when it can hold no tag and cannot nest past
+        # serde.MAX_DEPTH: no "$t" key (nor a \u escape that could spell one) and fewer
+        # brackets in the whole entry than that depth. serde.decode would return an equal
+        # copy of it.
+        entry.plain_result = ok and '"$t"' not in text and "\\u" not in text \
+            and text.count("{") + text.count("[") <= PLAIN_MAX_BRACKETS
         return entry
+
+
+#: serde.MAX_DEPTH (records stay free of serde's imports; a test checks they agree).
+PLAIN_MAX_BRACKETS = 200
+_NUMBERS = (int, float)
 
 
 @dataclass
@@ -234,9 +251,16 @@ def entry_cost(entry: StepEntry) -> float:
 def json_text(data: Any) -> str:
     """Compact JSON; plain UTF-8 where possible, ASCII escapes when the data holds strings
     that are not valid Unicode (lone surrogates), which SQLite could not store as text."""
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = _COMPACT.encode(data)
+    if text.isascii():  # O(1) in CPython: nothing to check
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         text = json.dumps(data, separators=(",", ":"), allow_nan=False)
     return text
+
+
+# One encoder, made once: json.dumps() with options builds a JSONEncoder per call. encode()
+# keeps no state between calls, so threads share it.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)

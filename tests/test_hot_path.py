@@ -1,0 +1,138 @@
+"""The shortcuts of the step hot path keep what the slow paths guaranteed.
+
+- DiskJournal.append_step writes with SQL of its own on diskcache's connection: value files
+  of refused writes are removed, blobs a run has are not duplicated, large values still land
+  in files;
+- DiskJournal.steps reads entries many a query, in position order, stopping at a gap;
+- a replayed result that is plain JSON skips the decoding pass, but only where that cannot
+  change what replay returns (tags, even spelled with escapes, and deep nesting still go
+  through serde.decode) and where no observer holds the entry.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import durable_nb as dn
+from durable_nb.runner import Runner
+from durable_nb import serde
+from durable_nb.errors import RunLeased
+from durable_nb.journal import DiskJournal, StepEntry
+from durable_nb.journal.records import PLAIN_MAX_BRACKETS
+
+
+def _entry(position: int, result: object = "ok") -> StepEntry:
+    return StepEntry(position, str(position), "s", "run", result=result, started_at=1.0,
+                     finished_at=2.0)
+
+
+def _value_files(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*.val")]
+
+
+def test_plain_bracket_limit_is_serde_max_depth():
+    assert PLAIN_MAX_BRACKETS == serde.MAX_DEPTH
+
+
+@pytest.mark.parametrize("text, plain", [
+    ('{"id":"0","n":"a","k":"run","r":{"a":[1,2],"b":"x"},"t0":0,"t1":0}', True),
+    ('{"id":"0","n":"a","k":"run","r":"text","t0":0,"t1":0}', True),
+    ('{"id":"0","n":"a","k":"run","r":{"$t":"tuple","v":[1]},"t0":0,"t1":0}', False),
+    ('{"id":"0","n":"a","k":"run","r":{"\\u0024t":"tuple","v":[1]},"t0":0,"t1":0}', False),
+    ('{"id":"0","n":"a","k":"run","r":' + "[" * 201 + "]" * 201 + ',"t0":0,"t1":0}', False),
+    ('{"id":"0","n":"a","k":"run","ok":false,"e":{"type":"KeyError"},"t0":0,"t1":0}', False),
+])
+def test_which_entries_skip_the_decoding_pass(text, plain):
+    entry = StepEntry.from_json(0, text)
+    assert entry.plain_result is plain
+    if plain:
+        assert serde.decode(entry.result) == entry.result
+
+
+def test_a_tag_spelled_with_an_escape_is_still_decoded_as_a_tag(journal):
+    dn.execute("r", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
+    journal._cache.set("step:r:0", '{"id":"0","n":"a","k":"run","r":{"\\u0024t":"model",'
+                                   '"cls":"os.system","v":{}},"t0":0,"t1":0}')
+    with pytest.raises(dn.CorruptEntry, match="run 'r' step 0"):
+        dn.execute("r", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
+
+
+def test_plain_nesting_deeper_than_max_depth_is_still_refused(journal):
+    dn.execute("r", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
+    deep = "[" * (serde.MAX_DEPTH + 1) + "]" * (serde.MAX_DEPTH + 1)
+    journal._cache.set("step:r:0", '{"id":"0","n":"a","k":"run","r":' + deep + ',"t0":0,"t1":0}')
+    with pytest.raises(dn.CorruptEntry, match="run 'r' step 0"):
+        dn.execute("r", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
+
+
+def test_replayed_plain_results_are_equal_and_private_to_the_code(journal):
+    seen = []
+
+    class Keeper:
+        def on_step(self, entry, replayed):
+            seen.append(entry)
+
+        def on_record(self, record):
+            pass
+
+    def handler(ctx):
+        rows = ctx.run("load", lambda: {"rows": [1, 2], "name": "x"})
+        rows["rows"].append(3)  # the code changes what it got
+        return rows
+
+    first = Runner("r", handler, journal=journal).run().result
+    again = Runner("r", handler, journal=journal).run().result  # no observer: no copy
+    assert first == again == {"rows": [1, 2, 3], "name": "x"}
+    watched = Runner("r", handler, journal=journal, observer=Keeper()).run().result
+    assert watched == first
+    # The observer's entry still shows what was journaled, not what the code made of it.
+    assert [e.result for e in seen if e.name == "load"] == [{"rows": [1, 2], "name": "x"}]
+
+
+def test_a_refused_append_leaves_no_value_file(tmp_path):
+    journal = DiskJournal(tmp_path / "j")
+    journal.append_step("r", _entry(0))
+    with pytest.raises(RunLeased):
+        journal.append_step("r", _entry(0, "x" * 40_000))  # position taken
+    with pytest.raises(RunLeased):
+        journal.append_step("r", _entry(1, "x" * 40_000), token="never-held")  # fenced
+    assert _value_files(tmp_path / "j") == []
+    assert journal.get_step("r", 0).result == "ok"
+    assert not journal.has_step("r", 1)
+
+
+def test_large_values_and_blobs_land_in_files_once(tmp_path):
+    journal = DiskJournal(tmp_path / "j")
+    blob = json.dumps(["m" * 40_000])
+    journal.append_step("r", _entry(0, "y" * 40_000), blobs={"d": blob})
+    journal.append_step("r", _entry(1), blobs={"d": blob})  # the run has it: not stored again
+    assert len(_value_files(tmp_path / "j")) == 2
+    assert journal.get_step("r", 0).result == "y" * 40_000
+    assert journal.get_blob("r", "d") == blob
+    count = journal._cache._sql("SELECT count(*) FROM Cache WHERE key LIKE 'blob:%'").fetchone()
+    assert count == (1,)
+
+
+def test_steps_are_read_in_position_order_across_read_ahead_batches(tmp_path):
+    journal = DiskJournal(tmp_path / "j")
+    for position in range(600):
+        journal.append_step("r", _entry(position, {"n": position}))
+    journal.append_step("r", _entry(601))  # after a gap: not part of the journal
+    entries = list(journal.steps("r"))
+    assert [e.position for e in entries] == list(range(600))
+    assert [e.result["n"] for e in entries] == list(range(600))
+    assert [e.position for e in journal.steps("r", 598)] == [598, 599]
+    assert journal.count_steps("r") == 600
+
+
+def test_a_missing_value_file_is_a_corrupt_entry_when_steps_are_read(tmp_path):
+    journal = DiskJournal(tmp_path / "j")
+    journal.append_step("r", _entry(0))
+    journal.append_step("r", _entry(1, "z" * 40_000))
+    for path in _value_files(tmp_path / "j"):
+        path.unlink()
+    with pytest.raises(dn.CorruptEntry, match="value file is missing"):
+        list(journal.steps("r"))
