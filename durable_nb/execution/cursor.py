@@ -482,6 +482,7 @@ class Execution:
             self._append(StepEntry(-1, key, name, "approval", fp, result=result,
                                    started_at=pending["requested_at"], finished_at=time.time(),
                                    meta={"details": details}), inputs, record_changed=True)
+        self.wake_event.set()  # a concurrent approval waiting for the slot takes it now
         self._save_ancestors()
         self.journal.delete_request("decision", self.run_id)
         return result
@@ -529,20 +530,40 @@ class Execution:
             execution = execution.parent
 
     def _wait_for_decision(self, key: str, timeout_at: float | None) -> dict | None:
-        """Poll the journal for a decision on approval ``key``: the decision, or None when
-        ``timeout_at`` passed; :class:`Suspend` when the run parks instead of waiting."""
+        """Wait for a decision on approval ``key``: the decision, or None when ``timeout_at``
+        passed; :class:`Suspend` when the run parks instead of waiting.
+
+        The journal tells of a decision or a cancel given anywhere
+        (:meth:`~durable_nb.journal.Journal.wait_for_request`: PostgreSQL's NOTIFY; the disk
+        journal is read every ``poll_interval``); one given in this process, an interrupt or
+        a cancel the heartbeat found set ``wake_event``. A journal that notifies is read
+        again at least every ``max(poll_interval, stale_after)`` seconds."""
+        options = self.options
+
+        def ours(decision: dict) -> bool:
+            return decision.get("key") == key
+
+        decision = self.journal.get_request("decision", self.run_id)
         while True:
-            decision = self.journal.get_request("decision", self.run_id)
-            if decision is not None and decision.get("key") == key:
+            if decision is not None and ours(decision):
                 return decision
             if timeout_at is not None and time.time() >= timeout_at:
                 return None
-            if self.options.on_approval == "park":
+            if options.on_approval == "park":
                 self.parking = True
                 raise Suspend()
             self.check_live()
-            self.wake_event.wait(self.options.poll_interval)
+            wait = (max(options.poll_interval, options.stale_after) if self.journal.notifies
+                    else options.poll_interval)
+            if timeout_at is not None:
+                wait = max(0.0, min(wait, timeout_at - time.time()))
+            decision = self.journal.wait_for_request(
+                "decision", self.run_id, wait, accept=ours, wake=self.wake_event,
+                poll_interval=options.poll_interval)
             self.wake_event.clear()
+            if decision is None and self.journal.notifies \
+                    and self.journal.get_request("cancel", self.run_id) is not None:
+                self.cancel_event.set()  # told at once, not at the heartbeat's next look
 
     # -- sleep and children ----------------------------------------------------------------
 

@@ -18,6 +18,8 @@ the one that took over.
 from __future__ import annotations
 
 import abc
+import threading
+import time
 from collections.abc import Callable, Iterator
 
 from ..errors import JournalError, UnknownRun
@@ -61,6 +63,9 @@ class Journal(abc.ABC):
     #: True for a journal opened with ``read_only=True``: it never creates or writes
     #: anything, and its write methods raise :class:`~durable_nb.errors.JournalError`.
     read_only: bool = False
+    #: True when :meth:`wait_for_request` is told of new requests by the backend and waits
+    #: without reading (PostgreSQL's LISTEN/NOTIFY); False when it polls.
+    notifies: bool = False
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -214,6 +219,39 @@ class Journal(abc.ABC):
     @abc.abstractmethod
     def delete_request(self, kind: str, run_id: str) -> None:
         """Remove the pending request of ``kind``."""
+
+    def wait_for_request(self, kind: str, run_id: str, timeout: float | None, *,
+                         accept: Callable[[dict], bool] | None = None,
+                         wake: threading.Event | None = None,
+                         poll_interval: float = 0.1) -> dict | None:
+        """The pending request of ``kind`` for the run (one ``accept`` takes, if given: a
+        decision on this approval, not a stale one), at once if there is one, else the first
+        to arrive within ``timeout`` seconds (None: no limit).
+
+        None when the timeout passed, or when ``wake`` was set (by this process: a decision
+        or cancel given here, an interrupt; the caller clears it, looks at what else it
+        waits for and waits again). A backend may also return None early when another
+        request for the run arrived (a cancel wakes a run waiting for a decision).
+
+        This default reads :meth:`get_request` every ``poll_interval`` seconds; a backend
+        that can be told of new requests waits for that instead (PostgreSQL: ``LISTEN``).
+        """
+        check_request_kind(kind)
+        until = None if timeout is None else time.monotonic() + timeout
+        while True:
+            value = self.get_request(kind, run_id)
+            if value is not None and (accept is None or accept(value)):
+                return value
+            if wake is not None and wake.is_set():
+                return None
+            left = None if until is None else until - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            pause = poll_interval if left is None else min(poll_interval, left)
+            if wake is not None:
+                wake.wait(pause)
+            else:
+                time.sleep(pause)
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -30,6 +30,16 @@ when the lease was taken or renewed; the holder dicts this journal hands to
 :func:`~durable_nb.lease.holder_alive` carry ``heartbeat_age`` (seconds, by the server's
 clock), so hosts with skewed clocks agree on which holder is stale.
 
+**Requests wake waiting runs.** :meth:`PostgresJournal.put_request` sends a ``NOTIFY`` on the
+schema's channel (``durable_nb.SCHEMA``) in the request's own transaction, so it is heard only
+once the request is there to read. :meth:`PostgresJournal.wait_for_request` waits for it on
+one ``LISTEN`` connection per journal and process, opened while something waits (a run
+waiting for an approval, a notebook's watcher) and closed a few seconds after: a decision or
+cancel given on any machine reaches the waiting run at once, without polling. A notification
+can be lost only while that connection is down (it wakes every waiter when it is back), and
+waiters read once more every ``max(poll_interval, 5 s)`` in any case (also what happens
+behind a pooler that drops ``LISTEN``, such as PgBouncer in transaction mode).
+
 **Migrations.** :data:`MIGRATIONS` is an ordered list; opening the journal applies those not
 yet in ``migrations``, all in one transaction under a transaction-level advisory lock
 (processes opening a fresh database at once wait for each other; the second finds nothing
@@ -83,6 +93,10 @@ _SCHEMES = ("postgresql", "postgres")
 _SECRET_PARAMS = ("password", "sslpassword")
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _BATCH = 500  # entries fetched per query when a run's steps are read in order
+#: Waiters read their request again at least this often, even without a notification.
+_RECHECK = 5.0
+#: The LISTEN connection is closed once nobody waited for this long.
+_LISTEN_IDLE = 10.0
 
 
 def is_postgres_url(location: Any) -> bool:
@@ -97,6 +111,7 @@ class _Url:
     def __init__(self, url: str) -> None:
         if not is_postgres_url(url):
             raise ValueError("a PostgreSQL journal URL starts with postgresql:// or postgres://")
+        self.url = url
         parts = urlsplit(url)
         secrets: list[str] = []
         userinfo, at, hostport = parts.netloc.rpartition("@")
@@ -255,6 +270,14 @@ def _lock_key(schema: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def _channel(schema: str) -> str:
+    """The NOTIFY channel of a schema's requests (a channel name has at most 63 bytes)."""
+    name = f"durable_nb.{schema}"
+    if len(name.encode()) > 63:
+        name = f"durable_nb.{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
+    return name
+
+
 def _created_at(record: RunRecord) -> float:
     try:
         return float(record.created_at or 0.0)
@@ -267,8 +290,11 @@ class PostgresJournal(Journal):
 
     ``read_only=True``: nothing is created or written (the sessions are read-only too); a
     missing journal is an error and write methods raise. ``pool_size``: connections at most
-    (one is used per call, for the call's duration). Safe to share between threads.
+    (one is used per call, for the call's duration), plus one ``LISTEN`` connection while a
+    run waits for a request. Safe to share between threads.
     """
+
+    notifies = True
 
     def __init__(self, url: str, *, read_only: bool = False, pool_size: int = 8,
                  connect_timeout: float = 10.0) -> None:
@@ -293,9 +319,11 @@ class PostgresJournal(Journal):
         if "connect_timeout" not in self._url.conninfo:
             self._kwargs["connect_timeout"] = max(1, int(connect_timeout))
         self._sql = self._statements(_q(self.schema))
+        self._channel = _channel(self.schema)
         self._pid = os.getpid()
         self._pool_lock = threading.Lock()
         self._pool: Any = None
+        self._listener: _Listener | None = None
         with self._errors("open"):
             with psycopg.connect(self._url.conninfo, **self._kwargs) as conn:
                 self._configure(conn)
@@ -321,6 +349,8 @@ class PostgresJournal(Journal):
             with self._pool_lock:
                 if self._pid != os.getpid():
                     _inherited.append(self._pool)
+                    _inherited.append(self._listener)
+                    self._listener = None
                     self._pool = self._new_pool()
                     self._pid = os.getpid()
         if self._pool is None:
@@ -360,8 +390,17 @@ class PostgresJournal(Journal):
     def close(self) -> None:
         """Nothing to release per thread: connections return to the pool after each call."""
 
+    def connection_url(self) -> str:
+        """The URL this journal was opened with, password included: for opening the same
+        journal in another process (a Dask worker). Never print, log or journal it; messages
+        use :attr:`location`."""
+        return self._url.url
+
     def dispose(self) -> None:
         """Close the pool's connections; the journal cannot be used after this."""
+        listener, self._listener = self._listener, None
+        if listener is not None and self._pid == os.getpid():
+            listener.stop()
         pool, self._pool = self._pool, None
         if pool is not None and self._pid == os.getpid():
             pool.close()
@@ -405,8 +444,13 @@ class PostgresJournal(Journal):
             "renew_lease": f"UPDATE {s}.leases SET heartbeat_at = now() "
                            f"WHERE run_id = %s AND token = %s",
             "release_lease": f"DELETE FROM {s}.leases WHERE run_id = %s AND token = %s",
-            "put_request": f"INSERT INTO {s}.requests (run_id, kind, value) VALUES (%s, %s, %s) "
-                           f"ON CONFLICT (run_id, kind) DO UPDATE SET value = EXCLUDED.value",
+            # One statement, one transaction: the NOTIFY is delivered when the request is
+            # committed, never before it can be read.
+            "put_request": f"WITH written AS (INSERT INTO {s}.requests (run_id, kind, value) "
+                           f"VALUES (%s, %s, %s) ON CONFLICT (run_id, kind) DO UPDATE "
+                           f"SET value = EXCLUDED.value RETURNING run_id, kind) "
+                           f"SELECT pg_notify(%s, json_build_object('run_id', run_id, "
+                           f"'kind', kind)::text) FROM written",
             "get_request": f"SELECT value FROM {s}.requests WHERE run_id = %s AND kind = %s",
             "delete_request": f"DELETE FROM {s}.requests WHERE run_id = %s AND kind = %s",
             **{f"delete_{table}": f"DELETE FROM {s}.{table} WHERE run_id = %s"
@@ -680,7 +724,7 @@ class PostgresJournal(Journal):
         self._writable("leave a request")
         with self._conn("leaving a request") as conn:
             conn.execute(self._sql["put_request"],
-                         (run_id, kind, json.dumps(value, separators=(",", ":"))))
+                         (run_id, kind, json.dumps(value, separators=(",", ":")), self._channel))
 
     def get_request(self, kind: str, run_id: str) -> dict | None:
         check_request_kind(kind)
@@ -699,6 +743,144 @@ class PostgresJournal(Journal):
         self._writable("delete a request")
         with self._conn("deleting a request") as conn:
             conn.execute(self._sql["delete_request"], (run_id, kind))
+
+    def wait_for_request(self, kind: str, run_id: str, timeout: float | None, *,
+                         accept: Callable[[dict], bool] | None = None,
+                         wake: threading.Event | None = None,
+                         poll_interval: float = 0.1) -> dict | None:
+        """Wait for the request's NOTIFY (see the module docstring), reading the request when
+        one for the run arrives (any kind: a cancel also ends the wait of a run waiting for
+        a decision, with None), when ``wake`` is set, and at least every ``max(poll_interval,
+        5 s)``."""
+        check_request_kind(kind)
+        until = None if timeout is None else time.monotonic() + timeout
+        recheck = max(poll_interval, _RECHECK)
+        event = wake if wake is not None else threading.Event()
+        with self._current_listener().watching(run_id, event):
+            while True:
+                if wake is None:
+                    event.clear()
+                value = self.get_request(kind, run_id)
+                if value is not None and (accept is None or accept(value)):
+                    return value
+                if wake is not None and wake.is_set():
+                    return None
+                left = None if until is None else until - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                event.wait(recheck if left is None else min(recheck, left))
+
+    def _current_listener(self) -> "_Listener":
+        self._current_pool()  # a forked child drops the parent's listener there
+        with self._pool_lock:
+            if self._listener is None:
+                self._listener = _Listener(self._psycopg, self._url.conninfo,
+                                           dict(self._kwargs, application_name="durable_nb listen"),
+                                           self._channel)
+            return self._listener
+
+
+class _Listener:
+    """One ``LISTEN`` connection of a journal in this process, open while runs wait.
+
+    Waiters register an Event under their run id; a NOTIFY for that run sets it. When the
+    connection is (re)established every waiter is woken, since what was sent while nobody
+    listened is lost: each reads its request once more."""
+
+    def __init__(self, psycopg: Any, conninfo: str, kwargs: dict, channel: str) -> None:
+        self._psycopg = psycopg
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self._channel = channel
+        self._lock = threading.Lock()
+        self._waiters: dict[str, list[threading.Event]] = {}
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        #: Set while the LISTEN is in place (for tests and benchmarks).
+        self.listening = threading.Event()
+
+    @contextmanager
+    def watching(self, run_id: str, event: threading.Event) -> Iterator[None]:
+        with self._lock:
+            self._waiters.setdefault(run_id, []).append(event)
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="durable-nb-listen")
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                events = self._waiters.get(run_id, [])
+                for i, e in enumerate(events):
+                    if e is event:
+                        del events[i]
+                        break
+                if not events:
+                    self._waiters.pop(run_id, None)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+
+    def _wake(self, run_id: str | None = None) -> None:
+        with self._lock:
+            if run_id is None:
+                events = [e for waiting in self._waiters.values() for e in waiting]
+            else:
+                events = list(self._waiters.get(run_id, ()))
+        for event in events:
+            event.set()
+
+    def _done(self, idle_since: float | None) -> bool:
+        """Under the lock: whether the thread ends now (stopped, or idle long enough)."""
+        if self._stopped or (not self._waiters and idle_since is not None
+                             and time.monotonic() - idle_since >= _LISTEN_IDLE):
+            self._thread = None
+            return True
+        return False
+
+    def _loop(self) -> None:
+        idle_since: float | None = None
+        while True:
+            with self._lock:
+                if self._done(idle_since):
+                    return
+            try:
+                conn = self._psycopg.connect(self._conninfo, **self._kwargs)
+            except self._psycopg.Error:
+                # Nothing can be heard: waiters fall back on reading every few seconds.
+                self._wake()
+                time.sleep(1.0)
+                continue
+            try:
+                conn.execute(f'LISTEN "{self._channel}"')
+                self.listening.set()
+                self._wake()  # anything sent before the LISTEN was missed: look again
+                while True:
+                    for notify in conn.notifies(timeout=1.0):
+                        self._dispatch(notify.payload)
+                    with self._lock:
+                        idle_since = None if self._waiters else (idle_since or time.monotonic())
+                        if self._done(idle_since):
+                            return
+            except self._psycopg.Error:
+                self._wake()
+                time.sleep(0.5)
+            finally:
+                self.listening.clear()
+                try:
+                    conn.close()
+                except self._psycopg.Error:
+                    pass
+
+    def _dispatch(self, payload: str) -> None:
+        try:
+            run_id = json.loads(payload)["run_id"]
+        except (ValueError, KeyError, TypeError):
+            self._wake()
+            return
+        self._wake(run_id)
 
 
 def _id_range(prefix: str) -> tuple[str, str]:

@@ -51,6 +51,7 @@ class NotebookRun:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._waiting_for: tuple[str, Any, float | None] = (run_id, None, None)
         self._display: Any = None
         self.executing = False
         record = journal.find_run(run_id) or RunRecord(run_id=run_id, title=options.title or "")
@@ -134,21 +135,36 @@ class NotebookRun:
         if timeout_at is not None and time.time() >= timeout_at:
             return True  # resume: the approval times out as a rejection
         target = record.pending_approval.get("run_id", self.run_id)
+        self._waiting_for = (target, record.pending_approval.get("key"), timeout_at)
         decision = self.journal.get_request("decision", target)
         return decision is not None and decision.get("key") == record.pending_approval.get("key")
 
+    def _wait_for_decision(self) -> None:
+        """Wait until the pending approval may have a decision, or the run changed: the
+        journal tells of a decision or cancel given anywhere
+        (:meth:`~durable_nb.journal.Journal.wait_for_request`: PostgreSQL's NOTIFY; the disk
+        journal is read every ``2 x poll_interval``); a click here sets ``_wake``. A journal
+        that notifies is read again at least every ``max(2 x poll_interval, stale_after)``
+        seconds (a run resumed elsewhere sends no notification)."""
+        target, key, timeout_at = self._waiting_for
+        poll = self.options.poll_interval * 2
+        wait = max(poll, self.options.stale_after) if self.journal.notifies else poll
+        if timeout_at is not None:
+            wait = max(0.0, min(wait, timeout_at - time.time()))
+        self.journal.wait_for_request("decision", target, wait,
+                                      accept=lambda decision: decision.get("key") == key,
+                                      wake=self._wake, poll_interval=poll)
+        self._wake.clear()
+
     def _watch_loop(self) -> None:
         while not self._stopped.is_set():
-            self._wake.wait(self.options.poll_interval * 2)
-            self._wake.clear()
-            if self._stopped.is_set():
-                return
             try:
                 decided = self._decided()
                 if decided is None:
                     self.panel.on_record(self.journal.get_run(self.run_id))
                     return
                 if not decided:
+                    self._wait_for_decision()
                     continue
                 outcome = self._execute()
             except RunLeased:
