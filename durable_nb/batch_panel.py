@@ -53,6 +53,9 @@ _SORTS = [("item order", "index"), ("key", "key"), ("status (problems first)", "
           ("cost (highest first)", "-cost")]
 
 _CSS = """<style>
+.dnb-batch .dnb-summary, .dnb-batch table.dnb-items, .dnb-batch .dnb-approval-row {
+  line-height: 1.45}
+.dnb-batch table.dnb-items td > span {font-size: 0.9em}
 .dnb-batch .dnb-bar {display: flex; height: 14px; border-radius: 4px; overflow: hidden;
   background: #eaeef2; margin: 4px 0 2px 0; max-width: 900px}
 .dnb-batch .dnb-bar > span {display: block; height: 100%}
@@ -548,7 +551,7 @@ class BatchPanel(BatchObserver):
         legend += [f"<span class='dnb-dot' style='background:{_COLOURS[s]}'></span>"
                    f"{counts[s]:,} {s.lower().replace('_', ' ')}"
                    for s in _BAR_ORDER[1:] if counts[s]]
-        lines = [head, f"<div class='dnb-bar'>{segments}</div>",
+        lines = [f"<div class='dnb-summary'>{head}", f"<div class='dnb-bar'>{segments}</div>",
                  f"<div class='dnb-legend'>{' &nbsp;&middot;&nbsp; '.join(legend)}</div>",
                  f"<div>{' &middot; '.join(self._facts(counts))}</div>"]
         saved = self._saved_text()
@@ -556,7 +559,7 @@ class BatchPanel(BatchObserver):
             lines.append(f"<div style='color:#1a7f37'>{html.escape(saved)}</div>")
         if self._message:
             lines.append(f"<div class='dnb-muted'>{html.escape(self._message)}</div>")
-        return "".join(lines)
+        return "".join(lines) + "</div>"
 
     def _facts(self, counts: Counter) -> list[str]:
         facts = []

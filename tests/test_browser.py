@@ -287,3 +287,130 @@ def test_an_error_is_one_line_under_a_stopped_badge(lab: JupyterLab, tmp_path: P
         output.screenshot(path=str(shots / "lab-error.png"))
     assert shown.startswith("InputChanged: run 'e' no longer matches its journal")
     assert "File " not in shown and "Traceback" not in shown
+
+
+# -- a batch -------------------------------------------------------------------------------------
+
+_BATCH_SETUP = """\
+import os
+os.environ.pop("DURABLE_NB_DIR", None)  # the journal goes to ./.durable_nb next to this notebook
+%load_ext durable_nb
+tickets = [{"id": f"T{i:02d}", "text": f"customer {i} asks about their order"} for i in range(30)]
+print("setup ok")"""
+
+# Every sixth ticket asks for a refund (an approval); T07 fails; the rest are answered.
+_BATCH_CELL = """\
+%%durable_agent review --over tickets --key item['id'] --concurrency 3 --title "ticket review"
+import time
+ctx.run('read', time.sleep, 0.3)
+if item['id'] == 'T07':
+    raise RuntimeError('the CRM timed out')
+if int(item['id'][1:]) % 6 == 0:
+    decision = ctx.approval('refund', {'ticket': item['id'], 'amount': 20})
+    outcome = 'refunded' if decision.approved else 'declined'
+else:
+    outcome = f"answered: {item['text']}"
+outcome"""
+
+BATCH = 1
+
+
+def _batch_output(page: LabPage) -> Any:
+    return page.cell(BATCH).locator(".jp-Cell-outputArea")
+
+
+def _batch_badge(page: LabPage, text: str) -> Any:
+    return _batch_output(page).locator(".dnb-batch").get_by_text(text, exact=True).first
+
+
+def _items(folder: Path) -> dict[str, Status]:
+    journal = DiskJournal(folder / ".durable_nb")
+    try:
+        return {r.run_id.split("/")[1]: r.status for r in journal.list_runs("review/")}
+    finally:
+        journal.close()
+
+
+def _wait_items(folder: Path, keys: list[str], status: Status, timeout: float = 30) -> None:
+    from tests.harness import wait_until
+
+    wait_until(lambda: all(_items(folder).get(k) is status for k in keys), timeout,
+               f"items {keys} {status}")
+
+
+def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    shots = Path(os.environ.get("DURABLE_NB_SHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    folder = lab.root_dir / "batch"
+    folder.mkdir()
+    write_notebook(folder / "batch.ipynb", [_BATCH_SETUP, _BATCH_CELL])
+    with LabPage(lab, timeout=60) as page:
+        page.page.set_viewport_size({"width": 1400, "height": 2000})  # the whole panel shows
+        page.open_notebook("batch/batch.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(BATCH)
+        _batch_badge(page, "RUNNING").wait_for(state="visible")
+        _batch_output(page).locator(".dnb-legend").get_by_text("done").first.wait_for()
+        page.page.wait_for_function(  # some items done, some still to go
+            "e => /\\b([1-9]\\d*) \\/ 30\\b/.test(e.textContent)",
+            arg=_batch_output(page).locator(".dnb-legend").element_handle())
+        _batch_output(page).screenshot(path=str(shots / "batch-running.png"))
+
+        _batch_badge(page, "WAITING_APPROVAL").wait_for(state="visible", timeout=120_000)
+        rows = _batch_output(page).locator(".dnb-approval-row")
+        assert rows.count() == 5
+        _batch_output(page).screenshot(path=str(shots / "batch-pending.png"))
+
+        # One item's Approve: that item only.
+        rows.filter(has_text="T06").locator("button", has_text="Approve").click()
+        _wait_items(folder, ["T06"], Status.DONE)
+        assert {k: s for k, s in _items(folder).items() if s is Status.WAITING_APPROVAL} \
+            .keys() == {"T00", "T12", "T18", "T24"}
+        rows.filter(has_text="T06").wait_for(state="detached")
+
+        # "Approve all shown" with a filter: only the items shown, after a confirmation.
+        _batch_output(page).locator("input[placeholder='filter: key, result or error text']") \
+            .fill("T1")
+        approve_all = _batch_output(page).locator("button", has_text="Approve all 2 shown")
+        approve_all.click()
+        confirm = _batch_output(page).locator("button", has_text="Yes, approve 2")
+        confirm.wait_for(state="visible")
+        assert "Approve the pending approval of 2 items? review/T12, review/T18" in \
+            _batch_output(page).inner_text()
+        assert _items(folder)["T12"] is Status.WAITING_APPROVAL  # nothing before confirming
+        _batch_output(page).screenshot(path=str(shots / "batch-confirm.png"))
+        confirm.click()
+        _wait_items(folder, ["T12", "T18"], Status.DONE)
+        assert _items(folder)["T00"] is Status.WAITING_APPROVAL
+        assert _items(folder)["T24"] is Status.WAITING_APPROVAL
+
+        _batch_output(page).locator("input[placeholder='filter: key, result or error text']") \
+            .fill("")
+        _batch_output(page).locator("button", has_text="Approve all 2 shown").click()
+        _batch_output(page).locator("button", has_text="Yes, approve 2").click()
+        _batch_badge(page, "FINISHED: 1 not done").wait_for(state="visible")
+
+        # A click on a row opens that item's own run panel.
+        _batch_output(page).locator("tr.dnb-row[data-key='T07']").click()
+        item_panel = _batch_output(page).locator(".dnb-batch .dnb-panel:not(.dnb-batch)")
+        item_panel.get_by_text("review/T07", exact=True).wait_for(state="visible")
+        assert "RuntimeError: the CRM timed out" in item_panel.inner_text()
+        _batch_output(page).locator(".dnb-legend").hover()  # not over a row
+        _batch_output(page).screenshot(path=str(shots / "batch-finished.png"))
+
+    statuses = _items(folder)
+    assert statuses["T07"] is Status.FAILED
+    assert all(s is Status.DONE for k, s in statuses.items() if k != "T07")
+    journal = DiskJournal(folder / ".durable_nb")
+    try:
+        for key in ("T06", "T12"):  # one clicked alone, one approved with the others shown
+            (approval,) = [e for e in get_run(f"review/{key}", journal=journal).steps
+                           if e.kind == "approval"]
+            decision = serde.decode(approval.result)
+            assert decision["approved"] is True and decision["by"].endswith(" (notebook)")
+    finally:
+        journal.close()
