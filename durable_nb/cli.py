@@ -308,11 +308,12 @@ def format_batch(batch: Any, *, status: str | None = None, limit: int | None = 5
     by_status = ", ".join(f"{counts[s]:,} {s}" for s in order if counts[s])
     prompt = sum(i.prompt_tokens for i in items)
     completion = sum(i.completion_tokens for i in items)
+    cost = sum(i.cost for i in items)
     lines = [f"batch      {batch.batch_id}" + (f"  ({batch.title})" if batch.title else ""),
              f"items      {len(items):,}" + (f": {by_status}" if by_status else ""),
              f"tokens     {prompt + completion:,} ({prompt:,} prompt + {completion:,} "
              f"completion)",
-             f"cost       {format_cost(sum(i.cost for i in items))}"]
+             f"cost       {format_cost(cost) if cost else '- (no LLM call with a known price)'}"]
     if batch.removed:
         shown = ", ".join(batch.removed[:5]) + (" ..." if len(batch.removed) > 5 else "")
         lines.append(f"removed    {len(batch.removed):,} items no longer in the list, their "

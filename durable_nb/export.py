@@ -589,8 +589,9 @@ def _batch_title_md(batch: Any, total: dict[str, Any]) -> str:
              "| status | items |", "| --- | ---: |", *rows, "",
              f"- tokens: {total['prompt_tokens']:,} prompt + {total['completion_tokens']:,} "
              f"completion = {total['tokens']:,}",
-             f"- cost: {format_cost(total['cost'])}"
-             + (f" ({format_cost(total['cost'] / done)} per DONE item)" if done else "")]
+             (f"- cost: {format_cost(total['cost'])}"
+              + (f" ({format_cost(total['cost'] / done)} per DONE item)" if done else ""))
+             if total["cost"] else "- cost: none known (no LLM call with a known price)"]
     if batch.removed:
         lines.append(f"- {len(batch.removed):,} items no longer in the batch's list, their runs "
                      f"kept: {', '.join(_code(k) for k in batch.removed[:10])}"

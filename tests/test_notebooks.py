@@ -25,6 +25,10 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 NAMES = [p.stem for p in NOTEBOOKS]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 ALL_TOOLS_ONCE = Counter(read_csv=1, analyse=1, write_report=1, send_email=1)
+#: What each notebook's tools did, once each, however often and in whatever order it ran.
+EFFECTS = {"quickstart": ALL_TOOLS_ONCE, "crash_and_resume": ALL_TOOLS_ONCE,
+           "batch": Counter(send_reply=12)}
+TICKETS = [f"T-{n}" for n in range(101, 113)]
 
 
 @pytest.fixture
@@ -100,7 +104,7 @@ def _effects(workdir: Path) -> Counter:
 
 
 def test_every_notebook_has_a_test() -> None:
-    assert NAMES == ["approvals", "crash_and_resume", "quickstart"]
+    assert NAMES == ["approvals", "batch", "crash_and_resume", "quickstart"]
 
 
 def test_quickstart_runs_the_agent_to_done_after_approval(tmp_path: Path, offline) -> None:
@@ -156,6 +160,52 @@ def test_approvals_notebook_shows_approval_rejection_and_timeout(tmp_path: Path,
     assert (_work(tmp_path, "approvals") / ".durable_nb").is_dir()
 
 
+def test_batch_notebook_sends_every_reply_once_and_the_refunds_after_approval(
+        tmp_path: Path, offline) -> None:
+    nb = _run("batch", tmp_path)
+    work = _work(tmp_path, "batch")
+    assert _text(_cell(nb, "import os")) == f"model: loopback-1 (offline); working in {work}\n"
+    batch = _cell(nb, "%%durable_agent support")
+    assert _has_panel(batch)
+    # The cell ended with the refunds parked; `%durable batch wait` brought its text up to date.
+    assert batch.outputs[-1].data["text/plain"] == \
+        "<Batch 'support': 12 items (10 DONE, 2 WAITING_APPROVAL)>"
+    summary = _text(batch)
+    assert summary.startswith("durable batch support (support replies): DONE\n12 items: 12 DONE")
+    assert _text(_cell(nb, "%durable batch wait")) == "<Batch 'support': 12 items (12 DONE)>"
+    shown = _text(_cell(nb, "%durable batch show"))
+    assert "items      12: 12 DONE" in shown and "showing 5 of 12 items" in shown
+    assert "('T-103', 'DONE', True)" in _text(_cell(nb, "support = durable_nb.batch"))
+    assert _text(_cell(nb, "from collections import Counter")) == "Counter({'send_reply': 12})"
+    assert _text(_cell(nb, "%durable batch export")) == "wrote report.ipynb\n"
+    nbformat.validate(nbformat.read(work / "report.ipynb", as_version=4))
+    sent = (work / "side_effects.log").read_text().splitlines()
+    assert sorted(sent) == [f"send_reply {t}" for t in TICKETS]
+    journal = DiskJournal(work / ".durable_nb")
+    for ticket in ("T-103", "T-108"):
+        approval = [e for e in journal.steps(f"support/{ticket}") if e.kind == "approval"]
+        assert len(approval) == 1 and approval[0].ok
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing outside work/
+
+
+def test_restart_and_run_all_while_refunds_wait_never_hangs(tmp_path: Path, offline) -> None:
+    nb = _read("batch")
+    client = _client(nb, tmp_path)
+    batch_index = nb.cells.index(_cell(nb, "%%durable_agent support"))
+    with client.setup_kernel():  # a person ran the notebook up to the batch cell, and left
+        for index, cell in enumerate(nb.cells[:batch_index + 1]):
+            client.execute_cell(cell, index)
+    work = _work(tmp_path, "batch")
+    journal = DiskJournal(work / ".durable_nb")
+    waiting = sorted(r.run_id for r in journal.list_runs("support/")
+                     if r.status is Status.WAITING_APPROVAL)
+    assert waiting == ["support/T-103", "support/T-108"]
+
+    again = _run("batch", tmp_path)  # Restart and Run All
+    assert _text(_cell(again, "%durable batch wait")) == "<Batch 'support': 12 items (12 DONE)>"
+    assert _effects(work) == EFFECTS["batch"]
+
+
 # -- any order -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
@@ -170,10 +220,14 @@ def test_run_all_twice_in_one_kernel_replays_and_keeps_every_promise(tmp_path: P
             assert _text(after) == _text(before), after.source
     if name != "approvals":
         assert "model: loopback-1 (offline)" in _text(_cell(nb, "import os"))
-        assert _effects(_work(tmp_path, name)) == ALL_TOOLS_ONCE
+        assert _effects(_work(tmp_path, name)) == EFFECTS[name]
     agent = nb.cells[[i for i, c in enumerate(nb.cells)
                       if c.cell_type == "code" and c.source.startswith("%%durable_agent")][0]]
-    assert ": DONE\n" in _text(agent) and "replayed, 0 executed" in _text(agent)
+    assert ": DONE\n" in _text(agent)
+    if name == "batch":  # every item answered from its record: nothing executed
+        assert "replay: 12 items answered from the journal" in _text(agent)
+    else:
+        assert "replayed, 0 executed" in _text(agent)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -181,7 +235,7 @@ def test_restart_and_run_all_replays(tmp_path: Path, offline, name: str) -> None
     _run(name, tmp_path)
     again = _run(name, tmp_path)  # a new kernel, the same folder
     if name != "approvals":
-        assert _effects(_work(tmp_path, name)) == ALL_TOOLS_ONCE
+        assert _effects(_work(tmp_path, name)) == EFFECTS[name]
     if name == "crash_and_resume":
         assert "only replayed it" in _text(_cell(again, "import subprocess, sys"))
         assert _text(_cell(again, "from collections import Counter")) == \
