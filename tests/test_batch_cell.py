@@ -276,3 +276,53 @@ def test_load_ext_tells_a_batch_left_behind_in_one_line(ip, tmp_path: Path, caps
     out = capsys.readouterr().out
     assert "left: batch with 3 waiting for approval; re-run its cell to finish it" in out
     assert "left/0" not in out
+
+
+def test_after_the_stop_button_batch_wait_says_to_rerun_the_cell(ip, tmp_path: Path) -> None:
+    # The first item presses the stop button (a KeyboardInterrupt in the main thread, where
+    # the cell waits for its items) and goes on to its next step, where it stops.
+    ip.user_ns["numbers"] = [0, 1, 2]
+    ip.user_ns["stopped"] = []
+    cell = ("import _thread, time\n"
+            "if not stopped:\n"
+            "    stopped.append(item)\n"
+            "    _thread.interrupt_main()\n"
+            "    time.sleep(0.5)\n"
+            "ctx.run('work', lambda: item)")
+    line = "halt --over numbers --key index --concurrency 1"
+    with pytest.raises(KeyboardInterrupt) as info:
+        ip.run_cell_magic("durable_agent", line, cell)
+    assert " ".join(info.value._render_traceback_()[0].split()).endswith(
+        "batch 'halt' stopped: 1 item in flight was interrupted and kept; re-run the cell to "
+        "finish the batch (DONE items are answered from the journal, the others resume)")
+    journal = _journal(tmp_path)
+    assert journal.get_run("halt/0").error.startswith("interrupted at step")
+    assert journal.find_run("halt/1") is None  # never started
+    with pytest.raises(dn.DurableError) as waited:
+        ip.run_line_magic("durable", "batch wait halt --timeout 30")
+    assert "batch 'halt' will not finish by waiting: 2 of its items never ran or were " \
+           "interrupted" in str(waited.value) and "Re-run the batch's cell" in str(waited.value)
+    again = ip.run_cell_magic("durable_agent", line + " --retry-failed no", cell)
+    assert again.results() == [0, 1, 2]  # the interrupted item resumed all the same
+
+
+def test_the_wait_option_keeps_the_cell_until_decisions_come_from_elsewhere(
+        ip, tmp_path: Path) -> None:
+    journal = _journal(tmp_path)
+
+    def approve_when_parked() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            record = journal.find_run("held/0")
+            if record is not None and record.status is Status.WAITING_APPROVAL:
+                dn.approve("held/0", by="ops", journal=journal)
+                return
+            time.sleep(0.02)
+
+    ip.user_ns["numbers"] = [0]
+    approver = threading.Thread(target=approve_when_parked)
+    approver.start()
+    batch = ip.run_cell_magic("durable_agent", "held --over numbers --key index --wait",
+                              "ctx.approval('go').by")
+    approver.join()
+    assert batch.results() == ["ops"]  # the cell itself waited and resumed the item

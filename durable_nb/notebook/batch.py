@@ -249,18 +249,9 @@ class NotebookBatch:
             if _active.get(self.batch_id) is self:
                 del _active[self.batch_id]
 
-    def idle(self) -> bool:
-        """Nothing executes and no parked item has a decision waiting to be resumed."""
-        return not self.executing and (self._watcher is None or not self._watcher.is_alive()
-                                       or not self._decided_quietly())
-
-    def _decided_quietly(self) -> bool:
-        for item in self._parked():
-            record = self.journal.find_run(item.run_id)
-            if record is None or record.status is not Status.WAITING_APPROVAL \
-                    or self.execution._decided(record):
-                return True
-        return False
+    def watching(self) -> bool:
+        """Whether the watcher waits for decisions (or resumes decided items)."""
+        return self._watcher is not None and self._watcher.is_alive()
 
     # -- buttons ---------------------------------------------------------------------------
 
@@ -291,6 +282,15 @@ def wait_for_batch(batch_id: str, journal: Journal, timeout: float | None = None
             if active is not None:
                 active.refresh_display()
             return current
+        if active is not None and not active.executing and not active.watching():
+            stuck = [item.run_id for item in current if item.status is None
+                     or item.status is Status.RUNNING]
+            if stuck:
+                raise DurableError(
+                    f"batch {batch_id!r} will not finish by waiting: {len(stuck):,} of its items "
+                    f"never ran or were interrupted ({', '.join(stuck[:3])}"
+                    f"{' ...' if len(stuck) > 3 else ''}). Re-run the batch's cell to finish "
+                    f"them.")
         if deadline is not None and time.monotonic() > deadline:
             waiting = [item.run_id for item in current if item.status is Status.WAITING_APPROVAL]
             counts = ", ".join(f"{n:,} {s}" for s, n in sorted(current.counts.items()))
