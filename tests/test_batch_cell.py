@@ -326,3 +326,27 @@ def test_the_wait_option_keeps_the_cell_until_decisions_come_from_elsewhere(
                               "ctx.approval('go').by")
     approver.join()
     assert batch.results() == ["ops"]  # the cell itself waited and resumed the item
+
+
+class _Frame:
+    """What the batch cell uses of a pandas DataFrame (pandas is not a test dependency)."""
+
+    columns = ["id", "text"]
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def to_dict(self, orient):
+        assert orient == "records"
+        return [dict(row) for row in self.rows]
+
+    def __iter__(self):  # iterating a DataFrame gives its column names, never the rows
+        return iter(self.columns)
+
+
+def test_a_dataframe_gives_one_item_per_row(ip) -> None:
+    ip.user_ns["frame"] = _Frame([{"id": "a", "text": "x"}, {"id": "b", "text": "y"}])
+    batch = ip.run_cell_magic("durable_agent", "rows --over frame --key item['id']",
+                              "item['text'] * 2")
+    assert batch.results() == ["xx", "yy"]
+    ip.user_ns.pop("frame")
