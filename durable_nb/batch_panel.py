@@ -98,6 +98,13 @@ def _preview(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "\u2026"
 
 
+def _close_tree(widget: Any) -> None:
+    """Close a widget and the widgets inside it (their comms and front-end models)."""
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    widget.close()
+
+
 class BatchPanel(BatchObserver):
     """A live view of one batch. ``on_decide(run_id, approved, note)`` and
     ``on_cancel(run_id)`` are called from its buttons; ``journal`` is where the items are
@@ -404,12 +411,12 @@ class BatchPanel(BatchObserver):
             index = self._by_key.get(key)
             item = self._items[index] if index is not None else None
         if item is None:
-            self.detail.children = [w.HTML(f"<span class='dnb-muted'>no item {html.escape(key)!s}"
-                                           f" in batch {html.escape(self.batch_id)}</span>")]
+            self._show_detail(w.HTML(f"<span class='dnb-muted'>no item {html.escape(key)}"
+                                     f" in batch {html.escape(self.batch_id)}</span>"))
             return
         if item.status is None or self._journal is None:
-            self.detail.children = [w.HTML(f"<span class='dnb-muted'>item "
-                                           f"{html.escape(key)} has not started yet</span>")]
+            self._show_detail(w.HTML(f"<span class='dnb-muted'>item {html.escape(key)} has "
+                                     f"not started yet</span>"))
             with self._lock:
                 self._picked, self._item_panel = index, None
             self.close_button.layout.display = None
@@ -426,14 +433,20 @@ class BatchPanel(BatchObserver):
             on_cancel=(lambda: self._on_cancel(run_id)) if self._on_cancel else None)
         with self._lock:
             self._picked, self._item_panel = index, panel
-        self.detail.children = [panel.widget]
+        self._show_detail(panel.widget)
         self.close_button.layout.display = None
         self.refresh(force=True)
+
+    def _show_detail(self, widget: Any) -> None:
+        old = self.detail.children
+        self.detail.children = [widget] if widget is not None else []
+        for shown in old:
+            _close_tree(shown)
 
     def _close(self) -> None:
         with self._lock:
             self._picked, self._item_panel = None, None
-        self.detail.children = []
+        self._show_detail(None)
         self.close_button.layout.display = "none"
         if self.pick.value:
             self.pick.value = ""
@@ -504,7 +517,10 @@ class BatchPanel(BatchObserver):
             self.approve_all_button.description = f"Approve all {len(pending):,} shown"
             self.approval_box.layout.display = "flex" if pending else "none"
         if rows_changed:
+            old = self.approval_rows.children
             self.approval_rows.children = [self._approval_row(item, p) for item, p in rows]
+            for row in old:  # their comms too, so that views of old rows do not pile up
+                _close_tree(row)
         if log:
             self.log.append_stdout(log)
 
