@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import html
 import re
-import threading
 import time
 
 import pytest
