@@ -26,6 +26,7 @@ from .journal import (
     rewind,
     this_host,
 )
+from .journal.base import StatusFilter
 from .lease import holder_alive
 from .runner import live_execution
 
@@ -74,11 +75,15 @@ def lease_holder(run_id: str, *, journal: JournalSpec = None) -> dict | None:
     return holder if holder and holder_alive(holder) else None
 
 
-def runs(status: Status | str | None = None, *, journal: JournalSpec = None) -> list[RunRecord]:
-    """All runs (oldest first), or those with ``status`` (any case: ``"done"``)."""
-    journal = open_journal(journal)
-    wanted = Status.parse(status) if status is not None else None
-    return [r for r in journal.list_runs_counted() if wanted is None or r.status is wanted]
+def runs(status: StatusFilter = None, *, journal: JournalSpec = None, limit: int | None = None,
+         newest_first: bool = False, prefix: str = "") -> list[RunRecord]:
+    """All runs (oldest first), or those with ``status`` (any case: ``"done"``; or several:
+    ``("running", "waiting_approval")``). ``limit``: at most that many, the first in the
+    order asked for (``limit=20, newest_first=True``: the 20 newest); ``prefix``: run ids
+    starting with it (a batch's items: ``"BATCH/"``). The journal answers filters and
+    limits from an index: a few of 100,000 runs cost what a few runs cost."""
+    return open_journal(journal).list_runs_counted(prefix, status=status, limit=limit,
+                                                   newest_first=newest_first)
 
 
 def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:

@@ -402,6 +402,13 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
         _batch_output(page).locator(".dnb-legend").hover()  # not over a row
         _batch_output(page).screenshot(path=str(shots / "batch-finished.png"))
 
+        page.restart_kernel()  # the panel says its kernel stopped, and what to do
+        _batch_output(page).locator(".dnb-batch.jupyter-widgets-disconnected").wait_for()
+        dead = _batch_output(page).locator(".dnb-batch .dnb-summary > .dnb-dead")
+        dead.wait_for(state="visible")
+        assert "This panel belongs to a kernel that stopped; re-run the cell to reconnect" in \
+            dead.inner_text()
+
     statuses = _items(folder)
     assert statuses["T07"] is Status.FAILED
     assert all(s is Status.DONE for k, s in statuses.items() if k != "T07")

@@ -33,10 +33,10 @@ from durable_nb import journal as journal_pkg
 from durable_nb.errors import (
     IncompatibleJournal,
     JournalError,
+    JournalUnavailable,
     RunLeased,
     UnknownRun,
 )
-from durable_nb.errors import JournalUnavailable
 from durable_nb.execution.inputs import load_request
 from durable_nb.journal import (
     DiskJournal,
@@ -219,6 +219,110 @@ def test_list_runs_counted_corrects_step_counts_that_lag_the_journal(store: Jour
     assert [(r.run_id, r.step_count) for r in store.list_runs()] == [("lagging", 1), ("empty", 0)]
     assert [(r.run_id, r.step_count) for r in store.list_runs_counted()] == \
         [("lagging", 3), ("empty", 0)]
+
+
+def _statuses(store: Journal) -> None:
+    """Runs a1..a6 (created in that order) in various statuses, and b1 under another prefix."""
+    for i, status in enumerate([Status.DONE, Status.RUNNING, Status.FAILED, Status.DONE,
+                                Status.WAITING_APPROVAL, Status.DONE], start=1):
+        store.create_run(_record(f"a{i}", created_at=float(i), status=status, step_count=0))
+    store.create_run(_record("b1", created_at=0.5, status=Status.RUNNING))
+
+
+def test_list_runs_filters_by_status_in_the_listing_order(store: Journal):
+    _statuses(store)
+    ids = lambda records: [r.run_id for r in records]  # noqa: E731
+    assert ids(store.list_runs(status=Status.DONE)) == ["a1", "a4", "a6"]
+    assert ids(store.list_runs(status="running")) == ["b1", "a2"]  # names in any case
+    assert ids(store.list_runs(status=["waiting_approval", Status.RUNNING])) == ["b1", "a2", "a5"]
+    assert ids(store.list_runs("a", status="running")) == ["a2"]
+    assert ids(store.list_runs(status=Status.CANCELLED)) == []
+    assert ids(store.list_runs_counted(status="done", newest_first=True)) == ["a6", "a4", "a1"]
+    with pytest.raises(ValueError, match="unknown status 'finished'"):
+        store.list_runs(status="finished")
+
+
+def test_list_runs_pages_oldest_or_newest_first(store: Journal):
+    _statuses(store)
+    ids = lambda records: [r.run_id for r in records]  # noqa: E731
+    assert ids(store.list_runs(limit=3)) == ["b1", "a1", "a2"]
+    assert ids(store.list_runs(limit=3, newest_first=True)) == ["a6", "a5", "a4"]
+    assert ids(store.list_runs(newest_first=True)) == ids(store.list_runs())[::-1]
+    assert ids(store.list_runs("a", status="done", limit=2, newest_first=True)) == ["a6", "a4"]
+    assert ids(store.list_runs_counted(status=Status.DONE, limit=1)) == ["a1"]
+    assert store.list_runs(limit=0) == []
+    assert len(store.list_runs(limit=100)) == 7
+
+
+def test_a_run_is_listed_under_its_status_as_it_changes(store: Journal):
+    _statuses(store)
+    record = store.get_run("a2")
+    record.status = Status.DONE
+    store.put_run(record)
+    assert [r.run_id for r in store.list_runs(status="done")] == ["a1", "a2", "a4", "a6"]
+    assert [r.run_id for r in store.list_runs(status="running")] == ["b1"]
+    # A record written with a step (tokens, an approval decided) moves with it too.
+    record = store.get_run("a5")
+    record.status, record.pending_approval = Status.RUNNING, None
+    store.append_step("a5", _entry(0), record_json=record.to_json())
+    assert [r.run_id for r in store.list_runs(status=["running", "waiting_approval"])] == \
+        ["b1", "a5"]
+    counted = store.list_runs_counted(status="running")
+    assert [(r.run_id, r.step_count) for r in counted] == [("b1", 0), ("a5", 1)]
+    # ... and a record rewritten with another creation time moves in the order.
+    record = store.get_run("a1")
+    record.created_at = 10.0
+    store.put_run(record)
+    assert [r.run_id for r in store.list_runs(status="done", limit=1, newest_first=True)] == ["a1"]
+    store.delete_run("a1")
+    assert [r.run_id for r in store.list_runs(status="done")] == ["a2", "a4", "a6"]
+
+
+def test_registry_runs_pass_filters_and_pages_to_the_journal(store: Journal):
+    _statuses(store)
+    assert [r.run_id for r in dn.runs(("running", "waiting_approval"), journal=store)] == \
+        ["b1", "a2", "a5"]
+    assert [r.run_id for r in dn.runs(journal=store, limit=2, newest_first=True)] == ["a6", "a5"]
+    assert [r.run_id for r in dn.runs("done", journal=store, prefix="a", limit=1)] == ["a1"]
+
+
+def test_disk_runs_written_without_a_status_tag_are_listed_and_tagged(tmp_path: Path):
+    """Disk only: records an older durable_nb wrote (no tag on their row) are found by
+    filtered and paged listings, and tagged the next time the journal is opened for
+    writing; the index covers run records only."""
+    journal = DiskJournal(tmp_path / "j")
+    _statuses(journal)
+    journal.append_step("a1", _entry(0))
+    journal._cache._sql("UPDATE Cache SET tag = NULL WHERE key IN ('run:a2', 'run:a4')")
+    assert [r.run_id for r in journal.list_runs(status="running")] == ["b1", "a2"]
+    assert [r.run_id for r in journal.list_runs(limit=2, newest_first=True)] == ["a6", "a5"]
+    reader = DiskJournal(tmp_path / "j", read_only=True)
+    assert [r.run_id for r in reader.list_runs(status="done")] == ["a1", "a4", "a6"]
+    DiskJournal(tmp_path / "j")  # opened for writing: the two rows get their tags
+    tags = dict(journal._cache._sql("SELECT key, tag FROM Cache WHERE key IN "
+                                    "('run:a2', 'run:a4', 'step:a1:0')").fetchall())
+    assert tags == {"run:a2": "RUNNING|0000000000002.000000",
+                    "run:a4": "DONE|0000000000004.000000", "step:a1:0": None}
+    plan = journal._cache._sql(
+        "EXPLAIN QUERY PLAN SELECT key FROM Cache WHERE key >= 'run:' AND key < 'run;' "
+        "AND tag >= 'DONE|' AND tag < 'DONE}'").fetchall()
+    assert "durable_nb_runs" in str(plan)
+
+
+@pytest.mark.postgres
+def test_postgres_keeps_each_runs_status_in_an_indexed_column(pg_backend: Backend):
+    """PostgreSQL only: the status column follows the record whoever writes it (a trigger),
+    and listings by status go through an index on (status, created_at, run_id)."""
+    store = pg_backend.open()
+    _statuses(store)
+    pg_backend.sql("INSERT INTO {s}.runs (run_id, created_at, record) VALUES "
+                   "('raw', 9, '{\"run_id\": \"raw\", \"created_at\": 9}')")
+    assert dict(pg_backend.sql("SELECT run_id, status FROM {s}.runs WHERE run_id IN "
+                               "('a3', 'raw')")) == {"a3": "FAILED", "raw": "RUNNING"}
+    assert [r.run_id for r in store.list_runs(status="running")] == ["b1", "a2", "raw"]
+    indexes = pg_backend.sql("SELECT indexdef FROM pg_indexes WHERE schemaname = %s "
+                             "AND tablename = 'runs'", (pg_backend.schema,))
+    assert any("(status, created_at, run_id)" in row[0] for row in indexes), indexes
 
 
 def test_delete_run_removes_its_steps_blobs_lease_and_requests_only(store: Journal):
@@ -587,7 +691,7 @@ def test_postgres_migrations_are_applied_once_in_order(pg_backend: Backend):
     functions = pg_backend.sql(
         "SELECT proname FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY proname",
         (f'"{pg_backend.schema}"',))
-    assert functions == [("append_step",), ("put_run",)]
+    assert functions == [("append_step",), ("put_run",), ("run_status",)]
 
 
 @pytest.mark.postgres

@@ -20,13 +20,14 @@ from __future__ import annotations
 import abc
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Union
 
 from ..errors import JournalError, UnknownRun
-from .records import BatchRecord, RunRecord, StepEntry
+from .records import BatchRecord, RunRecord, Status, StepEntry
 
-__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "check_request_kind", "position_taken_advice",
-           "read_only_error"]
+__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "StatusFilter", "check_request_kind",
+           "position_taken_advice", "read_only_error", "select_runs", "wanted_statuses"]
 
 #: What :class:`~durable_nb.errors.RunLeased` tells an executor whose write was refused
 #: because its lease moved to another executor (every backend says the same).
@@ -48,6 +49,28 @@ def read_only_error(location: str, action: str) -> JournalError:
     return JournalError(
         f"the journal at {location} was opened read-only, so it cannot {action}. Open it "
         f"without read_only=True (open_journal(..., read_only=False)) to change it.")
+
+
+#: What ``status=`` of :meth:`Journal.list_runs` takes: one status, several, or None (all).
+StatusFilter = Union[Status, str, Iterable[Union[Status, str]], None]
+
+
+def wanted_statuses(status: StatusFilter) -> tuple[Status, ...] | None:
+    """``status=`` of :meth:`Journal.list_runs` as a tuple of statuses (None: all)."""
+    if status is None:
+        return None
+    if isinstance(status, (Status, str)):
+        return (Status.parse(status),)
+    return tuple(dict.fromkeys(Status.parse(s) for s in status))
+
+
+def select_runs(records: Iterable[RunRecord], wanted: tuple[Status, ...] | None,
+                limit: int | None, newest_first: bool) -> list[RunRecord]:
+    """``records`` filtered by status, in listing order, cut to ``limit``: what a backend
+    returns once it has read the candidates."""
+    chosen = [r for r in records if wanted is None or r.status in wanted]
+    chosen.sort(key=lambda r: (r.created_at, r.run_id), reverse=newest_first)
+    return chosen if limit is None else chosen[:max(limit, 0)]
 
 
 def check_request_kind(kind: str) -> None:
@@ -90,15 +113,23 @@ class Journal(abc.ABC):
         lease holds the run, else :class:`~durable_nb.errors.RunLeased`."""
 
     @abc.abstractmethod
-    def list_runs(self, prefix: str = "") -> list[RunRecord]:
-        """Every run record whose id starts with ``prefix`` (a batch's items: ``"BATCH/"``),
-        oldest first."""
+    def list_runs(self, prefix: str = "", *, status: StatusFilter = None,
+                  limit: int | None = None, newest_first: bool = False) -> list[RunRecord]:
+        """The run records whose id starts with ``prefix`` (a batch's items: ``"BATCH/"``),
+        oldest first (by ``created_at``, then id), or newest first.
 
-    def list_runs_counted(self, prefix: str = "") -> list[RunRecord]:
+        ``status``: only runs in that status, or in any of several (``Status`` or names in
+        any case). ``limit``: at most that many, the first ones in the order asked for
+        (``limit=20, newest_first=True``: the 20 newest). Backends answer both from an
+        index, reading only the records they return."""
+
+    def list_runs_counted(self, prefix: str = "", *, status: StatusFilter = None,
+                          limit: int | None = None,
+                          newest_first: bool = False) -> list[RunRecord]:
         """:meth:`list_runs`, with ``step_count`` set to the number of entries the journal
         holds (a record written before a crash may lag behind): what a listing of runs
         shows. Backends answer it in one query where they can."""
-        records = self.list_runs(prefix)
+        records = self.list_runs(prefix, status=status, limit=limit, newest_first=newest_first)
         for record in records:
             record.step_count = self.count_steps(record.run_id, record.step_count)
         return records

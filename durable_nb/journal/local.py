@@ -56,11 +56,14 @@ from .base import (
     FENCED_ADVICE,
     REQUEST_KINDS,
     Journal,
+    StatusFilter,
     check_request_kind,
     position_taken_advice,
     read_only_error,
+    select_runs,
+    wanted_statuses,
 )
-from .records import BatchRecord, RunRecord, StepEntry
+from .records import BatchRecord, RunRecord, Status, StepEntry
 
 __all__ = ["DiskJournal", "Durability", "FORMAT_VERSION"]
 
@@ -278,6 +281,41 @@ _SELECT_STEPS = ("SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND
                  + ", ".join("?" * _READ_AHEAD) + ")")
 
 
+# Run records are listed by status and creation time through the ``tag`` column of their rows
+# ("DONE|0001764590000.123456", see _run_tag) and an index of our own over the run records
+# only: steps and other rows stay out of it, so a step append pays nothing for it. (Not
+# diskcache's tag_index, which indexes every row, and which a journal opened by an older
+# durable_nb, passing tag_index=False, would drop.) A query must repeat the index's WHERE
+# literally for SQLite to use it: _IN_RUNS.
+_IN_RUNS = "key >= 'run:' AND key < 'run;'"
+_RUNS_INDEX = f"CREATE INDEX IF NOT EXISTS durable_nb_runs ON Cache(tag, key) WHERE {_IN_RUNS}"
+
+
+def _run_tag(status: Any, created_at: Any) -> str | None:
+    """``STATUS|CREATED`` (created_at zero-padded: tags of one status sort by creation)."""
+    name = status.value if isinstance(status, Status) else status
+    if name not in _STATUS_NAMES:
+        return None  # placed by parsing when listed
+    try:
+        created = min(max(float(created_at or 0.0), 0.0), 9_999_999_999_999.0)
+    except (TypeError, ValueError):
+        created = 0.0
+    return f"{name}|{created:020.6f}"
+
+
+def _record_tag(text: str) -> str | None:
+    """The tag of a run record given as JSON text (None if it is not one)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return _run_tag(data.get("status"), data.get("created_at")) if isinstance(data, dict) \
+        else None
+
+
+_STATUS_NAMES = frozenset(s.value for s in Status)
+
+
 def _step_key(run_id: str, position: int) -> str:
     return f"step:{run_id}:{position}"
 
@@ -335,6 +373,25 @@ class DiskJournal(Journal):
         self._cache.synchronous = _SYNCHRONOUS[durability]
         self._cache._disk.fsync = durability == "power"
         self._check_format()
+        self._index_runs()
+
+    def _index_runs(self) -> None:
+        """Create the index of run records by status and creation time (once per journal),
+        and tag the records an older durable_nb wrote without one."""
+        _retry_locked(lambda: self._cache._sql(_RUNS_INDEX))
+        query = f"SELECT key, mode, filename, value FROM Cache WHERE {_IN_RUNS} AND tag IS NULL"
+        if self._cache._sql(query + " LIMIT 1").fetchone() is None:
+            return
+        fetch = self._cache._disk.fetch
+        with self._cache.transact(retry=True):
+            for key, mode, filename, value in self._cache._sql(query).fetchall():
+                try:
+                    tag = _record_tag(fetch(mode, filename, value, False))
+                except (OSError, CorruptEntry):
+                    continue  # unreadable: listed (and reported) as it is
+                if tag is not None:
+                    self._cache._sql("UPDATE Cache SET tag = ? WHERE key = ? AND raw = 1",
+                                     (tag, key))
 
     def _check_format(self) -> None:
         stored = self._get("format")
@@ -433,7 +490,8 @@ class DiskJournal(Journal):
     # -- runs -----------------------------------------------------------------------------
 
     def create_run(self, record: RunRecord) -> bool:
-        return bool(self._cache.add(f"run:{record.run_id}", record.to_json(), retry=True))
+        return bool(self._cache.add(f"run:{record.run_id}", record.to_json(),
+                                    tag=_run_tag(record.status, record.created_at), retry=True))
 
     def find_run(self, run_id: str) -> RunRecord | None:
         text = self._get(f"run:{run_id}")
@@ -446,12 +504,70 @@ class DiskJournal(Journal):
         text = record.to_json()
         with self._cache.transact(retry=True):
             self._fenced(record.run_id, token)
-            self._cache.set(f"run:{record.run_id}", text, retry=True)
+            self._cache.set(f"run:{record.run_id}", text,
+                            tag=_run_tag(record.status, record.created_at), retry=True)
 
-    def list_runs(self, prefix: str = "") -> list[RunRecord]:
-        records = [_parse_record(key, text, key[4:]) for key, text in self._range("run:" + prefix)]
-        records.sort(key=lambda r: (r.created_at, r.run_id))
+    def list_runs(self, prefix: str = "", *, status: StatusFilter = None,
+                  limit: int | None = None, newest_first: bool = False) -> list[RunRecord]:
+        wanted = wanted_statuses(status)
+        if wanted is None and limit is None:
+            rows = self._range("run:" + prefix)  # every record: one range scan
+        else:
+            rows = self._indexed_runs(prefix, wanted, limit, newest_first)
+        return select_runs((_parse_record(key, text, key[4:]) for key, text in rows), wanted,
+                           limit, newest_first)
+
+    def _indexed_runs(self, prefix: str, wanted: tuple[Status, ...] | None,
+                      limit: int | None, newest_first: bool) -> list[tuple[str, str]]:
+        """(key, text) of the candidate records for a filtered or limited listing, read
+        through the ``durable_nb_runs`` index: per status, its records in the id range (the
+        first ``limit`` of them in the order asked for), and the records written without a
+        tag (by an older durable_nb), which only parsing can place."""
+        low = "run:" + prefix
+        bounds = (low, _prefix_end(low))
+        order = "DESC" if newest_first else "ASC"
+        cut = "" if limit is None else f" LIMIT {max(int(limit), 0)}"
+        queries = [(f"SELECT key, mode, filename, value FROM Cache WHERE {_IN_RUNS} AND tag >= ? "
+                    f"AND tag < ? AND key >= ? AND key < ? ORDER BY tag {order}, key {order}{cut}",
+                    (f"{s.value}|", f"{s.value}}}", *bounds)) for s in (wanted or Status)]
+        queries.append((f"SELECT key, mode, filename, value FROM Cache WHERE {_IN_RUNS} "
+                        f"AND tag IS NULL AND key >= ? AND key < ?", bounds))
+        fetch = self._cache._disk.fetch
+        rows = []
+        for query, params in queries:
+            for key, mode, filename, value in self._cache._sql(query, params).fetchall():
+                rows.append((key, fetch(mode, filename, value, False)))
+        return rows
+
+    def list_runs_counted(self, prefix: str = "", *, status: StatusFilter = None,
+                          limit: int | None = None,
+                          newest_first: bool = False) -> list[RunRecord]:
+        """:meth:`list_runs`, each ``step_count`` checked against the journal with two keys
+        per run looked up 256 a query (the record's count and one past it); only a record
+        that lags (after a crash) is counted step by step."""
+        records = self.list_runs(prefix, status=status, limit=limit, newest_first=newest_first)
+        probes = []
+        for record in records:
+            hint = max(int(record.step_count or 0), 0)
+            probes.append(_step_key(record.run_id, hint))
+            if hint:
+                probes.append(_step_key(record.run_id, hint - 1))
+        present = self._present(probes)
+        for record in records:
+            hint = max(int(record.step_count or 0), 0)
+            if _step_key(record.run_id, hint) in present or \
+                    (hint and _step_key(record.run_id, hint - 1) not in present):
+                record.step_count = self.count_steps(record.run_id, hint)
         return records
+
+    def _present(self, keys: list[str]) -> set[str]:
+        """Which of ``keys`` the journal holds, 256 a query."""
+        present: set[str] = set()
+        for start in range(0, len(keys), _READ_AHEAD):
+            chunk = keys[start:start + _READ_AHEAD]
+            query = f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({', '.join('?' * len(chunk))})"
+            present.update(key for key, in self._cache._sql(query, chunk).fetchall())
+        return present
 
     # -- batches --------------------------------------------------------------------------
 
@@ -545,7 +661,8 @@ class DiskJournal(Journal):
                     if not self._insert_if_absent(sql, blob_key, columns, now):
                         cleanup(columns[2])  # the run has this blob: its new file goes
                 if record_json is not None:
-                    cache.set(f"run:{run_id}", record_json, retry=True)
+                    cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
+                              retry=True)
             written = True
         finally:
             if not written:  # refused or failed: nothing references the value files

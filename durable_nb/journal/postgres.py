@@ -8,7 +8,8 @@ The journal lives in a schema of its own::
 
     migrations (version, name, applied_at)   schema migrations applied, in order
     meta (key, value)                        'format': the journal format version, as on disk
-    runs (run_id, created_at, record)        the run records (JSON text), listed by created_at
+    runs (run_id, created_at, record, status)  the run records (JSON text), listed by created_at;
+                                             status (set from the record) for filtered listings
     steps (run_id, position, entry)          the entries (JSON text), primary key (run_id, position)
     blobs (run_id, digest, value)            inputs stored once per run
     leases (run_id, token, holder, heartbeat_at)    the executor; heartbeat in the database's clock
@@ -79,9 +80,12 @@ from ..errors import (
 from .base import (
     FENCED_ADVICE,
     Journal,
+    StatusFilter,
     check_request_kind,
     position_taken_advice,
     read_only_error,
+    select_runs,
+    wanted_statuses,
 )
 from .records import BatchRecord, RunRecord, StepEntry
 
@@ -252,6 +256,28 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
             f"""CREATE TABLE {s}.batches (batch_id text COLLATE "C" PRIMARY KEY,
                 created_at double precision NOT NULL, record text NOT NULL)""",
         ]),
+        ("runs listed by status", [
+            # The record's status in a column of its own, set by a trigger from the record
+            # text whoever writes it (create_run, put_run, append_step), so that listings
+            # filter and page on an index; a record that is not JSON gets NULL (listings
+            # read it, and report it as damaged). An update that keeps the status stays a
+            # HOT update.
+            f"ALTER TABLE {s}.runs ADD COLUMN status text",
+            f"""CREATE FUNCTION {s}.run_status() RETURNS trigger LANGUAGE plpgsql AS $fn$
+                BEGIN
+                    BEGIN
+                        NEW.status := coalesce(NEW.record::json ->> 'status', 'RUNNING');
+                    EXCEPTION WHEN others THEN
+                        NEW.status := NULL;
+                    END;
+                    RETURN NEW;
+                END
+                $fn$""",
+            f"""CREATE TRIGGER runs_status BEFORE INSERT OR UPDATE OF record ON {s}.runs
+                FOR EACH ROW EXECUTE PROCEDURE {s}.run_status()""",
+            f"UPDATE {s}.runs SET record = record",
+            f"CREATE INDEX runs_by_status ON {s}.runs (status, created_at, run_id)",
+        ]),
     ]
 
 
@@ -415,12 +441,12 @@ class PostgresJournal(Journal):
                           f"ON CONFLICT DO NOTHING",
             "put_run": f"SELECT {s}.put_run(%s, %s, %s, %s)",
             # Ids from a prefix to the end of its range (prefix_end): byte order, COLLATE "C".
-            "list_runs": f"SELECT run_id, record FROM {s}.runs WHERE run_id >= %s AND run_id < %s "
-                         f"ORDER BY created_at, run_id",
+            # The start of a listing: _listing adds the status filter, order and limit.
+            "list_runs": f"SELECT r.run_id, r.record FROM {s}.runs AS r "
+                         f"WHERE r.run_id >= %s AND r.run_id < %s",
             "list_runs_counted": f"SELECT r.run_id, r.record, (SELECT max(position) FROM {s}.steps "
                                  f"WHERE run_id = r.run_id) FROM {s}.runs AS r "
-                                 f"WHERE r.run_id >= %s AND r.run_id < %s "
-                                 f"ORDER BY r.created_at, r.run_id",
+                                 f"WHERE r.run_id >= %s AND r.run_id < %s",
             "put_batch": f"INSERT INTO {s}.batches (batch_id, created_at, record) VALUES (%s, %s, %s) "
                          f"ON CONFLICT (batch_id) DO UPDATE SET record = EXCLUDED.record",
             "find_batch": f"SELECT record FROM {s}.batches WHERE batch_id = %s",
@@ -551,24 +577,42 @@ class PostgresJournal(Journal):
         if fenced:
             raise RunLeased(record.run_id, self.lease(record.run_id) or {}, advice=FENCED_ADVICE)
 
-    def list_runs(self, prefix: str = "") -> list[RunRecord]:
-        with self._conn("listing runs") as conn:
-            rows = conn.execute(self._sql["list_runs"], _id_range(prefix)).fetchall()
-        records = [_parse_record(f"run:{run_id}", text, run_id) for run_id, text in rows]
-        records.sort(key=lambda r: (r.created_at, r.run_id))  # linear: already in this order
-        return records
+    def list_runs(self, prefix: str = "", *, status: StatusFilter = None,
+                  limit: int | None = None, newest_first: bool = False) -> list[RunRecord]:
+        return self._listing(False, prefix, status, limit, newest_first)
 
-    def list_runs_counted(self, prefix: str = "") -> list[RunRecord]:
+    def list_runs_counted(self, prefix: str = "", *, status: StatusFilter = None,
+                          limit: int | None = None,
+                          newest_first: bool = False) -> list[RunRecord]:
         """:meth:`list_runs` with each ``step_count`` from the steps table, in one query."""
+        return self._listing(True, prefix, status, limit, newest_first)
+
+    def _listing(self, counted: bool, prefix: str, status: StatusFilter, limit: int | None,
+                 newest_first: bool) -> list[RunRecord]:
+        """One query: the status filter and the limit on the ``runs_by_status`` and
+        ``runs_by_creation`` indexes (records whose status column is NULL, not JSON, are
+        read too and reported as damaged)."""
+        wanted = wanted_statuses(status)
+        params: list[Any] = list(_id_range(prefix))
+        query = self._sql["list_runs_counted" if counted else "list_runs"]
+        if wanted is not None:
+            query += " AND (r.status = ANY(%s) OR r.status IS NULL)"
+            params.append([s.value for s in wanted])
+        order = " DESC" if newest_first else ""
+        query += f" ORDER BY r.created_at{order}, r.run_id{order}"
+        if limit is not None:
+            query += " LIMIT %s"
+            params.append(max(int(limit), 0))
         with self._conn("listing runs") as conn:
-            rows = conn.execute(self._sql["list_runs_counted"], _id_range(prefix)).fetchall()
+            rows = conn.execute(query, params).fetchall()
         records = []
-        for run_id, text, last in rows:
-            record = _parse_record(f"run:{run_id}", text, run_id)
-            record.step_count = 0 if last is None else last + 1
+        for row in rows:
+            record = _parse_record(f"run:{row[0]}", row[1], row[0])
+            if counted:
+                record.step_count = 0 if row[2] is None else row[2] + 1
             records.append(record)
-        records.sort(key=lambda r: (r.created_at, r.run_id))
-        return records
+        # Linear (already in this order); drops rows whose status column was NULL.
+        return select_runs(records, wanted, None, newest_first)
 
     # -- batches ----------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ For a handler that makes its steps one after another, the two are the same.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -196,19 +196,47 @@ class RunRecord:
     @classmethod
     def from_json(cls, text: str) -> "RunRecord":
         data = json.loads(text)
-        if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
+        if type(data) is not dict or type(data.get("run_id")) is not str:
             raise ValueError("run record is not a JSON object with a run_id")
-        known = _FIELD_NAMES.get(cls)
-        if known is None:
-            known = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
-        record = cls(**(data if data.keys() <= known else
-                        {k: v for k, v in data.items() if k in known}))
-        record.status = Status(record.status)
+        known, defaults = _shape(cls)
+        if not data.keys() <= known:
+            data = {k: v for k, v in data.items() if k in known}
+        if defaults is None:
+            record = cls(**data)
+        else:
+            # Listing 100,000 runs parses 100,000 records: the dataclass __init__ with its
+            # 27 keyword arguments cost as much as the JSON parse; the instance's dict is
+            # filled directly (every field has a plain default, no __post_init__).
+            record = cls.__new__(cls)
+            namespace = record.__dict__
+            namespace.update(defaults)
+            namespace.update(data)
+        status = _STATUSES.get(record.status) if type(record.status) is str else None
+        record.status = status if status is not None else Status(record.status)
         return record
 
 
-# The field names of RunRecord (and subclasses), for from_json: fields() is slow to ask.
-_FIELD_NAMES: dict[type, frozenset[str]] = {}
+def _shape(cls: type) -> tuple[frozenset[str], dict[str, Any] | None]:
+    """The field names of a record class and, when every field but ``run_id`` has a plain
+    default and the class no ``__post_init__``, those defaults (else None); asked once per
+    class (fields() is slow to ask)."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        names, defaults = [], {}
+        for f in fields(cls):
+            names.append(f.name)
+            if f.default_factory is not MISSING:  # type: ignore[misc]
+                defaults = None
+            elif defaults is not None and f.default is not MISSING:
+                defaults[f.name] = f.default
+        if hasattr(cls, "__post_init__"):
+            defaults = None
+        shape = _SHAPES[cls] = (frozenset(names), defaults)
+    return shape
+
+
+_SHAPES: dict[type, tuple[frozenset[str], dict[str, Any] | None]] = {}
+_STATUSES = {s.value: s for s in Status}
 
 
 @dataclass

@@ -18,8 +18,9 @@ def describe_unfinished(journal: Journal) -> list[str]:
     lines = []
     batches = {record.batch_id for record in journal.list_batches()}
     left: dict[str, Counter] = {}
-    for record in registry.runs(journal=journal):
-        if record.status not in (Status.RUNNING, Status.WAITING_APPROVAL) or record.parent:
+    # Only the unfinished runs are read (the journal's status index), however many it holds.
+    for record in registry.runs((Status.RUNNING, Status.WAITING_APPROVAL), journal=journal):
+        if record.parent:
             continue
         if registry.lease_holder(record.run_id, journal=journal) is not None:
             continue
