@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import serde
+from .cluster import batch_executor
 from .errors import DurableError
 from .execution import canonical
 from .journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepEntry, open_journal
@@ -201,12 +202,22 @@ def item_keys(items: list[Any], key: Callable[[Any], Any] | str | None = None) -
     return keys
 
 
+class ItemExecutor(Protocol):
+    """Runs a batch's items elsewhere than on this process's threads
+    (:class:`durable_nb.cluster.DaskExecutor`: a Dask cluster's workers)."""
+
+    def execute(self, execution: "_BatchExecution", todo: list[int]) -> None:
+        """Run the items ``todo`` and set their ``execution.results``."""
+
+
 class _BatchExecution:
-    """One call of :func:`map`: decides what each item needs, runs the rest on a pool."""
+    """One call of :func:`map`: decides what each item needs, runs the rest on a pool (or
+    hands them to an :class:`ItemExecutor`)."""
 
     def __init__(self, handler: Callable[[Any, Any], Any], items: list[Any], keys: list[str],
                  record: BatchRecord, journal: Journal, options: RunOptions, concurrency: int,
-                 retry_failed: bool, limits: BatchLimits, observer: BatchObserver) -> None:
+                 retry_failed: bool, limits: BatchLimits, observer: BatchObserver,
+                 executor: ItemExecutor | None = None) -> None:
         self.handler = handler
         self.items = items
         self.keys = keys
@@ -217,11 +228,16 @@ class _BatchExecution:
         self.retry_failed = retry_failed
         self.limits = limits
         self.observer = observer
+        self.executor = executor
         self.results: list[ItemResult] = []
         self.interrupted = threading.Event()
 
     def run_id(self, index: int) -> str:
         return f"{self.record.batch_id}/{self.keys[index]}"
+
+    def result_of(self, index: int, record: RunRecord | None) -> ItemResult:
+        """Item ``index`` as its run ``record`` (None: not started) has it."""
+        return ItemResult.of(index, self.keys[index], self.run_id(index), record)
 
     def plan(self) -> list[int]:
         """Set ``results`` from the journal; return the indexes of the items to execute."""
@@ -261,6 +277,9 @@ class _BatchExecution:
         """Run the items in ``todo`` on the pool; an interrupt stops them at their next step
         (each left resumable) and is raised again."""
         if not todo:
+            return
+        if self.executor is not None:
+            self.executor.execute(self, todo)
             return
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(todo))),
                                 thread_name_prefix=f"durable-nb-{self.record.batch_id}") as pool:
@@ -338,7 +357,7 @@ def map(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_id: s
         journal: JournalSpec = None, observer: BatchObserver | None = None,
         requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
         max_total_tokens: int | None = None, max_total_cost: float | None = None,
-        **options: Any) -> Batch:
+        executor: Any = None, **options: Any) -> Batch:
     """Run ``handler(ctx, item)`` for each item as the durable run ``BATCH_ID/KEY`` and return
     the batch, its items in item order.
 
@@ -354,12 +373,18 @@ def map(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_id: s
     (items stop before an LLM call that would pass them: FAILED, resumable with a higher
     limit). Further keyword options are each item's :class:`RunOptions` (``max_tokens``,
     ``max_cost``, ``timeout``, ``client``, ``model`` ...).
+
+    ``executor``: a ``dask.distributed.Client`` runs the items as tasks on its cluster's
+    workers, against the same journal (a ``postgresql://`` URL, or a directory when every
+    worker runs on this machine); the shared limits above are refused then, and progress is
+    read from the journal. See :mod:`durable_nb.cluster`.
     """
     execution, todo = prepare(
         handler, items, batch_id=batch_id, concurrency=concurrency, key=key,
         retry_failed=retry_failed, title=title, journal=journal, observer=observer,
         requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
-        max_total_tokens=max_total_tokens, max_total_cost=max_total_cost, **options)
+        max_total_tokens=max_total_tokens, max_total_cost=max_total_cost, executor=executor,
+        **options)
     execution.execute(todo)
     while wait and any(r.status is Status.WAITING_APPROVAL for r in execution.results):
         decided = execution.decided()
@@ -375,7 +400,7 @@ def prepare(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_i
             retry_failed: bool = True, title: str | None = None, journal: JournalSpec = None,
             observer: BatchObserver | None = None, requests_per_minute: float | None = None,
             tokens_per_minute: float | None = None, max_total_tokens: int | None = None,
-            max_total_cost: float | None = None,
+            max_total_cost: float | None = None, executor: Any = None,
             **options: Any) -> tuple[_BatchExecution, list[int]]:
     """:func:`map` up to running anything: the batch keyed, recorded and planned. Returns
     the execution and the indexes of the items it must execute (``execution.execute(todo)``
@@ -388,13 +413,18 @@ def prepare(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_i
     for k in keys:
         validate_run_id(f"{batch_id}/{k}")
     opened = open_journal(journal, durability=options.get("durability"))
+    if executor is not None:
+        executor = batch_executor(executor, opened, requests_per_minute=requests_per_minute,
+                                  tokens_per_minute=tokens_per_minute,
+                                  max_total_tokens=max_total_tokens,
+                                  max_total_cost=max_total_cost)
     limits = BatchLimits(requests_per_minute=requests_per_minute,
                          tokens_per_minute=tokens_per_minute, max_total_tokens=max_total_tokens,
                          max_total_cost=max_total_cost)
     run_options = RunOptions(**{"on_approval": "park", **options}, call_gate=limits)
     record = _batch_record(opened, batch_id, keys, title)
     execution = _BatchExecution(handler, items, keys, record, opened, run_options, concurrency,
-                                retry_failed, limits, observer or BatchObserver())
+                                retry_failed, limits, observer or BatchObserver(), executor)
     todo = execution.plan()
     limits.start(sum(r.tokens for r in execution.results), sum(r.cost for r in execution.results))
     execution.observer.on_start(list(execution.results), todo)

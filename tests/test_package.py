@@ -32,10 +32,11 @@ def test_every_error_is_a_durable_error():
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
 
 
-def test_core_runs_without_ipython_ipywidgets_or_nbformat(tmp_path):
+def test_core_runs_without_jupyter_dask_or_postgresql_packages(tmp_path):
     code = f"""
 import sys
-for blocked in ("IPython", "ipywidgets", "ipykernel", "nbformat", "comm"):
+for blocked in ("IPython", "ipywidgets", "ipykernel", "nbformat", "comm", "distributed",
+                "dask", "psycopg", "psycopg_pool"):
     sys.modules[blocked] = None  # any import of these now fails
 import durable_nb
 calls = []
