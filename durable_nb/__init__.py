@@ -38,7 +38,8 @@ from .errors import (
 )
 from .messages import assistant_message
 from .journal import DiskJournal, Journal, RunRecord, Status, StepEntry, open_journal
-from .registry import RunInfo, approve, cancel, delete, get_run, reject, rerun_from, reset, runs
+from .registry import (RunInfo, approve, cancel, copy_run, delete, get_run, reject, rerun_from,
+                       reset, runs)
 from .retry import RetryPolicy
 from .runner import RunOptions, execute
 from .serde import register_type
@@ -90,6 +91,7 @@ __all__ = [
     "assistant_message",
     "batch",
     "cancel",
+    "copy_run",
     "delete",
     "execute",
     "get_run",

@@ -226,22 +226,22 @@ def format_run(info: registry.RunInfo, interrupted: bool = False) -> str:
 
 
 def list_runs(journal: Journal, *, status: str | None = None, prefix: str | None = None,
-              limit: int | None = 50) -> tuple[list[RunRecord], int]:
-    """The runs a listing shows, newest first: (the first ``limit`` of them, or all with
-    ``limit`` None or 0; how many match in all)."""
-    records = registry.runs(status, journal=journal)
-    if prefix:
-        records = [r for r in records if r.run_id.startswith(prefix)]
-    records.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
-    return (records[:limit] if limit else records), len(records)
+              limit: int | None = 50) -> tuple[list[RunRecord], bool]:
+    """The runs a listing shows, newest first: the first ``limit`` of them (all with
+    ``limit`` None or 0), and whether more match. Reads ``limit + 1`` records from the
+    journal's index, not every run."""
+    page = registry.runs(status, journal=journal, prefix=prefix or "",
+                         limit=limit + 1 if limit else None, newest_first=True)
+    more = bool(limit) and len(page) > limit
+    return (page[:limit] if more else page), more
 
 
-def more_runs_note(shown: int, total: int, command: str) -> str:
+def more_runs_note(shown: int, more: bool, command: str) -> str:
     """The line under a listing cut at ``--limit``."""
-    if shown >= total:
+    if not more:
         return ""
-    return (f"showing the newest {shown:,} of {total:,} runs: `{command} --limit N` (0: all), "
-            f"--status S or --prefix P for others")
+    return (f"showing the newest {shown:,} runs; there are more: `{command} --limit N` "
+            f"(0: all), --status S or --prefix P for others")
 
 
 def parse_item_status(text: str) -> str:
@@ -390,6 +390,7 @@ COMMANDS = {
     "reset": "forget steps N and later (--from N), so they run again",
     "delete": "delete the run and its journal",
     "export": "write the run as a notebook (.ipynb) or JSON",
+    "copy": "copy a run to another journal (--to DIR or postgresql://...; --move, --as NEW)",
     "wait": "wait until the run finishes (headless notebooks)",
     "demo": "the offline crash-and-resume demo",
     "enable": "load durable_nb in every IPython kernel (writes your IPython profile)",
@@ -553,6 +554,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["ipynb", "json"], default=None,
                    help="default: from the file's extension")
 
+    p = sub.add_parser("copy", help=COMMANDS["copy"])
+    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("--to", required=True, metavar="JOURNAL",
+                   help="the journal to copy it to: a directory or a postgresql:// URL")
+    p.add_argument("--from", dest="source", metavar="JOURNAL",
+                   help="the journal it is in (default: --journal, or DURABLE_NB_JOURNAL)")
+    p.add_argument("--as", dest="new_id", metavar="NEW", help="the copy's run id (default: RUN)")
+    p.add_argument("--move", action="store_true",
+                   help="delete the run from its journal once copied")
+
     p = sub.add_parser("demo", help=COMMANDS["demo"])
     p.add_argument("--dir", metavar="DIR", help="work directory (default: a new temp dir)")
 
@@ -573,20 +584,29 @@ def _run(args: argparse.Namespace) -> int:
 
         print(enable(args.profile) if args.command == "enable" else disable(args.profile))
         return 0
+    if args.command == "copy":
+        record = registry.copy_run(args.run_id, args.to, journal=args.source or args.journal,
+                                   new_id=args.new_id, move=args.move)
+        target = open_journal(args.to)
+        steps = f"{record.step_count} step{'' if record.step_count == 1 else 's'}"
+        print(f"{'moved' if args.move else 'copied'} run {args.run_id} ({steps}, "
+              f"{record.status.value}) to {target.location} as {record.run_id}; execute it "
+              f"there to go on")
+        return 0
     if args.command in ("runs", "show", "export", "batches", "batch"):
         journal = open_journal(args.journal, read_only=True)
     else:
         journal = open_journal(args.journal)
     if args.command == "runs":
-        records, total = list_runs(journal, status=args.status, prefix=args.prefix,
-                                   limit=args.limit)
+        records, more = list_runs(journal, status=args.status, prefix=args.prefix,
+                                  limit=args.limit)
         interrupted = [r.run_id for r in records if is_interrupted(r, journal)]
         if args.json:
             print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted)
                               for r in records], indent=2))
         else:
             print(format_runs(records, interrupted))
-            note = more_runs_note(len(records), total, "durable-nb runs")
+            note = more_runs_note(len(records), more, "durable-nb runs")
             if note:
                 print(note)
     elif args.command == "batches":

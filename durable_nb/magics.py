@@ -603,12 +603,12 @@ class DurableMagics(Magics):
             args.command == "batch" and args.batch_command in ("show", "export"))
         journal = open_journal(args.journal, read_only=read_only)
         if args.command == "runs":
-            records, total = list_runs(journal, status=args.status, prefix=args.prefix,
-                                       limit=args.limit)
+            records, more = list_runs(journal, status=args.status, prefix=args.prefix,
+                                      limit=args.limit)
             print(format_runs(records, [r.run_id for r in records
                                         if is_interrupted(r, journal)
                                         and active_run(r.run_id) is None]))
-            note = more_runs_note(len(records), total, "%durable runs")
+            note = more_runs_note(len(records), more, "%durable runs")
             if note:
                 print(note)
         elif args.command == "batches":

@@ -14,13 +14,14 @@ from typing import Any
 
 from . import serde
 from .context import Decision
-from .errors import NoPendingApproval, RunLeased
+from .errors import JournalError, NoPendingApproval, RunLeased
 from .journal import (
     Journal,
     JournalSpec,
     RunRecord,
     Status,
     StepEntry,
+    copy_run as copy_entries,
     fork_run,
     open_journal,
     rewind,
@@ -30,8 +31,8 @@ from .journal.base import StatusFilter
 from .lease import holder_alive
 from .runner import live_execution
 
-__all__ = ["RunInfo", "approve", "cancel", "delete", "get_run", "lease_holder", "reject",
-           "rerun_from", "reset", "runs"]
+__all__ = ["RunInfo", "approve", "cancel", "copy_run", "delete", "get_run", "lease_holder",
+           "reject", "rerun_from", "reset", "runs"]
 
 
 @dataclass
@@ -199,3 +200,34 @@ def delete(run_id: str, *, journal: JournalSpec = None) -> None:
     journal.get_run(run_id)
     _require_idle(journal, run_id, "delete")
     journal.delete_run(run_id)
+
+
+def copy_run(run_id: str, to: JournalSpec, *, journal: JournalSpec = None,
+             new_id: str | None = None, move: bool = False) -> RunRecord:
+    """Copy run ``run_id`` with its steps and inputs from ``journal`` to the journal ``to``
+    (a directory or a ``postgresql://`` URL, either way), as ``new_id`` (default: the same
+    id); with ``move=True`` the run is then deleted from ``journal``. Executing the run
+    against ``to`` replays what the copy holds and goes on from there.
+
+    The run must not be executing (cancel it first); a decision already given for its
+    pending approval goes with it. Refused, with nothing written, if ``to`` has a run with
+    that id. Returns the copy's record."""
+    source = open_journal(journal)
+    target = open_journal(to)
+    new_id = new_id or run_id
+    source.get_run(run_id)
+    if source is target and new_id == run_id:
+        raise ValueError(f"run {run_id!r} is already in {target.location}: give another "
+                         f"journal to copy it to, or another id for the copy.")
+    _require_idle(source, run_id, "move" if move else "copy")
+    copied = copy_entries(source, run_id, target, new_id)
+    if copied is None:
+        raise JournalError(
+            f"{target.location} already has a run {new_id!r}: copy it under another id "
+            f"(durable-nb copy {run_id} --as NEW), or delete that run there first.")
+    decision = source.get_request("decision", run_id)
+    if decision is not None and copied.pending_approval:
+        target.put_request("decision", new_id, decision)
+    if move:
+        source.delete_run(run_id)
+    return copied

@@ -263,8 +263,10 @@ def test_runs_lists_the_newest_first_a_page_at_a_time_with_filters(tmp_path: Pat
     journal.close()
     page = run("--journal", str(tmp_path / "j"), "runs", "--limit", "3").stdout.splitlines()
     assert [line.split()[0] for line in page[1:4]] == ["single-6", "eval/5", "single-4"]
-    assert page[4] == ("showing the newest 3 of 7 runs: `durable-nb runs --limit N` (0: all), "
-                       "--status S or --prefix P for others")
+    assert page[4] == ("showing the newest 3 runs; there are more: `durable-nb runs --limit N` "
+                       "(0: all), --status S or --prefix P for others")
+    exact = run("--journal", str(tmp_path / "j"), "runs", "--limit", "7").stdout
+    assert len(exact.splitlines()) == 8 and "showing" not in exact
     items = run("--journal", str(tmp_path / "j"), "runs", "--prefix", "eval/").stdout
     assert [line.split()[0] for line in items.splitlines()[1:]] == ["eval/5", "eval/3", "eval/1"]
     every = run("--journal", str(tmp_path / "j"), "runs", "--limit", "0").stdout

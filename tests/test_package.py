@@ -16,7 +16,7 @@ def test_exported_names_are_exactly_the_public_api():
         "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
         "RunOptions", "RunRecord", "SerializationError", "Status", "StepEntry", "StepFailed",
         "TerminalError", "TokenUsage", "Tool", "UnknownRun", "UnserializableResult", "approve", "assistant_message",
-        "batch", "cancel", "delete", "execute", "get_run", "item_keys",
+        "batch", "cancel", "copy_run", "delete", "execute", "get_run", "item_keys",
         "load_ipython_extension", "map", "open_journal",
         "register_type", "reject", "rerun_from", "reset", "runs", "tool",
         "unload_ipython_extension"}
