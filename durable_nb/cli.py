@@ -495,8 +495,9 @@ def _count(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="durable-nb", description="Inspect and steer durable agent runs.")
-    parser.add_argument("--journal", metavar="DIR",
-                        help="journal directory (default: $DURABLE_NB_DIR or ./.durable_nb)")
+    parser.add_argument("--journal", metavar="JOURNAL",
+                        help="the journal: a directory or a postgresql:// URL (default: "
+                             "$DURABLE_NB_JOURNAL, $DURABLE_NB_DIR or ./.durable_nb)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("runs", help=COMMANDS["runs"])

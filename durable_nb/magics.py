@@ -361,8 +361,9 @@ class DurableMagics(Magics):
     @argument("--timeout", type=parse_duration, metavar="DURATION",
               help="total time allowed from the run's creation (90s, 30m, 2h); an expired run is "
                    "marked FAILED and never resumed")
-    @argument("--journal", metavar="DIR",
-              help="journal directory (default: $DURABLE_NB_DIR or ./.durable_nb)")
+    @argument("--journal", metavar="JOURNAL",
+              help="the journal: a directory or a postgresql:// URL (default: "
+                   "$DURABLE_NB_JOURNAL, $DURABLE_NB_DIR or ./.durable_nb)")
     @argument("--model", help="default model for ctx.chat in this run")
     @argument("--wait", action="store_true",
               help="keep the cell running while an approval is pending, until it is decided "
@@ -528,7 +529,8 @@ class DurableMagics(Magics):
         %durable enable                     load durable_nb in every kernel from now on
                                             (writes your IPython profile); disable undoes it
 
-        Every command takes --journal DIR (default: $DURABLE_NB_DIR or ./.durable_nb).
+        Every command takes --journal JOURNAL, a directory or a postgresql:// URL (default:
+        $DURABLE_NB_JOURNAL, $DURABLE_NB_DIR or ./.durable_nb).
         ``runs``, ``show``, ``export``, ``batches`` and ``batch show/export`` only read the
         journal (never create or change it). A batch's items are runs ``BATCH/KEY``: approve
         one with ``%durable approve BATCH/KEY``.
@@ -554,7 +556,7 @@ class DurableMagics(Magics):
 
         def command(name: str, *run_args: str) -> Any:
             p = _no_abbrev(sub.add_parser(name, add_help=False))
-            p.add_argument("--journal", metavar="DIR")
+            p.add_argument("--journal", metavar="JOURNAL")
             for arg in run_args:
                 p.add_argument(arg, metavar=arg.upper())
             return p
@@ -569,7 +571,7 @@ class DurableMagics(Magics):
         verbs.required = True
         for verb in ("show", "wait", "export"):
             p = _no_abbrev(verbs.add_parser(verb, add_help=False))
-            p.add_argument("--journal", metavar="DIR")
+            p.add_argument("--journal", metavar="JOURNAL")
             p.add_argument("batch_id", metavar="ID")
             if verb == "show":
                 p.add_argument("--status", type=parse_item_status, metavar="STATUS")

@@ -526,7 +526,11 @@ class PostgresJournal(Journal):
         s = _q(self.schema)
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema
+            # is there: a role given only a schema of its own must not be asked for it.
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                            (self.schema,)).fetchone() is None:
+                conn.execute(f"CREATE SCHEMA {s}")
             conn.execute(f"""CREATE TABLE IF NOT EXISTS {s}.migrations (
                 version integer PRIMARY KEY, name text NOT NULL,
                 applied_at timestamptz NOT NULL DEFAULT now())""")
