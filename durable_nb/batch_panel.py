@@ -33,11 +33,12 @@ from typing import Any
 import ipywidgets as w
 
 from .batch import Batch, BatchObserver, ItemResult
-from .cli import cost_of, format_cost, format_duration
 from .errors import DurableError
 from .journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import _CSS as _RUN_CSS
 from .panel import _STATUS_COLOURS, _STOPPED, RunPanel, _badge
+from .registry import get_run
+from .summary import cost_of, format_cost, format_duration
 
 __all__ = ["BatchPanel"]
 
@@ -422,8 +423,6 @@ class BatchPanel(BatchObserver):
             self.close_button.layout.display = None
             self.refresh(force=True)
             return
-        from .registry import get_run
-
         info = get_run(item.run_id, journal=self._journal)
         run_id = item.run_id
         panel = RunPanel.load(

@@ -19,120 +19,20 @@ from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from . import registry
+from .batch import batch as read_batch
+from .demo import run_demo
 from .errors import DurableError
-from .journal import (
-    LLM_KINDS,
-    Journal,
-    RunRecord,
-    Status,
-    StepEntry,
-    entry_cost,
-    open_journal,
-)
+from .export import export_batch, export_run
+from .journal import Journal, RunRecord, Status, entry_cost, open_journal
+from .profile import disable, enable
+from .summary import age, cost_of, elapsed, format_cost, format_duration, replay_savings
 
 __all__ = ["COMMANDS", "STEERING", "batch_rows", "explain_usage", "format_batch",
-           "format_batches", "format_cost", "format_run", "format_runs", "list_runs", "main",
-           "parse_item_status", "parse_status", "plain", "replay_savings", "steer"]
+           "format_batches", "format_run", "format_runs", "list_runs", "main",
+           "parse_item_status", "parse_status", "steer"]
 
-
-# -- opening a journal ---------------------------------------------------------------------------
 
 # -- showing runs ----------------------------------------------------------------------------------
-
-def plain(data: Any) -> Any:
-    """Encoded journal data as plain JSON: serde's tags unwrapped, for reading."""
-    if isinstance(data, list):
-        return [plain(v) for v in data]
-    if not isinstance(data, dict):
-        return data
-    tag = data.get("$t")
-    if tag is None:
-        return {k: plain(v) for k, v in data.items()}
-    if tag == "dict":
-        pairs = [(plain(k), plain(v)) for k, v in data.get("v", [])]
-        if all(isinstance(k, str) for k, _ in pairs):
-            return dict(pairs)
-        return [list(pair) for pair in pairs]
-    return plain(data.get("v"))
-
-
-def _age(ts: float) -> str:
-    seconds = max(0, time.time() - ts)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit} ago"
-    return f"{seconds:.0f}s ago"
-
-
-def format_cost(dollars: float | None, *, estimated: bool = False) -> str:
-    """``$0.0021``, ``$1.23``; ``-`` for None."""
-    if dollars is None:
-        return "-"
-    prefix = "~" if estimated else ""
-    if dollars == 0:
-        return f"{prefix}$0"
-    if dollars < 0.01:
-        return f"{prefix}${dollars:.4f}"
-    if dollars < 100:
-        return f"{prefix}${dollars:,.2f}" if dollars >= 1 else f"{prefix}${dollars:.3f}"
-    return f"{prefix}${dollars:,.0f}"
-
-
-def format_duration(seconds: float) -> str:
-    """``0.4 s``, ``12.3 s``, ``3 min 5 s``, ``2 h 4 min``."""
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
-
-
-def elapsed(record: RunRecord) -> float:
-    """Seconds from the run's creation to its end (DONE, FAILED, CANCELLED: the last update
-    of that execution; a DONE run replayed later does not grow), or to now while it runs."""
-    if not record.created_at:
-        return 0.0  # not created yet
-    if record.status is Status.DONE:
-        end = record.finished_at or record.updated_at
-    elif record.status in (Status.RUNNING, Status.WAITING_APPROVAL):
-        end = time.time()
-    else:
-        end = record.updated_at
-    return max(0.0, end - record.created_at)
-
-
-def cost_of(entries: Iterable[StepEntry]) -> tuple[float, bool, list[str]]:
-    """(dollars, whether any is estimated, models without a known price) of LLM entries."""
-    total, estimated, unpriced = 0.0, False, []
-    for entry in entries:
-        if entry.kind not in LLM_KINDS and entry.kind != "compact":
-            continue
-        meta = entry.meta or {}
-        if not isinstance(meta.get("cost"), (int, float)) or isinstance(meta.get("cost"), bool):
-            model = str(meta.get("model") or entry.name)
-            if entry.tokens and model not in unpriced:
-                unpriced.append(model)
-            continue
-        total += entry_cost(entry)
-        estimated = estimated or bool(meta.get("estimated"))
-    return total, estimated, unpriced
-
-
-def replay_savings(entries: Sequence[StepEntry], verb: str = "replayed",
-                   saved: str = "saved", count: int | None = None) -> str:
-    """``7 steps replayed: 1,427 tokens, $0.0021 saved`` for entries answered by the
-    journal (tokens and dollars not spent again); ``count`` steps (default: the entries)."""
-    tokens = sum(e.tokens for e in entries)
-    dollars, estimated, unpriced = cost_of(entries)
-    count = len(entries) if count is None else count
-    steps = f"{count:,} step{'s' if count != 1 else ''} {verb}"
-    if not tokens:
-        return steps
-    money = f", {format_cost(dollars, estimated=estimated)} {saved}" \
-        if dollars or not unpriced else ""
-    return f"{steps}: {tokens:,} tokens{money}"
-
 
 def is_interrupted(record: RunRecord, journal: Journal) -> bool:
     """RUNNING in the journal, but no live process executes it (it died)."""
@@ -152,7 +52,7 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
         status = "INTERRUPTED" if r.run_id in interrupted else str(r.status)
         rows.append((r.run_id, status, iters, f"{r.tokens:,}",
                      format_cost(r.cost) if r.cost else "-", str(r.step_count),
-                     _age(r.updated_at), r.title))
+                     age(r.updated_at), r.title))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     table = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
                       for row in rows)
@@ -282,7 +182,7 @@ def format_batches(rows: list[dict[str, Any]]) -> str:
                       f"{c.get('WAITING_APPROVAL', 0):,}", f"{c.get('RUNNING', 0):,}",
                       f"{c.get('PENDING', 0):,}", f"{row['tokens']:,}",
                       format_cost(row["cost"]) if row["cost"] else "-",
-                      _age(row["updated_at"]), row["title"]))
+                      age(row["updated_at"]), row["title"]))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "  " + r[-1]
              for r in table]
@@ -577,12 +477,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
-        from .demo import run_demo
-
         return run_demo(args.dir)
     if args.command in ("enable", "disable"):
-        from .notebook.enable import disable, enable
-
         print(enable(args.profile) if args.command == "enable" else disable(args.profile))
         return 0
     if args.command == "copy":
@@ -626,19 +522,13 @@ def _run(args: argparse.Namespace) -> int:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0)))
     elif args.command == "export":
-        from .export import export_run
-
         path = export_run(args.run_id, args.to, format=args.format, journal=journal)
         print(f"wrote {path}")
     return 0
 
 
 def _batch_command(args: argparse.Namespace, journal: Journal) -> None:
-    from .batch import batch as read_batch
-
     if args.batch_command == "export":
-        from .export import export_batch
-
         print(f"wrote {export_batch(args.batch_id, args.to, journal=journal)}")
         return
     batch = read_batch(args.batch_id, journal=journal)

@@ -22,7 +22,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import openai
+
+from . import registry
+from .journal import Status, open_journal
 from .messages import assistant_message
+from .runner import RunOptions, Runner
+from .testing import LoopbackServer
 from .tools import Tool, tool
 
 __all__ = ["SALES_CSV", "make_tools", "run_demo", "sales_agent"]
@@ -156,10 +162,6 @@ def _agent_main(journal: str, url: str, workdir: str, crash_after: str | None) -
     point the child never waits for a decision: a run already past that point (a second
     Run All of the notebook) is only replayed, and parks at a pending approval.
     """
-    import openai
-
-    from .runner import RunOptions, Runner
-
     model = os.environ.get("DURABLE_NB_MODEL") or "loopback-1"
     client = openai.OpenAI(base_url=url, api_key=os.environ.get("OPENAI_API_KEY") or
                            "offline-demo", max_retries=0)
@@ -196,9 +198,6 @@ def _spawn(journal: Path, url: str, workdir: Path, crash_after: str | None
 
 def run_demo(directory: str | None = None) -> int:
     """Run the crash-and-resume demo in ``directory`` (a new temp dir by default)."""
-    from . import registry
-    from .journal import Status, open_journal
-    from .testing import LoopbackServer
 
     workdir = Path(directory or tempfile.mkdtemp(prefix="durable-nb-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)

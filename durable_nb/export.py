@@ -29,10 +29,12 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from .cli import cost_of, format_cost, plain, replay_savings
+from . import serde
+from .batch import batch as read_batch
 from .execution import load_request
 from .journal import Journal, open_journal
 from .registry import RunInfo, get_run
+from .summary import cost_of, format_cost, plain, replay_savings
 
 __all__ = ["BATCH_FORMATS", "EXPORT_VERSION", "FORMATS", "batch_notebook", "export_batch",
            "export_data", "export_notebook", "export_run", "plain"]
@@ -526,8 +528,6 @@ def export_batch(batch_id: str, path: str | os.PathLike, *, format: str | None =
     the failures and pending approvals, and a cell that loads the batch). By default the
     format comes from the file extension. Only reads the journal; the file is replaced
     whole or not at all."""
-    from . import serde
-    from .batch import batch as read_batch
 
     path = Path(path)
     fmt = format or path.suffix.lower().lstrip(".")

@@ -25,7 +25,9 @@ from IPython.core.magic_arguments import (
     magic_arguments,
 )
 
-from . import registry
+from . import registry, serde
+from .batch import batch as read_batch
+from .batch import item_keys
 from .cli import (
     STEERING,
     batch_rows,
@@ -49,16 +51,20 @@ from .errors import (
     TerminalError,
     UnknownRun,
 )
+from .export import export_batch, export_run
 from .journal import Journal, Status, default_location, open_journal
 from .notebook import (
+    NotebookBatch,
     NotebookRun,
     active_batch,
     active_run,
     batch_of_run,
     compile_cell,
+    compile_item_cell,
     describe_unfinished,
     wait_for_batch,
 )
+from .profile import disable, enable
 from .runner import RunOptions, validate_run_id
 
 __all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_duration",
@@ -212,8 +218,6 @@ def _batch_items(expression: str, namespace: dict) -> list:
 def _batch_keys(items: list, expression: str | None, namespace: dict) -> list[str]:
     """Each item's key: ``--key EXPR`` evaluated with ``item`` and ``index``, or a digest
     of the item's content."""
-    from .batch import item_keys
-
     if expression is None:
         return item_keys(items)
     try:
@@ -466,8 +470,6 @@ class DurableMagics(Magics):
 
     def _batch_cell(self, batch_id: str, args: Any, cell: str) -> Any:
         """``%%durable_agent BATCH --over ITEMS``: the cell once per item, as a batch."""
-        from .notebook import NotebookBatch, compile_item_cell
-
         if args.concurrency == 0:
             raise UsageError("--concurrency 0 would run nothing: give 1 or more")
         namespace = self.shell.user_ns
@@ -597,8 +599,6 @@ class DurableMagics(Magics):
 
     def _dispatch(self, args: Any) -> Any:
         if args.command in ("enable", "disable"):
-            from .notebook.enable import disable, enable
-
             print(enable(args.profile) if args.command == "enable" else disable(args.profile))
             return None
         read_only = args.command in ("runs", "show", "export", "batches") or (
@@ -631,19 +631,13 @@ class DurableMagics(Magics):
         elif args.command == "wait":
             return self._wait(args.run_id, args.timeout, journal)
         elif args.command == "export":
-            from .export import export_run
-
             print(f"wrote {export_run(args.run_id, args.path, journal=journal)}")
         return None
 
     def _batch(self, args: Any, journal: Journal) -> Any:
-        from .batch import batch as read_batch
-
         if args.batch_command == "wait":
             return wait_for_batch(args.batch_id, journal, args.timeout)
         if args.batch_command == "export":
-            from .export import export_batch
-
             print(f"wrote {export_batch(args.batch_id, args.path, journal=journal)}")
             return None
         batch = read_batch(args.batch_id, journal=journal)
@@ -655,8 +649,6 @@ class DurableMagics(Magics):
         return None
 
     def _wait(self, run_id: str, timeout: float | None, journal: Journal) -> Any:
-        from . import serde
-
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             info = journal.get_run(run_id)  # the record only: this polls

@@ -23,9 +23,10 @@ from typing import Any, Callable
 
 import ipywidgets as w
 
-from .cli import cost_of, elapsed, format_cost, format_duration, plain, replay_savings
 from .errors import InputChanged, JournalMismatch, RunLeased
+from .execution import load_request
 from .journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
+from .summary import cost_of, elapsed, format_cost, format_duration, plain, replay_savings
 
 __all__ = ["RunPanel"]
 
@@ -505,8 +506,6 @@ class RunPanel:
     def _request(self, entry: StepEntry) -> Any:
         if entry.request is None:
             return None
-        from .execution import load_request
-
         journal, run_id = self._journal, self._record.run_id
         if journal is None:
             return None

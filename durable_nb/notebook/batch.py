@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from .. import registry
 from ..batch import Batch, ItemResult, prepare
+from ..batch import batch as read_batch
 from ..batch_panel import BatchPanel
 from ..errors import DurableError, RunLeased
 from ..journal import Journal, Status, this_host
@@ -270,8 +271,6 @@ def wait_for_batch(batch_id: str, journal: Journal, timeout: float | None = None
     """Wait until every item of the batch finished (DONE, FAILED or CANCELLED) and nothing
     executes it; the batch then. Raises DurableError after ``timeout`` seconds, naming the
     items still waiting for approval."""
-    from ..batch import batch as read_batch
-
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         current = read_batch(batch_id, journal=journal)

@@ -1,0 +1,108 @@
+"""What people read about a run: plain values out of the journal's encoding, costs, durations,
+what replay saves. Shared by the CLI, the panels and exports."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .journal import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
+
+__all__ = ["age", "cost_of", "elapsed", "format_cost", "format_duration", "plain",
+           "replay_savings"]
+
+
+def plain(data: Any) -> Any:
+    """Encoded journal data as plain JSON: serde's tags unwrapped, for reading."""
+    if isinstance(data, list):
+        return [plain(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    tag = data.get("$t")
+    if tag is None:
+        return {k: plain(v) for k, v in data.items()}
+    if tag == "dict":
+        pairs = [(plain(k), plain(v)) for k, v in data.get("v", [])]
+        if all(isinstance(k, str) for k, _ in pairs):
+            return dict(pairs)
+        return [list(pair) for pair in pairs]
+    return plain(data.get("v"))
+
+
+def age(ts: float) -> str:
+    seconds = max(0, time.time() - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def format_cost(dollars: float | None, *, estimated: bool = False) -> str:
+    """``$0.0021``, ``$1.23``; ``-`` for None."""
+    if dollars is None:
+        return "-"
+    prefix = "~" if estimated else ""
+    if dollars == 0:
+        return f"{prefix}$0"
+    if dollars < 0.01:
+        return f"{prefix}${dollars:.4f}"
+    if dollars < 100:
+        return f"{prefix}${dollars:,.2f}" if dollars >= 1 else f"{prefix}${dollars:.3f}"
+    return f"{prefix}${dollars:,.0f}"
+
+
+def format_duration(seconds: float) -> str:
+    """``0.4 s``, ``12.3 s``, ``3 min 5 s``, ``2 h 4 min``."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+def elapsed(record: RunRecord) -> float:
+    """Seconds from the run's creation to its end (DONE, FAILED, CANCELLED: the last update
+    of that execution; a DONE run replayed later does not grow), or to now while it runs."""
+    if not record.created_at:
+        return 0.0  # not created yet
+    if record.status is Status.DONE:
+        end = record.finished_at or record.updated_at
+    elif record.status in (Status.RUNNING, Status.WAITING_APPROVAL):
+        end = time.time()
+    else:
+        end = record.updated_at
+    return max(0.0, end - record.created_at)
+
+
+def cost_of(entries: Iterable[StepEntry]) -> tuple[float, bool, list[str]]:
+    """(dollars, whether any is estimated, models without a known price) of LLM entries."""
+    total, estimated, unpriced = 0.0, False, []
+    for entry in entries:
+        if entry.kind not in LLM_KINDS and entry.kind != "compact":
+            continue
+        meta = entry.meta or {}
+        if not isinstance(meta.get("cost"), (int, float)) or isinstance(meta.get("cost"), bool):
+            model = str(meta.get("model") or entry.name)
+            if entry.tokens and model not in unpriced:
+                unpriced.append(model)
+            continue
+        total += entry_cost(entry)
+        estimated = estimated or bool(meta.get("estimated"))
+    return total, estimated, unpriced
+
+
+def replay_savings(entries: Sequence[StepEntry], verb: str = "replayed",
+                   saved: str = "saved", count: int | None = None) -> str:
+    """``7 steps replayed: 1,427 tokens, $0.0021 saved`` for entries answered by the
+    journal (tokens and dollars not spent again); ``count`` steps (default: the entries)."""
+    tokens = sum(e.tokens for e in entries)
+    dollars, estimated, unpriced = cost_of(entries)
+    count = len(entries) if count is None else count
+    steps = f"{count:,} step{'s' if count != 1 else ''} {verb}"
+    if not tokens:
+        return steps
+    money = f", {format_cost(dollars, estimated=estimated)} {saved}" \
+        if dollars or not unpriced else ""
+    return f"{steps}: {tokens:,} tokens{money}"
