@@ -26,7 +26,7 @@ from .endpoints import (
 )
 from .execution import Execution, canonical
 from .retry import RetryPolicy
-from .streaming import ChatAssembler, completion_tokens
+from .streaming import ChatAssembler, completion_tokens, drain, drain_async
 
 __all__ = ["CHAT_RETRY", "chat", "chat_async", "chat_inputs", "check_budget", "completion_usage",
            "default_client", "prepare", "usage_details"]
@@ -152,12 +152,6 @@ class _ChatCall:
                         estimated=self.estimated, prompt_estimate=self.estimate)
 
 
-def _close(stream: Any) -> None:
-    close = getattr(stream, "close", None)
-    if callable(close):
-        close()
-
-
 def chat(execution: Execution, kwargs: dict) -> Any:
     """Replay or make one chat completion for ``ctx.chat(**kwargs)``."""
     client, name, kwargs, retry = prepare(execution, kwargs, "ctx.chat", asynchronous=False)
@@ -166,16 +160,7 @@ def chat(execution: Execution, kwargs: dict) -> Any:
 
     def streamed_once(chosen: Any) -> ChatCompletion:
         assembler = live.assembler()
-        try:
-            stream = chosen.chat.completions.create(**live.stream_request())
-            try:
-                for chunk in stream:
-                    assembler.add(chunk)
-            finally:
-                _close(stream)
-        except BaseException:
-            assembler.text.end()
-            raise
+        drain(lambda: chosen.chat.completions.create(**live.stream_request()), assembler)
         return live.finish(assembler.completion(), assembler.generated_texts())
 
     def call() -> Any:
@@ -205,18 +190,8 @@ async def chat_async(execution: Execution, kwargs: dict) -> Any:
 
     async def streamed_once(chosen: Any) -> ChatCompletion:
         assembler = live.assembler()
-        try:
-            stream = await chosen.chat.completions.create(**live.stream_request())
-            try:
-                async for chunk in stream:
-                    assembler.add(chunk)
-            finally:
-                close = getattr(stream, "close", None)
-                if callable(close):
-                    await close()
-        except BaseException:
-            assembler.text.end()
-            raise
+        await drain_async(lambda: chosen.chat.completions.create(**live.stream_request()),
+                          assembler)
         return live.finish(assembler.completion(), assembler.generated_texts())
 
     async def call() -> Any:

@@ -44,7 +44,7 @@ from .endpoints import (
 )
 from .execution import Execution
 from .llm import chat_inputs, prepare, usage_details
-from .streaming import ResponseAssembler, completion_tokens
+from .streaming import ResponseAssembler, completion_tokens, drain, drain_async
 from .tokens import count_message_tokens
 
 __all__ = ["respond", "respond_async", "response_estimate", "response_messages",
@@ -227,18 +227,7 @@ def respond(execution: Execution, kwargs: dict) -> Any:
             if not streamed:
                 return live.finish(chosen.responses.create(**kwargs))
             assembler = ResponseAssembler(on_text=live.on_text())
-            try:
-                stream = chosen.responses.create(stream=True, **kwargs)
-                try:
-                    for event in stream:
-                        assembler.add(event)
-                finally:
-                    close = getattr(stream, "close", None)
-                    if callable(close):
-                        close()
-            except BaseException:
-                assembler.text.end()
-                raise
+            drain(lambda: chosen.responses.create(stream=True, **kwargs), assembler)
             return live.finish(assembler.response())
 
         return call_with_retries(execution, "ctx.respond", name, chosen, attempt, retry)
@@ -260,18 +249,7 @@ async def respond_async(execution: Execution, kwargs: dict) -> Any:
             if not streamed:
                 return live.finish(await chosen.responses.create(**kwargs))
             assembler = ResponseAssembler(on_text=live.on_text())
-            try:
-                stream = await chosen.responses.create(stream=True, **kwargs)
-                try:
-                    async for event in stream:
-                        assembler.add(event)
-                finally:
-                    close = getattr(stream, "close", None)
-                    if callable(close):
-                        await close()
-            except BaseException:
-                assembler.text.end()
-                raise
+            await drain_async(lambda: chosen.responses.create(stream=True, **kwargs), assembler)
             return live.finish(assembler.response())
 
         return await call_with_retries_async(execution, "ctx.respond", name, chosen, attempt,

@@ -20,7 +20,7 @@ tool call when a server repeats them in every delta, as llama-cpp-python does
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any, Callable
 
 from openai.types.chat import ChatCompletion
@@ -28,7 +28,8 @@ from openai.types.chat import ChatCompletion
 from .endpoints import ReplyProblem
 from .tokens import encoding_for
 
-__all__ = ["ChatAssembler", "ResponseAssembler", "completion_tokens", "tool_names"]
+__all__ = ["ChatAssembler", "ResponseAssembler", "completion_tokens", "drain", "drain_async",
+           "tool_names"]
 
 OnText = Callable[[str], Any]
 
@@ -281,3 +282,37 @@ class ResponseAssembler:
             raise ReplyProblem("the stream ended before the response was finished (no "
                                "response.completed event)", transient=True)
         return self.final
+
+
+def drain(open_stream: Callable[[], Any], assembler: Any) -> None:
+    """Hand every event of the stream ``open_stream()`` opens to ``assembler.add``, then close
+    it; if anything fails, the streamed text is ended (its newline) before the error goes
+    on."""
+    try:
+        stream = open_stream()
+        try:
+            for event in stream:
+                assembler.add(event)
+        finally:
+            close = getattr(stream, "close", None)
+            if callable(close):
+                close()
+    except BaseException:
+        assembler.text.end()
+        raise
+
+
+async def drain_async(open_stream: Callable[[], Awaitable[Any]], assembler: Any) -> None:
+    """:func:`drain` for an ``AsyncStream``."""
+    try:
+        stream = await open_stream()
+        try:
+            async for event in stream:
+                assembler.add(event)
+        finally:
+            close = getattr(stream, "close", None)
+            if callable(close):
+                await close()
+    except BaseException:
+        assembler.text.end()
+        raise

@@ -20,7 +20,9 @@ import functools
 import re
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Callable, Protocol
 
 from .. import serde
@@ -327,21 +329,8 @@ class Execution:
         entry = self._replay(key, kind, name, fp, inputs)
         if entry is not None:
             return self.outcome(entry)
-        self._check_deadline(key)
-        started = time.time()
-        sub = scope.step_scope(key)
-        token = enter(sub)
-        try:
-            if before_live is not None:
-                before_live()
+        with self._live_step(scope, key, kind, name, inputs, fp, before_live) as started:
             value = await (retry or NO_RETRY).call_async(fn, *args, **(kwargs or {}))
-        except Exception as exc:
-            if _journaled_as_failure(exc):
-                self._record_failure(key, kind, name, started, exc, inputs, fp)
-            raise
-        finally:
-            leave(token)
-            sub.closed = True
         return self._record_result(key, kind, name, started, value, inputs, fp, usage, meta)
 
     def run_live(self, scope: Scope, key: str, kind: str, name: str, fn: Callable[..., Any],
@@ -352,6 +341,15 @@ class Execution:
                  before_live: Callable[[], None] | None = None) -> Any:
         """Run step ``key``'s function in its own scope and journal its outcome;
         ``before_live`` runs first, in that scope (``step_key()`` is this step's)."""
+        with self._live_step(scope, key, kind, name, inputs, fp, before_live) as started:
+            value = (retry or NO_RETRY).call(fn, *args, **(kwargs or {}))
+        return self._record_result(key, kind, name, started, value, inputs, fp, usage, meta)
+
+    @contextmanager
+    def _live_step(self, scope: Scope, key: str, kind: str, name: str, inputs: Any, fp: str,
+                   before_live: Callable[[], None] | None) -> Iterator[float]:
+        """Step ``key`` executing in its own scope: yields its start time; a failure the
+        journal keeps is journaled on its way out."""
         self._check_deadline(key)
         started = time.time()
         sub = scope.step_scope(key)
@@ -359,7 +357,7 @@ class Execution:
         try:
             if before_live is not None:
                 before_live()
-            value = (retry or NO_RETRY).call(fn, *args, **(kwargs or {}))
+            yield started
         except Exception as exc:
             if _journaled_as_failure(exc):
                 self._record_failure(key, kind, name, started, exc, inputs, fp)
@@ -367,7 +365,6 @@ class Execution:
         finally:
             leave(token)
             sub.closed = True
-        return self._record_result(key, kind, name, started, value, inputs, fp, usage, meta)
 
     def _record_failure(self, key: str, kind: str, name: str, started: float, exc: Exception,
                         inputs: Any, fp: str) -> None:
