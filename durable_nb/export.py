@@ -32,9 +32,19 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from . import serde
 from .batch import batch as read_batch
 from .execution import load_request
-from .journal import Journal, open_journal
+from .journal import LLM_KINDS, Journal, open_journal
 from .registry import RunInfo, get_run
-from .summary import cost_of, format_cost, plain, replay_savings
+from .streaming import tool_names
+from .summary import (
+    cost_of,
+    format_cost,
+    item_messages,
+    llm_reply,
+    plain,
+    replay_savings,
+    request_items,
+    stored_digests,
+)
 
 __all__ = ["BATCH_FORMATS", "EXPORT_VERSION", "FORMATS", "batch_notebook", "export_batch",
            "export_data", "export_notebook", "export_run", "plain"]
@@ -114,7 +124,7 @@ def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, A
     seen: set[str] = set()  # chat messages sent in an earlier request (blob digests)
     goal = None
     for entry in info.steps:
-        if entry.kind == "chat":
+        if entry.kind in LLM_KINDS:
             number = sum(1 for r in rounds if r["chat"] is not None) + 1
             chat = _chat(entry)
             request = _chat_request(entry, info.run_id, journal, seen)
@@ -139,25 +149,26 @@ def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, A
 
 def _chat_request(entry: Any, run_id: str, journal: Journal | None,
                   seen: set[str]) -> dict[str, Any] | None:
-    """What a chat step was asked: its model, tools, and the messages new in this request
-    (those an earlier request of the run sent are counted, not repeated)."""
+    """What an LLM step was asked: its model, tools, and the messages new in this request
+    (those an earlier request of the run sent are counted, not repeated). A Responses
+    request's input items are shown as the chat messages they stand for."""
     stored = entry.request if isinstance(entry.request, dict) else None
     if stored is None or journal is None:
         return None
     whole = load_request(stored, lambda digest: journal.get_blob(run_id, digest))
-    messages = whole.get("messages") if isinstance(whole.get("messages"), list) else []
-    refs = (stored.get("messages") or {}).get("$blobs") if isinstance(
-        stored.get("messages"), dict) else None
-    if isinstance(refs, list) and len(refs) == len(messages):
-        new = [m for m, d in zip(messages, refs) if d not in seen]
-        seen.update(str(d) for d in refs)
+    items = request_items(entry.kind, whole)
+    refs = stored_digests(entry.kind, stored)
+    if refs is not None and len(refs) == len(items):
+        new = [item for item, digest in zip(items, refs) if digest not in seen]
+        seen.update(refs)
     else:
-        new = messages
+        new = items
     tools = whole.get("tools")
-    names = [((t or {}).get("function") or {}).get("name") for t in tools
-             if isinstance(t, dict)] if isinstance(tools, list) else []
-    options = {k: v for k, v in whole.items() if k not in ("model", "messages", "tools")}
-    return {"model": whole.get("model"), "messages": len(messages), "new_messages": new,
+    names = tool_names(tools if isinstance(tools, list) else None)
+    options = {k: v for k, v in whole.items()
+               if k not in ("model", "messages", "input", "tools")}
+    return {"model": whole.get("model"), "messages": len(items),
+            "new_messages": [m for item in new for m in item_messages(entry.kind, item)],
             "tools": names, **({"options": options} if options else {})}
 
 
@@ -176,33 +187,30 @@ def _base(entry: Any) -> dict[str, Any]:
 
 
 def _chat(entry: Any) -> dict[str, Any]:
-    """A chat step: the model's message and tool calls read from the journaled response."""
+    """An LLM step: the model's message and tool calls read from the journaled response."""
     data = _base(entry)
     data["model"] = entry.name
     response = _plain(entry.result) if entry.ok else None
-    choices = response.get("choices") if isinstance(response, dict) else None
-    first = choices[0] if isinstance(choices, list) and choices else {}
-    message = first.get("message") if isinstance(first, dict) else None
-    if not isinstance(message, dict):
-        if entry.ok:  # not an OpenAI chat completion: show it as it is
+    reply = llm_reply(entry.kind, response)
+    if reply is None:
+        if entry.ok:  # not an OpenAI chat completion or Response: show it as it is
             data["response"] = response
         return data
-    data["content"] = message.get("content")
-    if message.get("refusal"):
-        data["refusal"] = message["refusal"]
-    data["finish_reason"] = first.get("finish_reason")
-    data["tool_calls"] = [_tool_call(call) for call in message.get("tool_calls") or []]
+    data["content"] = reply["content"]
+    if reply["refusal"]:
+        data["refusal"] = reply["refusal"]
+    data["finish_reason"] = reply["finish_reason"]
+    data["tool_calls"] = [_tool_call(call) for call in reply["tool_calls"]]
     return data
 
 
 def _tool_call(call: dict) -> dict[str, Any]:
-    function = call.get("function") or {}
-    raw = function.get("arguments") or ""
+    raw = call["arguments"]
     try:
         arguments = json.loads(raw) if raw else {}
     except ValueError:  # the model's JSON was invalid: show what it sent
         arguments = raw
-    return {"id": call.get("id"), "name": function.get("name"), "arguments": arguments}
+    return {"id": call["id"], "name": call["name"], "arguments": arguments}
 
 
 def _step(entry: Any, journal: Journal | None) -> dict[str, Any]:
@@ -407,10 +415,16 @@ def _step_md(step: dict[str, Any]) -> str:
         when = f"step {step['position']}, waited {_duration(step['duration'])}"
     elif kind == "compact":
         meta = step.get("meta") or {}
-        head = (f"**Context compacted**: {meta.get('tokens_before', '?')} → "
-                f"{meta.get('tokens_after', '?')} tokens")
-        if isinstance(result, dict) and "rounds_summarised" in result:
-            head += f", {result['rounds_summarised']} rounds summarised"
+        sizes = f"{meta.get('tokens_before', '?')} → {meta.get('tokens_after', '?')} tokens"
+        if meta.get("skipped"):
+            head = (f"**Compaction skipped**: the summary would not have shrunk the "
+                    f"conversation ({sizes}); the messages were kept as they were")
+        else:
+            head = f"**Context compacted**: {sizes}"
+            if isinstance(result, dict) and "rounds_summarised" in result:
+                head += f", {result['rounds_summarised']} rounds summarised"
+        if meta.get("summary_truncated"):
+            head += " (the summary was cut at its token cap: the server ignored it)"
         summary = result.get("summary") if isinstance(result, dict) else result
         if summary is not None:
             body = ["", "Summary:", "", summary if isinstance(summary, str)

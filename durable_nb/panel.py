@@ -26,7 +26,19 @@ import ipywidgets as w
 from .errors import InputChanged, JournalMismatch, RunLeased
 from .execution import load_request
 from .journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
-from .summary import cost_of, elapsed, format_cost, format_duration, plain, replay_savings
+from .streaming import tool_names
+from .summary import (
+    cost_of,
+    elapsed,
+    format_cost,
+    format_duration,
+    item_messages,
+    llm_reply,
+    plain,
+    replay_savings,
+    request_items,
+    stored_digests,
+)
 
 __all__ = ["RunPanel"]
 
@@ -126,6 +138,9 @@ def _pre(value: Any) -> str:
         except (TypeError, ValueError):
             text = repr(value)
     return f"<pre>{html.escape(_clip(text))}</pre>"
+
+
+_ESTIMATED = "tokens estimated by durable_nb: the server sent no usage"
 
 
 def _message_html(message: Any) -> str:
@@ -441,10 +456,8 @@ class RunPanel:
 
     def _note_messages(self, entry: StepEntry) -> None:
         """Remember which chat messages this request added (by their blob digests)."""
-        request = entry.request if isinstance(entry.request, dict) else {}
-        refs = request.get("messages")
-        digests = refs.get("$blobs") if isinstance(refs, dict) else None
-        if not isinstance(digests, list):
+        digests = stored_digests(entry.kind, entry.request)
+        if digests is None:
             return
         self._new_messages[entry.position] = [d for d in digests if d not in self._seen_messages]
         self._seen_messages.update(str(d) for d in digests)
@@ -478,15 +491,20 @@ class RunPanel:
                 extra = html.escape(f"by {decided.get('by')}{note} \u00b7 {waited}")
             else:
                 extra = html.escape(waited)
+        meta = entry.meta or {}
         if entry.prompt_tokens or entry.completion_tokens:
             extra = f"{entry.prompt_tokens:,}+{entry.completion_tokens:,} tok"
-            meta = entry.meta or {}
+            if meta.get("estimated"):  # the server sent no usage: our count
+                extra = f"<span title='{_ESTIMATED}'>~{extra} (estimated)</span>"
             if isinstance(meta.get("cost"), (int, float)):
                 extra += " &middot; " + format_cost(entry_cost(entry),
                                                     estimated=bool(meta.get("estimated")))
-        if entry.kind == "compact" and entry.meta:
-            extra = (f"{entry.meta.get('tokens_before')} &rarr; {entry.meta.get('tokens_after')} "
-                     f"tok")
+        if entry.kind == "compact" and meta:
+            extra = f"{meta.get('tokens_before')} &rarr; {meta.get('tokens_after')} tok"
+            if meta.get("skipped"):
+                extra = f"skipped, would not shrink: {extra}"
+            if meta.get("summary_truncated"):
+                extra += " &middot; summary cut at its cap"
         summary = (f"<summary><span>{entry.position}</span><span>{html.escape(entry.kind)}</span>"
                    f"<span class='dnb-name' title='{html.escape(entry.name)}'>"
                    f"{html.escape(entry.name)}</span><span>{time_cell}</span>"
@@ -534,7 +552,7 @@ class RunPanel:
                          f"{html.escape(str(error.get('type', 'error')))}: "
                          f"{html.escape(str(error.get('message', '')))}</div>")
         elif entry.kind in LLM_KINDS:
-            parts.append(self._reply_html(result))
+            parts.append(self._reply_html(entry.kind, result))
         elif entry.kind == "approval" and isinstance(result, dict):
             verdict = "approved" if result.get("approved") else "rejected"
             note = f": {result['note']}" if result.get("note") else ""
@@ -551,43 +569,57 @@ class RunPanel:
             meta = entry.meta or {}
             if meta.get("cached"):
                 facts.append(f"{meta['cached']:,} cached")
+            if meta.get("estimated"):
+                facts.append(_ESTIMATED)
             dollars, estimated, unpriced = cost_of([entry])
             facts.append(format_cost(dollars, estimated=estimated) if not unpriced
                          else "cost unknown (no price for this model)")
+        if entry.kind == "compact":
+            facts += [html.escape(str(note)) for note in (
+                (entry.meta or {}).get("note"),
+                "the summary was cut at its token cap (the server ignored max_completion_tokens)"
+                if (entry.meta or {}).get("summary_truncated") else None) if note]
         facts.append(f"step key {html.escape(entry.key)}")
         parts.append(f"<div style='color:#6e7781'>{' &middot; '.join(facts)}</div>")
         return "".join(parts)
 
     def _chat_request_html(self, entry: StepEntry, request: dict) -> str:
-        messages = request.get("messages") if isinstance(request.get("messages"), list) else []
-        refs = ((entry.request or {}).get("messages") or {}).get("$blobs") or []
+        items = request_items(entry.kind, request)
+        refs = stored_digests(entry.kind, entry.request) or []
         new = set(self._new_messages.get(entry.position, refs))
-        fresh = [m for m, d in zip(messages, refs) if d in new] if refs else messages
-        earlier = [m for m, d in zip(messages, refs) if d not in new] if refs else []
+        fresh = [m for m, d in zip(items, refs) if d in new] if refs else items
+        earlier = [m for m, d in zip(items, refs) if d not in new] if refs else []
         tools = request.get("tools")
-        names = [((t or {}).get("function") or {}).get("name") for t in tools] \
-            if isinstance(tools, list) else []
+        names = tool_names(tools if isinstance(tools, list) else None)
+        what = "input items" if entry.kind == "respond" else "messages"
         head = (f"<div><b>Asked</b> <code>{html.escape(str(request.get('model', entry.name)))}"
-                f"</code> with {len(messages)} messages"
-                + (f" and tools {html.escape(', '.join(map(str, names)))}" if names else "")
+                f"</code> with {len(items)} {what}"
+                + (f" and tools {html.escape(', '.join(names))}" if names else "")
                 + f"; {len(fresh)} new in this request:</div>")
-        body = "".join(_message_html(m) for m in fresh)
+        instructions = request.get("instructions")
+        if isinstance(instructions, str) and instructions:
+            head += f"<div class='dnb-role'>instructions</div>{_pre(instructions)}"
+        body = "".join(_message_html(m) for item in fresh
+                       for m in item_messages(entry.kind, item))
         if earlier:
             listed = "".join(
                 f"<div><span class='dnb-role'>{html.escape(str(m.get('role', '?')))}</span>: "
                 f"{html.escape(_clip(str(m.get('content') or ''), 160))}</div>"
-                if isinstance(m, dict) else "" for m in earlier)
-            body = (f"<details><summary>{len(earlier)} earlier messages (sent before)</summary>"
+                if isinstance(m, dict) else ""
+                for item in earlier for m in item_messages(entry.kind, item))
+            body = (f"<details><summary>{len(earlier)} earlier {what} (sent before)</summary>"
                     f"{listed}</details>") + body
         return head + body
 
-    def _reply_html(self, response: Any) -> str:
-        choices = response.get("choices") if isinstance(response, dict) else None
-        first = choices[0] if isinstance(choices, list) and choices else {}
-        message = first.get("message") if isinstance(first, dict) else None
-        if not isinstance(message, dict):
+    def _reply_html(self, kind: str, response: Any) -> str:
+        reply = llm_reply(kind, response)
+        if reply is None:
             return f"<div><b>Reply:</b></div>{_pre(response)}"
-        return f"<div><b>Reply</b> ({html.escape(str(first.get('finish_reason')))}):</div>" \
+        message = {"role": "assistant", "content": reply["content"] or reply["refusal"],
+                   "tool_calls": [{"id": c["id"], "function": {"name": c["name"],
+                                                                "arguments": c["arguments"]}}
+                                  for c in reply["tool_calls"]]}
+        return f"<div><b>Reply</b> ({html.escape(str(reply['finish_reason']))}):</div>" \
                + _message_html(message)
 
     # -- text ----------------------------------------------------------------------------

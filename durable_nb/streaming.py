@@ -38,16 +38,17 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
-def tool_names(tools: Iterable[Any] | None) -> set[str]:
-    """Names of the function tools of a request (chat or Responses form, or Tool objects)."""
-    names = set()
+def tool_names(tools: Iterable[Any] | None) -> list[str]:
+    """Names of the function tools of a request (chat or Responses form, or Tool objects),
+    in the request's order."""
+    names: dict[str, None] = {}
     for entry in tools or ():
         entry = getattr(entry, "schema", entry)
         function = _get(entry, "function") or entry
         name = _get(function, "name")
         if isinstance(name, str):
-            names.add(name)
-    return names
+            names[name] = None
+    return list(names)
 
 
 def completion_tokens(model: str, texts: Iterable[str]) -> int:
@@ -118,7 +119,7 @@ class ChatAssembler:
 
     def __init__(self, *, tools: Iterable[Any] | None = None, on_text: OnText | None = None
                  ) -> None:
-        self.known = tool_names(tools)
+        self.known = set(tool_names(tools))
         self.text = _Text(on_text)
         self.chunks = 0
         self.head: dict[str, Any] = {}

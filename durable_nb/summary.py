@@ -1,5 +1,6 @@
 """What people read about a run: plain values out of the journal's encoding, costs, durations,
-what replay saves. Shared by the CLI, the panels and exports."""
+what replay saves, what an LLM step was asked and answered. Shared by the CLI, the panels
+and exports."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .journal import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
+from .responses import response_messages
 
-__all__ = ["age", "cost_of", "elapsed", "format_cost", "format_duration", "plain",
-           "replay_savings"]
+__all__ = ["age", "cost_of", "elapsed", "format_cost", "format_duration", "item_messages",
+           "llm_reply", "plain", "replay_savings", "request_items", "stored_digests"]
 
 
 def plain(data: Any) -> Any:
@@ -106,3 +108,69 @@ def replay_savings(entries: Sequence[StepEntry], verb: str = "replayed",
     money = f", {format_cost(dollars, estimated=estimated)} {saved}" \
         if dollars or not unpriced else ""
     return f"{steps}: {tokens:,} tokens{money}"
+
+
+# -- what an LLM step was asked and answered -------------------------------------------------
+
+def _field(kind: str) -> str:
+    return "input" if kind == "respond" else "messages"
+
+
+def stored_digests(kind: str, stored: Any) -> list[str] | None:
+    """The blob digests of a chat request's messages (a respond request's input items) as
+    its entry stores them, in order; None when they are kept inline."""
+    refs = stored.get(_field(kind)) if isinstance(stored, dict) else None
+    digests = refs.get("$blobs") if isinstance(refs, dict) else None
+    return [str(d) for d in digests] if isinstance(digests, list) else None
+
+
+def request_items(kind: str, request: dict) -> list[Any]:
+    """A chat request's messages, or a respond request's input items (a plain string
+    input as one user message)."""
+    items = request.get(_field(kind))
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    return items if isinstance(items, list) else []
+
+
+def item_messages(kind: str, item: Any) -> list[Any]:
+    """One request item as chat messages, for reading (a Responses item may be a function
+    call or its output)."""
+    return response_messages({"input": [item]}) if kind == "respond" else [item]
+
+
+def llm_reply(kind: str, response: Any) -> dict[str, Any] | None:
+    """The model's reply in a chat or respond entry's result (plain JSON): ``content``,
+    ``refusal``, ``finish_reason`` (a Response's ``status``) and ``tool_calls`` as ``{"id",
+    "name", "arguments"}`` with the arguments' JSON text as sent; None if the result is not
+    an OpenAI chat completion or Response."""
+    if not isinstance(response, dict):
+        return None
+    if kind == "respond":
+        output = response.get("output")
+        if not isinstance(output, list):
+            return None
+        texts, refusal, calls = [], None, []
+        for item in output:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "function_call":
+                calls.append({"id": item.get("call_id"), "name": item.get("name"),
+                              "arguments": item.get("arguments") or ""})
+            for part in (item.get("content") or []) if item.get("type") == "message" else ():
+                if isinstance(part, dict) and part.get("type") == "output_text":
+                    texts.append(str(part.get("text") or ""))
+                elif isinstance(part, dict) and part.get("type") == "refusal":
+                    refusal = part.get("refusal")
+        return {"content": "".join(texts) or None, "refusal": refusal,
+                "finish_reason": response.get("status"), "tool_calls": calls}
+    choices = response.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else {}
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        return None
+    calls = [{"id": call.get("id"), "name": (call.get("function") or {}).get("name"),
+              "arguments": (call.get("function") or {}).get("arguments") or ""}
+             for call in message.get("tool_calls") or [] if isinstance(call, dict)]
+    return {"content": message.get("content"), "refusal": message.get("refusal"),
+            "finish_reason": first.get("finish_reason"), "tool_calls": calls}

@@ -6,6 +6,8 @@ import pytest
 
 import durable_nb as dn
 from durable_nb.compaction import DEFAULT_THRESHOLD, SUMMARY_PREFIX
+from durable_nb.export import export_data, export_notebook
+from durable_nb.panel import RunPanel
 from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall
 from durable_nb.tokens import count_message_tokens, encoding_for
 from durable_nb.tools import tool as make_tool
@@ -277,3 +279,12 @@ def test_a_compaction_that_would_not_shrink_is_not_applied_and_replays_so(journa
     # Replay takes the same path without a call.
     assert dn.execute("r", handler, journal=journal, **opts) == len(messages)
     assert seen == [True, True] and server.count(kind="summary") == 1
+    # The panel and an export say it was skipped, not that the context was compacted.
+    info = dn.get_run("r", journal=journal)
+    row = RunPanel.load(info, journal=journal).timeline.value
+    assert f"skipped, would not shrink: {before} &rarr; {after} tok" in row
+    report = "\n".join(cell.source for cell in
+                       export_notebook(export_data(info, journal=journal)).cells)
+    assert "**Compaction skipped**: the summary would not have shrunk the conversation " \
+        f"({before} → {after} tokens)" in report
+    assert "Context compacted" not in report

@@ -12,6 +12,8 @@ from openai.types.responses import Response
 
 import durable_nb as dn
 from durable_nb import serde
+from durable_nb.export import export_data
+from durable_nb.panel import RunPanel
 from durable_nb.runner import Runner
 from durable_nb.testing import LoopbackServer, Reply, ToolCall
 
@@ -99,6 +101,24 @@ def test_the_responses_loop_runs_tools_and_replays_the_real_response(journal, se
         assert "".join(shown.text) == "It is 21 degrees in Oslo.\n"
     else:
         assert shown.text == []
+    # An export tells the Responses rounds as it tells chat rounds.
+    data = export_data(record, journal=journal)
+    assert data["run"]["goal"] == "Weather in Oslo?"
+    first_round, second_round = data["rounds"]
+    assert first_round["chat"]["tool_calls"] == [
+        {"id": "call_0_0", "name": "get_weather", "arguments": {"city": "Oslo"}}]
+    assert first_round["chat"]["request"]["tools"] == ["get_weather"]
+    assert [(s["kind"], s["name"], s.get("tool_call_id")) for s in first_round["steps"]] == \
+        [("run", "get_weather", "call_0_0")]
+    assert second_round["chat"]["content"] == "It is 21 degrees in Oslo."
+    assert second_round["chat"]["finish_reason"] == "completed"
+    assert [m["role"] for m in second_round["chat"]["request"]["new_messages"]] == \
+        ["assistant", "tool"]  # the function call and its output, new in that request
+    # ... and so does the panel's step detail.
+    body = RunPanel.load(record, journal=journal)._render_body(steps[2])
+    assert "with 3 input items and tools get_weather; 2 new in this request" in body
+    assert "1 earlier input items (sent before)" in body
+    assert "It is 21 degrees in Oslo." in body and "(completed)" in body
 
 
 def test_usage_and_meta_of_a_response(journal, server):

@@ -8,6 +8,7 @@ import openai
 import pytest
 
 import durable_nb as dn
+from durable_nb.panel import RunPanel
 from durable_nb.runner import Runner
 from durable_nb.streaming import ChatAssembler
 from durable_nb.endpoints import ReplyProblem
@@ -104,6 +105,12 @@ def test_without_usage_from_the_server_the_usage_is_estimated_and_marked(journal
     chats = [s for s in journal.steps("r") if s.kind == "chat"]
     assert record.prompt_tokens == sum(s.prompt_tokens for s in chats) > 0
     assert record.completion_tokens == sum(s.completion_tokens for s in chats) > 0
+    # The panel says these counts are ours, in the step's row and its details.
+    panel = RunPanel.load(record, journal=journal)
+    assert f"~{first.prompt_tokens:,}+{first.completion_tokens:,} tok (estimated)" in \
+        panel.timeline.value
+    assert "tokens estimated by durable_nb: the server sent no usage" in \
+        panel._render_body(first)
 
 
 @pytest.mark.parametrize("separate", [True, False])
