@@ -13,10 +13,11 @@ import statistics
 import time
 from importlib import metadata
 from pathlib import Path
-__all__ = ["headline", "machine", "markdown", "plot", "targets"]
+
+__all__ = ["checkout", "headline", "machine", "markdown", "plot", "targets"]
 
 Runs = dict[str, list[dict]]
-SYSTEMS = ("plain", "diskcache", "durable_nb", "dbos", "langgraph")
+SYSTEMS = ("plain", "diskcache", "durable_nb", "durable_nb_power", "dbos", "langgraph")
 PACKAGES = ("durable-nb", "diskcache", "dbos", "langgraph", "langgraph-checkpoint-sqlite",
             "openai", "ipykernel", "ipywidgets", "jupyter_client", "matplotlib")
 RSS_SLACK_MB = 5.0
@@ -52,7 +53,7 @@ def _met(ok: bool | None) -> str:
     return "–" if ok is None else ("met" if ok else "**missed**")
 
 
-def machine() -> list[str]:
+def machine(runs: Runs | None = None) -> list[str]:
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -73,8 +74,42 @@ def machine() -> list[str]:
         except metadata.PackageNotFoundError:
             versions.append(f"{package} (not installed)")
     return [f"- Machine: {cpu}, {os.cpu_count()} cores{memory}; {platform.platform()}",
+            "- durable_nb measured: " + ", ".join(sorted({
+                r["checkout"] for r in (runs or {}).get("invocation/run/0", [])
+                if r.get("checkout")}) or [checkout()]),
             f"- Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}",
             "- Versions: " + ", ".join(versions)]
+
+
+def _load(runs: Runs) -> list[str]:
+    """The machine's 1-minute load average as each section started (anything else running
+    on the 2 cores shows here)."""
+    found = [(k.split("/")[1], r) for k, v in runs.items() if k.startswith("load/") for r in v]
+    if not found:
+        return []
+    found.sort(key=lambda x: x[1]["at"])
+    return ["- Load average (1 min) as each section started: " + ", ".join(
+        f"{name} {r['loadavg_1min']:.2f}" for name, r in found)]
+
+
+def checkout() -> str:
+    """The commit of the durable_nb measured (this checkout), and whether its durable_nb/
+    had uncommitted changes."""
+    import subprocess
+
+    import durable_nb
+
+    where = Path(durable_nb.__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(where), "log", "-1", "--format=%h %cs"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "durable_nb"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return str(where)
+    if not head:
+        return str(where)
+    return f"commit {head}" + (" with uncommitted changes in durable_nb/" if dirty else "")
 
 
 def targets(runs: Runs) -> list[tuple[str, str, bool | None]]:
@@ -112,6 +147,12 @@ def targets(runs: Runs) -> list[tuple[str, str, bool | None]]:
         if logical and payload:
             rows.append((f"journal entries (key + JSON) <= 1.5 x payload (N={n:,})",
                          f"{logical / payload:.2f} x", logical / payload <= 1.5))
+    for n in _ns(runs, "first", "durable_nb_power"):
+        power = us("durable_nb_power", n)
+        ours = us("durable_nb", n)
+        if power is not None and ours:
+            rows.append((f"durability=\"power\" per step (N={n:,}; reported, no target)",
+                         f"{power:,.0f} us ({power / ours:.1f} x \"process\")", None))
     for entry in runs.get(f"transcript/durable_nb/{max(_ns(runs, 'transcript') or [0])}", [])[:1]:
         rounds = entry["rounds"]
         tenth = max(len(rounds) // 5, 1)
@@ -126,6 +167,8 @@ def targets(runs: Runs) -> list[tuple[str, str, bool | None]]:
         rows.append((f"peak RSS not growing with N (N={rss_ns[-1]:,} vs {rss_ns[0]:,}, "
                      f"<= {RSS_SLACK_MB:g} MB more)", f"+{high - low:.1f} MB",
                      high - low <= RSS_SLACK_MB))
+    rows += _batch_targets(runs)
+    rows += _pg_targets(runs) + _dask_targets(runs)
     for entry in _all(runs, "widget")[:1]:
         rows.append((f"panel overhead <= 10 % (N={entry['n']:,})",
                      f"{entry['overhead'] * 100:+.1f} %", entry["overhead"] <= 0.10))
@@ -199,28 +242,246 @@ def _bytes_table(runs: Runs) -> list[str]:
 
 
 def _transcript(runs: Runs) -> list[str]:
-    entries = _all(runs, "transcript")
-    if not entries:
+    n = max(_ns(runs, "transcript") or [0])
+    versions = [(name, runs.get(f"transcript/{name}/{n}", [])[:1]) for name in
+                ("durable_nb", "before")]
+    versions = [(name, found[0]) for name, found in versions if found]
+    if not versions:
         return []
-    rounds = entries[0]["rounds"]
-    total = lambda key: sum(r[key] for r in rounds)  # noqa: E731
+    rounds = versions[0][1]["rounds"]
     tenth = max(len(rounds) // 5, 1)
-    avg = lambda key, part: sum(r[key] for r in part) / len(part)  # noqa: E731
-    return [f"### 4b. Journal growth over a {len(rounds)}-round agent transcript", "",
-            "Each round: one `ctx.chat` with the whole conversation so far, one tool call via "
-            "`ctx.run`. New content = the completion's JSON + the tool result's JSON.", "",
-            "| | journal entries | new content | requests sent |", "|---|---:|---:|---:|",
-            f"| total bytes | {total('journal'):,} | {total('new_content'):,} | "
-            f"{total('request'):,} |",
-            f"| per round, first {tenth} rounds | {avg('journal', rounds[:tenth]):,.0f} | "
-            f"{avg('new_content', rounds[:tenth]):,.0f} | {avg('request', rounds[:tenth]):,.0f} |",
-            f"| per round, last {tenth} rounds | {avg('journal', rounds[-tenth:]):,.0f} | "
-            f"{avg('new_content', rounds[-tenth:]):,.0f} | "
-            f"{avg('request', rounds[-tenth:]):,.0f} |", "",
-            f"Journal / new content: {total('journal') / total('new_content'):.2f} x; the "
-            f"requests (what a journal of inputs would hold) grow with the square of the "
-            f"rounds: {total('request') / total('journal'):.1f} x the journal. On disk after "
-            f"the run: {entries[0]['disk_bytes']:,} bytes.", ""]
+    total = lambda rs, key: sum(r[key] for r in rs)  # noqa: E731
+    avg = lambda rs, key: sum(r[key] for r in rs) / len(rs)  # noqa: E731
+    lines = [f"### 4b. Journal growth over a {len(rounds)}-round agent transcript", "",
+             "Each round: one `ctx.chat` with the whole conversation so far, one tool call via "
+             "`ctx.run`. Journal = the run's entries and blobs as stored (keys and values), "
+             "read from the store before and after each round. New content = the "
+             "completion's JSON + the tool result's JSON.", "",
+             "| | journal: total bytes | per round, first rounds | per round, last rounds | "
+             "last / first | journal / new content |", "|---|---:|---:|---:|---:|---:|"]
+    for name, entry in versions:
+        rs = entry["rounds"]
+        first, last = avg(rs[:tenth], "journal"), avg(rs[-tenth:], "journal")
+        label = "this checkout" if name == "durable_nb" else f"before ({entry.get('version')})"
+        lines.append(f"| {label} | {total(rs, 'journal'):,} | {first:,.0f} | {last:,.0f} | "
+                     f"{last / first:.2f} x | {total(rs, 'journal') / total(rs, 'new_content'):.2f}"
+                     f" x |")
+    lines += [f"| new content | {total(rounds, 'new_content'):,} | "
+              f"{avg(rounds[:tenth], 'new_content'):,.0f} | "
+              f"{avg(rounds[-tenth:], 'new_content'):,.0f} | | |",
+              f"| requests sent | {total(rounds, 'request'):,} | "
+              f"{avg(rounds[:tenth], 'request'):,.0f} | {avg(rounds[-tenth:], 'request'):,.0f} "
+              f"| | |", "",
+              f"First / last = the first and last {tenth} rounds. The requests (what storing "
+              f"each request whole would cost) grow with the square of the rounds. On disk "
+              f"after the run: " + ", ".join(
+                  f"{e['disk_bytes']:,} bytes ({'this checkout' if name == 'durable_nb' else 'before'})"
+                  for name, e in versions) + ".", ""]
+    return lines
+
+
+def _batch_rows(runs: Runs) -> list[tuple[str, int, list[dict], list[dict]]]:
+    rows = []
+    for system in ("durable_nb", "loopback_alone", "dbos"):
+        for c in _ns(runs, "batch", system):
+            rows.append((system, c, runs.get(f"batch/{system}/{c}", []),
+                         runs.get(f"batch_rerun/{system}/{c}", [])))
+    return rows
+
+
+def _batch_targets(runs: Runs) -> list[tuple[str, str, bool | None]]:
+    rows: list[tuple[str, str, bool | None]] = []
+    for system, c, done, again in _batch_rows(runs):
+        if system != "durable_nb" or not done:
+            continue
+        ratio = statistics.median(r["seconds"] / r["ideal_seconds"] for r in done)
+        if c == 32 or len(_ns(runs, "batch", "durable_nb")) == 1:
+            rows.append((f"batch wall time <= 1.25 x ideal (C={c})", f"{ratio:.2f} x", ratio <= 1.25))
+        if again:
+            rerun = statistics.median(r["seconds"] for r in again)
+            rows.append((f"re-running the finished batch < 3 s (C={c})", f"{rerun:.2f} s",
+                         rerun < 3.0))
+    return rows
+
+
+def _batch(runs: Runs) -> list[str]:
+    rows = _batch_rows(runs)
+    if not rows:
+        return []
+    first = rows[0][2][0]
+    lines = [f"### 8. A batch: {first['items']:,} items x {first['rounds']} LLM rounds", "",
+             "`durable_nb.map(handler, items, concurrency=C)`, each round a `ctx.chat` against "
+             "the loopback server (another process) answering after a fixed delay; ideal = "
+             "items x rounds x delay / C. `loopback_alone`: the same calls from C threads with "
+             "no durability (what the server and the client manage on this machine); `dbos`: "
+             "the same batch as DBOS workflows on a queue of C (`worker_concurrency`), each "
+             "round a `@DBOS.step`, default SQLite database. Re-run: the finished batch "
+             "called again in a fresh process.", "",
+             "| system | C | wall s | ideal s | / ideal | calls/s | peak RSS MB | re-run s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for system, c, done, again in rows:
+        calls = first["items"] * first["rounds"]
+        lines.append(
+            f"| {system} | {c} | {_cell([r['seconds'] for r in done], '{:.2f}')} | "
+            f"{done[0]['ideal_seconds']:.2f} | "
+            f"{_cell([r['seconds'] / r['ideal_seconds'] for r in done], '{:.2f}')} | "
+            f"{_cell([calls / r['seconds'] for r in done], '{:.0f}')} | "
+            f"{_cell([r['peak_rss_mb'] for r in done], '{:.0f}')} | "
+            f"{_cell([r['seconds'] for r in again], '{:.2f}') if again else '–'} |")
+    return lines + [""]
+
+
+def _registry(runs: Runs) -> list[str]:
+    ns = _ns(runs, "registry")
+    if not ns:
+        return []
+    n = ns[-1]
+    made = runs.get(f"registry_make/durable_nb/{n}", [{}])[0]
+    what = {"runs": "`durable_nb.runs()`: all runs", "runs_running": "`runs(\"running\")`",
+            "runs_unfinished": "`runs((\"running\", \"waiting_approval\"))`",
+            "runs_newest_50": "`runs(limit=50, newest_first=True)`",
+            "scan": "the `%load_ext` scan (`describe_unfinished`)",
+            "cli_runs_running": "`durable-nb runs --status running` (in-process)",
+            "cli_runs": "`durable-nb runs`: every run (in-process)"}
+    lines = [f"### 9. The registry at {n:,} runs", "",
+             f"A journal of {n:,} runs (97 % DONE, 1.5 % FAILED, 1 % RUNNING, 0.5 % "
+             f"WAITING_APPROVAL, 3 steps each; {made.get('disk_bytes', 0) / 2**20:,.0f} MB), "
+             f"each listing in a fresh process (the journal opened, not the interpreter, in "
+             f"the time).", "", "| listing | runs found | ms |", "|---|---:|---:|"]
+    for op in what:
+        found = runs.get(f"registry/{op}/{n}", [])
+        if found:
+            lines.append(f"| {what[op]} | {found[0]['found']:,} | "
+                         f"{_cell([r['ms'] for r in found], '{:,.0f}')} |")
+    return lines + [""]
+
+
+PG_SYSTEMS = {"durable_nb_pg": "durable_nb, PostgreSQL", "dbos_pg": "DBOS, PostgreSQL",
+              "durable_nb": "durable_nb, disk (reference)"}
+
+
+def _pg_targets(runs: Runs) -> list[tuple[str, str, bool | None]]:
+    rows: list[tuple[str, str, bool | None]] = []
+    for n in _ns(runs, "pg_first", "durable_nb_pg"):
+        ours = _median(_values(runs, "pg_first", "durable_nb_pg", n, "us_per_step"))
+        dbos = _median(_values(runs, "pg_first", "dbos_pg", n, "us_per_step"))
+        replay = _median(_values(runs, "pg_replay", "durable_nb_pg", n, "us_per_step"))
+        dbos_replay = _median(_values(runs, "pg_replay", "dbos_pg", n, "us_per_step"))
+        if ours is not None and dbos:
+            rows.append((f"PostgreSQL: step, durable_nb / DBOS on the same server (N={n:,}; "
+                         f"reported, no target)", f"{ours:,.0f} / {dbos:,.0f} us = "
+                         f"{ours / dbos:.2f} x", None))
+        if replay is not None and dbos_replay:
+            rows.append((f"PostgreSQL: replay, durable_nb / DBOS (N={n:,}; reported, no "
+                         f"target)", f"{replay:,.0f} / {dbos_replay:,.0f} us = "
+                         f"{replay / dbos_replay:.2f} x", None))
+    return rows
+
+
+def _pg(runs: Runs) -> list[str]:
+    ns = _ns(runs, "pg_first")
+    if not ns:
+        return []
+    server = runs.get("pg_server/postgres/0", [{}])[0]
+    systems = [s for s in PG_SYSTEMS if _ns(runs, "pg_first", s)]
+    lines = ["### 10. PostgreSQL: durable_nb and DBOS on one server", "",
+             f"One PostgreSQL {server.get('version', '?')} server started by the benchmark "
+             f"(tests/postgres.py: a throw-away cluster on 127.0.0.1, TCP; default settings: "
+             f"fsync={server.get('fsync', '?')}, synchronous_commit="
+             f"{server.get('synchronous_commit', '?')}, shared_buffers="
+             f"{server.get('shared_buffers', '?')}), on this machine, sharing its 2 cores with "
+             f"the benchmark. Each run on a fresh database of it: durable_nb with "
+             f"`journal=\"postgresql://...\"`, DBOS with `system_database_url` there. The "
+             f"same no-op steps as section 1; replay in a fresh process as in section 2 (DBOS: "
+             f"until its recovered workflow's last step). durable_nb on a journal directory "
+             f"measured in the same rotation, for reference. us per step:", "",
+             "| N | " + " | ".join(f"{PG_SYSTEMS[s]}: first run | replay" for s in systems)
+             + " |", "|---:|" + "---:|---:|" * len(systems)]
+    for n in ns:
+        lines.append(f"| {n:,} | " + " | ".join(
+            f"{_cell(_values(runs, 'pg_first', s, n, 'us_per_step'), '{:,.0f}')} | "
+            f"{_cell(_values(runs, 'pg_replay', s, n, 'us_per_step'), '{:,.0f}')}"
+            for s in systems) + " |")
+    lines.append("")
+    if "dbos_pg" in systems and "durable_nb_pg" in systems:
+        lines += ["Ratios of medians, durable_nb / DBOS, both on PostgreSQL:", "",
+                  "| N | first run | replay |", "|---:|---:|---:|"]
+        for n in ns:
+            m = lambda sec, s, n=n: _median(_values(runs, sec, s, n, "us_per_step"))  # noqa: E731
+            lines.append(f"| {n:,} | {_ratio(m('pg_first', 'durable_nb_pg'), m('pg_first', 'dbos_pg'))}"
+                         f" | {_ratio(m('pg_replay', 'durable_nb_pg'), m('pg_replay', 'dbos_pg'))} |")
+        lines.append("")
+    for system in systems:
+        for n in ns:
+            again = _values(runs, "pg_replay", system, n, "executed")
+            if again and max(again) > 0:
+                lines.append(f"- {system} N={n:,}: the resumed run executed {max(again):g} "
+                             f"step(s) again.")
+    return lines
+
+
+def _dask_rows(runs: Runs) -> list[tuple[str, int, list[dict]]]:
+    rows = []
+    def order(key: str) -> tuple:
+        workers = key[1:].split("-")[0]
+        return (key == "threads", int(workers) if workers.isdigit() else 0, key)
+
+    for key in sorted({k.split("/")[1] for k in runs if k.startswith("dask/")}, key=order):
+        for c in _ns(runs, "dask", key):
+            rows.append((key, c, runs[f"dask/{key}/{c}"]))
+    return rows
+
+
+def _dask_targets(runs: Runs) -> list[tuple[str, str, bool | None]]:
+    rows = _dask_rows(runs)
+    rate = {key: _median([r["items"] / r["seconds"] for r in done]) for key, _, done in rows
+            if key != "threads"}
+    if "w1" not in rate:
+        return []
+    out: list[tuple[str, str, bool | None]] = []
+    for key, _, done in rows:
+        if key == "threads" or key == "w1":
+            continue
+        k = int(key[1:].split("-")[0])
+        off = ", Dask's worker profiler off" if key.endswith("-noprofile") else ""
+        out.append((f"Dask: items/s with {k} worker processes{off} / 1 worker (ideal {k} x; "
+                    f"reported, 2 cores)", f"{rate[key] / rate['w1']:.2f} x", None))
+    return out
+
+
+def _dask(runs: Runs) -> list[str]:
+    rows = _dask_rows(runs)
+    if not rows:
+        return []
+    first = rows[0][2][0]
+    delay = first["ideal_seconds"] * first["concurrency"] / (first["items"] * first["rounds"])
+    lines = [f"### 11. A batch on a Dask cluster: {first['items']:,} items x {first['rounds']} "
+             f"LLM rounds @ {delay * 1000:.0f} ms", "",
+             "`durable_nb.map(handler, items, executor=client, journal=\"postgresql://...\", "
+             "concurrency=C)` on a `distributed.LocalCluster(n_workers=k, threads_per_worker=t, "
+             "processes=True)`, C = k x t; each round a `ctx.chat` against the loopback server "
+             "(another process) answering after a fixed delay; the journal on the PostgreSQL "
+             "server of section 10 (a fresh database per run). The handler is a module-level "
+             "function of benchmarks/workloads.py (Dask ships it by reference). Timed from the "
+             "`map` call to its return, the cluster started and every worker warmed first "
+             "(imports, tokenizer, first connection). ideal = items x rounds x delay / C. "
+             "\"no Dask\": the same `map` on C threads in one process. **All on this machine's "
+             "2 cores**: the workers, the scheduler, the process calling `map`, the loopback "
+             "server and PostgreSQL.", "",
+             "| executor | C | wall s | ideal s | / ideal | items/s | calls/s | cluster start s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for key, c, done in rows:
+        what = ("no Dask (threads)" if key == "threads"
+                else f"{key[1:].split('-')[0]} worker(s) x {done[0]['threads']} threads"
+                + (", Dask's worker profiler off" if key.endswith("-noprofile") else ""))
+        lines.append(
+            f"| {what} | {c} | {_cell([r['seconds'] for r in done], '{:.2f}')} | "
+            f"{done[0]['ideal_seconds']:.2f} | "
+            f"{_cell([r['seconds'] / r['ideal_seconds'] for r in done], '{:.2f}')} | "
+            f"{_cell([r['items'] / r['seconds'] for r in done], '{:.1f}')} | "
+            f"{_cell([r['items'] * r['rounds'] / r['seconds'] for r in done], '{:.0f}')} | "
+            f"{_cell([r['cluster_seconds'] for r in done], '{:.1f}')} |")
+    return lines + [""]
 
 
 def _rss_table(runs: Runs) -> list[str]:
@@ -282,11 +543,19 @@ def markdown(runs: Runs, notes: list[str], *, command: str, wall_seconds: float,
              plot: Path | None) -> str:
     """The whole RESULTS.md."""
     target_rows = targets(runs)
+    ran = sorted(runs.get("invocation/run/0", []), key=lambda r: r["at"])
+    if len(ran) > 1 or (ran and ran[0]["command"] != command):
+        produced = (f"Produced by {len(ran)} invocation(s), "
+                    + "; ".join(f"`{r['command']}` ({r['seconds'] / 60:.1f} min)" for r in ran)
+                    + f", {sum(r['seconds'] for r in ran) / 60:.1f} min in all, reported by "
+                      f"`{command}` on {time.strftime('%Y-%m-%d %H:%M %Z')}.")
+    else:
+        produced = (f"Produced by `{command}` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
+                    f"{wall_seconds / 60:.1f} min.")
     lines = ["# Benchmarks", "",
-             f"Produced by `{command}` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
-             f"{wall_seconds / 60:.1f} min. Medians with (min..max) over runs; systems "
-             f"alternate run by run, each run in a fresh process and a fresh temp directory.",
-             "", *machine(), "",
+             produced + " Medians with (min..max) over runs; systems alternate run by run, "
+             "each run in a fresh process and a fresh temp directory.",
+             "", *machine(runs), *_load(runs), "",
              "Each step returns a ~225-byte dict and does no work. durable_nb: `ctx.run` "
              "inside `Runner.run`; diskcache: `Cache.set(key, json)` per step, the floor with "
              "our store; DBOS: `@DBOS.step` in a `@DBOS.workflow`, default SQLite system "
@@ -308,6 +577,7 @@ def markdown(runs: Runs, notes: list[str], *, command: str, wall_seconds: float,
     lines += _replay_notes(runs) + ([""] if _replay_notes(runs) else [])
     lines += _chat(runs) + _bytes_table(runs) + _transcript(runs) + _rss_table(runs)
     lines += _kernel(runs)
+    lines += _batch(runs) + _registry(runs) + _pg(runs) + _dask(runs)
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(lines)
@@ -341,7 +611,8 @@ def plot(runs: Runs, path: Path) -> Path | None:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("µs per step (median)")
     for ax in axes:
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

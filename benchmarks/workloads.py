@@ -111,11 +111,16 @@ def raw_diskcache(spec: dict) -> dict:
 
 
 def durable(spec: dict) -> dict:
-    from durable_nb.journal import DiskJournal
+    """durable_nb's steps on a journal directory, or on PostgreSQL when ``spec["url"]`` is
+    a ``postgresql://`` URL (the journal opened as ``journal="postgresql://..."`` opens it)."""
+    from durable_nb.journal import DiskJournal, open_journal
     from durable_nb.runner import Runner
 
-    n, first = spec["n"], spec["mode"] == "first"
-    journal = DiskJournal(spec["dir"])
+    n, first, url = spec["n"], spec["mode"] == "first", spec.get("url")
+    if url:
+        journal = open_journal(url)
+    else:
+        journal = DiskJournal(spec["dir"], durability=spec.get("durability", "process"))
     clock = _Clock()
 
     def handler(ctx: Any) -> int:
@@ -128,6 +133,9 @@ def durable(spec: dict) -> dict:
     Runner("bench", handler, journal=journal).run()
     clock.stop()
     result = clock.result(n)
+    if url:
+        journal.dispose()
+        return {**result, "payload_bytes": payload_bytes(n)}
     if n <= 10_000:
         result["entry_bytes"] = sum(len(f"step:bench:{e.position}") + len(e.to_json())
                                     for e in journal.steps("bench"))
@@ -141,10 +149,12 @@ def dbos(spec: dict) -> dict:
 
     from dbos import DBOS, SetWorkflowID
 
-    n, first = spec["n"], spec["mode"] == "first"
+    n, first, url = spec["n"], spec["mode"] == "first", spec.get("url")
     # A replaying process is another executor, so that DBOS.launch() does not start the
     # recovery in the background before the clock runs; it is recovered explicitly below.
-    DBOS(config={"name": "bench", "system_database_url": f"sqlite:///{spec['dir']}/dbos.sqlite",
+    # ``spec["url"]``: a PostgreSQL system database instead of the default SQLite file.
+    DBOS(config={"name": "bench",
+                 "system_database_url": url or f"sqlite:///{spec['dir']}/dbos.sqlite",
                  "log_level": "WARNING", "executor_id": "local" if first else "replayer"})
     logging.getLogger("dbos").setLevel(logging.WARNING)
     clock: _Clock | None = None
@@ -159,6 +169,8 @@ def dbos(spec: dict) -> dict:
             step(i)
         if first and clock is not None:
             _crash(clock, count)
+        if clock is not None:
+            clock.stop()  # the replay ends here (see below)
         return count
 
     DBOS.launch()
@@ -168,10 +180,17 @@ def dbos(spec: dict) -> dict:
             workflow(n)
     handles = DBOS._recover_pending_workflows(["local"])
     assert len(handles) == 1, f"expected one pending workflow, found {len(handles)}"
-    handles[0].get_result()
-    clock.stop()
+    # The recovered workflow runs in a thread of its own and its handle polls the database
+    # for the result, by default every second: the clock stops in the workflow instead, at
+    # the end of its last step (before DBOS writes its outcome), and the poll is kept slow
+    # so as not to take the GIL from the replay.
+    handles[0].get_result(polling_interval_sec=0.1)
+    if clock.t1 is None:
+        clock.stop()
     result = clock.result(n)
     DBOS.destroy()
+    if url:
+        return {**result, "payload_bytes": payload_bytes(n)}
     return {**result, "disk_bytes": _dir_bytes(Path(spec["dir"]), "dbos.sqlite*"),
             "payload_bytes": payload_bytes(n)}
 
@@ -247,13 +266,32 @@ def chat(spec: dict) -> dict:
 
 # -- journal growth over an agent transcript -----------------------------------------------
 
+def _logical_bytes(journal: Any, run_id: str) -> int:
+    """Bytes of the run's entries and blobs as stored (keys and values; value files by their
+    size): what the journal holds for the run, however the version at hand lays it out."""
+    total = 0
+    for prefix in (f"step:{run_id}:", f"blob:{run_id}:"):
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        row = journal._cache._sql(
+            "SELECT coalesce(sum(length(CAST(key AS BLOB)) + "
+            "coalesce(length(CAST(value AS BLOB)), size)), 0) FROM Cache "
+            "WHERE key >= ? AND key < ?", (prefix, end)).fetchone()
+        total += row[0]
+    return total
+
+
 def transcript(spec: dict) -> dict:
-    """A ``rounds``-round tool-calling agent on the loopback server; journal bytes per round
-    against the new content of each round and the size of each request."""
+    """A ``rounds``-round tool-calling agent on the loopback server: the journal's growth
+    each round (its entries and blobs, read from the store) against the new content of the
+    round and the size of the request sent. Runs on older versions of durable_nb too
+    (``PYTHONPATH`` to another checkout): "before" and "after" a change of the layout."""
     import openai
 
-    from durable_nb.journal import DiskJournal
-    from durable_nb.runner import RunOptions, Runner
+    try:
+        from durable_nb.journal import DiskJournal
+    except ImportError:  # before the journal interface (d1affa2 and earlier)
+        from durable_nb.journal import Journal as DiskJournal
+    from durable_nb.runner import Runner, RunOptions
     from durable_nb.testing import LoopbackServer, Reply, ToolCall
 
     rounds = spec["n"]
@@ -265,14 +303,7 @@ def transcript(spec: dict) -> dict:
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
                        "required": ["query"]}}}]
     per_round: list[dict] = []
-    entry_bytes = [0]
-
-    class Meter:
-        def on_step(self, entry: Any, replayed: bool) -> None:
-            entry_bytes[0] += len(f"step:transcript:{entry.position}") + len(entry.to_json())
-
-        def on_record(self, record: Any) -> None:
-            pass
+    journal = DiskJournal(spec["dir"])
 
     def lookup(query: str) -> str:
         return f"{query}: revenue 1.2M, up 4% on Q2; top product widgets. " * 4
@@ -280,7 +311,7 @@ def transcript(spec: dict) -> dict:
     def agent(ctx: Any) -> str:
         messages: list[dict] = [*CHAT_MESSAGES]
         for _ in range(rounds):
-            before = entry_bytes[0]
+            before = _logical_bytes(journal, "transcript")
             request_bytes = len(json.dumps(messages))
             reply = ctx.chat(model="loopback-1", messages=messages, tools=tools)
             message = reply.choices[0].message.model_dump(exclude_none=True)
@@ -291,27 +322,328 @@ def transcript(spec: dict) -> dict:
                 output = ctx.run("lookup", lookup, query)
                 new_content += len(json.dumps(output))
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
-            per_round.append({"journal": entry_bytes[0] - before, "new_content": new_content,
-                              "request": request_bytes})
+            per_round.append({"journal": _logical_bytes(journal, "transcript") - before,
+                              "new_content": new_content, "request": request_bytes})
         return "done"
 
-    journal = DiskJournal(spec["dir"])
     with LoopbackServer(script) as server:
         client = openai.OpenAI(base_url=server.url, api_key="bench", max_retries=0)
-        Runner("transcript", agent, journal=journal, observer=Meter(),
-               options=RunOptions(client=client)).run()
+        Runner("transcript", agent, journal=journal, options=RunOptions(client=client)).run()
     journal.close()
-    return {"rounds": per_round, "disk_bytes": _dir_bytes(Path(spec["dir"]))}
+    return {"rounds": per_round, "disk_bytes": _dir_bytes(Path(spec["dir"])),
+            "version": spec.get("version", "this checkout")}
+
+
+# -- a batch: items x LLM rounds against a slow loopback server --------------------------
+
+BATCH_SCRIPT = ["round 0: looked it up.", "round 1: checked it.", "round 2: final answer."]
+
+
+def _batch_client(spec: dict) -> Any:
+    """One OpenAI client for every item, its connection pool as large as the concurrency
+    (openai's default keeps 100 idle connections: more items in flight would reconnect)."""
+    import httpx
+    import openai
+
+    size = max(int(spec["concurrency"]), 1)
+    http = openai.DefaultHttpxClient(limits=httpx.Limits(max_connections=size * 2,
+                                                         max_keepalive_connections=size * 2))
+    return openai.OpenAI(base_url=spec["url"], api_key="bench", max_retries=0, http_client=http)
+
+
+def _batch_messages(item: int, replies: list[str]) -> list[dict]:
+    messages = [{"role": "user", "content": f"Summarise ticket {item} in one line."}]
+    for reply in replies:
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "go on"}]
+    return messages
+
+
+def batch(spec: dict) -> dict:
+    """``items`` x ``rounds`` ``ctx.chat`` calls through ``durable_nb.map(concurrency=C)``,
+    timed from the call to its return; ``mode: "rerun"`` is the same call again in a fresh
+    process once the batch is DONE (every item answered from the journal)."""
+    import durable_nb
+
+    items, rounds = spec["n"], spec["rounds"]
+    client = _batch_client(spec)
+    client.chat.completions.create(model="loopback-1", messages=_batch_messages(-1, []))
+    from durable_nb.tokens import count_message_tokens
+
+    count_message_tokens(_batch_messages(0, []), "loopback-1")  # the tokenizer loads once
+
+    def handler(ctx: Any, item: int) -> str:
+        replies: list[str] = []
+        for _ in range(rounds):
+            reply = ctx.chat(model="loopback-1", messages=_batch_messages(item, replies))
+            replies.append(reply.choices[0].message.content)
+        return replies[-1]
+
+    clock = _Clock()
+    result = durable_nb.map(handler, range(items), batch_id="bench", key="index",
+                            concurrency=spec["concurrency"], journal=spec["dir"], client=client)
+    clock.stop()
+    counts = result.counts
+    assert counts == {"DONE": items}, counts
+    out = clock.result(items * rounds, items=items, rounds=rounds,
+                       concurrency=spec["concurrency"], peak_rss_mb=_peak_rss_mb())
+    if spec.get("mode") != "rerun":
+        out["ideal_seconds"] = items * rounds * spec["delay"] / spec["concurrency"]
+    return out
+
+
+def batch_dbos(spec: dict) -> dict:
+    """The same batch as DBOS workflows on a queue of the same concurrency, each LLM round a
+    ``@DBOS.step``, DBOS's default SQLite system database."""
+    import logging
+
+    from dbos import DBOS
+
+    items, rounds, concurrency = spec["n"], spec["rounds"], spec["concurrency"]
+    client = _batch_client(spec)
+    client.chat.completions.create(model="loopback-1", messages=_batch_messages(-1, []))
+    DBOS(config={"name": "bench", "system_database_url": f"sqlite:///{spec['dir']}/dbos.sqlite",
+                 "log_level": "WARNING", "max_executor_threads": concurrency + 8})
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+
+    @DBOS.step()
+    def chat(item: int, replies: list[str]) -> str:
+        reply = client.chat.completions.create(model="loopback-1",
+                                               messages=_batch_messages(item, replies))
+        return reply.choices[0].message.content
+
+    ends: list[float] = []
+
+    @DBOS.workflow()
+    def ticket(item: int) -> str:
+        replies: list[str] = []
+        for _ in range(rounds):
+            replies.append(chat(item, replies))
+        ends.append(time.perf_counter())
+        return replies[-1]
+
+    DBOS.launch()
+    queue = DBOS.register_queue("bench", worker_concurrency=concurrency,
+                                polling_interval_sec=0.05)
+    clock = _Clock()
+    handles = [queue.enqueue(ticket, item) for item in range(items)]
+    for handle in handles:
+        handle.get_result(polling_interval_sec=0.1)
+    # The batch ends with its last item's last step, not at the handles' next poll (every
+    # 0.1 s here, a second by default): a handle polls the database for its result.
+    clock.t1 = max(ends)
+    out = clock.result(items * rounds, items=items, rounds=rounds, concurrency=concurrency,
+                       peak_rss_mb=_peak_rss_mb(),
+                       ideal_seconds=items * rounds * spec["delay"] / concurrency)
+    DBOS.destroy()
+    return out
+
+
+def loopback_alone(spec: dict) -> dict:
+    """The loopback server without any durability: ``concurrency`` threads making
+    ``items x rounds`` calls between them with the same client and requests, to see what the
+    server (and the client) can do on this machine."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    items, rounds, concurrency = spec["n"], spec["rounds"], spec["concurrency"]
+    client = _batch_client(spec)
+    client.chat.completions.create(model="loopback-1", messages=_batch_messages(-1, []))
+
+    def one(item: int) -> None:
+        replies: list[str] = []
+        for _ in range(rounds):
+            reply = client.chat.completions.create(model="loopback-1",
+                                                   messages=_batch_messages(item, replies))
+            replies.append(reply.choices[0].message.content)
+
+    clock = _Clock()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, range(items)))
+    clock.stop()
+    return clock.result(items * rounds, items=items, rounds=rounds, concurrency=concurrency,
+                        peak_rss_mb=_peak_rss_mb(),
+                        ideal_seconds=items * rounds * spec["delay"] / concurrency)
+
+
+# -- a batch on a Dask cluster -------------------------------------------------------------
+
+#: One OpenAI client per worker process and server URL (made on the worker: a client cannot
+#: be pickled; kept, so that each item does not open new connections).
+_WORKER_CLIENTS: dict[str, Any] = {}
+
+
+def _worker_client(url: str) -> Any:
+    client = _WORKER_CLIENTS.get(url)
+    if client is None:
+        client = _WORKER_CLIENTS[url] = _batch_client({"url": url, "concurrency": 32})
+    return client
+
+
+def dask_item(url: str, rounds: int, ctx: Any, item: int) -> str:
+    """The item handler of the Dask batch: ``rounds`` ``ctx.chat`` calls, as in
+    :func:`batch`. Module-level, so Dask ships it by reference (``functools.partial`` binds
+    ``url`` and ``rounds``) and the workers import it from this module."""
+    client = _worker_client(url)
+    replies: list[str] = []
+    for _ in range(rounds):
+        reply = ctx.chat(model="loopback-1", messages=_batch_messages(item, replies),
+                         client=client)
+        replies.append(reply.choices[0].message.content)
+    return replies[-1]
+
+
+def dask_warm(url: str, journal: str) -> int:
+    """Run on every worker before the clock: the imports, the tokenizer, the client's first
+    connection and the journal's connection pool, which each worker makes once."""
+    import durable_nb
+    from durable_nb.journal import open_journal
+    from durable_nb.tokens import count_message_tokens
+
+    _worker_client(url).chat.completions.create(model="loopback-1",
+                                                messages=_batch_messages(-1, []))
+    count_message_tokens(_batch_messages(0, []), "loopback-1")
+    open_journal(journal).find_run("warm-up")
+    assert durable_nb.map
+    return os.getpid()
+
+
+def dask_batch(spec: dict) -> dict:
+    """``items`` x ``rounds`` ``ctx.chat`` calls through ``durable_nb.map(executor=client)``
+    on a ``LocalCluster`` of ``workers`` processes x ``threads`` threads (``concurrency =
+    workers x threads``), the journal on PostgreSQL (``spec["journal"]``), timed from the
+    call to its return with the cluster started and warmed. ``workers: 0``: the same map on
+    threads in this process (no Dask), ``concurrency`` as given."""
+    import functools
+    import logging
+
+    import durable_nb
+
+    # By its module name, not __main__: Dask then ships the handler by reference.
+    from benchmarks.workloads import dask_item as handler_function
+    from benchmarks.workloads import dask_warm as warm
+
+    items, rounds, workers = spec["n"], spec["rounds"], spec["workers"]
+    handler = functools.partial(handler_function, spec["url"], rounds)
+    cluster = client = None
+    started = time.perf_counter()
+    if workers:
+        if not spec.get("profile", True):
+            # Dask's worker samples every thread's stack every 10 ms by default (its
+            # dashboard's profile): the workers inherit the setting from the environment.
+            os.environ["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] = "False"
+        import distributed
+
+        concurrency = workers * spec["threads"]
+        cluster = distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=spec["threads"], processes=True,
+            dashboard_address=None, silence_logs=logging.WARNING)
+        client = distributed.Client(cluster)
+        client.wait_for_workers(workers)
+        pids = client.run(warm, spec["url"], spec["journal"])
+        assert len(set(pids.values())) == workers, pids
+    else:
+        concurrency = spec["concurrency"]
+        warm(spec["url"], spec["journal"])
+    cluster_seconds = time.perf_counter() - started
+    clock = _Clock()
+    result = durable_nb.map(handler, range(items), batch_id="bench", key="index",
+                            concurrency=concurrency, journal=spec["journal"], executor=client)
+    clock.stop()
+    assert result.counts == {"DONE": items}, result.counts
+    out = clock.result(items * rounds, items=items, rounds=rounds, workers=workers,
+                       threads=spec.get("threads") if workers else None,
+                       profile=spec.get("profile", True),
+                       concurrency=concurrency, cluster_seconds=cluster_seconds,
+                       ideal_seconds=items * rounds * spec["delay"] / concurrency)
+    if client is not None:
+        client.close()
+        cluster.close()
+    return out
+
+
+# -- the registry at scale ----------------------------------------------------------------
+
+REGISTRY_OPS = ("runs", "runs_running", "runs_unfinished", "runs_newest_50", "scan",
+                "cli_runs_running", "cli_runs")
+
+
+def registry(spec: dict) -> dict:
+    """``mode: "make"``: a journal of N finished-looking runs (97 % DONE, 1.5 % FAILED,
+    1 % RUNNING, 0.5 % WAITING_APPROVAL; three steps each), written in one transaction.
+    ``mode: "time"``: one listing, in a fresh process, on that journal (opened read-only as
+    the CLI does, except the scan, which may mark expired runs)."""
+    import contextlib
+    import io
+    import random
+
+    from durable_nb.journal import DiskJournal, RunRecord, Status, StepEntry
+
+    n = spec["n"]
+    if spec["mode"] == "make":
+        journal = DiskJournal(spec["dir"])
+        rnd = random.Random(1)
+        start = time.time() - n
+        clock = _Clock()
+        with journal._cache.transact(retry=True):
+            for i in range(n):
+                r = rnd.random()
+                status = (Status.DONE if r < 0.97 else Status.FAILED if r < 0.985
+                          else Status.RUNNING if r < 0.995 else Status.WAITING_APPROVAL)
+                record = RunRecord(
+                    run_id=f"eval-{i // 1000}/item-{i}", title=f"item {i}", status=status,
+                    iteration=3, prompt_tokens=1200, completion_tokens=300, step_count=3,
+                    created_at=start + i, updated_at=start + i,
+                    result={"answer": "x" * 40} if status is Status.DONE else None,
+                    pending_approval={"key": "2", "name": "send", "details": {"to": "a@b"}}
+                    if status is Status.WAITING_APPROVAL else None)
+                journal.create_run(record)
+                for position in range(3):
+                    journal._cache.add(f"step:{record.run_id}:{position}", StepEntry(
+                        position, str(position), "chat", "chat", result={"a": 1}).to_json())
+        clock.stop()
+        journal.close()
+        return clock.result(n, disk_bytes=_dir_bytes(Path(spec["dir"])))
+    op = spec["op"]
+    from durable_nb import registry as reg
+    from durable_nb.cli import main as cli
+    from durable_nb.notebook.scan import describe_unfinished
+
+    journal = DiskJournal(spec["dir"], read_only=op != "scan")
+    clock = _Clock()
+    if op == "runs":
+        found = len(reg.runs(journal=journal))
+    elif op == "runs_running":
+        found = len(reg.runs("running", journal=journal))
+    elif op == "runs_unfinished":
+        found = len(reg.runs(("running", "waiting_approval"), journal=journal))
+    elif op == "runs_newest_50":
+        found = len(reg.runs(journal=journal, limit=50, newest_first=True))
+    elif op == "scan":
+        found = len(describe_unfinished(journal))
+    else:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            cli(["--journal", spec["dir"], "runs",
+                 *(["--status", "running"] if op == "cli_runs_running" else [])])
+        found = len(out.getvalue().splitlines()) - 1
+    clock.stop()
+    result = clock.result(1, found=found)
+    result["ms"] = result.pop("seconds") * 1e3
+    return result
 
 
 SYSTEMS: dict[str, Callable[[dict], dict]] = {
     "plain": plain, "diskcache": raw_diskcache, "durable_nb": durable, "dbos": dbos,
-    "langgraph": langgraph, "chat": chat, "transcript": transcript,
+    "durable_nb_power": lambda spec: durable({**spec, "durability": "power"}),
+    "langgraph": langgraph, "chat": chat, "transcript": transcript, "batch": batch,
+    "batch_dbos": batch_dbos, "loopback_alone": loopback_alone, "registry": registry,
+    "dask_batch": dask_batch,
 }
 
 
 def main(argv: list[str]) -> None:
     spec = json.loads(argv[0])
+    if spec.get("durable_nb_path"):  # measure another checkout of durable_nb ("before")
+        sys.path.insert(0, spec["durable_nb_path"])
     if spec["system"] in ("widget", "restart"):
         from . import kernel
 

@@ -38,3 +38,24 @@ def test_quick_run_writes_a_report_with_every_section(tmp_path: Path) -> None:
             assert f"{peer}: skipped, not installed" in report
         else:
             assert runs.get(f"replay/{peer}/50"), f"{peer} is installed but was not measured"
+
+    # The batch, the registry, PostgreSQL (one server the runner starts) and Dask, tiny.
+    assert runs.get("batch/durable_nb/4") and runs.get("batch_rerun/durable_nb/4")
+    assert "### 8. A batch" in report and "### 9. The registry" in report
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tests.postgres import postgres_bin
+    finally:
+        sys.path.remove(str(ROOT))
+    if postgres_bin() is None or importlib.util.find_spec("psycopg") is None:
+        assert "postgres: skipped" in report
+    else:
+        for system in ("durable_nb_pg", "durable_nb"):
+            assert runs.get(f"pg_first/{system}/20") and runs.get(f"pg_replay/{system}/20")
+            assert runs[f"pg_replay/{system}/20"][0]["executed"] == 0
+        assert "### 10. PostgreSQL" in report
+        if importlib.util.find_spec("distributed") is None:
+            assert "dask: skipped" in report
+        else:
+            assert runs.get("dask/w1/2") and runs.get("dask/threads/2")
+            assert "### 11. A batch on a Dask cluster" in report
