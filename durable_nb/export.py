@@ -24,10 +24,8 @@ import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from . import serde
 from .batch import batch as read_batch
@@ -45,6 +43,19 @@ from .summary import (
     request_items,
     stored_digests,
 )
+
+if TYPE_CHECKING:
+    import nbformat
+
+
+def _nbformat() -> Any:
+    """nbformat with its v4 builders, imported when a notebook is made: importing it loads its
+    JSON-schema validators (seconds on a small machine), which ``%load_ext durable_nb`` and
+    every ``durable-nb`` command would otherwise pay without exporting anything."""
+    import nbformat.v4
+
+    return nbformat
+
 
 __all__ = ["BATCH_FORMATS", "EXPORT_VERSION", "FORMATS", "batch_notebook", "export_batch",
            "export_data", "export_notebook", "export_run", "plain"]
@@ -74,7 +85,7 @@ def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = Non
     if fmt == "json":
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     else:
-        text = nbformat.writes(export_notebook(data))
+        text = _nbformat().writes(export_notebook(data))
     _write_whole(path, text)
     return path
 
@@ -284,21 +295,24 @@ _plain = plain  # the name used below
 def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
     """The notebook telling the run in ``data`` (from :func:`export_data`); valid under
     ``nbformat.validate``, without outputs."""
+    nbf = _nbformat()
+    markdown_cell, code_cell = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
     run = data["run"]
-    cells = [new_markdown_cell(_title_md(run, data["result"]), metadata={"durable_nb": run})]
+    cells = [markdown_cell(_title_md(run, data["result"]), metadata={"durable_nb": run})]
     if run.get("source"):
-        cells.append(new_code_cell(run["source"], metadata={"durable_nb": {"source_of": run["run_id"]}}))
+        cells.append(code_cell(run["source"],
+                               metadata={"durable_nb": {"source_of": run["run_id"]}}))
     for round_ in data["rounds"]:
         summary = {k: v for k, v in round_.items() if k != "steps"}
-        cells.append(new_markdown_cell(_round_md(round_), metadata={"durable_nb": summary}))
-        cells += [new_markdown_cell(_step_md(step), metadata={"durable_nb": step})
+        cells.append(markdown_cell(_round_md(round_), metadata={"durable_nb": summary}))
+        cells += [markdown_cell(_step_md(step), metadata={"durable_nb": step})
                   for step in round_["steps"]]
-    cells.append(new_markdown_cell(_result_md(data["result"]),
-                                   metadata={"durable_nb": data["result"]}))
-    nb = new_notebook(cells=cells, metadata={
+    cells.append(markdown_cell(_result_md(data["result"]),
+                               metadata={"durable_nb": data["result"]}))
+    nb = nbf.v4.new_notebook(cells=cells, metadata={
         "language_info": {"name": "python"},
         "durable_nb": {"export_version": data["export_version"], "run_id": run["run_id"]}})
-    nbformat.validate(nb)
+    nbf.validate(nb)
     return nb
 
 
@@ -557,7 +571,7 @@ def export_batch(batch_id: str, path: str | os.PathLike, *, format: str | None =
         pending = {item.run_id: (source.find_run(item.run_id).pending_approval or {})
                    for item in batch if item.status is not None
                    and item.status.value == "WAITING_APPROVAL"}
-        text = nbformat.writes(batch_notebook(batch, pending))
+        text = _nbformat().writes(batch_notebook(batch, pending))
     _write_whole(path, text)
     return path
 
@@ -566,29 +580,31 @@ def batch_notebook(batch: Any, pending: dict[str, dict] | None = None) -> nbform
     """A notebook report of a :class:`~durable_nb.batch.Batch`: valid under
     ``nbformat.validate``, without outputs. ``pending`` maps item run ids to their pending
     approvals (name, details)."""
+    nbf = _nbformat()
+    markdown_cell, code_cell = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
     pending = pending or {}
     items = list(batch)
     counts = batch.counts
     total = {"items": len(items), "counts": counts, "tokens": batch.tokens,
              "prompt_tokens": sum(i.prompt_tokens for i in items),
              "completion_tokens": sum(i.completion_tokens for i in items), "cost": batch.cost}
-    cells = [new_markdown_cell(_batch_title_md(batch, total), metadata={"durable_nb": total})]
-    cells.append(new_markdown_cell(_batch_table_md(items)))
+    cells = [markdown_cell(_batch_title_md(batch, total), metadata={"durable_nb": total})]
+    cells.append(markdown_cell(_batch_table_md(items)))
     failed = [i for i in items if i.state in ("FAILED", "CANCELLED")]
     if failed:
-        cells.append(new_markdown_cell(_failures_md(failed)))
+        cells.append(markdown_cell(_failures_md(failed)))
     waiting = [i for i in items if i.state == "WAITING_APPROVAL"]
     if waiting:
-        cells.append(new_markdown_cell(_waiting_md(waiting, pending)))
-    cells.append(new_markdown_cell("## Load it\n\nThe batch as data (not executed here): "
+        cells.append(markdown_cell(_waiting_md(waiting, pending)))
+    cells.append(markdown_cell("## Load it\n\nThe batch as data (not executed here): "
                                    "`records()` gives plain dicts, `to_pandas()` a DataFrame "
                                    "when pandas is installed."))
-    cells.append(new_code_cell(f"import durable_nb\n\nbatch = durable_nb.batch({batch.batch_id!r})"
+    cells.append(code_cell(f"import durable_nb\n\nbatch = durable_nb.batch({batch.batch_id!r})"
                                f"\nbatch.records()[:5]"))
-    nb = new_notebook(cells=cells, metadata={
+    nb = nbf.v4.new_notebook(cells=cells, metadata={
         "language_info": {"name": "python"},
         "durable_nb": {"export_version": EXPORT_VERSION, "batch_id": batch.batch_id}})
-    nbformat.validate(nb)
+    nbf.validate(nb)
     return nb
 
 
