@@ -166,9 +166,12 @@ def _chat_request(entry: Any, run_id: str, journal: Journal | None,
     stored = entry.request if isinstance(entry.request, dict) else None
     if stored is None or journal is None:
         return None
-    whole = load_request(stored, lambda digest: journal.get_blob(run_id, digest))
+    def get_blob(digest: str) -> str | None:
+        return journal.get_blob(run_id, digest)
+
+    whole = load_request(stored, get_blob)
     items = request_items(entry.kind, whole)
-    refs = stored_digests(entry.kind, stored)
+    refs = stored_digests(entry.kind, stored, get_blob)
     if refs is not None and len(refs) == len(items):
         new = [item for item, digest in zip(items, refs) if digest not in seen]
         seen.update(refs)

@@ -456,7 +456,7 @@ class RunPanel:
 
     def _note_messages(self, entry: StepEntry) -> None:
         """Remember which chat messages this request added (by their blob digests)."""
-        digests = stored_digests(entry.kind, entry.request)
+        digests = stored_digests(entry.kind, entry.request, self._get_blob)
         if digests is None:
             return
         self._new_messages[entry.position] = [d for d in digests if d not in self._seen_messages]
@@ -521,13 +521,15 @@ class RunPanel:
             self._details[entry.position] = cached
         return cached
 
+    def _get_blob(self, digest: str) -> str | None:
+        if self._journal is None:
+            return None
+        return self._journal.get_blob(self._record.run_id, digest)
+
     def _request(self, entry: StepEntry) -> Any:
-        if entry.request is None:
+        if entry.request is None or self._journal is None:
             return None
-        journal, run_id = self._journal, self._record.run_id
-        if journal is None:
-            return None
-        return load_request(entry.request, lambda digest: journal.get_blob(run_id, digest))
+        return load_request(entry.request, self._get_blob)
 
     def _render_body(self, entry: StepEntry) -> str:
         parts: list[str] = []
@@ -585,7 +587,7 @@ class RunPanel:
 
     def _chat_request_html(self, entry: StepEntry, request: dict) -> str:
         items = request_items(entry.kind, request)
-        refs = stored_digests(entry.kind, entry.request) or []
+        refs = stored_digests(entry.kind, entry.request, self._get_blob) or []
         new = set(self._new_messages.get(entry.position, refs))
         fresh = [m for m, d in zip(items, refs) if d in new] if refs else items
         earlier = [m for m, d in zip(items, refs) if d not in new] if refs else []

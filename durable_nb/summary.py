@@ -5,10 +5,11 @@ and exports."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .journal import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
+from .journal.blobs import expand_list
 from .responses import response_messages
 
 __all__ = ["age", "cost_of", "elapsed", "format_cost", "format_duration", "item_messages",
@@ -116,10 +117,14 @@ def _field(kind: str) -> str:
     return "input" if kind == "respond" else "messages"
 
 
-def stored_digests(kind: str, stored: Any) -> list[str] | None:
+def stored_digests(kind: str, stored: Any, get_blob: Callable[[str], str | None]
+                   ) -> list[str] | None:
     """The blob digests of a chat request's messages (a respond request's input items) as
-    its entry stores them, in order; None when they are kept inline."""
+    its entry stores them, in order (``get_blob`` reads the list's nodes); None when they
+    are kept inline."""
     refs = stored.get(_field(kind)) if isinstance(stored, dict) else None
+    if isinstance(refs, dict) and isinstance(refs.get("$list"), str):
+        return expand_list(refs["$list"], get_blob)
     digests = refs.get("$blobs") if isinstance(refs, dict) else None
     return [str(d) for d in digests] if isinstance(digests, list) else None
 

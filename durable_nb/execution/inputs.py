@@ -9,16 +9,19 @@ with the journaled one and stops before returning a stale result when they diffe
 
 The inputs themselves are journaled too, so that a person can see what a step was asked and
 what changed. Large parts are stored once per run as *blobs*, by digest: each chat message
-once, however many later requests repeat it, so the journal grows with new content only.
+once, however many later requests repeat it, and the list of a request's messages as a chain
+that extends the list of an earlier request (:mod:`durable_nb.journal.blobs`), so the journal
+grows with new content only.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any, Callable
+
+from ..journal.blobs import blob_digest, expand_list
 
 __all__ = ["canonical", "first_difference", "fingerprint", "load_request", "store_request"]
 
@@ -60,10 +63,6 @@ def _dumps(data: Any) -> str:
     return _SORTED.encode(data)
 
 
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
-
-
 def fingerprint(data: Any) -> str:
     """A short digest of input data, as :func:`canonical` would make it (computed without
     building the canonical copy: on replay it is the only work a step's inputs cost)."""
@@ -71,7 +70,7 @@ def fingerprint(data: Any) -> str:
         text = _SORTED_ANY.encode(data)
     except (TypeError, ValueError):  # keys of mixed types cannot be sorted
         text = _dumps(canonical(data))
-    return _digest(text)
+    return blob_digest(text)
 
 
 def _canonical_default(value: Any) -> Any:
@@ -90,7 +89,8 @@ def store_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
 
     Items of ``messages`` / ``input`` lists, and any other field longer than a few hundred
     characters of JSON, become blobs ``{digest: json}``; the entry holds
-    ``{"$blobs": [digest, ...]}`` or ``{"$blob": digest}`` in their place.
+    ``{"$blobs": [digest, ...]}`` or ``{"$blob": digest}`` in their place (the journal's
+    writer turns each ``$blobs`` list into a ``$list`` chain when it appends the entry).
     """
     whole = _dumps(data)
     if len(whole) <= _INLINE_LIMIT and not any(f in data for f in _PER_ITEM):
@@ -100,7 +100,7 @@ def store_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
 
     def blob(value: Any) -> str:
         text = _dumps(value)
-        digest = _digest(text)
+        digest = blob_digest(text)
         blobs[digest] = text
         return digest
 
@@ -133,6 +133,10 @@ def load_request(stored: Any, get_blob: Callable[[str], str | None]) -> Any:
     for field, value in stored.items():
         if isinstance(value, dict) and set(value) == {"$blobs"} and isinstance(value["$blobs"], list):
             whole[field] = [load(d) for d in value["$blobs"]]
+        elif isinstance(value, dict) and set(value) == {"$list"}:
+            digests = expand_list(str(value["$list"]), get_blob)
+            whole[field] = [load(d) for d in digests] if digests is not None else \
+                f"<missing blob {value['$list']}>"
         elif isinstance(value, dict) and set(value) == {"$blob"}:
             whole[field] = load(value["$blob"])
         else:

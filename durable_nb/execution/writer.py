@@ -20,11 +20,15 @@ from typing import Callable, Literal
 
 from ..errors import JournalWriteError
 from ..journal import Journal, RunRecord, StepEntry
+from ..journal.blobs import list_node
 
 __all__ = ["JournalWriter", "OnJournalError"]
 
 OnJournalError = Literal["continue", "stop"]
 _WRITE_ERRORS = (OSError, sqlite3.Error, TimeoutError)
+#: How many lists of earlier requests the writer remembers, to find the one a new request's
+#: list extends (a few: concurrent conversations interleave).
+_RECENT_LISTS = 8
 
 
 class JournalWriter:
@@ -40,6 +44,7 @@ class JournalWriter:
         self._on_degraded = on_degraded
         self._queue: deque[tuple[StepEntry, str | None, dict[str, str] | None]] = deque()
         self._blobs_written: set[str] = set()
+        self._lists: deque[tuple[tuple[str, ...], str]] = deque(maxlen=_RECENT_LISTS)
         self.lock = threading.RLock()
 
     def append(self, entry: StepEntry, *, record_changed: bool = False,
@@ -50,6 +55,7 @@ class JournalWriter:
             entry.position = self.next_position
             self.next_position += 1
             self.record.step_count = self.next_position
+            blobs = self._chain_lists(entry, blobs)
             new_blobs = None
             if blobs:
                 new_blobs = {d: t for d, t in blobs.items() if d not in self._blobs_written}
@@ -58,6 +64,29 @@ class JournalWriter:
             self._queue.append((entry, snapshot, new_blobs or None))
             self.flush()
         return entry
+
+    def _chain_lists(self, entry: StepEntry, blobs: dict[str, str] | None
+                     ) -> dict[str, str] | None:
+        """Each ``$blobs`` list of the entry's request as a ``$list`` node extending the
+        longest list of a recent request it starts with (see :mod:`durable_nb.journal.blobs`):
+        a chat entry then costs the journal its new messages, not the whole conversation.
+        Here, under the writer's lock, so a node only ever extends one queued before it."""
+        request = entry.request
+        if not isinstance(request, dict):
+            return blobs
+        for field, value in list(request.items()):
+            if not (isinstance(value, dict) and isinstance(value.get("$blobs"), list)):
+                continue
+            items = tuple(str(d) for d in value["$blobs"])
+            prev, start = None, 0
+            for known, node in self._lists:
+                if start < len(known) <= len(items) and items[:len(known)] == known:
+                    prev, start = node, len(known)
+            digest, text = list_node(prev, items[start:])
+            request[field] = {"$list": digest}
+            blobs = {**(blobs or {}), digest: text}
+            self._lists.append((items, digest))
+        return blobs
 
     def _snapshot(self) -> str:
         # Taken now: an entry still queued when a later one changes the record again must

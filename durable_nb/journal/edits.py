@@ -7,21 +7,10 @@ import time
 from typing import Any
 
 from .base import Journal
+from .blobs import referenced_blobs
 from .records import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 
 __all__ = ["copy_run", "fork_run", "recount", "rewind"]
-
-
-def _blob_digests(request: Any) -> list[str]:
-    if not isinstance(request, dict):
-        return []
-    digests = []
-    for value in request.values():
-        if isinstance(value, dict) and isinstance(value.get("$blobs"), list):
-            digests.extend(str(d) for d in value["$blobs"])
-        elif isinstance(value, dict) and "$blob" in value:
-            digests.append(str(value["$blob"]))
-    return digests
 
 
 def copy_run(source: Journal, run_id: str, target: Journal, new_id: str, *,
@@ -47,12 +36,16 @@ def copy_run(source: Journal, run_id: str, target: Journal, new_id: str, *,
                          f"(durable-nb delete {new_id}) and copy it again")
     if not target.create_run(placeholder):
         return None
+    copied: set[str] = set()
     for entry in source.steps(run_id):
         blobs = {}
-        for digest in _blob_digests(entry.request):
+        for digest in referenced_blobs(entry.request, lambda d: source.get_blob(run_id, d)):
+            if digest in copied:
+                continue
             text = source.get_blob(run_id, digest)
             if text is not None:
                 blobs[digest] = text
+                copied.add(digest)
         target.append_step(new_id, entry, blobs=blobs or None)
     record.step_count = target.count_steps(new_id)
     target.put_run(record)
