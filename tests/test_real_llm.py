@@ -84,6 +84,11 @@ class Shown:
         self.text.append(delta)
 
 
+def _ended(text: str) -> str:
+    """Streamed text as shown: the reply, then a newline unless the reply ends with one."""
+    return text if text.endswith("\n") else text + "\n"
+
+
 def report(what: str, **numbers) -> None:
     print(f"\n[real_llm] {what}: " + ", ".join(f"{k}={v}" for k, v in numbers.items()))
 
@@ -105,7 +110,7 @@ def test_streamed_chat_is_journaled_with_usage_and_replayed(journal, port):
     (step,) = journal.steps("r")
     choice = reply.choices[0]
     assert choice.finish_reason in ("stop", "length") and choice.message.content
-    assert "".join(shown.text) == choice.message.content + "\n"
+    assert "".join(shown.text) == _ended(choice.message.content)
     assert step.prompt_tokens > 0 and 0 < step.completion_tokens
     # llama-cpp-python never sends usage in a stream: estimated; llama-server does.
     assert bool(step.meta.get("estimated")) == (port == PY)
@@ -284,7 +289,7 @@ def test_llama_server_responses_api_streamed_and_not(journal):
 
     plain, streamed = Runner("r", handler, journal=journal, observer=shown).run().result
     assert plain.output_text and streamed.output_text
-    assert "".join(shown.text) == streamed.output_text + "\n"
+    assert "".join(shown.text) == _ended(streamed.output_text)
     again = dn.execute("r", handler, journal=journal)
     assert again == (plain, streamed) and len(counted.sent) == 2
     steps = list(journal.steps("r"))
