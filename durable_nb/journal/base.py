@@ -269,7 +269,20 @@ class Journal(abc.ABC):
         """
         check_request_kind(kind)
         until = None if timeout is None else time.monotonic() + timeout
+        return self._await_request(kind, run_id, until, accept, wake,
+                                   wake if wake is not None else threading.Event(),
+                                   poll_interval)
+
+    def _await_request(self, kind: str, run_id: str, until: float | None,
+                       accept: Callable[[dict], bool] | None, wake: threading.Event | None,
+                       event: threading.Event, interval: float) -> dict | None:
+        """The loop of :meth:`wait_for_request`: read the request and return it if wanted;
+        None once ``wake`` is set or ``until`` (monotonic) has passed; else wait on ``event``
+        for up to ``interval`` seconds and read again. An ``event`` of the backend's own
+        (not ``wake``) is cleared before each read, so a signal during the read counts."""
         while True:
+            if event is not wake:
+                event.clear()
             value = self.get_request(kind, run_id)
             if value is not None and (accept is None or accept(value)):
                 return value
@@ -278,11 +291,7 @@ class Journal(abc.ABC):
             left = None if until is None else until - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            pause = poll_interval if left is None else min(poll_interval, left)
-            if wake is not None:
-                wake.wait(pause)
-            else:
-                time.sleep(pause)
+            event.wait(interval if left is None else min(interval, left))
 
     # -- lifecycle ------------------------------------------------------------------------
 

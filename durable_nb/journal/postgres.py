@@ -805,18 +805,7 @@ class PostgresJournal(Journal):
         recheck = max(poll_interval, _RECHECK)
         event = wake if wake is not None else threading.Event()
         with self._current_listener().watching(run_id, event):
-            while True:
-                if wake is None:
-                    event.clear()
-                value = self.get_request(kind, run_id)
-                if value is not None and (accept is None or accept(value)):
-                    return value
-                if wake is not None and wake.is_set():
-                    return None
-                left = None if until is None else until - time.monotonic()
-                if left is not None and left <= 0:
-                    return None
-                event.wait(recheck if left is None else min(recheck, left))
+            return self._await_request(kind, run_id, until, accept, wake, event, recheck)
 
     def _current_listener(self) -> "_Listener":
         self._current_pool()  # a forked child drops the parent's listener there
