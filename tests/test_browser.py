@@ -13,6 +13,7 @@ The panel of a stopped kernel is checked in Jupyter Notebook 7 too, when it is i
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -293,6 +294,7 @@ def test_an_error_is_one_line_under_a_stopped_badge(lab: JupyterLab, tmp_path: P
 
 _BATCH_SETUP = """\
 import os
+import re
 os.environ.pop("DURABLE_NB_DIR", None)  # the journal goes to ./.durable_nb next to this notebook
 %load_ext durable_nb
 tickets = [{"id": f"T{i:02d}", "text": f"customer {i} asks about their order"} for i in range(30)]
@@ -355,9 +357,10 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
         page.run_cell(BATCH)
         _batch_badge(page, "RUNNING").wait_for(state="visible")
         _batch_output(page).locator(".dnb-legend").get_by_text("done").first.wait_for()
-        page.page.wait_for_function(  # some items done, some still to go
-            "e => /\\b([1-9]\\d*) \\/ 30\\b/.test(e.textContent)",
-            arg=_batch_output(page).locator(".dnb-legend").element_handle())
+        # Some items done, some still to go. A locator, not an element handle: each panel
+        # update replaces the legend's element, so a handle would go stale.
+        _batch_output(page).locator(".dnb-legend").filter(
+            has_text=re.compile(r"\b[1-9]\d* / 30\b")).wait_for()
         _batch_output(page).screenshot(path=str(shots / "batch-running.png"))
 
         _batch_badge(page, "WAITING_APPROVAL").wait_for(state="visible", timeout=120_000)
