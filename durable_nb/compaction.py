@@ -16,7 +16,9 @@ separated from its results.
 
 A compaction always shrinks the conversation. The summary is held to its cap
 (``max_completion_tokens``) even when the server ignores the cap, as llama-cpp-python does:
-a longer summary is cut to the cap by tokens, ending in ``[...]``. A compaction whose result
+the summary is streamed, reading stops a little past the cap (closing the stream, which ends
+the generation there instead of at the end of the model's window), and a longer summary is
+cut to the cap by tokens, ending in ``[...]``. A compaction whose result
 would not have fewer tokens than the conversation (few or short rounds summarised) is not
 applied: ``ctx.compact`` returns the messages unchanged. The summary call is journaled either
 way (its tokens were paid) with the decision, so a replay takes the same path; the entry's
@@ -33,7 +35,7 @@ from .budget import check_budget, llm_meta
 from .endpoints import call_with_retries, default_client, without_retries
 from .errors import JournalMismatch
 from .execution import Execution
-from .llm import completion_usage, usage_details
+from .llm import ChatCall, completion_usage, usage_details
 from .tokens import as_dict, context_window, count_message_tokens, encoding_for
 
 __all__ = ["DEFAULT_KEEP_LAST", "DEFAULT_THRESHOLD", "SUMMARY_MAX_TOKENS", "SUMMARY_PREFIX",
@@ -248,8 +250,12 @@ def compact(execution: Execution, messages: Sequence[Any], *,
     def summarise() -> dict[str, Any]:
         request = made["request"]
         chosen = without_retries(client or execution.options.client or default_client())
+        cap = request["max_completion_tokens"]
+        live = made["live"] = ChatCall(execution, request, summary_model, show_text=False,
+                                       stop_after_pieces=cap + max(32, cap // 8))
+        live.estimate = made["estimate"]
         completion = call_with_retries(execution, "ctx.compact", summary_model, chosen,
-                                       lambda: chosen.chat.completions.create(**request))
+                                       lambda: live.streamed(chosen))
         choice = completion.choices[0]
         summary = (choice.message.content or "").strip()
         if not summary:
@@ -277,7 +283,8 @@ def compact(execution: Execution, messages: Sequence[Any], *,
                 "rounds_summarised": summarised, "summary_model": summary_model,
                 **llm_meta(execution, requested=summary_model, model=completion.model,
                            prompt=prompt, completion=completed, cached=cached,
-                           reasoning=reasoning, prompt_estimate=made["estimate"])}
+                           reasoning=reasoning, estimated=made["live"].estimated,
+                           prompt_estimate=made["estimate"])}
         if made["cut"]:
             data["summary_truncated"] = True
         if result.get("applied") is False:

@@ -28,7 +28,7 @@ from .execution import Execution, canonical
 from .retry import RetryPolicy
 from .streaming import ChatAssembler, completion_tokens, drain, drain_async
 
-__all__ = ["CHAT_RETRY", "chat", "chat_async", "chat_inputs", "check_budget", "completion_usage",
+__all__ = ["CHAT_RETRY", "ChatCall", "chat", "chat_async", "chat_inputs", "check_budget", "completion_usage",
            "default_client", "prepare", "usage_details"]
 
 #: The attempts and backoff of one LLM call (see :mod:`durable_nb.endpoints`).
@@ -88,16 +88,23 @@ def _refuses_stream_options(exc: Exception) -> bool:
     return getattr(exc, "status_code", None) in (400, 422) and "stream_options" in str(exc)
 
 
-class _ChatCall:
-    """The live side of one ``ctx.chat`` step."""
+class ChatCall:
+    """The live side of one chat completion step (``ctx.chat``, the summary of
+    ``ctx.compact``): budget check, streamed or not, usage estimated when the server sends
+    none. ``show_text=False`` keeps a streamed reply out of the cell's output;
+    ``stop_after_pieces`` stops reading a stream after that many pieces (see
+    :class:`~durable_nb.streaming.ChatAssembler`)."""
 
-    def __init__(self, execution: Execution, kwargs: dict, name: str) -> None:
+    def __init__(self, execution: Execution, kwargs: dict, name: str, *,
+                 show_text: bool = True, stop_after_pieces: int | None = None) -> None:
         self.execution = execution
         self.kwargs = kwargs
         self.name = name
         self.model = str(kwargs.get("model") or "")
         self.estimate: int | None = None
         self.estimated = False
+        self.show_text = show_text
+        self.stop_after_pieces = stop_after_pieces
         # Asked for unless the caller set stream_options; dropped if the server refuses it.
         self.add_stream_options = "stream_options" not in kwargs
 
@@ -105,21 +112,49 @@ class _ChatCall:
         self.estimate = chat_estimate(self.kwargs)
         check_budget(self.execution, self.kwargs, estimate=self.estimate)
 
-    def stream_request(self) -> dict:
+    def _stream_request(self) -> dict:
         request = dict(self.kwargs, stream=True)
         if self.add_stream_options:
             request["stream_options"] = {"include_usage": True}
         return request
 
-    def retry_without_stream_options(self, exc: Exception) -> bool:
+    def _retry_without_stream_options(self, exc: Exception) -> bool:
         if self.add_stream_options and _refuses_stream_options(exc):
             self.add_stream_options = False
             return True
         return False
 
-    def assembler(self) -> ChatAssembler:
-        return ChatAssembler(tools=self.kwargs.get("tools"),
-                             on_text=getattr(self.execution.observer, "on_text", None))
+    def _assembler(self) -> ChatAssembler:
+        on_text = getattr(self.execution.observer, "on_text", None) if self.show_text else None
+        return ChatAssembler(tools=self.kwargs.get("tools"), on_text=on_text,
+                             stop_after_pieces=self.stop_after_pieces)
+
+    def streamed(self, chosen: Any) -> ChatCompletion:
+        """One streamed request through ``chosen``, assembled (again without
+        ``stream_options`` if the server refuses them)."""
+        while True:
+            assembler = self._assembler()
+            try:
+                drain(lambda: chosen.chat.completions.create(**self._stream_request()),
+                      assembler)
+            except Exception as exc:
+                if self._retry_without_stream_options(exc):
+                    continue
+                raise
+            return self.finish(assembler.completion(), assembler.generated_texts())
+
+    async def streamed_async(self, chosen: Any) -> ChatCompletion:
+        """:meth:`streamed` through an async client."""
+        while True:
+            assembler = self._assembler()
+            try:
+                await drain_async(lambda: chosen.chat.completions.create(**self._stream_request()),
+                                  assembler)
+            except Exception as exc:
+                if self._retry_without_stream_options(exc):
+                    continue
+                raise
+            return self.finish(assembler.completion(), assembler.generated_texts())
 
     def finish(self, completion: ChatCompletion, texts: list[str] | None = None
                ) -> ChatCompletion:
@@ -156,25 +191,15 @@ def chat(execution: Execution, kwargs: dict) -> Any:
     """Replay or make one chat completion for ``ctx.chat(**kwargs)``."""
     client, name, kwargs, retry = prepare(execution, kwargs, "ctx.chat", asynchronous=False)
     streamed = bool(kwargs.pop("stream", False))
-    live = _ChatCall(execution, kwargs, name)
-
-    def streamed_once(chosen: Any) -> ChatCompletion:
-        assembler = live.assembler()
-        drain(lambda: chosen.chat.completions.create(**live.stream_request()), assembler)
-        return live.finish(assembler.completion(), assembler.generated_texts())
+    live = ChatCall(execution, kwargs, name)
 
     def call() -> Any:
         chosen = without_retries(client or default_client())
 
         def attempt() -> Any:
-            if not streamed:
-                return live.finish(chosen.chat.completions.create(**kwargs))
-            try:
-                return streamed_once(chosen)
-            except Exception as exc:
-                if live.retry_without_stream_options(exc):
-                    return streamed_once(chosen)
-                raise
+            if streamed:
+                return live.streamed(chosen)
+            return live.finish(chosen.chat.completions.create(**kwargs))
 
         return call_with_retries(execution, "ctx.chat", name, chosen, attempt, retry)
 
@@ -186,26 +211,15 @@ async def chat_async(execution: Execution, kwargs: dict) -> Any:
     """Replay or make one chat completion for ``await ctx.chat_async(**kwargs)``."""
     client, name, kwargs, retry = prepare(execution, kwargs, "ctx.chat", asynchronous=True)
     streamed = bool(kwargs.pop("stream", False))
-    live = _ChatCall(execution, kwargs, name)
-
-    async def streamed_once(chosen: Any) -> ChatCompletion:
-        assembler = live.assembler()
-        await drain_async(lambda: chosen.chat.completions.create(**live.stream_request()),
-                          assembler)
-        return live.finish(assembler.completion(), assembler.generated_texts())
+    live = ChatCall(execution, kwargs, name)
 
     async def call() -> Any:
         chosen = without_retries(client or default_client(asynchronous=True))
 
         async def attempt() -> Any:
-            if not streamed:
-                return live.finish(await chosen.chat.completions.create(**kwargs))
-            try:
-                return await streamed_once(chosen)
-            except Exception as exc:
-                if live.retry_without_stream_options(exc):
-                    return await streamed_once(chosen)
-                raise
+            if streamed:
+                return await live.streamed_async(chosen)
+            return live.finish(await chosen.chat.completions.create(**kwargs))
 
         return await call_with_retries_async(execution, "ctx.chat", name, chosen, attempt,
                                              retry)

@@ -117,11 +117,16 @@ class ChatAssembler:
     """Feed it the chunks of one streamed chat completion; :meth:`completion` gives the
     ``ChatCompletion`` the non-streamed call would have returned."""
 
-    def __init__(self, *, tools: Iterable[Any] | None = None, on_text: OnText | None = None
-                 ) -> None:
+    def __init__(self, *, tools: Iterable[Any] | None = None, on_text: OnText | None = None,
+                 stop_after_pieces: int | None = None) -> None:
         self.known = set(tool_names(tools))
         self.text = _Text(on_text)
         self.chunks = 0
+        # For a server that ignores the request's token cap: once this many pieces of
+        # generated text have come (about one token each), reading stops and the stream is
+        # closed, which ends the generation on servers that stop when the client goes.
+        self.pieces_left = stop_after_pieces
+        self.done = False
         self.head: dict[str, Any] = {}
         self.choices: dict[int, _Choice] = {}
         self.usage: Any = None
@@ -148,6 +153,7 @@ class ChatAssembler:
             if content is not None:
                 state.saw_content = True
                 if content:
+                    self._count_piece()
                     state.content.append(content)
                     if index == 0:
                         self.text.show(content)
@@ -189,7 +195,13 @@ class ChatAssembler:
         call.name = _merge_name(call.name, _get(function, "name"), self.known)
         arguments = _get(function, "arguments")
         if isinstance(arguments, str) and arguments:
+            self._count_piece()
             call.arguments.append(arguments)
+
+    def _count_piece(self) -> None:
+        if self.pieces_left is not None:
+            self.pieces_left -= 1
+            self.done = self.pieces_left <= 0
 
     def completion(self) -> ChatCompletion:
         """The assembled reply; :class:`ReplyProblem` when the stream held none, or ended
@@ -199,6 +211,9 @@ class ChatAssembler:
             raise ReplyProblem("the stream ended without sending anything (llama-cpp-python "
                                "sometimes does this for tool_choice='auto' with stream=True; "
                                "call without stream=True there)", transient=True)
+        if self.done:  # we stopped reading: the reply is cut, as by the cap
+            for state in self.choices.values():
+                state.finish_reason = state.finish_reason or "length"
         if not self.choices or any(c.finish_reason is None for c in self.choices.values()):
             raise ReplyProblem("the stream ended before the reply was finished (no "
                                "finish_reason)", transient=True)
@@ -252,6 +267,8 @@ class ResponseAssembler:
     """Feed it the events of one streamed Responses API call; :meth:`response` gives the
     final ``Response`` (from ``response.completed`` / ``response.incomplete``)."""
 
+    done = False  # a Responses stream is read to its end
+
     def __init__(self, *, on_text: OnText | None = None) -> None:
         self.text = _Text(on_text)
         self.events = 0
@@ -286,14 +303,16 @@ class ResponseAssembler:
 
 
 def drain(open_stream: Callable[[], Any], assembler: Any) -> None:
-    """Hand every event of the stream ``open_stream()`` opens to ``assembler.add``, then close
-    it; if anything fails, the streamed text is ended (its newline) before the error goes
-    on."""
+    """Hand the events of the stream ``open_stream()`` opens to ``assembler.add`` until the
+    stream or ``assembler.done`` ends, then close it; if anything fails, the streamed text is
+    ended (its newline) before the error goes on."""
     try:
         stream = open_stream()
         try:
             for event in stream:
                 assembler.add(event)
+                if assembler.done:
+                    break
         finally:
             close = getattr(stream, "close", None)
             if callable(close):
@@ -310,6 +329,8 @@ async def drain_async(open_stream: Callable[[], Awaitable[Any]], assembler: Any)
         try:
             async for event in stream:
                 assembler.add(event)
+                if assembler.done:
+                    break
         finally:
             close = getattr(stream, "close", None)
             if callable(close):

@@ -10,7 +10,7 @@ import pytest
 import durable_nb as dn
 from durable_nb.panel import RunPanel
 from durable_nb.runner import Runner
-from durable_nb.streaming import ChatAssembler
+from durable_nb.streaming import ChatAssembler, drain
 from durable_nb.endpoints import ReplyProblem
 from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall
 from durable_nb.tokens import count_message_tokens, encoding_for
@@ -234,3 +234,30 @@ def test_a_stream_that_ends_early_or_empty_is_a_reply_problem():
     with pytest.raises(ReplyProblem, match="without sending anything") as empty:
         ChatAssembler().completion()
     assert empty.value.transient  # llama-cpp-python does it now and then: sent again
+
+
+def test_reading_stops_after_the_pieces_asked_for_and_closes_the_stream():
+    # A server that ignores the request's cap (llama-cpp-python) would go on to the end of
+    # the model's window; the summary of ctx.compact stops reading and closes the stream.
+    sent = []
+
+    class Stream:
+        closed = False
+
+        def __iter__(self):
+            yield chunk({"role": "assistant", "content": ""})
+            for n in range(1000):
+                sent.append(n)
+                yield chunk({"content": f" w{n}"})
+            yield chunk({}, "stop")
+
+        def close(self):
+            self.closed = True
+
+    stream = Stream()
+    assembler = ChatAssembler(stop_after_pieces=40)
+    drain(lambda: stream, assembler)
+    reply = assembler.completion()
+    assert len(sent) == 40 and stream.closed
+    assert reply.choices[0].finish_reason == "length"  # cut, as a cap cuts
+    assert reply.choices[0].message.content == "".join(f" w{n}" for n in range(40))
