@@ -250,9 +250,7 @@ def compact(execution: Execution, messages: Sequence[Any], *,
     def summarise() -> dict[str, Any]:
         request = made["request"]
         chosen = without_retries(client or execution.options.client or default_client())
-        cap = request["max_completion_tokens"]
-        live = made["live"] = ChatCall(execution, request, summary_model, show_text=False,
-                                       stop_after_pieces=cap + max(32, cap // 8))
+        live = made["live"] = ChatCall(execution, request, summary_model, show_text=False)
         live.estimate = made["estimate"]
         completion = call_with_retries(execution, "ctx.compact", summary_model, chosen,
                                        lambda: live.streamed(chosen))

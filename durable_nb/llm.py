@@ -3,7 +3,8 @@
 One call is one step of kind ``chat`` named after the model. Live, the budget is checked
 first (:mod:`durable_nb.budget`), then the request is sent through the one retry layer of
 :mod:`durable_nb.endpoints` (the client's own retries off), streamed replies are assembled by
-:mod:`durable_nb.streaming`, and the ``ChatCompletion`` is journaled with its usage and meta
+:mod:`durable_nb.streaming` (and read no further than a little past the request's token cap,
+for servers that ignore it), and the ``ChatCompletion`` is journaled with its usage and meta
 (model, cost, cached tokens, ``estimated`` when the server sent no usage) before it is
 returned. On replay the journaled completion is returned and nothing is sent.
 """
@@ -15,7 +16,7 @@ from typing import Any
 from openai.types.chat import ChatCompletion
 from openai.types.completion_usage import CompletionUsage
 
-from .budget import calibration, chat_estimate, check_budget, llm_meta
+from .budget import calibration, chat_estimate, check_budget, completion_cap, llm_meta
 from .endpoints import (
     DEFAULT_RETRY,
     call_with_retries,
@@ -88,15 +89,23 @@ def _refuses_stream_options(exc: Exception) -> bool:
     return getattr(exc, "status_code", None) in (400, 422) and "stream_options" in str(exc)
 
 
+def _reading_limit(kwargs: dict) -> int | None:
+    """How many pieces of a streamed reply are read at most: the request's token cap and
+    some slack, or None when it sets no cap. For servers that ignore the cap
+    (llama-cpp-python ignores ``max_completion_tokens``), whose reply would otherwise run to
+    the end of the model's window, past the run's budget. The slack (a piece is about one
+    token) lets a server that keeps the cap send its finish reason and usage."""
+    cap, capped = completion_cap(kwargs)
+    return cap + max(32, cap // 8) if capped else None
+
+
 class ChatCall:
     """The live side of one chat completion step (``ctx.chat``, the summary of
     ``ctx.compact``): budget check, streamed or not, usage estimated when the server sends
-    none. ``show_text=False`` keeps a streamed reply out of the cell's output;
-    ``stop_after_pieces`` stops reading a stream after that many pieces (see
-    :class:`~durable_nb.streaming.ChatAssembler`)."""
+    none. ``show_text=False`` keeps a streamed reply out of the cell's output."""
 
     def __init__(self, execution: Execution, kwargs: dict, name: str, *,
-                 show_text: bool = True, stop_after_pieces: int | None = None) -> None:
+                 show_text: bool = True) -> None:
         self.execution = execution
         self.kwargs = kwargs
         self.name = name
@@ -104,7 +113,7 @@ class ChatCall:
         self.estimate: int | None = None
         self.estimated = False
         self.show_text = show_text
-        self.stop_after_pieces = stop_after_pieces
+        self.stop_after_pieces = _reading_limit(kwargs)
         # Asked for unless the caller set stream_options; dropped if the server refuses it.
         self.add_stream_options = "stream_options" not in kwargs
 

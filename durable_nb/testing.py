@@ -171,6 +171,10 @@ class Quirks:
     """llama-cpp-python: streams never carry usage (no ``usage`` field, no usage chunk),
     whatever ``stream_options.include_usage`` says."""
 
+    chunk_per_token: bool = False
+    """A streamed chat reply's text one token per chunk, as OpenAI and both llama servers
+    send it (off: about three chunks per text, which keeps the tests' streams short)."""
+
     repeat_tool_call_ids: bool = False
     """llama-cpp-python: every streamed tool-call delta piece repeats the call's ``id``,
     ``type`` and ``function.name`` (OpenAI sends them in the first piece only), so an
@@ -533,6 +537,20 @@ def _pieces(text: str, n: int = 3) -> list[str]:
     """Split text into about n non-empty pieces that join back to it."""
     size = max(1, -(-len(text) // n))
     return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def _token_pieces(text: str, model: str) -> list[str]:
+    """Split text into its tokens (a character of several tokens stays whole)."""
+    enc = encoding_for(model)
+    pieces, pending = [], b""
+    for token in enc.decode_tokens_bytes(enc.encode(text, disallowed_special=())):
+        pending += token
+        try:
+            pieces.append(pending.decode("utf-8"))
+        except UnicodeDecodeError:
+            continue
+        pending = b""
+    return pieces
 
 
 @dataclass(frozen=True)
@@ -1003,7 +1021,8 @@ def _chunks(a: _Answer, model: str, include_usage: bool, quirks: Quirks) -> Iter
     # Like the real API: the role chunk has content "" for text replies, null for tool calls.
     yield chunk({"role": "assistant", "content": "" if a.reply.content is not None else None,
                  "refusal": None})
-    for piece in _pieces(a.reply.content or ""):
+    text = a.reply.content or ""
+    for piece in _token_pieces(text, model) if quirks.chunk_per_token else _pieces(text):
         yield chunk({"content": piece})
     for i, (cid, call) in enumerate(zip(a.call_ids, a.reply.tool_calls)):
         head = {"index": i, "id": cid, "type": "function"}

@@ -261,3 +261,25 @@ def test_reading_stops_after_the_pieces_asked_for_and_closes_the_stream():
     assert len(sent) == 40 and stream.closed
     assert reply.choices[0].finish_reason == "length"  # cut, as a cap cuts
     assert reply.choices[0].message.content == "".join(f" w{n}" for n in range(40))
+
+
+@pytest.mark.parametrize("ignores_cap", [True, False])
+def test_a_streamed_reply_is_read_no_further_than_a_little_past_its_cap(journal, ignores_cap):
+    # llama-cpp-python ignores max_completion_tokens: its reply would run to the end of the
+    # model's window, past the run's token budget. A server that keeps the cap is read whole.
+    long = " ".join(f"word{n}" for n in range(300))
+    quirks = Quirks(ignore_completion_caps=ignores_cap, no_stream_usage=ignores_cap,
+                    chunk_per_token=True)
+    with LoopbackServer([long], quirks=quirks) as srv:
+        client = openai.OpenAI(base_url=srv.url, api_key="any", max_retries=0)
+        reply = dn.execute("r", lambda ctx: ctx.chat(
+            client=client, model=MODEL, messages=[USER], stream=True,
+            max_completion_tokens=50), journal=journal, max_tokens=200)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length" and long.startswith(choice.message.content)
+    if ignores_cap:  # read to the cap and 32 pieces of slack, then the stream was closed
+        assert len(encoding_for(MODEL).encode(choice.message.content)) == 50 + 32
+        assert reply.usage.completion_tokens == 82
+    else:  # the server's own cut, with its usage
+        assert reply.usage.completion_tokens == 50
+    assert dn.get_run("r", journal=journal).completion_tokens <= 200
