@@ -29,8 +29,8 @@ from .execution import Execution, canonical
 from .retry import RetryPolicy
 from .streaming import ChatAssembler, completion_tokens, drain, drain_async
 
-__all__ = ["CHAT_RETRY", "ChatCall", "chat", "chat_async", "chat_inputs", "check_budget", "completion_usage",
-           "default_client", "prepare", "usage_details"]
+__all__ = ["CHAT_RETRY", "ChatCall", "chat", "chat_async", "chat_inputs", "check_budget",
+           "completion_usage", "default_client", "prepare", "usage_details"]
 
 #: The attempts and backoff of one LLM call (see :mod:`durable_nb.endpoints`).
 CHAT_RETRY = DEFAULT_RETRY

@@ -47,7 +47,8 @@ Quirks of real OpenAI-compatible servers, each an explicit switch of :class:`Qui
 off by default, so the default server behaves like OpenAI): ``no_stream_usage``,
 ``repeat_tool_call_ids``, ``require_content``, ``require_string_content`` and
 ``ignore_completion_caps`` (llama-cpp-python), ``loading_for`` and
-``final_empty_choices_usage`` (llama-server), ``extra_prompt_tokens`` (both). They apply to
+``final_empty_choices_usage`` (llama-server), ``extra_prompt_tokens`` (both), and
+``chunk_per_token`` (streamed text one token per chunk, as all of them send it). They apply to
 chat completions; of them only ``loading_for`` and ``extra_prompt_tokens`` apply to
 ``/v1/responses`` too. Requests are answered at ``/v1/...`` and at Azure OpenAI's paths
 (``/openai/deployments/NAME/chat/completions?api-version=...``, ``/openai/responses``).
