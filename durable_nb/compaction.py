@@ -18,7 +18,8 @@ A compaction always shrinks the conversation. The summary is held to its cap
 (``max_completion_tokens``) even when the server ignores the cap, as llama-cpp-python does:
 the summary is streamed, reading stops a little past the cap (closing the stream, which ends
 the generation there instead of at the end of the model's window), and a longer summary is
-cut to the cap by tokens, ending in ``[...]``. A compaction whose result
+cut to the cap by tokens, ending in ``[...]``. (A server that refuses to stream the summary
+model is asked again without streaming.) A compaction whose result
 would not have fewer tokens than the conversation (few or short rounds summarised) is not
 applied: ``ctx.compact`` returns the messages unchanged. The summary call is journaled either
 way (its tokens were paid) with the decision, so a replay takes the same path; the entry's
@@ -253,7 +254,7 @@ def compact(execution: Execution, messages: Sequence[Any], *,
         live = made["live"] = ChatCall(execution, request, summary_model, show_text=False)
         live.estimate = made["estimate"]
         completion = call_with_retries(execution, "ctx.compact", summary_model, chosen,
-                                       lambda: live.streamed(chosen))
+                                       lambda: live.streamed_or_plain(chosen))
         choice = completion.choices[0]
         summary = (choice.message.content or "").strip()
         if not summary:

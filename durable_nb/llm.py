@@ -89,6 +89,12 @@ def _refuses_stream_options(exc: Exception) -> bool:
     return getattr(exc, "status_code", None) in (400, 422) and "stream_options" in str(exc)
 
 
+def _refuses_streaming(exc: Exception) -> bool:
+    # OpenAI, for a model that does not stream: 400 "Unsupported value: 'stream' does not
+    # support true with this model. Only the default (false) value is supported."
+    return getattr(exc, "status_code", None) in (400, 422) and "'stream'" in str(exc)
+
+
 def _reading_limit(kwargs: dict) -> int | None:
     """How many pieces of a streamed reply are read at most: the request's token cap and
     some slack, or None when it sets no cap. For servers that ignore the cap
@@ -114,6 +120,7 @@ class ChatCall:
         self.estimated = False
         self.show_text = show_text
         self.stop_after_pieces = _reading_limit(kwargs)
+        self.plain = False  # the server refused to stream: see streamed_or_plain
         # Asked for unless the caller set stream_options; dropped if the server refuses it.
         self.add_stream_options = "stream_options" not in kwargs
 
@@ -151,6 +158,18 @@ class ChatCall:
                     continue
                 raise
             return self.finish(assembler.completion(), assembler.generated_texts())
+
+    def streamed_or_plain(self, chosen: Any) -> ChatCompletion:
+        """:meth:`streamed`, or the request without streaming when the server refuses to
+        stream the model; for calls that stream by durable_nb's choice, not the caller's."""
+        if not self.plain:
+            try:
+                return self.streamed(chosen)
+            except Exception as exc:
+                if not _refuses_streaming(exc):
+                    raise
+                self.plain = True
+        return self.finish(chosen.chat.completions.create(**self.kwargs))
 
     async def streamed_async(self, chosen: Any) -> ChatCompletion:
         """:meth:`streamed` through an async client."""

@@ -288,3 +288,26 @@ def test_a_compaction_that_would_not_shrink_is_not_applied_and_replays_so(journa
     assert "**Compaction skipped**: the summary would not have shrunk the conversation " \
         f"({before} → {after} tokens)" in report
     assert "Context compacted" not in report
+
+
+def test_a_server_that_will_not_stream_the_summary_model_is_asked_without(journal, server):
+    # The summary is streamed (to stop reading at its cap); OpenAI refuses streaming for
+    # some models. The compaction must not fail where an unstreamed call works.
+    server.fail_next(1, 400, body={"error": {
+        "message": "Unsupported value: 'stream' does not support true with this model. Only "
+                   "the default (false) value is supported.",
+        "type": "invalid_request_error", "param": "stream", "code": "unsupported_value"}})
+    messages = [SYSTEM, GOAL, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "go on"}, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "go on"}, {"role": "assistant", "content": "done"}]
+    opts = options(server)
+    opts["context_windows"] = {MODEL: count_message_tokens(messages, MODEL) * 2}
+    dn.execute("r", lambda ctx: len(ctx.compact(messages, keep_last=1, threshold=0.1,
+                                                summary_model="big-1")),
+               journal=journal, **opts)
+    assert server.count(kind="failure") == 1 and server.count(kind="summary") == 1
+    (asked,) = server.requests  # the one answered: not streamed
+    assert not asked.get("stream")
+    (step,) = journal.steps("r")
+    assert step.kind == "compact" and step.prompt_tokens > 0
+    assert "estimated" not in step.meta  # the server's own usage
