@@ -91,6 +91,28 @@ def test_interleaved_conversations_each_read_back_as_they_were_sent(tmp_path: Pa
     assert read == sent and len(read) == 12
 
 
+def test_copying_a_conversation_reads_each_list_node_at_most_twice(tmp_path: Path, server):
+    # Once following the chain, once taking it along: a chain behind a node already copied
+    # is not followed again (else a copy reads the square of the rounds).
+    source, target = DiskJournal(tmp_path / "a"), DiskJournal(tmp_path / "b")
+    client = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0)
+    dn.execute("talk", _conversation(client, 30), journal=source)
+    reads: dict[str, int] = {}
+    get_blob = source.get_blob
+
+    def counted(run_id: str, digest: str) -> str | None:
+        reads[digest] = reads.get(digest, 0) + 1
+        return get_blob(run_id, digest)
+
+    source.get_blob = counted  # type: ignore[method-assign]
+    assert copy_run(source, "talk", target, "talk") is not None
+    nodes = [e.request["messages"]["$list"] for e in source.steps("talk")]
+    assert len(set(nodes)) == 30 and max(reads[n] for n in nodes) <= 2
+    for entry in target.steps("talk"):  # and the copy is whole
+        assert len(expand_list(entry.request["messages"]["$list"],
+                               lambda d: target.get_blob("talk", d)) or []) > 0
+
+
 def test_a_copied_run_takes_its_list_nodes_along_and_exports_its_prompts(tmp_path: Path,
                                                                         server):
     source, target = DiskJournal(tmp_path / "a"), DiskJournal(tmp_path / "b")

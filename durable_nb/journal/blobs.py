@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from typing import Any
 
 __all__ = ["blob_digest", "expand_list", "list_node", "referenced_blobs"]
@@ -53,14 +53,16 @@ def _node(digest: str, get_blob: GetBlob) -> tuple[str | None, list[str]] | None
     return (prev if isinstance(prev, str) else None), [str(d) for d in data["add"]]
 
 
-def _chain(node: str, get_blob: GetBlob) -> tuple[list[str], list[list[str]]] | None:
-    """The node digests from ``node`` back to the first, and their ``add`` lists; None if a
-    node is missing or damaged (or the chain loops)."""
+def _chain(node: str, get_blob: GetBlob, stop: Set[str] = frozenset()
+           ) -> tuple[list[str], list[list[str]]] | None:
+    """The node digests from ``node`` back to the first (or to the first one in ``stop``,
+    left out), and their ``add`` lists; None if a node is missing or damaged (or the chain
+    loops)."""
     nodes: list[str] = []
     adds: list[list[str]] = []
     seen: set[str] = set()
     current: str | None = node
-    while current is not None:
+    while current is not None and current not in stop:
         if current in seen:
             return None
         seen.add(current)
@@ -82,9 +84,12 @@ def expand_list(node: str, get_blob: GetBlob) -> list[str] | None:
     return [digest for add in reversed(chain[1]) for digest in add]
 
 
-def referenced_blobs(request: Any, get_blob: GetBlob) -> list[str]:
+def referenced_blobs(request: Any, get_blob: GetBlob, taken: Set[str] = frozenset()
+                     ) -> list[str]:
     """Every blob a stored request refers to: ``$blob``, ``$blobs`` items, and for a
-    ``$list`` its nodes and their items (what a copy of the entry must take along)."""
+    ``$list`` its nodes and their items (what a copy of the entry must take along). A chain
+    is followed back only to a node in ``taken``: blobs already taken along with an earlier
+    entry, that node's own list with them, so copying a conversation reads each node once."""
     if not isinstance(request, dict):
         return []
     digests: list[str] = []
@@ -96,7 +101,7 @@ def referenced_blobs(request: Any, get_blob: GetBlob) -> list[str]:
         elif "$blob" in value:
             digests.append(str(value["$blob"]))
         elif isinstance(value.get("$list"), str):
-            chain = _chain(value["$list"], get_blob)
+            chain = _chain(value["$list"], get_blob, taken)
             if chain is not None:
                 digests.extend(chain[0])
                 digests.extend(d for add in chain[1] for d in add)

@@ -39,7 +39,8 @@ def copy_run(source: Journal, run_id: str, target: Journal, new_id: str, *,
     copied: set[str] = set()
     for entry in source.steps(run_id):
         blobs = {}
-        for digest in referenced_blobs(entry.request, lambda d: source.get_blob(run_id, d)):
+        for digest in referenced_blobs(entry.request, lambda d: source.get_blob(run_id, d),
+                                       copied):
             if digest in copied:
                 continue
             text = source.get_blob(run_id, digest)
