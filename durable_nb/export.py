@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import serde
 from .batch import batch as read_batch
-from .execution import load_request
 from .journal import LLM_KINDS, Journal, open_journal
 from .registry import RunInfo, get_run
 from .streaming import tool_names
@@ -38,10 +37,10 @@ from .summary import (
     format_cost,
     item_messages,
     llm_reply,
+    load_chat_request,
     plain,
     replay_savings,
     request_items,
-    stored_digests,
 )
 
 if TYPE_CHECKING:
@@ -169,9 +168,8 @@ def _chat_request(entry: Any, run_id: str, journal: Journal | None,
     def get_blob(digest: str) -> str | None:
         return journal.get_blob(run_id, digest)
 
-    whole = load_request(stored, get_blob)
+    whole, refs = load_chat_request(entry.kind, stored, get_blob)
     items = request_items(entry.kind, whole)
-    refs = stored_digests(entry.kind, stored, get_blob)
     if refs is not None and len(refs) == len(items):
         new = [item for item, digest in zip(items, refs) if digest not in seen]
         seen.update(refs)

@@ -34,6 +34,7 @@ from .summary import (
     format_duration,
     item_messages,
     llm_reply,
+    load_chat_request,
     plain,
     replay_savings,
     request_items,
@@ -526,17 +527,21 @@ class RunPanel:
             return None
         return self._journal.get_blob(self._record.run_id, digest)
 
-    def _request(self, entry: StepEntry) -> Any:
+    def _request(self, entry: StepEntry) -> tuple[Any, list[str] | None]:
+        """The entry's request loaded whole, and for an LLM step the digests of its
+        messages (see :func:`~durable_nb.summary.stored_digests`)."""
         if entry.request is None or self._journal is None:
-            return None
-        return load_request(entry.request, self._get_blob)
+            return None, None
+        if entry.kind in LLM_KINDS:
+            return load_chat_request(entry.kind, entry.request, self._get_blob)
+        return load_request(entry.request, self._get_blob), None
 
     def _render_body(self, entry: StepEntry) -> str:
         parts: list[str] = []
-        request = self._request(entry)
+        request, refs = self._request(entry)
         result = plain(entry.result) if entry.ok else None
         if entry.kind in LLM_KINDS and isinstance(request, dict):
-            parts.append(self._chat_request_html(entry, request))
+            parts.append(self._chat_request_html(entry, request, refs or []))
         elif entry.kind == "approval":
             details = (entry.meta or {}).get("details")
             parts.append(f"<div><b>Asked</b> for approval of <code>{html.escape(entry.name)}"
@@ -585,9 +590,8 @@ class RunPanel:
         parts.append(f"<div style='color:#6e7781'>{' &middot; '.join(facts)}</div>")
         return "".join(parts)
 
-    def _chat_request_html(self, entry: StepEntry, request: dict) -> str:
+    def _chat_request_html(self, entry: StepEntry, request: dict, refs: list[str]) -> str:
         items = request_items(entry.kind, request)
-        refs = stored_digests(entry.kind, entry.request, self._get_blob) or []
         new = set(self._new_messages.get(entry.position, refs))
         fresh = [m for m, d in zip(items, refs) if d in new] if refs else items
         earlier = [m for m, d in zip(items, refs) if d not in new] if refs else []

@@ -8,12 +8,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .execution import load_request
 from .journal import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 from .journal.blobs import expand_list
 from .responses import response_messages
 
 __all__ = ["age", "cost_of", "elapsed", "format_cost", "format_duration", "item_messages",
-           "llm_reply", "plain", "replay_savings", "request_items", "stored_digests"]
+           "llm_reply", "load_chat_request", "plain", "replay_savings", "request_items", "stored_digests"]
 
 
 def plain(data: Any) -> Any:
@@ -127,6 +128,16 @@ def stored_digests(kind: str, stored: Any, get_blob: Callable[[str], str | None]
         return expand_list(refs["$list"], get_blob)
     digests = refs.get("$blobs") if isinstance(refs, dict) else None
     return [str(d) for d in digests] if isinstance(digests, list) else None
+
+
+def load_chat_request(kind: str, stored: Any, get_blob: Callable[[str], str | None]
+                      ) -> tuple[Any, list[str] | None]:
+    """A chat (or respond) request as its entry stores it, loaded whole, and
+    :func:`stored_digests` of it: the list of its messages is read from the journal once."""
+    digests = stored_digests(kind, stored, get_blob)
+    if digests is not None:
+        stored = {**stored, _field(kind): {"$blobs": digests}}
+    return load_request(stored, get_blob), digests
 
 
 def request_items(kind: str, request: dict) -> list[Any]:
