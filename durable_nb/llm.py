@@ -119,7 +119,6 @@ class ChatCall:
         self.estimate: int | None = None
         self.estimated = False
         self.show_text = show_text
-        self.stop_after_pieces = _reading_limit(kwargs)
         self.plain = False  # the server refused to stream: see streamed_or_plain
         # Asked for unless the caller set stream_options; dropped if the server refuses it.
         self.add_stream_options = "stream_options" not in kwargs
@@ -143,7 +142,7 @@ class ChatCall:
     def _assembler(self) -> ChatAssembler:
         on_text = getattr(self.execution.observer, "on_text", None) if self.show_text else None
         return ChatAssembler(tools=self.kwargs.get("tools"), on_text=on_text,
-                             stop_after_pieces=self.stop_after_pieces)
+                             stop_after_pieces=_reading_limit(self.kwargs))
 
     def streamed(self, chosen: Any) -> ChatCompletion:
         """One streamed request through ``chosen``, assembled (again without
