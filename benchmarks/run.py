@@ -15,6 +15,7 @@ runs with this one's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,18 +172,35 @@ def step_costs(plan: Plan, systems: list[str], results: Results, log: Any) -> No
                 log(f"  N={n} repeat {r + 1}: {system} done")
 
 
+@contextlib.contextmanager
+def _loopback(serve: str, *args: str) -> Iterator[str]:
+    """The URL of a loopback server run by the Python code ``serve`` (with ``args``) in
+    another process, which prints ``LOOPBACK_URL=...`` first; stopped on exit."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    server = subprocess.Popen([sys.executable, "-c", serve, *args], env=env,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert server.stdout is not None
+        yield server.stdout.readline().strip().split("=", 1)[1]
+    finally:
+        server.terminate()
+        server.wait()
+
+
+# A loopback server answering BATCH_SCRIPT after sys.argv[1] seconds (sections 8 and 11).
+_BATCH_SERVER = ("import sys; from durable_nb.testing import LoopbackServer; "
+                 "from benchmarks.workloads import BATCH_SCRIPT; "
+                 "s = LoopbackServer(BATCH_SCRIPT, delay=float(sys.argv[1])).bind(); "
+                 "print(f'LOOPBACK_URL={s.url}', flush=True); s.serve_forever()")
+
+
 def chat_cost(plan: Plan, results: Results, log: Any) -> None:
     """Section 3: ctx.chat against the bare client, same loopback server in another process."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     # Without TCP_NODELAY the server's separate header and body writes meet the client's
     # delayed ACK: every reply stalled ~40 ms, hiding what is measured (reported to the lead).
     serve = ("import durable_nb.testing as t; t._Handler.disable_nagle_algorithm = True; "
              "t.main()")
-    server = subprocess.Popen([sys.executable, "-c", serve], env=env, stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip().split("=", 1)[1]
+    with _loopback(serve) as url:
         for r in range(plan.chat_repeats):
             for variant in _rotated(["bare", "ctx.chat"], r):
                 directory = tempfile.mkdtemp(prefix="bench-chat-")
@@ -192,9 +211,6 @@ def chat_cost(plan: Plan, results: Results, log: Any) -> None:
                 finally:
                     shutil.rmtree(directory, ignore_errors=True)
             log(f"  chat repeat {r + 1} done")
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def transcript(plan: Plan, results: Results, before: Path | None) -> None:
@@ -228,20 +244,11 @@ def batch(plan: Plan, results: Results, log: Any, peers: bool) -> None:
     """Section 8: a batch of items x LLM rounds against the loopback server (another
     process) answering after ``batch_delay``; each finished durable_nb batch is run again in
     a fresh process (every item answered from the journal)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    serve = ("import sys; from durable_nb.testing import LoopbackServer; "
-             "from benchmarks.workloads import BATCH_SCRIPT; "
-             "s = LoopbackServer(BATCH_SCRIPT, delay=float(sys.argv[1])).bind(); "
-             "print(f'LOOPBACK_URL={s.url}', flush=True); s.serve_forever()")
     runs = [(system, c, n) for system, c, n in plan.batch_runs
             if system != "dbos" or (peers and importlib.util.find_spec("dbos") is not None)]
     if len(runs) < len(plan.batch_runs):
         results.notes.append("batch: DBOS skipped (not installed, or --no-peers).")
-    server = subprocess.Popen([sys.executable, "-c", serve, str(plan.batch_delay)], env=env,
-                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip().split("=", 1)[1]
+    with _loopback(_BATCH_SERVER, str(plan.batch_delay)) as url:
         for r in range(max((n for _, _, n in runs), default=0)):
             for system, concurrency, repeats in runs:
                 if r >= repeats:
@@ -258,9 +265,6 @@ def batch(plan: Plan, results: Results, log: Any, peers: bool) -> None:
                 finally:
                     shutil.rmtree(directory, ignore_errors=True)
                 log(f"  batch {system} C={concurrency} repeat {r + 1} done")
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def registry(plan: Plan, results: Results, log: Any) -> None:
@@ -385,16 +389,7 @@ def dask(plan: Plan, pg: Postgres, results: Results, log: Any) -> None:
     if not pg.start():
         results.notes.append(f"dask: skipped (it needs the PostgreSQL journal), {pg.why_not}.")
         return
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    serve = ("import sys; from durable_nb.testing import LoopbackServer; "
-             "from benchmarks.workloads import BATCH_SCRIPT; "
-             "s = LoopbackServer(BATCH_SCRIPT, delay=float(sys.argv[1])).bind(); "
-             "print(f'LOOPBACK_URL={s.url}', flush=True); s.serve_forever()")
-    server = subprocess.Popen([sys.executable, "-c", serve, str(plan.dask_delay)], env=env,
-                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip().split("=", 1)[1]
+    with _loopback(_BATCH_SERVER, str(plan.dask_delay)) as url:
         for r in range(plan.dask_repeats):
             for workers, threads, profile in _rotated(list(plan.dask_runs), r):
                 journal = pg.database("dask")
@@ -413,9 +408,6 @@ def dask(plan: Plan, pg: Postgres, results: Results, log: Any) -> None:
                         + ("" if profile else ", profiler off") if workers
                         else f"no Dask, {threads} threads")
                 log(f"  dask {what} repeat {r + 1} done")
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def notebook(plan: Plan, results: Results, log: Any) -> None:
