@@ -23,6 +23,13 @@ kept: re-running the cell (or ``durable_nb.execute``) continues from that step. 
 exception is its ``__cause__``. An EndpointError is journaled as the step's outcome like any
 step failure: caught by the agent loop, it is raised again on replay; failing the run, the
 step is tried again when the run resumes.
+
+**First errors** (what a newcomer meets before any call worked) are one short message each,
+an EndpointError too: no API key (the default client cannot be made; nothing is sent, and
+openai's error is not chained, its frames say nothing more), a refused key (401, 403), an
+unreachable endpoint, a model the server does not have (``model_not_found``, or a 404 about
+the model: where the server lists its models). Each says how to try durable_nb offline with
+the bundled model server (``python -m durable_nb.testing``).
 """
 
 from __future__ import annotations
@@ -112,11 +119,38 @@ def default_client(*, asynchronous: bool = False) -> Any:
                     cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
                 _default_clients[key] = cls(max_retries=0)
             except openai.OpenAIError as exc:
-                raise openai.OpenAIError(
-                    f"{exc} For an offline run, start the bundled model server "
-                    f"(python -m durable_nb.testing) and set OPENAI_BASE_URL to the URL it "
-                    f"prints and OPENAI_API_KEY to any value.") from exc
+                raise _configuration_error(exc) from None
         return _default_clients[key]
+
+
+#: What to do to try durable_nb without any account: in every first error (no key, a wrong
+#: key, no server, an unknown model), as a newcomer meets one of those first.
+_OFFLINE_HINT = ("To try it offline, start the bundled model server (`python -m "
+                "durable_nb.testing` in a terminal) and set OPENAI_BASE_URL to the URL it "
+                "prints and OPENAI_API_KEY to any value.")
+
+
+def _configuration_error(exc: openai.OpenAIError) -> EndpointError:
+    """The default client cannot be made (no key, conflicting variables): one short
+    message naming the endpoint and what to do; nothing was sent. openai's own error is left
+    out of the chain: its frames say nothing the message does not."""
+    try:
+        azure = _api_type() == "azure"
+    except openai.OpenAIError:  # conflicting variables: the message says which
+        azure = False
+    if azure:
+        endpoint = os.environ.get("AZURE_OPENAI_ENDPOINT")
+        url = endpoint_url(endpoint) if endpoint else "Azure OpenAI (AZURE_OPENAI_ENDPOINT unset)"
+    else:
+        url = endpoint_url(os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
+    text = str(exc)
+    if "missing credentials" in text.lower() or "api_key client option must be set" in text:
+        variable = "AZURE_OPENAI_API_KEY" if azure else "OPENAI_API_KEY"
+        text = f"no API key for {url}: set {variable}, or pass client= with an api_key"
+    else:
+        text = f"cannot make a client for {url}: {text.rstrip('.')}"
+    return EndpointError(f"{text}. Nothing was sent. {_OFFLINE_HINT}", url=url,
+                         type_name=f"{type(exc).__module__}.{type(exc).__qualname__}")
 
 
 def without_retries(client: Any) -> Any:
@@ -340,8 +374,7 @@ class _Attempts:
             elapsed = time.monotonic() - self.started
             retries = f" Tried {self.attempt} times in {elapsed:.1f} s."
         else:
-            retries = (" Not retried: the server refuses this request as it is, so sending it "
-                       "again would fail again.")
+            retries = " Not retried: the same request would fail again."
         where = f"step {step}" if step is not None else "its step"
         message = (f"{self.what} failed at {where} (model {self.name!r}): "
                    f"{happened.rstrip().rstrip('.')}."
@@ -376,13 +409,33 @@ def _advice(exc: BaseException, status: int | None, server: str) -> str:
     if "insufficient_quota" in _codes(exc):
         return " The account has no quota left."
     if status in (401, 403):
-        return " Check the API key (OPENAI_API_KEY, or the client's api_key) for this endpoint."
+        return (" Check the API key (OPENAI_API_KEY, or the client's api_key) for this "
+                f"endpoint. {_OFFLINE_HINT}")
+    if _model_missing(exc, status, server):
+        return (f" Use a model this server has (GET {_models_url(exc)} lists them): ctx.chat("
+                f"model=...), --model, or DURABLE_NB_MODEL in the bundled notebooks.")
     if status == 404:
         return " Check the URL (OPENAI_BASE_URL or the client's base_url) and the model name."
     if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
         return (" Check that the server runs at that URL (OPENAI_BASE_URL or the client's "
-                "base_url).")
+                f"base_url). {_OFFLINE_HINT}")
     return ""
+
+
+def _model_missing(exc: BaseException, status: int | None, server: str) -> bool:
+    """The server has no such model: OpenAI's ``model_not_found``, or a 404 about the model
+    (vLLM's "The model `x` does not exist", Ollama's "model 'x' not found")."""
+    return "model_not_found" in _codes(exc) or (
+        status == 404 and re.search(r"\bmodel\b", server, re.I) is not None)
+
+
+def _models_url(exc: BaseException) -> str:
+    """The server's model list: the request's URL with ``/models`` for its last part."""
+    url = endpoint_url(getattr(getattr(exc, "request", None), "url", "") or "")
+    for suffix in ("/chat/completions", "/responses"):
+        if url.endswith(suffix):
+            return url[:-len(suffix)] + "/models"
+    return "/v1/models"
 
 
 def call_with_retries(execution: Any, what: str, name: str, client: Any,

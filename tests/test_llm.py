@@ -5,6 +5,7 @@ every count is taken at the server."""
 from __future__ import annotations
 
 import socket
+import traceback
 
 import openai
 import pytest
@@ -306,3 +307,65 @@ def test_a_client_of_the_wrong_kind_is_refused_before_anything_is_sent(journal, 
     with pytest.raises(TypeError, match="needs an async client"):
         dn.execute("a", handler, journal=journal)
     assert server.count() + server.count(kind="failure") == 0
+
+
+# --- first errors: what a newcomer meets before any call worked --------------------------------
+
+OFFLINE = ("To try it offline, start the bundled model server (`python -m durable_nb.testing` "
+           "in a terminal) and set OPENAI_BASE_URL to the URL it prints and OPENAI_API_KEY to "
+           "any value.")
+
+
+def _printed(exc: BaseException) -> str:
+    """What Python prints for ``exc`` uncaught (a script, a terminal)."""
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def test_no_api_key_is_one_short_message_with_the_url_and_the_offline_server(
+        journal, monkeypatch):
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_TYPE", "AZURE_OPENAI_API_KEY",
+                 "AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_AD_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(dn.EndpointError) as caught:
+        dn.execute("r", lambda ctx: ctx.chat(model="gpt-4", messages=[USER]), journal=journal)
+    assert str(caught.value) == ("no API key for https://api.openai.com/v1: set OPENAI_API_KEY, "
+                                 "or pass client= with an api_key. Nothing was sent. " + OFFLINE)
+    printed = _printed(caught.value)
+    assert printed.count("no API key") == 1  # not once per exception of a chain
+    assert "site-packages/openai" not in printed and "Missing credentials" not in printed
+
+
+def test_an_unreachable_endpoint_names_the_url_and_the_offline_server(journal):
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    client = openai.OpenAI(base_url=url, api_key=KEY)
+    with pytest.raises(dn.EndpointError) as caught:
+        dn.execute("r", one_chat(client, retry=FAST), journal=journal)
+    assert f"cannot reach {url}/chat/completions" in str(caught.value)
+    assert OFFLINE in str(caught.value)
+
+
+def test_a_wrong_api_key_names_the_url_the_key_variable_and_the_offline_server(journal, server):
+    server.fail_next(1, 401, body={"error": {
+        "message": "Incorrect API key provided: sk-wrong.", "type": "invalid_request_error",
+        "param": None, "code": "invalid_api_key"}})
+    with pytest.raises(dn.EndpointError) as caught:
+        dn.execute("r", one_chat(client_for(server)), journal=journal)
+    message = str(caught.value)
+    assert f"{server.url}/chat/completions answered HTTP 401: Incorrect API key provided" \
+        in message
+    assert "Check the API key (OPENAI_API_KEY" in message and OFFLINE in message
+
+
+@pytest.mark.parametrize("text, code", [
+    ("The model `gpt-9` does not exist or you do not have access to it.", "model_not_found"),
+    ("model 'gpt-9' not found, try pulling it first", None)])  # OpenAI; Ollama
+def test_a_model_the_server_does_not_have_says_where_its_models_are_listed(
+        journal, server, text, code):
+    server.fail_next(1, 404, body={"error": {"message": text, "type": "invalid_request_error",
+                                             "param": None, "code": code}})
+    with pytest.raises(dn.EndpointError) as caught:
+        dn.execute("r", one_chat(client_for(server)), journal=journal)
+    message = str(caught.value)
+    assert f"answered HTTP 404: {text}" in message
+    assert f"Use a model this server has (GET {server.url}/models lists them)" in message
+    assert "Check the URL" not in message

@@ -16,7 +16,7 @@ from IPython.testing.globalipapp import start_ipython
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry
 from durable_nb.journal import this_host
 from durable_nb.lease import Lease
-from durable_nb import NoJournal
+from durable_nb import EndpointError, NoJournal
 from durable_nb.magics import DurableMagics
 
 CELL = "ctx.run('a', lambda: 41) + 1"
@@ -232,3 +232,22 @@ def test_load_ext_reports_interrupted_runs_and_fails_expired_ones(ip, tmp_path: 
     expired = journal.get_run("expired")
     assert expired.status is Status.FAILED and expired.error.startswith("expired on resume")
     assert journal.get_run("crashed").status is Status.RUNNING  # resumed by re-running it
+
+
+def test_a_first_error_in_a_cell_is_shown_once_as_its_message(ip, monkeypatch, capsys) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_TYPE", "AZURE_OPENAI_API_KEY",
+                 "AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_AD_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    capsys.readouterr()
+    result = ip.run_cell("%%durable_agent first\n"
+                         "ctx.chat(model='gpt-4o-mini', messages=[{'role': 'user', "
+                         "'content': 'hi'}])")
+    assert isinstance(result.error_in_exec, EndpointError)
+    out = capsys.readouterr().out
+    shown = out[out.rindex("EndpointError"):]  # the cell's error, after the panel's summary
+    assert len(shown.splitlines()) <= 5, shown
+    assert "Traceback" not in shown and "openai/" not in shown and "File " not in shown
+    words = " ".join(shown.split())
+    assert words.count("no API key for https://api.openai.com/v1") == 1
+    assert "start the bundled model server (`python -m durable_nb.testing` in a terminal)" \
+        in words
