@@ -5,7 +5,8 @@ journal holds: what each model call was asked (its new messages), step results, 
 responses, decisions, tokens, cost and timings. Client configuration (API keys, headers, base
 URLs) is never journaled and never added here. Exporting only reads the journal.
 
-The notebook validates under ``nbformat.validate`` and contains no outputs: markdown cells tell
+The notebook validates under ``nbformat.validate`` (without warnings), names its kernel
+(``python3``, with its ``language_info``) and contains no outputs: markdown cells tell
 the run, and the run's source (when it was recorded) is one code cell without outputs, so
 opening the notebook executes nothing. Each cell carries its part of the structured data in
 ``metadata["durable_nb"]``; the JSON export is that same data as one document::
@@ -67,6 +68,18 @@ _RUN_FIELDS = ("run_id", "title", "status", "parent", "source", "created_at", "u
                "deadline", "iteration", "max_iterations", "prompt_tokens", "completion_tokens",
                "max_tokens", "cost", "max_cost", "step_count", "context_summary",
                "pending_approval", "forked_from", "finished_at")
+
+
+#: An exported notebook's kernel: the one ``pip install ipykernel`` registers, as Jupyter
+#: writes it, so that JupyterLab, Notebook 7 and nbclient open and run it without asking
+#: for a kernel (no version: the reader's kernel fills that in).
+_KERNEL_METADATA = {
+    "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                   "language": "python"},
+    "language_info": {"name": "python", "mimetype": "text/x-python", "file_extension": ".py",
+                      "pygments_lexer": "ipython3", "nbconvert_exporter": "python",
+                      "codemirror_mode": {"name": "ipython", "version": 3}},
+}
 
 
 def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = None,
@@ -311,7 +324,7 @@ def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
     cells.append(markdown_cell(_result_md(data["result"]),
                                metadata={"durable_nb": data["result"]}))
     nb = nbf.v4.new_notebook(cells=cells, metadata={
-        "language_info": {"name": "python"},
+        **_KERNEL_METADATA,
         "durable_nb": {"export_version": data["export_version"], "run_id": run["run_id"]}})
     nbf.validate(nb)
     return nb
@@ -603,7 +616,7 @@ def batch_notebook(batch: Any, pending: dict[str, dict] | None = None) -> nbform
     cells.append(code_cell(f"import durable_nb\n\nbatch = durable_nb.batch({batch.batch_id!r})"
                                f"\nbatch.records()[:5]"))
     nb = nbf.v4.new_notebook(cells=cells, metadata={
-        "language_info": {"name": "python"},
+        **_KERNEL_METADATA,
         "durable_nb": {"export_version": EXPORT_VERSION, "batch_id": batch.batch_id}})
     nbf.validate(nb)
     return nb

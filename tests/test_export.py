@@ -11,11 +11,13 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import nbformat
 import openai
 import pytest
+from jupyter_client.kernelspec import KernelSpecManager
 
 import durable_nb
 from durable_nb import DiskJournal, Status, StepEntry, TerminalError
@@ -302,3 +304,19 @@ def test_export_of_a_priced_run_shows_dollars(tmp_path):
     assert data["result"]["cost"]["dollars"] == pytest.approx(expected)
     assert data["rounds"][0]["chat"]["cost"]["dollars"] == pytest.approx(expected)
     assert data["run"]["goal"] == "What is the answer?"
+
+
+def test_the_exported_notebook_names_its_kernel_and_validates_without_warnings(demo_run,
+                                                                               tmp_path):
+    _, journal = demo_run
+    path = export_run(RUN, tmp_path / "run.ipynb", journal=journal)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nbformat warns (missing ids, unknown fields) on read
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+    assert nb.metadata.kernelspec == {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                      "language": "python"}
+    assert nb.metadata.language_info.name == "python"
+    # The name is the one Jupyter resolves where ipykernel is installed: no kernel dialog.
+    spec = KernelSpecManager().get_kernel_spec(nb.metadata.kernelspec.name)
+    assert spec.language == "python"
