@@ -208,7 +208,9 @@ class JournalMismatch(DurableError):
 
 class InputChanged(JournalMismatch):
     """A step asks with other inputs than the journaled step (an edited prompt, other
-    arguments): replaying its journaled result would return a stale answer."""
+    arguments): replaying its journaled result would return a stale answer. ``change``
+    says where the inputs first differ, with the old and the new value, shortened
+    (``messages[1].content changed from 'Summarise Q3.' to 'Summarise Q4.'``)."""
 
     def __init__(self, run_id: str, position: int, step: str, change: str, *,
                  key: str | None = None) -> None:
@@ -280,7 +282,8 @@ class EndpointError(StepFailed):
     ``code`` (the server's error code, e.g. ``"context_length_exceeded"``), ``step``
     (the journal position), ``attempts``, ``transient`` (True when retries ran out),
     ``type_name`` (the openai exception's type). The openai exception is ``__cause__``
-    (on replay, where the error comes from the journal, there is none).
+    (on replay, where the error comes from the journal, there is none; nor when no request
+    was made: no API key).
     """
 
     def __init__(self, message: str, *, url: str | None = None, status_code: int | None = None,

@@ -349,8 +349,10 @@ class Runner:
         self.journal.put_run(record, token=execution.writer.token)
         note = getattr(self.observer, "on_note", None)
         if note is not None:
-            note(f"Executing again from step {position}; the steps before are replayed. The "
-                 f"run as it was is kept as {fork_id!r}.")
+            replayed = ("no step is replayed" if position == 0 else "step 0 is replayed"
+                        if position == 1 else f"steps 0 to {position - 1} are replayed")
+            note(f"Executing again from step {position}; {replayed}. The run as it was is "
+                 f"kept as {fork_id!r}.")
         return record
 
     def _verify(self, outcome: RunOutcome, token: str) -> None:

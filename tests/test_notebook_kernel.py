@@ -399,7 +399,7 @@ def test_durable_errors_show_as_their_message_with_what_to_do_and_the_badge_stop
         assert changed.error["ename"] == "InputChanged"
         shown = _one_line(changed)
         assert shown.startswith("InputChanged: run 'e' no longer matches its journal: step 0, "
-                                "run 'a': args[0] changed.")
+                                "run 'a': args[0] changed from 'x' to 'y'.")
         assert "`durable-nb reset e --from 0`" in shown and "--on-change rerun" in shown
         header = html.unescape(_panel_html(k, "stopped: input changed"))
         assert "The run is DONE in the journal (unchanged)" in header

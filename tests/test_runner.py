@@ -11,6 +11,7 @@ import pytest
 import durable_nb as dn
 from durable_nb import Status
 from durable_nb.journal import DiskJournal
+from durable_nb.runner import RunOptions, Runner
 
 
 
@@ -76,6 +77,52 @@ def test_changed_code_raises_mismatch_and_leaves_journal(journal):
     assert "step 1" in message and "'b'" in message and "'c'" in message
     assert "reset" in message
     assert [s.to_json() for s in journal.steps("r")] == before
+
+
+def test_input_changed_names_the_old_and_the_new_value_shortened(journal):
+    prompt = "You are a careful analyst. " * 10 + "Write the Q3 report."
+    dn.execute("r", lambda ctx: ctx.run("draft", str, prompt), journal=journal)
+    with pytest.raises(dn.InputChanged) as info:
+        dn.execute("r", lambda ctx: ctx.run("draft", str, prompt.replace("Q3", "Q4")),
+                   journal=journal)
+    # From a little before where the two first differ, not the 270 characters they share.
+    assert ("step 0, run 'draft': args[0] changed from ...'analyst. Write the Q3 report.' to "
+            "...'analyst. Write the Q4 report.'") in str(info.value)
+    dn.execute("s", lambda ctx: ctx.run("f", str, "x"), journal=journal)
+    with pytest.raises(dn.InputChanged, match=r"args\[0\] changed from 'x' to 2\."):
+        dn.execute("s", lambda ctx: ctx.run("f", str, 2), journal=journal)
+
+
+class _Notes:
+    """An observer keeping the notes a panel would show."""
+
+    def __init__(self):
+        self.notes = []
+
+    def on_step(self, entry, replayed):
+        pass
+
+    def on_record(self, record):
+        pass
+
+    def on_note(self, text):
+        self.notes.append(text)
+
+
+@pytest.mark.parametrize("changed_at, replayed", [(0, "no step is replayed"),
+                                                  (1, "step 0 is replayed"),
+                                                  (2, "steps 0 to 1 are replayed")])
+def test_a_rerun_note_says_which_steps_are_replayed(journal, changed_at, replayed):
+    def steps(changed):
+        return lambda ctx: [ctx.run(f"s{i}", str, "new" if changed and i >= changed_at else i)
+                            for i in range(3)]
+
+    dn.execute("r", steps(False), journal=journal)
+    observer = _Notes()
+    Runner("r", steps(True), journal=journal, options=RunOptions(on_change="rerun"),
+           observer=observer).run()
+    assert observer.notes == [f"Executing again from step {changed_at}; {replayed}. The run "
+                              f"as it was is kept as 'r@1'."]
 
 
 def test_on_change_rerun_executes_again_from_divergence_and_keeps_a_fork(journal):

@@ -149,14 +149,14 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
     what changed; None if they are equal."""
     here = path or "the inputs"
     if type(old) is not type(new):
-        return f"{here} changed"
+        return _changed(here, old, new)
     if isinstance(old, dict):
         for key in sorted(set(old) | set(new)):
             sub = f"{path}.{key}" if path else str(key)
             if key not in old:
-                return f"{sub} was added"
+                return f"{sub} was added: {_shown(new[key])}"
             if key not in new:
-                return f"{sub} was removed"
+                return f"{sub} was removed (it was {_shown(old[key])})"
             found = first_difference(old[key], new[key], sub)
             if found:
                 return found
@@ -169,4 +169,29 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
         if len(old) != len(new):
             return f"{here} has {len(new)} items instead of {len(old)}"
         return None
-    return None if old == new else f"{here} changed"
+    return None if old == new else _changed(here, old, new)
+
+
+#: Characters of a value an InputChanged message shows (each of the old and the new one).
+_SHOWN = 60
+
+
+def _changed(here: str, old: Any, new: Any) -> str:
+    """``args[0] changed from 'draft the report' to 'draft the report in French'``: two
+    strings from a little before where they first differ, any value shortened."""
+    if isinstance(old, str) and isinstance(new, str):
+        same = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+        start = max(0, same - 20)
+        return f"{here} changed from {_shown(old, start)} to {_shown(new, start)}"
+    return f"{here} changed from {_shown(old)} to {_shown(new)}"
+
+
+def _shown(value: Any, start: int = 0) -> str:
+    """A value for a message: a string quoted from ``start`` ("..." where cut), anything
+    else as compact JSON, at most :data:`_SHOWN` characters of it."""
+    if isinstance(value, str):
+        part = value[start:start + _SHOWN]
+        return (("..." if start else "") + repr(part)
+                + ("..." if start + _SHOWN < len(value) else ""))
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
