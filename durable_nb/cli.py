@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import re
+import shlex
+import signal
 import sys
 import time
 from collections import Counter
@@ -21,15 +24,15 @@ from typing import Any, Iterable, Sequence
 from . import registry
 from .batch import batch as read_batch
 from .demo import run_demo
-from .errors import DurableError
+from .errors import DurableError, UnknownRun
 from .export import export_batch, export_run
-from .journal import Journal, RunRecord, Status, entry_cost, open_journal
+from .journal import Journal, RunRecord, Status, StepEntry, entry_cost, open_journal
 from .profile import disable, enable
-from .summary import age, cost_of, elapsed, format_cost, format_duration, replay_savings
+from .summary import age, cost_of, elapsed, format_cost, format_duration, plain
 
 __all__ = ["COMMANDS", "STEERING", "batch_rows", "explain_usage", "format_batch",
-           "format_batches", "format_run", "format_runs", "list_runs", "main",
-           "parse_item_status", "parse_status", "steer"]
+           "format_batches", "format_run", "format_runs", "format_time", "list_runs", "main",
+           "near_runs", "parse_item_status", "parse_status", "recorded_decision", "steer"]
 
 
 # -- showing runs ----------------------------------------------------------------------------------
@@ -63,18 +66,102 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
     return "\n".join(lines)
 
 
-def format_run(info: registry.RunInfo, interrupted: bool = False) -> str:
-    """The detail view shown by ``durable-nb show`` and ``%durable show``."""
+def format_time(ts: float) -> str:
+    """A moment as a person reads it, in local time: ``10:02:11`` today, else
+    ``2026-11-12 10:02:11``."""
+    moment = time.localtime(ts)
+    same_day = time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d")
+    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", moment)
+
+
+def recorded_decision(info: RunRecord, journal: Journal) -> dict | None:
+    """The decision given (``durable-nb approve``, a panel, another notebook) on the run's
+    pending approval that the run has not taken yet, because no execution of it has
+    resumed since: ``{"approved", "by", "at", "note"}``; None when there is none."""
+    pending = info.pending_approval
+    if info.status is not Status.WAITING_APPROVAL or not pending:
+        return None
+    decision = journal.get_request("decision", pending.get("run_id", info.run_id))
+    if not decision or decision.get("key") != pending.get("key"):
+        return None
+    return decision
+
+
+def _decision_words(decision: dict) -> str:
+    """``approved by ana at 10:02:11 ("ship it")``."""
+    verdict = "approved" if decision.get("approved") else "rejected"
+    when = f" at {format_time(decision['at'])}" if decision.get("at") else ""
+    note = f" ({_one_line(decision['note'], 80)!r})" if decision.get("note") else ""
+    return f"{verdict} by {decision.get('by') or 'someone'}{when}{note}"
+
+
+def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | None) -> str:
     if interrupted:
         owner = info.owner or {}
         who = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
-        status = (f"INTERRUPTED: RUNNING in the journal, but its process{who} is gone; "
-                  f"re-run its cell or execute it again to resume")
-    else:
-        status = str(info.status) + ("  [executing now]" if info.executing else "")
+        return (f"INTERRUPTED: RUNNING in the journal, but its process{who} is gone; "
+                f"re-run its cell or execute it again to resume")
+    status = str(info.status) + ("  [executing now]" if info.executing else "")
+    if decision is not None and not info.executing:
+        status += (f": {_decision_words(decision)}, waiting for the run to resume: re-run its "
+                   f"cell (or execute it again)")
+    return status
+
+
+def _shown_value(value: Any, limit: int) -> str:
+    """Journaled data for reading: a string as it is, a mapping as ``key: value`` pairs,
+    anything else as compact JSON; on one line, shortened to ``limit``."""
+    value = plain(value)
+    if isinstance(value, str):
+        return _one_line(value, limit)
+    if isinstance(value, dict) and value:
+        return _one_line(", ".join(
+            f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)}"
+            for k, v in value.items()), limit)
+    return _one_line(json.dumps(value, ensure_ascii=False, default=str), limit)
+
+
+def _step_line(entry: StepEntry) -> str:
+    if entry.kind == "approval":
+        decided = plain(entry.result) if entry.ok else None
+        outcome = (_decision_words(decided) if isinstance(decided, dict) else
+                   f"FAILED {entry.error.get('type') if entry.error else ''}")
+        when = f"waited {format_duration(entry.duration)}"
+        return f"  {entry.position:>4}  {entry.kind:<8} {entry.name:<28} {when:>11}  {outcome}"
+    outcome = "ok" if entry.ok else f"FAILED {entry.error.get('type') if entry.error else ''}"
+    extra = ""
+    if entry.prompt_tokens or entry.completion_tokens:
+        extra = f"  {entry.prompt_tokens:,}+{entry.completion_tokens:,} tok"
+        if isinstance((entry.meta or {}).get("cost"), (int, float)):
+            extra += f"  {format_cost(entry_cost(entry), estimated=bool(entry.meta.get('estimated')))}"
+    return (f"  {entry.position:>4}  {entry.kind:<8} {entry.name:<28} "
+            f"{entry.duration * 1000:8.1f} ms  {outcome}{extra}")
+
+
+def _replay_line(info: registry.RunInfo) -> str | None:
+    """What executing the run again takes from the journal: every journaled step but the
+    failed one, which is tried again."""
+    kept = [e for e in info.steps if e.position != info.failed_step]
+    if not kept:
+        return None
+    line = (f"replay     executing it again replays its {len(kept):,} journaled "
+            f"step{'s' if len(kept) != 1 else ''}")
+    tokens = sum(e.tokens for e in kept)
+    if not tokens:
+        return line
+    dollars, estimated, unpriced = cost_of(kept)
+    money = f" and {format_cost(dollars, estimated=estimated)}" if dollars or not unpriced else ""
+    return f"{line}: {tokens:,} tokens{money} not spent again"
+
+
+def format_run(info: registry.RunInfo, interrupted: bool = False,
+               decision: dict | None = None) -> str:
+    """The detail view shown by ``durable-nb show`` and ``%durable show``: words and local
+    times, no raw records. ``decision``: one given but not taken yet
+    (:func:`recorded_decision`)."""
     budget = f" of {info.max_tokens:,}" if info.max_tokens else ""
     lines = [f"run        {info.run_id}" + (f"  ({info.title})" if info.title else ""),
-             f"status     {status}",
+             f"status     {_status_line(info, interrupted, decision)}",
              f"iteration  {info.iteration}" + (f" / {info.max_iterations}"
                                                if info.max_iterations else ""),
              f"tokens     {info.prompt_tokens:,} prompt + {info.completion_tokens:,} completion"
@@ -88,40 +175,33 @@ def format_run(info: registry.RunInfo, interrupted: bool = False) -> str:
     if unpriced:
         cost += f" (no price known for {', '.join(sorted(set(unpriced)))})"
     lines.append(f"cost       {cost}")
-    lines.append(f"created    {time.ctime(info.created_at)}; "
+    lines.append(f"created    {format_time(info.created_at)}; "
                  f"{'took' if info.status is Status.DONE else 'elapsed'} "
                  f"{format_duration(elapsed(info))}")
     if info.deadline:
-        lines.append(f"deadline   {time.ctime(info.deadline)}")
+        lines.append(f"deadline   {format_time(info.deadline)}")
     if info.forked_from:
-        lines.append(f"forked     from {json.dumps(info.forked_from)}")
+        fork = info.forked_from
+        source, step = fork.get("run_id"), fork.get("position")
+        when = f" at {format_time(fork['at'])}" if fork.get("at") else ""
+        lines.append(f"forked     from {source}{when} (step {step}): the run as it was when "
+                     f"{source} was executed again from step {step}")
     if info.pending_approval:
         p = info.pending_approval
-        lines.append(f"waiting    approval {p.get('name')!r} (step {p.get('key')}): "
-                     f"{json.dumps(p.get('details'))}")
+        details = p.get("details")
+        lines.append(f"waiting    approval {p.get('name')!r} (step {p.get('key')})"
+                     + (f": {_shown_value(details, 300)}" if plain(details) else ""))
     if info.error:
         lines.append(f"error      {info.error}")
     if info.status is Status.DONE:
-        lines.append(f"result     {json.dumps(info.result)[:500]}")
+        lines.append(f"result     {_shown_value(info.result, 500)}")
     if info.context_summary:
         lines.append(f"summary    {info.context_summary[:500]}")
-    if info.steps:
-        lines.append(f"replay     a re-run replays from the journal "
-                     f"{replay_savings(info.steps, 'journaled', 'not spent again')}")
+    replay = _replay_line(info)
+    if replay:
+        lines.append(replay)
     lines.append(f"steps      {len(info.steps)}")
-    for e in info.steps:
-        outcome = "ok" if e.ok else f"FAILED {e.error.get('type') if e.error else ''}"
-        extra = ""
-        if e.prompt_tokens or e.completion_tokens:
-            extra = f"  {e.prompt_tokens:,}+{e.completion_tokens:,} tok"
-            if isinstance((e.meta or {}).get("cost"), (int, float)):
-                extra += f"  {format_cost(entry_cost(e), estimated=bool(e.meta.get('estimated')))}"
-        if e.kind == "approval":
-            when = f"waited {format_duration(e.duration)}"
-            lines.append(f"  {e.position:>4}  {e.kind:<8} {e.name:<28} {when:>11}  {outcome}")
-            continue
-        lines.append(f"  {e.position:>4}  {e.kind:<8} {e.name:<28} {e.duration * 1000:8.1f} ms"
-                     f"  {outcome}{extra}")
+    lines += [_step_line(e) for e in info.steps]
     return "\n".join(lines)
 
 
@@ -349,18 +429,63 @@ def explain_usage(parser: argparse.ArgumentParser, message: str,
                              + (f": did you mean {close[0]}?" if close else ""))
         plain = [w for w in extras if not w.startswith("-")]
         if plain and not hints:
-            first = plain[0]
-            index = next((i for i, w in enumerate(words) if w == first), None)
-            before = words[index - 1] if index else None
-            if before and not before.startswith("-"):
-                glued = "-".join([before] + plain)
-                hints.append(f"a run id is one word without spaces: did you mean {glued!r}?")
+            hints.append(_split_word_hint(parser, words, plain))
+    hints = [hint for hint in hints if hint]
     choice = re.search(r"invalid choice: '([^']*)'", message)
     if choice and not hints:
         close = difflib.get_close_matches(choice.group(1), _command_names(parser), n=1)
         if close:
             hints.append(f"did you mean {close[0]!r}?")
     return message + "".join(f"\n  {hint}" for hint in hints)
+
+
+def _split_word_hint(parser: argparse.ArgumentParser, words: Sequence[str],
+                     extras: list[str]) -> str | None:
+    """Words left over after an unquoted space: in an option's value (``--timeout 5
+    minutes``), said about that option; else in the run id (``show sales report``)."""
+    # The last place the words left over stand together: an earlier equal word (the command
+    # `runs` in `runs --limit 5 runs`) was consumed.
+    index = next((i for i in range(len(words) - 1, -1, -1)
+                  if list(words[i:i + len(extras)]) == extras), None)
+    before = words[index - 1] if index else None
+    if not before:
+        return None
+    option, value = None, before
+    if before.startswith("--") and "=" in before:
+        option, value = before.split("=", 1)
+    elif not before.startswith("-") and index >= 2 and words[index - 2].startswith("--"):
+        option = words[index - 2]
+    action = _option_action(parser, option) if option else None
+    if action is not None and action.nargs is None:
+        spaced = " ".join([value] + extras)
+        left = f"{' '.join(extras)!r} is left over after {option} {value}: an option's value " \
+               f"is one word"
+        try:
+            if callable(action.type):
+                action.type(spaced)
+        except Exception as exc:  # noqa: BLE001 - the option's own words for a bad value
+            problem = str(exc)
+            if not problem.startswith(option):
+                problem = f"{option} {spaced!r}: {problem}"
+            return f"{left}, and {problem}"
+        return f"{left}; quote a value with a space: {option} {shlex.quote(spaced)}"
+    if before.startswith("-"):
+        return None
+    glued = "-".join([before] + extras)
+    return f"a run id is one word without spaces: did you mean {glued!r}?"
+
+
+def _option_action(parser: argparse.ArgumentParser, option: str) -> argparse.Action | None:
+    """The action of ``option`` in the parser or any of its sub-commands."""
+    for action in parser._actions:
+        if option in action.option_strings:
+            return action
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found = _option_action(sub, option)
+                if found is not None:
+                    return found
+    return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -514,10 +639,12 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "show":
         info = registry.get_run(args.run_id, journal=journal)
         interrupted = is_interrupted(info, journal)
+        decision = recorded_decision(info, journal)
         if args.json:
-            print(json.dumps(dict(info.to_dict(), interrupted=interrupted), indent=2))
+            print(json.dumps(dict(info.to_dict(), interrupted=interrupted, decision=decision),
+                             indent=2))
         else:
-            print(format_run(info, interrupted))
+            print(format_run(info, interrupted, decision))
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0)))
@@ -544,11 +671,48 @@ def _batch_command(args: argparse.Namespace, journal: Journal) -> None:
                            interrupted=interrupted))
 
 
+#: How many of the newest runs a run id not found is compared with for a did-you-mean.
+NEAR_MISS_RUNS = 2000
+
+
+def near_runs(run_id: str, journal: Any = None) -> str:
+    """`` Did you mean 'quickstart'?`` when one of the :data:`NEAR_MISS_RUNS` newest runs
+    in ``journal`` (a Journal, directory or URL) has an id close to ``run_id``; empty
+    otherwise, and when the journal cannot be read (the error said what to do already).
+    The journal's index answers: no scan of every run."""
+    try:
+        ids = [r.run_id for r in registry.runs(journal=open_journal(journal, read_only=True),
+                                               limit=NEAR_MISS_RUNS, newest_first=True)]
+    except (DurableError, OSError):
+        return ""
+    close = difflib.get_close_matches(run_id, ids, n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?"
+
+
+def _reader_gone() -> int:
+    """The reader of our output left (``durable-nb show RUN | head``): end quietly, as a
+    Unix tool ended by SIGPIPE does (exit 141), with nothing more written to the pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # the flush at exit must not fail again
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``durable-nb`` command; returns the exit code."""
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        return _run(args)
+        code = _run(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is answered below
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+    except UnknownRun as exc:
+        where = getattr(args, "source", None) or args.journal
+        print(f"durable-nb: error: {exc}{near_runs(exc.run_id, where)}", file=sys.stderr)
+        return 1
     except (DurableError, ValueError, OSError) as exc:
         print(f"durable-nb: error: {exc}", file=sys.stderr)
         return 1

@@ -40,8 +40,10 @@ from .cli import (
     is_interrupted,
     list_runs,
     more_runs_note,
+    near_runs,
     parse_item_status,
     parse_status,
+    recorded_decision,
     steer,
 )
 from .errors import (
@@ -544,7 +546,7 @@ class DurableMagics(Magics):
         try:
             return self._dispatch(args)
         except UnknownRun as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"{exc}{near_runs(exc.run_id, args.journal)}") from None
         except ValueError as exc:  # a step number outside the run, and the like
             raise UsageError(str(exc)) from None
         except BaseException as exc:
@@ -619,7 +621,8 @@ class DurableMagics(Magics):
             return self._batch(args, journal)
         elif args.command == "show":
             info = registry.get_run(args.run_id, journal=journal)
-            print(format_run(info, is_interrupted(info, journal)))
+            print(format_run(info, is_interrupted(info, journal),
+                             recorded_decision(info, journal)))
         elif args.command in STEERING:
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,

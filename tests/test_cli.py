@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -174,10 +175,10 @@ def test_show_tells_cost_replay_savings_and_approval_wait(tmp_path: Path, run) -
 
     shown = run("--journal", str(tmp_path / "j"), "show", "paid").stdout
     assert "cost       $0.0021 of $1.00" in shown
-    assert "replay     a re-run replays from the journal 3 steps journaled: 1,427 tokens, " \
+    assert "replay     executing it again replays its 3 journaled steps: 1,427 tokens and " \
            "$0.0021 not spent again" in shown
     assert "took 1 min 40 s" in shown  # created .. finished, however often it was replayed
-    assert "send_email                   waited 3 min 5 s  ok" in shown
+    assert "send_email                   waited 3 min 5 s  approved by ana" in shown
     runs = run("--journal", str(tmp_path / "j"), "runs").stdout
     assert runs.splitlines()[1].split()[:5] == ["paid", "DONE", "2", "1,427", "$0.0021"]
 
@@ -344,6 +345,7 @@ def test_batch_export_writes_json_lines_or_a_notebook_report(tmp_path: Path, run
 
     nb = nbformat.read(tmp_path / "b.ipynb", as_version=4)
     nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3"  # opens without asking for a kernel
     text = "\n".join(cell.source for cell in nb.cells)
     assert "# Batch five items" in text and "| DONE | 3 |" in text and "| FAILED | 1 |" in text
     assert "| 3 | 3 | FAILED |" in text and "## Failures" in text and "tool broke" in text
@@ -360,3 +362,93 @@ def test_batch_inspection_creates_no_journal(tmp_path: Path) -> None:
         proc = cli("--journal", str(missing), *args)
         assert proc.returncode == 1 and "there is no journal at" in proc.stderr
     assert not missing.exists()
+
+
+# -- text a person reads: words and times, one message per mistake --------------------------------
+
+CLOCK = r"\d\d:\d\d:\d\d"  # a local time of today, as show prints it
+
+
+def test_an_option_value_with_a_space_is_explained_about_that_option(tmp_path: Path,
+                                                                      run) -> None:
+    _done_run(tmp_path / "j")
+    proc = run("--journal", str(tmp_path / "j"), "runs", "--limit", "5", "runs")
+    assert proc.returncode == 2
+    assert ("'runs' is left over after --limit 5: an option's value is one word, and --limit "
+            "'5 runs': '5 runs' is not a whole number") in proc.stderr
+    assert "run id" not in proc.stderr
+    proc = run("--journal", str(tmp_path / "j"), "runs", "--prefix", "sales", "report")
+    assert ("'report' is left over after --prefix sales: an option's value is one word; quote "
+            "a value with a space: --prefix 'sales report'") in proc.stderr
+
+
+def test_a_run_id_not_found_gets_a_did_you_mean_among_the_runs(tmp_path: Path) -> None:
+    _done_run(tmp_path / "j", "quickstart")
+    _done_run(tmp_path / "j", "batch-report")
+    proc = cli("--journal", str(tmp_path / "j"), "show", "quickstrat")
+    assert proc.returncode == 1
+    assert proc.stderr.rstrip().endswith("Did you mean 'quickstart'?")
+    far = cli("--journal", str(tmp_path / "j"), "show", "zzz")
+    assert far.returncode == 1 and "Did you mean" not in far.stderr
+
+
+def test_show_into_a_pipe_its_reader_closed_ends_quietly(tmp_path: Path) -> None:
+    _done_run(tmp_path / "j", steps=200)
+    read, write = os.pipe()
+    os.close(read)  # as `| head` does once it has its lines: every write fails (EPIPE)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                               str(tmp_path / "j"), "show", "r"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        os.close(write)
+    assert proc.stderr == ""
+    assert proc.returncode == 141  # as a Unix tool ended by SIGPIPE
+
+
+def test_show_tells_a_fork_in_words_and_local_time(tmp_path: Path, run) -> None:
+    _done_run(tmp_path / "j", steps=3)
+    fork = dn.rerun_from("r", 1, journal=str(tmp_path / "j"))
+    shown = run("--journal", str(tmp_path / "j"), "show", fork).stdout
+    line = next(li for li in shown.splitlines() if li.startswith("forked"))
+    assert re.fullmatch(rf"forked     from r at {CLOCK} \(step 1\): the run as it was when r "
+                        rf"was executed again from step 1", line), line
+    assert "{" not in shown and "run_id" not in shown
+    assert re.search(rf"^created    {CLOCK}; took ", shown, re.M)
+
+
+def _park_for_approval(directory: Path):
+    journal = DiskJournal(directory)
+
+    def handler(ctx):
+        ctx.run("draft", lambda: "report")
+        return ctx.approval("send_email", {"to": "team@example.com"}).approved
+
+    assert dn.execute("mail", handler, journal=journal, on_approval="park") is None
+    journal.close()
+    return handler
+
+
+def test_a_decision_given_with_no_kernel_running_shows_until_the_run_resumes(
+        tmp_path: Path) -> None:
+    handler = _park_for_approval(tmp_path / "j")
+    before = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
+    assert "status     WAITING_APPROVAL\n" in before
+    assert "waiting    approval 'send_email' (step 1): to: team@example.com" in before
+
+    approved = cli("--journal", str(tmp_path / "j"), "approve", "mail", "--by", "ana")
+    assert approved.returncode == 0 and "approved" in approved.stdout
+
+    shown = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
+    assert re.search(rf"^status     WAITING_APPROVAL: approved by ana at {CLOCK}, waiting for "
+                     rf"the run to resume: re-run its cell \(or execute it again\)$", shown,
+                     re.M), shown
+    data = json.loads(cli("--journal", str(tmp_path / "j"), "show", "mail", "--json").stdout)
+    assert (data["decision"]["approved"], data["decision"]["by"]) == (True, "ana")
+
+    assert dn.execute("mail", handler, journal=str(tmp_path / "j")) is True  # the run resumes
+    after = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
+    assert "status     DONE\n" in after and "waiting for the run" not in after
+    assert re.search(rf"approval send_email +waited [\d.]+ s  approved by ana at {CLOCK}$",
+                     after, re.M), after

@@ -119,6 +119,23 @@ def test_an_unquoted_run_id_with_a_space_is_explained(ip) -> None:
     assert "invalid run id" in _usage_error(ip.run_cell_magic, "durable_agent", "'a b'", CELL)
 
 
+def test_an_option_value_with_a_space_is_explained_about_that_option(ip) -> None:
+    message = _usage_error(ip.run_cell_magic, "durable_agent", "r --timeout 5 minutes", CELL)
+    assert ("'minutes' is left over after --timeout 5: an option's value is one word, and "
+            "--timeout '5 minutes' is not a duration: write e.g. 90s, 30m, 2h or 1d") in message
+    assert "run id" not in message
+    message = _usage_error(ip.run_cell_magic, "durable_agent", "r --title my run", CELL)
+    assert "quote a value with a space: --title 'my run'" in message
+    message = _usage_error(ip.run_line_magic, "durable", "wait r --timeout 5 minutes")
+    assert "left over after --timeout 5" in message
+
+
+def test_a_run_id_not_found_gets_a_did_you_mean(ip) -> None:
+    assert ip.run_cell_magic("durable_agent", "quickstart", CELL) == 42
+    message = _usage_error(ip.run_line_magic, "durable", "show quickstrat")
+    assert message.endswith("Did you mean 'quickstart'?")
+
+
 def test_status_names_are_case_insensitive(ip, capsys) -> None:
     assert ip.run_cell_magic("durable_agent", "lower", CELL) == 42
     capsys.readouterr()
