@@ -19,14 +19,16 @@ import signal
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import registry
 from .batch import batch as read_batch
 from .demo import run_demo
-from .errors import DurableError, UnknownRun
+from .errors import DurableError, NoJournal, UnknownRun
 from .export import export_batch, export_run
-from .journal import Journal, RunRecord, Status, StepEntry, entry_cost, open_journal
+from .journal import (Journal, RunRecord, Status, StepEntry, default_location, entry_cost,
+                      open_journal)
 from .profile import disable, enable
 from .summary import age, cost_of, elapsed, format_cost, format_duration, plain
 
@@ -709,13 +711,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _reader_gone()
-    except UnknownRun as exc:
-        where = getattr(args, "source", None) or args.journal
-        print(f"durable-nb: error: {exc}{near_runs(exc.run_id, where)}", file=sys.stderr)
-        return 1
     except (DurableError, ValueError, OSError) as exc:
-        print(f"durable-nb: error: {exc}", file=sys.stderr)
+        print(f"durable-nb: error: {_explained(exc, args)}", file=sys.stderr)
         return 1
+
+
+def _explained(exc: BaseException, args: argparse.Namespace) -> str:
+    """The error's message, with where to look next: run ids close to one not found, the
+    journals below this folder when the default one is not there."""
+    if isinstance(exc, UnknownRun):
+        return f"{exc}{near_runs(exc.run_id, getattr(args, 'source', None) or args.journal)}"
+    if isinstance(exc, NoJournal) and args.journal is None \
+            and Path(exc.location).resolve() == Path(default_location()).resolve():
+        found = journals_below(Path.cwd())
+        if found:
+            return (f"{exc} Journals below this folder: {', '.join(found)} (e.g. `durable-nb "
+                    f"--journal {shlex.quote(found[0])} runs`).")
+    return str(exc)
+
+
+def journals_below(folder: Path, depth: int = 3, limit: int = 5) -> list[str]:
+    """Journals (``.durable_nb`` folders that hold runs) in ``folder``'s subfolders, up to
+    ``depth`` levels down (the bundled notebooks keep theirs in ``notebooks/work/NAME/``),
+    relative to ``folder``; the first ``limit``. Hidden folders (``.venv``) are not searched."""
+    found: list[str] = []
+    for level in range(1, depth + 1):
+        pattern = "/".join(["*"] * level + [".durable_nb", "cache.db"])
+        found += sorted(str(db.parent.relative_to(folder)) for db in folder.glob(pattern))
+    return found[:limit]
 
 
 if __name__ == "__main__":

@@ -452,3 +452,14 @@ def test_a_decision_given_with_no_kernel_running_shows_until_the_run_resumes(
     assert "status     DONE\n" in after and "waiting for the run" not in after
     assert re.search(rf"approval send_email +waited [\d.]+ s  approved by ana at {CLOCK}$",
                      after, re.M), after
+
+
+def test_no_journal_here_points_to_the_journals_below(tmp_path: Path) -> None:
+    # The bundled notebooks keep their journals in notebooks/work/NAME/, not in ./.durable_nb.
+    _done_run(tmp_path / "notebooks" / "work" / "quickstart" / ".durable_nb")
+    proc = cli("runs", cwd=tmp_path, env={"DURABLE_NB_DIR": "", "DURABLE_NB_JOURNAL": ""})
+    assert proc.returncode == 1
+    assert proc.stderr.rstrip().endswith(
+        "Journals below this folder: notebooks/work/quickstart/.durable_nb (e.g. `durable-nb "
+        "--journal notebooks/work/quickstart/.durable_nb runs`).")
+    assert not (tmp_path / ".durable_nb").exists()
