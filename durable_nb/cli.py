@@ -135,7 +135,8 @@ def _step_line(entry: StepEntry) -> str:
     if entry.prompt_tokens or entry.completion_tokens:
         extra = f"  {entry.prompt_tokens:,}+{entry.completion_tokens:,} tok"
         if isinstance((entry.meta or {}).get("cost"), (int, float)):
-            extra += f"  {format_cost(entry_cost(entry), estimated=bool(entry.meta.get('estimated')))}"
+            estimated = bool(entry.meta.get("estimated"))
+            extra += f"  {format_cost(entry_cost(entry), estimated=estimated)}"
     return (f"  {entry.position:>4}  {entry.kind:<8} {entry.name:<28} "
             f"{entry.duration * 1000:8.1f} ms  {outcome}{extra}")
 

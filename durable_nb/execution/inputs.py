@@ -146,7 +146,7 @@ def load_request(stored: Any, get_blob: Callable[[str], str | None]) -> Any:
 
 def first_difference(old: Any, new: Any, path: str = "") -> str | None:
     """Where two canonical values first differ, as a path (``messages[1].content``), with
-    what changed; None if they are equal."""
+    the old and the new value shortened; None if they are equal."""
     here = path or "the inputs"
     if type(old) is not type(new):
         return _changed(here, old, new)
@@ -180,7 +180,8 @@ def _changed(here: str, old: Any, new: Any) -> str:
     """``args[0] changed from 'draft the report' to 'draft the report in French'``: two
     strings from a little before where they first differ, any value shortened."""
     if isinstance(old, str) and isinstance(new, str):
-        same = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+        same = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b),
+                    min(len(old), len(new)))
         start = max(0, same - 20)
         return f"{here} changed from {_shown(old, start)} to {_shown(new, start)}"
     return f"{here} changed from {_shown(old)} to {_shown(new)}"
