@@ -53,7 +53,9 @@ class DurableState(MutableMapping):
     """A per-run mapping of JSON values that survives restarts.
 
     Every assignment or deletion is a journaled step (kind ``state``, named by the key), so
-    the mapping is rebuilt by replay. Reads are free.
+    the mapping is rebuilt by replay. An assignment stores a copy of the value (the copy
+    replay would rebuild), so changing the assigned object afterwards changes nothing here.
+    Reads are free.
     """
 
     def __init__(self, execution: Execution) -> None:
@@ -63,7 +65,9 @@ class DurableState(MutableMapping):
         return self._ex.state[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        self._change(key, {"set": value})
+        # A copy, as replay gets one: changing the caller's object afterwards changes neither
+        # the state nor what this step was asked.
+        self._change(key, {"set": serde.decode(serde.encode(value))})
 
     def __delitem__(self, key: str) -> None:
         if key not in self._ex.state:

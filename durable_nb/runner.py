@@ -328,10 +328,7 @@ class Runner:
                                 f"execute the run again to resume")
             else:
                 record.error = f"{type(exc).__name__}: {exc}"
-            # The innermost step whose failure is this exception: the steps around it that it
-            # failed on its way out are tried again with it.
-            positions = [position for position, error in execution.failures if error is exc]
-            record.failed_step = min(positions) if positions else None
+            record.failed_step = _failed_step(execution, exc)
         try:
             execution.save_record()
         except RunLeased:
@@ -387,6 +384,20 @@ def _inside_replayed_step(key: str, replayed: set[str]) -> bool:
     """Whether ``key`` is a step made inside a step that replay answered (and skipped)."""
     parts = key.split(".")
     return any(".".join(parts[:i]) in replayed for i in range(1, len(parts)))
+
+
+def _failed_step(execution: Execution, exc: BaseException) -> int | None:
+    """The position of the innermost step whose failure failed the run with ``exc``: a step
+    that raised ``exc``, or one whose exception ``exc`` wraps (``raise AppError(...) from
+    err``, or raised while handling it). The steps around it that it failed on their way out
+    are tried again with it on resume."""
+    chain = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in chain:
+        chain.add(id(link))
+        link = link.__cause__ or link.__context__
+    positions = [position for position, error in execution.failures if id(error) in chain]
+    return min(positions) if positions else None
 
 
 def _canonical_json(data: Any) -> str:

@@ -222,8 +222,8 @@ class Execution:
             self._changed(entry, JournalMismatch(
                 self.run_id, entry.position, f"{entry.kind} {entry.name!r}", f"{kind} {name!r}",
                 key=key))
-        elif fp != entry.fingerprint and entry.fingerprint and (
-                self.strict or self.options.on_change != "replay"):
+        elif fp != entry.fingerprint and (self.strict or self.options.on_change != "replay"):
+            # An empty fingerprint is a step without inputs: arguments added later are a change.
             self._changed(entry, InputChanged(self.run_id, entry.position, f"{kind} {name!r}",
                                               self._describe_change(entry, inputs), key=key))
         with self.lock:
@@ -235,7 +235,8 @@ class Execution:
 
     def _describe_change(self, entry: StepEntry, inputs: Any) -> str:
         if entry.request is None:
-            return "its inputs changed"
+            return ("arguments were added (it was journaled without any)" if inputs else
+                    "its inputs changed")
         old = load_request(entry.request, lambda digest: self.journal.get_blob(self.run_id, digest))
         return first_difference(old, canonical(inputs)) or "its inputs changed"
 
