@@ -106,6 +106,10 @@ class Context:
     :class:`~durable_nb.errors.ContextNotActive`.
     """
 
+    #: What ctx is as a step's input (``ctx.run(name, fn, ctx)``): the same on every replay
+    #: (and the text that fingerprinted it by type before inputs were compared by value).
+    __durable_input__ = "<durable_nb.context.Context>"
+
     def __init__(self, execution: Execution) -> None:
         self._ex = execution
         self.state = DurableState(execution)

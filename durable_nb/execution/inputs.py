@@ -114,6 +114,9 @@ def _canonical(value: Any, depth: int) -> Any:
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, _NOT_GIVEN):  # openai's "argument left out" markers
         return f"<{_qualified(type(value))}>"
+    same_for_all = getattr(type(value), "__durable_input__", None)
+    if isinstance(same_for_all, str):  # ctx handed to a step: the same input on every replay
+        return same_for_all
     dump = getattr(value, "model_dump", None)
     if callable(dump) and hasattr(type(value), "model_validate"):
         try:
