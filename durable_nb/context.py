@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar
 
 from . import serde
 from .compaction import compact
-from .errors import ContextNotActive
+from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
 from .llm import chat, chat_async
 from .responses import respond, respond_async
@@ -67,7 +67,11 @@ class DurableState(MutableMapping):
     def __setitem__(self, key: str, value: Any) -> None:
         # A copy, as replay gets one: changing the caller's object afterwards changes neither
         # the state nor what this step was asked.
-        self._change(key, {"set": serde.decode(serde.encode(value))})
+        try:
+            copy = serde.decode(serde.encode(value))
+        except SerializationError as exc:
+            raise SerializationError(f"ctx.state[{key!r}] cannot hold this value: {exc}") from None
+        self._change(key, {"set": copy})
 
     def __delitem__(self, key: str) -> None:
         if key not in self._ex.state:
@@ -156,9 +160,12 @@ class Context:
         exception not retried is journaled and raised again, same type and message, on
         replay. The result must be JSON data, a pydantic model or a registered type.
 
-        The arguments are the step's inputs: called again with other JSON-able arguments
-        (an edited cell), replay stops with :class:`~durable_nb.errors.InputChanged` rather
-        than return the old result (arguments that are not data count by their type).
+        The arguments are the step's inputs, compared by value: called again with other
+        arguments (an edited cell), or with arguments where it had none, replay stops with
+        :class:`~durable_nb.errors.InputChanged` rather than return the old result. An
+        argument that has no value to compare (a client, a data frame) is refused with
+        :class:`~durable_nb.errors.SerializationError` before ``fn`` runs: pass its data, or
+        hand it to ``fn`` through a closure.
         ``ctx`` calls inside ``fn`` are steps of their own, replayed with it.
         """
         return self._ex.step("run", name, fn, args, kwargs, retry=retry,

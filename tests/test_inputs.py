@@ -150,3 +150,12 @@ def test_a_wrapped_transient_step_failure_is_retried_on_resume(journal):
     assert dn.execute("r", agent, journal=journal) == "page"
     assert len(attempts) == 2
     assert dn.get_run("r", journal=journal).status is dn.Status.DONE
+
+
+def test_numpy_scalars_are_compared_by_value(journal):
+    numpy = pytest.importorskip("numpy")
+    calls: list = []
+    assert dn.execute("r", _charge(calls, numpy.int64(3)), journal=journal) == 1
+    assert dn.execute("r", _charge(calls, numpy.int64(3)), journal=journal) == 1
+    with pytest.raises(dn.InputChanged):
+        dn.execute("r", _charge(calls, numpy.int64(4)), journal=journal)
