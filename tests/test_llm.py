@@ -346,3 +346,17 @@ def test_retries_after_a_5xx_pass_the_rate_limiter_like_the_first_request(
     assert limits.calls == sent  # every request passed the limiter, the retries too
     # 3 a minute: the first three at once, then one every 20 s of the limiter's clock.
     assert fake.now == pytest.approx(60.0)
+
+
+def test_a_request_sent_again_without_stream_options_passes_the_rate_limiter(server, journal):
+    from durable_nb.limits import BatchLimits
+
+    fake = _FakeTime()
+    limits = BatchLimits(requests_per_minute=1, clock=fake.clock, sleep=fake.sleep)
+    server.fail_next(1, status=400, body={"error": {
+        "message": "Unrecognized request argument supplied: stream_options",
+        "type": "invalid_request_error"}})
+    handler = one_chat(client_for(server), stream=True)
+    assert dn.execute("r", handler, journal=journal, call_gate=limits) == "fine"
+    assert server.stats()["total"] == limits.calls == 2
+    assert fake.now == pytest.approx(60.0)  # the second request waited for its minute
