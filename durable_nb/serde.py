@@ -51,6 +51,7 @@ from .errors import SerializationError, StepFailed
 __all__ = [
     "MAX_DEPTH",
     "DecodeError",
+    "codec_of",
     "decode",
     "decode_error",
     "dumps",
@@ -443,8 +444,8 @@ def encode_error(exc: BaseException, *, terminal: bool) -> dict[str, Any]:
 
     ``{"type": "module.QualName", "mro": [...], "message": str(exc), "args": [...],
     "attrs": {...}, "terminal": terminal}``. ``mro`` names the class's bases that are more
-    specific than ``Exception``, nearest first (left out when there are none). ``args`` is left out when an argument cannot be encoded;
-    ``attrs`` holds the entries of ``exc.__dict__`` that can be encoded, except names that
+    specific than ``Exception``, nearest first (left out when there are none). ``args`` is
+    left out when an argument cannot be encoded; ``attrs`` holds the entries of ``exc.__dict__`` that can be encoded, except names that
     may hold credentials (headers, keys, tokens), and is left out when empty. Never raises
     for an exception instance, however broken its ``__str__`` or attributes.
     """
@@ -489,8 +490,11 @@ def decode_error(data: Any) -> BaseException:
     as on the first run. It is built by calling the class with the journaled args when that
     gives the same args and message, else with ``cls.__new__`` and the args and attributes set
     directly (for classes such as ``openai.APIStatusError`` whose constructor needs objects
-    that were not journaled). Otherwise (class not loaded, not an ``Exception`` subclass such
-    as ``KeyboardInterrupt``, or not constructible) returns
+    that were not journaled). When the class is not loaded, it is an instance of a stand-in
+    class of the same name built on the nearest journaled base (``mro``) that is loaded and
+    more specific than ``Exception``, and on :class:`~durable_nb.errors.StepFailed`, so
+    ``except OSError`` catches on replay what it caught live. Otherwise (no such base, not an
+    ``Exception`` subclass such as ``KeyboardInterrupt``, or not constructible) returns
     :class:`~durable_nb.errors.StepFailed` with the type's name and the message. Raises
     :class:`DecodeError` only when ``data`` is not such a description at all.
     """

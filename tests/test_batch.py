@@ -203,7 +203,8 @@ class Ticket:
 
 
 def _answer(ctx, item):
-    return ctx.run("answer", lambda: f"answer to {item.text if isinstance(item, Ticket) else item}")
+    text = item.text if isinstance(item, Ticket) else item
+    return ctx.run("answer", lambda: f"answer to {text}")
 
 
 def test_inserting_a_dataclass_item_leaves_every_other_item_its_own_result(journal):
@@ -232,7 +233,8 @@ def test_keys_that_clean_to_the_same_text_keep_their_results_when_reordered(jour
 def test_plain_json_items_keep_their_content_keys():
     # The digest of the canonical JSON text, as journals written before hold it.
     text = json.dumps({"q": "hello"}, sort_keys=True, ensure_ascii=False)
-    assert dn.item_keys([{"q": "hello"}]) == [hashlib.blake2b(text.encode(), digest_size=6).hexdigest()]
+    digest = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+    assert dn.item_keys([{"q": "hello"}]) == [digest]
 
 
 def test_an_item_whose_value_cannot_be_digested_is_refused_asking_for_key(journal):

@@ -82,8 +82,9 @@ def _qualified(cls: type) -> str:
 
 def _refusal(refused: _Refused) -> SerializationError:
     where = "".join(reversed(refused.path)).lstrip(".")
+    what = f"the step input {where}" if where else "the step input"
     return SerializationError(
-        f"the step input {where + ' ' if where else ''}is a {refused.type_name}, which durable_nb cannot compare by value, so an "
+        f"{what} is a {refused.type_name}, which durable_nb cannot compare by value, so an "
         f"edited value would replay the old result. Pass its data instead (JSON data, a "
         f"dataclass, a pydantic model, or a type registered with durable_nb.register_type); "
         f"an object the step only uses (a client, a connection, a data frame) goes to the "
