@@ -222,8 +222,9 @@ def _raw_key(index: int, item: Any, key: Callable[[Any], Any] | str | None) -> s
         raise SerializationError(
             f"item {index} of the batch is a {type(item).__module__}.{type(item).__qualname__}, "
             f"whose value cannot be digested for its default key. Pass key= (a function "
-            f"giving each item a stable, unique id, e.g. key=lambda item: item.id), or make "
-            f"the items data (JSON, dataclasses, pydantic models).") from None
+            f"giving each item a stable, unique id, e.g. key=lambda item: item.id; in a "
+            f"batch cell, --key item.id), or make the items data (JSON, dataclasses, "
+            f"pydantic models).") from None
     return _digest(json.dumps(data, sort_keys=True, ensure_ascii=False), 6)
 
 

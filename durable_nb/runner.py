@@ -387,17 +387,28 @@ def _inside_replayed_step(key: str, replayed: set[str]) -> bool:
 
 
 def _failed_step(execution: Execution, exc: BaseException) -> int | None:
-    """The position of the innermost step whose failure failed the run with ``exc``: a step
-    that raised ``exc``, or one whose exception ``exc`` wraps (``raise AppError(...) from
-    err``, or raised while handling it). The steps around it that it failed on their way out
-    are tried again with it on resume."""
-    chain = set()
+    """The position of the innermost step whose failure failed the run with ``exc``; the
+    steps around it that it failed on their way out are tried again with it on resume.
+
+    Found along the chain of causes of ``exc`` (``raise AppError(...) from err``, or raised
+    while handling ``err``), not by identity alone: the first step failure in the chain, then
+    failures deeper in it as long as they come from steps nested in that one (an outer step
+    that wrapped its inner step's failure). A deeper failure of a step outside it was handled
+    before (the failing step ran in its ``except``): not a cause to try again."""
+    found: tuple[int, str] | None = None
+    seen = set()
     link: BaseException | None = exc
-    while link is not None and id(link) not in chain:
-        chain.add(id(link))
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        steps = [(position, key) for position, key, error in execution.failures
+                 if error is link]
+        if steps:
+            position, key = min(steps)  # the same exception re-raised by enclosing steps
+            if found is not None and not key.startswith(found[1] + "."):
+                break
+            found = (position, key)
         link = link.__cause__ or link.__context__
-    positions = [position for position, error in execution.failures if id(error) in chain]
-    return min(positions) if positions else None
+    return found[0] if found is not None else None
 
 
 def _canonical_json(data: Any) -> str:

@@ -159,3 +159,54 @@ def test_numpy_scalars_are_compared_by_value(journal):
     assert dn.execute("r", _charge(calls, numpy.int64(3)), journal=journal) == 1
     with pytest.raises(dn.InputChanged):
         dn.execute("r", _charge(calls, numpy.int64(4)), journal=journal)
+
+
+def test_a_step_that_wraps_its_inner_steps_transient_failure_is_retried_with_it(journal):
+    attempts: list = []
+
+    def fetch():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("upstream reset the connection")
+        return "page"
+
+    def load(ctx):
+        try:
+            return ctx.run("fetch", fetch)
+        except ConnectionError as exc:
+            raise AppError("could not load") from exc
+
+    def agent(ctx):
+        return ctx.run("load", load, ctx)
+
+    with pytest.raises(AppError):
+        dn.execute("r", agent, journal=journal)
+    assert dn.execute("r", agent, journal=journal) == "page"
+    assert len(attempts) == 2
+
+
+def test_a_failure_handled_before_is_not_retried_for_the_step_that_failed_in_its_handler(
+        journal):
+    calls = {"primary": 0, "fallback": 0}
+
+    def primary():
+        calls["primary"] += 1
+        raise ConnectionError("primary is down")
+
+    def fallback():
+        calls["fallback"] += 1
+        if calls["fallback"] == 1:
+            raise TimeoutError("fallback timed out")
+        return "from fallback"
+
+    def agent(ctx):
+        try:
+            return ctx.run("primary", primary)
+        except ConnectionError:
+            return ctx.run("fallback", fallback)  # its failure's context is primary's
+
+    with pytest.raises(TimeoutError):
+        dn.execute("r", agent, journal=journal)
+    # The fallback failed the run: it is tried again; the handled primary failure replays.
+    assert dn.execute("r", agent, journal=journal) == "from fallback"
+    assert calls == {"primary": 1, "fallback": 2}
