@@ -8,9 +8,10 @@ interrupted ones resume from their first unfinished step, FAILED ones are tried 
 ``retry_failed=False``), new items run, and items no longer in the list are left in the journal
 and reported. An item that asks for an approval parks; the others go on.
 
-An item's key is stable across restarts: ``key=`` (a function of the item), or by default a
-digest of the item's content (``key="index"`` uses its place in the list, which shifts when the
-list changes). The batch's own record keeps the keys in item order.
+An item's key is stable across restarts and depends on that item only (:func:`item_keys`):
+``key=`` (a function of the item), or by default a digest of the item's full value
+(``key="index"`` uses its place in the list, which shifts when the list changes). The batch's
+own record keeps the keys in item order.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, Protocol
 
 from . import serde
 from .cluster import batch_executor
-from .errors import DurableError
+from .errors import DurableError, SerializationError
 from .execution import canonical
 from .journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepEntry, open_journal
 from .limits import BatchLimits
@@ -182,24 +183,53 @@ class _ItemObserver:
 
 
 def item_keys(items: list[Any], key: Callable[[Any], Any] | str | None = None) -> list[str]:
-    """Stable keys for ``items``: ``key(item)``, the index (``key="index"``), or by default a
-    digest of the item's content; the n-th repeat of a key gets ``~n``."""
+    """Stable keys for ``items``, each from its own item only, so that inserting, removing or
+    reordering items never gives an item another's key (and result).
+
+    By default a digest of the item's full value (JSON data, dataclasses, pydantic models,
+    Decimal, dates and every type :func:`~durable_nb.execution.canonical` compares; an item
+    of another type is refused, asking for ``key=``). ``key(item)`` gives the key itself,
+    cleaned to at most 80 letters, digits and ``._@-``; keys that differ but clean to the same
+    text get a digest of what ``key`` gave (``~1a2b3c4d5e6f``) so that they stay apart. An
+    exact repeat (equal items, or ``key`` giving the same value twice) gets ``~n``, n-th in
+    list order. ``key="index"`` uses the place in the list, which shifts when the list does.
+    """
+    if not (key is None or key == "index" or callable(key)):
+        raise TypeError(f"key must be a function of the item, 'index' or None, not {key!r}")
+    raws = [_raw_key(index, item, key) for index, item in enumerate(items)]
+    cleaned = [_KEY_UNSAFE.sub("-", raw).strip("-")[:80] or "item" for raw in raws]
+    sources: dict[str, set[str]] = {}
+    for raw, safe in zip(raws, cleaned):
+        sources.setdefault(safe, set()).add(raw)
     keys = []
     seen: Counter[str] = Counter()
-    for index, item in enumerate(items):
-        if key == "index":
-            raw = str(index)
-        elif callable(key):
-            raw = str(key(item))
-        elif key is None:
-            text = json.dumps(canonical(item), sort_keys=True, ensure_ascii=False)
-            raw = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
-        else:
-            raise TypeError(f"key must be a function of the item, 'index' or None, not {key!r}")
-        safe = _KEY_UNSAFE.sub("-", raw).strip("-")[:80] or "item"
+    for raw, safe in zip(raws, cleaned):
+        if len(sources[safe]) > 1 and raw != safe:  # the cleaning made other keys equal
+            safe = f"{safe}~{_digest(raw)}"
         seen[safe] += 1
         keys.append(safe if seen[safe] == 1 else f"{safe}~{seen[safe]}")
     return keys
+
+
+def _raw_key(index: int, item: Any, key: Callable[[Any], Any] | str | None) -> str:
+    if key == "index":
+        return str(index)
+    if callable(key):
+        return str(key(item))
+    try:
+        data = canonical(item)
+    except SerializationError:
+        raise SerializationError(
+            f"item {index} of the batch is a {type(item).__module__}.{type(item).__qualname__}, "
+            f"whose value cannot be digested for its default key. Pass key= (a function "
+            f"giving each item a stable, unique id, e.g. key=lambda item: item.id; in a "
+            f"batch cell, --key item.id), or make the items data (JSON, dataclasses, "
+            f"pydantic models).") from None
+    return _digest(json.dumps(data, sort_keys=True, ensure_ascii=False), 6)
+
+
+def _digest(text: str, size: int = 6) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size).hexdigest()
 
 
 class ItemExecutor(Protocol):

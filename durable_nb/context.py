@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar
 
 from . import serde
 from .compaction import compact
-from .errors import ContextNotActive
+from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
 from .llm import chat, chat_async
 from .responses import respond, respond_async
@@ -53,7 +53,9 @@ class DurableState(MutableMapping):
     """A per-run mapping of JSON values that survives restarts.
 
     Every assignment or deletion is a journaled step (kind ``state``, named by the key), so
-    the mapping is rebuilt by replay. Reads are free.
+    the mapping is rebuilt by replay. An assignment stores a copy of the value (the copy
+    replay would rebuild), so changing the assigned object afterwards changes nothing here.
+    Reads are free.
     """
 
     def __init__(self, execution: Execution) -> None:
@@ -63,7 +65,13 @@ class DurableState(MutableMapping):
         return self._ex.state[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        self._change(key, {"set": value})
+        # A copy, as replay gets one: changing the caller's object afterwards changes neither
+        # the state nor what this step was asked.
+        try:
+            copy = serde.decode(serde.encode(value))
+        except SerializationError as exc:
+            raise SerializationError(f"ctx.state[{key!r}] cannot hold this value: {exc}") from None
+        self._change(key, {"set": copy})
 
     def __delitem__(self, key: str) -> None:
         if key not in self._ex.state:
@@ -101,6 +109,10 @@ class Context:
     (the handler, its tasks, the steps' functions); elsewhere it raises
     :class:`~durable_nb.errors.ContextNotActive`.
     """
+
+    #: What ctx is as a step's input (``ctx.run(name, fn, ctx)``): the same on every replay
+    #: (and the text that fingerprinted it by type before inputs were compared by value).
+    __durable_input__ = "<durable_nb.context.Context>"
 
     def __init__(self, execution: Execution) -> None:
         self._ex = execution
@@ -148,9 +160,12 @@ class Context:
         exception not retried is journaled and raised again, same type and message, on
         replay. The result must be JSON data, a pydantic model or a registered type.
 
-        The arguments are the step's inputs: called again with other JSON-able arguments
-        (an edited cell), replay stops with :class:`~durable_nb.errors.InputChanged` rather
-        than return the old result (arguments that are not data count by their type).
+        The arguments are the step's inputs, compared by value: called again with other
+        arguments (an edited cell), or with arguments where it had none, replay stops with
+        :class:`~durable_nb.errors.InputChanged` rather than return the old result. An
+        argument that has no value to compare (a client, a data frame) is refused with
+        :class:`~durable_nb.errors.SerializationError` before ``fn`` runs: pass its data, or
+        hand it to ``fn`` through a closure.
         ``ctx`` calls inside ``fn`` are steps of their own, replayed with it.
         """
         return self._ex.step("run", name, fn, args, kwargs, retry=retry,

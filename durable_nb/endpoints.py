@@ -393,9 +393,13 @@ class _Attempts:
             self.execution.check_live()
         else:
             time.sleep(delay)
+        self.before_retry()
+
+    def before_retry(self) -> None:
+        """The request is sent again: it passes the shared limits like the first one did."""
         gate = getattr(getattr(self.execution, "options", None), "call_gate", None)
         if gate is not None:
-            gate.wait_if_paused()
+            gate.before_retry()
 
 
 def _advice(exc: BaseException, status: int | None, server: str) -> str:
@@ -465,3 +469,4 @@ async def call_with_retries_async(execution: Any, what: str, name: str, client: 
         check = getattr(execution, "check_live", None)
         if check is not None:
             check()
+        state.before_retry()

@@ -7,6 +7,8 @@ continuously), waits out a pause that a 429's retry-after set for the whole batc
 the item with :class:`~durable_nb.errors.BudgetExhausted` when the call could take the batch
 past ``max_total_tokens`` or ``max_total_cost``. What a call may take is reserved until its
 entry is journaled, so items in flight together cannot all pass the last bit of budget.
+Every request sent again after a failure (a 5xx, a dropped connection, a 429) passes
+:meth:`BatchLimits.before_retry`: it counts against ``requests_per_minute`` like the first.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class BatchLimits:
         self.used_tokens = 0
         self.used_cost = 0.0
         self._reserved: dict[tuple[str, str], tuple[int, float]] = {}  # (run, step) -> taken
-        self.calls = 0
+        self.calls = 0  # requests let through, retries included
         self.waited = 0.0
 
     def start(self, tokens: int, cost: float) -> None:
@@ -134,10 +136,10 @@ class BatchLimits:
         with self._lock:
             self._paused_until = max(self._paused_until, self._clock() + seconds)
 
-    def wait_if_paused(self) -> None:
-        """Wait out a pause set by :meth:`pause` (before a call is retried)."""
-        while (delay := self._paused_until - self._clock()) > 0:
-            self._sleep(delay)
+    def before_retry(self) -> None:
+        """Before a call is sent again: wait out a pause set by :meth:`pause` and for room
+        for one more request (its tokens were taken by :meth:`before_call`)."""
+        self._wait_for_rate(0)
 
     def account(self, run_id: str, entry: StepEntry) -> None:
         """A step was journaled: its tokens and cost are spent, its reservation is free."""

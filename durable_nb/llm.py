@@ -136,8 +136,16 @@ class ChatCall:
     def _retry_without_stream_options(self, exc: Exception) -> bool:
         if self.add_stream_options and _refuses_stream_options(exc):
             self.add_stream_options = False
+            self._send_again()
             return True
         return False
+
+    def _send_again(self) -> None:
+        """The request is sent once more (changed for a server that refused it): it passes
+        the shared request rate like the first one did."""
+        gate = self.execution.options.call_gate
+        if gate is not None:
+            gate.before_retry()
 
     def _assembler(self) -> ChatAssembler:
         on_text = getattr(self.execution.observer, "on_text", None) if self.show_text else None
@@ -168,6 +176,7 @@ class ChatCall:
                 if not _refuses_streaming(exc):
                     raise
                 self.plain = True
+                self._send_again()
         return self.finish(chosen.chat.completions.create(**self.kwargs))
 
     async def streamed_async(self, chosen: Any) -> ChatCompletion:

@@ -35,8 +35,9 @@ class CallGate(Protocol):
     def pause(self, seconds: float) -> None:
         """The endpoint asked to slow down (retry-after): every run waits that long."""
 
-    def wait_if_paused(self) -> None:
-        """Before retrying a call: wait out a pause another run's 429 set."""
+    def before_retry(self) -> None:
+        """Before sending a call again after a failure: wait out a pause a 429 set, and for
+        room under the shared request rate (every request sent counts, retries too)."""
 
 
 def verify_replay_default() -> bool:

@@ -328,10 +328,7 @@ class Runner:
                                 f"execute the run again to resume")
             else:
                 record.error = f"{type(exc).__name__}: {exc}"
-            # The innermost step whose failure is this exception: the steps around it that it
-            # failed on its way out are tried again with it.
-            positions = [position for position, error in execution.failures if error is exc]
-            record.failed_step = min(positions) if positions else None
+            record.failed_step = _failed_step(execution, exc)
         try:
             execution.save_record()
         except RunLeased:
@@ -389,6 +386,31 @@ def _inside_replayed_step(key: str, replayed: set[str]) -> bool:
     """Whether ``key`` is a step made inside a step that replay answered (and skipped)."""
     parts = key.split(".")
     return any(".".join(parts[:i]) in replayed for i in range(1, len(parts)))
+
+
+def _failed_step(execution: Execution, exc: BaseException) -> int | None:
+    """The position of the innermost step whose failure failed the run with ``exc``; the
+    steps around it that it failed on their way out are tried again with it on resume.
+
+    Found along the chain of causes of ``exc`` (``raise AppError(...) from err``, or raised
+    while handling ``err``), not by identity alone: the first step failure in the chain, then
+    failures deeper in it as long as they come from steps nested in that one (an outer step
+    that wrapped its inner step's failure). A deeper failure of a step outside it was handled
+    before (the failing step ran in its ``except``): not a cause to try again."""
+    found: tuple[int, str] | None = None
+    seen = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        steps = [(position, key) for position, key, error in execution.failures
+                 if error is link]
+        if steps:
+            position, key = min(steps)  # the same exception re-raised by enclosing steps
+            if found is not None and not key.startswith(found[1] + "."):
+                break
+            found = (position, key)
+        link = link.__cause__ or link.__context__
+    return found[0] if found is not None else None
 
 
 def _canonical_json(data: Any) -> str:

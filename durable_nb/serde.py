@@ -5,8 +5,11 @@ are. Other values are wrapped in a tagged object ``{"$t": TAG, "v": ...}``:
 
 - ``tuple``, ``set``, ``frozenset``, ``bytes``, ``datetime``, ``date``, ``Decimal``;
 - pydantic models (openai's response types among them), stored with ``model_dump(mode="json")``
-  and rebuilt with ``model_validate``. Only classes defined in ``openai.types`` or registered
-  ones are rebuilt;
+  and the class's name, rebuilt with ``model_validate`` of the class of that name when it is
+  loaded in the process that reads (see below). :func:`encode` refuses a model that would not
+  come back equal: one whose class cannot be found by its name (defined inside a function,
+  redefined since), or whose dump does not validate back to an equal model; register such a
+  class with :func:`register_type`;
 - types registered with :func:`register_type`.
 
 A dict that has a ``"$t"`` key of its own is escaped, so user data never passes for a tag.
@@ -15,7 +18,9 @@ Guarantees of the decoding side (:func:`decode`, :func:`loads`, :func:`decode_er
 
 - it never unpickles, never imports a module and never calls a module's ``__getattr__``:
   classes named by a journal are looked up only in modules already in ``sys.modules``, by
-  reading their ``__dict__``. Loading a journal cannot make this process import anything;
+  reading their ``__dict__``. Loading a journal cannot make this process import anything; the
+  code it may run is a loaded pydantic model's validation, or a loaded exception class's
+  constructor;
 - any bad input (unknown tags, wrong shapes, nesting deeper than :data:`MAX_DEPTH`, values a
   registered decoder or pydantic refuses) raises :class:`DecodeError` and nothing else.
 
@@ -46,6 +51,7 @@ from .errors import SerializationError, StepFailed
 __all__ = [
     "MAX_DEPTH",
     "DecodeError",
+    "codec_of",
     "decode",
     "decode_error",
     "dumps",
@@ -56,8 +62,9 @@ __all__ = [
 ]
 
 _TAG = "$t"
-# Modules whose pydantic models may be rebuilt from a journal (besides registered types).
-_ALLOWED_MODEL_PREFIXES = ("openai.types.",)
+# openai's response types: they round-trip by construction (and are big), so encode() does not
+# validate them back to check.
+_TRUSTED_MODEL_PREFIX = "openai.types."
 
 #: Most containers (JSON objects and arrays, tags included) that may be nested in one value.
 #: Deeper data is refused by both :func:`encode` and :func:`decode`, so a hostile entry cannot
@@ -82,19 +89,34 @@ _codecs_by_tag: dict[str, _Codec] = {}
 _codecs_by_type: dict[type, _Codec] = {}
 
 
-def register_type(cls: type, encode: Callable[[Any], Any], decode: Callable[[Any], Any], *,
-                  name: str | None = None) -> None:
+def register_type(cls: type, encode: Callable[[Any], Any] | None = None,
+                  decode: Callable[[Any], Any] | None = None, *, name: str | None = None) -> None:
     """Let values of ``cls`` be journaled.
 
     ``encode(value)`` must return JSON data (it may contain other encodable values);
     ``decode(data)`` gets that data back and returns the value; whatever it raises reaches
-    the caller as :class:`DecodeError`. ``name`` (default: the class's qualified name) is
-    stored in the journal and must stay the same across versions of your code.
+    the caller as :class:`DecodeError`. For a pydantic model class both may be left out
+    (``model_dump(mode="json")`` and ``model_validate``): ``register_type(MyModel)`` lets a
+    model class defined in a function, or redefined in a notebook, be journaled and read
+    back. ``name`` (default: the class's qualified name) is stored in the journal and must
+    stay the same across versions of your code.
     """
+    if encode is None or decode is None:
+        if not (isinstance(cls, type) and issubclass(cls, pydantic.BaseModel)):
+            raise TypeError(f"register_type({cls!r}) needs encode and decode functions: "
+                            f"only a pydantic model class has default ones")
+        encode = encode or (lambda value: value.model_dump(mode="json"))
+        decode = decode or cls.model_validate
     tag = name or f"{cls.__module__}.{cls.__qualname__}"
     codec = _Codec(cls, tag, encode, decode)
     _codecs_by_tag[tag] = codec
     _codecs_by_type[cls] = codec
+
+
+def codec_of(cls: type) -> _Codec | None:
+    """How values of exactly ``cls`` are journaled (its tag and encoder), if it is registered
+    (the built-in tuple, set, bytes, datetime, date and Decimal among them)."""
+    return _codecs_by_type.get(cls)
 
 
 def _expect(kind: type, what: str, build: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -191,10 +213,35 @@ def _encode(value: Any, where: tuple | None, _depth: int) -> Any:
         data = dump(mode="json")
         if _depth_exceeds(data, depth):
             raise _too_deep(where)
-        return {_TAG: "model", "cls": f"{t.__module__}.{t.__qualname__}", "v": data}
+        name = f"{t.__module__}.{t.__qualname__}"
+        _check_model_round_trip(value, name, data, where)
+        return {_TAG: "model", "cls": name, "v": data}
     raise SerializationError(
         f"{_path_text(where)} is a {t.__module__}.{t.__qualname__}, which cannot be stored "
         f"as JSON")
+
+
+def _check_model_round_trip(value: Any, name: str, data: Any, where: tuple | None) -> None:
+    """Refuse a pydantic model that :func:`decode` would not give back equal."""
+    t = type(value)
+    problem = None
+    if _loaded_class(name) is not t:
+        problem = (f"its class cannot be found by that name when the journal is read "
+                   f"(defined inside a function, or redefined since)")
+    elif not name.startswith(_TRUSTED_MODEL_PREFIX):
+        try:
+            same = t.model_validate(data) == value
+        except Exception as exc:  # noqa: BLE001 - a dump that does not validate back
+            same, problem = False, f"its dump does not validate back ({type(exc).__name__})"
+        if not same and problem is None:
+            problem = "its dump validates back to a model that is not equal to it"
+    if problem is not None:
+        raise SerializationError(
+            f"{_path_text(where)} is a pydantic model {name}, which the journal could not "
+            f"read back as it is: {problem}. Register the class with "
+            f"durable_nb.register_type({t.__qualname__}) (give encode and decode functions "
+            f"if its dump is not enough to rebuild it), or return its data "
+            f"(model_dump()).")
 
 
 def dumps(data: Any) -> str:
@@ -337,17 +384,12 @@ def _model_class(qualified: Any) -> type[pydantic.BaseModel]:
     registered = _codecs_by_tag.get(qualified)
     if registered is not None:
         return registered.cls
-    if not qualified.startswith(_ALLOWED_MODEL_PREFIXES):
-        raise DecodeError(f"model class {_brief(qualified)} is not in the allow-list "
-                          f"{_ALLOWED_MODEL_PREFIXES}; register it with durable_nb.register_type")
     cls = _loaded_class(qualified)
     # type.__subclasscheck__ reads the real MRO (BaseModel's ABC metaclass would run hooks).
     if cls is None or not type.__subclasscheck__(pydantic.BaseModel, cls):
-        raise DecodeError(f"{_brief(qualified)} is not a pydantic model loaded in this process")
-    # The name may reach a class through a re-export; it must also be defined where allowed.
-    if not f"{_class_namespace(cls).get('__module__')}.".startswith(_ALLOWED_MODEL_PREFIXES):
-        raise DecodeError(f"{_brief(qualified)} names a class defined outside the allow-list "
-                          f"{_ALLOWED_MODEL_PREFIXES}")
+        raise DecodeError(f"{_brief(qualified)} is not a pydantic model loaded in this process: "
+                          f"import (or define) its class before reading this journal, or "
+                          f"register it with durable_nb.register_type")
     return cls
 
 
@@ -400,9 +442,10 @@ def _safe_str(exc: BaseException) -> str | None:
 def encode_error(exc: BaseException, *, terminal: bool) -> dict[str, Any]:
     """JSON data describing ``exc``, for :func:`decode_error` to raise it again on replay.
 
-    ``{"type": "module.QualName", "message": str(exc), "args": [...], "attrs": {...},
-    "terminal": terminal}``. ``args`` is left out when an argument cannot be encoded;
-    ``attrs`` holds the entries of ``exc.__dict__`` that can be encoded, except names that
+    ``{"type": "module.QualName", "mro": [...], "message": str(exc), "args": [...],
+    "attrs": {...}, "terminal": terminal}``. ``mro`` names the class's bases that are more
+    specific than ``Exception``, nearest first (left out when there are none). ``args`` is
+    left out when an argument cannot be encoded; ``attrs`` holds the entries of ``exc.__dict__`` that can be encoded, except names that
     may hold credentials (headers, keys, tokens), and is left out when empty. Never raises
     for an exception instance, however broken its ``__str__`` or attributes.
     """
@@ -412,6 +455,10 @@ def encode_error(exc: BaseException, *, terminal: bool) -> dict[str, Any]:
         "type": f"{t.__module__}.{t.__qualname__}",
         "message": message if message is not None else f"<unprintable {t.__qualname__}>",
     }
+    bases = [f"{b.__module__}.{b.__qualname__}" for b in t.__mro__[1:]
+             if issubclass(b, Exception) and b is not Exception]
+    if bases:
+        data["mro"] = bases
     try:
         data["args"] = [encode(arg) for arg in exc.args]
     except Exception:  # noqa: BLE001 - replay then rebuilds from the message
@@ -443,8 +490,11 @@ def decode_error(data: Any) -> BaseException:
     as on the first run. It is built by calling the class with the journaled args when that
     gives the same args and message, else with ``cls.__new__`` and the args and attributes set
     directly (for classes such as ``openai.APIStatusError`` whose constructor needs objects
-    that were not journaled). Otherwise (class not loaded, not an ``Exception`` subclass such
-    as ``KeyboardInterrupt``, or not constructible) returns
+    that were not journaled). When the class is not loaded, it is an instance of a stand-in
+    class of the same name built on the nearest journaled base (``mro``) that is loaded and
+    more specific than ``Exception``, and on :class:`~durable_nb.errors.StepFailed`, so
+    ``except OSError`` catches on replay what it caught live. Otherwise (no such base, not an
+    ``Exception`` subclass such as ``KeyboardInterrupt``, or not constructible) returns
     :class:`~durable_nb.errors.StepFailed` with the type's name and the message. Raises
     :class:`DecodeError` only when ``data`` is not such a description at all.
     """
@@ -476,11 +526,47 @@ def decode_error(data: Any) -> BaseException:
                 continue
 
     cls = _loaded_class(type_name)
-    if cls is not None and issubclass(cls, Exception):
+    if cls is None or not issubclass(cls, Exception):
+        cls = _stand_in(type_name, data.get("mro"))
+    if cls is not None:
         rebuilt = _rebuild(cls, args, message, attrs)
         if rebuilt is not None:
+            if isinstance(rebuilt, StepFailed):  # a stand-in: say what it stands for
+                rebuilt.type_name, rebuilt.message = type_name, message
             return rebuilt
     return StepFailed(type_name, message)
+
+
+# Stand-in classes made so far, by (journaled type name, base): the same failure replays as
+# the same class every time.
+_stand_ins: dict[tuple[str, type], type] = {}
+
+
+def _stand_in(type_name: str, mro: Any) -> type[Exception] | None:
+    """A class named ``type_name``, built on the nearest of its journaled bases ``mro`` that
+    is loaded here and more specific than ``Exception``, and on :class:`StepFailed`: replayed
+    in a process that never imported ``smtplib``, ``SMTPRecipientsRefused`` is still caught by
+    ``except OSError``. None when no such base is loaded."""
+    if type(mro) is not list:
+        return None
+    base = None
+    for name in mro:
+        found = _loaded_class(name) if type(name) is str else None
+        if found is not None and issubclass(found, Exception) and found is not Exception:
+            base = found
+            break
+    if base is None:
+        return None
+    key = (type_name, base)
+    if key not in _stand_ins:
+        module, _, qualname = type_name.rpartition(".")
+        try:
+            _stand_ins[key] = type(qualname, (base, StepFailed),
+                                   {"__module__": module, "__qualname__": qualname,
+                                    "__doc__": f"Stands in for {type_name}, not loaded here."})
+        except TypeError:  # a base whose layout does not combine with StepFailed
+            return None
+    return _stand_ins[key]
 
 
 def _rebuild(cls: type[Exception], args: tuple[Any, ...] | None, message: str,

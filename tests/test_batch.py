@@ -3,6 +3,9 @@ approvals park items while the others go on, limits shared by all items hold."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import threading
 import time
 
@@ -189,3 +192,56 @@ def test_tokens_per_minute_space_calls_out():
     limits.before_call("b/x", "0", 600, 0.0)  # the whole minute's worth
     limits.before_call("b/x", "1", 300, 0.0)  # waits until 300 tokens refilled: 30 s
     assert sum(fake.slept) == pytest.approx(30.0)
+
+
+# Keys that never swap results (issue 17, item 12) ---------------------------------------
+
+@dataclasses.dataclass
+class Ticket:
+    id: int
+    text: str
+
+
+def _answer(ctx, item):
+    text = item.text if isinstance(item, Ticket) else item
+    return ctx.run("answer", lambda: f"answer to {text}")
+
+
+def test_inserting_a_dataclass_item_leaves_every_other_item_its_own_result(journal):
+    first = [Ticket(1, "refund"), Ticket(2, "login")]
+    assert dn.map(_answer, first, batch_id="b", journal=journal).results() == \
+        ["answer to refund", "answer to login"]
+    inserted = [Ticket(0, "invoice"), *first]
+    again = dn.map(_answer, inserted, batch_id="b", journal=journal)
+    assert again.results() == ["answer to invoice", "answer to refund", "answer to login"]
+    assert [item.replayed for item in again] == [False, True, True]
+    assert not any("~" in k for k in dn.item_keys(inserted))
+
+
+def test_keys_that_clean_to_the_same_text_keep_their_results_when_reordered(journal):
+    names = ["ann smith", "ann/smith", "ann-smith"]
+    assert len(set(dn.item_keys(names, key=str))) == 3
+    dn.map(_answer, names, batch_id="b", key=str, journal=journal)
+    again = dn.map(_answer, list(reversed(names)), batch_id="b", key=str, journal=journal)
+    assert again.results() == [f"answer to {n}" for n in reversed(names)]
+    assert all(item.replayed for item in again)
+    # Each key is made from its own item: positions play no part.
+    assert dn.item_keys(list(reversed(names)), key=str) == \
+        list(reversed(dn.item_keys(names, key=str)))
+
+
+def test_plain_json_items_keep_their_content_keys():
+    # The digest of the canonical JSON text, as journals written before hold it.
+    text = json.dumps({"q": "hello"}, sort_keys=True, ensure_ascii=False)
+    digest = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+    assert dn.item_keys([{"q": "hello"}]) == [digest]
+
+
+def test_an_item_whose_value_cannot_be_digested_is_refused_asking_for_key(journal):
+    class Handle:
+        pass
+
+    with pytest.raises(dn.SerializationError, match="key="):
+        dn.map(_answer, [Handle()], batch_id="b", journal=journal)
+    assert dn.map(_answer, [Handle()], batch_id="b", key=lambda h: "h1",
+                  journal=journal).counts == {"DONE": 1}

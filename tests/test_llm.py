@@ -369,3 +369,57 @@ def test_a_model_the_server_does_not_have_says_where_its_models_are_listed(
     assert f"answered HTTP 404: {text}" in message
     assert f"Use a model this server has (GET {server.url}/models lists them)" in message
     assert "Check the URL" not in message
+
+
+# The rate limit counts every request sent (issue 17, item 13) ----------------------------
+
+class _FakeTime:
+    """A clock that moves only when slept on: the limiter's waits are counted, not waited."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_retries_after_a_5xx_pass_the_rate_limiter_like_the_first_request(
+        server, journal, asynchronous):
+    from durable_nb.limits import BatchLimits
+
+    fake = _FakeTime()
+    limits = BatchLimits(requests_per_minute=3, clock=fake.clock, sleep=fake.sleep)
+    server.fail_next(5, status=500)
+    retry = RetryPolicy(max_attempts=6, initial_delay=0, max_delay=0, jitter=0)
+    if asynchronous:
+        async def handler(ctx):
+            client = openai.AsyncOpenAI(base_url=server.url, api_key=KEY)
+            reply = await ctx.chat_async(client=client, model="gpt-4", messages=[USER],
+                                         retry=retry)
+            return reply.choices[0].message.content
+    else:
+        handler = one_chat(client_for(server), retry=retry)
+    assert dn.execute("r", handler, journal=journal, call_gate=limits) == "fine"
+    sent = server.stats()["total"]
+    assert sent == 6 and server.count(kind="failure") == 5
+    assert limits.calls == sent  # every request passed the limiter, the retries too
+    # 3 a minute: the first three at once, then one every 20 s of the limiter's clock.
+    assert fake.now == pytest.approx(60.0)
+
+
+def test_a_request_sent_again_without_stream_options_passes_the_rate_limiter(server, journal):
+    from durable_nb.limits import BatchLimits
+
+    fake = _FakeTime()
+    limits = BatchLimits(requests_per_minute=1, clock=fake.clock, sleep=fake.sleep)
+    server.fail_next(1, status=400, body={"error": {
+        "message": "Unrecognized request argument supplied: stream_options",
+        "type": "invalid_request_error"}})
+    handler = one_chat(client_for(server), stream=True)
+    assert dn.execute("r", handler, journal=journal, call_gate=limits) == "fine"
+    assert server.stats()["total"] == limits.calls == 2
+    assert fake.now == pytest.approx(60.0)  # the second request waited for its minute

@@ -135,9 +135,9 @@ class Execution:
         self.parking = False
         self.restart_from: int | None = None
         self.budget_failure: BudgetExhausted | None = None
-        # (position, exception) of every failure journaled or replayed in this execution: the
-        # runner finds the steps whose failure failed the run among them.
-        self.failures: list[tuple[int, BaseException]] = []
+        # (position, step key, exception) of every failure journaled or replayed in this
+        # execution: the runner finds the step whose failure failed the run among them.
+        self.failures: list[tuple[int, str, BaseException]] = []
         self.live_steps = 0
         self.replayed_keys: set[str] = set()  # kept in strict mode only
 
@@ -222,8 +222,8 @@ class Execution:
             self._changed(entry, JournalMismatch(
                 self.run_id, entry.position, f"{entry.kind} {entry.name!r}", f"{kind} {name!r}",
                 key=key))
-        elif fp != entry.fingerprint and entry.fingerprint and (
-                self.strict or self.options.on_change != "replay"):
+        elif fp != entry.fingerprint and (self.strict or self.options.on_change != "replay"):
+            # An empty fingerprint is a step without inputs: arguments added later are a change.
             self._changed(entry, InputChanged(self.run_id, entry.position, f"{kind} {name!r}",
                                               self._describe_change(entry, inputs), key=key))
         with self.lock:
@@ -235,7 +235,8 @@ class Execution:
 
     def _describe_change(self, entry: StepEntry, inputs: Any) -> str:
         if entry.request is None:
-            return "its inputs changed"
+            return ("arguments were added (it was journaled without any)" if inputs else
+                    "its inputs changed")
         old = load_request(entry.request, lambda digest: self.journal.get_blob(self.run_id, digest))
         return first_difference(old, canonical(inputs)) or "its inputs changed"
 
@@ -282,7 +283,7 @@ class Execution:
                                position=entry.position) from None
         # Replayed, it may fail the run again (it did not in the execution that journaled it,
         # which died first): then it is the step to try again on resume, as a live failure.
-        self.failures.append((entry.position, error))
+        self.failures.append((entry.position, entry.key, error))
         raise error
 
     def _count(self, entry: StepEntry) -> None:
@@ -372,7 +373,7 @@ class Execution:
             -1, key, name, kind, fp, ok=False,
             error=serde.encode_error(exc, terminal=isinstance(exc, TerminalError)),
             started_at=started, finished_at=time.time()), inputs)
-        self.failures.append((entry.position, exc))
+        self.failures.append((entry.position, key, exc))
 
     def _record_result(self, key: str, kind: str, name: str, started: float, value: Any,
                        inputs: Any, fp: str, usage: Callable[[Any], tuple[int, int]] | None,

@@ -2,10 +2,14 @@
 two of them differ.
 
 A step's inputs (a chat request's model, messages and tools; a ``ctx.run`` function's
-arguments) are turned into canonical JSON data: pydantic models by ``model_dump`` without
-``None`` fields, tuples as lists, values that are not data (functions, open files, data
-frames) by their type name only. The fingerprint is a digest of that data; replay compares it
-with the journaled one and stops before returning a stale result when they differ.
+arguments) are turned into canonical JSON data (:func:`canonical`): every value by its value,
+pydantic models by ``model_dump`` without ``None`` fields, tuples as lists, Decimal, dates,
+UUIDs, paths, enums, dataclasses and the other types the journal encodes as tagged data.
+Values that are not data (functions, open files, clients, data frames) are refused with a
+:class:`~durable_nb.errors.SerializationError` before the step runs: compared by their type
+only, an edited value would replay a stale result. The fingerprint is a digest of that data;
+replay compares it with the journaled one and stops before returning a stale result when they
+differ.
 
 The inputs themselves are journaled too, so that a person can see what a step was asked and
 what changed. Large parts are stored once per run as *blobs*, by digest: each chat message
@@ -17,46 +21,149 @@ grows with new content only.
 from __future__ import annotations
 
 import base64
+import dataclasses
+import datetime as _dt
 import json
+import sys
 from collections.abc import Mapping
+from decimal import Decimal
+from enum import Enum
+from pathlib import PurePath
 from typing import Any, Callable
+from uuid import UUID
 
+import openai
+
+from .. import serde
+from ..errors import SerializationError
 from ..journal.blobs import blob_digest, expand_list
 
 __all__ = ["canonical", "first_difference", "fingerprint", "load_request", "store_request"]
 
+#: openai's markers for an argument left out: they have no value but their type.
+_NOT_GIVEN = tuple(t for t in (getattr(openai, "NotGiven", None), getattr(openai, "Omit", None))
+                   if isinstance(t, type))
 #: Top-level input fields that hold lists of large items, stored one blob per item.
 _PER_ITEM = ("messages", "input")
 #: A field whose JSON is longer than this is stored as a blob.
 _INLINE_LIMIT = 512
 
 
-def canonical(value: Any, _depth: int = 0) -> Any:
-    """``value`` as JSON data that is the same for equal inputs across processes."""
-    if _depth > 100:
+def canonical(value: Any) -> Any:
+    """``value`` as JSON data that is the same for equal inputs across processes, and differs
+    for inputs that differ.
+
+    JSON data stays as it is (tuples as lists, sets sorted, bytes as base64); pydantic models
+    become their ``model_dump`` without ``None`` fields, a durable_nb Tool its schema; values
+    of the other types the journal can encode or compare become ``{"$t": TYPE, "v": DATA}``
+    (Decimal, datetime, date, time, UUID, paths, enums, dataclasses, numpy scalars when numpy
+    is loaded, types registered with :func:`durable_nb.register_type`). Anything else cannot be
+    compared by value and raises :class:`~durable_nb.errors.SerializationError` naming the
+    part and what to pass instead.
+    """
+    try:
+        return _canonical(value, 0)
+    except _Refused as refused:
+        raise _refusal(refused) from None
+
+
+class _Refused(Exception):
+    """A value of no comparable type; ``path`` is filled in as it unwinds."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.type_name = _qualified(type(value))
+        self.path: list[str] = []
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _refusal(refused: _Refused) -> SerializationError:
+    where = "".join(reversed(refused.path)).lstrip(".")
+    what = f"the step input {where}" if where else "the step input"
+    return SerializationError(
+        f"{what} is a {refused.type_name}, which durable_nb cannot compare by value, so an "
+        f"edited value would replay the old result. Pass its data instead (JSON data, a "
+        f"dataclass, a pydantic model, or a type registered with durable_nb.register_type); "
+        f"an object the step only uses (a client, a connection, a data frame) goes to the "
+        f"function through a closure, e.g. ctx.run(name, lambda: fn(obj)).")
+
+
+def _canonical(value: Any, depth: int) -> Any:
+    if depth > 100:
         return "<deeply nested>"
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
     if isinstance(value, Mapping):
-        return {str(k): canonical(v, _depth + 1) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            try:
+                out[str(k)] = _canonical(v, depth + 1)
+            except _Refused as refused:
+                refused.path.append(f".{k}" if isinstance(k, str) else f"[{k!r}]")
+                raise
+        return out
     if isinstance(value, (list, tuple)):
-        return [canonical(v, _depth + 1) for v in value]
+        return _items(value, depth)
     if isinstance(value, (set, frozenset)):
-        return sorted((canonical(v, _depth + 1) for v in value), key=repr)
+        return sorted(_items(value, depth), key=repr)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
+    if isinstance(value, _NOT_GIVEN):  # openai's "argument left out" markers
+        return f"<{_qualified(type(value))}>"
+    same_for_all = getattr(type(value), "__durable_input__", None)
+    if isinstance(same_for_all, str):  # ctx handed to a step: the same input on every replay
+        return same_for_all
     dump = getattr(value, "model_dump", None)
     if callable(dump) and hasattr(type(value), "model_validate"):
         try:
-            return canonical(dump(mode="json", exclude_none=True), _depth + 1)
-        except Exception:  # noqa: BLE001 - a model that cannot dump counts by its type
-            pass
+            data = dump(mode="json", exclude_none=True)
+        except Exception:  # noqa: BLE001 - a model that cannot dump cannot be compared
+            raise _Refused(value) from None
+        return _canonical(data, depth + 1)
     schema = getattr(value, "schema", None)  # a durable_nb Tool: the model sees its schema
     if isinstance(schema, Mapping):
-        return canonical(schema, _depth + 1)
-    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+        return _canonical(schema, depth + 1)
+    return {"$t": _type_tag(value), "v": _canonical(_value_data(value), depth + 1)}
+
+
+def _items(values: Any, depth: int) -> list:
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(_canonical(v, depth + 1))
+        except _Refused as refused:
+            refused.path.append(f"[{i}]")
+            raise
+    return out
+
+
+def _type_tag(value: Any) -> str:
+    codec = serde.codec_of(type(value))
+    return codec.tag if codec is not None else _qualified(type(value))
+
+
+def _value_data(value: Any) -> Any:
+    """The data that tells values of a comparable non-JSON type apart; _Refused otherwise."""
+    codec = serde.codec_of(type(value))
+    if codec is not None:  # Decimal, datetime, date and registered types: as journaled
+        return codec.encode(value)
+    if isinstance(value, (_dt.time, _dt.date)):  # and their subclasses
+        return value.isoformat()
+    if isinstance(value, (Decimal, UUID, PurePath)):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.name
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.compare}
+    numpy = sys.modules.get("numpy")  # never imported here: its scalars exist only if it is
+    if numpy is not None and isinstance(value, numpy.generic):
+        return value.item()
+    raise _Refused(value)
 
 
 def _dumps(data: Any) -> str:
@@ -68,8 +175,8 @@ def fingerprint(data: Any) -> str:
     building the canonical copy: on replay it is the only work a step's inputs cost)."""
     try:
         text = _SORTED_ANY.encode(data)
-    except (TypeError, ValueError):  # keys of mixed types cannot be sorted
-        text = _dumps(canonical(data))
+    except (TypeError, ValueError):  # keys of mixed types cannot be sorted, or a refused value
+        text = _dumps(canonical(data))  # raises SerializationError naming the refused part
     return blob_digest(text)
 
 
@@ -151,6 +258,8 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
     if type(old) is not type(new):
         return _changed(here, old, new)
     if isinstance(old, dict):
+        if "$t" in old and old.get("$t") == new.get("$t") and old != new:
+            return f"{here} changed"  # a tagged value (a Decimal, a dataclass) as a whole
         for key in sorted(set(old) | set(new)):
             sub = f"{path}.{key}" if path else str(key)
             if key not in old:
