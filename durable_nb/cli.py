@@ -22,6 +22,7 @@ from . import registry
 from .batch import batch as read_batch
 from .demo import run_demo
 from .errors import DurableError
+from .execution.approvals import pending_digest, short
 from .export import export_batch, export_run
 from .journal import Journal, RunRecord, Status, entry_cost, open_journal
 from .profile import disable, enable
@@ -96,9 +97,7 @@ def format_run(info: registry.RunInfo, interrupted: bool = False) -> str:
     if info.forked_from:
         lines.append(f"forked     from {json.dumps(info.forked_from)}")
     if info.pending_approval:
-        p = info.pending_approval
-        lines.append(f"waiting    approval {p.get('name')!r} (step {p.get('key')}): "
-                     f"{json.dumps(p.get('details'))}")
+        lines.extend(_pending_lines(info.pending_approval))
     if info.error:
         lines.append(f"error      {info.error}")
     if info.status is Status.DONE:
@@ -118,11 +117,34 @@ def format_run(info: registry.RunInfo, interrupted: bool = False) -> str:
                 extra += f"  {format_cost(entry_cost(e), estimated=bool(e.meta.get('estimated')))}"
         if e.kind == "approval":
             when = f"waited {format_duration(e.duration)}"
-            lines.append(f"  {e.position:>4}  {e.kind:<8} {e.name:<28} {when:>11}  {outcome}")
+            lines.append(f"  {e.position:>4}  {e.kind:<8} {e.name:<28} {when:>11}  {outcome}"
+                         f"{_decision_text(e)}")
             continue
         lines.append(f"  {e.position:>4}  {e.kind:<8} {e.name:<28} {e.duration * 1000:8.1f} ms"
                      f"  {outcome}{extra}")
     return "\n".join(lines)
+
+
+def _pending_lines(pending: dict) -> list[str]:
+    lines = [f"waiting    approval {pending.get('name')!r} (step {pending.get('key')}, request "
+             f"{short(pending_digest(pending))}): {json.dumps(pending.get('details'))}"]
+    earlier = pending.get("replaces")
+    if earlier:
+        lines.append(f"           the request at this step changed: a decision given for "
+                     f"{earlier.get('name')!r} {json.dumps(earlier.get('details'))} (request "
+                     f"{short(earlier.get('digest'))}) is not applied to it")
+    return lines
+
+
+def _decision_text(entry: Any) -> str:
+    """What an approval step's decision was, and for which request."""
+    result = entry.result if entry.ok and isinstance(entry.result, dict) else {}
+    if "approved" not in result:
+        return ""
+    verdict = "approved" if result.get("approved") else "rejected"
+    request = f" request {short(result['digest'])}" if result.get("digest") else ""
+    details = json.dumps((entry.meta or {}).get("details"))
+    return f"  {verdict} by {result.get('by')} for{request} {details[:200]}"
 
 
 def list_runs(journal: Journal, *, status: str | None = None, prefix: str | None = None,
@@ -254,14 +276,18 @@ STEERING = ("approve", "reject", "cancel", "reset", "delete")
 
 
 def steer(command: str, run_id: str, journal: Journal, *, note: str | None = None,
-          by: str | None = None, from_step: int = 0) -> str:
+          by: str | None = None, from_step: int = 0, expect: str | None = None) -> str:
     """One of :data:`STEERING` on a run, for ``durable-nb`` and ``%durable``; returns the
-    line to print."""
+    line to print. ``approve``/``reject`` decide the request the line names (``expect``:
+    only if it is the request with that digest)."""
     if command in ("approve", "reject"):
+        pending = journal.get_run(run_id).pending_approval or {}
+        digest = pending_digest(pending) if pending else None
         decide = registry.approve if command == "approve" else registry.reject
-        decision = decide(run_id, note, by=by, journal=journal)
+        decision = decide(run_id, note, by=by, expect=expect or digest, journal=journal)
         done = "approved" if command == "approve" else "rejected"
-        return f"{done} run {run_id} (by {decision.by})"
+        return (f"{done} run {run_id} (by {decision.by}): {pending.get('name')!r} "
+                f"{json.dumps(pending.get('details'))} (request {short(digest)})")
     if command == "cancel":
         record = registry.cancel(run_id, journal=journal)
         return (f"run {run_id} is already DONE" if record.status is Status.DONE
@@ -436,6 +462,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("run_id", metavar="RUN")
         p.add_argument("note", nargs="?", help="a note for the agent (quote it)")
         p.add_argument("--by", help="who decides (default: user@host)")
+        p.add_argument("--expect", metavar="DIGEST",
+                       help="decide only if the pending request is the one with this digest "
+                            "(`show` prints it; 8 or more characters): for scripts")
 
     p = sub.add_parser("cancel", help=COMMANDS["cancel"])
     p.add_argument("run_id", metavar="RUN")
@@ -520,7 +549,8 @@ def _run(args: argparse.Namespace) -> int:
             print(format_run(info, interrupted))
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
-                    by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0)))
+                    by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),
+                    expect=getattr(args, "expect", None)))
     elif args.command == "export":
         path = export_run(args.run_id, args.to, format=args.format, journal=journal)
         print(f"wrote {path}")

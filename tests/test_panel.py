@@ -14,6 +14,7 @@ import pytest
 import durable_nb
 from durable_nb import DiskJournal, InputChanged, RunRecord, Status, StepEntry
 from durable_nb.demo import SALES_CSV, make_tools, sales_agent
+from durable_nb.execution.approvals import request_digest
 from durable_nb.panel import RunPanel
 from durable_nb.registry import get_run
 from durable_nb.testing import LoopbackServer
@@ -67,6 +68,9 @@ def test_step_details_show_new_messages_reply_arguments_result_and_decision(demo
     approval = _text(bodies[[e.kind for e in info.steps].index("approval")])
     assert '"to": "team@example.com"' in approval
     assert "Decision: approved by ana: fine" in approval
+    step = info.steps[[e.kind for e in info.steps].index("approval")]
+    shown = request_digest(step.name, step.meta["details"])
+    assert f"for request {shown[:12]}" in approval  # which request the decision was for
     assert "prompt +" in first_chat and "completion tokens" in first_chat
 
 
