@@ -21,6 +21,7 @@ import durable_nb as dn
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry
 from durable_nb.cli import main
 from durable_nb.journal import open_journal, this_host
+from durable_nb.lease import this_place
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -137,7 +138,7 @@ def test_a_run_whose_process_died_shows_as_interrupted(tmp_path: Path, run) -> N
     assert journal.create_run(record)
     journal.append_step("crashed", StepEntry(0, "0", "s", "run", result=1))
     journal.acquire_lease("crashed", {"token": "t", "pid": record.owner["pid"],
-                                      "host": this_host(), "heartbeat": now - 1},
+                                      **this_place(), "heartbeat": now - 1},
                           lambda h: False)
     journal.close()
 
