@@ -115,7 +115,10 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             f"run {run_id!r} is not waiting for an approval (status {record.status}). "
             f"See `durable-nb show {run_id}`.")
     digest = pending_digest(pending)
-    if expect is not None and (len(expect) < 8 or not digest.startswith(expect.lower())):
+    if expect is not None and len(expect) < 8:
+        raise ValueError(f"expect={expect!r} is too short to name a request: give 8 or more "
+                         f"characters of its digest (`durable-nb show {run_id}` prints it).")
+    if expect is not None and not digest.startswith(expect.lower()):
         raise ApprovalChanged(
             f"run {run_id!r} now waits for approval of {pending.get('name')!r} "
             f"{_details_text(pending.get('details'))} (request {short(digest)}), not for the "

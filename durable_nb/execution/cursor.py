@@ -518,7 +518,7 @@ class Execution:
     @staticmethod
     def _pending_for(earlier: dict | None, key: str, name: str, details: Any, digest: str,
                      timeout: float | None) -> dict:
-        if earlier and earlier.get("name") == name and pending_digest(earlier) == digest:
+        if earlier and pending_digest(earlier) == digest:
             kept = {k: v for k, v in earlier.items() if k != "run_id"}
             return dict(kept, digest=digest)  # one written before digests gets its digest
         now = time.time()
