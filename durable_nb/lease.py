@@ -52,7 +52,8 @@ def _new_executor() -> None:
     _held_here.clear()  # the parent's leases are the parent's
 
 
-os.register_at_fork(after_in_child=_new_executor)
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork
+    os.register_at_fork(after_in_child=_new_executor)
 
 
 def _boot_and_pid_namespace() -> tuple[str | None, str | None]:

@@ -163,3 +163,19 @@ def test_an_older_decision_without_digest_applies_only_to_the_request_it_was_giv
     pending = journal.get_run("edited").pending_approval
     assert pending["details"] == {"db": "production"} and pending["id"]
     assert journal.get_request("decision", "edited") is not None  # kept, not applied
+
+
+def test_a_child_runs_approval_is_decided_through_its_parent(journal):
+    def sub(ctx, db):
+        return ctx.approval("drop database", {"db": db}).note
+
+    def parent(ctx):
+        return ctx.child("cleanup", sub, "staging")
+
+    assert dn.execute("p", parent, journal=journal, on_approval="park") is None
+    shown = journal.get_run("p").pending_approval
+    child = shown["run_id"]
+    assert child != "p" and journal.get_run(child).pending_approval["id"] == shown["id"]
+    dn.approve("p", "via the parent", expect=shown["digest"], journal=journal)
+    assert journal.get_request(decision_kind(shown), child)["note"] == "via the parent"
+    assert dn.execute("p", parent, journal=journal) == "via the parent"
