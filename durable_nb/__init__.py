@@ -11,6 +11,7 @@ In a notebook: ``%load_ext durable_nb`` then a ``%%durable_agent RUN_ID`` cell. 
 from .batch import Batch, ItemResult, batch, item_keys, map
 from .context import Context, Decision, DurableState, TokenUsage
 from .errors import (
+    ApprovalChanged,
     BudgetExhausted,
     ContextNotActive,
     CorruptEntry,
@@ -52,6 +53,7 @@ __all__ = [
     "JournalUnavailable",
     "JournalNotWritable",
     "DatabaseError",
+    "ApprovalChanged",
     "Batch",
     "ItemResult",
     "BudgetExhausted",

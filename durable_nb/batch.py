@@ -32,6 +32,7 @@ from . import serde
 from .cluster import batch_executor
 from .errors import DurableError, SerializationError
 from .execution import canonical
+from .execution.approvals import find_decision
 from .journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepEntry, open_journal
 from .limits import BatchLimits
 from .options import RunOptions
@@ -300,8 +301,8 @@ class _BatchExecution:
         timeout_at = pending.get("timeout_at")
         if timeout_at is not None and time.time() >= timeout_at:
             return True
-        decision = self.journal.get_request("decision", pending.get("run_id", record.run_id))
-        return decision is not None and decision.get("key") == pending.get("key")
+        return find_decision(self.journal, pending.get("run_id", record.run_id),
+                             pending) is not None
 
     def execute(self, todo: list[int]) -> None:
         """Run the items in ``todo`` on the pool; an interrupt stops them at their next step

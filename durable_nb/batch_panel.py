@@ -34,6 +34,7 @@ import ipywidgets as w
 
 from .batch import Batch, BatchObserver, ItemResult
 from .errors import DurableError
+from .execution.approvals import pending_digest
 from .journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import _CSS as _RUN_CSS
 from .panel import _STATUS_COLOURS, _STOPPED, RunPanel, _badge
@@ -107,12 +108,13 @@ def _close_tree(widget: Any) -> None:
 
 
 class BatchPanel(BatchObserver):
-    """A live view of one batch. ``on_decide(run_id, approved, note)`` and
-    ``on_cancel(run_id)`` are called from its buttons; ``journal`` is where the items are
-    (for pending approvals' details and the item panels)."""
+    """A live view of one batch. ``on_decide(run_id, approved, note, digest)`` (``digest``:
+    of the approval request shown) and ``on_cancel(run_id)`` are called from its buttons;
+    ``journal`` is where the items are (for pending approvals' details and the item
+    panels)."""
 
     def __init__(self, batch_id: str, *, title: str = "", journal: Journal | None = None,
-                 on_decide: Callable[[str, bool, str], None] | None = None,
+                 on_decide: Callable[[str, bool, str, str | None], None] | None = None,
                  on_cancel: Callable[[str], None] | None = None,
                  max_total_tokens: int | None = None, max_total_cost: float | None = None,
                  refresh_interval: float = 0.5) -> None:
@@ -146,7 +148,7 @@ class BatchPanel(BatchObserver):
         self._picked: int | None = None
         self._item_panel: RunPanel | None = None
         self._shown_pending: tuple[int, ...] = ()
-        self._confirming: list[str] = []
+        self._confirming: list[tuple[str, str]] = []  # (run id, digest of what is shown)
         self.redraws = 0
 
         self.summary_html = w.HTML()
@@ -360,17 +362,19 @@ class BatchPanel(BatchObserver):
             self.page = max(0, self.page + step)
         self.refresh(force=True)
 
-    def _decide(self, run_id: str, approved: bool) -> None:
+    def _decide(self, run_id: str, approved: bool, digest: str | None) -> None:
         if self._on_decide is None:
             return
         note = self.approval_note.value.strip()
-        self._on_decide(run_id, approved, note)
+        self._on_decide(run_id, approved, note, digest)
         self.tell(f"{'approved' if approved else 'rejected'} {run_id}")
 
     def _ask_approve_all(self) -> None:
         with self._lock:
-            runs = [self._items[i].run_id for i in self._pending_shown()]
-            self._confirming = runs
+            shown = self._pending_shown()
+            runs = [self._items[i].run_id for i in shown]
+            self._confirming = [(self._items[i].run_id, pending_digest(self._pending[i]))
+                                for i in shown if self._pending.get(i)]
         if not runs:
             self.tell("no pending approvals are shown")
             return
@@ -389,9 +393,9 @@ class BatchPanel(BatchObserver):
             return
         note = self.approval_note.value.strip()
         done, skipped = 0, 0
-        for run_id in runs:
+        for run_id, digest in runs:
             try:
-                self._on_decide(run_id, True, note)
+                self._on_decide(run_id, True, note, digest)
                 done += 1
             except DurableError:  # decided meanwhile (elsewhere), or no longer waiting
                 skipped += 1
@@ -427,7 +431,7 @@ class BatchPanel(BatchObserver):
         run_id = item.run_id
         panel = RunPanel.load(
             info, journal=self._journal,
-            on_decide=(lambda ok, note: self._on_decide(run_id, ok, note))
+            on_decide=(lambda ok, note, digest: self._on_decide(run_id, ok, note, digest))
             if self._on_decide else None,
             on_cancel=(lambda: self._on_cancel(run_id)) if self._on_cancel else None)
         with self._lock:
@@ -684,7 +688,7 @@ class BatchPanel(BatchObserver):
         def decide(approved: bool) -> None:
             approve.disabled = reject.disabled = True
             try:
-                self._decide(item.run_id, approved)
+                self._decide(item.run_id, approved, pending_digest(pending) if pending else None)
             except Exception:
                 approve.disabled = reject.disabled = False
                 raise

@@ -26,6 +26,7 @@ from . import registry
 from .batch import batch as read_batch
 from .demo import run_demo
 from .errors import DurableError, NoJournal, UnknownRun
+from .execution.approvals import find_decision, pending_digest, short
 from .export import export_batch, export_run
 from .journal import (Journal, RunRecord, Status, StepEntry, default_location, entry_cost,
                       open_journal)
@@ -83,10 +84,7 @@ def recorded_decision(info: RunRecord, journal: Journal) -> dict | None:
     pending = info.pending_approval
     if info.status is not Status.WAITING_APPROVAL or not pending:
         return None
-    decision = journal.get_request("decision", pending.get("run_id", info.run_id))
-    if not decision or decision.get("key") != pending.get("key"):
-        return None
-    return decision
+    return find_decision(journal, pending.get("run_id", info.run_id), pending)
 
 
 def _decision_words(decision: dict) -> str:
@@ -128,6 +126,8 @@ def _step_line(entry: StepEntry) -> str:
         decided = plain(entry.result) if entry.ok else None
         outcome = (_decision_words(decided) if isinstance(decided, dict) else
                    f"FAILED {entry.error.get('type') if entry.error else ''}")
+        if isinstance(decided, dict) and decided.get("digest"):
+            outcome += f" for request {short(decided['digest'])}"
         when = f"waited {format_duration(entry.duration)}"
         return f"  {entry.position:>4}  {entry.kind:<8} {entry.name:<28} {when:>11}  {outcome}"
     outcome = "ok" if entry.ok else f"FAILED {entry.error.get('type') if entry.error else ''}"
@@ -190,10 +190,7 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
         lines.append(f"forked     from {source}{when} (step {step}): the run as it was when "
                      f"{source} was executed again from step {step}")
     if info.pending_approval:
-        p = info.pending_approval
-        details = p.get("details")
-        lines.append(f"waiting    approval {p.get('name')!r} (step {p.get('key')})"
-                     + (f": {_shown_value(details, 300)}" if plain(details) else ""))
+        lines.extend(_pending_lines(info.pending_approval))
     if info.error:
         lines.append(f"error      {info.error}")
     if info.status is Status.DONE:
@@ -206,6 +203,19 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
     lines.append(f"steps      {len(info.steps)}")
     lines += [_step_line(e) for e in info.steps]
     return "\n".join(lines)
+
+
+def _pending_lines(pending: dict) -> list[str]:
+    details = pending.get("details")
+    lines = [f"waiting    approval {pending.get('name')!r} (step {pending.get('key')}, request "
+             f"{short(pending_digest(pending))})"
+             + (f": {_shown_value(details, 300)}" if plain(details) else "")]
+    earlier = pending.get("replaces")
+    if earlier:
+        lines.append(f"           the request at this step changed: a decision given for "
+                     f"{earlier.get('name')!r} ({_shown_value(earlier.get('details'), 200)}, "
+                     f"request {short(earlier.get('digest'))}) is not applied to it")
+    return lines
 
 
 def list_runs(journal: Journal, *, status: str | None = None, prefix: str | None = None,
@@ -337,14 +347,18 @@ STEERING = ("approve", "reject", "cancel", "reset", "delete")
 
 
 def steer(command: str, run_id: str, journal: Journal, *, note: str | None = None,
-          by: str | None = None, from_step: int = 0) -> str:
+          by: str | None = None, from_step: int = 0, expect: str | None = None) -> str:
     """One of :data:`STEERING` on a run, for ``durable-nb`` and ``%durable``; returns the
-    line to print."""
+    line to print. ``approve``/``reject`` decide the request the line names (``expect``:
+    only if it is the request with that digest)."""
     if command in ("approve", "reject"):
+        pending = journal.get_run(run_id).pending_approval or {}
+        digest = pending_digest(pending) if pending else None
         decide = registry.approve if command == "approve" else registry.reject
-        decision = decide(run_id, note, by=by, journal=journal)
+        decision = decide(run_id, note, by=by, expect=expect or digest, journal=journal)
         done = "approved" if command == "approve" else "rejected"
-        return f"{done} run {run_id} (by {decision.by})"
+        return (f"{done} run {run_id} (by {decision.by}): {pending.get('name')!r} "
+                f"{json.dumps(pending.get('details'))} (request {short(digest)})")
     if command == "cancel":
         record = registry.cancel(run_id, journal=journal)
         return (f"run {run_id} is already DONE" if record.status is Status.DONE
@@ -564,6 +578,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("run_id", metavar="RUN")
         p.add_argument("note", nargs="?", help="a note for the agent (quote it)")
         p.add_argument("--by", help="who decides (default: user@host)")
+        p.add_argument("--expect", metavar="DIGEST",
+                       help="decide only if the pending request is the one with this digest "
+                            "(`show` prints it; 8 or more characters): for scripts")
 
     p = sub.add_parser("cancel", help=COMMANDS["cancel"])
     p.add_argument("run_id", metavar="RUN")
@@ -650,7 +667,8 @@ def _run(args: argparse.Namespace) -> int:
             print(format_run(info, interrupted, decision))
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
-                    by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0)))
+                    by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),
+                    expect=getattr(args, "expect", None)))
     elif args.command == "export":
         path = export_run(args.run_id, args.to, format=args.format, journal=journal)
         print(f"wrote {path}")

@@ -25,6 +25,7 @@ from typing import Any
 import openai
 
 from . import registry
+from .execution.approvals import find_decision
 from .journal import Status, open_journal
 from .messages import assistant_message
 from .runner import RunOptions, Runner
@@ -216,7 +217,7 @@ def run_demo(directory: str | None = None) -> int:
         while second.poll() is None:
             record = journal.find_run("sales-report")
             if record and record.status is Status.WAITING_APPROVAL and \
-                    journal.get_request("decision", "sales-report") is None:
+                    find_decision(journal, "sales-report", record.pending_approval) is None:
                 time.sleep(0.5)
                 registry.approve("sales-report", "ok to send", by="demo-user", journal=journal)
                 print("    (approved by demo-user)", flush=True)

@@ -23,6 +23,7 @@
     ├── RunCancelled                  the run was cancelled
     ├── BudgetExhausted               max_iterations, max_tokens or the context window would be passed
     ├── NoPendingApproval             approve/reject on a run that waits for nothing
+    │   └── ApprovalChanged           ... for the request that was seen: it waits for another
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
     └── TerminalError                 raise it from a step: journaled, never retried
@@ -35,6 +36,7 @@ from __future__ import annotations
 import time
 
 __all__ = [
+    "ApprovalChanged",
     "BudgetExhausted",
     "ContextNotActive",
     "CorruptEntry",
@@ -259,6 +261,11 @@ class BudgetExhausted(DurableError):
 
 class NoPendingApproval(DurableError):
     """approve() or reject() was called on a run that waits for no approval."""
+
+
+class ApprovalChanged(NoPendingApproval):
+    """approve() or reject() was given the digest of a request the run no longer waits for
+    (its cell was edited, or it went on): nothing was decided."""
 
 
 class StepFailed(DurableError):

@@ -25,6 +25,7 @@ import ipywidgets as w
 
 from .errors import InputChanged, JournalMismatch, RunLeased
 from .execution import load_request
+from .execution.approvals import pending_digest, short
 from .journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
 from .streaming import tool_names
 from .summary import (
@@ -171,17 +172,20 @@ def _arguments(raw: Any) -> Any:
 class RunPanel:
     """A live view of one run. Implements :class:`~durable_nb.execution.Observer`.
 
-    ``on_decide(approved, note)`` and ``on_cancel()`` are called from the buttons.
+    ``on_decide(approved, note, digest)`` and ``on_cancel()`` are called from the buttons;
+    ``digest`` is that of the approval request the panel shows (the decision is for it).
     ``journal`` (where the run is) lets step details show what each step was asked.
     """
 
-    def __init__(self, record: RunRecord, *, on_decide: Callable[[bool, str], None] | None = None,
+    def __init__(self, record: RunRecord, *,
+                 on_decide: Callable[[bool, str, str | None], None] | None = None,
                  on_cancel: Callable[[], None] | None = None, refresh_interval: float = 0.25,
                  note: str | None = None, journal: Journal | None = None) -> None:
         self._lock = threading.RLock()
         self._record = record
         self._journal = journal
         self._on_decide = on_decide
+        self._shown_digest: str | None = None  # of the approval request shown
         self._on_cancel = on_cancel
         self._refresh_interval = refresh_interval
         self._last_refresh = 0.0
@@ -256,7 +260,7 @@ class RunPanel:
             return
         self.approve_button.disabled = self.reject_button.disabled = True
         try:
-            self._on_decide(approved, self.approval_note.value.strip())
+            self._on_decide(approved, self.approval_note.value.strip(), self._shown_digest)
         except Exception as exc:  # shown, never raised into the comm handler
             self.approve_button.disabled = self.reject_button.disabled = False
             self.append_log(f"durable_nb: could not record the decision: {exc}\n")
@@ -372,6 +376,7 @@ class RunPanel:
             self.result.value = result
             if pending:
                 self.approval_text.value = self._approval_html(pending)
+                self._shown_digest = pending_digest(pending)
                 self.approval_box.layout.display = "flex"
                 self.approve_button.disabled = self.reject_button.disabled = False
             else:
@@ -387,9 +392,16 @@ class RunPanel:
         asked = pending.get("requested_at")
         since = (f" &middot; asked at {_clock(asked)}" if isinstance(asked, (int, float)) else "")
         run_id = html.escape(str(pending.get("run_id") or self._record.run_id))
+        earlier = pending.get("replaces")
+        changed = "" if not earlier else (
+            f"<div><b>The request at this step changed</b>: a decision given for "
+            f"{html.escape(str(earlier.get('name')))} "
+            f"<code>{html.escape(_clip(json.dumps(earlier.get('details'), default=str)))}</code> "
+            f"(request {short(earlier.get('digest'))}) is not applied to this one.</div>")
         return (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
-                f"(step {html.escape(str(pending.get('key')))}){since}"
-                f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>"
+                f"(step {html.escape(str(pending.get('key')))}, request "
+                f"{short(pending_digest(pending))}){since}"
+                f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>{changed}"
                 f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
                 f"drew them stopped. Re-run the cell for live buttons, or decide from anywhere: "
                 f"<code>durable-nb approve {run_id}</code> in a terminal, "
@@ -563,9 +575,10 @@ class RunPanel:
         elif entry.kind == "approval" and isinstance(result, dict):
             verdict = "approved" if result.get("approved") else "rejected"
             note = f": {result['note']}" if result.get("note") else ""
+            request = f", for request {short(result['digest'])}" if result.get("digest") else ""
             parts.append(f"<div><b>Decision:</b> {verdict} by "
                          f"{html.escape(str(result.get('by')))}{html.escape(note)}, after "
-                         f"{html.escape(format_duration(entry.duration))}</div>")
+                         f"{html.escape(format_duration(entry.duration))}{request}</div>")
         else:
             parts.append(f"<div><b>Result:</b></div>{_pre(result)}")
         facts = [f"{entry.duration * 1000:,.1f} ms" if entry.kind != "approval"
@@ -658,7 +671,8 @@ class RunPanel:
         if record.pending_approval:
             p = record.pending_approval
             lines.append(f"waiting for approval of {p.get('name')!r}: "
-                         f"{json.dumps(p.get('details'), default=str)[:300]}")
+                         f"{json.dumps(p.get('details'), default=str)[:300]} (request "
+                         f"{short(pending_digest(p))})")
         if record.error and not result.startswith("error"):
             lines.append(f"error: {record.error}")
         if result:

@@ -8,13 +8,15 @@ process at once.
 from __future__ import annotations
 
 import getpass
+import json
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import serde
 from .context import Decision
-from .errors import JournalError, NoPendingApproval, RunLeased
+from .errors import ApprovalChanged, JournalError, NoPendingApproval, RunLeased
+from .execution.approvals import decision_kind, pending_digest, short
 from .journal import (
     Journal,
     JournalSpec,
@@ -99,7 +101,12 @@ def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:
 
 
 def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
-            journal: JournalSpec) -> Decision:
+            journal: JournalSpec, expect: str | None) -> Decision:
+    """Leave a decision on the run's pending approval, bound to the request as read here
+    (:mod:`~durable_nb.execution.approvals`): if the run asks something else by the time
+    it looks, the decision is not applied. ``expect``: the digest (or its first 8 or more
+    characters) of the request the person saw; ApprovalChanged, nothing written, if the
+    pending request is another."""
     journal = open_journal(journal)
     record = journal.get_run(run_id)
     pending = record.pending_approval
@@ -107,28 +114,47 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
         raise NoPendingApproval(
             f"run {run_id!r} is not waiting for an approval (status {record.status}). "
             f"See `durable-nb show {run_id}`.")
+    digest = pending_digest(pending)
+    if expect is not None and len(expect) < 8:
+        raise ValueError(f"expect={expect!r} is too short to name a request: give 8 or more "
+                         f"characters of its digest (`durable-nb show {run_id}` prints it).")
+    if expect is not None and not digest.startswith(expect.lower()):
+        raise ApprovalChanged(
+            f"run {run_id!r} now waits for approval of {pending.get('name')!r} "
+            f"{_details_text(pending.get('details'))} (request {short(digest)}), not for the "
+            f"request {expect!r} that was seen: nothing was decided. Look at it with "
+            f"`durable-nb show {run_id}` and decide again.")
     target = pending.get("run_id", run_id)
     by = by or f"{getpass.getuser()}@{this_host()}"
-    journal.put_request("decision", target, {
-        "key": pending.get("key"), "approved": approved, "note": note, "by": by,
-        "at": time.time()})
+    journal.put_request(decision_kind(pending), target, {
+        "key": pending.get("key"), "digest": digest, "name": pending.get("name"),
+        "approved": approved, "note": note, "by": by, "at": time.time()})
     for waiting in (live_execution(target), live_execution(run_id)):
         if waiting is not None:
             waiting.wake_event.set()
     return Decision(approved, note, by)
 
 
+def _details_text(details: Any) -> str:
+    text = json.dumps(details, ensure_ascii=False, default=str)
+    return text if len(text) <= 200 else text[:199] + "\u2026"
+
+
 def approve(run_id: str, note: str | None = None, *, by: str | None = None,
-            journal: JournalSpec = None) -> Decision:
-    """Approve the run's pending approval. The waiting run goes on (a parked one when it is
-    resumed: by the notebook that parked it, or by executing it again)."""
-    return _decide(run_id, True, note, by, journal)
+            expect: str | None = None, journal: JournalSpec = None) -> Decision:
+    """Approve the run's pending approval, as it reads now, or only if it is the request
+    whose digest is ``expect`` (what the person saw: ``durable-nb show``, the panel). The
+    waiting run goes on (a parked one when it is resumed: by the notebook that parked it,
+    or by executing it again); if by then it asks something else, the decision is kept in
+    the journal but not applied, and the new request waits for its own."""
+    return _decide(run_id, True, note, by, journal, expect)
 
 
 def reject(run_id: str, note: str | None = None, *, by: str | None = None,
-           journal: JournalSpec = None) -> Decision:
-    """Reject the run's pending approval; ``ctx.approval`` returns ``approved=False``."""
-    return _decide(run_id, False, note, by, journal)
+           expect: str | None = None, journal: JournalSpec = None) -> Decision:
+    """Reject the run's pending approval (``expect`` as for :func:`approve`);
+    ``ctx.approval`` returns ``approved=False``."""
+    return _decide(run_id, False, note, by, journal, expect)
 
 
 def cancel(run_id: str, *, journal: JournalSpec = None) -> RunRecord:
@@ -225,9 +251,11 @@ def copy_run(run_id: str, to: JournalSpec, *, journal: JournalSpec = None,
         raise JournalError(
             f"{target.location} already has a run {new_id!r}: copy it under another id "
             f"(durable-nb copy {run_id} --as NEW), or delete that run there first.")
-    decision = source.get_request("decision", run_id)
-    if decision is not None and copied.pending_approval:
-        target.put_request("decision", new_id, decision)
+    if copied.pending_approval:
+        kind = decision_kind(copied.pending_approval)
+        decision = source.get_request(kind, run_id)
+        if decision is not None:
+            target.put_request(kind, new_id, decision)
     if move:
         source.delete_run(run_id)
     return copied

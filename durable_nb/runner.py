@@ -50,6 +50,7 @@ from .journal import (
 )
 from .lease import Lease
 from .options import RunOptions
+from .redact import redact_source
 
 __all__ = ["RunOptions", "RunOutcome", "Runner", "execute", "live_execution", "source_hash",
            "validate_run_id"]
@@ -165,7 +166,10 @@ class Runner:
                 deadline=now + opts.timeout if opts.timeout else None,
                 max_iterations=opts.max_iterations, max_tokens=opts.max_tokens,
                 max_cost=opts.max_cost,
-                parent=self.parent.run_id if self.parent else None, source=opts.source,
+                parent=self.parent.run_id if self.parent else None,
+                # Journaled, copied and exported: without the secrets written in the cell.
+                # The hash is of the cell as written, to tell an edited cell.
+                source=redact_source(opts.source) if opts.source is not None else None,
                 source_hash=source_hash(opts.source) if opts.source is not None else None)
             if not self.journal.create_run(record):
                 record = self.journal.get_run(self.run_id)

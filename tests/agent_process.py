@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from durable_nb import approve
+from durable_nb.execution.approvals import find_decision
 from durable_nb.journal import Journal, Status
 from durable_nb.testing import Reply, ToolCall
 from durable_nb.tokens import encoding_for
@@ -133,19 +134,29 @@ def drive(process: multiprocessing.Process, journal: Journal, run_id: str, *,
         if kill_when is not None and kill_when():
             kill(process)
             break
-        # The decision is read before the record: a consumed decision is deleted only after
-        # the record left WAITING_APPROVAL, so this order never approves twice.
-        if approve_waits and journal.get_request("decision", run_id) is None:
-            record = journal.find_run(run_id)
-            if record is not None and record.status is Status.WAITING_APPROVAL:
-                approve(run_id, "approved by the crash test", by="crash-test", journal=journal)
-                approvals += 1
+        if approve_waits and _undecided(journal, run_id):
+            approve(run_id, "approved by the crash test", by="crash-test", journal=journal)
+            approvals += 1
         if time.monotonic() > deadline:
             kill(process)
             raise TimeoutError(f"the agent child did not finish within {timeout:g} s")
         time.sleep(0.01)
     process.join()
     return process.exitcode, approvals
+
+
+def _undecided(journal: Journal, run_id: str) -> bool:
+    """Whether the run waits for an approval nobody decided. The record is read again after
+    the decision: a consumed decision is deleted only after the record left that pending
+    approval, so this never approves twice."""
+    record = journal.find_run(run_id)
+    if record is None or record.status is not Status.WAITING_APPROVAL:
+        return False
+    pending = record.pending_approval
+    if find_decision(journal, run_id, pending) is not None:
+        return False
+    again = journal.find_run(run_id)
+    return again.status is Status.WAITING_APPROVAL and again.pending_approval == pending
 
 
 def _run_child(workdir: str, run: Callable[[], Any]) -> None:

@@ -14,6 +14,7 @@ import durable_nb as dn
 from durable_nb import Status
 from durable_nb.batch import BatchObserver, prepare
 from durable_nb.batch_panel import BatchPanel
+from durable_nb.execution.approvals import request_digest
 
 
 def _text(fragment: str) -> str:
@@ -180,10 +181,12 @@ def test_an_items_approve_button_decides_that_item_only(journal) -> None:
     assert '{"n": 1}' in _text(rows[1].children[0].value)
     panel.approval_note.value = "ok by me"
     rows[1].children[1].click()
-    assert decided == [("p/1", True, "ok by me")]
+    # The decision is for the request the row shows: its digest goes with it.
+    shown = request_digest("publish", {"n": 1})
+    assert decided == [("p/1", True, "ok by me", shown)]
     assert rows[1].children[1].disabled and rows[1].children[2].disabled
     rows[2].children[2].click()
-    assert decided[-1] == ("p/2", False, "ok by me")
+    assert decided[-1] == ("p/2", False, "ok by me", request_digest("publish", {"n": 2}))
 
 
 def test_approve_all_shown_asks_first_and_approves_only_the_items_shown(journal) -> None:
@@ -203,6 +206,7 @@ def test_approve_all_shown_asks_first_and_approves_only_the_items_shown(journal)
     panel.confirm_button.click()
     assert sorted(d[0] for d in decided) == ["p/1", "p/10", "p/11"]
     assert all(d[1] is True for d in decided)
+    assert all(d[3] == request_digest("publish", {"n": int(d[0][2:])}) for d in decided)
     assert "approved 3 items" in _text(panel.summary_html.value)
 
 

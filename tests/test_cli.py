@@ -22,6 +22,7 @@ import durable_nb as dn
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry
 from durable_nb.cli import main
 from durable_nb.journal import open_journal, this_host
+from durable_nb.lease import this_place
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -138,7 +139,7 @@ def test_a_run_whose_process_died_shows_as_interrupted(tmp_path: Path, run) -> N
     assert journal.create_run(record)
     journal.append_step("crashed", StepEntry(0, "0", "s", "run", result=1))
     journal.acquire_lease("crashed", {"token": "t", "pid": record.owner["pid"],
-                                      "host": this_host(), "heartbeat": now - 1},
+                                      **this_place(), "heartbeat": now - 1},
                           lambda h: False)
     journal.close()
 
@@ -435,7 +436,8 @@ def test_a_decision_given_with_no_kernel_running_shows_until_the_run_resumes(
     handler = _park_for_approval(tmp_path / "j")
     before = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
     assert "status     WAITING_APPROVAL\n" in before
-    assert "waiting    approval 'send_email' (step 1): to: team@example.com" in before
+    assert re.search(r"^waiting    approval 'send_email' \(step 1, request [0-9a-f]{12}\): "
+                     r"to: team@example.com$", before, re.M), before
 
     approved = cli("--journal", str(tmp_path / "j"), "approve", "mail", "--by", "ana")
     assert approved.returncode == 0 and "approved" in approved.stdout
@@ -450,8 +452,8 @@ def test_a_decision_given_with_no_kernel_running_shows_until_the_run_resumes(
     assert dn.execute("mail", handler, journal=str(tmp_path / "j")) is True  # the run resumes
     after = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
     assert "status     DONE\n" in after and "waiting for the run" not in after
-    assert re.search(rf"approval send_email +waited [\d.]+ s  approved by ana at {CLOCK}$",
-                     after, re.M), after
+    assert re.search(rf"approval send_email +waited [\d.]+ s  approved by ana at {CLOCK} "
+                     rf"for request [0-9a-f]{{12}}$", after, re.M), after
 
 
 def test_no_journal_here_points_to_the_journals_below(tmp_path: Path) -> None:

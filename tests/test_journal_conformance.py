@@ -576,6 +576,24 @@ def test_requests_put_get_and_delete(store: Journal):
         store.put_request("launch", "r", {})
 
 
+def test_decisions_on_different_approvals_are_kept_apart_and_deleted_with_their_run(
+        store: Journal):
+    a, b = "decision." + "a" * 32, "decision." + "b" * 32
+    for run_id in ("job", "job:2"):
+        store.create_run(_record(run_id))
+        store.put_request(a, run_id, {"note": f"a of {run_id}"})
+        store.put_request(b, run_id, {"note": f"b of {run_id}"})
+    store.delete_request(a, "job")  # one approval's decision taken: the other's stays
+    assert store.get_request(a, "job") is None
+    assert store.get_request(b, "job") == {"note": "b of job"}
+    store.delete_run("job")
+    assert store.get_request(b, "job") is None
+    assert store.get_request(a, "job:2") == {"note": "a of job:2"}
+    assert store.get_request(b, "job:2") == {"note": "b of job:2"}
+    with pytest.raises(ValueError, match="unknown request kind"):
+        store.put_request("decision.not-an-id", "job:2", {})
+
+
 # --- whole-run edits ----------------------------------------------------------------------
 
 def _fill(journal: Journal, run_id: str, steps: int = 4) -> RunRecord:

@@ -14,8 +14,7 @@ from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry
-from durable_nb.journal import this_host
-from durable_nb.lease import Lease
+from durable_nb.lease import Lease, this_place
 from durable_nb import EndpointError, NoJournal
 from durable_nb.magics import DurableMagics
 
@@ -227,7 +226,7 @@ def test_load_ext_reports_interrupted_runs_and_fails_expired_ones(ip, tmp_path: 
     record("crashed", Status.RUNNING, iteration=3, step_count=2, max_iterations=10)
     for position in range(7):  # a crash left the record's step count behind the journal
         journal.append_step("crashed", StepEntry(position, str(position), "s", "run"))
-    journal.acquire_lease("crashed", {"token": "t", "pid": _dead_pid(), "host": this_host(),
+    journal.acquire_lease("crashed", {"token": "t", "pid": _dead_pid(), **this_place(),
                                       "started": None, "heartbeat": now - 1}, lambda h: False)
     record("expired", Status.RUNNING, iteration=1, step_count=2, deadline=now - 10)
     record("parked", Status.WAITING_APPROVAL, iteration=2, step_count=4,

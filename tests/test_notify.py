@@ -38,12 +38,13 @@ def _waiting_since(journal: Journal, run_id: str) -> float:
 
 
 def _count_reads(journal: Journal) -> Counter:
-    """Count the journal's get_request reads by kind (an instance attribute wraps the method)."""
+    """Count the journal's get_request reads by kind (an instance attribute wraps the method;
+    ``decision.ID``, a decision on one approval, counts as ``decision``)."""
     reads: Counter = Counter()
     original = journal.get_request
 
     def counted(kind: str, run_id: str) -> dict | None:
-        reads[kind] += 1
+        reads[kind.split(".")[0]] += 1
         return original(kind, run_id)
 
     journal.get_request = counted  # type: ignore[method-assign]

@@ -8,7 +8,7 @@ import durable_nb
 
 def test_exported_names_are_exactly_the_public_api():
     assert set(durable_nb.__all__) == {
-        "Batch", "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry",
+        "ApprovalChanged", "Batch", "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry",
         "DatabaseError", "Decision", "DiskJournal", "DurableError", "DurableState",
         "EndpointError", "IncompatibleJournal", "InputChanged", "ItemResult", "Journal",
         "JournalError", "JournalMismatch", "JournalNotWritable", "JournalUnavailable",
@@ -28,7 +28,7 @@ def test_every_error_is_a_durable_error():
     errors = [getattr(durable_nb, n) for n in durable_nb.__all__
               if isinstance(getattr(durable_nb, n), type)
               and issubclass(getattr(durable_nb, n), Exception)]
-    assert len(errors) == 24
+    assert len(errors) == 25
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
 
 

@@ -14,6 +14,7 @@ import pytest
 import durable_nb
 from durable_nb import DiskJournal, InputChanged, RunRecord, Status, StepEntry
 from durable_nb.demo import SALES_CSV, make_tools, sales_agent
+from durable_nb.execution.approvals import request_digest
 from durable_nb.panel import RunPanel
 from durable_nb.registry import get_run
 from durable_nb.testing import LoopbackServer
@@ -67,6 +68,9 @@ def test_step_details_show_new_messages_reply_arguments_result_and_decision(demo
     approval = _text(bodies[[e.kind for e in info.steps].index("approval")])
     assert '"to": "team@example.com"' in approval
     assert "Decision: approved by ana: fine" in approval
+    step = info.steps[[e.kind for e in info.steps].index("approval")]
+    shown = request_digest(step.name, step.meta["details"])
+    assert f"for request {shown[:12]}" in approval  # which request the decision was for
     assert "prompt +" in first_chat and "completion tokens" in first_chat
 
 
@@ -154,3 +158,20 @@ def test_a_dead_kernel_note_and_button_hint_are_in_the_panel_hidden_until_discon
     assert "durable-nb approve r" in panel.approval_text.value
     assert all("dnb-button" in b._dom_classes for b in
                (panel.approve_button, panel.reject_button, panel.cancel_button))
+
+
+def test_the_approve_button_decides_the_request_the_panel_shows(journal) -> None:
+    for db in ("staging", "production"):  # the cell edited between two executions
+        durable_nb.execute("w", lambda ctx: ctx.approval("drop database", {"db": db}).approved,
+                           journal=journal, on_approval="park")
+    record = journal.get_run("w")
+    decided = []
+    panel = RunPanel(record, on_decide=lambda *args: decided.append(args))
+    panel.refresh(force=True)
+    shown = _text(panel.approval_text.value)
+    production = request_digest("drop database", {"db": "production"})
+    assert f"request {production[:12]}" in shown and '"db": "production"' in shown
+    staging = request_digest("drop database", {"db": "staging"})
+    assert "The request at this step changed" in shown and staging[:12] in shown
+    panel.approve_button.click()
+    assert decided == [(True, "", production)]

@@ -1,6 +1,6 @@
 """Executing a run's steps: their identity (:mod:`.scope`), the cursor that replays or runs
-them (:mod:`.cursor`), what they were asked (:mod:`.inputs`) and the ordered, fenced writer
-of their entries (:mod:`.writer`)."""
+them (:mod:`.cursor`), what they were asked (:mod:`.inputs`), the ordered, fenced writer
+of their entries (:mod:`.writer`) and which decision decides an approval (:mod:`.approvals`)."""
 
 from .cursor import (
     ChildStarter,

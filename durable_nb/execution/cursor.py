@@ -20,6 +20,7 @@ import functools
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -45,6 +46,7 @@ from ..errors import (
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
 from ..options import RunOptions
 from ..retry import NO_RETRY, RetryPolicy
+from .approvals import applies, decision_kind, find_decision, pending_digest, request_digest
 from .inputs import canonical, first_difference, fingerprint, load_request, store_request
 from .replay import ReplayLog
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
@@ -460,7 +462,8 @@ class Execution:
     # -- approvals --------------------------------------------------------------------------
 
     def approval(self, name: str, details: Any, timeout: float | None) -> dict:
-        """Journaled approval: record it pending, wait for (or park until) a decision."""
+        """Journaled approval: record it pending, wait for (or park until) a decision given
+        for what it shows (:mod:`~durable_nb.execution.approvals`)."""
         scope = self.scope()
         key = scope.next_key()
         inputs = {"details": details}
@@ -468,13 +471,15 @@ class Execution:
         entry = self._replay(key, "approval", name, fp, inputs)
         if entry is not None:
             return self.outcome(entry)
-        pending = self._claim_pending(key, name, details, timeout)
-        decision = self._wait_for_decision(key, pending["timeout_at"])
+        digest = request_digest(name, details)
+        pending = self._claim_pending(key, name, details, digest, timeout)
+        decision = self._wait_for_decision(pending)
         if decision is None:
             decision = {"approved": False, "note": f"no decision within {timeout:g} s",
                         "by": "timeout"}
         result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
-                  "by": decision.get("by"), "at": decision.get("at", time.time())}
+                  "by": decision.get("by"), "at": decision.get("at", time.time()),
+                  "digest": digest}
         with self.lock:
             self._set_pending(None)
             self._append(StepEntry(-1, key, name, "approval", fp, result=result,
@@ -482,23 +487,23 @@ class Execution:
                                    meta={"details": details}), inputs, record_changed=True)
         self.wake_event.set()  # a concurrent approval waiting for the slot takes it now
         self._save_ancestors()
-        self.journal.delete_request("decision", self.run_id)
+        # Only the decision taken: another approval's is under another id.
+        self.journal.delete_request(decision_kind(pending), self.run_id)
         return result
 
-    def _claim_pending(self, key: str, name: str, details: Any, timeout: float | None) -> dict:
+    def _claim_pending(self, key: str, name: str, details: Any, digest: str,
+                       timeout: float | None) -> dict:
         """Make this approval the run's pending one; one waits at a time (a concurrent one
-        parks, or waits for the slot)."""
+        parks, or waits for the slot). The pending approval left at this step by an earlier
+        execution is kept (its id, its timeout running on) only if it shows the same name and
+        details; otherwise this is a new request, with a new id, that no earlier decision
+        decides."""
         while True:
             with self.lock:
                 pending = self.record.pending_approval
-                if not pending or pending.get("key") == key:
-                    if not pending:
-                        # On resume the pending request keeps its first timestamps, so its
-                        # timeout runs on.
-                        now = time.time()
-                        pending = {"key": key, "name": name, "details": details,
-                                   "requested_at": now,
-                                   "timeout_at": now + timeout if timeout else None}
+                if not pending or (pending.get("key") == key
+                                   and pending.get("run_id", self.run_id) == self.run_id):
+                    pending = self._pending_for(pending, key, name, details, digest, timeout)
                     self._set_pending(pending)
                     break
             if self.options.on_approval == "park":
@@ -509,6 +514,23 @@ class Execution:
             self.wake_event.clear()
         self.save_record()
         self._save_ancestors()
+        return pending
+
+    @staticmethod
+    def _pending_for(earlier: dict | None, key: str, name: str, details: Any, digest: str,
+                     timeout: float | None) -> dict:
+        if earlier and pending_digest(earlier) == digest:
+            kept = {k: v for k, v in earlier.items() if k != "run_id"}
+            return dict(kept, digest=digest)  # one written before digests gets its digest
+        now = time.time()
+        pending = {"key": key, "name": name, "details": details, "digest": digest,
+                   "id": uuid.uuid4().hex, "requested_at": now,
+                   "timeout_at": now + timeout if timeout else None}
+        if earlier:
+            # Shown with the request, so that a person knows a decision they gave at this
+            # step was for something else and is not applied.
+            pending["replaces"] = {"name": earlier.get("name"), "details": earlier.get("details"),
+                                   "digest": pending_digest(earlier)}
         return pending
 
     def _set_pending(self, pending: dict | None) -> None:
@@ -527,9 +549,10 @@ class Execution:
             execution.save_record()
             execution = execution.parent
 
-    def _wait_for_decision(self, key: str, timeout_at: float | None) -> dict | None:
-        """Wait for a decision on approval ``key``: the decision, or None when ``timeout_at``
-        passed; :class:`Suspend` when the run parks instead of waiting.
+    def _wait_for_decision(self, pending: dict) -> dict | None:
+        """Wait for a decision on approval ``pending`` (one given for what it shows): the
+        decision, or None when its ``timeout_at`` passed; :class:`Suspend` when the run parks
+        instead of waiting.
 
         The journal tells of a decision or a cancel given anywhere
         (:meth:`~durable_nb.journal.Journal.wait_for_request`: PostgreSQL's NOTIFY; the disk
@@ -537,13 +560,11 @@ class Execution:
         a cancel the heartbeat found set ``wake_event``. A journal that notifies is read
         again at least every ``max(poll_interval, stale_after)`` seconds."""
         options = self.options
-
-        def ours(decision: dict) -> bool:
-            return decision.get("key") == key
-
-        decision = self.journal.get_request("decision", self.run_id)
+        kind = decision_kind(pending)
+        timeout_at = pending.get("timeout_at")
+        decision = find_decision(self.journal, self.run_id, pending)
         while True:
-            if decision is not None and ours(decision):
+            if decision is not None:
                 return decision
             if timeout_at is not None and time.time() >= timeout_at:
                 return None
@@ -556,8 +577,8 @@ class Execution:
             if timeout_at is not None:
                 wait = max(0.0, min(wait, timeout_at - time.time()))
             decision = self.journal.wait_for_request(
-                "decision", self.run_id, wait, accept=ours, wake=self.wake_event,
-                poll_interval=options.poll_interval)
+                kind, self.run_id, wait, accept=lambda d: applies(d, pending),
+                wake=self.wake_event, poll_interval=options.poll_interval)
             self.wake_event.clear()
             if decision is None and self.journal.notifies \
                     and self.journal.get_request("cancel", self.run_id) is not None:

@@ -18,6 +18,7 @@ the one that took over.
 from __future__ import annotations
 
 import abc
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -35,8 +36,11 @@ FENCED_ADVICE = ("this executor was fenced out: it lost the run's lease (it stal
                  "the lease lasts, and another executor took the run over), so it stopped "
                  "without writing anything more. The run goes on in the other executor.")
 
-#: The kinds of requests other processes leave for a run's executor.
+#: The kinds of requests other processes leave for a run's executor. A decision on an
+#: approval is left under ``decision.ID``, the id of the pending approval it decides
+#: (:mod:`durable_nb.execution.approvals`); ``decision`` alone is what older versions wrote.
 REQUEST_KINDS = ("decision", "cancel")
+_DECISION_KIND = re.compile(r"decision\.[0-9a-f]{32}")
 
 
 def position_taken_advice(position: int) -> str:
@@ -74,7 +78,7 @@ def select_runs(records: Iterable[RunRecord], wanted: tuple[Status, ...] | None,
 
 
 def check_request_kind(kind: str) -> None:
-    if kind not in REQUEST_KINDS:
+    if kind not in REQUEST_KINDS and not _DECISION_KIND.fullmatch(kind):
         raise ValueError(f"unknown request kind {kind!r}: use one of {', '.join(REQUEST_KINDS)}")
 
 

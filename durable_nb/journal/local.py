@@ -9,7 +9,8 @@ Keys are strings::
     step:ID:N            the entry at position N of the run
     blob:ID:DIGEST       an input part stored once per run (chat messages, tool schemas)
     lease:ID             who executes the run now (token, pid, host, heartbeat)
-    decision:ID          an approval decision waiting for the executor
+    decision.A:ID        a decision on the run's approval A, waiting for the executor
+    decision:ID          the same, as durable_nb wrote it before approvals had ids
     cancel:ID            a cancel request waiting for the executor
 
 Values are JSON text only: the cache refuses to store or load pickles, so opening a journal
@@ -593,6 +594,10 @@ class DiskJournal(Journal):
             for key in (f"run:{run_id}", f"lease:{run_id}",
                         *(f"{kind}:{run_id}" for kind in REQUEST_KINDS)):
                 self._cache.delete(key, retry=True)
+            # decision.ID:RUN, one per approval decided (ID is hex: the first ':' ends it).
+            for key, _ in self._range("decision."):
+                if key.split(":", 1)[1] == run_id:
+                    self._cache.delete(key, retry=True)
 
     # -- steps ----------------------------------------------------------------------------
 

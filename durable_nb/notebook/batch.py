@@ -256,9 +256,9 @@ class NotebookBatch:
 
     # -- buttons ---------------------------------------------------------------------------
 
-    def decide(self, run_id: str, approved: bool, note: str) -> None:
+    def decide(self, run_id: str, approved: bool, note: str, digest: str | None) -> None:
         decide = registry.approve if approved else registry.reject
-        decide(run_id, note or None, by=f"{getpass.getuser()} (notebook)",
+        decide(run_id, note or None, by=f"{getpass.getuser()} (notebook)", expect=digest,
                journal=self.journal)
         self._wake.set()
 

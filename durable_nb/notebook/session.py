@@ -21,6 +21,7 @@ from typing import Any, Callable
 from .. import registry
 from ..journal import Journal, RunRecord, Status, this_host
 from ..errors import RunLeased
+from ..execution.approvals import applies, decision_kind, find_decision
 from ..panel import RunPanel
 from ..runner import RunOptions, RunOutcome, Runner, live_execution
 from .output import route_output
@@ -51,7 +52,7 @@ class NotebookRun:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
-        self._waiting_for: tuple[str, Any, float | None] = (run_id, None, None)
+        self._waiting_for: tuple[str, dict, float | None] = (run_id, {}, None)
         self._display: Any = None
         self.executing = False
         record = journal.find_run(run_id) or RunRecord(run_id=run_id, title=options.title or "")
@@ -134,10 +135,10 @@ class NotebookRun:
         timeout_at = record.pending_approval.get("timeout_at")
         if timeout_at is not None and time.time() >= timeout_at:
             return True  # resume: the approval times out as a rejection
-        target = record.pending_approval.get("run_id", self.run_id)
-        self._waiting_for = (target, record.pending_approval.get("key"), timeout_at)
-        decision = self.journal.get_request("decision", target)
-        return decision is not None and decision.get("key") == record.pending_approval.get("key")
+        pending = record.pending_approval
+        target = pending.get("run_id", self.run_id)
+        self._waiting_for = (target, pending, timeout_at)
+        return find_decision(self.journal, target, pending) is not None
 
     def _wait_for_decision(self) -> None:
         """Wait until the pending approval may have a decision, or the run changed: the
@@ -146,13 +147,13 @@ class NotebookRun:
         journal is read every ``2 x poll_interval``); a click here sets ``_wake``. A journal
         that notifies is read again at least every ``max(2 x poll_interval, stale_after)``
         seconds (a run resumed elsewhere sends no notification)."""
-        target, key, timeout_at = self._waiting_for
+        target, pending, timeout_at = self._waiting_for
         poll = self.options.poll_interval * 2
         wait = max(poll, self.options.stale_after) if self.journal.notifies else poll
         if timeout_at is not None:
             wait = max(0.0, min(wait, timeout_at - time.time()))
-        self.journal.wait_for_request("decision", target, wait,
-                                      accept=lambda decision: decision.get("key") == key,
+        self.journal.wait_for_request(decision_kind(pending), target, wait,
+                                      accept=lambda decision: applies(decision, pending),
                                       wake=self._wake, poll_interval=poll)
         self._wake.clear()
 
@@ -190,9 +191,9 @@ class NotebookRun:
 
     # -- buttons -----------------------------------------------------------------------
 
-    def decide(self, approved: bool, note: str) -> None:
+    def decide(self, approved: bool, note: str, digest: str | None) -> None:
         decide = registry.approve if approved else registry.reject
-        decide(self.run_id, note or None, by=f"{getpass.getuser()} (notebook)",
+        decide(self.run_id, note or None, by=f"{getpass.getuser()} (notebook)", expect=digest,
                journal=self.journal)
         self._wake.set()
 
