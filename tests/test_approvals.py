@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,7 +105,7 @@ def test_the_cli_shows_and_decides_the_request_it_names(journal):
     assert dn.execute("r", _drop("production", dropped), journal=journal) == \
         "dropped production"
     listing = _cli(journal, "show", "r").stdout
-    assert f"approved by ana for request {production[:12]}" in listing
+    assert re.search(rf"approved by ana at [\d:]+ \(.ok.\) for request {production[:12]}", listing), listing
 
 
 def test_concurrent_approvals_never_take_or_remove_each_others_decisions(journal):
