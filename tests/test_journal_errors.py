@@ -18,7 +18,7 @@ import warnings
 import pytest
 
 import durable_nb as dn
-from durable_nb import DiskJournal, RunOptions, Status
+from durable_nb import DiskJournal, RunOptions, RunRecord, Status
 from durable_nb.errors import JournalUnavailable, JournalWriteError
 from durable_nb.journal import PostgresJournal
 from durable_nb.runner import Runner
@@ -32,6 +32,7 @@ class _FailingJournal(DiskJournal):
 
     fail_steps = False
     fail_done = False
+    fail_renew = False
 
     def append_step(self, run_id, entry, **kwargs):
         if self.fail_steps:
@@ -42,6 +43,11 @@ class _FailingJournal(DiskJournal):
         if self.fail_done and record.status is Status.DONE:
             raise OSError(28, "No space left on device (injected)")
         super().put_run(record, **kwargs)
+
+    def renew_lease(self, run_id, token, heartbeat):
+        if self.fail_renew:
+            raise OSError(28, "No space left on device (injected)")
+        return super().renew_lease(run_id, token, heartbeat)
 
 
 def _steps_agent(journal: _FailingJournal, calls: list, *, swallow: bool = False,
@@ -102,15 +108,20 @@ def test_a_done_record_that_cannot_be_written_raises_and_the_run_ends_on_resume(
 
 
 def test_continue_says_a_run_that_finished_unjournaled_is_not_durable_nor_done(tmp_path):
+    from durable_nb.panel import RunPanel
+
     journal = _FailingJournal(tmp_path / "j")
     calls: list = []
     options = RunOptions(on_journal_error="continue")
+    panel = RunPanel(RunRecord(run_id="r"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         outcome = Runner("r", _steps_agent(journal, calls), journal=journal,
-                         options=options).run()
+                         options=options, observer=panel).run()
     messages = [str(w.message) for w in caught]
     assert outcome.result == "done" and outcome.record.journal_degraded_from == 1
+    assert "NOT DURABLE: journal degraded from step 1: the run finished, but the journal " \
+           "does not hold it all and it is not recorded DONE" in panel.summary()
     assert any("DEGRADED from step 1" in m for m in messages), messages
     assert any("finished, but it is NOT durable and not recorded DONE: 2 of its steps "
                "could not be written, from step 1" in m for m in messages), messages
@@ -119,6 +130,40 @@ def test_continue_says_a_run_that_finished_unjournaled_is_not_durable_nor_done(t
     journal.fail_steps = False
     assert dn.execute("r", _steps_agent(journal, calls, fail_at=""), journal=journal) == "done"
     assert calls == ["a", "b", "c", "b", "c"]  # as the warning said
+
+
+class _Notes:
+    """An observer that keeps the runner's notes (what the panel shows above the steps)."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def on_step(self, entry, replayed) -> None:
+        pass
+
+    def on_record(self, record) -> None:
+        pass
+
+    def on_note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def test_a_heartbeat_that_cannot_renew_the_lease_says_so_and_goes_on(tmp_path):
+    journal = _FailingJournal(tmp_path / "j")
+    observer = _Notes()
+
+    def handler(ctx):
+        journal.fail_renew = True
+        ctx.run("a", lambda: _wait_until(lambda: observer.notes, "a note"))
+        journal.fail_renew = False
+        ctx.run("b", lambda: _wait_until(lambda: observer.notes[-1] == "", "the note cleared"))
+        return "ok"
+
+    with pytest.warns(RuntimeWarning, match="Renewing the lease of run 'r' failed"):
+        outcome = Runner("r", handler, journal=journal, observer=observer,
+                         options=RunOptions(heartbeat_interval=0.05)).run()
+    assert outcome.result == "ok"
+    assert "No space left on device" in observer.notes[0] and observer.notes[-1] == ""
 
 
 # --- PostgreSQL: restarts and outages ------------------------------------------------------
