@@ -353,19 +353,25 @@ class _ConnectionLost(JournalUnavailable):
 def _retried(method: Callable[..., _T]) -> Callable[..., _T]:
     """``method`` made again, whole, on a new connection, while its connection is lost (see
     the module docstring), for up to the journal's ``retry_for`` seconds; then a short
-    :class:`JournalUnavailable`. Only for methods that are safe to make twice."""
+    :class:`JournalUnavailable`. Once a call gave up, the next ones are tried once each
+    until one succeeds: a run stopped by an outage does not wait ``retry_for`` again for
+    each write on its way out (its record, its lease). Only for methods that are safe to
+    make twice."""
     @functools.wraps(method)
     def again(self: "PostgresJournal", *args: Any, **kwargs: Any) -> _T:
-        until = time.monotonic() + self.retry_for
+        until = time.monotonic() + (0.0 if self._down else self.retry_for)
         delay = 0.05
         outer = not getattr(self._local, "retrying", False)
         try:
             while True:
                 try:
-                    return method(self, *args, **kwargs)
+                    result = method(self, *args, **kwargs)
+                    self._down = False
+                    return result
                 except _ConnectionLost as lost:
                     left = until - time.monotonic()
                     if left <= 0:
+                        self._down = True
                         raise lost.gave_up(self.retry_for) from None
                     self._local.retrying = True
                     time.sleep(min(delay, left))
@@ -408,6 +414,7 @@ class PostgresJournal(Journal):
         self._connect_timeout = connect_timeout
         self.retry_for = retry_for
         self._local = threading.local()  # .retrying: a call is being made again
+        self._down = False  # the last call gave up: the server is unreachable
         self._kwargs: dict[str, Any] = {"autocommit": True, "client_encoding": "utf8",
                                         "application_name": "durable_nb"}
         if "connect_timeout" not in self._url.conninfo:
@@ -500,7 +507,8 @@ class PostgresJournal(Journal):
     def _conn(self, action: str = "a query") -> Iterator[Any]:
         """A checked connection from the pool for one call; its errors as JournalErrors
         (a lost connection as one that :func:`_retried` makes again)."""
-        timeout = _RETRY_CHECKOUT if getattr(self._local, "retrying", False) else None
+        retrying = self._down or getattr(self._local, "retrying", False)
+        timeout = _RETRY_CHECKOUT if retrying else None
         try:
             with self._current_pool().connection(timeout=timeout) as conn:
                 yield conn
