@@ -23,6 +23,14 @@ from durable_nb.errors import JournalUnavailable, JournalWriteError
 from durable_nb.journal import PostgresJournal
 from durable_nb.runner import Runner
 
+def _wait_until(predicate, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
 # --- the disk journal: a write that fails ------------------------------------------------
 
 
@@ -190,14 +198,6 @@ def _open(url: str, **kwargs) -> PostgresJournal:
     return PostgresJournal(url, **kwargs)
 
 
-def _wait_until(predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def _sessions(journal: PostgresJournal, count: int) -> None:
     """Make the journal's pool hold ``count`` connections (calls from threads at once)."""
     barrier = threading.Barrier(count)
@@ -293,6 +293,7 @@ def test_postgres_runs_works_on_the_first_try_after_a_restart(own_server, pg_url
 
 
 @pytest.mark.postgres
+@pytest.mark.filterwarnings("ignore:durable_nb. Renewing the lease:RuntimeWarning")  # may beat
 def test_postgres_a_server_that_stays_down_gives_a_short_error_in_bounded_time(
         own_server, pg_url):
     journal = _open(pg_url, retry_for=2.0, connect_timeout=1.0)
