@@ -367,3 +367,34 @@ def test_postgres_a_notebook_watcher_rides_over_a_restart_and_an_outage(own_serv
     assert journal.get_run("mail").status is Status.DONE and effects == ["after the outage"]
     assert session.panel._note == ""  # the outage note is gone
     journal.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_every_call_made_again_after_a_lost_reply_finds_its_own_work(pg_url):
+    """What a retry after a reply lost with the connection does: the first call was
+    committed, the second must neither fail nor write twice (the claim _retried rests on)."""
+    from durable_nb.journal import StepEntry
+
+    journal = _open(pg_url)
+    try:
+        holder = {"token": "t1", "pid": 1, "host": "h"}
+        assert journal.create_run(RunRecord(run_id="r", created_at=1.0))
+        assert not journal.create_run(RunRecord(run_id="r", created_at=1.0))  # re-read after
+        for _ in range(2):  # a live holder's lease, taken again by its own token
+            journal.acquire_lease("r", holder, holder_alive=lambda current: True)
+        entry = StepEntry(position=0, key="0", name="a", kind="run", result=1)
+        record = journal.get_run("r")
+        for _ in range(2):
+            journal.append_step("r", entry, record_json=record.to_json(), token="t1",
+                                blobs={"d": "v"})
+            journal.put_run(record, token="t1")
+            journal.put_request("decision", "r", {"key": "0"})
+            assert journal.renew_lease("r", "t1", 0.0)
+        assert [e.name for e in journal.steps("r")] == ["a"]
+        assert journal.get_request("decision", "r") == {"key": "0"}
+        for _ in range(2):
+            journal.delete_request("decision", "r")
+            journal.release_lease("r", "t1")
+        assert journal.lease("r") is None
+    finally:
+        journal.dispose()
