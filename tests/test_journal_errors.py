@@ -243,6 +243,27 @@ def test_postgres_a_run_with_steps_across_a_restart_executes_each_once(own_serve
 
 
 @pytest.mark.postgres
+def test_postgres_a_done_record_written_on_a_connection_the_server_ended_is_journaled(
+        own_server, pg_url):
+    journal = _open(pg_url)
+
+    def handler(ctx):
+        ctx.run("a", lambda: 1)
+        with own_server.connect() as admin:  # the server ends the journal's idle sessions
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'durable_nb' AND pid <> pg_backend_pid()").fetchone()
+        assert ended[0] >= 1
+        return "done"  # the DONE record is the next write
+
+    try:
+        assert dn.execute("r", handler, journal=journal) == "done"
+        assert journal.get_run("r").status is Status.DONE
+    finally:
+        journal.dispose()
+
+
+@pytest.mark.postgres
 def test_postgres_a_run_waiting_at_approval_gets_a_decision_given_after_a_restart(
         own_server, pg_url):
     journal = _open(pg_url)
