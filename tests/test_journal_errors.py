@@ -174,6 +174,24 @@ def test_a_heartbeat_that_cannot_renew_the_lease_says_so_and_goes_on(tmp_path):
     assert "No space left on device" in observer.notes[0] and observer.notes[-1] == ""
 
 
+def test_a_notebook_watcher_that_must_stop_says_why_in_the_panel(tmp_path):
+    from durable_nb.notebook.session import NotebookRun
+
+    journal = DiskJournal(tmp_path / "j")
+    agent = lambda ctx: ctx.approval("send", {"to": "team@example.com"}).approved  # noqa: E731
+    session = NotebookRun("mail", agent, RunOptions(on_approval="park"), journal)
+    try:
+        assert session.start().status is Status.WAITING_APPROVAL
+        journal._cache.set("run:mail", "{not json")  # the record, damaged under the watcher
+        session.wake()
+        assert session.wait(60)  # the watcher ended ...
+    finally:
+        session.stop()
+    note = session.panel._note  # ... and said why, and what to do
+    assert note.startswith("Stopped watching for a decision: CorruptEntry:"), note
+    assert "Re-run the cell to resume the run" in note
+
+
 # --- PostgreSQL: restarts and outages ------------------------------------------------------
 
 
