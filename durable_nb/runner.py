@@ -485,10 +485,13 @@ def execute(run_id: str, handler: Callable[[Any], Any], *, title: str | None = N
     answered from the journal, execution goes on at the first step that never finished) or,
     for a DONE run, replays it without executing any step. Approvals wait for a decision
     from any process. Raises what the handler raised; the run is then FAILED (resumable by
-    calling again, unless it expired) or CANCELLED.
+    calling again, unless it expired) or CANCELLED. The result is returned once the journal
+    holds the run DONE; a journal write that fails raises
+    :class:`~durable_nb.errors.JournalWriteError` (with ``on_journal_error="continue"`` the
+    result comes back all the same, with a warning that the run is not durable).
 
     Further keyword options are those of :class:`RunOptions` (``on_change="rerun"``,
-    ``on_journal_error="stop"``, ``client=``, ``model=``, ``verify_replay=`` ...).
+    ``on_journal_error="continue"``, ``client=``, ``model=``, ``verify_replay=`` ...).
     """
     opts = RunOptions(title=title, timeout=timeout, max_iterations=max_iterations,
                       max_tokens=max_tokens, **options)
