@@ -23,6 +23,7 @@ from durable_nb.errors import JournalUnavailable, JournalWriteError
 from durable_nb.journal import PostgresJournal
 from durable_nb.runner import Runner
 
+
 def _wait_until(predicate, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
