@@ -8,7 +8,7 @@
     │   ├── IncompatibleJournal       written by a newer, incompatible format version
     │   ├── NoJournal                 inspection asked for a journal where there is none
     │   ├── JournalNotWritable        the journal cannot be written (read-only directory, copy)
-    │   ├── JournalWriteError         a write failed (disk full, permissions) in strict mode
+    │   ├── JournalWriteError         a write failed (disk full, database down): the run stopped
     │   ├── DatabaseError             the journal's database failed a query (also an OSError)
     │   │   └── JournalUnavailable    ... or cannot be reached (also a ConnectionError)
     │   └── UnknownRun                no run with that id
@@ -125,17 +125,19 @@ class JournalNotWritable(JournalError):
 class DatabaseError(JournalError, OSError):
     """The journal's database failed a query (psycopg's error, password cut out). An
     :class:`OSError`, as a failed disk write is, so that an executing run treats a failed
-    write the same on both backends: the journal is degraded and the write retried (or the
-    run stops, with ``on_journal_error="stop"``)."""
+    write the same on both backends: the run stops (or, with
+    ``on_journal_error="continue"``, goes on not durable and retries the write)."""
 
 
 class JournalUnavailable(DatabaseError, ConnectionError):
-    """The journal's database cannot be reached, or refused for lack of resources (disk
-    full, too many connections, a lock or statement timeout)."""
+    """The journal's database cannot be reached (still, after a lost connection was tried
+    again for the journal's ``retry_for``), or refused for lack of resources (disk full,
+    too many connections, a lock or statement timeout)."""
 
 
 class JournalWriteError(JournalError):
-    """A journal write failed and the run was told to stop on journal errors."""
+    """A journal write failed, and the run stopped there (``on_journal_error="stop"``, the
+    default): executing it again resumes it from its journal."""
 
 
 class UnknownRun(JournalError, KeyError):

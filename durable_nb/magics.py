@@ -383,9 +383,11 @@ class DurableMagics(Magics):
                    "first changed step, the steps before it replayed and the old ones kept as "
                    "a fork of the run (rerun); or return the journaled results anyway when "
                    "only inputs changed (replay)")
-    @argument("--on-journal-error", choices=["continue", "stop"], default="continue",
-              help="when a journal write fails (disk full): go on with a loud warning and retry "
-                   "(default), or stop before passing the unrecorded step")
+    @argument("--on-journal-error", choices=["continue", "stop"], default="stop",
+              help="when a journal write fails (disk full, the database unreachable): stop "
+                   "the run once the step in flight is done, nothing reported DONE that the "
+                   "journal does not hold (stop, the default); or go on NOT durable, with a "
+                   "loud warning, retrying the writes at every step (continue)")
     @argument("--over", metavar="ITEMS",
               help="a batch: run the cell once per item of ITEMS (a Python expression: a list, "
                    "any iterable, a pandas DataFrame gives one dict per row), each item its "

@@ -55,6 +55,12 @@ class RunOptions:
     ``durability`` (default ``$DURABLE_NB_DURABILITY`` or ``"process"``) is how the journal
     directory is opened when it is given by path: see :mod:`durable_nb.journal.local`.
 
+    ``on_journal_error``: what a failed journal write does (see
+    :mod:`durable_nb.execution.writer`): ``"stop"`` (the default) stops the run with
+    :class:`~durable_nb.errors.JournalWriteError` once the step in flight is done, and nothing
+    is reported DONE that the journal does not hold; ``"continue"`` goes on unjournaled,
+    loudly: the run is then not durable until the writes succeed again.
+
     ``verify_replay``: after an execution that finished the run (DONE) having executed steps,
     execute the handler once more in pure replay and raise
     :class:`~durable_nb.errors.ReplayDiverged` if it does not reproduce the same steps,
@@ -69,7 +75,7 @@ class RunOptions:
     prices: dict[str, Price] | None = None
     on_approval: OnApproval = "wait"
     on_change: OnChange = "error"
-    on_journal_error: OnJournalError = "continue"
+    on_journal_error: OnJournalError = "stop"
     poll_interval: float = 0.1
     heartbeat_interval: float = 2.0
     stale_after: float = DEFAULT_STALE_AFTER

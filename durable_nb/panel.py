@@ -169,6 +169,13 @@ def _arguments(raw: Any) -> Any:
     return raw
 
 
+def _degraded_text(record: RunRecord) -> str:
+    if record.status is Status.DONE:
+        return ("the run finished, but the journal does not hold it all and it is not "
+                "recorded DONE; executing it again executes those steps again.")
+    return "writes are failing and being retried; these steps may run again after a crash."
+
+
 class RunPanel:
     """A live view of one run. Implements :class:`~durable_nb.execution.Observer`.
 
@@ -422,9 +429,9 @@ class RunPanel:
         note = f"<div style='color:#bf8700'>{html.escape(self._note)}</div>" if self._note else ""
         degraded = ""
         if record.journal_degraded_from is not None:
-            degraded = (f"<div style='color:#cf222e'><b>Journal degraded from step "
-                        f"{record.journal_degraded_from}</b>: writes are failing and being "
-                        f"retried; these steps may run again after a crash.</div>")
+            degraded = (f"<div style='color:#cf222e'><b>Not durable: journal degraded from "
+                        f"step {record.journal_degraded_from}</b> "
+                        f"(on_journal_error='continue'): {_degraded_text(record)}</div>")
         dead = ("<div class='dnb-dead'><b>This panel belongs to a kernel that stopped</b>; "
                 "re-run the cell to reconnect (the run resumes or replays from its journal). "
                 "What it shows is as of the moment the kernel stopped.</div>")
@@ -668,6 +675,9 @@ class RunPanel:
         lines.append(", ".join(facts))
         if self._replayed_entries:
             lines.append(self._savings())
+        if record.journal_degraded_from is not None:
+            lines.append(f"NOT DURABLE: journal degraded from step "
+                         f"{record.journal_degraded_from}: {_degraded_text(record)}")
         if record.pending_approval:
             p = record.pending_approval
             lines.append(f"waiting for approval of {p.get('name')!r}: "

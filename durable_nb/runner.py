@@ -17,6 +17,7 @@ import os
 import sqlite3
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,6 +25,7 @@ from . import serde
 from .context import Context
 from .errors import (
     JournalError,
+    JournalWriteError,
     ReplayDiverged,
     RunCancelled,
     RunExpired,
@@ -121,7 +123,9 @@ class _Heartbeats:
 
     @staticmethod
     def _beat(runner: "Runner", lease: Lease) -> bool:
-        """Renew one lease; False once it is lost (the run's next step stops it)."""
+        """Renew one lease; False once it is lost (the run's next step stops it). A failure
+        to reach the journal is tried again at the next beat, and said (see
+        :meth:`Runner._heartbeat_failing`)."""
         execution = runner.execution
         try:
             if not lease.renew():
@@ -132,8 +136,10 @@ class _Heartbeats:
                     runner.journal.get_request("cancel", runner.run_id) is not None:
                 execution.cancel_event.set()
                 execution.wake_event.set()
-        except Exception:  # noqa: BLE001 - a transient disk error must not stop the heartbeat
-            pass
+        except Exception as exc:  # noqa: BLE001 - a transient error must not stop the heartbeat
+            runner._heartbeat_failing(exc)
+        else:
+            runner._heartbeat_failing(None)
         return True
 
 
@@ -154,6 +160,7 @@ class Runner:
         self.observer = observer or NullObserver()
         self.parent = parent
         self.execution: Execution | None = None
+        self._heartbeat_error: BaseException | None = None
 
     def load_or_create(self) -> RunRecord:
         """The run record, created if new, with this execution's options applied."""
@@ -210,7 +217,8 @@ class Runner:
                     record = self._rerun_from(execution)
                     continue
                 if outcome.status is Status.DONE and execution.live_steps \
-                        and self.options.verify_replay:
+                        and self.options.verify_replay \
+                        and outcome.record.journal_degraded_from is None:
                     self._verify(outcome, lease.token)
                 return outcome
         finally:
@@ -302,6 +310,9 @@ class Runner:
         if execution.budget_failure is not None:
             self._fail(execution, execution.budget_failure)
             raise execution.budget_failure
+        if execution.writer.failure is not None:  # the handler caught it and returned
+            self._fail(execution, execution.writer.failure)
+            raise execution.writer.failure
         try:
             record.result = serde.encode(value)
         except SerializationError as exc:
@@ -337,6 +348,33 @@ class Runner:
             execution.save_record()
         except RunLeased:
             pass
+        except JournalWriteError as failed:
+            # What stopped the run is raised, not this: the run stays as the journal last
+            # held it (not DONE), and resumes from there when executed again.
+            if not isinstance(exc, JournalWriteError):  # else the error raised says it all
+                warnings.warn(f"durable_nb: run {self.run_id!r} stopped ({record.error}); "
+                              f"marking it {record.status} in the journal failed too, so it "
+                              f"resumes from the journal as it was: {failed}",
+                              RuntimeWarning, stacklevel=4)
+
+    def _heartbeat_failing(self, exc: BaseException | None) -> None:
+        """Say when renewing the lease starts failing (``exc``), in the panel and as a
+        warning, and clear the panel's note when it works again."""
+        if (exc is None) == (self._heartbeat_error is None):
+            return
+        self._heartbeat_error = exc
+        note = getattr(self.observer, "on_note", None)
+        if exc is None:
+            if note is not None:
+                note("")
+            return
+        text = (f"Renewing the lease of run {self.run_id!r} failed ({exc}); it is tried again "
+                f"every {self.options.heartbeat_interval:g} s. Should it fail for "
+                f"{self.options.stale_after:g} s, another executor may take the run over, and "
+                f"this one stops at its next step.")
+        warnings.warn(f"durable_nb: {text}", RuntimeWarning, stacklevel=2)
+        if note is not None:
+            note(text)
 
     def _rerun_from(self, execution: Execution) -> RunRecord:
         """After a step changed (``on_change="rerun"``): keep the run as it is as a fork,
@@ -475,10 +513,13 @@ def execute(run_id: str, handler: Callable[[Any], Any], *, title: str | None = N
     answered from the journal, execution goes on at the first step that never finished) or,
     for a DONE run, replays it without executing any step. Approvals wait for a decision
     from any process. Raises what the handler raised; the run is then FAILED (resumable by
-    calling again, unless it expired) or CANCELLED.
+    calling again, unless it expired) or CANCELLED. The result is returned once the journal
+    holds the run DONE; a journal write that fails raises
+    :class:`~durable_nb.errors.JournalWriteError` (with ``on_journal_error="continue"`` the
+    result comes back all the same, with a warning that the run is not durable).
 
     Further keyword options are those of :class:`RunOptions` (``on_change="rerun"``,
-    ``on_journal_error="stop"``, ``client=``, ``model=``, ``verify_replay=`` ...).
+    ``on_journal_error="continue"``, ``client=``, ``model=``, ``verify_replay=`` ...).
     """
     opts = RunOptions(title=title, timeout=timeout, max_iterations=max_iterations,
                       max_tokens=max_tokens, **options)

@@ -1144,7 +1144,8 @@ def test_postgres_a_failed_write_degrades_the_run_then_catches_up(pg_backend: Ba
     """PostgreSQL only: while another session holds the steps table locked, the journal's
     writes fail (lock_timeout, a real server error); as with a full disk, the run goes on
     with a loud warning and the held-back entries are written, in order, once the lock is
-    gone; with on_journal_error="stop" the run stops before passing the unwritten step."""
+    gone (on_journal_error="continue"); by default ("stop") the run stops before passing the
+    unwritten step. A lock timeout is not a lost connection: it is not retried."""
     import psycopg
 
     pg_backend.open()  # the schema exists
@@ -1166,7 +1167,8 @@ def test_postgres_a_failed_write_degrades_the_run_then_catches_up(pg_backend: Ba
 
     try:
         with pytest.warns(RuntimeWarning, match="DEGRADED from step 1") as caught:
-            assert dn.execute("degraded", agent, journal=journal) == "done"
+            assert dn.execute("degraded", agent, journal=journal,
+                              on_journal_error="continue") == "done"
         assert "lock timeout" in str(caught[0].message)
         info = dn.get_run("degraded", journal=journal)
         assert [s.name for s in info.steps] == ["before", "lock the journal", "paid llm call",
@@ -1177,7 +1179,7 @@ def test_postgres_a_failed_write_degrades_the_run_then_catches_up(pg_backend: Ba
 
         calls.clear()
         with pytest.raises(dn.JournalWriteError, match="writing step 1 to the journal failed"):
-            dn.execute("strict", agent, journal=journal, on_journal_error="stop")
+            dn.execute("strict", agent, journal=journal)  # "stop" is the default
         assert calls == ["before"]  # stopped before the paid call
         locker.rollback()
         assert [s.name for s in journal.steps("strict")] == ["before"]

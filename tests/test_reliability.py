@@ -58,7 +58,8 @@ def test_disk_full_degrades_loudly_then_catches_up(tiny_fs):
     filler = tiny_fs / "filler"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert dn.execute("r", _disk_full_agent(filler, calls), journal=journal) == "done"
+        assert dn.execute("r", _disk_full_agent(filler, calls), journal=journal,
+                          on_journal_error="continue") == "done"
     degraded = [str(w.message) for w in caught if "DEGRADED" in str(w.message)]
     assert len(degraded) == 1 and "from step 1" in degraded[0]
     # Once space was back, the held-back entries were written in order: nothing partial,
@@ -75,15 +76,13 @@ def test_disk_full_strict_mode_stops_before_passing_the_unrecorded_step(tiny_fs)
     journal = DiskJournal(tiny_fs / "journal")
     calls = []
     filler = tiny_fs / "filler"
-    with pytest.raises(dn.JournalWriteError, match="step 1"):
-        dn.execute("r", _disk_full_agent(filler, calls), journal=journal,
-                   on_journal_error="stop")
+    with pytest.raises(dn.JournalWriteError, match="step 1"):  # "stop" is the default
+        dn.execute("r", _disk_full_agent(filler, calls), journal=journal)
     assert calls == ["before"]  # it stopped before the paid call
     filler.unlink()
     assert [s.name for s in journal.steps("r")] == ["before"]
     # On resume the unrecorded step runs again (at most twice in all), the others once.
-    assert dn.execute("r", _disk_full_agent(filler, calls), journal=journal,
-                      on_journal_error="stop") == "done"
+    assert dn.execute("r", _disk_full_agent(filler, calls), journal=journal) == "done"
     assert calls == ["before", "paid", "after"]
 
 
@@ -110,7 +109,7 @@ def test_injected_write_failure_is_retried_in_order(tmp_path):
         return "ok"
 
     with pytest.warns(RuntimeWarning, match="DEGRADED from step 1"):
-        assert dn.execute("r", handler, journal=journal) == "ok"
+        assert dn.execute("r", handler, journal=journal, on_journal_error="continue") == "ok"
     assert [s.name for s in journal.steps("r")] == ["a", "b", "c", "d"]
 
 

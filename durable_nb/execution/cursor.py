@@ -186,7 +186,8 @@ class Execution:
 
     def check_live(self) -> None:
         """Raise if the run must stop before its next step: restarted, parked, cancelled,
-        lease lost."""
+        lease lost, a journal write failed (``on_journal_error="stop"``)."""
+        self.writer.check()
         if self.restart_from is not None:
             raise Restart()
         if self.parking:

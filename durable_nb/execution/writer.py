@@ -3,10 +3,18 @@
 Entries get their positions here, in the order steps complete, and are written in that
 order, each in one transaction with the run record when the step changed it (tokens, an
 approval) and with the blobs its inputs need; every write carries the execution's lease
-token, so a fenced-out executor writes nothing. When the disk refuses a write (full,
-read-only), ``on_journal_error="continue"`` keeps the entries in memory, says loudly that the
-journal is degraded, and retries them in order at every step; ``"stop"`` stops the run
-before it goes past the unrecorded step.
+token, so a fenced-out executor writes nothing. The run record is written only after every
+entry before it: the journal never holds a record ahead of its steps.
+
+When a write fails (a full or read-only disk; a database still unreachable after its
+retries), ``on_journal_error="stop"`` (the default) raises
+:class:`~durable_nb.errors.JournalWriteError` from the step whose entry it was, and again
+before any later step: the run stops with the step in flight done, nothing past it runs, and
+a record (DONE above all) that cannot be written raises too, so nothing is reported DONE
+that the journal does not hold (each write returns once committed). ``"continue"`` keeps the
+entries in memory, says loudly that the run is not durable (a ``RuntimeWarning``, and
+``journal_degraded_from`` in the record the panel shows), and retries them in order at every
+step; a run that finishes with entries still unwritten is not recorded DONE and says so.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections import deque
 from typing import Callable, Literal
 
 from ..errors import JournalWriteError
-from ..journal import Journal, RunRecord, StepEntry
+from ..journal import Journal, RunRecord, Status, StepEntry
 from ..journal.blobs import list_node
 
 __all__ = ["JournalWriter", "OnJournalError"]
@@ -46,6 +54,9 @@ class JournalWriter:
         self._blobs_written: set[str] = set()
         self._lists: deque[tuple[tuple[str, ...], str]] = deque(maxlen=_RECENT_LISTS)
         self.lock = threading.RLock()
+        #: Under ``"stop"``: the failed write that stops the run (raised again by
+        #: :meth:`check` before every later step).
+        self.failure: JournalWriteError | None = None
 
     def append(self, entry: StepEntry, *, record_changed: bool = False,
                blobs: dict[str, str] | None = None) -> StepEntry:
@@ -111,28 +122,67 @@ class JournalWriter:
                     self._on_degraded(self.record)
 
     def save_record(self) -> None:
-        """Write the run record (a status change) after the queued entries; fenced."""
+        """Write the run record (a status change), fenced, after the queued entries; returns
+        once it is committed. On failure: see the module docstring."""
         with self.lock:
             self.flush()
+            if self._queue:  # "continue", entries still unwritten: the record waits for them
+                self._not_durable(None)
+                return
             try:
                 self.journal.put_run(self.record, token=self.token)
-            except _WRITE_ERRORS:
+            except _WRITE_ERRORS as exc:
                 if self.on_error == "stop":
-                    raise
+                    self.failure = JournalWriteError(
+                        f"run {self.record.run_id!r}: writing its record "
+                        f"({self.record.status}) to the journal failed ({exc}); the run is "
+                        f"not recorded {self.record.status}. Fix the journal (free disk space, "
+                        f"bring the database back) and execute the run again: its steps "
+                        f"replay from the journal and it ends the same way.")
+                    raise self.failure from exc
+                self._not_durable(exc)
+
+    def check(self) -> None:
+        """Raise the failed write that stopped the run, if one did (``"stop"``)."""
+        if self.failure is not None:
+            raise JournalWriteError(str(self.failure))
 
     def _degrade(self, exc: BaseException) -> None:
         first = self._queue[0][0].position
         run_id = self.record.run_id
         if self.on_error == "stop":
-            raise JournalWriteError(
-                f"run {run_id!r}: writing step {first} to the journal failed ({exc}); the run "
-                f"stopped before going past the unrecorded step, as on_journal_error='stop' "
-                f"asks. Free disk space and execute again: step {first} will run again.") from exc
+            self.failure = JournalWriteError(
+                f"run {run_id!r}: writing step {first} to the journal failed ({exc}). The run "
+                f"stopped there, as on_journal_error='stop' (the default) asks: no later step "
+                f"ran. Fix the journal (free disk space, bring the database back) and execute "
+                f"the run again: it resumes from its journal, step {first} executed again if "
+                f"its entry is still not there.")
+            raise self.failure from exc
         if self.record.journal_degraded_from is None:
             self.record.journal_degraded_from = first
             warnings.warn(
                 f"durable_nb: the journal of run {run_id!r} is DEGRADED from step {first}: "
-                f"writing it failed ({exc}). The run goes on and the writes are retried at "
-                f"every step; until they succeed, a crash would run these steps again. Use "
-                f"on_journal_error='stop' to stop instead.", RuntimeWarning, stacklevel=5)
+                f"writing it failed ({exc}). As on_journal_error='continue' asks, the run goes "
+                f"on NOT durable: the writes are retried at every step, and until they "
+                f"succeed a crash would run these steps again.", RuntimeWarning, stacklevel=5)
             self._on_degraded(self.record)
+
+    def _not_durable(self, exc: BaseException | None) -> None:
+        """``"continue"``: the record could not be written (``exc``), or waits for entries
+        that could not; say so, loudly when the run finished."""
+        record = self.record
+        if record.journal_degraded_from is None:
+            record.journal_degraded_from = self.next_position
+        if record.status is Status.DONE:
+            why = f"writing its record failed ({exc})" if exc is not None else (
+                f"{len(self._queue)} of its steps could not be written, from step "
+                f"{self._queue[0][0].position}")
+            warnings.warn(
+                f"durable_nb: run {record.run_id!r} finished, but it is NOT durable and not "
+                f"recorded DONE: {why}. Executing it again executes the unjournaled steps "
+                f"again.", RuntimeWarning, stacklevel=5)
+        elif exc is not None:
+            warnings.warn(
+                f"durable_nb: the record of run {record.run_id!r} ({record.status}) could not "
+                f"be written ({exc}); the run is not durable.", RuntimeWarning, stacklevel=5)
+        self._on_degraded(record)

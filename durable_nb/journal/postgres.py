@@ -23,8 +23,21 @@ nothing and raises :class:`~durable_nb.errors.RunLeased`, except when the positi
 this very entry, byte for byte: a retry after a reply lost with the connection (the write
 was committed) counts as done. A failed query raises :class:`DatabaseError` (an
 ``OSError``, as a failed disk write), :class:`JournalUnavailable` when the server cannot be
-reached: an executing run degrades and retries its writes as on a full disk. Values are JSON text (``text``
-columns, byte for byte what :meth:`StepEntry.to_json` produced): nothing is ever unpickled.
+reached. Values are JSON text (``text`` columns, byte for byte what
+:meth:`StepEntry.to_json` produced): nothing is ever unpickled.
+
+**A restart of the server is ridden over.** Connections are checked when taken from the pool
+(a connection the server ended while idle is replaced, and the pool's other idle ones are
+checked at once). A call whose connection is lost (the server restarting or shutting down,
+a dropped network connection, no connection to be had) is made again, whole, on a new
+connection, for up to ``retry_for`` seconds (30 by default); then it raises
+:class:`JournalUnavailable` saying the server could not be reached for that long. Every
+call is safe to make twice: inserts are keyed and ``ON CONFLICT DO NOTHING`` (an entry
+found at its position byte for byte is this call's own, committed before its reply was
+lost), updates set whole values, deletes are by key, the lease is taken again by the token
+that holds it, and every write of an executing run checks its lease token in the same
+transaction. Errors that are not about the connection (a lock timeout, a full disk on the
+server, a constraint) are raised at once.
 
 **Heartbeats in the database's clock.** ``leases.heartbeat_at`` is the server's ``now()``
 when the lease was taken or renewed; the holder dicts this journal hands to
@@ -57,6 +70,7 @@ only: :attr:`location` is the URL without it, and it is cut out of every error m
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -66,7 +80,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from ..errors import (
@@ -101,6 +115,16 @@ _BATCH = 500  # entries fetched per query when a run's steps are read in order
 _RECHECK = 5.0
 #: The LISTEN connection is closed once nobody waited for this long.
 _LISTEN_IDLE = 10.0
+#: How long a call whose connection was lost is tried again by default (seconds).
+RETRY_FOR = 30.0
+#: While a call is tried again: the longest wait for a connection from the pool, and for
+#: the pool's own reconnection, before the pool is asked again (it grows on being asked).
+_RETRY_CHECKOUT = 1.0
+#: SQLSTATEs of a server that ended the session or is not accepting connections yet: class 08
+#: (connection exception) and admin, crash shutdown and "the database system is starting up".
+_SHUTDOWN_STATES = ("57P01", "57P02", "57P03")
+
+_T = TypeVar("_T")
 
 
 def is_postgres_url(location: Any) -> bool:
@@ -311,19 +335,67 @@ def _created_at(record: RunRecord) -> float:
         return 0.0
 
 
+class _ConnectionLost(JournalUnavailable):
+    """A call's connection was lost or could not be had: :func:`_retried` makes it again,
+    and says ``gave_up`` once it stops trying."""
+
+    def __init__(self, message: str, where: str, action: str, text: str) -> None:
+        super().__init__(message)
+        self._where, self._action, self._text = where, action, text
+
+    def gave_up(self, seconds: float) -> JournalUnavailable:
+        return JournalUnavailable(
+            f"{self._where}: {self._action} failed: the server could not be reached for "
+            f"{seconds:g} s (last error: {self._text}). Check that it is running and "
+            f"reachable; a run stopped by this resumes from its journal when executed again.")
+
+
+def _retried(method: Callable[..., _T]) -> Callable[..., _T]:
+    """``method`` made again, whole, on a new connection, while its connection is lost (see
+    the module docstring), for up to the journal's ``retry_for`` seconds; then a short
+    :class:`JournalUnavailable`. Once a call gave up, the next ones are tried once each
+    until one succeeds: a run stopped by an outage does not wait ``retry_for`` again for
+    each write on its way out (its record, its lease). Only for methods that are safe to
+    make twice."""
+    @functools.wraps(method)
+    def again(self: "PostgresJournal", *args: Any, **kwargs: Any) -> _T:
+        until = time.monotonic() + (0.0 if self._down else self.retry_for)
+        delay = 0.05
+        outer = not getattr(self._local, "retrying", False)
+        try:
+            while True:
+                try:
+                    result = method(self, *args, **kwargs)
+                    self._down = False
+                    return result
+                except _ConnectionLost as lost:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        self._down = True
+                        raise lost.gave_up(self.retry_for) from None
+                    self._local.retrying = True
+                    time.sleep(min(delay, left))
+                    delay = min(delay * 2, _RETRY_CHECKOUT)
+        finally:
+            if outer:
+                self._local.retrying = False
+    return again
+
+
 class PostgresJournal(Journal):
     """The journal in a PostgreSQL schema, shared by every process that reaches the database.
 
     ``read_only=True``: nothing is created or written (the sessions are read-only too); a
     missing journal is an error and write methods raise. ``pool_size``: connections at most
     (one is used per call, for the call's duration), plus one ``LISTEN`` connection while a
-    run waits for a request. Safe to share between threads.
+    run waits for a request. ``retry_for``: how long a call whose connection is lost is
+    made again (see the module docstring). Safe to share between threads.
     """
 
     notifies = True
 
     def __init__(self, url: str, *, read_only: bool = False, pool_size: int = 8,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, retry_for: float = RETRY_FOR) -> None:
         try:
             import psycopg
             import psycopg_pool
@@ -340,6 +412,9 @@ class PostgresJournal(Journal):
         self.read_only = read_only
         self._pool_size = pool_size
         self._connect_timeout = connect_timeout
+        self.retry_for = retry_for
+        self._local = threading.local()  # .retrying: a call is being made again
+        self._down = False  # the last call gave up: the server is unreachable
         self._kwargs: dict[str, Any] = {"autocommit": True, "client_encoding": "utf8",
                                         "application_name": "durable_nb"}
         if "connect_timeout" not in self._url.conninfo:
@@ -363,12 +438,28 @@ class PostgresJournal(Journal):
             conn.execute("SET default_transaction_read_only = on")
 
     def _new_pool(self) -> Any:
+        # reconnect_timeout: a connection the pool could not make again is given up soon, so
+        # that the next call asks for a new one at once rather than at the pool's back-off
+        # (1, 2, 4 ... s: up to twice an outage's length after the server is back).
         pool = self._pool_class(self._url.conninfo, kwargs=self._kwargs, min_size=1,
                                 max_size=self._pool_size, open=False, name="durable_nb",
                                 configure=self._configure if self.read_only else None,
+                                check=self._check, reconnect_timeout=_RETRY_CHECKOUT,
                                 timeout=self._connect_timeout)
         pool.open(wait=False)
         return pool
+
+    def _check(self, conn: Any) -> None:
+        """On checkout: a round trip on the connection. When the server ended it (a
+        restart), the pool's other idle connections are checked too, now: else each would
+        fail its own checkout, with the pool's back-off sleep (1, 2, 4 ... s) after each."""
+        try:
+            self._pool_class.check_connection(conn)
+        except self._psycopg.Error:
+            pool = self._pool
+            if pool is not None:
+                pool.check()
+            raise
 
     def _current_pool(self) -> Any:
         if self._pid != os.getpid():  # a forked child: new connections of its own
@@ -395,16 +486,31 @@ class PostgresJournal(Journal):
         text = self._url.scrub(str(exc).strip() or type(exc).__name__)
         where = f"the PostgreSQL journal at {self.location}"
         if isinstance(exc, (self._psycopg.OperationalError, self._psycopg.InterfaceError)):
-            return JournalUnavailable(
-                f"{where}: {action} failed: {text}. Check that the server is running and "
-                f"reachable, and the URL's user, password and database (DURABLE_NB_JOURNAL or "
-                f"--journal).")
+            message = (f"{where}: {action} failed: {text}. Check that the server is running "
+                       f"and reachable, and the URL's user, password and database "
+                       f"(DURABLE_NB_JOURNAL or --journal).")
+            if self._lost(exc):
+                return _ConnectionLost(message, where, action, text)
+            return JournalUnavailable(message)
         return DatabaseError(f"{where}: {action} failed ({type(exc).__name__}): {text}")
+
+    def _lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the connection was lost or could not be had (the server
+        restarting, down, or unreachable; the pool out of connections), not that the
+        statement failed."""
+        state = getattr(exc, "sqlstate", None)
+        if state is None:  # raised by the client: libpq lost or could not make the connection
+            return True
+        return state.startswith("08") or state in _SHUTDOWN_STATES
 
     @contextmanager
     def _conn(self, action: str = "a query") -> Iterator[Any]:
+        """A checked connection from the pool for one call; its errors as JournalErrors
+        (a lost connection as one that :func:`_retried` makes again)."""
+        retrying = self._down or getattr(self._local, "retrying", False)
+        timeout = _RETRY_CHECKOUT if retrying else None
         try:
-            with self._current_pool().connection() as conn:
+            with self._current_pool().connection(timeout=timeout) as conn:
                 yield conn
         except self._psycopg.Error as exc:
             raise self._translate(exc, action) from None
@@ -560,6 +666,7 @@ class PostgresJournal(Journal):
 
     # -- runs -------------------------------------------------------------------------------
 
+    @_retried
     def create_run(self, record: RunRecord) -> bool:
         self._writable("create a run")
         with self._conn("creating a run") as conn:
@@ -567,11 +674,13 @@ class PostgresJournal(Journal):
                                   (record.run_id, _created_at(record), record.to_json()))
             return cursor.rowcount == 1
 
+    @_retried
     def find_run(self, run_id: str) -> RunRecord | None:
         with self._conn("reading a run") as conn:
             row = conn.execute(self._sql["find_run"], (run_id,)).fetchone()
         return None if row is None else _parse_record(f"run:{run_id}", row[0], run_id)
 
+    @_retried
     def put_run(self, record: RunRecord, *, token: str | None = None) -> None:
         self._writable("write a run record")
         record.updated_at = time.time()
@@ -591,6 +700,7 @@ class PostgresJournal(Journal):
         """:meth:`list_runs` with each ``step_count`` from the steps table, in one query."""
         return self._listing(True, prefix, status, limit, newest_first)
 
+    @_retried
     def _listing(self, counted: bool, prefix: str, status: StatusFilter, limit: int | None,
                  newest_first: bool) -> list[RunRecord]:
         """One query: the status filter and the limit on the ``runs_by_status`` and
@@ -620,6 +730,7 @@ class PostgresJournal(Journal):
 
     # -- batches ----------------------------------------------------------------------------
 
+    @_retried
     def put_batch(self, record: BatchRecord) -> None:
         self._writable("write a batch record")
         record.updated_at = time.time()
@@ -627,11 +738,13 @@ class PostgresJournal(Journal):
             conn.execute(self._sql["put_batch"],
                          (record.batch_id, record.created_at or time.time(), record.to_json()))
 
+    @_retried
     def find_batch(self, batch_id: str) -> BatchRecord | None:
         with self._conn("reading a batch") as conn:
             row = conn.execute(self._sql["find_batch"], (batch_id,)).fetchone()
         return None if row is None else _parse_batch(batch_id, row[0])
 
+    @_retried
     def list_batches(self) -> list[BatchRecord]:
         with self._conn("listing batches") as conn:
             rows = conn.execute(self._sql["list_batches"]).fetchall()
@@ -647,11 +760,13 @@ class PostgresJournal(Journal):
 
     # -- steps ------------------------------------------------------------------------------
 
+    @_retried
     def get_step(self, run_id: str, position: int) -> StepEntry | None:
         with self._conn("reading a step") as conn:
             row = conn.execute(self._sql["get_step"], (run_id, position)).fetchone()
         return None if row is None else _parse_entry(run_id, position, row[0])
 
+    @_retried
     def has_step(self, run_id: str, position: int) -> bool:
         with self._conn("reading a step") as conn:
             return conn.execute(self._sql["has_step"], (run_id, position)).fetchone() is not None
@@ -661,8 +776,7 @@ class PostgresJournal(Journal):
         first missing position, as the interface's own version does."""
         position = start
         while True:
-            with self._conn("reading steps") as conn:
-                rows = conn.execute(self._sql["steps"], (run_id, position)).fetchall()
+            rows = self._step_rows(run_id, position)
             for stored, text in rows:
                 if stored != position:
                     return
@@ -671,12 +785,19 @@ class PostgresJournal(Journal):
             if len(rows) < _BATCH:
                 return
 
+    @_retried
+    def _step_rows(self, run_id: str, start: int) -> list[tuple[int, str]]:
+        with self._conn("reading steps") as conn:
+            return conn.execute(self._sql["steps"], (run_id, start)).fetchall()
+
+    @_retried
     def count_steps(self, run_id: str, hint: int = 0) -> int:
         """One query: entries are a contiguous prefix, so the count is the last position + 1."""
         with self._conn("counting steps") as conn:
             last = conn.execute(self._sql["count_steps"], (run_id,)).fetchone()[0]
         return 0 if last is None else last + 1
 
+    @_retried
     def append_step(self, run_id: str, entry: StepEntry, *, record_json: str | None = None,
                     token: str | None = None, blobs: dict[str, str] | None = None) -> None:
         self._writable("append a step")
@@ -700,6 +821,7 @@ class PostgresJournal(Journal):
             raise RunLeased(run_id, self.lease(run_id) or {},
                             advice=position_taken_advice(entry.position))
 
+    @_retried
     def truncate(self, run_id: str, from_position: int) -> int:
         self._writable("truncate a run")
         with self._conn("truncating a run") as conn:
@@ -707,6 +829,7 @@ class PostgresJournal(Journal):
 
     # -- blobs ------------------------------------------------------------------------------
 
+    @_retried
     def get_blob(self, run_id: str, digest: str) -> str | None:
         with self._conn("reading a blob") as conn:
             row = conn.execute(self._sql["get_blob"], (run_id, digest)).fetchone()
@@ -726,6 +849,7 @@ class PostgresJournal(Journal):
         holder["heartbeat"] = time.time() - holder["heartbeat_age"]
         return holder
 
+    @_retried
     def acquire_lease(self, run_id: str, holder: dict,
                       holder_alive: Callable[[dict], bool]) -> None:
         self._writable("take a lease")
@@ -744,22 +868,27 @@ class PostgresJournal(Journal):
                             return
                         continue
                     current = self._holder(run_id, row)
+                    if current.get("token") == token:
+                        return  # taken by this very call, whose reply was lost: made again
                     if holder_alive(current):
                         raise RunLeased(run_id, current)
                     conn.execute(self._sql["replace_lease"], (token, text, run_id))
                     return
 
+    @_retried
     def renew_lease(self, run_id: str, token: str, heartbeat: float) -> bool:
         """Stamp the heartbeat with the database's ``now()`` (``heartbeat`` is not used)."""
         self._writable("renew a lease")
         with self._conn("renewing a lease") as conn:
             return conn.execute(self._sql["renew_lease"], (run_id, token)).rowcount == 1
 
+    @_retried
     def release_lease(self, run_id: str, token: str) -> None:
         self._writable("release a lease")
         with self._conn("releasing a lease") as conn:
             conn.execute(self._sql["release_lease"], (run_id, token))
 
+    @_retried
     def lease(self, run_id: str) -> dict | None:
         with self._conn("reading a lease") as conn:
             row = conn.execute(self._sql["lease"], (run_id,)).fetchone()
@@ -767,6 +896,7 @@ class PostgresJournal(Journal):
 
     # -- requests ---------------------------------------------------------------------------
 
+    @_retried
     def put_request(self, kind: str, run_id: str, value: dict) -> None:
         check_request_kind(kind)
         self._writable("leave a request")
@@ -774,6 +904,7 @@ class PostgresJournal(Journal):
             conn.execute(self._sql["put_request"],
                          (run_id, kind, json.dumps(value, separators=(",", ":")), self._channel))
 
+    @_retried
     def get_request(self, kind: str, run_id: str) -> dict | None:
         check_request_kind(kind)
         with self._conn("reading a request") as conn:
@@ -786,6 +917,7 @@ class PostgresJournal(Journal):
             raise CorruptEntry(f"{kind}:{run_id}", "not JSON", run_id=run_id) from None
         return value if isinstance(value, dict) else None
 
+    @_retried
     def delete_request(self, kind: str, run_id: str) -> None:
         check_request_kind(kind)
         self._writable("delete a request")

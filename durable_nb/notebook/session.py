@@ -7,7 +7,9 @@ buttons. The kernel is then idle, so a click reaches it on every ipykernel versi
 subshells, 7.4 routes widget messages to the main shell). A watcher thread waits for the
 decision (a click, ``durable-nb approve`` or another notebook: all go through the journal) and
 resumes the run on that thread by executing it again: completed steps replay from the journal
-in microseconds and the loop goes on after the approval, with the same panel live.
+in microseconds and the loop goes on after the approval, with the same panel live. The watcher
+never ends unseen: while the journal cannot be read it says so in the panel and keeps trying;
+any other error that ends it is shown there with what to do.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Callable
 
 from .. import registry
 from ..journal import Journal, RunRecord, Status, this_host
-from ..errors import RunLeased
+from ..errors import JournalError, RunLeased
 from ..execution.approvals import applies, decision_kind, find_decision
 from ..panel import RunPanel
 from ..runner import RunOptions, RunOutcome, Runner, live_execution
@@ -106,7 +108,10 @@ class NotebookRun:
             outcome = Runner(self.run_id, self.handler, journal=self.journal,
                              options=self.options, observer=self.panel).run()
         except BaseException as exc:
-            self.panel.on_record(self.journal.find_run(self.run_id) or self.panel._record)
+            try:
+                self.panel.on_record(self.journal.find_run(self.run_id) or self.panel._record)
+            except (JournalError, OSError):
+                pass  # the journal is what failed: the panel keeps the record it has
             # In the foreground the cell shows the error right below the panel.
             self.panel.show_result(error=exc, shown_below=foreground)
             raise
@@ -158,6 +163,7 @@ class NotebookRun:
         self._wake.clear()
 
     def _watch_loop(self) -> None:
+        unreachable = False
         while not self._stopped.is_set():
             try:
                 decided = self._decided()
@@ -166,10 +172,26 @@ class NotebookRun:
                     return
                 if not decided:
                     self._wait_for_decision()
-                    continue
+            except OSError as exc:  # the journal cannot be read now (DatabaseError is one)
+                unreachable = True
+                self.panel.on_note(
+                    f"Watching for a decision: the journal cannot be read ({exc}). Trying "
+                    f"again; the run resumes once a decision can be read.")
+                self._stopped.wait(max(1.0, self.options.poll_interval * 2))
+                continue
+            except BaseException as exc:
+                self.panel.on_note(
+                    f"Stopped watching for a decision: {type(exc).__name__}: {exc}. Re-run the "
+                    f"cell to resume the run (it is parked in the journal).")
+                self.refresh_display()
+                return
+            if unreachable:
+                unreachable = False
+                self.panel.on_note("")
+            if not decided:
+                continue
+            try:
                 outcome = self._execute()
-            except RunLeased:
-                return  # another kernel or process resumed it first
             except BaseException:  # shown in the panel (badge, error) by _execute
                 self.refresh_display()
                 return
