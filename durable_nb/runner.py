@@ -43,11 +43,12 @@ from .journal import (
     JournalSpec,
     RunRecord,
     Status,
-    fork_run,
+    cut_at_key,
     open_journal,
-    rewind,
+    rerun,
     this_host,
 )
+from .journal.edits import dropped_by_change
 from .lease import Lease
 from .options import RunOptions
 
@@ -222,7 +223,7 @@ class Runner:
     def _prepare(self, record: RunRecord, token: str) -> None:
         self.journal.delete_request("cancel", self.run_id)
         if record.status is Status.FAILED and record.failed_step is not None:
-            self._retry_failed_steps(record)
+            self._retry_failed_steps(record, token)
         if record.status is not Status.DONE:
             record.status = Status.WAITING_APPROVAL if record.pending_approval else Status.RUNNING
             record.error = None
@@ -230,7 +231,7 @@ class Runner:
         record.owner = {"pid": os.getpid(), "host": this_host()}
         self.journal.put_run(record, token=token)
 
-    def _retry_failed_steps(self, record: RunRecord) -> None:
+    def _retry_failed_steps(self, record: RunRecord, token: str) -> None:
         """A step whose unhandled failure failed the run is tried again on resume, with the
         steps around it that failed because of it, unless it declared the failure terminal.
         Entries at the end of the journal are removed; earlier ones (concurrent steps
@@ -245,7 +246,7 @@ class Runner:
         count = self.journal.count_steps(self.run_id, record.step_count)
         while retry and retry[-1] == count - 1:
             count -= 1
-            self.journal.truncate(self.run_id, retry.pop())
+            self.journal.truncate(self.run_id, retry.pop(), token=token)
         record.step_count = count
         if retry:
             record.retried_steps = sorted({*(record.retried_steps or ()), *retry})
@@ -338,15 +339,22 @@ class Runner:
             pass
 
     def _rerun_from(self, execution: Execution) -> RunRecord:
-        """After a step changed (``on_change="rerun"``): keep the run as it is as a fork,
-        forget its steps from the changed one, and go on from there."""
+        """After a step changed (``on_change="rerun"``): keep the run as it is as a fork, drop
+        the entries the changed step invalidates (by key and scope,
+        :func:`~durable_nb.journal.cut_at_key`: other tasks' unchanged steps stay and
+        replay), and go on from there - all under this execution's lease token."""
         record = execution.record
         position = execution.restart_from or 0
         execution.writer.flush()
-        fork_id = fork_run(self.journal, record, position)
-        rewind(self.journal, record, position)
-        record.error = None
-        self.journal.put_run(record, token=execution.writer.token)
+        entries = list(self.journal.steps(self.run_id))
+        if position < len(entries):
+            changed = entries[position]
+            kept = cut_at_key(entries, changed)
+            child_dropped = dropped_by_change(entries, changed)
+        else:  # a new step after the end of a DONE run: every step stays, the run reopens
+            kept, child_dropped = entries, None
+        fork_id = rerun(self.journal, record, kept, position, token=execution.writer.token,
+                        child_dropped=child_dropped)
         note = getattr(self.observer, "on_note", None)
         if note is not None:
             note(f"Executing again from step {position}; the steps before are replayed. The "
