@@ -8,6 +8,7 @@ process at once.
 from __future__ import annotations
 
 import getpass
+import itertools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -182,12 +183,13 @@ def _holding(journal: Journal, run_id: str, action: str) -> Iterator[str]:
 def _entries_before(journal: Journal, record: RunRecord, from_step: int,
                     action: str) -> list[StepEntry]:
     """The run's entries before ``from_step``, which must be one of its steps."""
-    entries = list(journal.steps(record.run_id))
-    if not isinstance(from_step, int) or not 0 <= from_step < len(entries):
-        last = f"0 to {len(entries) - 1}" if entries else "none: the run has no steps"
+    count = journal.count_steps(record.run_id, record.step_count)
+    if not isinstance(from_step, int) or not 0 <= from_step < count:
+        last = f"0 to {count - 1}" if count else "none: the run has no steps"
         raise ValueError(f"cannot {action} run {record.run_id!r} from step {from_step}: its "
                          f"steps are numbered {last}. See `durable-nb show {record.run_id}`.")
-    return entries[:from_step]
+    # Only these are read: a step that cannot be read is reset by resetting from it.
+    return list(itertools.islice(journal.steps(record.run_id), from_step))
 
 
 def reset(run_id: str, from_step: int = 0, *, journal: JournalSpec = None) -> RunRecord:

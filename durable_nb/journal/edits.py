@@ -30,11 +30,11 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import JournalError
+from ..errors import CorruptEntry, JournalError
 from .base import Journal
 from .blobs import referenced_blobs
 from .records import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
@@ -241,6 +241,20 @@ def _blobs_of(journal: Journal, run_id: str, entries: Iterable[StepEntry]) -> se
     return found
 
 
+def _readable(journal: Journal, run_id: str) -> Iterator[StepEntry]:
+    """The run's entries that can be read, in order (a damaged one is what a reset
+    removes: it is passed over)."""
+    start = 0
+    while True:
+        try:
+            for entry in journal.steps(run_id, start):
+                start = entry.position + 1
+                yield entry
+            return
+        except CorruptEntry:
+            start += 1  # the entry at `start` could not be read
+
+
 def rewind(journal: Journal, record: RunRecord, kept: list[StepEntry], *,
            token: str | None = None,
            child_dropped: Callable[[str, float], bool] | None = None) -> int:
@@ -252,13 +266,12 @@ def rewind(journal: Journal, record: RunRecord, kept: list[StepEntry], *,
     are deleted, and, if ``child_dropped(key, inf)`` says so, unfinished child runs (no
     entry yet) of a dropped key. Returns how many entries were removed."""
     run_id = record.run_id
-    entries = list(journal.steps(run_id))
     kept_positions = {e.position for e in kept}
+    gone = [e for e in _readable(journal, run_id) if e.position not in kept_positions]
     first = 0
     while first < len(kept) and kept[first].position == first:
         first += 1
     tail = [dataclasses.replace(e, position=first + i) for i, e in enumerate(kept[first:])]
-    gone = [e for e in entries if e.position not in kept_positions]
     drop_blobs = sorted(_blobs_of(journal, run_id, gone) - _blobs_of(journal, run_id, kept)) \
         if gone else []
     renumbered = {e.position: i for i, e in enumerate(kept)}
@@ -269,10 +282,10 @@ def rewind(journal: Journal, record: RunRecord, kept: list[StepEntry], *,
     record.error = record.result = record.failed_step = record.finished_at = None
     record.pending_approval = None
     record.updated_at = time.time()
-    journal.rewrite_steps(run_id, first, tail, record_json=record.to_json(), token=token,
-                          drop_blobs=drop_blobs, drop_requests=True)
+    deleted = journal.rewrite_steps(run_id, first, tail, record_json=record.to_json(),
+                                    token=token, drop_blobs=drop_blobs, drop_requests=True)
     _delete_dropped_children(journal, run_id, gone, kept, child_dropped)
-    return len(gone)
+    return deleted - len(tail)
 
 
 def _delete_dropped_children(journal: Journal, run_id: str, gone: list[StepEntry],
