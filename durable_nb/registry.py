@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ from .journal import (
 )
 from .journal.base import StatusFilter
 from .journal.edits import child_runs
-from .lease import Lease, holder_alive
+from .lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .runner import live_execution
 
 __all__ = ["RunInfo", "approve", "cancel", "copy_run", "delete", "get_run", "lease_holder",
@@ -171,9 +172,22 @@ def _holding(journal: Journal, run_id: str, action: str) -> Iterator[str]:
         raise RunLeased(run_id, exc.holder, advice=(
             f"cancel it first (`durable-nb cancel {run_id}` or the panel's Cancel button), "
             f"then {action} it once it has stopped.")) from None
+    stop = threading.Event()
+
+    def beat() -> None:  # a long copy keeps its lease; a lost one fences the edit's writes
+        while not stop.wait(DEFAULT_STALE_AFTER / 3):
+            try:
+                if not lease.renew():
+                    return
+            except (OSError, JournalError):
+                pass  # tried again at the next beat
+    heartbeat = threading.Thread(target=beat, daemon=True, name=f"durable-nb-edit-{run_id}")
+    heartbeat.start()
     try:
         yield lease.token
     finally:
+        stop.set()
+        heartbeat.join()
         try:
             lease.release()
         except (OSError, JournalError):

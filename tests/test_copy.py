@@ -142,7 +142,14 @@ def test_a_copy_killed_part_way_leaves_no_run_and_copying_again_completes_it(
     killed = subprocess.run([sys.executable, "-c", _KILLED_COPY, source, backend.location, "25"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert target.find_run("mail") is None and target.list_runs() == []  # no run to execute
+    assert target.find_run("mail") is None  # no run to execute
+    [staged] = target.list_runs()  # what is left says what it is, and never executes
+    assert staged.status is Status.FAILED and "incomplete copy of run 'mail'" in staged.error
+    assert f"durable-nb delete '{staged.run_id}'" in staged.error
+    with pytest.raises(ValueError, match="invalid run id"):
+        dn.execute(staged.run_id, _mailer(sent), journal=target)
+    dn.delete(staged.run_id, journal=target)
+    assert target.count_steps(staged.run_id) == 0 and target.list_runs() == []
     assert dn.get_run("mail", journal=source).step_count == 40  # the move did not delete it
     record = dn.copy_run("mail", backend.location, journal=source, move=True)
     assert record.step_count == 40 and dn.runs(journal=source) == []

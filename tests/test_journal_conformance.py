@@ -652,18 +652,21 @@ def test_rewrite_steps_renumbers_kept_entries_in_one_fenced_write(store: Journal
 
 def test_a_staged_copy_is_no_run_until_published_at_once(store: Journal):
     _fill(store, "src")
+    store.create_run(_record("dst copying 1", status=Status.FAILED, error="incomplete copy"))
     for position, entry in enumerate(store.steps("src")):
         store.append_step("dst copying 1", entry, blobs={f"b{position}": "[9]"})
     assert store.find_run("dst") is None and store.count_steps("dst") == 0
-    assert [r.run_id for r in store.list_runs()] == ["src"]
     record = store.get_run("src")
     record.run_id = "dst"
     assert store.publish_runs([("dst copying 1", record)]) is True
     assert store.get_run("dst").title == "source" and store.count_steps("dst") == 4
     assert store.get_blob("dst", "b3") == "[9]" and store.count_steps("dst copying 1") == 0
+    assert [r.run_id for r in store.list_runs()] == ["dst", "src"]
+    store.create_run(_record("dst copying 2"))
     store.append_step("dst copying 2", _entry(0))
     assert store.publish_runs([("dst copying 2", record)]) is False  # dst exists: nothing moved
     assert store.count_steps("dst") == 4 and store.count_steps("dst copying 2") == 1
+    assert store.find_run("dst copying 2") is not None
 
 
 def test_delete_run_matches_the_exact_run_id_and_is_fenced(store: Journal):

@@ -146,8 +146,8 @@ class Journal(abc.ABC):
 
     @abc.abstractmethod
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
-        """For each ``(staging_id, record)``: give the entries and blobs written under
-        ``staging_id`` (a run id without a record) to ``record.run_id`` and create that
+        """For each ``(staging_id, record)``: make the staged run ``staging_id`` (its
+        entries and blobs; its record is replaced) the run ``record.run_id`` with that
         record, all in one transaction; False, and nothing changed, if one of the runs
         exists already. How a copy becomes a run at once (:mod:`.edits`)."""
 

@@ -2,11 +2,12 @@
 child runs (a fork, or a move to another backend) and rewinding it (reset, re-run).
 
 **Copies are all or nothing.** A copy's entries and blobs are written under a *staging id*
-(``NEW copying HEX``: it has a space, so it is never a valid run id, and it has no record, so
-it is never listed, shown or executed); :meth:`~durable_nb.journal.base.Journal.publish_runs`
-then gives them their ids and creates the records of the run and of its child runs in one
-transaction. A copy killed part-way leaves only staged rows that nothing reads: the run it
-was making does not exist, and copying again starts over.
+(``NEW copying HEX``), whose record says FAILED "incomplete copy"; a staging id has spaces,
+so it is never a valid run id and never executes.
+:meth:`~durable_nb.journal.base.Journal.publish_runs` then turns the staged runs into the
+run and its child runs in one transaction. A copy killed part-way leaves no run ``NEW``, only
+the staged run listed with what it is and the command that deletes it; copying again starts
+over.
 
 **Child runs travel with their parent.** A child run is ``PARENT/NAME-KEY`` with
 ``parent`` set (:func:`~durable_nb.execution.cursor.child_run_id`); a copy under another id
@@ -84,9 +85,8 @@ class StagedCopy:
     """A copy written under staging ids, not yet a run: :meth:`publish` makes it one."""
 
     target: Journal
-    #: (staging id, the record to publish, the blob digests written) of the run, then of
-    #: each child run.
-    runs: list[tuple[str, RunRecord, set[str]]] = field(default_factory=list)
+    #: (staging id, the record to publish) of the run, then of each child run.
+    runs: list[tuple[str, RunRecord]] = field(default_factory=list)
 
     @property
     def record(self) -> RunRecord:
@@ -94,23 +94,42 @@ class StagedCopy:
 
     def publish(self) -> bool:
         """Make the copy a run with its children, at once; False (nothing changed, the
-        staged rows kept) if the target has a run with one of their ids."""
-        return self.target.publish_runs([(staging, record) for staging, record, _ in self.runs])
+        staged runs kept) if the target has a run with one of their ids."""
+        return self.target.publish_runs(self.runs)
 
     def discard(self) -> None:
-        for staging, _, blobs in self.runs:
-            self.target.rewrite_steps(staging, 0, [], drop_blobs=sorted(blobs))
+        for staging, _ in self.runs:
+            if self.target.find_run(staging) is not None:
+                self.target.delete_run(staging)
 
 
 def _staging_id(new_id: str) -> str:
-    return f"{new_id} copying {uuid.uuid4().hex}"
+    """An id no run can have (it has spaces), unique to this copy."""
+    return f"{new_id} copying {uuid.uuid4().hex[:12]}"
+
+
+def _placeholder(record: RunRecord, staging: str, source: Journal, new_id: str) -> RunRecord:
+    """The record a staged run has until it is published: FAILED, saying what it is."""
+    now = time.time()
+    return RunRecord(
+        run_id=staging, title=record.title, status=Status.FAILED, created_at=now,
+        updated_at=now,
+        error=(f"incomplete copy of run {record.run_id!r} from {source.location} to "
+               f"{new_id!r}, cut short: it never executes (its id is no run id), and "
+               f"{new_id!r} was not created. Delete it (durable-nb delete '{staging}') and "
+               f"copy the run again."))
 
 
 def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: str,
-               new_root: str) -> tuple[str, RunRecord, set[str]]:
-    """Copy one run's entries and blobs under a staging id; its record renamed, not written."""
+               new_root: str, staged: StagedCopy) -> None:
+    """Copy one run's entries and blobs under a staging id (its placeholder record
+    first), and add it to ``staged`` with the record to publish."""
     run_id = record.run_id
-    staging = _staging_id(_renamed(run_id, old_root, new_root))
+    copy = RunRecord.from_json(record.to_json())
+    copy.run_id = _renamed(run_id, old_root, new_root)
+    staging = _staging_id(copy.run_id)
+    target.create_run(_placeholder(record, staging, source, copy.run_id))
+    staged.runs.append((staging, copy))
     copied: set[str] = set()
     count = 0
     for entry in source.steps(run_id):
@@ -128,8 +147,6 @@ def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: st
             entry.meta = dict(entry.meta or {}, run_id=_renamed(child, old_root, new_root))
         target.append_step(staging, entry, blobs=blobs or None)
         count += 1
-    copy = RunRecord.from_json(record.to_json())
-    copy.run_id = _renamed(run_id, old_root, new_root)
     if copy.parent is not None:
         copy.parent = _renamed(copy.parent, old_root, new_root)
     pending = copy.pending_approval
@@ -138,7 +155,6 @@ def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: st
                                      run_id=_renamed(pending["run_id"], old_root, new_root))
     copy.owner = None
     copy.step_count = count
-    return staging, copy, copied
 
 
 def stage_copy(source: Journal, run_id: str, target: Journal, new_id: str, *,
@@ -150,7 +166,7 @@ def stage_copy(source: Journal, run_id: str, target: Journal, new_id: str, *,
     staged = StagedCopy(target)
     try:
         for record in [source.get_run(run_id), *child_runs(source, run_id)]:
-            staged.runs.append(_stage_one(source, record, target, run_id, new_id))
+            _stage_one(source, record, target, run_id, new_id, staged)
     except BaseException:
         staged.discard()
         raise

@@ -598,11 +598,12 @@ class DiskJournal(Journal):
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
         if self.read_only:
             raise read_only_error(self.location, "be written")
-        with self._cache._transact(retry=True) as (sql, _):
+        with self._cache._transact(retry=True) as (sql, cleanup):
             if any(sql("SELECT 1 FROM Cache WHERE key = ? AND raw = 1",
                        (f"run:{record.run_id}",)).fetchone() for _, record in staged):
                 return False
             for staging, record in staged:
+                self._delete_rows(sql, cleanup, [f"run:{staging}"])
                 renames = [(key, _step_key(record.run_id, int(key.rsplit(":", 1)[1])))
                            for key in self._step_keys(sql, staging, 0)]
                 renames += [(key, f"blob:{record.run_id}:{key.rsplit(':', 1)[1]}")

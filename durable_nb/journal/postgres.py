@@ -672,6 +672,7 @@ class PostgresJournal(Journal):
                             record.run_id, _created_at(record), record.to_json())).rowcount != 1:
                         published = False
                         raise self._psycopg.Rollback()
+                    conn.execute(self._sql["delete_runs"], (staging,))
                     for table in ("steps", "blobs"):
                         conn.execute(self._sql[f"rename_{table}"], (record.run_id, staging))
         return published
