@@ -11,7 +11,7 @@ import getpass
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -218,8 +218,14 @@ def reset(run_id: str, from_step: int = 0, *, journal: JournalSpec = None) -> Ru
     with _holding(journal, run_id, "reset") as token:
         record = journal.get_run(run_id)
         rewind(journal, record, _entries_before(journal, record, from_step, "reset"),
-               token=token)
+               token=token, child_dropped=_at_or_after(from_step))
     return record
+
+
+def _at_or_after(from_step: int) -> Callable[[str, float], bool]:
+    """A positional cut's test for a child run: an unfinished child step (no entry) counts
+    as after every journaled step, so its child run is forgotten with the steps."""
+    return lambda key, position: position >= from_step
 
 
 def rerun_from(run_id: str, from_step: int, *, journal: JournalSpec = None) -> str:
@@ -231,7 +237,8 @@ def rerun_from(run_id: str, from_step: int, *, journal: JournalSpec = None) -> s
     with _holding(journal, run_id, "re-run") as token:
         record = journal.get_run(run_id)
         kept = _entries_before(journal, record, from_step, "re-run")
-        return rerun(journal, record, kept, from_step, token=token)
+        return rerun(journal, record, kept, from_step, token=token,
+                     child_dropped=_at_or_after(from_step))
 
 
 def delete(run_id: str, *, journal: JournalSpec = None) -> None:

@@ -241,3 +241,26 @@ def test_delete_removes_the_run_and_its_children_only(backend: Backend):  # noqa
                                                            "jobs/helper-1"]
     assert dn.execute("job:2", _parent(calls, "job:2"), journal=store) == "answer to job:2"
     assert calls.count("answer job:2") == 1  # replayed from a journal left whole
+
+
+def test_reset_deletes_the_child_run_of_a_failed_child_step(backend: Backend):  # noqa: F811
+    store = backend.open()
+    calls: list[str] = []
+
+    def helper(ctx, fail):
+        answer = ctx.run("answer", lambda: calls.append("answer") or "42")
+        if fail:
+            raise RuntimeError("the sub-agent broke after its step")
+        return answer
+
+    def agent(fail):
+        return lambda ctx: ctx.child("helper", helper, ctx.run("ask", lambda: fail))
+
+    with pytest.raises(RuntimeError):
+        dn.execute("job", agent(True), journal=store)
+    assert store.find_run("job/helper-1") is not None  # no meta names it: found by its key
+    dn.reset("job", 1, journal=store)
+    assert [r.run_id for r in store.list_runs()] == ["job"]
+    dn.reset("job", 0, journal=store)
+    assert dn.execute("job", agent(False), journal=store) == "42"
+    assert calls == ["answer", "answer"]

@@ -307,16 +307,25 @@ def rewind(journal: Journal, record: RunRecord, kept: list[StepEntry], *,
 def _delete_dropped_children(journal: Journal, run_id: str, gone: list[StepEntry],
                              kept: list[StepEntry],
                              child_dropped: Callable[[str, float], bool] | None) -> None:
-    referenced = {str((e.meta or {}).get("run_id")) for e in kept if e.kind == "child"}
-    doomed = {str((e.meta or {}).get("run_id")) for e in gone if e.kind == "child"} - referenced
-    children = [r for r in child_runs(journal, run_id) if r.parent == run_id]
-    for child in children:
-        if child.run_id in doomed or child.run_id in referenced or child_dropped is None:
-            continue
+    """Delete the child runs (``RUN/NAME-KEY``) of the steps a rewind removed: a child step
+    entry that is gone, or, for a child step that never finished (no entry),
+    ``child_dropped(KEY, inf)``. Those of kept steps stay (a kept failed child step resumes
+    its child run)."""
+    kept_keys = {e.key for e in kept}
+    gone_keys = {e.key for e in gone}
+    kept_ids = {(e.meta or {}).get("run_id") for e in kept if e.kind == "child"}
+    gone_ids = {(e.meta or {}).get("run_id") for e in gone if e.kind == "child"}
+    doomed = []
+    for child in child_runs(journal, run_id):
+        if child.parent != run_id:
+            continue  # a grandchild goes with its parent
         key = child.run_id.rsplit("-", 1)[-1]
-        if key and child_dropped(key, float("inf")):
-            doomed.add(child.run_id)
-    _delete_family(journal, [c for c in children if c.run_id in doomed])
+        if child.run_id in kept_ids or key in kept_keys:
+            continue
+        if child.run_id in gone_ids or key in gone_keys or (
+                child_dropped is not None and child_dropped(key, float("inf"))):
+            doomed.append(child)
+    _delete_family(journal, doomed)
 
 
 def _fork_id(journal: Journal, run_id: str) -> str:

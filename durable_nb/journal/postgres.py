@@ -659,8 +659,10 @@ class PostgresJournal(Journal):
     def _holds(self, conn: Any, run_id: str, token: str | None) -> bool:
         """Inside a transaction: whether ``token`` (None: anyone) holds the run's lease, the
         lease row locked until the end of the transaction (a takeover waits for it)."""
+        if token is None:
+            return True
         row = conn.execute(self._sql["lease_for_share"], (run_id,)).fetchone()
-        return token is None or (row is not None and row[0] == token)
+        return row is not None and row[0] == token
 
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
         self._writable("publish a copy")
