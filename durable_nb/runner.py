@@ -43,12 +43,11 @@ from .journal import (
     JournalSpec,
     RunRecord,
     Status,
-    cut_at_key,
+    dropped_by_change,
     open_journal,
     rerun,
     this_host,
 )
-from .journal.edits import dropped_by_change
 from .lease import Lease
 from .options import RunOptions
 
@@ -347,18 +346,18 @@ class Runner:
         position = execution.restart_from or 0
         execution.writer.flush()
         entries = list(self.journal.steps(self.run_id))
+        dropped = None
         if position < len(entries):
-            changed = entries[position]
-            kept = cut_at_key(entries, changed)
-            child_dropped = dropped_by_change(entries, changed)
+            dropped = dropped_by_change(entries, entries[position])
+            kept = [e for e in entries if not dropped(e.key, e.position)]
         else:  # a new step after the end of a DONE run: every step stays, the run reopens
-            kept, child_dropped = entries, None
+            kept = entries
         fork_id = rerun(self.journal, record, kept, position, token=execution.writer.token,
-                        child_dropped=child_dropped)
+                        child_dropped=dropped)
         note = getattr(self.observer, "on_note", None)
         if note is not None:
-            note(f"Executing again from step {position}; the steps before are replayed. The "
-                 f"run as it was is kept as {fork_id!r}.")
+            note(f"Executing again from step {position}; the steps it does not invalidate "
+                 f"are replayed. The run as it was is kept as {fork_id!r}.")
         return record
 
     def _verify(self, outcome: RunOutcome, token: str) -> None:

@@ -40,8 +40,8 @@ from .base import Journal
 from .blobs import referenced_blobs
 from .records import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 
-__all__ = ["StagedCopy", "child_runs", "copy_run", "cut_at_key", "recount", "rerun", "rewind",
-           "stage_copy"]
+__all__ = ["StagedCopy", "child_runs", "copy_run", "cut_at_key", "dropped_by_change", "recount",
+           "rerun", "rewind", "stage_copy"]
 
 
 # -- child runs ----------------------------------------------------------------------------

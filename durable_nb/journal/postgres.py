@@ -23,7 +23,10 @@ nothing and raises :class:`~durable_nb.errors.RunLeased`, except when the positi
 this very entry, byte for byte: a retry after a reply lost with the connection (the write
 was committed) counts as done. A failed query raises :class:`DatabaseError` (an
 ``OSError``, as a failed disk write), :class:`JournalUnavailable` when the server cannot be
-reached: an executing run degrades and retries its writes as on a full disk. Values are JSON text (``text``
+reached: an executing run degrades and retries its writes as on a full disk. A rewind
+(:meth:`PostgresJournal.rewrite_steps`), a delete and the publishing of a copy are one
+transaction each; with a token, the first thing they do is read the lease row ``FOR SHARE``
+and stop if the token does not hold it. Values are JSON text (``text``
 columns, byte for byte what :meth:`StepEntry.to_json` produced): nothing is ever unpickled.
 
 **Heartbeats in the database's clock.** ``leases.heartbeat_at`` is the server's ``now()``
