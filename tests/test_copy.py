@@ -7,6 +7,7 @@ nothing journaled runs again, and it goes on. And back from PostgreSQL to a dire
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -120,7 +121,7 @@ written = []
 def append_step(self, *args, **kwargs):
     written.append(1)
     if len(written) == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)  # part-way through the copy
+        os.kill(os.getpid(), signal.SIGSTOP)  # part-way through the copy: killed there
     return append(self, *args, **kwargs)
 
 type(journal).append_step = append_step
@@ -139,9 +140,18 @@ def test_a_copy_killed_part_way_leaves_no_run_and_copying_again_completes_it(
     source, sent = str(tmp_path / "source"), []
     target = backend.open()
     assert dn.execute("mail", _mailer(sent), journal=source) == 40
-    killed = subprocess.run([sys.executable, "-c", _KILLED_COPY, source, backend.location, "25"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    copier = subprocess.Popen([sys.executable, "-c", _KILLED_COPY, source, backend.location,
+                               "25"], cwd=REPO)
+    try:
+        _, status = os.waitpid(copier.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status), status
+        # The copier holds the run's lease for the whole copy: the run cannot execute meanwhile.
+        with pytest.raises(RunLeased, match="being executed by pid"):
+            dn.execute("mail", _mailer(sent), journal=source)
+    finally:
+        copier.kill()
+        copier.wait()
+    assert copier.returncode == -signal.SIGKILL
     assert target.find_run("mail") is None  # no run to execute
     [staged] = target.list_runs()  # what is left says what it is, and never executes
     assert staged.status is Status.FAILED and "incomplete copy of run 'mail'" in staged.error
