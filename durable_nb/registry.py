@@ -247,9 +247,8 @@ def delete(run_id: str, *, journal: JournalSpec = None) -> None:
     journal = open_journal(journal)
     journal.get_run(run_id)
     with _holding(journal, run_id, "delete") as token:
-        for child in reversed(child_runs(journal, run_id)):
-            journal.delete_run(child.run_id)
-        journal.delete_run(run_id, token=token)
+        journal.delete_run(run_id, token=token,
+                           children=[child.run_id for child in child_runs(journal, run_id)])
 
 
 def copy_run(run_id: str, to: JournalSpec, *, journal: JournalSpec = None,
@@ -284,7 +283,13 @@ def copy_run(run_id: str, to: JournalSpec, *, journal: JournalSpec = None,
             if decision is not None and record.pending_approval:
                 target.put_request("decision", new_id + record.run_id[len(run_id):], decision)
         if move:
-            for record in reversed(family[1:]):
-                source.delete_run(record.run_id)
-            source.delete_run(run_id, token=token)
+            try:
+                source.delete_run(run_id, token=token,
+                                  children=[record.run_id for record in family[1:]])
+            except RunLeased:
+                # Taken over while it was copied (this process stalled past its lease): the
+                # run goes on in the source, so the copy must not exist as a second one.
+                target.delete_run(new_id, children=[
+                    child.run_id for child in child_runs(target, new_id)])
+                raise
     return copied

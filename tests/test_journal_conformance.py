@@ -669,17 +669,19 @@ def test_a_staged_copy_is_no_run_until_published_at_once(store: Journal):
     assert store.find_run("dst copying 2") is not None
 
 
-def test_delete_run_matches_the_exact_run_id_and_is_fenced(store: Journal):
+def test_delete_run_matches_exact_run_ids_with_its_children_and_is_fenced(store: Journal):
     for run_id in ("job", "job:2", "job/child-0", "jobs"):
         store.create_run(_record(run_id))
         store.append_step(run_id, _entry(0), blobs={"abc": json.dumps(run_id)})
     store.acquire_lease("job", _holder("t"), lambda holder: False)
     with pytest.raises(RunLeased, match="fenced out"):
-        store.delete_run("job", token="other")
-    assert store.get_step("job", 0) is not None
-    store.delete_run("job", token="t")
-    assert store.find_run("job") is None and store.get_blob("job", "abc") is None
-    for run_id in ("job:2", "job/child-0", "jobs"):
+        store.delete_run("job", token="other", children=["job/child-0"])
+    assert store.get_step("job", 0) is not None and store.find_run("job/child-0") is not None
+    store.delete_run("job", token="t", children=["job/child-0"])
+    for run_id in ("job", "job/child-0"):
+        assert store.find_run(run_id) is None and store.get_blob(run_id, "abc") is None
+        assert store.get_step(run_id, 0) is None
+    for run_id in ("job:2", "jobs"):
         assert store.get_blob(run_id, "abc") == json.dumps(run_id)
         assert store.get_step(run_id, 0) is not None
 

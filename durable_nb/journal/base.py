@@ -139,10 +139,12 @@ class Journal(abc.ABC):
         return records
 
     @abc.abstractmethod
-    def delete_run(self, run_id: str, *, token: str | None = None) -> None:
-        """Remove the run with its steps, blobs, lease and requests, in one transaction
-        (exactly this run: not ``RUN:2`` nor ``RUN/child``); with ``token``, only while
-        that lease holds the run, else :class:`~durable_nb.errors.RunLeased`."""
+    def delete_run(self, run_id: str, *, token: str | None = None,
+                   children: Iterable[str] = ()) -> None:
+        """Remove the run, and the runs ``children`` (its child runs), with their steps,
+        blobs, leases and requests, in one transaction (exactly these runs: not ``RUN:2``);
+        with ``token``, only while that lease holds the run, else
+        :class:`~durable_nb.errors.RunLeased` and nothing is removed."""
 
     @abc.abstractmethod
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:

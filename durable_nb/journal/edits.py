@@ -66,16 +66,11 @@ def _renamed(run_id: str, old: str, new: str) -> str:
 
 
 def _delete_family(journal: Journal, records: Iterable[RunRecord]) -> None:
-    """Delete runs with their child runs, children first (a delete cut short leaves a parent
-    whose child steps replay from its own journal, never a child without its parent)."""
-    doomed: dict[str, None] = {}
+    """Delete runs, each with its child runs in the same transaction."""
     for record in records:
-        for child in reversed(child_runs(journal, record.run_id)):
-            doomed[child.run_id] = None
-        doomed[record.run_id] = None
-    for run_id in doomed:
-        if journal.find_run(run_id) is not None:
-            journal.delete_run(run_id)
+        if journal.find_run(record.run_id) is not None:
+            journal.delete_run(record.run_id, children=[
+                child.run_id for child in child_runs(journal, record.run_id)])
 
 
 # -- copies --------------------------------------------------------------------------------

@@ -584,16 +584,18 @@ class DiskJournal(Journal):
         records.sort(key=lambda r: (r.created_at, r.batch_id))
         return records
 
-    def delete_run(self, run_id: str, *, token: str | None = None) -> None:
+    def delete_run(self, run_id: str, *, token: str | None = None,
+                   children: Iterable[str] = ()) -> None:
         if self.read_only:
             raise read_only_error(self.location, "be written")
         self.get_run(run_id)
         with self._cache._transact(retry=True) as (sql, cleanup):
             self._fenced(run_id, token, sql)
-            keys = [*self._step_keys(sql, run_id, 0), *self._blob_keys(sql, run_id),
-                    f"run:{run_id}", f"lease:{run_id}",
-                    *(_request_key(kind, run_id) for kind in REQUEST_KINDS)]
-            self._delete_rows(sql, cleanup, keys)
+            for gone in (*children, run_id):
+                keys = [*self._step_keys(sql, gone, 0), *self._blob_keys(sql, gone),
+                        f"run:{gone}", f"lease:{gone}",
+                        *(_request_key(kind, gone) for kind in REQUEST_KINDS)]
+                self._delete_rows(sql, cleanup, keys)
 
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
         if self.read_only:

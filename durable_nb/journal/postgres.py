@@ -646,16 +646,18 @@ class PostgresJournal(Journal):
             rows = conn.execute(self._sql["list_batches"]).fetchall()
         return [_parse_batch(batch_id, text) for batch_id, text in rows]
 
-    def delete_run(self, run_id: str, *, token: str | None = None) -> None:
+    def delete_run(self, run_id: str, *, token: str | None = None,
+                   children: Iterable[str] = ()) -> None:
         self._writable("delete a run")
         self.get_run(run_id)
         with self._conn("deleting a run") as conn:
             with conn.transaction():
-                # The lease row first, as appends lock it first: no deadlock with a late append.
                 fenced = not self._holds(conn, run_id, token)
-                if not fenced:
+                for gone in () if fenced else (*children, run_id):
+                    # The lease row first, as appends lock it first: no deadlock with a
+                    # late append.
                     for table in ("leases", "requests", "steps", "blobs", "runs"):
-                        conn.execute(self._sql[f"delete_{table}"], (run_id,))
+                        conn.execute(self._sql[f"delete_{table}"], (gone,))
         if fenced:
             raise RunLeased(run_id, self.lease(run_id) or {}, advice=FENCED_ADVICE)
 
