@@ -46,6 +46,7 @@ from .journal import (
     dropped_by_change,
     open_journal,
     rerun,
+    rewind,
     this_host,
 )
 from .lease import Lease
@@ -198,12 +199,13 @@ class Runner:
         try:
             self._prepare(record, lease.token)
             _heartbeats.add(self, lease)
+            fork_id: str | None = None
             while True:
                 execution = self._start(record, lease.token)
                 try:
                     outcome = self._drive(execution)
                 except Restart:
-                    record = self._rerun_from(execution)
+                    fork_id = self._rerun_from(execution, fork_id)
                     continue
                 if outcome.status is Status.DONE and execution.live_steps \
                         and self.options.verify_replay:
@@ -337,28 +339,34 @@ class Runner:
         except RunLeased:
             pass
 
-    def _rerun_from(self, execution: Execution) -> RunRecord:
-        """After a step changed (``on_change="rerun"``): keep the run as it is as a fork, drop
-        the entries the changed step invalidates (by key and scope,
-        :func:`~durable_nb.journal.cut_at_key`: other tasks' unchanged steps stay and
-        replay), and go on from there - all under this execution's lease token."""
+    def _rerun_from(self, execution: Execution, fork_id: str | None) -> str:
+        """After a step changed (``on_change="rerun"``): keep the run as it is as a fork
+        (unless this execution kept one already: ``fork_id``), drop the entries the changed
+        step invalidates (by key and scope, :func:`~durable_nb.journal.dropped_by_change`:
+        other tasks' unchanged steps stay and replay), and go on from there - all under this
+        execution's lease token. Returns the fork's id."""
         record = execution.record
         position = execution.restart_from or 0
         execution.writer.flush()
         entries = list(self.journal.steps(self.run_id))
         dropped = None
         if position < len(entries):
-            dropped = dropped_by_change(entries, entries[position])
+            dropped = dropped_by_change(entries, entries[position],
+                                        live_from=execution.replay_log.size)
             kept = [e for e in entries if not dropped(e.key, e.position)]
         else:  # a new step after the end of a DONE run: every step stays, the run reopens
             kept = entries
-        fork_id = rerun(self.journal, record, kept, position, token=execution.writer.token,
-                        child_dropped=dropped)
+        token = execution.writer.token
+        if fork_id is None:
+            fork_id = rerun(self.journal, record, kept, position, token=token,
+                            child_dropped=dropped)
+        else:  # a second change in this execution: the run as it was is in the fork already
+            rewind(self.journal, record, kept, token=token, child_dropped=dropped)
         note = getattr(self.observer, "on_note", None)
         if note is not None:
             note(f"Executing again from step {position}; the steps it does not invalidate "
                  f"are replayed. The run as it was is kept as {fork_id!r}.")
-        return record
+        return fork_id
 
     def _verify(self, outcome: RunOutcome, token: str) -> None:
         """Execute the handler once more in pure replay; ReplayDiverged on any difference."""

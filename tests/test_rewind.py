@@ -142,7 +142,7 @@ def test_cut_at_key_keeps_other_tasks_and_drops_the_changed_scope():
     assert [e.key for e in cut_at_key(nested, nested[2])] == ["0", "1.0"]
 
 
-def _concurrent_agent(calls: list[str], alpha_input: str):
+def _concurrent_agent(calls: list[str], alpha_input: str, beta_input: str = "x"):
     async def agent(ctx):
         # completion order b0, a1, b1, a2
         b0_done, a1_done, b1_done = asyncio.Event(), asyncio.Event(), asyncio.Event()
@@ -151,7 +151,7 @@ def _concurrent_agent(calls: list[str], alpha_input: str):
             first = await ctx.run_async("b0", _record(calls, "b0"))
             b0_done.set()
             await a1_done.wait()
-            second = await ctx.run_async("b1", _record(calls, "b1"))
+            second = await ctx.run_async("b1", _record(calls, "b1"), beta_input)
             b1_done.set()
             return [first, second]
 
@@ -184,7 +184,7 @@ def test_rerun_replays_the_unchanged_steps_of_concurrent_tasks(backend: Backend)
         dn.execute("r", _concurrent_agent(calls, "y"), journal=store)
     calls.clear()
     result = dn.execute("r", _concurrent_agent(calls, "y"), journal=store, on_change="rerun")
-    assert result == [[["a1", "y"], ["a2"]], [["b0"], ["b1"]]]
+    assert result == [[["a1", "y"], ["a2"]], [["b0"], ["b1", "x"]]]
     assert calls == ["a1", "a2"]  # b1 finished after a1, and still replayed
     entries = list(store.steps("r"))
     assert [(e.position, e.name) for e in entries] == [(0, "b0"), (1, "b1"), (2, "a1"),
@@ -192,6 +192,19 @@ def test_rerun_replays_the_unchanged_steps_of_concurrent_tasks(backend: Backend)
     fork = store.get_run("r@1")
     assert [e.name for e in store.steps("r@1")] == ["b0", "a1", "b1", "a2"]
     assert fork.forked_from["run_id"] == "r"
+
+
+def test_two_changes_in_one_execution_keep_one_fork(backend: Backend):  # noqa: F811
+    store = backend.open()
+    calls: list[str] = []
+    dn.execute("r", _concurrent_agent(calls, "x"), journal=store)
+    calls.clear()
+    result = dn.execute("r", _concurrent_agent(calls, "y", "z"), journal=store,
+                        on_change="rerun")  # a1 changed, then (once a1 ran again) b1
+    assert result == [[["a1", "y"], ["a2"]], [["b0"], ["b1", "z"]]]
+    assert sorted(calls) == ["a1", "a2", "b1"]  # b0 replayed
+    assert [r.run_id for r in store.list_runs()] == ["r", "r@1"]
+    assert [e.name for e in store.steps("r@1")] == ["b0", "a1", "b1", "a2"]
 
 
 # --- child runs ---------------------------------------------------------------------------

@@ -199,10 +199,14 @@ def _scope_parts(key: str) -> list[str]:
     return key.split(".")
 
 
-def dropped_by_change(entries: list[StepEntry], changed: StepEntry
-                      ) -> Callable[[str, float], bool]:
+def dropped_by_change(entries: list[StepEntry], changed: StepEntry,
+                      live_from: int | None = None) -> Callable[[str, float], bool]:
     """Whether a step (key, position; an unfinished one: ``inf``) is invalidated when step
-    ``changed`` (key K in scope S at index n, position p) changed - see :func:`cut_at_key`."""
+    ``changed`` (key K in scope S at index n, position p) changed - see :func:`cut_at_key`.
+
+    ``live_from``: the first position the execution that found the change wrote. Its
+    entries stay whatever their scope: they were made before K was asked for, so without
+    its result (K's scope was waiting at K, and a replayed K never returned its old one)."""
     parts = _scope_parts(changed.key)
     scope, index, p = parts[:-1], int(parts[-1]), changed.position
     first_seen: dict[tuple[str, ...], int] = {}
@@ -217,6 +221,9 @@ def dropped_by_change(entries: list[StepEntry], changed: StepEntry
             head = path[len(scope)]
             if head.isdigit() and int(head) >= index:
                 return True  # K, S's later steps and everything under them
+        if live_from is not None and live_from <= position < float("inf"):
+            return False  # made by this execution, without K's result
+        if path[:len(scope)] == scope and len(path) > len(scope):
             return position > p  # a descendant of S (an earlier step's, or a task's)
         own = path[:-1]
         if scope[:len(own)] == own:
