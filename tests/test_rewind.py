@@ -140,6 +140,12 @@ def test_cut_at_key_keeps_other_tasks_and_drops_the_changed_scope():
     # a change inside a step: the step itself (completed after) and its later steps go
     nested = [_entry(p, k) for p, k in enumerate(["0", "1.0", "1.1", "1.2", "1", "2"])]
     assert [e.key for e in cut_at_key(nested, nested[2])] == ["0", "1.0"]
+    # a task whose first entry is after the change, but written by the execution that found
+    # it (before it was found), was made without the changed step's result: it stays
+    again = [_entry(p, k) for p, k in enumerate(["beta#0.0", "beta#0.1", "alpha#0.0"])]
+    assert [e.key for e in cut_at_key(again, again[1])] == ["beta#0.0"]
+    assert [e.key for e in cut_at_key(again, again[1], live_from=2)] == ["beta#0.0",
+                                                                         "alpha#0.0"]
 
 
 def _concurrent_agent(calls: list[str], alpha_input: str, beta_input: str = "x"):

@@ -239,7 +239,8 @@ def dropped_by_change(entries: list[StepEntry], changed: StepEntry,
     return dropped
 
 
-def cut_at_key(entries: list[StepEntry], changed: StepEntry) -> list[StepEntry]:
+def cut_at_key(entries: list[StepEntry], changed: StepEntry,
+               live_from: int | None = None) -> list[StepEntry]:
     """The entries that stay when step ``changed`` must execute again (``on_change="rerun"``).
 
     For a changed step with key K, in scope S at index n, completed at position p, this
@@ -247,8 +248,9 @@ def cut_at_key(entries: list[StepEntry], changed: StepEntry) -> list[StepEntry]:
     S's ancestor scopes and of S's descendants that completed after p; and the entries of
     other task scopes that did not exist yet at p (their first entry is after p: they may
     have been started because of K). The unchanged steps of other, concurrent asyncio tasks
-    stay, even when they completed after p: they replay instead of executing again."""
-    dropped = dropped_by_change(entries, changed)
+    stay, even when they completed after p: they replay instead of executing again; and so
+    do the entries from ``live_from`` on (see :func:`dropped_by_change`)."""
+    dropped = dropped_by_change(entries, changed, live_from)
     return [e for e in entries if not dropped(e.key, e.position)]
 
 
