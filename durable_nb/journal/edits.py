@@ -345,7 +345,7 @@ def rerun(journal: Journal, record: RunRecord, kept: list[StepEntry], from_posit
     """Keep the run as it is now as a new run ``RUN@N`` (with its child runs; marked as a
     fork taken where the run goes on from ``from_position``), then :func:`rewind` it to
     ``kept`` under ``token``. The fork is published only once the rewind is written: an
-    executor fenced out leaves no fork (only staged rows nothing reads). Returns its id."""
+    executor fenced out leaves no fork (its staged copy is deleted). Returns its id."""
     changes = {"forked_from": {"run_id": record.run_id, "position": from_position,
                                "at": time.time()},
                "pending_approval": None}
@@ -362,8 +362,9 @@ def rerun(journal: Journal, record: RunRecord, kept: list[StepEntry], from_posit
         raise
     if not staged.publish():
         # Forks of a run are made under its lease: only a run copied in as RUN@N meanwhile
-        # takes the id. The rewind is written; the run as it was is kept staged.
+        # takes the id.
         raise JournalError(
-            f"run {fork_id!r} was created while run {record.run_id!r} was forked to that id; "
-            f"the fork is left unpublished. Re-run the run again to keep it as a fork.")
+            f"run {record.run_id!r} was rewound, but its fork could not be published: run "
+            f"{fork_id!r} was created meanwhile by another process. The run as it was is kept "
+            f"as the staged run {staged.runs[0][0]!r}.")
     return fork_id
