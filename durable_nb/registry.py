@@ -173,15 +173,8 @@ def _holding(journal: Journal, run_id: str, action: str) -> Iterator[str]:
             f"cancel it first (`durable-nb cancel {run_id}` or the panel's Cancel button), "
             f"then {action} it once it has stopped.")) from None
     stop = threading.Event()
-
-    def beat() -> None:  # a long copy keeps its lease; a lost one fences the edit's writes
-        while not stop.wait(DEFAULT_STALE_AFTER / 3):
-            try:
-                if not lease.renew():
-                    return
-            except (OSError, JournalError):
-                pass  # tried again at the next beat
-    heartbeat = threading.Thread(target=beat, daemon=True, name=f"durable-nb-edit-{run_id}")
+    heartbeat = threading.Thread(target=_renew_until, args=(lease, stop), daemon=True,
+                                 name=f"durable-nb-edit-{run_id}")
     heartbeat.start()
     try:
         yield lease.token
@@ -192,6 +185,17 @@ def _holding(journal: Journal, run_id: str, action: str) -> Iterator[str]:
             lease.release()
         except (OSError, JournalError):
             pass  # a dead lease is taken over by the next executor anyway
+
+
+def _renew_until(lease: Lease, stop: threading.Event) -> None:
+    """Renew ``lease`` until ``stop`` is set, so that a long edit (a copy) keeps it; once it
+    is lost, the edit's fenced writes are refused."""
+    while not stop.wait(DEFAULT_STALE_AFTER / 3):
+        try:
+            if not lease.renew():
+                return
+        except (OSError, JournalError):
+            pass  # tried again at the next beat
 
 
 def _entries_before(journal: Journal, record: RunRecord, from_step: int,
