@@ -350,7 +350,7 @@ class Runner:
         execution.writer.flush()
         entries = list(self.journal.steps(self.run_id))
         dropped = None
-        if position < len(entries):
+        if position < execution.replay_log.size:  # a journaled step changed
             dropped = dropped_by_change(entries, entries[position],
                                         live_from=execution.replay_log.size)
             kept = [e for e in entries if not dropped(e.key, e.position)]
