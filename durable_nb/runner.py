@@ -47,6 +47,7 @@ from .journal import (
     open_journal,
     rerun,
     rewind,
+    staged_copies,
     this_host,
 )
 from .lease import Lease
@@ -160,6 +161,7 @@ class Runner:
         opts = self.options
         record = self.journal.find_run(self.run_id)
         if record is None:
+            self._refuse_cut_short_copy()
             now = time.time()
             record = RunRecord(
                 run_id=self.run_id, title=opts.title or "", created_at=now, updated_at=now,
@@ -179,6 +181,20 @@ class Runner:
         if opts.title:
             record.title = opts.title
         return record
+
+    def _refuse_cut_short_copy(self) -> None:
+        """A new run where a copy of it was cut short would execute every step again (the
+        emails the copied run sent, sent twice): refused, with how to finish the copy."""
+        cut_short = staged_copies(self.journal, self.run_id)
+        if cut_short:
+            staged = cut_short[0]
+            raise JournalError(
+                f"run {self.run_id!r} is not in the journal at {self.journal.location}, but "
+                f"a copy of it to here was cut short: executing it would start it anew and "
+                f"execute every step again. Copy it again (durable-nb copy {self.run_id} "
+                f"--from SOURCE --to {self.journal.location}; the new copy replaces what the "
+                f"cut-short one left), or delete the staged run to start a new run "
+                f"(durable-nb delete '{staged.run_id}'). The staged run: {staged.error}")
 
     def run(self) -> RunOutcome:
         """Execute (resume, or replay a DONE run) until DONE, parked, or failed.

@@ -158,11 +158,14 @@ def test_a_copy_killed_part_way_leaves_no_run_and_copying_again_completes_it(
     assert f"durable-nb delete '{staged.run_id}'" in staged.error
     with pytest.raises(ValueError, match="invalid run id"):
         dn.execute(staged.run_id, _mailer(sent), journal=target)
-    dn.delete(staged.run_id, journal=target)
-    assert target.count_steps(staged.run_id) == 0 and target.list_runs() == []
+    with pytest.raises(JournalError, match="a copy of it to here was cut short"):
+        dn.execute("mail", _mailer(sent), journal=target)  # would send every email again
+    assert target.list_runs() == [staged] and sent == list(range(40))
     assert dn.get_run("mail", journal=source).step_count == 40  # the move did not delete it
     record = dn.copy_run("mail", backend.location, journal=source, move=True)
     assert record.step_count == 40 and dn.runs(journal=source) == []
+    assert [r.run_id for r in target.list_runs()] == ["mail"]  # the cut-short copy is gone
+    assert target.count_steps(staged.run_id) == 0
     assert dn.execute("mail", _mailer(sent), journal=target) == 40
     assert sent == list(range(40))  # every email sent once
 

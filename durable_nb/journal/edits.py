@@ -9,6 +9,10 @@ run and its child runs in one transaction. A copy killed part-way leaves no run 
 the staged run listed with what it is and the command that deletes it; copying again starts
 over.
 
+Executing a run that does not exist where a copy of it was cut short is refused
+(:func:`staged_copies`), since it would execute every step again; copying again completes
+it (and deletes what the cut-short copy left).
+
 **Child runs travel with their parent.** A child run is ``PARENT/NAME-KEY`` with
 ``parent`` set (:func:`~durable_nb.execution.cursor.child_run_id`); a copy under another id
 renames the children and the references to them (the child steps' ``meta.run_id``, a
@@ -29,6 +33,7 @@ descendants, and tasks that did not exist yet when it completed. Other tasks' st
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -41,7 +46,7 @@ from .blobs import referenced_blobs
 from .records import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 
 __all__ = ["StagedCopy", "child_runs", "copy_run", "cut_at_key", "dropped_by_change", "recount",
-           "rerun", "rewind", "stage_copy"]
+           "rerun", "rewind", "stage_copy", "staged_copies"]
 
 
 # -- child runs ----------------------------------------------------------------------------
@@ -101,6 +106,18 @@ class StagedCopy:
 def _staging_id(new_id: str) -> str:
     """An id no run can have (it has spaces), unique to this copy."""
     return f"{new_id} copying {uuid.uuid4().hex[:12]}"
+
+
+def staged_copies(journal: Journal, run_id: str, *, children: bool = False
+                  ) -> list[RunRecord]:
+    """The staged runs of copies of ``run_id`` (and, with ``children``, of its child runs)
+    to ``journal`` that were never published: copies cut short, or one being made now. One
+    listing of the ids that start with ``RUN copying`` (and ``RUN/``)."""
+    staging = re.compile(re.escape(run_id) + r"(/\S+)? copying [0-9a-f]{12}")
+    found = journal.list_runs(f"{run_id} copying ")
+    if children:
+        found += journal.list_runs(f"{run_id}/")
+    return [r for r in found if staging.fullmatch(r.run_id)]
 
 
 def _placeholder(record: RunRecord, staging: str, source: Journal, new_id: str) -> RunRecord:
@@ -177,10 +194,12 @@ def copy_run(source: Journal, run_id: str, target: Journal, new_id: str, *,
     of its child ids) exists there."""
     if target.find_run(new_id) is not None:
         return None
+    left = staged_copies(target, new_id, children=True)  # copies cut short: replaced now
     staged = stage_copy(source, run_id, target, new_id, changes=changes)
     if not staged.publish():
         staged.discard()
         return None
+    _delete_family(target, left)
     return staged.record
 
 
