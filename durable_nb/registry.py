@@ -8,8 +8,12 @@ process at once.
 from __future__ import annotations
 
 import getpass
+import itertools
 import json
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -24,13 +28,14 @@ from .journal import (
     Status,
     StepEntry,
     copy_run as copy_entries,
-    fork_run,
     open_journal,
+    rerun,
     rewind,
     this_host,
 )
 from .journal.base import StatusFilter
-from .lease import holder_alive
+from .journal.edits import child_runs
+from .lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .runner import live_execution
 
 __all__ = ["RunInfo", "approve", "cancel", "copy_run", "delete", "get_run", "lease_holder",
@@ -159,7 +164,8 @@ def reject(run_id: str, note: str | None = None, *, by: str | None = None,
 
 def cancel(run_id: str, *, journal: JournalSpec = None) -> RunRecord:
     """Stop the run cleanly at its next step boundary (journal intact, status CANCELLED).
-    Executing it again resumes it."""
+    Executing it again resumes it. A run nobody executes is marked CANCELLED under its
+    lease, so an executor starting meanwhile is never overwritten."""
     journal = open_journal(journal)
     record = journal.get_run(run_id)
     if record.status is Status.DONE:
@@ -169,75 +175,125 @@ def cancel(run_id: str, *, journal: JournalSpec = None) -> RunRecord:
     if live is not None:
         live.cancel_event.set()
         live.wake_event.set()
-    elif lease_holder(run_id, journal=journal) is None:
-        record.status = Status.CANCELLED
-        record.error = "cancelled"
-        journal.put_run(record)
+        return record
+    try:
+        with _holding(journal, run_id, "cancel") as token:
+            record = journal.get_run(run_id)
+            if record.status is not Status.DONE:
+                record.status = Status.CANCELLED
+                record.error = "cancelled"
+                journal.put_run(record, token=token)
+    except RunLeased:
+        pass  # its executor reads the request at its next step
     return record
 
 
-def _require_idle(journal: Journal, run_id: str, action: str) -> None:
-    holder = lease_holder(run_id, journal=journal)
-    if holder is not None:
-        raise RunLeased(run_id, holder, advice=(
+@contextmanager
+def _holding(journal: Journal, run_id: str, action: str) -> Iterator[str]:
+    """Hold the run's lease while it is edited: yields the token every write of the edit
+    carries, so the edit is all done under the lease or refused (RunLeased) once it moved."""
+    try:
+        lease = Lease.acquire(journal, run_id)
+    except RunLeased as exc:
+        raise RunLeased(run_id, exc.holder, advice=(
             f"cancel it first (`durable-nb cancel {run_id}` or the panel's Cancel button), "
-            f"then {action} it once it has stopped."))
+            f"then {action} it once it has stopped.")) from None
+    stop = threading.Event()
+    heartbeat = threading.Thread(target=_renew_until, args=(lease, stop), daemon=True,
+                                 name=f"durable-nb-edit-{run_id}")
+    heartbeat.start()
+    try:
+        yield lease.token
+    finally:
+        stop.set()
+        heartbeat.join()
+        try:
+            lease.release()
+        except (OSError, JournalError):
+            pass  # a dead lease is taken over by the next executor anyway
 
 
-def _rewind(journal: Journal, run_id: str, from_step: int, action: str) -> RunRecord:
-    record = journal.get_run(run_id)
-    count = journal.count_steps(run_id, record.step_count)
+def _renew_until(lease: Lease, stop: threading.Event) -> None:
+    """Renew ``lease`` until ``stop`` is set, so that a long edit (a copy) keeps it; once it
+    is lost, the edit's fenced writes are refused."""
+    while not stop.wait(DEFAULT_STALE_AFTER / 3):
+        try:
+            if not lease.renew():
+                return
+        except (OSError, JournalError):
+            pass  # tried again at the next beat
+
+
+def _entries_before(journal: Journal, record: RunRecord, from_step: int,
+                    action: str) -> list[StepEntry]:
+    """The run's entries before ``from_step``, which must be one of its steps."""
+    count = journal.count_steps(record.run_id, record.step_count)
     if not isinstance(from_step, int) or not 0 <= from_step < count:
         last = f"0 to {count - 1}" if count else "none: the run has no steps"
-        raise ValueError(f"cannot {action} run {run_id!r} from step {from_step}: its steps are "
-                         f"numbered {last}. See `durable-nb show {run_id}`.")
-    _require_idle(journal, run_id, action)
-    return record
+        raise ValueError(f"cannot {action} run {record.run_id!r} from step {from_step}: its "
+                         f"steps are numbered {last}. See `durable-nb show {record.run_id}`.")
+    # Only these are read: a step that cannot be read is reset by resetting from it.
+    return list(itertools.islice(journal.steps(record.run_id), from_step))
 
 
 def reset(run_id: str, from_step: int = 0, *, journal: JournalSpec = None) -> RunRecord:
-    """Forget steps ``from_step`` and later, so that they execute again on the next run.
+    """Forget steps ``from_step`` and later, so that they execute again on the next run,
+    with the child runs of the child steps forgotten.
 
     Tokens and iterations are recounted from the steps that remain. The run must not be
-    executing, and ``from_step`` must be one of its steps.
+    executing (its lease is held for the edit), and ``from_step`` must be one of its steps.
     """
     journal = open_journal(journal)
-    record = _rewind(journal, run_id, from_step, "reset")
-    rewind(journal, record, from_step)
-    journal.put_run(record)
+    journal.get_run(run_id)
+    with _holding(journal, run_id, "reset") as token:
+        record = journal.get_run(run_id)
+        rewind(journal, record, _entries_before(journal, record, from_step, "reset"),
+               token=token, child_dropped=_at_or_after(from_step))
     return record
 
 
+def _at_or_after(from_step: int) -> Callable[[str, float], bool]:
+    """A positional cut's test for a child run: an unfinished child step (no entry) counts
+    as after every journaled step, so its child run is forgotten with the steps."""
+    return lambda key, position: position >= from_step
+
+
 def rerun_from(run_id: str, from_step: int, *, journal: JournalSpec = None) -> str:
-    """Keep the run as it is now as a fork (``RUN@N``, listed and exportable), then forget
-    its steps from ``from_step`` on, so that executing it again runs them anew (the panel's
-    *Re-run from here*). Returns the fork's run id."""
+    """Keep the run as it is now as a fork (``RUN@N``, listed and exportable, with its child
+    runs), then forget its steps from ``from_step`` on, so that executing it again runs them
+    anew (the panel's *Re-run from here*). Returns the fork's run id."""
     journal = open_journal(journal)
-    record = _rewind(journal, run_id, from_step, "re-run")
-    fork_id = fork_run(journal, record, from_step)
-    rewind(journal, record, from_step)
-    journal.put_run(record)
-    return fork_id
+    journal.get_run(run_id)
+    with _holding(journal, run_id, "re-run") as token:
+        record = journal.get_run(run_id)
+        kept = _entries_before(journal, record, from_step, "re-run")
+        return rerun(journal, record, kept, from_step, token=token,
+                     child_dropped=_at_or_after(from_step))
 
 
 def delete(run_id: str, *, journal: JournalSpec = None) -> None:
-    """Remove the run and its journal. The run must not be executing."""
+    """Remove the run and its journal, with its child runs (``RUN/...``; never another run
+    whose id starts the same). The run must not be executing."""
     journal = open_journal(journal)
     journal.get_run(run_id)
-    _require_idle(journal, run_id, "delete")
-    journal.delete_run(run_id)
+    with _holding(journal, run_id, "delete") as token:
+        journal.delete_run(run_id, token=token,
+                           children=[child.run_id for child in child_runs(journal, run_id)])
 
 
 def copy_run(run_id: str, to: JournalSpec, *, journal: JournalSpec = None,
              new_id: str | None = None, move: bool = False) -> RunRecord:
-    """Copy run ``run_id`` with its steps and inputs from ``journal`` to the journal ``to``
-    (a directory or a ``postgresql://`` URL, either way), as ``new_id`` (default: the same
-    id); with ``move=True`` the run is then deleted from ``journal``. Executing the run
-    against ``to`` replays what the copy holds and goes on from there.
+    """Copy run ``run_id`` with its steps, inputs and child runs from ``journal`` to the
+    journal ``to`` (a directory or a ``postgresql://`` URL, either way), as ``new_id``
+    (default: the same id); with ``move=True`` the run is then deleted from ``journal``.
+    Executing the run against ``to`` replays what the copy holds and goes on from there.
 
-    The run must not be executing (cancel it first); a decision already given for its
-    pending approval goes with it. Refused, with nothing written, if ``to`` has a run with
-    that id. Returns the copy's record."""
+    All or nothing: the copy becomes a run in one step once everything is written, so a
+    copy cut short leaves no run behind. The run's lease is held throughout (the run must
+    not be executing: cancel it first), so nothing is appended while it is copied, and a
+    move deletes only what was copied. A decision already given for its pending approval
+    goes with it. Refused, with nothing written, if ``to`` has a run with that id. Returns
+    the copy's record."""
     source = open_journal(journal)
     target = open_journal(to)
     new_id = new_id or run_id
@@ -245,17 +301,28 @@ def copy_run(run_id: str, to: JournalSpec, *, journal: JournalSpec = None,
     if source is target and new_id == run_id:
         raise ValueError(f"run {run_id!r} is already in {target.location}: give another "
                          f"journal to copy it to, or another id for the copy.")
-    _require_idle(source, run_id, "move" if move else "copy")
-    copied = copy_entries(source, run_id, target, new_id)
-    if copied is None:
-        raise JournalError(
-            f"{target.location} already has a run {new_id!r}: copy it under another id "
-            f"(durable-nb copy {run_id} --as NEW), or delete that run there first.")
-    if copied.pending_approval:
-        kind = decision_kind(copied.pending_approval)
-        decision = source.get_request(kind, run_id)
-        if decision is not None:
-            target.put_request(kind, new_id, decision)
-    if move:
-        source.delete_run(run_id)
+    with _holding(source, run_id, "move" if move else "copy") as token:
+        copied = copy_entries(source, run_id, target, new_id)
+        if copied is None:
+            raise JournalError(
+                f"{target.location} already has a run {new_id!r}: copy it under another id "
+                f"(durable-nb copy {run_id} --as NEW), or delete that run there first.")
+        family = [source.get_run(run_id), *child_runs(source, run_id)]
+        for record in family:
+            if not record.pending_approval:
+                continue
+            kind = decision_kind(record.pending_approval)
+            decision = source.get_request(kind, record.run_id)
+            if decision is not None:
+                target.put_request(kind, new_id + record.run_id[len(run_id):], decision)
+        if move:
+            try:
+                source.delete_run(run_id, token=token,
+                                  children=[record.run_id for record in family[1:]])
+            except RunLeased:
+                # Taken over while it was copied (this process stalled past its lease): the
+                # run goes on in the source, so the copy must not exist as a second one.
+                target.delete_run(new_id, children=[
+                    child.run_id for child in child_runs(target, new_id)])
+                raise
     return copied

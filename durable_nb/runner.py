@@ -45,9 +45,11 @@ from .journal import (
     JournalSpec,
     RunRecord,
     Status,
-    fork_run,
+    dropped_by_change,
     open_journal,
+    rerun,
     rewind,
+    staged_copies,
     this_host,
 )
 from .lease import Lease
@@ -167,6 +169,7 @@ class Runner:
         opts = self.options
         record = self.journal.find_run(self.run_id)
         if record is None:
+            self._refuse_cut_short_copy()
             now = time.time()
             record = RunRecord(
                 run_id=self.run_id, title=opts.title or "", created_at=now, updated_at=now,
@@ -190,6 +193,20 @@ class Runner:
             record.title = opts.title
         return record
 
+    def _refuse_cut_short_copy(self) -> None:
+        """A new run where a copy of it was cut short would execute every step again (the
+        emails the copied run sent, sent twice): refused, with how to finish the copy."""
+        cut_short = staged_copies(self.journal, self.run_id)
+        if cut_short:
+            staged = cut_short[0]
+            raise JournalError(
+                f"run {self.run_id!r} is not in the journal at {self.journal.location}, but "
+                f"a copy of it to here was cut short: executing it would start it anew and "
+                f"execute every step again. Copy it again (durable-nb copy {self.run_id} "
+                f"--from SOURCE --to {self.journal.location}; the new copy replaces what the "
+                f"cut-short one left), or delete the staged run to start a new run "
+                f"(durable-nb delete '{staged.run_id}'). The staged run: {staged.error}")
+
     def run(self) -> RunOutcome:
         """Execute (resume, or replay a DONE run) until DONE, parked, or failed.
 
@@ -209,12 +226,13 @@ class Runner:
         try:
             self._prepare(record, lease.token)
             _heartbeats.add(self, lease)
+            fork_id: str | None = None
             while True:
                 execution = self._start(record, lease.token)
                 try:
                     outcome = self._drive(execution)
                 except Restart:
-                    record = self._rerun_from(execution)
+                    fork_id = self._rerun_from(execution, fork_id)
                     continue
                 if outcome.status is Status.DONE and execution.live_steps \
                         and self.options.verify_replay \
@@ -234,7 +252,7 @@ class Runner:
     def _prepare(self, record: RunRecord, token: str) -> None:
         self.journal.delete_request("cancel", self.run_id)
         if record.status is Status.FAILED and record.failed_step is not None:
-            self._retry_failed_steps(record)
+            self._retry_failed_steps(record, token)
         if record.status is not Status.DONE:
             record.status = Status.WAITING_APPROVAL if record.pending_approval else Status.RUNNING
             record.error = None
@@ -242,7 +260,7 @@ class Runner:
         record.owner = {"pid": os.getpid(), "host": this_host()}
         self.journal.put_run(record, token=token)
 
-    def _retry_failed_steps(self, record: RunRecord) -> None:
+    def _retry_failed_steps(self, record: RunRecord, token: str) -> None:
         """A step whose unhandled failure failed the run is tried again on resume, with the
         steps around it that failed because of it, unless it declared the failure terminal.
         Entries at the end of the journal are removed; earlier ones (concurrent steps
@@ -257,7 +275,7 @@ class Runner:
         count = self.journal.count_steps(self.run_id, record.step_count)
         while retry and retry[-1] == count - 1:
             count -= 1
-            self.journal.truncate(self.run_id, retry.pop())
+            self.journal.truncate(self.run_id, retry.pop(), token=token)
         record.step_count = count
         if retry:
             record.retried_steps = sorted({*(record.retried_steps or ()), *retry})
@@ -376,23 +394,37 @@ class Runner:
         if note is not None:
             note(text)
 
-    def _rerun_from(self, execution: Execution) -> RunRecord:
-        """After a step changed (``on_change="rerun"``): keep the run as it is as a fork,
-        forget its steps from the changed one, and go on from there."""
+    def _rerun_from(self, execution: Execution, fork_id: str | None) -> str:
+        """After a step changed (``on_change="rerun"``): keep the run as it is as a fork
+        (unless this execution kept one already: ``fork_id``), drop the entries the changed
+        step invalidates (by key and scope, :func:`~durable_nb.journal.dropped_by_change`:
+        other tasks' unchanged steps stay and replay), and go on from there - all under this
+        execution's lease token. Returns the fork's id."""
         record = execution.record
         position = execution.restart_from or 0
         execution.writer.flush()
-        fork_id = fork_run(self.journal, record, position)
-        rewind(self.journal, record, position)
-        record.error = None
-        self.journal.put_run(record, token=execution.writer.token)
+        entries = list(self.journal.steps(self.run_id))
+        dropped = None
+        if position < execution.replay_log.size:  # a journaled step changed
+            dropped = dropped_by_change(entries, entries[position],
+                                        live_from=execution.replay_log.size)
+            kept = [e for e in entries if not dropped(e.key, e.position)]
+        else:  # a new step after the end of a DONE run: every step stays, the run reopens
+            kept = entries
+        token = execution.writer.token
+        if fork_id is None:
+            fork_id = rerun(self.journal, record, kept, position, token=token,
+                            child_dropped=dropped)
+        else:  # a second change in this execution: the run as it was is in the fork already
+            rewind(self.journal, record, kept, token=token, child_dropped=dropped)
         note = getattr(self.observer, "on_note", None)
         if note is not None:
-            replayed = ("no step is replayed" if position == 0 else "step 0 is replayed"
-                        if position == 1 else f"steps 0 to {position - 1} are replayed")
+            replayed = ("no step is replayed" if not kept else
+                        "1 step it does not affect is replayed" if len(kept) == 1 else
+                        f"{len(kept)} steps it does not affect are replayed")
             note(f"Executing again from step {position}; {replayed}. The run as it was is "
                  f"kept as {fork_id!r}.")
-        return record
+        return fork_id
 
     def _verify(self, outcome: RunOutcome, token: str) -> None:
         """Execute the handler once more in pure replay; ReplayDiverged on any difference."""

@@ -46,8 +46,8 @@ from durable_nb.journal import (
     Status,
     StepEntry,
     copy_run,
-    fork_run,
     open_journal,
+    rerun,
     rewind,
 )
 from durable_nb.journal.base import FENCED_ADVICE
@@ -623,21 +623,85 @@ def test_copy_run_copies_entries_blobs_and_record_but_not_lease_or_requests(stor
     assert copy_run(store, "src", store, "dst") is None  # the target id exists: nothing written
 
 
-def test_fork_run_keeps_the_run_and_rewind_forgets_its_tail(store: Journal):
-    record = _fill(store, "r")
+def test_rerun_keeps_a_fork_and_rewind_forgets_the_tail_under_the_lease(store: Journal):
+    record = _fill(store, "r")  # its lease is held by token "t"
     record.status = Status.RUNNING
     store.put_run(record)
-    fork_id = fork_run(store, store.get_run("r"), 2)
-    assert fork_id == "r@1" and fork_run(store, store.get_run("r"), 2) == "r@2"
+    entries = list(store.steps("r"))
+    assert rerun(store, store.get_run("r"), entries, 4, token="t") == "r@1"
+    assert rerun(store, store.get_run("r"), entries, 4, token="t") == "r@2"
     fork = store.get_run("r@1")
     assert fork.status is Status.CANCELLED and fork.forked_from["run_id"] == "r"
     record = store.get_run("r")
-    assert rewind(store, record, 2) == 2
-    store.put_run(record)
+    assert rewind(store, record, entries[:2], token="t") == 2
+    assert store.get_run("r").to_json() == record.to_json()  # written with the entries
     assert store.count_steps("r") == 2 and store.count_steps("r@1") == 4
     assert (record.status, record.step_count, record.prompt_tokens, record.iteration) == \
         (Status.RUNNING, 2, 20, 1)
     assert store.get_request("cancel", "r") is None
+    # the blobs only the forgotten entries used are reclaimed; the fork keeps its own
+    assert [store.get_blob("r", f"b{i}") for i in range(4)] == ["[0, 0, 0]", "[1, 1, 1]", None,
+                                                                None]
+    assert store.get_blob("r@1", "b3") == "[3, 3, 3]"
+
+
+def test_rewrite_steps_renumbers_kept_entries_in_one_fenced_write(store: Journal):
+    record = _fill(store, "r")  # lease token "t"
+    entries = list(store.steps("r"))
+    record.title = "rewritten"
+    kept = [entries[0], entries[2]]  # entry 1 dropped: entry 2 moves to position 1
+    with pytest.raises(RunLeased, match="fenced out"):
+        store.rewrite_steps("r", 1, kept[1:], record_json=record.to_json(), token="other",
+                            drop_blobs=["b1"], drop_requests=True)
+    assert [e.to_json() for e in store.steps("r")] == [e.to_json() for e in entries]
+    assert store.get_blob("r", "b1") is not None and store.get_request("cancel", "r")
+    assert store.get_run("r").title == "source"
+    assert store.rewrite_steps("r", 1, kept[1:], record_json=record.to_json(), token="t",
+                               drop_blobs=["b1", "b3"], drop_requests=True) == 3
+    assert [(e.position, e.key) for e in store.steps("r")] == [(0, "0"), (1, "2")]
+    assert store.count_steps("r") == 2 and store.get_step("r", 2) is None
+    assert (store.get_blob("r", "b1"), store.get_blob("r", "b3")) == (None, None)
+    assert store.get_blob("r", "b2") is not None and store.get_request("cancel", "r") is None
+    assert store.get_run("r").title == "rewritten"
+    with pytest.raises(RunLeased, match="fenced out"):
+        store.truncate("r", 0, token="other")
+    assert store.truncate("r", 1, token="t") == 1 and store.count_steps("r") == 1
+
+
+def test_a_staged_copy_is_no_run_until_published_at_once(store: Journal):
+    _fill(store, "src")
+    store.create_run(_record("dst copying 1", status=Status.FAILED, error="incomplete copy"))
+    for position, entry in enumerate(store.steps("src")):
+        store.append_step("dst copying 1", entry, blobs={f"b{position}": "[9]"})
+    assert store.find_run("dst") is None and store.count_steps("dst") == 0
+    record = store.get_run("src")
+    record.run_id = "dst"
+    assert store.publish_runs([("dst copying 1", record)]) is True
+    assert store.get_run("dst").title == "source" and store.count_steps("dst") == 4
+    assert store.get_blob("dst", "b3") == "[9]" and store.count_steps("dst copying 1") == 0
+    assert [r.run_id for r in store.list_runs()] == ["dst", "src"]
+    store.create_run(_record("dst copying 2"))
+    store.append_step("dst copying 2", _entry(0))
+    assert store.publish_runs([("dst copying 2", record)]) is False  # dst exists: nothing moved
+    assert store.count_steps("dst") == 4 and store.count_steps("dst copying 2") == 1
+    assert store.find_run("dst copying 2") is not None
+
+
+def test_delete_run_matches_exact_run_ids_with_its_children_and_is_fenced(store: Journal):
+    for run_id in ("job", "job:2", "job/child-0", "jobs"):
+        store.create_run(_record(run_id))
+        store.append_step(run_id, _entry(0), blobs={"abc": json.dumps(run_id)})
+    store.acquire_lease("job", _holder("t"), lambda holder: False)
+    with pytest.raises(RunLeased, match="fenced out"):
+        store.delete_run("job", token="other", children=["job/child-0"])
+    assert store.get_step("job", 0) is not None and store.find_run("job/child-0") is not None
+    store.delete_run("job", token="t", children=["job/child-0"])
+    for run_id in ("job", "job/child-0"):
+        assert store.find_run(run_id) is None and store.get_blob(run_id, "abc") is None
+        assert store.get_step(run_id, 0) is None
+    for run_id in ("job:2", "jobs"):
+        assert store.get_blob(run_id, "abc") == json.dumps(run_id)
+        assert store.get_step(run_id, 0) is not None
 
 
 @pytest.mark.postgres

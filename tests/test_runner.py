@@ -110,8 +110,8 @@ class _Notes:
 
 
 @pytest.mark.parametrize("changed_at, replayed", [(0, "no step is replayed"),
-                                                  (1, "step 0 is replayed"),
-                                                  (2, "steps 0 to 1 are replayed")])
+                                                  (1, "1 step it does not affect is replayed"),
+                                                  (2, "2 steps it does not affect are replayed")])
 def test_a_rerun_note_says_which_steps_are_replayed(journal, changed_at, replayed):
     def steps(changed):
         return lambda ctx: [ctx.run(f"s{i}", str, "new" if changed and i >= changed_at else i)

@@ -18,14 +18,15 @@ from typing import Union
 
 from .base import Journal
 from .local import FORMAT_VERSION, DiskJournal, Durability
-from .edits import copy_run, fork_run, recount, rewind
+from .edits import (copy_run, cut_at_key, dropped_by_change, recount, rerun, rewind,
+                    staged_copies)
 from .postgres import PostgresJournal, is_postgres_url
 from .records import LLM_KINDS, BatchRecord, RunRecord, Status, StepEntry, entry_cost, json_text
 
 __all__ = ["FORMAT_VERSION", "LLM_KINDS", "BatchRecord", "DiskJournal", "Durability", "Journal", "JournalSpec",
-           "PostgresJournal", "RunRecord", "Status", "StepEntry", "copy_run",
-           "default_location", "entry_cost", "fork_run", "is_postgres_url", "json_text",
-           "open_journal", "recount", "rewind", "this_host"]
+           "PostgresJournal", "RunRecord", "Status", "StepEntry", "copy_run", "cut_at_key",
+           "default_location", "dropped_by_change", "entry_cost", "is_postgres_url", "json_text",
+           "open_journal", "recount", "rerun", "rewind", "staged_copies", "this_host"]
 
 #: What a user may pass as ``journal=``: a Journal, a directory, a ``postgresql://`` URL, or
 #: None (the default).

@@ -5,14 +5,18 @@ once per run, by digest), its lease (who executes it now) and requests from othe
 (a decision on an approval, a cancel). Every method is safe to call from several threads and
 processes at once. The operations that must be atomic are atomic in the backend itself (one
 SQLite or PostgreSQL transaction): creating a run, appending a step with the record and blobs
-it changed, taking a lease, truncating.
+it changed, taking a lease, rewriting a run's steps (a rewind), publishing a staged copy,
+deleting a run.
 
 **Fencing.** Writes of an executor carry its lease token. :meth:`Journal.append_step` and
 :meth:`Journal.put_run` with a token check, in the same transaction as the write, that the
 lease still holds that token, and refuse with :class:`~durable_nb.errors.RunLeased` once it
 moved to another executor; and a step is written only where its position is free. An
 executor that stalled past its lease and woke up can therefore never write over the work of
-the one that took over.
+the one that took over. Every other writer of a run's steps is fenced the same way:
+:meth:`Journal.rewrite_steps` (reset, re-run, the retry of a failed step) and
+:meth:`Journal.delete_run` check ``token`` in their own transaction, and the callers that edit
+a run (the registry, ``durable-nb``, the runner's re-run) hold the run's lease while they do.
 """
 
 from __future__ import annotations
@@ -139,8 +143,19 @@ class Journal(abc.ABC):
         return records
 
     @abc.abstractmethod
-    def delete_run(self, run_id: str) -> None:
-        """Remove the run with its steps, blobs, lease and requests."""
+    def delete_run(self, run_id: str, *, token: str | None = None,
+                   children: Iterable[str] = ()) -> None:
+        """Remove the run, and the runs ``children`` (its child runs), with their steps,
+        blobs, leases and requests, in one transaction (exactly these runs: not ``RUN:2``);
+        with ``token``, only while that lease holds the run, else
+        :class:`~durable_nb.errors.RunLeased` and nothing is removed."""
+
+    @abc.abstractmethod
+    def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
+        """For each ``(staging_id, record)``: make the staged run ``staging_id`` (its
+        entries and blobs; its record is replaced) the run ``record.run_id`` with that
+        record, all in one transaction; False, and nothing changed, if one of the runs
+        exists already. How a copy becomes a run at once (:mod:`.edits`)."""
 
     # -- batches ----------------------------------------------------------------------------
 
@@ -177,8 +192,21 @@ class Journal(abc.ABC):
         """
 
     @abc.abstractmethod
-    def truncate(self, run_id: str, from_position: int) -> int:
-        """Delete the entries from ``from_position`` on; how many were deleted."""
+    def rewrite_steps(self, run_id: str, from_position: int, entries: list[StepEntry], *,
+                      record_json: str | None = None, token: str | None = None,
+                      drop_blobs: Iterable[str] = (), drop_requests: bool = False) -> int:
+        """In one transaction: delete the entries from ``from_position`` on, write
+        ``entries`` in their place (positions ``from_position``, ``from_position + 1`` ...,
+        as given), delete the blobs ``drop_blobs``, the pending requests if
+        ``drop_requests``, and write the run record (``record_json``). Returns how many
+        entries were deleted.
+
+        With ``token``, only while that lease holds the run: else
+        :class:`~durable_nb.errors.RunLeased`, and nothing is changed."""
+
+    def truncate(self, run_id: str, from_position: int, *, token: str | None = None) -> int:
+        """Delete the entries from ``from_position`` on (fenced by ``token``); how many."""
+        return self.rewrite_steps(run_id, from_position, [], token=token)
 
     def steps(self, run_id: str, start: int = 0) -> Iterator[StepEntry]:
         """The run's entries in position order."""

@@ -39,7 +39,7 @@ import os.path as op
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -585,19 +585,84 @@ class DiskJournal(Journal):
         records.sort(key=lambda r: (r.created_at, r.batch_id))
         return records
 
-    def delete_run(self, run_id: str) -> None:
+    def delete_run(self, run_id: str, *, token: str | None = None,
+                   children: Iterable[str] = ()) -> None:
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
         self.get_run(run_id)
-        with self._cache.transact(retry=True):
-            self.truncate(run_id, 0)
-            for key, _ in self._range(f"blob:{run_id}:"):
-                self._cache.delete(key, retry=True)
-            for key in (f"run:{run_id}", f"lease:{run_id}",
-                        *(f"{kind}:{run_id}" for kind in REQUEST_KINDS)):
-                self._cache.delete(key, retry=True)
-            # decision.ID:RUN, one per approval decided (ID is hex: the first ':' ends it).
-            for key, _ in self._range("decision."):
-                if key.split(":", 1)[1] == run_id:
-                    self._cache.delete(key, retry=True)
+        with self._cache._transact(retry=True) as (sql, cleanup):
+            self._fenced(run_id, token, sql)
+            for gone in (*children, run_id):
+                keys = [*self._step_keys(sql, gone, 0), *self._blob_keys(sql, gone),
+                        f"run:{gone}", f"lease:{gone}",
+                        *(_request_key(kind, gone) for kind in REQUEST_KINDS),
+                        *self._decision_keys(sql, gone)]
+                self._delete_rows(sql, cleanup, keys)
+
+    def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        with self._cache._transact(retry=True) as (sql, cleanup):
+            if any(sql("SELECT 1 FROM Cache WHERE key = ? AND raw = 1",
+                       (f"run:{record.run_id}",)).fetchone() for _, record in staged):
+                return False
+            for staging, record in staged:
+                self._delete_rows(sql, cleanup, [f"run:{staging}"])
+                renames = [(key, _step_key(record.run_id, int(key.rsplit(":", 1)[1])))
+                           for key in self._step_keys(sql, staging, 0)]
+                renames += [(key, f"blob:{record.run_id}:{key.rsplit(':', 1)[1]}")
+                            for key in self._blob_keys(sql, staging)]
+                for old, new in renames:
+                    sql("UPDATE Cache SET key = ? WHERE key = ? AND raw = 1", (new, old))
+                self._cache.add(f"run:{record.run_id}", record.to_json(),
+                                tag=_run_tag(record.status, record.created_at), retry=True)
+        return True
+
+    @staticmethod
+    def _step_keys(sql: Callable, run_id: str, start: int) -> list[str]:
+        """Inside a transaction: the keys of the run's entries from ``start`` on (a
+        contiguous run of positions)."""
+        keys = []
+        while True:
+            chunk = [_step_key(run_id, p) for p in range(start, start + _READ_AHEAD)]
+            found = {key for key, in sql("SELECT key FROM Cache WHERE raw = 1 AND key IN ("
+                                         + ", ".join("?" * len(chunk)) + ")", chunk)}
+            for key in chunk:
+                if key not in found:
+                    return keys
+                keys.append(key)
+            start += _READ_AHEAD
+
+    @staticmethod
+    def _blob_keys(sql: Callable, run_id: str) -> list[str]:
+        """Inside a transaction: the keys of the run's blobs, exactly (``blob:RUN:DIGEST``
+        also starts the keys of run ``RUN:2``'s blobs: a digest has no colon)."""
+        prefix = f"blob:{run_id}:"
+        rows = sql("SELECT key FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
+                   (prefix, _prefix_end(prefix))).fetchall()
+        return [key for key, in rows if ":" not in key[len(prefix):]]
+
+    @staticmethod
+    def _decision_keys(sql: Callable, run_id: str) -> list[str]:
+        """Inside a transaction: the keys ``decision.ID:RUN`` of the decisions left for the
+        run's approvals (ID is hex: the first ':' ends it)."""
+        rows = sql("SELECT key FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
+                   ("decision.", _prefix_end("decision."))).fetchall()
+        return [key for key, in rows if key.split(":", 1)[1] == run_id]
+
+    @staticmethod
+    def _delete_rows(sql: Callable, cleanup: Callable, keys: list[str]) -> int:
+        """Inside a transaction: delete the rows of ``keys``, their value files once it is
+        committed (diskcache's triggers keep its count and size); how many existed."""
+        deleted = 0
+        for key in keys:
+            row = sql("SELECT filename FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
+            if row is None:
+                continue
+            sql("DELETE FROM Cache WHERE key = ? AND raw = 1", (key,))
+            cleanup(row[0])
+            deleted += 1
+        return deleted
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -675,11 +740,36 @@ class DiskJournal(Journal):
                     if columns[2] is not None:
                         cache._disk.remove(columns[2])
 
-    def truncate(self, run_id: str, from_position: int) -> int:
-        deleted = 0
-        with self._cache.transact(retry=True):
-            while self._cache.delete(_step_key(run_id, from_position + deleted), retry=True):
-                deleted += 1
+    def rewrite_steps(self, run_id: str, from_position: int, entries: list[StepEntry], *,
+                      record_json: str | None = None, token: str | None = None,
+                      drop_blobs: Iterable[str] = (), drop_requests: bool = False) -> int:
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        cache = self._cache
+        rows = [(key, self._columns(key, entry.to_json())) for key, entry in
+                ((_step_key(run_id, from_position + i), e) for i, e in enumerate(entries))]
+        written = False
+        try:
+            with cache._transact(retry=True) as (sql, cleanup):
+                self._fenced(run_id, token, sql)
+                deleted = self._delete_rows(sql, cleanup,
+                                            self._step_keys(sql, run_id, from_position))
+                self._delete_rows(sql, cleanup, [
+                    *(f"blob:{run_id}:{digest}" for digest in drop_blobs),
+                    *((_request_key(kind, run_id) for kind in REQUEST_KINDS)
+                      if drop_requests else ())])
+                now = time.time()
+                for key, columns in rows:
+                    self._insert_if_absent(sql, key, columns, now)
+                if record_json is not None:
+                    cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
+                              retry=True)
+            written = True
+        finally:
+            if not written:  # refused or failed: nothing references the value files
+                for _, columns in rows:
+                    if columns[2] is not None:
+                        cache._disk.remove(columns[2])
         return deleted
 
     # -- blobs ----------------------------------------------------------------------------

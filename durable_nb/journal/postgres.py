@@ -39,6 +39,10 @@ that holds it, and every write of an executing run checks its lease token in the
 transaction. Errors that are not about the connection (a lock timeout, a full disk on the
 server, a constraint) are raised at once.
 
+A rewind (:meth:`PostgresJournal.rewrite_steps`), a delete and the publishing of a copy are
+one transaction each; with a token, the first thing they do is read the lease row ``FOR
+SHARE`` and stop if the token does not hold it.
+
 **Heartbeats in the database's clock.** ``leases.heartbeat_at`` is the server's ``now()``
 when the lease was taken or renewed; the holder dicts this journal hands to
 :func:`~durable_nb.lease.holder_alive` carry ``heartbeat_age`` (seconds, by the server's
@@ -78,7 +82,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -564,9 +568,15 @@ class PostgresJournal(Journal):
             "count_steps": f"SELECT max(position) FROM {s}.steps WHERE run_id = %s",
             "append_step": f"SELECT {s}.append_step(%s, %s, %s, %s, %s, %s, %s)",
             "truncate": f"DELETE FROM {s}.steps WHERE run_id = %s AND position >= %s",
+            "insert_step": f"INSERT INTO {s}.steps (run_id, position, entry) VALUES (%s, %s, %s)",
+            "drop_blobs": f"DELETE FROM {s}.blobs WHERE run_id = %s AND digest = ANY(%s)",
+            "update_record": f"UPDATE {s}.runs SET record = %s WHERE run_id = %s",
+            **{f"rename_{table}": f"UPDATE {s}.{table} SET run_id = %s WHERE run_id = %s"
+               for table in ("steps", "blobs")},
             "get_blob": f"SELECT value FROM {s}.blobs WHERE run_id = %s AND digest = %s",
             "lease": f"SELECT holder, extract(epoch FROM now() - heartbeat_at)::float8 "
                      f"FROM {s}.leases WHERE run_id = %s",
+            "lease_for_share": f"SELECT token FROM {s}.leases WHERE run_id = %s FOR SHARE",
             "lease_for_update": f"SELECT holder, extract(epoch FROM now() - heartbeat_at)::float8 "
                                 f"FROM {s}.leases WHERE run_id = %s FOR UPDATE",
             "insert_lease": f"INSERT INTO {s}.leases (run_id, token, holder, heartbeat_at) "
@@ -750,13 +760,43 @@ class PostgresJournal(Journal):
             rows = conn.execute(self._sql["list_batches"]).fetchall()
         return [_parse_batch(batch_id, text) for batch_id, text in rows]
 
-    def delete_run(self, run_id: str) -> None:
+    def delete_run(self, run_id: str, *, token: str | None = None,
+                   children: Iterable[str] = ()) -> None:
         self._writable("delete a run")
         self.get_run(run_id)
-        with self._conn("deleting a run") as conn, conn.transaction():
-            # The lease row first, as appends lock it first: no deadlock with a late append.
-            for table in ("leases", "requests", "steps", "blobs", "runs"):
-                conn.execute(self._sql[f"delete_{table}"], (run_id,))
+        with self._conn("deleting a run") as conn:
+            with conn.transaction():
+                fenced = not self._holds(conn, run_id, token)
+                for gone in () if fenced else (*children, run_id):
+                    # The lease row first, as appends lock it first: no deadlock with a
+                    # late append.
+                    for table in ("leases", "requests", "steps", "blobs", "runs"):
+                        conn.execute(self._sql[f"delete_{table}"], (gone,))
+        if fenced:
+            raise RunLeased(run_id, self.lease(run_id) or {}, advice=FENCED_ADVICE)
+
+    def _holds(self, conn: Any, run_id: str, token: str | None) -> bool:
+        """Inside a transaction: whether ``token`` (None: anyone) holds the run's lease, the
+        lease row locked until the end of the transaction (a takeover waits for it)."""
+        if token is None:
+            return True
+        row = conn.execute(self._sql["lease_for_share"], (run_id,)).fetchone()
+        return row is not None and row[0] == token
+
+    def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
+        self._writable("publish a copy")
+        published = True
+        with self._conn("publishing a copy") as conn:
+            with conn.transaction():
+                for staging, record in staged:
+                    if conn.execute(self._sql["create_run"], (
+                            record.run_id, _created_at(record), record.to_json())).rowcount != 1:
+                        published = False
+                        raise self._psycopg.Rollback()
+                    conn.execute(self._sql["delete_runs"], (staging,))
+                    for table in ("steps", "blobs"):
+                        conn.execute(self._sql[f"rename_{table}"], (record.run_id, staging))
+        return published
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -822,10 +862,31 @@ class PostgresJournal(Journal):
                             advice=position_taken_advice(entry.position))
 
     @_retried
-    def truncate(self, run_id: str, from_position: int) -> int:
-        self._writable("truncate a run")
-        with self._conn("truncating a run") as conn:
-            return conn.execute(self._sql["truncate"], (run_id, from_position)).rowcount
+    def rewrite_steps(self, run_id: str, from_position: int, entries: list[StepEntry], *,
+                      record_json: str | None = None, token: str | None = None,
+                      drop_blobs: Iterable[str] = (), drop_requests: bool = False) -> int:
+        self._writable("rewrite a run's steps")
+        deleted = 0
+        with self._conn("rewriting a run's steps") as conn:
+            with conn.transaction():
+                fenced = not self._holds(conn, run_id, token)
+                if not fenced:
+                    deleted = conn.execute(self._sql["truncate"], (run_id, from_position)).rowcount
+                    if entries:
+                        with conn.cursor() as cursor:
+                            cursor.executemany(self._sql["insert_step"], [
+                                (run_id, from_position + i, e.to_json())
+                                for i, e in enumerate(entries)])
+                    drop = list(drop_blobs)
+                    if drop:
+                        conn.execute(self._sql["drop_blobs"], (run_id, drop))
+                    if drop_requests:
+                        conn.execute(self._sql["delete_requests"], (run_id,))
+                    if record_json is not None:
+                        conn.execute(self._sql["update_record"], (record_json, run_id))
+        if fenced:
+            raise RunLeased(run_id, self.lease(run_id) or {}, advice=FENCED_ADVICE)
+        return deleted
 
     # -- blobs ------------------------------------------------------------------------------
 

@@ -1,0 +1,285 @@
+"""Rewinds (``on_change="rerun"``, ``reset``, ``rerun_from``) and deletes: fenced by the run's
+lease, cut by step key and scope, with the run's child runs - on disk and on PostgreSQL.
+
+The fencing tests stall a real executor: a child process is SIGSTOPped, its lease goes stale
+(aged in the journal, not waited for), another executor takes the run over and finishes it,
+and the stalled one is SIGCONTinued: whatever it was about to write, nothing of the new
+executor's is changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import durable_nb as dn
+from durable_nb import Status
+from durable_nb.errors import InputChanged, RunLeased
+from durable_nb.journal import StepEntry, cut_at_key
+from durable_nb.lease import Lease
+from tests.test_journal_conformance import Backend, backend  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _steps(ctx, first: str) -> list:
+    return [ctx.run(f"s{i}", lambda v: v, first if i == 0 else f"v{i}") for i in range(4)]
+
+
+# The executor that stalls: it takes the run's lease, says so, waits for `go` (where the test
+# stops it), then replays step s0 with a changed input, which re-runs the run from s0
+# (on_change="rerun": fork, then rewind). Its heartbeat never beats on its own.
+_STALLING = """
+import os, sys, time
+import durable_nb as dn
+location, ready, go, action = sys.argv[1:5]
+
+def agent(ctx):
+    open(ready, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    if action == "rerun":
+        return [ctx.run(f"s{i}", lambda v: v, "changed" if i == 0 else f"v{i}") for i in range(4)]
+    return ctx.run("late", lambda: "written by the stalled executor")
+
+dn.execute("r", agent, journal=location, on_change="rerun", heartbeat_interval=3600)
+"""
+
+
+def _stall_then_take_over(backend: Backend, tmp_path: Path, action: str) -> subprocess.CompletedProcess:
+    """Run r: one entry journaled, then FAILED. A child executor takes it and is stopped;
+    its lease is made stale; this process executes r to DONE (4 entries); the child goes on."""
+    store = backend.open()
+
+    def failing(ctx):
+        ctx.run("s0", lambda v: v, "v0")
+        raise RuntimeError("stop after s0")
+
+    with pytest.raises(RuntimeError):
+        dn.execute("r", failing, journal=store)
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    child = subprocess.Popen([sys.executable, "-c", _STALLING, backend.location, str(ready),
+                              str(go), action], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        while not ready.exists():
+            assert child.poll() is None, child.communicate()
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGSTOP)
+        backend.age_lease(store, "r", 3600)  # stalled past stale_after
+        assert dn.execute("r", lambda ctx: _steps(ctx, "v0"), journal=store) == \
+            ["v0", "v1", "v2", "v3"]
+        go.touch()
+        os.kill(child.pid, signal.SIGCONT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+@pytest.mark.parametrize("action", ["rerun", "append"])
+def test_a_stalled_executor_that_lost_its_lease_changes_nothing(backend: Backend,  # noqa: F811
+                                                                tmp_path: Path, action: str):
+    store = backend.open()
+    finished = _stall_then_take_over(backend, tmp_path, action)
+    assert finished.returncode != 0 and "fenced out" in finished.stderr, finished.stderr
+    record = store.get_run("r")
+    assert record.status is Status.DONE and record.result == ["v0", "v1", "v2", "v3"]
+    assert [e.name for e in store.steps("r")] == ["s0", "s1", "s2", "s3"]
+    assert [r.run_id for r in store.list_runs()] == ["r"]  # no fork of the stalled re-run
+
+
+def test_registry_edits_hold_the_lease_and_refuse_a_live_executor(backend: Backend):  # noqa: F811
+    store = backend.open()
+    dn.execute("r", lambda ctx: _steps(ctx, "v0"), journal=store)
+    held = Lease.acquire(store, "r")
+    try:
+        for edit in (lambda: dn.reset("r", 1, journal=store),
+                     lambda: dn.rerun_from("r", 1, journal=store),
+                     lambda: dn.delete("r", journal=store)):
+            with pytest.raises(RunLeased, match="cancel it first"):
+                edit()
+        assert store.count_steps("r") == 4 and store.get_run("r").status is Status.DONE
+    finally:
+        held.release()
+    assert dn.reset("r", 2, journal=store).step_count == 2
+    assert store.lease("r") is None  # the reset's own lease is released
+    assert dn.execute("r", lambda ctx: _steps(ctx, "v0"), journal=store) == \
+        ["v0", "v1", "v2", "v3"]
+
+
+# --- cutting by key ------------------------------------------------------------------------
+
+def _entry(position: int, key: str) -> StepEntry:
+    return StepEntry(position, key, f"step {key}", "run")
+
+
+def test_cut_at_key_keeps_other_tasks_and_drops_the_changed_scope():
+    journal = [_entry(p, k) for p, k in enumerate([
+        "0",            # root step before the tasks
+        "beta#0.0",     # a task that existed before the change
+        "alpha#0.0.0",  # inside the changed step
+        "alpha#0.0",    # the changed step (position 3)
+        "beta#0.1",     # the other task, completed later: stays
+        "alpha#0.1",    # the changed task's later step
+        "gamma#0.0",    # a task that did not exist yet at the change
+        "alpha#0.sub#0.0",  # a task the changed task started after it
+        "1",            # the root after the tasks
+    ])]
+    kept = cut_at_key(journal, journal[3])
+    assert [e.key for e in kept] == ["0", "beta#0.0", "beta#0.1"]
+    # a change inside a step: the step itself (completed after) and its later steps go
+    nested = [_entry(p, k) for p, k in enumerate(["0", "1.0", "1.1", "1.2", "1", "2"])]
+    assert [e.key for e in cut_at_key(nested, nested[2])] == ["0", "1.0"]
+    # a task whose first entry is after the change, but written by the execution that found
+    # it (before it was found), was made without the changed step's result: it stays
+    again = [_entry(p, k) for p, k in enumerate(["beta#0.0", "beta#0.1", "alpha#0.0"])]
+    assert [e.key for e in cut_at_key(again, again[1])] == ["beta#0.0"]
+    assert [e.key for e in cut_at_key(again, again[1], live_from=2)] == ["beta#0.0",
+                                                                         "alpha#0.0"]
+
+
+def _concurrent_agent(calls: list[str], alpha_input: str, beta_input: str = "x"):
+    async def agent(ctx):
+        # completion order b0, a1, b1, a2
+        b0_done, a1_done, b1_done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def beta():
+            first = await ctx.run_async("b0", _record(calls, "b0"))
+            b0_done.set()
+            await a1_done.wait()
+            second = await ctx.run_async("b1", _record(calls, "b1"), beta_input)
+            b1_done.set()
+            return [first, second]
+
+        async def alpha():
+            await b0_done.wait()
+            first = await ctx.run_async("a1", _record(calls, "a1"), alpha_input)
+            a1_done.set()
+            await b1_done.wait()
+            return [first, await ctx.run_async("a2", _record(calls, "a2"))]
+
+        return await asyncio.gather(alpha(), beta())
+    return agent
+
+
+def _record(calls: list[str], name: str):
+    async def step(*args):
+        await asyncio.sleep(0)
+        calls.append(name)
+        return [name, *args]
+    return step
+
+
+def test_rerun_replays_the_unchanged_steps_of_concurrent_tasks(backend: Backend):  # noqa: F811
+    store = backend.open()
+    calls: list[str] = []
+    dn.execute("r", _concurrent_agent(calls, "x"), journal=store)
+    assert [e.name for e in store.steps("r")] == ["b0", "a1", "b1", "a2"]
+    assert calls == ["b0", "a1", "b1", "a2"]
+    with pytest.raises(InputChanged):
+        dn.execute("r", _concurrent_agent(calls, "y"), journal=store)
+    calls.clear()
+    result = dn.execute("r", _concurrent_agent(calls, "y"), journal=store, on_change="rerun")
+    assert result == [[["a1", "y"], ["a2"]], [["b0"], ["b1", "x"]]]
+    assert calls == ["a1", "a2"]  # b1 finished after a1, and still replayed
+    entries = list(store.steps("r"))
+    assert [(e.position, e.name) for e in entries] == [(0, "b0"), (1, "b1"), (2, "a1"),
+                                                       (3, "a2")]
+    fork = store.get_run("r@1")
+    assert [e.name for e in store.steps("r@1")] == ["b0", "a1", "b1", "a2"]
+    assert fork.forked_from["run_id"] == "r"
+
+
+def test_two_changes_in_one_execution_keep_one_fork(backend: Backend):  # noqa: F811
+    store = backend.open()
+    calls: list[str] = []
+    dn.execute("r", _concurrent_agent(calls, "x"), journal=store)
+    calls.clear()
+    result = dn.execute("r", _concurrent_agent(calls, "y", "z"), journal=store,
+                        on_change="rerun")  # a1 changed, then (once a1 ran again) b1
+    assert result == [[["a1", "y"], ["a2"]], [["b0"], ["b1", "z"]]]
+    assert sorted(calls) == ["a1", "a2", "b1"]  # b0 replayed
+    assert [r.run_id for r in store.list_runs()] == ["r", "r@1"]
+    assert [e.name for e in store.steps("r@1")] == ["b0", "a1", "b1", "a2"]
+
+
+# --- child runs ---------------------------------------------------------------------------
+
+def _parent(calls: list[str], question: str):
+    def helper(ctx, q):
+        return ctx.run("answer", lambda: calls.append(f"answer {q}") or f"answer to {q}")
+
+    def agent(ctx):
+        asked = ctx.run("ask", lambda: question)
+        return ctx.child("helper", helper, asked)
+    return agent
+
+
+def test_reset_removing_a_child_step_deletes_its_child_run(backend: Backend):  # noqa: F811
+    store = backend.open()
+    calls: list[str] = []
+    assert dn.execute("job", _parent(calls, "q1"), journal=store) == "answer to q1"
+    assert [r.run_id for r in store.list_runs()] == ["job", "job/helper-1"]
+    dn.reset("job", 0, journal=store)
+    assert [r.run_id for r in store.list_runs()] == ["job"]
+    assert dn.execute("job", _parent(calls, "q2"), journal=store) == "answer to q2"
+    assert calls == ["answer q1", "answer q2"]  # the sub-agent ran again, not replayed
+
+
+def test_rerun_from_forks_the_child_runs_with_the_parent(backend: Backend):  # noqa: F811
+    store = backend.open()
+    calls: list[str] = []
+    dn.execute("job", _parent(calls, "q1"), journal=store)
+    assert dn.rerun_from("job", 1, journal=store) == "job@1"
+    assert sorted(r.run_id for r in store.list_runs()) == ["job", "job@1", "job@1/helper-1"]
+    fork_child = store.get_run("job@1/helper-1")
+    assert fork_child.parent == "job@1" and store.count_steps("job@1/helper-1") == 1
+    [child_step] = [e for e in store.steps("job@1") if e.kind == "child"]
+    assert child_step.meta["run_id"] == "job@1/helper-1"
+    assert dn.execute("job", _parent(calls, "q1"), journal=store) == "answer to q1"
+    assert calls == ["answer q1", "answer q1"]
+
+
+def test_delete_removes_the_run_and_its_children_only(backend: Backend):  # noqa: F811
+    store = backend.open()
+    calls: list[str] = []
+    for run_id in ("job", "job:2", "jobs"):
+        dn.execute(run_id, _parent(calls, run_id), journal=store)
+    dn.delete("job", journal=store)
+    assert sorted(r.run_id for r in store.list_runs()) == ["job:2", "job:2/helper-1", "jobs",
+                                                           "jobs/helper-1"]
+    assert dn.execute("job:2", _parent(calls, "job:2"), journal=store) == "answer to job:2"
+    assert calls.count("answer job:2") == 1  # replayed from a journal left whole
+
+
+def test_reset_deletes_the_child_run_of_a_failed_child_step(backend: Backend):  # noqa: F811
+    store = backend.open()
+    calls: list[str] = []
+
+    def helper(ctx, fail):
+        answer = ctx.run("answer", lambda: calls.append("answer") or "42")
+        if fail:
+            raise RuntimeError("the sub-agent broke after its step")
+        return answer
+
+    def agent(fail):
+        return lambda ctx: ctx.child("helper", helper, ctx.run("ask", lambda: fail))
+
+    with pytest.raises(RuntimeError):
+        dn.execute("job", agent(True), journal=store)
+    assert store.find_run("job/helper-1") is not None  # no meta names it: found by its key
+    dn.reset("job", 1, journal=store)
+    assert [r.run_id for r in store.list_runs()] == ["job"]
+    dn.reset("job", 0, journal=store)
+    assert dn.execute("job", agent(False), journal=store) == "42"
+    assert calls == ["answer", "answer"]
