@@ -22,14 +22,7 @@ from durable_nb import DiskJournal, RunOptions, RunRecord, Status
 from durable_nb.errors import JournalUnavailable, JournalWriteError
 from durable_nb.journal import PostgresJournal
 from durable_nb.runner import Runner
-
-
-def _wait_until(predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+from tests.harness.kernel import wait_until
 
 
 # --- the disk journal: a write that fails ------------------------------------------------
@@ -163,9 +156,10 @@ def test_a_heartbeat_that_cannot_renew_the_lease_says_so_and_goes_on(tmp_path):
 
     def handler(ctx):
         journal.fail_renew = True
-        ctx.run("a", lambda: _wait_until(lambda: observer.notes, "a note"))
+        ctx.run("a", lambda: wait_until(lambda: observer.notes, what="a note", timeout=60))
         journal.fail_renew = False
-        ctx.run("b", lambda: _wait_until(lambda: observer.notes[-1] == "", "the note cleared"))
+        ctx.run("b", lambda: wait_until(lambda: observer.notes[-1] == "",
+                                        what="the note cleared", timeout=60))
         return "ok"
 
     with pytest.warns(RuntimeWarning, match="Renewing the lease of run 'r' failed"):
@@ -305,10 +299,11 @@ def test_postgres_a_run_waiting_at_approval_gets_a_decision_given_after_a_restar
     runner.start()
     other = _open(pg_url)
     try:
-        _wait_until(lambda: (r := other.find_run("mail")) is not None
-                    and r.status is Status.WAITING_APPROVAL, "the run to wait")
-        _wait_until(lambda: journal._listener is not None
-                    and journal._listener.listening.is_set(), "the LISTEN connection")
+        wait_until(lambda: (r := other.find_run("mail")) is not None
+                   and r.status is Status.WAITING_APPROVAL, what="the run to wait", timeout=60)
+        wait_until(lambda: journal._listener is not None
+                   and journal._listener.listening.is_set(),
+                   what="the LISTEN connection", timeout=60)
         own_server.restart()
         dn.approve("mail", "after the restart", journal=other)
         runner.join(120)
@@ -394,8 +389,8 @@ def test_postgres_a_notebook_watcher_rides_over_a_restart_and_an_outage(own_serv
         own_server.restart()
         own_server.halt()  # down for longer than the journal's retry_for
         try:
-            _wait_until(lambda: "the journal cannot be read" in (session.panel._note or ""),
-                        "the watcher to say it cannot read the journal")
+            wait_until(lambda: "the journal cannot be read" in (session.panel._note or ""),
+                       what="the watcher to say it cannot read the journal", timeout=60)
             assert session._watcher.is_alive()  # it goes on trying
         finally:
             own_server.resume()

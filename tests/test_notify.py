@@ -22,6 +22,7 @@ import durable_nb as dn
 from durable_nb import RunOptions, Status
 from durable_nb.errors import RunCancelled
 from durable_nb.journal import Journal, PostgresJournal
+from tests.harness.kernel import wait_until
 from tests.conftest import run_python
 from tests.test_journal_conformance import Backend, backend, pg_backend  # noqa: F401 (fixtures)
 
@@ -32,8 +33,8 @@ SLOW_POLL = 60.0  # seconds: what a poll would take; a notification takes well u
 def _waiting_since(journal: Journal, run_id: str) -> float:
     """When the run was left waiting (its record's last write, wall clock): a waiter that
     polls reads again no sooner than its poll interval after this."""
-    _wait_until(lambda: (r := journal.find_run(run_id)) is not None
-                and r.status is Status.WAITING_APPROVAL, f"run {run_id} to wait")
+    wait_until(lambda: (r := journal.find_run(run_id)) is not None
+               and r.status is Status.WAITING_APPROVAL, what=f"run {run_id} to wait", timeout=60)
     return journal.get_run(run_id).updated_at
 
 
@@ -57,14 +58,6 @@ def _cli(location: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
-
-
-def _wait_until(predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 # --- the interface, on both backends ---------------------------------------------------------
@@ -116,8 +109,8 @@ def test_postgres_a_request_from_another_process_wakes_a_waiter_without_polling(
 
     waiter = threading.Thread(target=wait)
     waiter.start()
-    _wait_until(lambda: journal._listener is not None and journal._listener.listening.is_set(),
-                "the LISTEN connection")
+    wait_until(lambda: journal._listener is not None and journal._listener.listening.is_set(),
+               what="the LISTEN connection", timeout=60)
     run_python("import sys; from durable_nb.journal import PostgresJournal; "
                "PostgresJournal(sys.argv[1]).put_request('decision', 'r', {'key': '0'})",
                pg_backend.location)
@@ -205,8 +198,8 @@ def test_postgres_a_notebook_watcher_resumes_a_parked_run_on_a_decision_from_ano
     try:
         parked = session.start()  # the cell ends; the watcher thread waits for a decision
         assert parked.status is Status.WAITING_APPROVAL
-        _wait_until(lambda: journal._listener is not None and journal._listener.listening.is_set(),
-                    "the watcher's LISTEN connection")
+        wait_until(lambda: journal._listener is not None and journal._listener.listening.is_set(),
+                   what="the watcher's LISTEN connection", timeout=60)
         waiting_reads = reads["decision"]
         waiting_since = journal.get_run("mail").updated_at
         _cli(pg_backend.location, "approve", "mail", "go", "--by", "ana")

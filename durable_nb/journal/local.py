@@ -40,6 +40,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -706,6 +707,21 @@ class DiskJournal(Journal):
             if len(rows) < _READ_AHEAD:
                 return
 
+    @contextmanager
+    def _value_files_of(self, rows: list[tuple[str, tuple]]) -> Iterator[None]:
+        """Around a transaction that inserts ``rows``: their value files (written before it,
+        outside the lock) are removed if it is refused or fails, since nothing references
+        them then."""
+        written = False
+        try:
+            yield
+            written = True
+        finally:
+            if not written:
+                for _, columns in rows:
+                    if columns[2] is not None:
+                        self._cache._disk.remove(columns[2])
+
     def append_step(self, run_id: str, entry: StepEntry, *, record_json: str | None = None,
                     token: str | None = None, blobs: dict[str, str] | None = None) -> None:
         if self.read_only:
@@ -716,29 +732,21 @@ class DiskJournal(Journal):
         for digest, blob in (blobs or {}).items():
             blob_key = f"blob:{run_id}:{digest}"
             rows.append((blob_key, self._columns(blob_key, blob)))
-        written = False
-        try:
-            # One SQLite transaction (BEGIN IMMEDIATE; retried while another writer holds the
-            # lock, as diskcache's transact(retry=True)): the lease check, the entry written
-            # only where its position is free, its blobs unless present, the record.
-            with cache._transact(retry=True) as (sql, cleanup):
-                self._fenced(run_id, token, sql)
-                now = time.time()
-                if not self._insert_if_absent(sql, key, rows[0][1], now):
-                    raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
-                                    advice=position_taken_advice(entry.position))
-                for blob_key, columns in rows[1:]:
-                    if not self._insert_if_absent(sql, blob_key, columns, now):
-                        cleanup(columns[2])  # the run has this blob: its new file goes
-                if record_json is not None:
-                    cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
-                              retry=True)
-            written = True
-        finally:
-            if not written:  # refused or failed: nothing references the value files
-                for _, columns in rows:
-                    if columns[2] is not None:
-                        cache._disk.remove(columns[2])
+        # One SQLite transaction (BEGIN IMMEDIATE; retried while another writer holds the
+        # lock, as diskcache's transact(retry=True)): the lease check, the entry written
+        # only where its position is free, its blobs unless present, the record.
+        with self._value_files_of(rows), cache._transact(retry=True) as (sql, cleanup):
+            self._fenced(run_id, token, sql)
+            now = time.time()
+            if not self._insert_if_absent(sql, key, rows[0][1], now):
+                raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
+                                advice=position_taken_advice(entry.position))
+            for blob_key, columns in rows[1:]:
+                if not self._insert_if_absent(sql, blob_key, columns, now):
+                    cleanup(columns[2])  # the run has this blob: its new file goes
+            if record_json is not None:
+                cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
+                          retry=True)
 
     def rewrite_steps(self, run_id: str, from_position: int, entries: list[StepEntry], *,
                       record_json: str | None = None, token: str | None = None,
@@ -748,28 +756,20 @@ class DiskJournal(Journal):
         cache = self._cache
         rows = [(key, self._columns(key, entry.to_json())) for key, entry in
                 ((_step_key(run_id, from_position + i), e) for i, e in enumerate(entries))]
-        written = False
-        try:
-            with cache._transact(retry=True) as (sql, cleanup):
-                self._fenced(run_id, token, sql)
-                deleted = self._delete_rows(sql, cleanup,
-                                            self._step_keys(sql, run_id, from_position))
-                self._delete_rows(sql, cleanup, [
-                    *(f"blob:{run_id}:{digest}" for digest in drop_blobs),
-                    *((_request_key(kind, run_id) for kind in REQUEST_KINDS)
-                      if drop_requests else ())])
-                now = time.time()
-                for key, columns in rows:
-                    self._insert_if_absent(sql, key, columns, now)
-                if record_json is not None:
-                    cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
-                              retry=True)
-            written = True
-        finally:
-            if not written:  # refused or failed: nothing references the value files
-                for _, columns in rows:
-                    if columns[2] is not None:
-                        cache._disk.remove(columns[2])
+        with self._value_files_of(rows), cache._transact(retry=True) as (sql, cleanup):
+            self._fenced(run_id, token, sql)
+            deleted = self._delete_rows(sql, cleanup,
+                                        self._step_keys(sql, run_id, from_position))
+            self._delete_rows(sql, cleanup, [
+                *(f"blob:{run_id}:{digest}" for digest in drop_blobs),
+                *((_request_key(kind, run_id) for kind in REQUEST_KINDS)
+                  if drop_requests else ())])
+            now = time.time()
+            for key, columns in rows:
+                self._insert_if_absent(sql, key, columns, now)
+            if record_json is not None:
+                cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
+                          retry=True)
         return deleted
 
     # -- blobs ----------------------------------------------------------------------------
