@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import serde
+from . import attempts, serde
 from .context import Context
 from .errors import (
     JournalError,
@@ -153,6 +153,7 @@ class Runner:
         self.observer = observer or NullObserver()
         self.parent = parent
         self.execution: Execution | None = None
+        self._attempt: dict | None = None  # this execution's, in the record's attempts
 
     def load_or_create(self) -> RunRecord:
         """The run record, created if new, with this execution's options applied."""
@@ -203,8 +204,13 @@ class Runner:
                 try:
                     outcome = self._drive(execution)
                 except Restart:
+                    self._note_rerun(execution)
                     record = self._rerun_from(execution)
                     continue
+                except BaseException as exc:
+                    self._end_attempt(execution, exc)
+                    raise
+                self._end_attempt(execution, None)
                 if outcome.status is Status.DONE and execution.live_steps \
                         and self.options.verify_replay:
                     self._verify(outcome, lease.token)
@@ -228,7 +234,56 @@ class Runner:
             record.error = None
             record.failed_step = None
         record.owner = {"pid": os.getpid(), "host": this_host()}
+        self._begin_attempt(record)
         self.journal.put_run(record, token=token)
+        # The view shows this execution from now on, not the status an earlier one left.
+        self.observer.on_record(record)
+
+    # -- attempts (durable_nb.attempts) ---------------------------------------------------
+
+    def _begin_attempt(self, record: RunRecord) -> None:
+        """Open this execution's attempt on the record (not for a DONE run, which only
+        replays; one reopened by a changed step gets its attempt then)."""
+        self._attempt = None
+        if record.status is Status.DONE:
+            return
+        source = self.options.source
+        last = attempts.current(record)
+        size = (self.journal.count_steps(self.run_id, record.step_count)
+                if last is not None and last.get("end") is None else record.step_count)
+        self._attempt = attempts.begin(record, record.step_count, source,
+                                       source_hash(source) if source is not None else None,
+                                       journal_size=size)
+
+    def _note_rerun(self, execution: Execution) -> None:
+        position = execution.restart_from or 0
+        with execution.lock:
+            if self._attempt is None:  # a DONE run reopened: this execution is an attempt
+                execution.record.status = Status.RUNNING
+                self._begin_attempt(execution.record)
+            attempts.note_rerun(self._attempt, position, execution.replay_log.taken,
+                                execution.live_steps)
+
+    def _end_attempt(self, execution: Execution, error: BaseException | None) -> None:
+        """Close this execution's attempt and write the record (fenced: an executor that
+        lost the lease writes nothing; the next attempt closes it as died)."""
+        attempt = self._attempt
+        if attempt is None or isinstance(error, RunLeased):
+            return
+        if isinstance(error, Suspend):
+            error = None  # a child run parked: its parent parks too
+        record = execution.record
+        end = attempts.end_of(record.status, error, execution.interrupted)
+        with execution.lock:
+            attempts.finish(attempt, end, execution.writer.next_position,
+                            execution.replay_log.taken, execution.live_steps,
+                            record.error if error is not None else None)
+        try:
+            execution.save_record()
+        except (OSError, sqlite3.Error, JournalError, RunLeased):
+            return  # the attempt stays open; the next one closes it
+        if end == "interrupted":
+            attempts.note_interrupted(self.journal, self.run_id, attempt["n"])
 
     def _retry_failed_steps(self, record: RunRecord) -> None:
         """A step whose unhandled failure failed the run is tried again on resume, with the
