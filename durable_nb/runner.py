@@ -248,10 +248,9 @@ class Runner:
         if record.status is Status.DONE:
             return
         source = self.options.source
-        last = attempts.current(record)
-        size = (self.journal.count_steps(self.run_id, record.step_count)
-                if last is not None and last.get("end") is None else record.step_count)
-        self._attempt = attempts.begin(record, record.step_count, source,
+        # The record's step count lags behind the journal after a crash.
+        size = self.journal.count_steps(self.run_id, record.step_count)
+        self._attempt = attempts.begin(record, size, source,
                                        source_hash(source) if source is not None else None,
                                        journal_size=size)
 
