@@ -207,10 +207,6 @@ class Runner:
                     self._note_rerun(execution)
                     record = self._rerun_from(execution)
                     continue
-                except BaseException as exc:
-                    self._end_attempt(execution, exc)
-                    raise
-                self._end_attempt(execution, None)
                 if outcome.status is Status.DONE and execution.live_steps \
                         and self.options.verify_replay:
                     self._verify(outcome, lease.token)
@@ -264,23 +260,17 @@ class Runner:
                                 execution.live_steps)
 
     def _end_attempt(self, execution: Execution, error: BaseException | None) -> None:
-        """Close this execution's attempt and write the record (fenced: an executor that
-        lost the lease writes nothing; the next attempt closes it as died)."""
+        """Close this execution's attempt on the record, which the caller writes with the
+        run's new status (if that write fails, the next attempt closes it as died)."""
         attempt = self._attempt
-        if attempt is None or isinstance(error, RunLeased):
+        if attempt is None or attempt.get("end") is not None:
             return
-        if isinstance(error, Suspend):
-            error = None  # a child run parked: its parent parks too
         record = execution.record
         end = attempts.end_of(record.status, error, execution.interrupted)
         with execution.lock:
             attempts.finish(attempt, end, execution.writer.next_position,
                             execution.replay_log.taken, execution.live_steps,
                             record.error if error is not None else None)
-        try:
-            execution.save_record()
-        except (OSError, sqlite3.Error, JournalError, RunLeased):
-            return  # the attempt stays open; the next one closes it
         if end == "interrupted":
             attempts.note_interrupted(self.journal, self.run_id, attempt["n"])
 
@@ -333,6 +323,7 @@ class Runner:
             value = self._call_handler(execution)
         except Suspend:
             record.status = Status.WAITING_APPROVAL
+            self._end_attempt(execution, None)
             execution.save_record()
             if self.parent is not None:
                 raise
@@ -362,6 +353,7 @@ class Runner:
         record.status = Status.DONE
         record.pending_approval = None
         record.finished_at = time.time()
+        self._end_attempt(execution, None)
         execution.save_record()
         return RunOutcome(record, value)
 
@@ -386,6 +378,7 @@ class Runner:
             # failed on its way out are tried again with it.
             positions = [position for position, error in execution.failures if error is exc]
             record.failed_step = min(positions) if positions else None
+        self._end_attempt(execution, exc)
         try:
             execution.save_record()
         except RunLeased:
