@@ -6,7 +6,7 @@ ran it, and how it ended. It lives in ``RunRecord.attempts`` as a JSON object, s
 an export and a Jupyter Server extension read the history without a kernel::
 
     {"n": 3, "started_at": 1796163262.4, "host": "box", "pid": 4242,
-     "via": "kernel", "kernel": "5f0c...",           # or "script" / "cli"
+     "via": "kernel", "kernel": "5f0c...",    # or "via": "script", "program": "run.py"
      "from_step": 3,                                  # its new steps are positions 3, 4 ...
      "source_hash": "ab12...",                        # the code that ran it (None: unknown)
      "replayed": 3, "executed": 5, "at_step": 8,      # counts, and the journal size at its end
@@ -40,7 +40,8 @@ from typing import Any
 from .journal import Journal, RunRecord, Status, this_host
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
-           "history_lines", "note_rerun", "resumed_words", "source_of", "step_sources"]
+           "history_lines", "note_interrupted", "note_rerun", "resumed_words", "source_of",
+           "step_sources"]
 
 #: Attempts a record keeps (the older ones are counted in ``attempts_dropped``).
 KEEP = 20
@@ -166,25 +167,25 @@ def describe(attempt: dict, where: bool = True) -> str:
     """One attempt as a line: when, where (the kernel or program; with ``where``, its pid
     and host), what it did, how it ended."""
     ran = (f"kernel {str(attempt['kernel'])[:8]}" if attempt.get("kernel")
-           else str(attempt.get("via") or "process"))
+           else str(attempt.get("program") or attempt.get("via") or "process"))
     if where:
         ran += f" (pid {attempt.get('pid')} on {attempt.get('host')})"
-    parts = [f"attempt {attempt['n']}", _clock(attempt.get("started_at")), ran]
-    done = f"replayed {attempt.get('replayed', 0)}, executed {attempt.get('executed', 0)}"
-    if attempt.get("rerun_from") is not None:
-        done += f", executed again from step {attempt['rerun_from']}"
+    head = f"attempt {attempt['n']}  {_clock(attempt.get('started_at'))}  {ran}"
     end = attempt.get("end")
     if end is None:
-        how = "running"
-    else:
-        how = _end_words(attempt)
-        if attempt.get("at_step") is not None:
-            how += f" at step {attempt['at_step']}"
-        if attempt.get("error") and end in ("failed", "input-changed", "cancelled"):
-            how += f": {attempt['error']}"
+        return f"{head}: running"  # its counts are written when it ends
     if end == "died":
-        done = f"executed {attempt.get('executed', 0)} (no count of its replays)"
-    return f"{parts[0]}  {parts[1]}  {parts[2]}: {done}; {how}"
+        done = f"executed {attempt.get('executed', 0)} (its replays were not counted)"
+    else:
+        done = f"replayed {attempt.get('replayed', 0)}, executed {attempt.get('executed', 0)}"
+    if attempt.get("rerun_from") is not None:
+        done += f", executed again from step {attempt['rerun_from']}"
+    how = _end_words(attempt)
+    if attempt.get("at_step") is not None:
+        how += f" at step {attempt['at_step']}"
+    if attempt.get("error") and end in ("failed", "input-changed", "cancelled"):
+        how += f": {attempt['error']}"
+    return f"{head}: {done}; {how}"
 
 
 def _interrupted_outside_kernel(attempt: dict) -> bool:
@@ -246,21 +247,16 @@ def step_sources(record: RunRecord) -> list[tuple[int, dict | None, str | None]]
 
 # -- where an attempt runs -------------------------------------------------------------------
 
-_origin = "script"
-
-
-def set_origin(name: str) -> None:
-    """Name what executes runs in this process when it is not a kernel (``"cli"``)."""
-    global _origin
-    _origin = name
-
-
 def _where() -> dict[str, Any]:
+    """Where this process runs attempts: a kernel (by id), else the program (``durable-nb``,
+    ``pytest``, a script's file name)."""
     kernel = _kernel_id()
-    where: dict[str, Any] = {"host": this_host(), "pid": os.getpid(),
-                             "via": "kernel" if kernel else _origin}
+    where: dict[str, Any] = {"host": this_host(), "pid": os.getpid()}
     if kernel:
-        where["kernel"] = kernel
+        where.update(via="kernel", kernel=kernel)
+    else:
+        program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+        where.update(via="script", program=program if program not in ("", "-c") else "python")
     return where
 
 

@@ -99,9 +99,9 @@ def test_an_interrupt_is_an_interrupted_attempt_and_load_ext_lists_the_run(
     _resume(journal)
     assert describe_unfinished(journal) == []
     shown = format_run(get_run("r", journal=journal))
-    assert re.search(r"attempts   2\n  attempt 1  \S+  script \(pid \d+ on \S+\): replayed 0, "
+    assert re.search(r"attempts   2\n  attempt 1  \S+  python \(pid \d+ on \S+\): replayed 0, "
                      r"executed 3; interrupted \(KeyboardInterrupt\) at step 3\n"
-                     r"  attempt 2  \S+  script \(pid \d+ on \S+\): replayed 3, executed 4; "
+                     r"  attempt 2  \S+  \S+ \(pid \d+ on \S+\): replayed 3, executed 4; "
                      r"completed at step 7\n", shown), shown
 
 
