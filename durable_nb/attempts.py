@@ -6,15 +6,16 @@ ran it, and how it ended. It lives in ``RunRecord.attempts`` as a JSON object, s
 an export and a Jupyter Server extension read the history without a kernel::
 
     {"n": 3, "started_at": 1796163262.4, "host": "box", "pid": 4242,
-     "via": "kernel", "kernel": "5f0c...",    # or "via": "script", "program": "run.py"
-     "from_step": 3,                                  # its new steps are positions 3, 4 ...
-     "source_hash": "ab12...",                        # the code that ran it (None: unknown)
-     "replayed": 3, "executed": 5, "at_step": 8,      # counts, and the journal size at its end
-     "end": "completed", "ended_at": 1796163270.1, "error": None}
+     "via": "kernel", "kernel": "5f0c...",        # or "via": "script", "program": "run.py"
+     "from_step": 3,                              # its new steps are positions 3, 4 ...
+     "source_hash": "ab12...",                    # the code that ran it (None: unknown)
+     "replayed": 3, "executed": 5, "at_step": 8,  # counts, and the journal size at its end
+     "end": "completed", "ended_at": 1796163270.1}
 
 How an attempt ended (``end``): ``completed`` (DONE), ``parked`` (waiting for an approval),
 ``interrupted`` (the kernel's stop button: KeyboardInterrupt), ``kernel-restarted`` (it was
-interrupted and its kernel exited right after, which is what Kernel > Restart does),
+interrupted and its kernel exited within 10 s, which is what Kernel > Restart does: Jupyter
+interrupts a kernel before it asks it to shut down; the kernel's exit hook writes it),
 ``died`` (it never said: killed, crashed, or its kernel restarted while busy past the
 interrupt; the next attempt closes it, knowing because the record's last attempt is still
 open when it takes the lease), ``input-changed`` (a step's kind, name or inputs changed),
@@ -31,13 +32,16 @@ from __future__ import annotations
 
 import atexit
 import os
+import sqlite3
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from .errors import JournalError, JournalMismatch, RunCancelled, RunLeased
 from .journal import Journal, RunRecord, Status, this_host
+from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
            "history_lines", "note_interrupted", "note_rerun", "resumed_words", "source_of",
@@ -127,8 +131,6 @@ def finish(attempt: dict, end: str, at_step: int, replayed: int, executed: int,
 
 def end_of(status: Status, error: BaseException | None, interrupted: bool) -> str:
     """How an execution ended, from the run's status after it and what it raised."""
-    from .errors import JournalMismatch, RunCancelled
-
     if error is None:
         return {Status.DONE: "completed", Status.WAITING_APPROVAL: "parked",
                 Status.CANCELLED: "cancelled"}.get(status, "failed")
@@ -305,26 +307,27 @@ def note_interrupted(journal: Journal, run_id: str, n: int) -> None:
 
 
 def _mark_restarts() -> None:
-    from .lease import Lease
-
+    """At the kernel's exit: the attempts it interrupted within the window were stopped by
+    a restart. Written holding the run's lease; a run someone else executes is left alone
+    (their attempt already closed ours)."""
     now = time.monotonic()
     for journal, run_id, n, at in _interrupted_here:
         if now - at > _RESTART_WINDOW:
             continue
         try:
             lease = Lease.acquire(journal, run_id)
-        except Exception:
-            continue  # someone executes it now: their attempt closed ours already
+        except (RunLeased, JournalError, OSError, sqlite3.Error):
+            continue
         try:
             record = journal.get_run(run_id)
             last = current(record)
             if last is not None and last["n"] == n and last.get("end") == "interrupted":
                 last["end"] = "kernel-restarted"
                 journal.put_run(record, token=lease.token)
-        except Exception:
+        except (RunLeased, JournalError, OSError, sqlite3.Error):
             pass  # the process is exiting: the attempt stays "interrupted"
         finally:
             try:
                 lease.release()
-            except Exception:
-                pass
+            except (JournalError, OSError, sqlite3.Error):
+                pass  # a dead lease is taken over by the next executor anyway
