@@ -314,6 +314,8 @@ class RunPanel:
         self.refresh()
 
     def on_record(self, record: RunRecord) -> None:
+        if record.run_id != self._record.run_id:
+            return  # a child run's (ctx.child reports to its parent's view): not this run's
         with self._lock:
             number = _attempt_number(record)
             new_attempt = number != self._attempt_n or self._starting

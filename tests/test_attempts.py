@@ -272,3 +272,18 @@ def test_the_export_pairs_each_part_of_the_run_with_the_code_that_made_it(
     assert code[0] < load < code[1] < plan  # each part after the code that made it
     assert nb.cells[code[1] - 1].source.startswith("**The code changed here** (attempt 2")
     assert "The code changed while the run went on" in nb.cells[0].source
+
+
+def test_a_child_runs_record_never_replaces_its_parents_in_the_panel(tmp_path: Path) -> None:
+    journal = DiskJournal(tmp_path / "j")
+    panel = RunPanel(RunRecord(run_id="parent"), journal=journal, starting=True)
+    shown: list[str] = []
+
+    def child(ctx):
+        shown.append(_text(panel.header.value))
+        return ctx.run("c", lambda: 1)
+
+    durable_nb.runner.Runner("parent", lambda ctx: ctx.child("kid", child), journal=journal,
+                             observer=panel).run()
+    assert "parent" in shown[0] and "kid" not in shown[0] and "RUNNING" in shown[0]
+    assert "kid" not in panel.header.value and "DONE" in panel.header.value
