@@ -110,20 +110,19 @@ def begin(record: RunRecord, from_step: int, source: str | None,
     return attempt
 
 
-def note_rerun(attempt: dict, position: int, replayed: int, executed: int) -> None:
+def note_rerun(attempt: dict, position: int, executed: int) -> None:
     """The attempt executes the run again from ``position`` (on_change="rerun"): the steps
-    it made from there were forgotten (kept in the fork); counts so far are kept."""
+    it executed from there are forgotten (kept in the fork) but were executed; the steps
+    before are replayed again, and counted once, when it ends."""
     attempt["rerun_from"] = position
     attempt["from_step"] = min(attempt["from_step"], position)
-    attempt["replayed"] += replayed
     attempt["executed"] += executed
 
 
 def finish(attempt: dict, end: str, at_step: int, replayed: int, executed: int,
            error: str | None = None) -> None:
     """Close ``attempt``: how it ended, where, and what it did."""
-    attempt.update(end=end, ended_at=time.time(), at_step=at_step,
-                   replayed=attempt["replayed"] + replayed,
+    attempt.update(end=end, ended_at=time.time(), at_step=at_step, replayed=replayed,
                    executed=attempt["executed"] + executed)
     if error:
         attempt["error"] = error if len(error) <= 300 else error[:299] + "\u2026"
@@ -258,7 +257,8 @@ def _where() -> dict[str, Any]:
         where.update(via="kernel", kernel=kernel)
     else:
         program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-        where.update(via="script", program=program if program not in ("", "-c") else "python")
+        where.update(via="script", program=program if program not in ("", "-", "-c")
+                     else "python")
     return where
 
 

@@ -256,8 +256,7 @@ class Runner:
             if self._attempt is None:  # a DONE run reopened: this execution is an attempt
                 execution.record.status = Status.RUNNING
                 self._begin_attempt(execution.record)
-            attempts.note_rerun(self._attempt, position, execution.replay_log.taken,
-                                execution.live_steps)
+            attempts.note_rerun(self._attempt, position, execution.live_steps)
 
     def _end_attempt(self, execution: Execution, error: BaseException | None) -> None:
         """Close this execution's attempt on the record, which the caller writes with the

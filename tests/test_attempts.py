@@ -260,7 +260,8 @@ def test_the_export_pairs_each_part_of_the_run_with_the_code_that_made_it(
     assert [(p["from_step"], p["source"]) for p in data["code"]] == [
         (0, "goal = 'old'"), (1, "goal = 'new'")]
     assert [a["end"] for a in data["attempts"]["list"]] == ["completed", "completed"]
-    assert data["attempts"]["list"][1]["rerun_from"] == 1
+    rerun = data["attempts"]["list"][1]
+    assert (rerun["rerun_from"], rerun["replayed"], rerun["executed"]) == (1, 1, 2)
     assert "pid" not in data["attempts"]["list"][0]  # where it ran stays out of shared files
 
     nb = export_notebook(json.loads(json.dumps(data)))
