@@ -288,3 +288,18 @@ def test_a_child_runs_record_never_replaces_its_parents_in_the_panel(tmp_path: P
                              observer=panel).run()
     assert "parent" in shown[0] and "kid" not in shown[0] and "RUNNING" in shown[0]
     assert "kid" not in panel.header.value and "DONE" in panel.header.value
+
+
+def test_batch_items_a_kernel_restart_stopped_are_counted_in_their_batchs_line(
+        tmp_path: Path) -> None:
+    from durable_nb.journal import BatchRecord
+
+    journal = DiskJournal(tmp_path / "j")
+    journal.put_batch(BatchRecord("b", keys=["x", "y"]))
+    for key, end in (("x", "kernel-restarted"), ("y", "completed")):
+        record = RunRecord(run_id=f"b/{key}", status=Status.FAILED if key == "x" else Status.DONE,
+                           attempts=[{"n": 1, "pid": 1, "host": "elsewhere", "end": end}])
+        journal.create_run(record)
+    assert describe_unfinished(journal) == [
+        "b: batch with 1 item interrupted; re-run its cell to finish it (`%durable batch show b` "
+        "lists the items)"]

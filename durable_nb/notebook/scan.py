@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 from .. import attempts, registry
 from ..journal import Journal, RunRecord, Status, this_host
@@ -37,7 +38,13 @@ def describe_unfinished(journal: Journal) -> list[str]:
             left.setdefault(batch_id, Counter())[record.status] += 1
         else:
             lines.append(_describe_run(record))
-    lines += _describe_interrupted(journal, batches)
+    for record, how in _interrupted(journal):
+        batch_id = record.run_id.rpartition("/")[0]
+        if batch_id in batches:
+            left.setdefault(batch_id, Counter())[Status.RUNNING] += 1
+        else:
+            lines.append(f"{record.run_id}: {how} at iteration {record.iteration} "
+                         f"(step {record.step_count}); re-run its cell to continue")
     for batch_id, counts in left.items():
         parts = []
         if counts[Status.RUNNING]:
@@ -50,13 +57,12 @@ def describe_unfinished(journal: Journal) -> list[str]:
     return lines
 
 
-def _describe_interrupted(journal: Journal, batches: set[str]) -> list[str]:
-    """Lines about top-level runs whose last execution, in another process, was
-    interrupted: by a kernel restart, the stop button before the kernel went away, or
-    (records from before attempts were journaled) an interrupt of unknown origin."""
-    lines = []
+def _interrupted(journal: Journal) -> Iterator[tuple[RunRecord, str]]:
+    """Top-level FAILED runs whose last execution, in another process, was interrupted: by
+    a kernel restart, the stop button before the kernel went away, or (records from before
+    attempts were journaled) an interrupt of unknown origin; with how, in words."""
     for record in registry.runs((Status.FAILED,), journal=journal):
-        if record.parent or record.run_id.rpartition("/")[0] in batches:
+        if record.parent:
             continue
         last = attempts.current(record)
         if last is None:
@@ -70,9 +76,7 @@ def _describe_interrupted(journal: Journal, batches: set[str]) -> list[str]:
                    else "interrupted")
         else:
             continue
-        lines.append(f"{record.run_id}: {how} at iteration {record.iteration} "
-                     f"(step {record.step_count}); re-run its cell to continue")
-    return lines
+        yield record, how
 
 
 def _describe_run(record: RunRecord) -> str:
