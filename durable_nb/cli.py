@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import registry
+from . import attempts, registry
 from .batch import batch as read_batch
 from .demo import run_demo
 from .errors import DurableError, NoJournal, UnknownRun
@@ -200,6 +200,7 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
     replay = _replay_line(info)
     if replay:
         lines.append(replay)
+    lines += _attempt_lines(info)
     lines.append(f"steps      {len(info.steps)}")
     lines += [_step_line(e) for e in info.steps]
     return "\n".join(lines)
@@ -216,6 +217,15 @@ def _pending_lines(pending: dict) -> list[str]:
                      f"{earlier.get('name')!r} ({_shown_value(earlier.get('details'), 200)}, "
                      f"request {short(earlier.get('digest'))}) is not applied to it")
     return lines
+
+
+def _attempt_lines(info: RunRecord) -> list[str]:
+    """The run's history: each execution, where it ran, what it did, how it ended."""
+    history = attempts.history_lines(info)
+    if not history:
+        return []
+    total = len(info.attempts or ()) + info.attempts_dropped
+    return [f"attempts   {total}"] + [f"  {line}" for line in history]
 
 
 def list_runs(journal: Journal, *, status: str | None = None, prefix: str | None = None,

@@ -11,7 +11,13 @@ the run, and the run's source (when it was recorded) is one code cell without ou
 opening the notebook executes nothing. Each cell carries its part of the structured data in
 ``metadata["durable_nb"]``; the JSON export is that same data as one document::
 
-    {"export_version": 1, "run": {...}, "rounds": [...], "result": {...}}
+    {"export_version": 1, "run": {...}, "rounds": [...], "result": {...},
+     "attempts": {"dropped": 0, "list": [...]}, "code": [{"from_step": 0, "source": ...}]}
+
+``attempts`` are the run's executions (:mod:`durable_nb.attempts`, without host and pid);
+``code`` pairs each part of the run with the code that made it: when the cell changed
+between executions (``on_change="rerun"``, a resumed run), the notebook shows each version
+of the code right before the steps it made, and says that the code changed there.
 
 A round is one chat step and the steps after it up to the next chat step; steps before the
 first chat step form round 0, whose ``chat`` is None. Step results are shown as plain JSON:
@@ -28,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 
-from . import serde
+from . import attempts, serde
 from .batch import batch as read_batch
 from .journal import LLM_KINDS, Journal, open_journal
 from .registry import RunInfo, get_run
@@ -139,7 +145,8 @@ def _write_whole(path: Path, text: str) -> None:
 # -- the structured data ----------------------------------------------------------------------
 
 def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, Any]:
-    """The run as JSON data: ``{"export_version", "run", "rounds", "result"}``.
+    """The run as JSON data: ``{"export_version", "run", "rounds", "result", "attempts",
+    "code"}``.
 
     ``journal`` (the one ``info`` came from) lets child steps name their child run's status.
     """
@@ -167,7 +174,28 @@ def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, A
     run["status"] = str(info.status)
     run["goal"] = goal if isinstance(goal, str) else (_plain(goal) if goal is not None else None)
     return {"export_version": EXPORT_VERSION, "run": run, "rounds": rounds,
-            "result": _result(info)}
+            "result": _result(info), "attempts": _attempts(info), "code": _code_parts(info)}
+
+
+# Where an attempt ran (host, pid, kernel) stays out of shared files, as the owner does.
+_PRIVATE_ATTEMPT_KEYS = ("host", "pid", "kernel")
+
+
+def _attempts(info: RunInfo) -> dict[str, Any]:
+    """The run's executions, oldest first: ``{"dropped": N, "list": [...]}``."""
+    kept = [{k: v for k, v in a.items() if k not in _PRIVATE_ATTEMPT_KEYS}
+            for a in info.attempts or ()]
+    for shown, attempt in zip(kept, info.attempts or ()):
+        shown["words"] = attempts.describe(attempt, where=False)
+    return {"dropped": info.attempts_dropped, "list": kept}
+
+
+def _code_parts(info: RunInfo) -> list[dict[str, Any]]:
+    """The code that produced the run, part by part: ``{"from_step", "attempt",
+    "source"}``, a new part wherever the code that made the steps changed."""
+    return [{"from_step": start, "attempt": attempt["n"] if attempt else None, "source": source,
+             "started_at": attempt.get("started_at") if attempt else None}
+            for start, attempt, source in attempts.step_sources(info)]
 
 
 def _chat_request(entry: Any, run_id: str, journal: Journal | None,
@@ -312,15 +340,36 @@ def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
     nbf = _nbformat()
     markdown_cell, code_cell = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
     run = data["run"]
-    cells = [markdown_cell(_title_md(run, data["result"]), metadata={"durable_nb": run})]
-    if run.get("source"):
-        cells.append(code_cell(run["source"],
-                               metadata={"durable_nb": {"source_of": run["run_id"]}}))
+    parts = [part for part in data.get("code", _legacy_code(run)) if part["source"]]
+    cells = [markdown_cell(_title_md(run, data["result"], len(parts)),
+                           metadata={"durable_nb": run})]
+    history = data.get("attempts") or {}
+    if len(history.get("list") or ()) > 1 or history.get("dropped"):
+        cells.append(markdown_cell(_attempts_md(history), metadata={"durable_nb": history}))
+    if parts and parts[0]["from_step"] == 0:
+        first = parts.pop(0)
+        cells.append(code_cell(first["source"], metadata={"durable_nb": {
+            "source_of": run["run_id"], "from_step": 0, "attempt": first["attempt"]}}))
+
+    def code_changed(position: int) -> list:
+        """The cells of the code parts that start at or before ``position``."""
+        changed = []
+        while parts and parts[0]["from_step"] <= position:
+            part = parts.pop(0)
+            changed += [markdown_cell(_code_change_md(part)),
+                        code_cell(part["source"], metadata={"durable_nb": {
+                            "source_of": run["run_id"], "from_step": part["from_step"],
+                            "attempt": part["attempt"]}})]
+        return changed
+
     for round_ in data["rounds"]:
         summary = {k: v for k, v in round_.items() if k != "steps"}
+        if round_["chat"] is not None:
+            cells += code_changed(round_["chat"]["position"])
         cells.append(markdown_cell(_round_md(round_), metadata={"durable_nb": summary}))
-        cells += [markdown_cell(_step_md(step), metadata={"durable_nb": step})
-                  for step in round_["steps"]]
+        for step in round_["steps"]:
+            cells += code_changed(step["position"])
+            cells.append(markdown_cell(_step_md(step), metadata={"durable_nb": step}))
     cells.append(markdown_cell(_result_md(data["result"]),
                                metadata={"durable_nb": data["result"]}))
     nb = nbf.v4.new_notebook(cells=cells, metadata={
@@ -330,7 +379,27 @@ def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
     return nb
 
 
-def _title_md(run: dict[str, Any], result: dict[str, Any]) -> str:
+def _legacy_code(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The code parts of an export made before they were listed: the run's source."""
+    return [{"from_step": 0, "attempt": None, "source": run.get("source"), "started_at": None}]
+
+
+def _attempts_md(history: dict[str, Any]) -> str:
+    lines = ["## Attempts", "", "Each execution of the run, oldest first:", ""]
+    if history.get("dropped"):
+        lines += [f"- ({history['dropped']} earlier attempts not kept)"]
+    lines += [f"- {attempt['words']}" for attempt in history.get("list") or ()]
+    return "\n".join(lines)
+
+
+def _code_change_md(part: dict[str, Any]) -> str:
+    when = f", {_time(part['started_at'])}" if part.get("started_at") else ""
+    who = f" (attempt {part['attempt']}{when})" if part.get("attempt") else ""
+    return (f"**The code changed here**{who}: the steps from step {part['from_step']} on "
+            f"were made by the cell below (not executed here).")
+
+
+def _title_md(run: dict[str, Any], result: dict[str, Any], code_parts: int = 1) -> str:
     money = _money(result["cost"])
     lines = [f"# {run['title'] or run['run_id']}", "",
              f"Durable run {_code(run['run_id'])}, exported from its journal.", ""]
@@ -349,7 +418,10 @@ def _title_md(run: dict[str, Any], result: dict[str, Any]) -> str:
               f"{result['replay']}"]
     if run["parent"]:
         lines.append(f"- child of run {_code(run['parent'])}")
-    if run["source"]:
+    if code_parts > 1:
+        lines += ["", "The code changed while the run went on: each code cell stands before "
+                      "the steps it made (not executed here)."]
+    elif code_parts:
         lines += ["", "The cell below is the code that ran it (not executed here)."]
     return "\n".join(lines)
 

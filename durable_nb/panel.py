@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import ipywidgets as w
 
+from . import attempts
 from .errors import InputChanged, JournalMismatch, RunLeased
 from .execution import load_request
 from .execution.approvals import pending_digest, short
@@ -49,6 +50,10 @@ _STATUS_COLOURS = {
     Status.FAILED: "#cf222e", Status.CANCELLED: "#6e7781",
 }
 _STOPPED = "#9a6700"
+_STARTING = "#6e7781"
+#: Seconds between redraws of a running run's panel when nothing else redraws it (the
+#: elapsed time ticks).
+_TICK = 1.0
 _TIMELINE_ROWS = 30
 _TEXT_LIMIT = 2000  # characters of one message, argument or result shown in a step's details
 
@@ -113,12 +118,18 @@ def _clock(ts: float) -> str:
 
 
 def _timing(record: RunRecord) -> str:
-    """How long the run took (DONE), ran (FAILED, CANCELLED), has run (RUNNING, redrawn while
-    it runs), or since when it waits (a parked run's panel is not redrawn)."""
+    """How long the run took (DONE), ran (FAILED, CANCELLED), has run (RUNNING, redrawn every
+    second while it runs; with the time of this attempt when it is not the first), or since
+    when it waits (a parked run's panel is not redrawn)."""
     if record.status is Status.DONE:
         return f"took {format_duration(elapsed(record))}"
     if record.status is Status.RUNNING:
-        return f"elapsed {format_duration(elapsed(record))}"
+        attempt = attempts.current(record)
+        this = ""
+        if attempt is not None and attempt.get("end") is None and attempt["n"] > 1:
+            this = (f" (attempt {attempt['n']}: "
+                    f"{format_duration(max(0.0, time.time() - attempt['started_at']))})")
+        return f"elapsed {format_duration(elapsed(record))}{this}"
     if record.status is Status.WAITING_APPROVAL:
         asked = (record.pending_approval or {}).get("requested_at")
         return f"waiting since {_clock(asked)}" if isinstance(asked, (int, float)) else "waiting"
@@ -187,9 +198,20 @@ class RunPanel:
     def __init__(self, record: RunRecord, *,
                  on_decide: Callable[[bool, str, str | None], None] | None = None,
                  on_cancel: Callable[[], None] | None = None, refresh_interval: float = 0.25,
-                 note: str | None = None, journal: Journal | None = None) -> None:
+                 note: str | None = None, journal: Journal | None = None,
+                 starting: bool = False) -> None:
         self._lock = threading.RLock()
         self._record = record
+        # ``starting``: an execution is about to take the run; until it reports (on_record),
+        # the status in ``record`` is an earlier execution's and is not shown as current.
+        self._starting = starting
+        self._attempt_n = _attempt_number(record)
+        self._ticker: threading.Thread | None = None
+        # Redraws are numbered when computed; the widgets take only a newer one, so a
+        # redraw computed before a status change never paints over the one after it.
+        self._drawn = 0
+        self._painted = 0
+        self._paint_lock = threading.Lock()
         self._journal = journal
         self._on_decide = on_decide
         self._shown_digest: str | None = None  # of the approval request shown
@@ -303,9 +325,46 @@ class RunPanel:
         self.refresh()
 
     def on_record(self, record: RunRecord) -> None:
+        if record.run_id != self._record.run_id:
+            return  # a child run's (ctx.child reports to its parent's view): not this run's
         with self._lock:
+            number = _attempt_number(record)
+            new_attempt = number != self._attempt_n or self._starting
+            if number != self._attempt_n:
+                # A new execution: how the last one ended is history, not the current state.
+                self._attempt_n = number
+                self._error = None
+                self._result_html = self._result_text = ""
+            self._starting = False
             self._record = record
-        self.refresh(force=record.status is not Status.RUNNING or bool(record.pending_approval))
+            ticking = record.status is Status.RUNNING and not record.pending_approval
+        self.refresh(force=new_attempt or record.status is not Status.RUNNING
+                     or bool(record.pending_approval))
+        if ticking:
+            self._start_ticker()
+
+    def _start_ticker(self) -> None:
+        """Redraw every second while the run is RUNNING here (the elapsed time moves when
+        a step takes long); the thread ends with the execution."""
+        with self._lock:
+            if self._ticker is not None and self._ticker.is_alive():
+                return
+            self._ticker = threading.Thread(target=self._tick, daemon=True,
+                                            name=f"durable-nb-panel-{self._record.run_id}")
+            self._ticker.start()
+
+    def _running(self) -> bool:
+        with self._lock:
+            record = self._record
+            return record.status is Status.RUNNING and not record.pending_approval \
+                and self._error is None and not self._starting
+
+    def _tick(self) -> None:
+        while True:
+            time.sleep(_TICK)
+            if not self._running():
+                return
+            self.refresh(force=True)
 
     def on_text(self, delta: str) -> None:
         """Streamed reply text (``ctx.chat(stream=True)``), shown in the log as it arrives."""
@@ -357,6 +416,7 @@ class RunPanel:
             plain = ""
         with self._lock:
             self._error = error
+            self._starting = False
             self._result_html = text
             self._result_text = plain
         self.refresh(force=True)
@@ -376,6 +436,19 @@ class RunPanel:
             timeline = self._timeline_html()
             pending = record.pending_approval
             result = self._result_html
+            finished = record.status in (Status.DONE, Status.FAILED, Status.CANCELLED) \
+                or self._error is not None
+            self._drawn += 1
+            drawn = self._drawn
+        with self._paint_lock:
+            if drawn > self._painted:
+                self._painted = drawn
+                self._paint(header, stats, timeline, result, pending, finished)
+            if log:
+                self.log.append_stdout(log)
+
+    def _paint(self, header: str, stats: str, timeline: str, result: str,
+               pending: dict | None, finished: bool) -> None:
         with self.widget.hold_sync() if hasattr(self.widget, "hold_sync") else _nothing():
             self.header.value = header
             self.stats.value = stats
@@ -388,11 +461,7 @@ class RunPanel:
                 self.approve_button.disabled = self.reject_button.disabled = False
             else:
                 self.approval_box.layout.display = "none"
-            finished = record.status in (Status.DONE, Status.FAILED, Status.CANCELLED) \
-                or self._error is not None
             self.cancel_button.layout.display = "none" if finished else None
-        if log:
-            self.log.append_stdout(log)
 
     def _approval_html(self, pending: dict) -> str:
         details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
@@ -417,7 +486,11 @@ class RunPanel:
     def _header_html(self, record: RunRecord) -> str:
         title = f" &middot; {html.escape(record.title)}" if record.title else ""
         error = self._error
-        if error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
+        if self._starting and record.status is not Status.DONE:
+            badge = _badge("starting", _STARTING)
+            state = (f"<div style='color:#6e7781'>Taking the run over; it was {record.status} "
+                     f"when the last execution ended.</div>")
+        elif error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
             # The journal keeps its status (a mismatch changes nothing); this execution stopped.
             badge = _badge(_stopped_badge(error), _STOPPED)
             state = (f"<div style='color:#6e7781'>The run is {record.status} in the journal "
@@ -436,7 +509,7 @@ class RunPanel:
                 "re-run the cell to reconnect (the run resumes or replays from its journal). "
                 "What it shows is as of the moment the kernel stopped.</div>")
         return (f"{_CSS}{dead}<b>{html.escape(record.run_id)}</b>{title} "
-                f"{badge}{state}{note}{degraded}")
+                f"{badge}{state}{_attempts_html(record)}{note}{degraded}")
 
     def _cost_text(self, record: RunRecord) -> str:
         if not record.cost and not record.max_cost:
@@ -658,10 +731,15 @@ class RunPanel:
             error = self._error
             result = self._result_text
         status = str(record.status)
-        if error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
+        if self._starting and record.status is not Status.DONE:
+            status = f"starting (it was {record.status} when the last execution ended)"
+        elif error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
             status = f"{_stopped_badge(error)} (the run is {record.status} in the journal)"
         lines = [f"durable run {record.run_id}" + (f" ({record.title})" if record.title else "")
                  + f": {status}"]
+        resumed = attempts.resumed_words(record)
+        if resumed:
+            lines.append(resumed)
         iters = f"{record.iteration}" + (f" / {record.max_iterations}"
                                          if record.max_iterations else "")
         facts = [f"iteration {iters}",
@@ -688,6 +766,23 @@ class RunPanel:
         if result:
             lines.append(result)
         return "\n".join(lines)
+
+
+def _attempt_number(record: RunRecord) -> int:
+    attempt = attempts.current(record)
+    return attempt["n"] if attempt is not None else 0
+
+
+def _attempts_html(record: RunRecord) -> str:
+    """``attempt 3: resumed after a kernel restart at step 3``, opening (a click, no kernel
+    round trip) to the run's attempts; nothing for a run executed once from its start."""
+    words = attempts.resumed_words(record)
+    if words is None:
+        return ""
+    lines = "".join(f"<div>{html.escape(line)}</div>" for line in attempts.history_lines(record))
+    return (f"<details class='dnb-attempts' style='color:#57606a'><summary>"
+            f"{html.escape(words)}</summary><div style='font-size:0.85em;margin-left:1em'>"
+            f"{lines}</div></details>")
 
 
 class _nothing:

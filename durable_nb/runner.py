@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import serde
+from . import attempts, serde
 from .context import Context
 from .errors import (
     JournalError,
@@ -163,6 +163,7 @@ class Runner:
         self.parent = parent
         self.execution: Execution | None = None
         self._heartbeat_error: BaseException | None = None
+        self._attempt: dict | None = None  # this execution's, in the record's attempts
 
     def load_or_create(self) -> RunRecord:
         """The run record, created if new, with this execution's options applied."""
@@ -232,6 +233,7 @@ class Runner:
                 try:
                     outcome = self._drive(execution)
                 except Restart:
+                    self._note_rerun(execution)
                     fork_id = self._rerun_from(execution, fork_id)
                     continue
                 if outcome.status is Status.DONE and execution.live_steps \
@@ -258,7 +260,49 @@ class Runner:
             record.error = None
             record.failed_step = None
         record.owner = {"pid": os.getpid(), "host": this_host()}
+        self._begin_attempt(record)
         self.journal.put_run(record, token=token)
+        # The view shows this execution from now on, not the status an earlier one left.
+        self.observer.on_record(record)
+
+    # -- attempts (durable_nb.attempts) ---------------------------------------------------
+
+    def _begin_attempt(self, record: RunRecord) -> None:
+        """Open this execution's attempt on the record (not for a DONE run, which only
+        replays; one reopened by a changed step gets its attempt then)."""
+        self._attempt = None
+        if record.status is Status.DONE:
+            return
+        source = self.options.source
+        # The record's step count lags behind the journal after a crash.
+        size = self.journal.count_steps(self.run_id, record.step_count)
+        # The code an attempt keeps is journaled redacted, as the record's own source is.
+        self._attempt = attempts.begin(
+            record, size, redact_source(source) if source is not None else None,
+            source_hash(source) if source is not None else None, journal_size=size)
+
+    def _note_rerun(self, execution: Execution) -> None:
+        position = execution.restart_from or 0
+        with execution.lock:
+            if self._attempt is None:  # a DONE run reopened: this execution is an attempt
+                execution.record.status = Status.RUNNING
+                self._begin_attempt(execution.record)
+            attempts.note_rerun(self._attempt, position, execution.live_steps)
+
+    def _end_attempt(self, execution: Execution, error: BaseException | None) -> None:
+        """Close this execution's attempt on the record, which the caller writes with the
+        run's new status (if that write fails, the next attempt closes it as died)."""
+        attempt = self._attempt
+        if attempt is None or attempt.get("end") is not None:
+            return
+        record = execution.record
+        end = attempts.end_of(record.status, error, execution.interrupted)
+        with execution.lock:
+            attempts.finish(attempt, end, execution.writer.next_position,
+                            execution.replay_log.taken, execution.live_steps,
+                            record.error if error is not None else None)
+        if end == "interrupted":
+            attempts.note_interrupted(self.journal, self.run_id, attempt["n"])
 
     def _retry_failed_steps(self, record: RunRecord, token: str) -> None:
         """A step whose unhandled failure failed the run is tried again on resume, with the
@@ -309,6 +353,7 @@ class Runner:
             value = self._call_handler(execution)
         except Suspend:
             record.status = Status.WAITING_APPROVAL
+            self._end_attempt(execution, None)
             execution.save_record()
             if self.parent is not None:
                 raise
@@ -341,6 +386,7 @@ class Runner:
         record.status = Status.DONE
         record.pending_approval = None
         record.finished_at = time.time()
+        self._end_attempt(execution, None)
         execution.save_record()
         return RunOutcome(record, value)
 
@@ -362,6 +408,7 @@ class Runner:
             else:
                 record.error = f"{type(exc).__name__}: {exc}"
             record.failed_step = _failed_step(execution, exc)
+        self._end_attempt(execution, exc)
         try:
             execution.save_record()
         except RunLeased:

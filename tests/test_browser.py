@@ -424,3 +424,70 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
             assert decision["approved"] is True and decision["by"].endswith(" (notebook)")
     finally:
         journal.close()
+
+
+_SLOW_CELL = """%%durable_agent slow --title "slow steps"
+import time
+def slow(i):
+    time.sleep(0.5)
+    return i
+sum(ctx.run(f'step {i}', slow, i) for i in range(14))"""
+
+
+def _interrupt_kernel(page: LabPage) -> None:
+    """The stop button's command, from the Kernel menu: Interrupt Kernel."""
+    page.page.locator("#jp-MainMenu, #jp-menu-panel").get_by_text(
+        "Kernel", exact=True).first.click()
+    page.page.locator(".lm-Menu-content").get_by_text("Interrupt Kernel").first.click()
+
+
+@pytest.mark.parametrize("how", ["restart", "stop"])
+def test_a_run_resumed_after_a_restart_or_the_stop_button_shows_running_and_its_attempts(
+    lab: JupyterLab, tmp_path: Path, how: str
+) -> None:
+    """Kernel > Restart (or the stop button) mid-run, then the cell again: the panel says
+    RUNNING and "attempt 2: resumed after a kernel restart at step N" for the whole resumed
+    execution (never the FAILED the interrupted one left), and a click lists the attempts."""
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / f"resumed-{how}"
+    folder.mkdir()
+    write_notebook(folder / "resumed.ipynb", ["%load_ext durable_nb", _SLOW_CELL])
+    journal = DiskJournal(folder / ".durable_nb")
+
+    def steps() -> int:
+        return len(list(journal.steps("slow"))) if journal.find_run("slow") else 0
+
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook(f"resumed-{how}/resumed.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.run_cell(1)
+        page.cell(1).locator(".dnb-steps").wait_for(state="visible")
+        while steps() < 3:
+            page.page.wait_for_timeout(100)
+        if how == "restart":
+            page.restart_kernel()
+            page.wait_kernel_idle()
+            stopped_at = steps()
+            page.run_cell(0)
+            page.wait_for_text("interrupted by a kernel restart", cell_index=0)
+            words = f"attempt 2: resumed after a kernel restart at step {stopped_at}"
+        else:
+            _interrupt_kernel(page)
+            page.wait_for_text("KeyboardInterrupt", cell_index=1)
+            stopped_at = steps()
+            words = f"attempt 2: resumed after the stop button at step {stopped_at}"
+        page.run_cell(1)
+        output = page.cell(1).locator(".jp-Cell-outputArea")
+        output.get_by_text(words).first.wait_for(state="visible")
+        running = output.get_by_text("RUNNING", exact=True)
+        assert running.first.is_visible() and steps() < 14
+        assert output.get_by_text("FAILED", exact=True).count() == 0
+        output.get_by_text(words).first.click()  # opens the list of attempts
+        output.get_by_text("attempt 1").first.wait_for(state="visible")
+        output.screenshot(path=str(shots / f"lab-resumed-{how}-running.png"))
+        output.get_by_text("DONE", exact=True).first.wait_for(state="visible", timeout=30_000)
+        output.screenshot(path=str(shots / f"lab-resumed-{how}-done.png"))
+    record = journal.get_run("slow")
+    first = "kernel-restarted" if how == "restart" else "interrupted"
+    assert [a["end"] for a in record.attempts] == [first, "completed"]

@@ -117,3 +117,24 @@ def test_the_journal_its_copy_and_its_export_never_hold_the_keys(tmp_path: Path)
         data = path.read_bytes()
         for secret in SECRETS:
             assert secret.encode() not in data, (path, secret)
+
+
+def test_the_code_of_a_later_attempt_is_journaled_redacted_too(tmp_path: Path):
+    # An edited cell resumes the run: its attempt keeps the code that ran it (for the export),
+    # and that code must be redacted as the first one was.
+    journal = tmp_path / "journal"
+
+    def fails(ctx):
+        ctx.run("step", lambda: "ok")
+        raise RuntimeError("stopped before the end")
+
+    with pytest.raises(RuntimeError):
+        dn.execute("r", fails, journal=journal, source=CELL)
+    edited = CELL + "\nprint('edited')\n"
+    assert dn.execute("r", lambda ctx: ctx.run("step", lambda: "ok"), journal=journal,
+                      source=edited) == "ok"
+    assert redact_source(edited) in dn.get_run("r", journal=journal).sources.values()
+    for path in (p for p in journal.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        for secret in SECRETS:
+            assert secret.encode() not in data, (path, secret)

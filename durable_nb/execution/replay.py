@@ -44,6 +44,12 @@ class ReplayLog:
                 self._hold(entry)
             return None
 
+    @property
+    def taken(self) -> int:
+        """How many entries steps have taken (replayed) so far."""
+        with self._lock:
+            return self._next - len(self._held) - sum(1 for p in self._skip if p < self._next)
+
     def pending(self) -> bool:
         """Whether entries remain that no step has taken yet."""
         with self._lock:

@@ -154,6 +154,8 @@ class RunRecord:
     crash it may lag behind the journal, and readers correct it
     (:meth:`durable_nb.journal.Journal.count_steps`). ``retried_steps`` are positions of
     failed entries that failed the run and were tried again on resume: replay skips them.
+    ``attempts`` are its executions (:mod:`durable_nb.attempts`); ``sources`` the code of
+    those whose source differs from ``source``, by hash.
     """
 
     run_id: str
@@ -183,6 +185,11 @@ class RunRecord:
     source: str | None = None
     source_hash: str | None = None
     journal_degraded_from: int | None = None
+    # Each execution of the run, the last few (:mod:`durable_nb.attempts`); absent from
+    # records journaled before attempts were recorded.
+    attempts: list[dict] | None = None
+    attempts_dropped: int = 0
+    sources: dict[str, str] | None = None
 
     @property
     def tokens(self) -> int:

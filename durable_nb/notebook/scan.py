@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 
-from .. import registry
-from ..journal import Journal, RunRecord, Status
+from .. import attempts, registry
+from ..journal import Journal, RunRecord, Status, this_host
 
 __all__ = ["describe_unfinished"]
 
 
 def describe_unfinished(journal: Journal) -> list[str]:
-    """Lines about runs left RUNNING or WAITING_APPROVAL by a dead kernel; expired ones are
-    marked FAILED ("expired on resume") on the way. The items of a batch are told as one
-    line per batch."""
+    """Lines about runs left RUNNING or WAITING_APPROVAL by a dead kernel, and runs FAILED
+    because another process was interrupted while executing them (Kernel > Restart
+    interrupts the kernel before it stops it); expired ones are marked FAILED ("expired on
+    resume") on the way. The items of a batch are told as one line per batch."""
     lines = []
     batches = {record.batch_id for record in journal.list_batches()}
     left: dict[str, Counter] = {}
@@ -35,6 +38,13 @@ def describe_unfinished(journal: Journal) -> list[str]:
             left.setdefault(batch_id, Counter())[record.status] += 1
         else:
             lines.append(_describe_run(record))
+    for record, how in _interrupted(journal):
+        batch_id = record.run_id.rpartition("/")[0]
+        if batch_id in batches:
+            left.setdefault(batch_id, Counter())[Status.RUNNING] += 1
+        else:
+            lines.append(f"{record.run_id}: {how} at iteration {record.iteration} "
+                         f"(step {record.step_count}); re-run its cell to continue")
     for batch_id, counts in left.items():
         parts = []
         if counts[Status.RUNNING]:
@@ -45,6 +55,28 @@ def describe_unfinished(journal: Journal) -> list[str]:
         lines.append(f"{batch_id}: batch with {' and '.join(parts)}; re-run its cell to finish "
                      f"it (`%durable batch show {batch_id}` lists the items)")
     return lines
+
+
+def _interrupted(journal: Journal) -> Iterator[tuple[RunRecord, str]]:
+    """Top-level FAILED runs whose last execution, in another process, was interrupted: by
+    a kernel restart, the stop button before the kernel went away, or (records from before
+    attempts were journaled) an interrupt of unknown origin; with how, in words."""
+    for record in registry.runs((Status.FAILED,), journal=journal):
+        if record.parent:
+            continue
+        last = attempts.current(record)
+        if last is None:
+            if not (record.error or "").startswith("interrupted at step"):
+                continue
+            how = "interrupted"
+        elif last.get("end") in ("interrupted", "kernel-restarted"):
+            if last.get("pid") == os.getpid() and last.get("host") == this_host():
+                continue  # this kernel's own stop button: the cell said so
+            how = ("interrupted by a kernel restart" if last["end"] == "kernel-restarted"
+                   else "interrupted")
+        else:
+            continue
+        yield record, how
 
 
 def _describe_run(record: RunRecord) -> str:

@@ -59,7 +59,7 @@ class NotebookRun:
         self.executing = False
         record = journal.find_run(run_id) or RunRecord(run_id=run_id, title=options.title or "")
         self.panel = RunPanel(record, on_decide=self.decide, on_cancel=self.cancel,
-                              journal=journal)
+                              journal=journal, starting=True)
 
     def show(self) -> None:
         """Display the panel under the cell (with a display id, so that its text/plain

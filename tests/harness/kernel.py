@@ -166,14 +166,16 @@ class KernelSession:
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: not self.is_alive, timeout, f"death of kernel pid {pid} after SIGKILL")
 
-    def restart(self, timeout: float = 60) -> None:
+    def restart(self, timeout: float = 60, now: bool = True) -> None:
         """Start a fresh kernel process (same cwd/env) and connect a fresh client to it.
 
         Works after `kill()` too. All in-kernel state and widget bookkeeping are gone afterwards.
+        `now=False` restarts as Kernel > Restart does: interrupt, ask the kernel to shut down,
+        kill it only if it does not.
         """
         if self.kc is not None:
             self.kc.stop_channels()
-        self.km.restart_kernel(now=True)
+        self.km.restart_kernel(now=now)
         self._connect(timeout)
 
     def shutdown(self) -> None:

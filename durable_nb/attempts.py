@@ -1,0 +1,333 @@
+"""A run's attempts: each execution of a run, journaled with its run record.
+
+An attempt is one execution that held the run's lease: where and when it started, the
+position its new steps start at, how many steps it replayed and executed, the source that
+ran it, and how it ended. It lives in ``RunRecord.attempts`` as a JSON object, so the CLI,
+an export and a Jupyter Server extension read the history without a kernel::
+
+    {"n": 3, "started_at": 1796163262.4, "host": "box", "pid": 4242,
+     "via": "kernel", "kernel": "5f0c...",        # or "via": "script", "program": "run.py"
+     "from_step": 3,                              # its new steps are positions 3, 4 ...
+     "source_hash": "ab12...",                    # the code that ran it (None: unknown)
+     "replayed": 3, "executed": 5, "at_step": 8,  # counts, and the journal size at its end
+     "end": "completed", "ended_at": 1796163270.1}
+
+How an attempt ended (``end``): ``completed`` (DONE), ``parked`` (waiting for an approval),
+``interrupted`` (the kernel's stop button: KeyboardInterrupt), ``kernel-restarted`` (it was
+interrupted and its kernel exited within 10 s, which is what Kernel > Restart does: Jupyter
+interrupts a kernel before it asks it to shut down; the kernel's exit hook writes it),
+``died`` (it never said: killed, crashed, or its kernel restarted while busy past the
+interrupt; the next attempt closes it, knowing because the record's last attempt is still
+open when it takes the lease), ``input-changed`` (a step's kind, name or inputs changed),
+``cancelled``, ``failed``. An attempt that executes the run again from a changed step
+(``on_change="rerun"``) keeps going and notes ``rerun_from``.
+
+The record keeps the last :data:`KEEP` attempts and counts the rest in
+``attempts_dropped``; a source that differs from the record's own (``RunRecord.source``, the
+code that created it) is kept once in ``RunRecord.sources`` by its hash while an attempt
+refers to it. Executing a DONE run again only replays it and starts no attempt.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import JournalError, JournalMismatch, RunCancelled, RunLeased
+from .journal import Journal, RunRecord, Status, this_host
+from .lease import Lease
+
+__all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
+           "history_lines", "note_interrupted", "note_rerun", "resumed_words", "source_of",
+           "step_sources"]
+
+#: Attempts a record keeps (the older ones are counted in ``attempts_dropped``).
+KEEP = 20
+
+#: How a person reads each ending.
+END_WORDS = {
+    "completed": "completed",
+    "parked": "parked for an approval",
+    "interrupted": "stopped by the kernel's stop button",
+    "kernel-restarted": "stopped by a kernel restart",
+    "died": "its process died (killed, crashed, or its kernel restarted)",
+    "input-changed": "stopped: a step's input changed",
+    "cancelled": "cancelled",
+    "failed": "failed",
+}
+
+#: "attempt 3: resumed after ..." for each ending of the attempt before.
+_AFTER = {
+    "completed": "reopened after it completed",
+    "parked": "resumed after the approval",
+    "interrupted": "resumed after the stop button",
+    "kernel-restarted": "resumed after a kernel restart",
+    "died": "resumed after its process died",
+    "input-changed": "executed again after an input changed",
+    "cancelled": "resumed after a cancel",
+    "failed": "tried again after a failure",
+}
+
+#: Seconds between an interrupt and the kernel's exit for the two to be one restart:
+#: Jupyter's restart interrupts the kernel, then asks it to shut down, within a second.
+_RESTART_WINDOW = 10.0
+
+
+def current(record: RunRecord) -> dict | None:
+    """The record's latest attempt, or None."""
+    return record.attempts[-1] if record.attempts else None
+
+
+def begin(record: RunRecord, from_step: int, source: str | None,
+          source_hash: str | None, journal_size: int | None = None) -> dict:
+    """Open a new attempt on ``record`` (the caller writes the record, holding the lease).
+
+    A latest attempt still open was left by an executor that died: it is closed as
+    ``died`` at ``journal_size`` (what that executor journaled), as of the record's last
+    update."""
+    last = current(record)
+    if last is not None and last.get("end") is None:
+        at_step = journal_size if journal_size is not None else record.step_count
+        last.update(end="died", ended_at=record.updated_at or None, at_step=at_step,
+                    executed=max(0, at_step - last.get("from_step", 0)))
+    attempt: dict[str, Any] = {"n": (last["n"] if last else record.attempts_dropped) + 1,
+                               "started_at": time.time(), **_where(), "from_step": from_step,
+                               "source_hash": source_hash, "replayed": 0, "executed": 0}
+    if source is not None and source_hash != record.source_hash:
+        record.sources = {**(record.sources or {}), source_hash: source}
+    attempts = [*(record.attempts or ()), attempt]
+    if len(attempts) > KEEP:
+        record.attempts_dropped += len(attempts) - KEEP
+        attempts = attempts[-KEEP:]
+    record.attempts = attempts
+    _keep_referenced_sources(record)
+    return attempt
+
+
+def note_rerun(attempt: dict, position: int, executed: int) -> None:
+    """The attempt executes the run again from ``position`` (on_change="rerun"): the steps
+    it executed from there are forgotten (kept in the fork) but were executed; the steps
+    before are replayed again, and counted once, when it ends."""
+    attempt["rerun_from"] = position
+    attempt["from_step"] = min(attempt["from_step"], position)
+    attempt["executed"] += executed
+
+
+def finish(attempt: dict, end: str, at_step: int, replayed: int, executed: int,
+           error: str | None = None) -> None:
+    """Close ``attempt``: how it ended, where, and what it did."""
+    attempt.update(end=end, ended_at=time.time(), at_step=at_step, replayed=replayed,
+                   executed=attempt["executed"] + executed)
+    if error:
+        attempt["error"] = error if len(error) <= 300 else error[:299] + "\u2026"
+
+
+def end_of(status: Status, error: BaseException | None, interrupted: bool) -> str:
+    """How an execution ended, from the run's status after it and what it raised."""
+    if error is None:
+        return {Status.DONE: "completed", Status.WAITING_APPROVAL: "parked",
+                Status.CANCELLED: "cancelled"}.get(status, "failed")
+    if interrupted or isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(error, JournalMismatch):
+        return "input-changed"
+    if isinstance(error, RunCancelled) or status is Status.CANCELLED:
+        return "cancelled"
+    return "failed"
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+def resumed_words(record: RunRecord, attempt: dict | None = None) -> str | None:
+    """``attempt 3: resumed after a kernel restart at step 3``; None for a first attempt
+    that started from the beginning."""
+    attempt = attempt or current(record)
+    if attempt is None:
+        return None
+    attempts = record.attempts or []
+    index = next((i for i, a in enumerate(attempts) if a is attempt or a == attempt), None)
+    before = attempts[index - 1] if index else None
+    step = attempt.get("from_step") or 0
+    if before is not None:
+        after = ("resumed after an interrupt" if _interrupted_outside_kernel(before)
+                 else _AFTER.get(str(before.get("end")), "resumed"))
+        at = before.get("at_step")
+        return f"attempt {attempt['n']}: {after} at step {at if at is not None else step}"
+    if attempt["n"] > 1 or step:
+        return f"attempt {attempt['n']}: resumed at step {step}"
+    return None
+
+
+def describe(attempt: dict, where: bool = True) -> str:
+    """One attempt as a line: when, where (the kernel or program; with ``where``, its pid
+    and host), what it did, how it ended."""
+    ran = (f"kernel {str(attempt['kernel'])[:8]}" if attempt.get("kernel")
+           else str(attempt.get("program") or attempt.get("via") or "process"))
+    if where:
+        ran += f" (pid {attempt.get('pid')} on {attempt.get('host')})"
+    head = f"attempt {attempt['n']}  {_clock(attempt.get('started_at'))}  {ran}"
+    end = attempt.get("end")
+    if end is None:
+        return f"{head}: running"  # its counts are written when it ends
+    if end == "died":
+        done = f"executed {attempt.get('executed', 0)} (its replays were not counted)"
+    else:
+        done = f"replayed {attempt.get('replayed', 0)}, executed {attempt.get('executed', 0)}"
+    if attempt.get("rerun_from") is not None:
+        done += f", executed again from step {attempt['rerun_from']}"
+    how = _end_words(attempt)
+    if attempt.get("at_step") is not None:
+        how += f" at step {attempt['at_step']}"
+    if attempt.get("error") and end in ("failed", "input-changed", "cancelled"):
+        how += f": {attempt['error']}"
+    return f"{head}: {done}; {how}"
+
+
+def _interrupted_outside_kernel(attempt: dict) -> bool:
+    return attempt.get("end") == "interrupted" and attempt.get("via") != "kernel"
+
+
+def _end_words(attempt: dict) -> str:
+    if _interrupted_outside_kernel(attempt):
+        return "interrupted (KeyboardInterrupt)"
+    return END_WORDS.get(str(attempt["end"]), str(attempt["end"]))
+
+
+def history_lines(record: RunRecord) -> list[str]:
+    """The run's attempts as lines, oldest first, with a line for those no longer kept."""
+    lines = []
+    if record.attempts_dropped:
+        lines.append(f"({record.attempts_dropped} earlier attempts not kept)")
+    lines += [describe(a) for a in record.attempts or ()]
+    return lines
+
+
+def source_of(record: RunRecord, attempt: dict) -> str | None:
+    """The source that ran ``attempt``, if it was recorded."""
+    digest = attempt.get("source_hash")
+    if digest is None:
+        return None
+    if digest == record.source_hash:
+        return record.source
+    return (record.sources or {}).get(digest)
+
+
+def step_sources(record: RunRecord) -> list[tuple[int, dict | None, str | None]]:
+    """Which code produced which steps: ``(first position, attempt, source)`` for each run
+    of consecutive steps made by the same source, in position order. A step belongs to the
+    latest attempt whose new steps start at or before it (a later attempt executing from
+    an earlier position replaced what came after). Without attempts (a run journaled
+    before they were recorded) the whole run is the record's source."""
+    attempts = record.attempts or []
+    if not attempts:
+        return [(0, None, record.source)] if record.source else []
+    owners: list[tuple[int, dict]] = []  # (from_step, attempt), from_step increasing
+    for attempt in attempts:
+        start = attempt.get("from_step") or 0
+        if attempt.get("at_step") is not None and attempt["at_step"] <= start:
+            continue  # made no step
+        while owners and owners[-1][0] >= start:
+            owners.pop()
+        owners.append((start, attempt))
+    segments: list[tuple[int, dict | None, str | None]] = []
+    if record.source and (not owners or owners[0][0] > 0):
+        segments.append((0, None, record.source))  # executions before attempts were kept
+    for start, attempt in owners:
+        source = source_of(record, attempt)
+        if segments and segments[-1][2] == source:
+            continue
+        segments.append((start, attempt, source))
+    return segments
+
+
+# -- where an attempt runs -------------------------------------------------------------------
+
+def _where() -> dict[str, Any]:
+    """Where this process runs attempts: a kernel (by id), else the program (``durable-nb``,
+    ``pytest``, a script's file name)."""
+    kernel = _kernel_id()
+    where: dict[str, Any] = {"host": this_host(), "pid": os.getpid()}
+    if kernel:
+        where.update(via="kernel", kernel=kernel)
+    else:
+        program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+        where.update(via="script", program=program if program not in ("", "-", "-c")
+                     else "python")
+    return where
+
+
+def _kernel_id() -> str | None:
+    """The id of the Jupyter kernel this process is, from its connection file's name."""
+    app_module = sys.modules.get("ipykernel.kernelapp")
+    if app_module is None or not app_module.IPKernelApp.initialized():
+        return None
+    name = Path(str(app_module.IPKernelApp.instance().connection_file or "")).stem
+    return name.removeprefix("kernel-") or None
+
+
+def _clock(ts: Any) -> str:
+    if not isinstance(ts, (int, float)):
+        return "?"
+    moment = time.localtime(ts)
+    same_day = time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d")
+    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", moment)
+
+
+def _keep_referenced_sources(record: RunRecord) -> None:
+    if not record.sources:
+        return
+    used = {a.get("source_hash") for a in record.attempts or ()}
+    record.sources = {h: s for h, s in record.sources.items() if h in used} or None
+
+
+# -- a kernel restart --------------------------------------------------------------------------
+
+_interrupted_here: list[tuple[Journal, str, int, float]] = []
+_exit_lock = threading.Lock()
+_exit_hooked = False
+
+
+def note_interrupted(journal: Journal, run_id: str, n: int) -> None:
+    """Attempt ``n`` of the run was interrupted in this kernel: if the kernel exits right
+    after (a restart interrupts first), it is marked ``kernel-restarted`` on the way out."""
+    global _exit_hooked
+    if _kernel_id() is None:
+        return  # only a kernel is interrupted by a restart
+    with _exit_lock:
+        _interrupted_here.append((journal, run_id, n, time.monotonic()))
+        if not _exit_hooked:
+            atexit.register(_mark_restarts)
+            _exit_hooked = True
+
+
+def _mark_restarts() -> None:
+    """At the kernel's exit: the attempts it interrupted within the window were stopped by
+    a restart. Written holding the run's lease; a run someone else executes is left alone
+    (their attempt already closed ours)."""
+    now = time.monotonic()
+    for journal, run_id, n, at in _interrupted_here:
+        if now - at > _RESTART_WINDOW:
+            continue
+        try:
+            lease = Lease.acquire(journal, run_id)
+        except (RunLeased, JournalError, OSError, sqlite3.Error):
+            continue
+        try:
+            record = journal.get_run(run_id)
+            last = current(record)
+            if last is not None and last["n"] == n and last.get("end") == "interrupted":
+                last["end"] = "kernel-restarted"
+                journal.put_run(record, token=lease.token)
+        except (RunLeased, JournalError, OSError, sqlite3.Error):
+            pass  # the process is exiting: the attempt stays "interrupted"
+        finally:
+            try:
+                lease.release()
+            except (JournalError, OSError, sqlite3.Error):
+                pass  # a dead lease is taken over by the next executor anyway
