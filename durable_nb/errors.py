@@ -261,6 +261,14 @@ class NoPendingApproval(DurableError):
     """approve() or reject() was called on a run that waits for no approval."""
 
 
+class DecisionNeeded(DurableError):
+    """A notebook stops here until a person decides a pending approval
+    (:func:`durable_nb.notebook.stop_for_decision`): Run All halts with this one message."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython: the message, no traceback
+        return [f"\x1b[0;33m{type(self).__name__}\x1b[0m: {self}"]
+
+
 class StepFailed(DurableError):
     """A journaled step failure whose original exception type cannot be rebuilt.
 
