@@ -91,7 +91,7 @@ def _open_agent_notebook(lab: JupyterLab, page: LabPage, name: str) -> Path:
 
 def _badge(page: LabPage, status: Status) -> Any:
     """The panel's status badge showing exactly ``status`` (case-sensitive, whole text)."""
-    return page.cell(AGENT).locator(".jp-Cell-outputArea").get_by_text(str(status), exact=True)
+    return page.cell(AGENT).locator(".dnb-live").get_by_text(str(status), exact=True)
 
 
 def _panel_button(page: LabPage, label: str) -> Any:
@@ -244,7 +244,8 @@ def test_notebook7_panel_of_a_stopped_kernel_says_why_its_buttons_do_nothing(
             raise
         page.run_cell(1)
         output = page.cell(1).locator(".jp-Cell-outputArea")
-        output.get_by_text(str(Status.WAITING_APPROVAL), exact=True).wait_for()
+        output.locator(".dnb-live").get_by_text(str(Status.WAITING_APPROVAL), exact=True) \
+            .wait_for()
         approve = page.cell(1).locator("button.dnb-button", has_text="Approve").first
         assert approve.evaluate("e => getComputedStyle(e, '::after').content") == "none"
         output.screenshot(path=str(shots / "nb7-waiting.png"))
@@ -277,10 +278,10 @@ def test_an_error_is_one_line_under_a_stopped_badge(lab: JupyterLab, tmp_path: P
         page.run_cell(0)
         page.wait_for_text("setup ok", cell_index=0)
         page.run_cell(1)
-        page.cell(1).locator(".jp-Cell-outputArea").get_by_text("DONE", exact=True).wait_for()
+        page.cell(1).locator(".dnb-live").get_by_text("DONE", exact=True).wait_for()
         page.run_cell(2)
         output = page.cell(2).locator(".jp-Cell-outputArea")
-        output.get_by_text("stopped: input changed", exact=True).wait_for()
+        output.locator(".dnb-live").get_by_text("stopped: input changed", exact=True).wait_for()
         error = page.cell(2).locator(".jp-RenderedText[data-mime-type='application/"
                                      "vnd.jupyter.stderr']").last
         error.wait_for(state="visible")
@@ -322,7 +323,7 @@ def _batch_output(page: LabPage) -> Any:
 
 
 def _batch_badge(page: LabPage, text: str) -> Any:
-    return _batch_output(page).locator(".dnb-batch").get_by_text(text, exact=True).first
+    return _batch_output(page).locator(".dnb-live").first.get_by_text(text, exact=True).first
 
 
 def _items(folder: Path) -> dict[str, Status]:
@@ -424,3 +425,40 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
             assert decision["approved"] is True and decision["by"].endswith(" (notebook)")
     finally:
         journal.close()
+
+
+def test_a_reopened_notebook_shows_the_saved_view_of_its_run_and_no_error_box(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    """A run approved and DONE, the notebook saved, its kernel shut down, the notebook opened
+    again: JupyterLab has no model for the panel's widget (it would say "Error displaying
+    widget: model not found"); the saved view shows the run instead, and that box is hidden."""
+    shots = _shots(tmp_path)
+    with LabPage(lab, timeout=60) as page:
+        folder = _open_agent_notebook(lab, page, "reopened")
+        _panel_button(page, "Approve").click()
+        _badge(page, Status.DONE).wait_for(state="visible")
+        saved = page.cell(AGENT).locator(".dnb-saved")
+        saved.wait_for(state="attached")
+        assert not saved.is_visible()  # the live panel is shown, not its saved view
+        page.wait_for_text("The Q3 sales report is done", cell_index=AGENT)
+        page.page.keyboard.press("Control+s")
+        notebook = folder / "reopened.ipynb"
+        page.page.wait_for_function(
+            "() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
+            ".jp-mod-dirty, .lm-TabBar-tab.jp-mod-dirty')")
+        lab.delete_sessions()  # the kernel shuts down: the widget models are gone
+
+        page.open_notebook("reopened/reopened.ipynb")
+        view = page.cell(AGENT).locator(".dnb-saved")
+        view.wait_for(state="visible")
+        error = page.cell(AGENT).get_by_text("Error displaying widget: model not found")
+        error.wait_for(state="attached")  # JupyterLab gave up on the widget ...
+        assert not error.is_visible()  # ... and its box is hidden
+        text = view.inner_text()
+        assert "sales-report" in text and "DONE" in text and "approved" in text
+        assert "The Q3 sales report is done" in text
+        assert "Saved view of run sales-report" in text
+        _shoot_panel(page, shots / "lab-reopened.png")
+    assert '"dnb-panel dnb-saved"' in notebook.read_text().replace("\\'", "'").replace(
+        "'", '"')
