@@ -58,7 +58,6 @@ second.choices[0].message.content
 NEEDS_APPROVAL = [f"T{i:02d}" for i in range(0, 50, 10)]
 
 
-
 def _value(cell) -> str:
     """The batch cell's value as the cell shows it: a display of its own (with a display id,
     so that it follows the batch after the cell returned), not an execute_result."""
