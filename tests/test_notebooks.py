@@ -57,7 +57,8 @@ def _read(name: str, headless: bool = True) -> nbformat.NotebookNode:
     ``parameters`` cell, as papermill does."""
     nb = nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
     if headless and name in HEADLESS:
-        tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+        tagged = [i for i, c in enumerate(nb.cells)
+                  if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{name} has {len(tagged)} parameters cells"
         injected = nbformat.v4.new_code_cell(HEADLESS[name])
         injected.metadata["tags"] = ["injected-parameters"]
