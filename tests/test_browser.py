@@ -357,10 +357,10 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
         page.wait_for_text("setup ok", cell_index=0)
         page.run_cell(BATCH)
         _batch_badge(page, "RUNNING").wait_for(state="visible")
-        _batch_output(page).locator(".dnb-legend").get_by_text("done").first.wait_for()
+        _batch_output(page).locator(".dnb-live .dnb-legend").get_by_text("done").first.wait_for()
         # Some items done, some still to go. A locator, not an element handle: each panel
         # update replaces the legend's element, so a handle would go stale.
-        _batch_output(page).locator(".dnb-legend").filter(
+        _batch_output(page).locator(".dnb-live .dnb-legend").filter(
             has_text=re.compile(r"\b[1-9]\d* / 30\b")).wait_for()
         _batch_output(page).screenshot(path=str(shots / "batch-running.png"))
 
@@ -403,12 +403,12 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
         item_panel = _batch_output(page).locator(".dnb-batch .dnb-panel:not(.dnb-batch)")
         item_panel.get_by_text("review/T07", exact=True).wait_for(state="visible")
         assert "RuntimeError: the CRM timed out" in item_panel.inner_text()
-        _batch_output(page).locator(".dnb-legend").hover()  # not over a row
+        _batch_output(page).locator(".dnb-live .dnb-legend").hover()  # not over a row
         _batch_output(page).screenshot(path=str(shots / "batch-finished.png"))
 
         page.restart_kernel()  # the panel says its kernel stopped, and what to do
         _batch_output(page).locator(".dnb-batch.jupyter-widgets-disconnected").wait_for()
-        dead = _batch_output(page).locator(".dnb-batch .dnb-summary > .dnb-dead")
+        dead = _batch_output(page).locator(".dnb-batch.dnb-live .dnb-summary > .dnb-dead")
         dead.wait_for(state="visible")
         assert "This panel belongs to a kernel that stopped; re-run the cell to reconnect" in \
             dead.inner_text()

@@ -158,8 +158,9 @@ class NotebookRun:
         while not self._stopped.is_set():
             try:
                 decided = self._decided()
-                if decided is None:
+                if decided is None:  # cancelled, or resumed elsewhere: the saved view says so
                     self.panel.on_record(self.journal.get_run(self.run_id))
+                    self.refresh_display()
                     return
                 if not decided:
                     self._wait_for_decision()
