@@ -466,3 +466,49 @@ def test_a_reopened_notebook_shows_the_saved_view_of_its_run_and_no_error_box(
         assert "The Q3 sales report is done" in text
         assert "Saved view of run sales-report" in text
         _shoot_panel(page, shots / f"{front_end}-reopened.png")
+
+
+def _run_all(page: LabPage) -> None:
+    """Run > Run All Cells, as a person does."""
+    page.page.locator("#jp-MainMenu").get_by_text("Run", exact=True).first.click()
+    page.page.locator(".lm-Menu-content").get_by_text("Run All Cells", exact=True).first.click()
+
+
+def test_run_all_of_the_approvals_notebook_stops_at_the_approval_with_its_buttons(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    """notebooks/approvals.ipynb, Run All in JupyterLab: it stops after the refund's cell with
+    Approve and Reject shown and one line saying what to do; after the click, Run All again
+    runs to the end with no error."""
+    import shutil
+
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "approvals"
+    folder.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "notebooks" / "approvals.ipynb", folder)
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("approvals/approvals.ipynb")
+        page.wait_kernel_idle()
+        _run_all(page)
+        cells = page.panel.locator(".jp-Cell")
+        agent = cells.filter(has_text="%%durable_agent refund-42").first
+        stop = cells.filter(has_text="stop_for_decision('refund-42')").first
+        stop.locator(".jp-OutputArea-output").filter(has_text="DecisionNeeded").wait_for()
+        assert "run 'refund-42' waits for your decision on 'refund': click Approve or Reject " \
+               "above, then run the next cell" in stop.locator(".jp-Cell-outputArea").inner_text()
+        agent.locator(".dnb-live").get_by_text("WAITING_APPROVAL", exact=True).wait_for()
+        approve = agent.locator("button.jupyter-button", has_text="Approve").first
+        assert approve.is_visible()
+        waited = cells.filter(has_text="%durable wait refund-42").first
+        assert waited.locator(".jp-OutputArea-output").count() == 0  # Run All stopped before
+        agent.screenshot(path=str(shots / "approvals-run-all-panel.png"))
+        stop.screenshot(path=str(shots / "approvals-run-all-stop.png"))
+
+        approve.click()
+        agent.locator(".dnb-live").get_by_text("DONE", exact=True).wait_for()
+        _run_all(page)
+        runs = cells.filter(has_text="%durable runs").last
+        runs.locator(".jp-OutputArea-output").filter(has_text="nobody-home").wait_for()
+        text = page.panel.inner_text()
+    assert "is not waiting for an approval" not in text and "DecisionNeeded" not in text
+    assert "'refunded 180.0 (key refund-42:2)'" in text
