@@ -183,12 +183,16 @@ def _arguments(raw: Any) -> Any:
 # reopened: JupyterLab and Notebook 7 then show "Error displaying widget: model not found",
 # whatever else the output's bundle holds), that output is hidden and the saved view shown.
 # Front ends without these classes (nbviewer, GitHub) show the saved view and the panel's text.
+# Rendered HTML gets the front end's table styles (right-aligned cells): the saved view resets them.
 _SAVED_CSS = """<style>
 .jp-OutputArea-child:has(.dnb-live) + .jp-OutputArea-child:has(.dnb-saved) {display: none}
 .jp-OutputArea-child:not(:has(.dnb-live)):has(+ .jp-OutputArea-child .dnb-saved) {
   display: none}
 .dnb-saved .dnb-saved-note {color: #6e7781; font-size: 0.85em; margin: 0 0 4px 0}
 .dnb-saved pre.dnb-log {max-height: 240px; overflow: auto; font-size: 0.85em; margin: 4px 0}
+.dnb-panel.dnb-saved table th, .dnb-panel.dnb-saved table td {text-align: left;
+  padding: 2px 6px}
+.dnb-panel.dnb-saved table td.dnb-num {text-align: right}
 </style>"""
 
 

@@ -512,3 +512,51 @@ def test_run_all_of_the_approvals_notebook_stops_at_the_approval_with_its_button
         text = page.panel.inner_text()
     assert "is not waiting for an approval" not in text and "DecisionNeeded" not in text
     assert "'refunded 180.0 (key refund-42:2)'" in text
+
+
+def test_a_reopened_notebook_shows_the_saved_view_of_its_batch(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    """A batch with items parked, approved from the panel, DONE; saved, the kernel shut down,
+    reopened: the batch's saved view (its counts, its items problems first) and its final
+    value are shown, and no error box."""
+    from tests.harness import wait_until
+
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "batch-reopened"
+    folder.mkdir()
+    cell = ("%%durable_agent refunds --over tickets[:4] --key item['id'] --title \"refunds\"\n"
+            "if item['id'] == 'T03':\n"
+            "    raise RuntimeError('the CRM timed out')\n"
+            "'refunded' if ctx.approval('refund', {'ticket': item['id']}).approved else 'no'")
+    notebook = write_notebook(folder / "batch.ipynb", [_BATCH_SETUP, cell])
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("batch-reopened/batch.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(BATCH)
+        _batch_badge(page, "WAITING_APPROVAL").wait_for(state="visible")
+        _batch_output(page).locator("button", has_text="Approve all 3 shown").click()
+        _batch_output(page).locator("button", has_text="Yes, approve 3").click()
+        _batch_badge(page, "FINISHED: 1 not done").wait_for(state="visible")
+        page.wait_for_text("<Batch 'refunds': 4 items (3 DONE, 1 FAILED)>", cell_index=BATCH)
+        page.cell(BATCH).locator(".jp-InputArea-editor .cm-content").click()
+        page.page.keyboard.press("Control+s")
+        wait_until(lambda: "Saved view of batch refunds" in notebook.read_text()
+                   and "3 / 4</b> done" in notebook.read_text(), 30,
+                   "the notebook saved with the saved view of the finished batch")
+        lab.delete_sessions()
+
+        page.open_notebook("batch-reopened/batch.ipynb")
+        view = _batch_output(page).locator(".dnb-saved")
+        view.wait_for(state="visible")
+        error = _batch_output(page).get_by_text("Error displaying widget: model not found")
+        error.wait_for(state="attached")
+        assert not error.is_visible()
+        text = view.inner_text()
+        assert "batch refunds" in text and "FINISHED: 1 not done" in text
+        assert text.index("T03") < text.index("T00")  # the failed item first
+        assert "RuntimeError: the CRM timed out" in text
+        assert "<Batch 'refunds': 4 items (3 DONE, 1 FAILED)>" in _batch_output(page).inner_text()
+        _batch_output(page).screenshot(path=str(shots / "batch-reopened.png"))
