@@ -36,8 +36,7 @@ from .batch import Batch, BatchObserver, ItemResult
 from .errors import DurableError
 from .journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import _CSS as _RUN_CSS
-from .panel import _LOG_KEPT
-from .panel import _STATUS_COLOURS, _STOPPED, RunPanel, _badge, saved_view
+from .panel import _LOG_KEPT, _STATUS_COLOURS, _STOPPED, RunPanel, _badge, saved_view
 from .registry import get_run
 from .summary import cost_of, format_cost, format_duration
 
