@@ -37,7 +37,7 @@ from .errors import DurableError
 from .execution.approvals import pending_digest
 from .journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import _CSS as _RUN_CSS
-from .panel import _STATUS_COLOURS, _STOPPED, RunPanel, _badge
+from .panel import _LOG_KEPT, _STATUS_COLOURS, _STOPPED, RunPanel, _badge, saved_view
 from .registry import get_run
 from .summary import cost_of, format_cost, format_duration
 
@@ -49,6 +49,7 @@ _COLOURS = {**{s.value: c for s, c in _STATUS_COLOURS.items()}, PENDING: "#afb8c
 _ORDER = ["FAILED", "WAITING_APPROVAL", "RUNNING", "CANCELLED", PENDING, "DONE"]
 _BAR_ORDER = ["DONE", "FAILED", "CANCELLED", "WAITING_APPROVAL", "RUNNING", PENDING]
 _PAGE = 20
+_SAVED_ROWS = 100  # items the saved view lists (problems first)
 _APPROVAL_ROWS = 10
 _SORTS = [("item order", "index"), ("key", "key"), ("status (problems first)", "status"),
           ("iterations (most first)", "-iterations"), ("tokens (most first)", "-tokens"),
@@ -77,6 +78,12 @@ _CSS = """<style>
 .dnb-batch .dnb-approval-row {border-bottom: 1px solid rgba(127, 127, 127, 0.2)}
 </style>"""
 
+_TABLE_HEAD = ("<colgroup><col style='width:3.5em'><col style='width:14em'>"
+               "<col style='width:12em'><col style='width:4em'><col style='width:6.5em'>"
+               "<col style='width:6em'><col><col></colgroup><tr><th>#</th><th>key</th>"
+               "<th>status</th><th>iter</th><th>tokens</th><th>cost</th><th>result</th>"
+               "<th>error</th></tr>")
+
 # A click on a row puts its key in the panel's item field and sends it, as typing would.
 _ONCLICK = ("var f=this.closest('.dnb-batch').querySelector('.dnb-pick input');"
             "f.value=this.dataset.key;f.dispatchEvent(new Event('change',{bubbles:true}))")
@@ -98,6 +105,11 @@ def _preview(value: Any, limit: int = 80) -> str:
             text = repr(value)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def _seconds(seconds: float) -> str:
+    """A short time to the hundredth (``0.04 s``), a longer one as format_duration does."""
+    return f"{seconds:.2f} s" if seconds < 10 else format_duration(seconds)
 
 
 def _close_tree(widget: Any) -> None:
@@ -139,9 +151,15 @@ class BatchPanel(BatchObserver):
         self._answered_tokens = 0
         self._answered_cost = 0.0
         self._replayed_steps = 0
+        self._executed_steps = 0
+        # index -> {step position: replayed} as this panel's executions got each step (the
+        # first time: a step executed, then replayed when its item resumes after an approval,
+        # stays executed and is not counted as saved)
+        self._origins: dict[int, dict[int, bool]] = {}
         self._replayed_tokens = 0
         self._replayed_cost = 0.0
         self._log_buffer: list[str] = []
+        self._log_kept = ""  # the log's last _LOG_KEPT characters, for the saved view
         self._message = ""
         self._last_refresh = 0.0
         self._timer: threading.Timer | None = None
@@ -202,6 +220,7 @@ class BatchPanel(BatchObserver):
                               w.HBox([self.pick, self.close_button]), self.detail, self.log])
         self.widget.add_class("dnb-panel")
         self.widget.add_class("dnb-batch")
+        self.widget.add_class("dnb-live")  # tells the saved view (static_html) to hide
 
         self.status_filter.observe(lambda _: self._view_changed(), names="value")
         self.text_filter.observe(lambda _: self._view_changed(), names="value")
@@ -272,12 +291,17 @@ class BatchPanel(BatchObserver):
         with self._lock:
             if not 0 <= index < len(self._items):
                 return
+            seen = self._origins.setdefault(index, {})
+            if replayed and entry.position in seen:
+                return  # an item resumed after its approval replays what this panel saw
+            seen[entry.position] = replayed
             if replayed:
                 self._replayed_steps += 1
                 if entry.tokens:
                     self._replayed_tokens += entry.tokens
                     self._replayed_cost += cost_of([entry])[0]
             else:
+                self._executed_steps += 1
                 item = self._items[index]
                 if entry.kind in LLM_KINDS:
                     item.iterations += 1
@@ -335,6 +359,7 @@ class BatchPanel(BatchObserver):
         if text:
             with self._lock:
                 self._log_buffer.append(text)
+                self._log_kept = (self._log_kept + text)[-_LOG_KEPT:]
             self.refresh()
 
     def tell(self, message: str) -> None:
@@ -429,8 +454,10 @@ class BatchPanel(BatchObserver):
             return
         info = get_run(item.run_id, journal=self._journal)
         run_id = item.run_id
+        with self._lock:
+            origins = dict(self._origins.get(index, {}))
         panel = RunPanel.load(
-            info, journal=self._journal,
+            info, origins, journal=self._journal,
             on_decide=(lambda ok, note, digest: self._on_decide(run_id, ok, note, digest))
             if self._on_decide else None,
             on_cancel=(lambda: self._on_cancel(run_id)) if self._on_cancel else None)
@@ -593,8 +620,10 @@ class BatchPanel(BatchObserver):
                     facts.append(f"{rate * 60:,.1f} items/min")
                     if left:
                         facts.append(f"ETA {format_duration(left / rate)}")
-            else:
+            elif self._executed_steps:
                 facts.append(f"took {format_duration(spent)}")
+            else:  # nothing executed: every item answered or replayed from the journal
+                facts.append(f"replayed in {_seconds(spent)}")
         prompt = sum(i.prompt_tokens for i in self._items)
         completion = sum(i.completion_tokens for i in self._items)
         budget = f" of {self.max_total_tokens:,}" if self.max_total_tokens else ""
@@ -630,11 +659,7 @@ class BatchPanel(BatchObserver):
             return "<div class='dnb-muted'>no items</div>"
         if not view:
             return "<div class='dnb-muted'>no item matches the filter</div>"
-        head = ("<table class='dnb-items'><colgroup><col style='width:3.5em'>"
-                "<col style='width:14em'><col style='width:12em'><col style='width:4em'>"
-                "<col style='width:6.5em'><col style='width:6em'><col><col></colgroup>"
-                "<tr><th>#</th><th>key</th><th>status</th><th>iter</th><th>tokens</th>"
-                "<th>cost</th><th>result</th><th>error</th></tr>")
+        head = f"<table class='dnb-items'>{_TABLE_HEAD}"
         rows = [self._row(item) for item in shown]
         where = (f"rows {start + 1:,}&ndash;{start + len(shown):,} of {len(view):,}"
                  + (f" (filtered from {len(self._items):,})" if len(view) != len(self._items)
@@ -643,7 +668,9 @@ class BatchPanel(BatchObserver):
                  + " &middot; click a row to see its run")
         return f"{head}{''.join(rows)}</table><div class='dnb-muted'>{where}</div>"
 
-    def _row(self, item: ItemResult) -> str:
+    def _row(self, item: ItemResult, live: bool = True) -> str:
+        """A row of the table; ``live``: a click opens the item (the saved view has no
+        kernel to open it)."""
         state = _state(item)
         badge = _badge(state.lower().replace("_", " "), _COLOURS[state])
         result = _preview(item.result) if item.status is Status.DONE else ""
@@ -651,8 +678,9 @@ class BatchPanel(BatchObserver):
         error = item.error or ""
         picked = " dnb-picked" if self._picked == item.index else ""
         cost = format_cost(item.cost) if item.cost else "-"
-        return (f"<tr class='dnb-row{picked}' data-key='{html.escape(item.key)}' "
-                f"onclick=\"{_ONCLICK}\"><td class='dnb-num'>{item.index}</td>"
+        click = (f"class='dnb-row{picked}' data-key='{html.escape(item.key)}' "
+                 f"onclick=\"{_ONCLICK}\"" if live else "")
+        return (f"<tr {click}><td class='dnb-num'>{item.index}</td>"
                 f"<td title='{html.escape(item.run_id)}'>{html.escape(item.key)}</td>"
                 f"<td>{badge}</td><td class='dnb-num'>{item.iterations}</td>"
                 f"<td class='dnb-num'>{item.tokens:,}</td><td class='dnb-num'>{cost}</td>"
@@ -698,6 +726,30 @@ class BatchPanel(BatchObserver):
         row = w.HBox([text, approve, reject])
         row.add_class("dnb-approval-row")
         return row
+
+    # -- the saved view ------------------------------------------------------------------
+
+    def static_html(self) -> str:
+        """The panel as it is now, in static HTML (:func:`~durable_nb.panel.saved_view`):
+        the summary, the items waiting for approval with how to decide them, and the first
+        items in status order (problems first)."""
+        with self._lock:
+            summary = self._summary_html()
+            items = sorted(self._items, key=lambda i: (_ORDER.index(_state(i)), i.index))
+            shown = items[:_SAVED_ROWS]
+            table = "".join(self._row(item, live=False) for item in shown)
+            log = self._log_kept
+            waiting = sum(1 for i in items if i.status is Status.WAITING_APPROVAL)
+        more = (f"<div class='dnb-muted'>{len(items) - len(shown):,} more items: "
+                f"<code>durable-nb batch show {html.escape(self.batch_id)}</code></div>"
+                if len(items) > len(shown) else "")
+        decide = (f"<div style='border:1px solid #bf8700;padding:6px'><b>{waiting:,} "
+                  f"item{'s' if waiting != 1 else ''} waiting for approval</b>: decide with "
+                  f"<code>durable-nb approve {html.escape(self.batch_id)}/KEY</code>, or re-run "
+                  f"the cell for the buttons.</div>" if waiting else "")
+        body = (f"{summary}{decide}<table class='dnb-items'>{_TABLE_HEAD}{table}</table>{more}"
+                if items else summary)
+        return saved_view(f"<div class='dnb-batch'>{body}</div>", f"batch {self.batch_id}", log)
 
     # -- text ----------------------------------------------------------------------------
 

@@ -270,6 +270,14 @@ class ApprovalChanged(NoPendingApproval):
     (its cell was edited, or it went on): nothing was decided."""
 
 
+class DecisionNeeded(DurableError):
+    """A notebook stops here until a person decides a pending approval
+    (:func:`durable_nb.notebook.stop_for_decision`): Run All halts with this one message."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython: the message, no traceback
+        return [f"\x1b[0;33m{type(self).__name__}\x1b[0m: {self}"]
+
+
 class StepFailed(DurableError):
     """A journaled step failure whose original exception type cannot be rebuilt.
 

@@ -432,7 +432,9 @@ class DurableMagics(Magics):
         in the journal; a click (or ``durable-nb approve RUN`` from anywhere) resumes it in
         the background with the same panel. Stop a running cell with the kernel's stop button
         (the run is kept, FAILED "interrupted", and resumes when re-run), or with the panel's
-        Cancel button. The cell's prints go to the cell's output and to the panel's log.
+        Cancel button. The cell's prints go to the cell's output (the panel's log takes only
+        what a run prints when resumed in the background). Right after the panel, a saved view
+        (static HTML) shows the run in a notebook reopened without its kernel.
         """
         args = _parse(self.durable_agent.parser, line)
         run_id = args.run_id or self._run_id_from_cell()

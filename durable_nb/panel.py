@@ -55,6 +55,7 @@ _STARTING = "#6e7781"
 #: elapsed time ticks).
 _TICK = 1.0
 _TIMELINE_ROWS = 30
+_LOG_KEPT = 20_000  # characters of the log the saved view keeps
 _TEXT_LIMIT = 2000  # characters of one message, argument or result shown in a step's details
 
 # Scoped to the panel (class dnb-panel on its outer box). ipywidgets adds the class
@@ -95,6 +96,15 @@ _CSS = """<style>
 def _badge(text: str, colour: str) -> str:
     return (f'<span style="background:{colour};color:white;border-radius:8px;padding:1px 8px;'
             f'font-size:0.85em">{html.escape(text)}</span>')
+
+
+def _origin_badge(replayed: bool | None) -> str:
+    """How this panel's executions got a step: executed, replayed from the journal, or
+    neither (None: journaled by an earlier execution that this panel did not see)."""
+    if replayed is None:
+        return ('<span title="recorded by an earlier execution; none shown here touched it">'
+                + _badge("journaled", "#8c959f") + "</span>")
+    return _badge("replayed", "#6e7781") if replayed else _badge("executed", "#1a7f37")
 
 
 def _stopped_badge(error: BaseException) -> str:
@@ -187,6 +197,35 @@ def _degraded_text(record: RunRecord) -> str:
     return "writes are failing and being retried; these steps may run again after a crash."
 
 
+# The saved view is a display of its own right after the live panel's. Where the panel is live
+# (class dnb-live), the saved view is hidden; where the panel's widget model is gone (a notebook
+# reopened: JupyterLab and Notebook 7 then show "Error displaying widget: model not found",
+# whatever else the output's bundle holds), that output is hidden and the saved view shown.
+# Front ends without these classes (nbviewer, GitHub) show the saved view and the panel's text.
+# Rendered HTML gets the front end's table styles (right-aligned cells): the saved view resets them.
+_SAVED_CSS = """<style>
+.jp-OutputArea-child:has(.dnb-live) + .jp-OutputArea-child:has(.dnb-saved) {display: none}
+.jp-OutputArea-child:not(:has(.dnb-live)):has(+ .jp-OutputArea-child .dnb-saved) {
+  display: none}
+.dnb-saved .dnb-saved-note {color: #6e7781; font-size: 0.85em; margin: 0 0 4px 0}
+.dnb-saved pre.dnb-log {max-height: 240px; overflow: auto; font-size: 0.85em; margin: 4px 0}
+.dnb-panel.dnb-saved table th, .dnb-panel.dnb-saved table td {text-align: left;
+  padding: 2px 6px}
+.dnb-panel.dnb-saved table td.dnb-num {text-align: right}
+</style>"""
+
+
+def saved_view(body: str, what: str, log: str = "") -> str:
+    """A panel as static HTML for a saved notebook (see _SAVED_CSS): ``body`` (the panel's
+    HTML, with its own CSS), a note saying it is a saved view of ``what`` and when, and the
+    log's text."""
+    note = (f"<div class='dnb-saved-note'>Saved view of {html.escape(what)} as of "
+            f"{_clock(time.time())}: the live panel needs the kernel that drew it; re-run the "
+            f"cell for it.</div>")
+    shown = f"<pre class='dnb-log'>{html.escape(log)}</pre>" if log else ""
+    return (f"{_SAVED_CSS}<div class='dnb-panel dnb-saved'>{note}{body}{shown}</div>")
+
+
 class RunPanel:
     """A live view of one run. Implements :class:`~durable_nb.execution.Observer`.
 
@@ -218,7 +257,8 @@ class RunPanel:
         self._on_cancel = on_cancel
         self._refresh_interval = refresh_interval
         self._last_refresh = 0.0
-        self._recent: deque[tuple[StepEntry, bool]] = deque(maxlen=_TIMELINE_ROWS)
+        # (entry, replayed); replayed None: journaled before, see load()
+        self._recent: deque[tuple[StepEntry, bool | None]] = deque(maxlen=_TIMELINE_ROWS)
         self._replayed = 0
         self._executed = 0
         self._replayed_entries: list[StepEntry] = []  # LLM ones only: for the savings line
@@ -231,7 +271,9 @@ class RunPanel:
         self._result_html = ""
         self._result_text = ""
         self._log_buffer: list[str] = []
+        self._log_kept = ""  # the log's last _LOG_KEPT characters, for the saved view
         self._log_ends_line = True
+        self._journaled = 0  # steps a loaded panel shows that no execution it saw touched
         self._streaming = False
         # Step details: the chat messages each request added, rendered rows (by position).
         self._seen_messages: set[str] = set()
@@ -261,16 +303,32 @@ class RunPanel:
         self.widget = w.VBox([self.header, self.stats, self.approval_box, self.timeline,
                               self.log, self.result, self.cancel_button])
         self.widget.add_class("dnb-panel")
+        self.widget.add_class("dnb-live")  # tells the saved view (static_html) to hide
         self.refresh(force=True)
 
     @classmethod
-    def load(cls, info: Any, **kwargs: Any) -> "RunPanel":
-        """A panel rebuilt from the journal (a :class:`~durable_nb.registry.RunInfo`)."""
+    def load(cls, info: Any, origins: dict[int, bool] | None = None,
+             **kwargs: Any) -> "RunPanel":
+        """A panel rebuilt from the journal (a :class:`~durable_nb.registry.RunInfo`).
+
+        ``origins`` maps a step's position to how an execution the caller watched got it
+        (True: replayed, False: executed), e.g. a batch panel's; a step not in it is
+        labelled "journaled": an earlier execution recorded it, and none seen here touched it.
+        """
         panel = cls(info, **kwargs)
+        origins = origins or {}
         for entry in info.steps:
             panel._note_messages(entry)
-            panel._recent.append((entry, True))
-        panel._replayed = len(info.steps)
+            origin = origins.get(entry.position)
+            panel._recent.append((entry, origin))
+            if origin is None:
+                panel._journaled += 1
+            elif origin:
+                panel._replayed += 1
+                if entry.tokens:
+                    panel._replayed_entries.append(entry)
+            else:
+                panel._executed += 1
         panel._shown = {entry.position for entry in info.steps}
         panel.refresh(force=True)
         return panel
@@ -384,13 +442,15 @@ class RunPanel:
             return
         with self._lock:
             self._log_buffer.append(text)
+            self._log_kept = (self._log_kept + text)[-_LOG_KEPT:]
             self._log_ends_line = text.endswith("\n")
         self.refresh()
 
     def show_result(self, value: Any = None, error: BaseException | None = None,
                     shown_below: bool = False) -> None:
-        """Show the run's result, or the error that stopped this execution (named only,
-        when the cell shows it right below the panel)."""
+        """Show the run's result, or the error that stopped this execution; with
+        ``shown_below`` (the cell shows it right below the panel) only a pointer to it, so
+        that each is shown once."""
         text = ""
         if error is not None:
             message = str(error) or type(error).__name__
@@ -401,6 +461,10 @@ class RunPanel:
                 text = (f"<b>Error:</b> <div class='dnb-text' style='color:#cf222e'>"
                         f"{html.escape(f'{type(error).__name__}: {message}')}</div>")
             plain = f"error: {type(error).__name__}: {message}"
+        elif value is not None and shown_below:
+            text = ("<div style='color:#6e7781'><b>Result:</b> the cell's value, shown below"
+                    "</div>")
+            plain = "result: the cell's value, shown below"
         elif value is not None:
             if isinstance(value, str):
                 body = value
@@ -530,7 +594,7 @@ class RunPanel:
         if cost:
             parts.append(cost)
         parts.append(f"steps <b>{self._replayed:,}</b> replayed, <b>{self._executed:,}</b> "
-                     f"executed")
+                     f"executed" + self._journaled_text())
         parts.append(_timing(record))
         line = " &middot; ".join(parts)
         if self._replayed_entries:
@@ -541,6 +605,9 @@ class RunPanel:
             line += (f"<details><summary>context summary</summary><pre class='dnb-text'>"
                      f"{html.escape(record.context_summary)}</pre></details>")
         return line
+
+    def _journaled_text(self) -> str:
+        return f", {self._journaled:,} journaled before" if self._journaled else ""
 
     def _savings(self) -> str:
         return replay_savings(self._replayed_entries, count=self._replayed)
@@ -559,7 +626,7 @@ class RunPanel:
         if not self._recent:
             return ""
         rows = [self._row(entry, replayed) for entry, replayed in self._recent]
-        hidden = self._replayed + self._executed - len(self._recent)
+        hidden = self._replayed + self._executed + self._journaled - len(self._recent)
         more = (f"<div style='color:#6e7781'>{hidden:,} earlier steps not shown "
                 f"(<code>%durable show {html.escape(self._record.run_id)}</code> lists all)</div>"
                 if hidden > 0 else "")
@@ -568,8 +635,8 @@ class RunPanel:
                 "</div>")
         return f"{more}<div class='dnb-steps'>{head}{''.join(rows)}</div>"
 
-    def _row(self, entry: StepEntry, replayed: bool) -> str:
-        mark = _badge("replayed", "#6e7781") if replayed else _badge("executed", "#1a7f37")
+    def _row(self, entry: StepEntry, replayed: bool | None) -> str:
+        mark = _origin_badge(replayed)
         outcome = "" if entry.ok else _badge("failed", "#cf222e")
         extra = ""
         time_cell = f"{entry.duration * 1000:,.1f} ms"
@@ -721,6 +788,24 @@ class RunPanel:
         return f"<div><b>Reply</b> ({html.escape(str(reply['finish_reason']))}):</div>" \
                + _message_html(message)
 
+    # -- the saved view ------------------------------------------------------------------
+
+    def static_html(self) -> str:
+        """The panel as it is now, in static HTML (:func:`saved_view`): status, stats, the
+        pending approval with how to decide it, the timeline (each step opens to its
+        details, decided approvals included), the log and the result."""
+        with self._lock:
+            record = self._record
+            body = [self._header_html(record), f"<div>{self._stats_html(record)}</div>"]
+            if record.pending_approval:
+                body.append("<div style='border:1px solid #bf8700;padding:6px'>"
+                            f"{self._approval_html(record.pending_approval)}"
+                            "Decide from anywhere: <code>durable-nb approve "
+                            f"{html.escape(record.run_id)}</code>.</div>")
+            body += [self._timeline_html(), f"<div>{self._result_html}</div>"]
+            log = self._log_kept
+        return saved_view("".join(body), f"run {record.run_id}", log)
+
     # -- text ----------------------------------------------------------------------------
 
     def summary(self) -> str:
@@ -748,7 +833,8 @@ class RunPanel:
         if record.cost or record.max_cost:
             facts.append(f"cost {format_cost(record.cost)}"
                          + (f" of {format_cost(record.max_cost)}" if record.max_cost else ""))
-        facts.append(f"steps {self._replayed:,} replayed, {self._executed:,} executed")
+        facts.append(f"steps {self._replayed:,} replayed, {self._executed:,} executed"
+                     + self._journaled_text())
         facts.append(_timing(record))
         lines.append(", ".join(facts))
         if self._replayed_entries:

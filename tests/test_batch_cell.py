@@ -223,15 +223,27 @@ def test_a_key_that_fails_names_the_item(ip) -> None:
     assert message == "--key item['id'] failed for item 1 ({'name': 'x'}): KeyError: 'id'"
 
 
-def test_prints_go_to_the_panel_log_prefixed_with_the_items_key(ip, capsys) -> None:
+def test_prints_go_to_the_cell_once_prefixed_with_the_items_key(ip, capsys) -> None:
     ip.user_ns["numbers"] = [7, 8]
     ip.run_cell_magic("durable_agent", "talk --over numbers --key item",
                       "print('working on', item)\nprint('half', end='')\nitem")
     out = capsys.readouterr().out
-    assert "[7] working on 7\n" in out and "[8] working on 8\n" in out and "[8] half\n" in out
+    assert out.count("[7] working on 7\n") == 1 and out.count("[8] half\n") == 1, out
     panel = active_batch("talk").panel
-    logged = "".join(o.get("text", "") for o in panel.log.outputs)
-    assert "[7] working on 7\n" in logged and "[7] half\n" in logged
+    assert panel.log.outputs == () and panel._log_kept == ""  # not a second time
+
+
+def test_prints_of_items_resumed_in_the_background_go_to_the_panel_log(ip, tmp_path: Path,
+                                                                       capsys) -> None:
+    ip.user_ns["numbers"] = [1]
+    ip.run_cell_magic("durable_agent", "later --over numbers --key item",
+                      "ok = ctx.approval('go').approved\nprint('resumed', item)\nok")
+    capsys.readouterr()
+    dn.approve("later/1", journal=_journal(tmp_path))
+    active_batch("later").wake()
+    assert ip.run_line_magic("durable", "batch wait later --timeout 30").results() == [True]
+    assert "resumed" not in capsys.readouterr().out  # the cell had ended
+    assert "[1] resumed 1\n" in active_batch("later").panel._log_kept
 
 
 def test_an_async_cell_body_runs_per_item(ip) -> None:

@@ -58,6 +58,14 @@ second.choices[0].message.content
 NEEDS_APPROVAL = [f"T{i:02d}" for i in range(0, 50, 10)]
 
 
+def _value(cell) -> str:
+    """The batch cell's value as the cell shows it: a display of its own (with a display id,
+    so that it follows the batch after the cell returned), not an execute_result."""
+    shown = [d.get("text/plain", "") for d in cell.displays
+             if d.get("text/plain", "").startswith("<Batch ")]
+    assert len(shown) == 1 and cell.text == "", (shown, cell.text)
+    return shown[0]
+
 def _env(server: LoopbackServer | None = None) -> dict[str, str]:
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     env.pop("DURABLE_NB_DIR", None)
@@ -140,7 +148,7 @@ def test_a_batch_killed_mid_way_restarted_rerun_and_approved_from_the_cli_pays_e
         assert "triage: batch with " in loaded and "re-run its cell to finish it" in loaded
         k.execute(SETUP).raise_for_error()
         parked = k.execute(TRIAGE, timeout=120).raise_for_error()
-        assert parked.text == "<Batch 'triage': 50 items (45 DONE, 5 WAITING_APPROVAL)>"
+        assert _value(parked) == "<Batch 'triage': 50 items (45 DONE, 5 WAITING_APPROVAL)>"
         summary = _batch_summary(k, "triage")
         assert summary.startswith("batch triage WAITING_APPROVAL 45 / 50 done")
         assert "5 waiting approval" in summary
@@ -234,7 +242,7 @@ def test_the_stop_button_stops_a_batch_cleanly_and_a_rerun_finishes_it(tmp_path:
         assert "stopped: interrupted" in _batch_summary(k, "slow")
 
         again = k.execute(SLOW, timeout=120).raise_for_error()
-        assert again.text == "<Batch 'slow': 12 items (12 DONE)>"
+        assert _value(again) == "<Batch 'slow': 12 items (12 DONE)>"
     ran = Counter(tuple(line.split()) for line in log.read_text().splitlines())
     assert ran == Counter({(str(i), str(s)): 1 for i in range(12) for s in range(3)})
 
@@ -247,7 +255,7 @@ def test_an_items_approve_click_resumes_that_item_in_the_background(tmp_path: Pa
         k.execute("%load_ext durable_nb").raise_for_error()
         k.execute("numbers = [0, 1, 2]").raise_for_error()
         parked = k.execute(cell).raise_for_error()
-        assert parked.text == "<Batch 'clicks': 3 items (1 DONE, 2 WAITING_APPROVAL)>"
+        assert _value(parked) == "<Batch 'clicks': 3 items (1 DONE, 2 WAITING_APPROVAL)>"
         k.drain(0.5)
         approves = [w.model_id for w in k.widgets.values() if w.model_name == "ButtonModel"
                     and w.state.get("description") == "Approve"]
@@ -274,7 +282,7 @@ def test_a_1000_item_batch_sends_a_few_panel_updates_a_second(tmp_path: Path) ->
         took = time.monotonic() - started
         k.drain(1.0)  # the trailing redraw, if any
         messages = [m for m in k.iopub_log[before:] if m["msg_type"] in ("comm_msg", "comm_open")]
-    assert done.text == "<Batch 'many': 1000 items (1000 DONE)>"
+    assert _value(done) == "<Batch 'many': 1000 items (1000 DONE)>"
     # Throttled to two redraws a second, each a few messages (summary, table, log ...), and
     # the widgets' creation: about ten a second, not one per item or step.
     opened = sum(1 for m in messages if m["msg_type"] == "comm_open")

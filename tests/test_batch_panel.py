@@ -249,3 +249,53 @@ def test_load_rebuilds_the_panel_from_the_journal(journal) -> None:
     assert "0 / 3</b> done" in panel.summary_html.value
     assert len(panel.approval_rows.children) == 3
     assert panel.summary().splitlines()[0] == "durable batch p: WAITING_APPROVAL"
+
+
+# -- counts that add up ----------------------------------------------------------------------
+
+def _badges(run_panel) -> list[tuple[str, str]]:
+    """(step name, how it was got) for each row of an item's run panel."""
+    rows = run_panel.timeline.value.split("<details><summary>")[1:]
+    return [(re.search(r"class='dnb-name'[^>]*>([^<]*)<", row).group(1),
+             re.search(r">(executed|replayed|journaled)<", row).group(1)) for row in rows]
+
+
+def test_a_batch_resumed_after_its_approvals_counts_no_replay_and_its_items_say_executed(
+        journal) -> None:
+    panel = BatchPanel("fresh", journal=journal)
+    execution, todo = prepare(
+        lambda ctx, x: (ctx.run("draft", lambda: f"reply {x}"),
+                        ctx.approval("send", {"n": x}).approved)[1],
+        [0, 1], batch_id="fresh", key=str, journal=journal, observer=panel)
+    execution.execute(todo)
+    for key in ("0", "1"):
+        dn.approve(f"fresh/{key}", journal=journal)
+    execution.execute(execution.decided())  # each item replays its draft, then goes on
+    panel.refresh(force=True)
+    assert execution.batch().counts == {"DONE": 2}
+    summary = _text(panel.summary_html.value)
+    assert "replay" not in summary and "took " in summary, summary  # nothing was saved
+    panel.pick.value = "1"
+    assert _badges(panel._item_panel) == [("draft", "executed"), ("send", "executed")]
+    assert "steps 0 replayed, 2 executed" in _text(panel._item_panel.stats.value)
+
+    again = BatchPanel("fresh", journal=journal)  # the cell run again: all from the journal
+    dn.map(lambda ctx, x: 1 / 0, [0, 1], batch_id="fresh", key=str, journal=journal,
+           observer=again)
+    again.refresh(force=True)
+    summary = _text(again.summary_html.value)
+    assert re.search(r"replayed in \d+\.\d\d s", summary) and "took" not in summary, summary
+    assert "replay: 2 items answered from the journal" in summary
+    again.pick.value = "0"  # no execution here touched its steps
+    assert _badges(again._item_panel) == [("draft", "journaled"), ("send", "journaled")]
+    assert "steps 0 replayed, 0 executed, 2 journaled before" in \
+        _text(again._item_panel.stats.value)
+
+
+def test_the_saved_view_lists_the_items_problems_first_without_live_clicks(chat_batch) -> None:
+    _, panel, _, _ = chat_batch
+    view = panel.static_html()
+    assert "dnb-saved" in view and "Saved view of batch chats" in _text(view)
+    assert "5 / 6</b> done" in view and "onclick" not in view
+    keys = re.findall(r"<tr ><td class='dnb-num'>(\d+)</td>", view)
+    assert keys == ["3", "0", "1", "2", "4", "5"]  # the FAILED item first

@@ -91,7 +91,7 @@ def _open_agent_notebook(lab: JupyterLab, page: LabPage, name: str) -> Path:
 
 def _badge(page: LabPage, status: Status) -> Any:
     """The panel's status badge showing exactly ``status`` (case-sensitive, whole text)."""
-    return page.cell(AGENT).locator(".jp-Cell-outputArea").get_by_text(str(status), exact=True)
+    return page.cell(AGENT).locator(".dnb-live").get_by_text(str(status), exact=True)
 
 
 def _panel_button(page: LabPage, label: str) -> Any:
@@ -244,7 +244,8 @@ def test_notebook7_panel_of_a_stopped_kernel_says_why_its_buttons_do_nothing(
             raise
         page.run_cell(1)
         output = page.cell(1).locator(".jp-Cell-outputArea")
-        output.get_by_text(str(Status.WAITING_APPROVAL), exact=True).wait_for()
+        output.locator(".dnb-live").get_by_text(str(Status.WAITING_APPROVAL), exact=True) \
+            .wait_for()
         approve = page.cell(1).locator("button.dnb-button", has_text="Approve").first
         assert approve.evaluate("e => getComputedStyle(e, '::after').content") == "none"
         output.screenshot(path=str(shots / "nb7-waiting.png"))
@@ -277,10 +278,10 @@ def test_an_error_is_one_line_under_a_stopped_badge(lab: JupyterLab, tmp_path: P
         page.run_cell(0)
         page.wait_for_text("setup ok", cell_index=0)
         page.run_cell(1)
-        page.cell(1).locator(".jp-Cell-outputArea").get_by_text("DONE", exact=True).wait_for()
+        page.cell(1).locator(".dnb-live").get_by_text("DONE", exact=True).wait_for()
         page.run_cell(2)
         output = page.cell(2).locator(".jp-Cell-outputArea")
-        output.get_by_text("stopped: input changed", exact=True).wait_for()
+        output.locator(".dnb-live").get_by_text("stopped: input changed", exact=True).wait_for()
         error = page.cell(2).locator(".jp-RenderedText[data-mime-type='application/"
                                      "vnd.jupyter.stderr']").last
         error.wait_for(state="visible")
@@ -322,7 +323,7 @@ def _batch_output(page: LabPage) -> Any:
 
 
 def _batch_badge(page: LabPage, text: str) -> Any:
-    return _batch_output(page).locator(".dnb-batch").get_by_text(text, exact=True).first
+    return _batch_output(page).locator(".dnb-live").first.get_by_text(text, exact=True).first
 
 
 def _items(folder: Path) -> dict[str, Status]:
@@ -356,10 +357,10 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
         page.wait_for_text("setup ok", cell_index=0)
         page.run_cell(BATCH)
         _batch_badge(page, "RUNNING").wait_for(state="visible")
-        _batch_output(page).locator(".dnb-legend").get_by_text("done").first.wait_for()
+        _batch_output(page).locator(".dnb-live .dnb-legend").get_by_text("done").first.wait_for()
         # Some items done, some still to go. A locator, not an element handle: each panel
         # update replaces the legend's element, so a handle would go stale.
-        _batch_output(page).locator(".dnb-legend").filter(
+        _batch_output(page).locator(".dnb-live .dnb-legend").filter(
             has_text=re.compile(r"\b[1-9]\d* / 30\b")).wait_for()
         _batch_output(page).screenshot(path=str(shots / "batch-running.png"))
 
@@ -402,12 +403,12 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
         item_panel = _batch_output(page).locator(".dnb-batch .dnb-panel:not(.dnb-batch)")
         item_panel.get_by_text("review/T07", exact=True).wait_for(state="visible")
         assert "RuntimeError: the CRM timed out" in item_panel.inner_text()
-        _batch_output(page).locator(".dnb-legend").hover()  # not over a row
+        _batch_output(page).locator(".dnb-live .dnb-legend").hover()  # not over a row
         _batch_output(page).screenshot(path=str(shots / "batch-finished.png"))
 
         page.restart_kernel()  # the panel says its kernel stopped, and what to do
         _batch_output(page).locator(".dnb-batch.jupyter-widgets-disconnected").wait_for()
-        dead = _batch_output(page).locator(".dnb-batch .dnb-summary > .dnb-dead")
+        dead = _batch_output(page).locator(".dnb-batch.dnb-live .dnb-summary > .dnb-dead")
         dead.wait_for(state="visible")
         assert "This panel belongs to a kernel that stopped; re-run the cell to reconnect" in \
             dead.inner_text()
@@ -478,7 +479,7 @@ def test_a_run_resumed_after_a_restart_or_the_stop_button_shows_running_and_its_
             stopped_at = steps()
             words = f"attempt 2: resumed after the stop button at step {stopped_at}"
         page.run_cell(1)
-        output = page.cell(1).locator(".jp-Cell-outputArea")
+        output = page.cell(1).locator(".dnb-live")  # not the saved view the last one left
         output.get_by_text(words).first.wait_for(state="visible")
         running = output.get_by_text("RUNNING", exact=True)
         assert running.first.is_visible() and steps() < 14
@@ -491,3 +492,138 @@ def test_a_run_resumed_after_a_restart_or_the_stop_button_shows_running_and_its_
     record = journal.get_run("slow")
     first = "kernel-restarted" if how == "restart" else "interrupted"
     assert [a["end"] for a in record.attempts] == [first, "completed"]
+
+
+@pytest.mark.parametrize("front_end", ["lab", "notebook7"])
+def test_a_reopened_notebook_shows_the_saved_view_of_its_run_and_no_error_box(
+    front_end: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A run approved and DONE, the notebook saved, its kernel shut down, the notebook opened
+    again: the front end has no model for the panel's widget (it would say "Error displaying
+    widget: model not found"); the saved view shows the run instead, and that box is hidden.
+    In JupyterLab 4 and in Notebook 7."""
+    from tests.harness import wait_until
+
+    server: JupyterLab = request.getfixturevalue(front_end)
+    shots = _shots(tmp_path)
+    with LabPage(server, timeout=60) as page:
+        folder = _open_agent_notebook(server, page, "reopened")
+        _panel_button(page, "Approve").click()
+        _badge(page, Status.DONE).wait_for(state="visible")
+        saved = page.cell(AGENT).locator(".dnb-saved")
+        saved.wait_for(state="attached")
+        assert not saved.is_visible()  # the live panel is shown, not its saved view
+        page.wait_for_text("The Q3 sales report is done", cell_index=AGENT)
+        notebook = folder / "reopened.ipynb"
+        page.cell(AGENT).locator(".jp-InputArea-editor .cm-content").click()
+        page.page.keyboard.press("Control+s")
+        wait_until(lambda: "Saved view of run sales-report" in notebook.read_text()
+                   and "The Q3 sales report is done" in notebook.read_text(), 30,
+                   "the notebook saved with the saved view of the DONE run")
+        server.delete_sessions()  # the kernel shuts down: the widget models are gone
+
+        page.open_notebook("reopened/reopened.ipynb")
+        view = page.cell(AGENT).locator(".dnb-saved")
+        view.wait_for(state="visible")
+        error = page.cell(AGENT).get_by_text("Error displaying widget: model not found")
+        error.wait_for(state="attached")  # the front end gave up on the widget ...
+        assert not error.is_visible()  # ... and its box is hidden
+        text = view.inner_text()
+        assert "sales-report" in text and "DONE" in text and "approved" in text
+        assert "The Q3 sales report is done" in text
+        assert "Saved view of run sales-report" in text
+        _shoot_panel(page, shots / f"{front_end}-reopened.png")
+
+
+def _run_all(page: LabPage) -> None:
+    """Run > Run All Cells, as a person does."""
+    page.page.locator("#jp-MainMenu").get_by_text("Run", exact=True).first.click()
+    page.page.locator(".lm-Menu-content").get_by_text("Run All Cells", exact=True).first.click()
+
+
+def test_run_all_of_the_approvals_notebook_stops_at_the_approval_with_its_buttons(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    """notebooks/approvals.ipynb, Run All in JupyterLab: it stops after the refund's cell with
+    Approve and Reject shown and one line saying what to do; after the click, Run All again
+    runs to the end with no error."""
+    import shutil
+
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "approvals"
+    folder.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "notebooks" / "approvals.ipynb", folder)
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("approvals/approvals.ipynb")
+        page.wait_kernel_idle()
+        _run_all(page)
+        cells = page.panel.locator(".jp-Cell")
+        agent = cells.filter(has_text="%%durable_agent refund-42").first
+        stop = cells.filter(has_text="stop_for_decision('refund-42')").first
+        stop.locator(".jp-OutputArea-output").filter(has_text="DecisionNeeded").wait_for()
+        assert "run 'refund-42' waits for your decision on 'refund': click Approve or Reject " \
+               "above, then run the next cell" in stop.locator(".jp-Cell-outputArea").inner_text()
+        agent.locator(".dnb-live").get_by_text("WAITING_APPROVAL", exact=True).wait_for()
+        approve = agent.locator("button.jupyter-button", has_text="Approve").first
+        assert approve.is_visible()
+        waited = cells.filter(has_text="%durable wait refund-42").first
+        assert waited.locator(".jp-OutputArea-output").count() == 0  # Run All stopped before
+        agent.screenshot(path=str(shots / "approvals-run-all-panel.png"))
+        stop.screenshot(path=str(shots / "approvals-run-all-stop.png"))
+
+        approve.click()
+        agent.locator(".dnb-live").get_by_text("DONE", exact=True).wait_for()
+        _run_all(page)
+        runs = cells.filter(has_text="%durable runs").last
+        runs.locator(".jp-OutputArea-output").filter(has_text="nobody-home").wait_for()
+        text = page.panel.inner_text()
+    assert "is not waiting for an approval" not in text and "DecisionNeeded" not in text
+    assert "'refunded 180.0 (key refund-42:2)'" in text
+
+
+def test_a_reopened_notebook_shows_the_saved_view_of_its_batch(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    """A batch with items parked, approved from the panel, DONE; saved, the kernel shut down,
+    reopened: the batch's saved view (its counts, its items problems first) and its final
+    value are shown, and no error box."""
+    from tests.harness import wait_until
+
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "batch-reopened"
+    folder.mkdir()
+    cell = ("%%durable_agent refunds --over tickets[:4] --key item['id'] --title \"refunds\"\n"
+            "if item['id'] == 'T03':\n"
+            "    raise RuntimeError('the CRM timed out')\n"
+            "'refunded' if ctx.approval('refund', {'ticket': item['id']}).approved else 'no'")
+    notebook = write_notebook(folder / "batch.ipynb", [_BATCH_SETUP, cell])
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("batch-reopened/batch.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(BATCH)
+        _batch_badge(page, "WAITING_APPROVAL").wait_for(state="visible")
+        _batch_output(page).locator("button", has_text="Approve all 3 shown").click()
+        _batch_output(page).locator("button", has_text="Yes, approve 3").click()
+        _batch_badge(page, "FINISHED: 1 not done").wait_for(state="visible")
+        page.wait_for_text("<Batch 'refunds': 4 items (3 DONE, 1 FAILED)>", cell_index=BATCH)
+        page.cell(BATCH).locator(".jp-InputArea-editor .cm-content").click()
+        page.page.keyboard.press("Control+s")
+        wait_until(lambda: "Saved view of batch refunds" in notebook.read_text()
+                   and "3 / 4</b> done" in notebook.read_text(), 30,
+                   "the notebook saved with the saved view of the finished batch")
+        lab.delete_sessions()
+
+        page.open_notebook("batch-reopened/batch.ipynb")
+        view = _batch_output(page).locator(".dnb-saved")
+        view.wait_for(state="visible")
+        error = _batch_output(page).get_by_text("Error displaying widget: model not found")
+        error.wait_for(state="attached")
+        assert not error.is_visible()
+        text = view.inner_text()
+        assert "batch refunds" in text and "FINISHED: 1 not done" in text
+        assert text.index("T03") < text.index("T00")  # the failed item first
+        assert "RuntimeError: the CRM timed out" in text
+        assert "<Batch 'refunds': 4 items (3 DONE, 1 FAILED)>" in _batch_output(page).inner_text()
+        _batch_output(page).screenshot(path=str(shots / "batch-reopened.png"))

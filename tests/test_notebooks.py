@@ -14,7 +14,9 @@ from typing import Any
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
+import durable_nb
 from durable_nb import DiskJournal, Status
 from durable_nb.testing import LoopbackServer
 
@@ -46,8 +48,22 @@ def _client(nb: nbformat.NotebookNode, folder: Path) -> NotebookClient:
                           resources={"metadata": {"path": str(folder)}})
 
 
-def _read(name: str) -> nbformat.NotebookNode:
-    return nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
+#: The parameters a headless run gives (papermill's -p), by notebook.
+HEADLESS = {"approvals": 'AUTO_DECIDE = "approve"'}
+
+
+def _read(name: str, headless: bool = True) -> nbformat.NotebookNode:
+    """The notebook; ``headless``: with its HEADLESS parameters injected after its
+    ``parameters`` cell, as papermill does."""
+    nb = nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
+    if headless and name in HEADLESS:
+        tagged = [i for i, c in enumerate(nb.cells)
+                  if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{name} has {len(tagged)} parameters cells"
+        injected = nbformat.v4.new_code_cell(HEADLESS[name])
+        injected.metadata["tags"] = ["injected-parameters"]
+        nb.cells.insert(tagged[0] + 1, injected)
+    return nb
 
 
 def _run(name: str, folder: Path) -> nbformat.NotebookNode:
@@ -90,6 +106,17 @@ def _text(cell: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
+def _saved_view(cell: nbformat.NotebookNode) -> str:
+    """The HTML of the panel's saved view (what a notebook reopened without its kernel shows),
+    the output right after the panel's."""
+    views = [out.data["text/html"] for out in cell.outputs
+             if "dnb-saved" in out.get("data", {}).get("text/html", "")]
+    assert len(views) == 1, f"{len(views)} saved views"
+    panel = [i for i, out in enumerate(cell.outputs) if WIDGET_VIEW in out.get("data", {})]
+    assert cell.outputs[panel[0] + 1].data["text/html"] == views[0]
+    return views[0]
+
+
 def _has_panel(cell: nbformat.NotebookNode) -> bool:
     return any(WIDGET_VIEW in out.get("data", {}) for out in cell.outputs)
 
@@ -120,6 +147,8 @@ def test_quickstart_runs_the_agent_to_done_after_approval(tmp_path: Path, offlin
     summary = _text(agent)
     assert summary.startswith("durable run quickstart (Q3 sales report): DONE\n"), summary
     assert "result: The Q3 sales report is done" in summary
+    saved = _saved_view(agent)  # what the notebook shows reopened without its kernel
+    assert "DONE" in saved and "The Q3 sales report is done" in saved and "approved" in saved
     assert "The Q3 sales report is done" in _text(_cell(nb, "%durable wait quickstart"))
     shown = _text(_cell(nb, "%durable show quickstart"))
     assert "status     DONE" in shown and "iteration  5 / 10" in shown
@@ -160,6 +189,38 @@ def test_approvals_notebook_shows_approval_rejection_and_timeout(tmp_path: Path,
     assert (_work(tmp_path, "approvals") / ".durable_nb").is_dir()
 
 
+def test_approvals_notebook_run_all_stops_at_the_approval_until_a_person_decides(
+        tmp_path: Path, offline) -> None:
+    """Run All as in JupyterLab (no parameter): it stops after the refund's cell, its panel
+    waiting with the buttons, with one line saying what to do; after the click, Run All
+    again goes through without an error."""
+    nb = _read("approvals", headless=False)
+    client = _client(nb, tmp_path)
+    stop = nb.cells.index(_cell(nb, "import subprocess, sys"))
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells[:stop]):
+            client.execute_cell(cell, index)
+        with pytest.raises(CellExecutionError) as stopped:
+            client.execute_cell(nb.cells[stop], stop)
+        agent = _cell(nb, "%%durable_agent refund-42")
+        assert _has_panel(agent) and ": WAITING_APPROVAL\n" in _text(agent)
+        saved = _saved_view(agent)
+        assert "WAITING_APPROVAL" in saved and "Approval needed:</b> refund" in saved
+        assert "durable-nb approve refund-42" in saved
+        error = [o for o in nb.cells[stop].outputs if o.output_type == "error"]
+        assert [(e.ename, e.traceback) for e in error] == [("DecisionNeeded", [
+            "\x1b[0;33mDecisionNeeded\x1b[0m: run 'refund-42' waits for your decision on "
+            "'refund': click Approve or Reject above, then run the next cell (or decide from a "
+            "terminal: durable-nb approve refund-42)"])], stopped.value
+        journal = DiskJournal(_work(tmp_path, "approvals") / ".durable_nb")
+        durable_nb.approve("refund-42", "ok", by="ana", journal=journal)  # the click
+        journal.close()
+        for index, cell in enumerate(nb.cells):  # Run All again: no error, no stop
+            client.execute_cell(cell, index)
+    assert _text(_cell(nb, "import subprocess, sys")) == ""
+    assert _text(_cell(nb, "%durable wait refund-42")) == "'refunded 180.0 (key refund-42:2)'"
+
+
 def test_batch_notebook_sends_every_reply_once_and_the_refunds_after_approval(
         tmp_path: Path, offline) -> None:
     nb = _run("batch", tmp_path)
@@ -167,9 +228,10 @@ def test_batch_notebook_sends_every_reply_once_and_the_refunds_after_approval(
     assert _text(_cell(nb, "import os")) == f"model: loopback-1 (offline); working in {work}\n"
     batch = _cell(nb, "%%durable_agent support")
     assert _has_panel(batch)
-    # The cell ended with the refunds parked; `%durable batch wait` brought its text up to date.
-    assert batch.outputs[-1].data["text/plain"] == \
-        "<Batch 'support': 12 items (10 DONE, 2 WAITING_APPROVAL)>"
+    # The cell ended with the refunds parked; `%durable batch wait` brought its value, its
+    # text and its saved view up to date.
+    assert batch.outputs[-1].data["text/plain"] == "<Batch 'support': 12 items (12 DONE)>"
+    assert "12 / 12</b> done" in _saved_view(batch)
     summary = _text(batch)
     assert summary.startswith("durable batch support (support replies): DONE\n12 items: 12 DONE")
     assert _text(_cell(nb, "%durable batch wait")) == "<Batch 'support': 12 items (12 DONE)>"

@@ -175,3 +175,30 @@ def test_the_approve_button_decides_the_request_the_panel_shows(journal) -> None
     assert "The request at this step changed" in shown and staging[:12] in shown
     panel.approve_button.click()
     assert decided == [(True, "", production)]
+
+
+def test_the_saved_view_holds_status_timeline_decision_log_and_result(demo_run) -> None:
+    journal, info = demo_run
+    panel = RunPanel.load(info, journal=journal)
+    panel.append_log("printed in the background\n")
+    panel.show_result("The Q3 sales report is done.")
+    view = panel.static_html()
+    body = re.sub(r"<style>.*?</style>", "", view, flags=re.S)
+    text = _text(body)
+    assert body.count("class='dnb-panel dnb-saved'") == 1
+    assert "dnb-live" not in body  # the live panel's class is only in the CSS that hides it
+    assert text.startswith("Saved view of run sales as of ")
+    assert "sales · Q3 DONE" in text and "approved" in text and "by ana: fine" in text
+    assert "printed in the background" in text
+    assert "Result:The Q3 sales report is done." in text
+    assert view.count("<details><summary><span>") == len(info.steps)  # steps still open
+    assert "dnb-live" in panel.widget._dom_classes
+
+
+def test_a_result_the_cell_shows_below_is_only_pointed_to() -> None:
+    panel = RunPanel(RunRecord(run_id="r", status=Status.DONE, created_at=time.time()))
+    panel.show_result({"answer": 42}, shown_below=True)
+    assert _text(panel.result.value) == "Result: the cell's value, shown below"
+    assert "42" not in panel.summary() and "42" not in panel.static_html()
+    panel.show_result(None, shown_below=True)  # a cell with no value: nothing to point to
+    assert panel.result.value == ""

@@ -11,8 +11,13 @@ watcher thread then looks for decisions in the journal (the panel's buttons,
 ``durable-nb approve BATCH/KEY``, another notebook) and resumes those items on itself, as
 :class:`~durable_nb.notebook.session.NotebookRun` does for one run.
 
-Each item's prints go to the panel's log, prefixed with the item's key, and, while the cell
-itself runs, to the cell's output too.
+Each item's prints, prefixed with the item's key, go to the cell's output while the cell
+runs, and to the panel's log when the watcher resumes items in the background (there is no
+cell to print to then): each print is shown once.
+
+The cell's value is the :class:`BatchValue`: a :class:`~durable_nb.batch.Batch` whose display
+and items are brought up to date with the panel, so what is shown under the cell is the
+batch's latest state, not the state when the cell returned.
 """
 
 from __future__ import annotations
@@ -30,9 +35,9 @@ from ..batch import batch as read_batch
 from ..batch_panel import BatchPanel
 from ..errors import DurableError, RunLeased
 from ..journal import Journal, Status, this_host
-from .output import route_output
+from .output import CellDisplays, route_output
 
-__all__ = ["NotebookBatch", "active_batch", "batch_of_run"]
+__all__ = ["BatchValue", "NotebookBatch", "active_batch", "batch_of_run"]
 
 _active: dict[str, "NotebookBatch"] = {}
 _active_lock = threading.RLock()
@@ -50,9 +55,33 @@ def batch_of_run(run_id: str) -> "NotebookBatch | None":
     return active_batch(batch_id) if batch_id else None
 
 
+class BatchValue(Batch):
+    """The Batch a batch cell returns: displayed with a display id, and updated in place
+    (its items and its display) by :meth:`update` when the batch changes after the cell
+    returned (items resumed after their approvals)."""
+
+    _handle: Any = None
+
+    @classmethod
+    def of(cls, batch: Batch) -> "BatchValue":
+        return cls(batch.batch_id, list(batch.items), list(batch.removed), batch.title)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        self._handle = display({"text/plain": repr(self)}, raw=True, display_id=True)
+
+    def update(self, batch: Batch) -> None:
+        """Take ``batch``'s items, and show them where this value is shown."""
+        self.items[:] = batch.items
+        self.removed[:] = batch.removed
+        if self._handle is not None:
+            self._handle.update({"text/plain": repr(self)}, raw=True)
+
+
 class _ItemLog:
-    """Where one item's prints go: whole lines, prefixed with the item's key, to the panel's
-    log and (while the cell runs in the foreground) to the cell's output."""
+    """Where one item's prints go: whole lines, prefixed with the item's key, to the cell's
+    output while the cell runs in the foreground, else to the panel's log."""
 
     def __init__(self, batch: "NotebookBatch", key: str) -> None:
         self.batch = batch
@@ -95,7 +124,8 @@ class NotebookBatch:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
-        self._display: Any = None
+        self._displays: CellDisplays | None = None
+        self.value: BatchValue | None = None
         self.panel = BatchPanel(batch_id, title=title or "", journal=journal,
                                 on_decide=self.decide, on_cancel=self.cancel,
                                 max_total_tokens=limits.get("max_total_tokens"),
@@ -104,17 +134,17 @@ class NotebookBatch:
     # -- display ---------------------------------------------------------------------------
 
     def show(self) -> None:
-        """Display the panel under the cell, with a display id for later text updates."""
-        from IPython.display import display
-
-        self._display = display(self.panel, display_id=True)
+        """Display the panel under the cell, and its saved view (:class:`CellDisplays`)."""
+        self._displays = CellDisplays(self.panel)
 
     def refresh_display(self) -> None:
-        """Send the panel's display again, so its text summary (what nbclient, papermill and
-        nbconvert keep) tells the batch's latest state."""
-        if self._display is not None:
-            self.panel.refresh(force=True)
-            self._display.update(self.panel)
+        """Send the panel's display, its saved view and the cell's value again, so that
+        the text summary (what nbclient, papermill and nbconvert keep), the saved view (what
+        a reopened notebook shows) and the value tell the batch's latest state."""
+        if self._displays is not None:
+            self._displays.update()
+        if self.value is not None and self.execution is not None:
+            self.value.update(self.execution.batch())
 
     # -- the cell --------------------------------------------------------------------------
 
@@ -129,13 +159,14 @@ class NotebookBatch:
             log.flush()
 
     def _print(self, text: str) -> None:
-        self.panel.append_log(text)
         stream = self._cell_stream
-        if self._foreground and stream is not None:
-            try:
-                stream.write(text)
-            except (OSError, ValueError):
-                pass
+        if not self._foreground or stream is None:
+            self.panel.append_log(text)
+            return
+        try:
+            stream.write(text)
+        except (OSError, ValueError):
+            self.panel.append_log(text)
 
     def start(self) -> Batch:
         """Execute in the calling (main) thread until no item can progress; watch for
@@ -175,9 +206,10 @@ class NotebookBatch:
         finally:
             self._foreground = False
             self.refresh_display()
+        self.value = BatchValue.of(self.execution.batch())
         if self._parked():
             self._watch()
-        return self.execution.batch()
+        return self.value
 
     def _run(self, indexes: list[int]) -> None:
         self.executing = True

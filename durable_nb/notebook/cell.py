@@ -71,7 +71,7 @@ def _run(code: Any, namespace: dict) -> Any:
 
         async def run_async_cell() -> Any:
             # The runner may await this on a thread of its own: print where the cell does.
-            restore = route_output(route[0], tee=route[1]) if route is not None else None
+            restore = route_output(route) if route is not None else None
             try:
                 await eval(code, namespace)
             finally:

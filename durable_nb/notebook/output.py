@@ -1,7 +1,16 @@
-"""Where a run's prints go: the thread that executes a run sends what it prints to the run's
-panel log (and, for a cell running in the foreground, to the cell's own output as well, so
-that nbclient, papermill and nbconvert keep them); every other thread prints where it did
-before."""
+"""Where a run's output goes, and the displays a cell keeps up to date.
+
+Prints are shown once. While a cell runs in the foreground, its run's prints go to the cell's
+output as any cell's do (nbclient, papermill and nbconvert keep them, and they appear as they
+are printed); the panel's log holds only what has no cell to go to: the prints of a run, or
+batch items, resumed in the background after an approval. A thread that executes such a run
+has its prints routed to the panel's log (:func:`route_output`); every other thread prints
+where it did before.
+
+:class:`CellDisplays` is the panel under a cell, its saved view (static HTML that front ends
+show once the widget's model is gone, e.g. in a notebook reopened later) and, for a batch, the
+cell's value: each updated in place by display id.
+"""
 
 from __future__ import annotations
 
@@ -9,26 +18,22 @@ import sys
 import threading
 from typing import Any, Callable
 
-__all__ = ["route_of_this_thread", "route_output"]
+__all__ = ["CellDisplays", "route_of_this_thread", "route_output"]
 
 
 class _RoutedStream:
-    """sys.stdout/stderr stand-in that sends what a run's thread prints to its panel log and
+    """sys.stdout/stderr stand-in that sends what a routed thread prints to its sink and
     everything else where it went before."""
 
     def __init__(self, original: Any) -> None:
         self.original = original
         self.routes: dict[int, Callable[[str], None]] = {}
-        self.tees: set[int] = set()
 
     def write(self, text: str) -> int:
-        ident = threading.get_ident()
-        route = self.routes.get(ident)
+        route = self.routes.get(threading.get_ident())
         if route is None:
             return self.original.write(text)
         route(text)
-        if ident in self.tees:
-            self.original.write(text)
         return len(text)
 
     def flush(self) -> None:
@@ -38,19 +43,16 @@ class _RoutedStream:
         return getattr(self.original, name)
 
 
-def route_of_this_thread() -> tuple[Callable[[str], None], bool] | None:
-    """Where this thread's prints are routed now (sink, tee), if anywhere."""
+def route_of_this_thread() -> Callable[[str], None] | None:
+    """Where this thread's prints are routed now, if anywhere."""
     stream = sys.stdout
     if not isinstance(stream, _RoutedStream):
         return None
-    ident = threading.get_ident()
-    sink = stream.routes.get(ident)
-    return None if sink is None else (sink, ident in stream.tees)
+    return stream.routes.get(threading.get_ident())
 
 
-def route_output(sink: Callable[[str], None], *, tee: bool = False) -> Callable[[], None]:
-    """Route this thread's prints to ``sink`` until the returned function is called; with
-    ``tee``, also where they went before."""
+def route_output(sink: Callable[[str], None]) -> Callable[[], None]:
+    """Route this thread's prints to ``sink`` until the returned function is called."""
     streams = []
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
@@ -58,14 +60,36 @@ def route_output(sink: Callable[[str], None], *, tee: bool = False) -> Callable[
             stream = _RoutedStream(stream)
             setattr(sys, name, stream)
         stream.routes[threading.get_ident()] = sink
-        if tee:
-            stream.tees.add(threading.get_ident())
         streams.append(stream)
     ident = threading.get_ident()
 
     def restore() -> None:
         for stream in streams:
             stream.routes.pop(ident, None)
-            stream.tees.discard(ident)
 
     return restore
+
+
+class CellDisplays:
+    """A panel's display under its cell and, right after it, the panel's saved view.
+
+    ``panel`` has ``_repr_mimebundle_`` (the widget and its text summary) and
+    ``static_html()``. :meth:`update` sends both again: the text summary and the saved view
+    then tell the latest state, in the live page and in the notebook file.
+    """
+
+    def __init__(self, panel: Any) -> None:
+        from IPython.display import display
+
+        self.panel = panel
+        self._live = display(panel, display_id=True)
+        self._saved = display(self._saved_bundle(), raw=True, display_id=True)
+
+    def _saved_bundle(self) -> dict[str, str]:
+        return {"text/html": self.panel.static_html()}
+
+    def update(self) -> None:
+        """Send the panel's display and its saved view again (any thread)."""
+        self.panel.refresh(force=True)
+        self._live.update(self.panel)
+        self._saved.update(self._saved_bundle(), raw=True)

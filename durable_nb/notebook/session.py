@@ -21,14 +21,14 @@ import time
 from typing import Any, Callable
 
 from .. import registry
-from ..journal import Journal, RunRecord, Status, this_host
-from ..errors import JournalError, RunLeased
+from ..journal import Journal, JournalSpec, RunRecord, Status, open_journal, this_host
+from ..errors import DecisionNeeded, JournalError, RunLeased
 from ..execution.approvals import applies, decision_kind, find_decision
 from ..panel import RunPanel
 from ..runner import RunOptions, RunOutcome, Runner, live_execution
-from .output import route_output
+from .output import CellDisplays, route_output
 
-__all__ = ["NotebookRun", "active_run"]
+__all__ = ["NotebookRun", "active_run", "stop_for_decision"]
 
 _active: dict[str, "NotebookRun"] = {}
 # Re-entrant (fix): start() holds it while stopping the cell's previous NotebookRun, whose
@@ -55,26 +55,22 @@ class NotebookRun:
         self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
         self._waiting_for: tuple[str, dict, float | None] = (run_id, {}, None)
-        self._display: Any = None
+        self._displays: CellDisplays | None = None
         self.executing = False
         record = journal.find_run(run_id) or RunRecord(run_id=run_id, title=options.title or "")
         self.panel = RunPanel(record, on_decide=self.decide, on_cancel=self.cancel,
                               journal=journal, starting=True)
 
     def show(self) -> None:
-        """Display the panel under the cell (with a display id, so that its text/plain
-        summary can be brought up to date when the run ends)."""
-        from IPython.display import display
-
-        self._display = display(self.panel, display_id=True)
+        """Display the panel under the cell, and its saved view (:class:`CellDisplays`)."""
+        self._displays = CellDisplays(self.panel)
 
     def refresh_display(self) -> None:
-        """Send the panel's display again: its text/plain summary (what nbclient, papermill
-        and nbconvert keep) then tells the run's latest state. From the kernel's main thread
-        (the cell, or ``%durable wait``)."""
-        if self._display is not None:
-            self.panel.refresh(force=True)
-            self._display.update(self.panel)
+        """Send the panel's display and its saved view again: its text/plain summary (what
+        nbclient, papermill and nbconvert keep) and the saved view (what a reopened notebook
+        shows) then tell the run's latest state."""
+        if self._displays is not None:
+            self._displays.update()
 
     # -- the cell ----------------------------------------------------------------------
 
@@ -100,9 +96,9 @@ class NotebookRun:
         return outcome
 
     def _execute(self, foreground: bool = False) -> RunOutcome:
-        # In the foreground the prints reach the cell's output too; in the background (after
-        # an approval) there is no cell to print to: the panel's log has them.
-        restore = route_output(self.panel.append_log, tee=foreground)
+        # In the foreground the prints go to the cell's output, as in any cell; in the
+        # background (after an approval) there is no cell to print to: the panel's log has them.
+        restore = None if foreground else route_output(self.panel.append_log)
         self.executing = True
         try:
             outcome = Runner(self.run_id, self.handler, journal=self.journal,
@@ -117,10 +113,12 @@ class NotebookRun:
             raise
         finally:
             self.executing = False
-            restore()
+            if restore is not None:
+                restore()
         self.panel.on_record(outcome.record)
         if outcome.status is Status.DONE:
-            self.panel.show_result(outcome.result)
+            # In the foreground the result is the cell's value, shown right below.
+            self.panel.show_result(outcome.result, shown_below=foreground)
         return outcome
 
     # -- after the cell: the watcher ---------------------------------------------------
@@ -167,8 +165,9 @@ class NotebookRun:
         while not self._stopped.is_set():
             try:
                 decided = self._decided()
-                if decided is None:
+                if decided is None:  # cancelled, or resumed elsewhere: the saved view says so
                     self.panel.on_record(self.journal.get_run(self.run_id))
+                    self.refresh_display()
                     return
                 if not decided:
                     self._wait_for_decision()
@@ -233,3 +232,21 @@ class NotebookRun:
         return not self._watcher.is_alive()
 
 
+
+
+def stop_for_decision(run_id: str, *, journal: JournalSpec = None) -> None:
+    """Stop the notebook here (Run All halts) while ``run_id`` waits for a decision nobody
+    gave yet, with one line saying what to do; return at once otherwise (decided, or the
+    run waits for nothing: a second Run All goes through)."""
+    journal = open_journal(journal)
+    record = journal.find_run(run_id)
+    pending = record.pending_approval if record is not None else None
+    if record is None or record.status is not Status.WAITING_APPROVAL or not pending:
+        return
+    decision = journal.get_request("decision", pending.get("run_id", run_id))
+    if decision is not None and decision.get("key") == pending.get("key"):
+        return  # decided; the run resumes in the background
+    raise DecisionNeeded(
+        f"run {run_id!r} waits for your decision on {pending.get('name')!r}: click Approve or "
+        f"Reject above, then run the next cell (or decide from a terminal: durable-nb "
+        f"approve {run_id})")
