@@ -154,6 +154,7 @@ class RunRecord:
     crash it may lag behind the journal, and readers correct it
     (:meth:`durable_nb.journal.Journal.count_steps`). ``retried_steps`` are positions of
     failed entries that failed the run and were tried again on resume: replay skips them.
+    ``notebook`` and ``cell_id`` say which notebook cell created the run (None elsewhere).
     """
 
     run_id: str
@@ -183,6 +184,10 @@ class RunRecord:
     source: str | None = None
     source_hash: str | None = None
     journal_degraded_from: int | None = None
+    #: Where the run was started from, when a notebook cell started it: the notebook's path
+    #: as its kernel knows it (``JPY_SESSION_NAME``) and the cell's id. Shown, never used.
+    notebook: str | None = None
+    cell_id: str | None = None
 
     @property
     def tokens(self) -> int:
