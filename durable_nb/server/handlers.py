@@ -271,13 +271,8 @@ class SummaryHandler(_Handler):
     @web.authenticated
     async def get(self) -> None:
         journals, failed = await self.journals()
-
-        def summary() -> dict:
-            pending = views.pending_count(journals)
-            return {"pending_approvals": pending,
-                    "version": views.summary_version(journals, pending) + str(len(failed))}
-
-        self.finish(await self.blocking(summary))
+        answer = await self.blocking(views.summary, journals)
+        self.finish({**answer, "unavailable": failed})
 
 
 class VersionHandler(_Handler):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ from ..registry import lease_holder
 from ..journal import Journal, RunRecord, Status, StepEntry
 from .journals import KnownJournal
 
-__all__ = ["GROUPS", "Listing", "batch_view", "list_runs", "parse_groups", "pending_count",
-           "run_summary", "run_view", "summary_version"]
+__all__ = ["GROUPS", "SUMMARY_REUSE", "Listing", "batch_view", "list_runs", "parse_groups",
+           "pending_count", "run_summary", "run_view", "summary"]
 
 #: How the listing is grouped and ordered: waiting for a person first, done last. INTERRUPTED
 #: is RUNNING in the journal with no live process executing it.
@@ -183,19 +184,56 @@ def pending_count(journals: list[tuple[KnownJournal, Journal]]) -> int:
                if recorded_decision(record, opened) is None)
 
 
-def summary_version(journals: list[tuple[KnownJournal, Journal]], pending: int) -> str:
-    """A digest that changes when anything ``GET runs`` shows changes: the counts by status,
-    the runs waiting or running (their progress), the newest runs, the pending count. Read
-    from the index and the few active records, not from every run."""
+def summary(journals: list[tuple[KnownJournal, Journal]]) -> dict:
+    """``GET summary``: ``{"pending_approvals", "version"}``, the version a digest that
+    changes when anything ``GET runs`` shows changes (counts by status, the waiting and
+    running runs, which of them are interrupted, the newest runs, the pending count).
+
+    What the sidebar polls every second or two: for directory journals whose files have
+    not changed since the last answer (nothing written, not even a lease's heartbeat), that
+    answer is given again without reading, for up to :data:`SUMMARY_REUSE` seconds (a
+    process that dies writes nothing: its run shows as interrupted after at most that)."""
+    key = tuple(known.id for known, _ in journals)
+    marks = tuple(_files_mark(known) for known, _ in journals)
+    now = time.monotonic()
+    cached = _summaries.get(key)
+    if cached is not None and None not in marks and cached[0] == marks \
+            and now - cached[1] < SUMMARY_REUSE:
+        return cached[2]
+    pending = pending_count(journals)
     parts: list[Any] = [pending]
     for known, opened in journals:
         counts = opened.count_runs()
         active = opened.list_runs(status=(Status.RUNNING, Status.WAITING_APPROVAL))
         newest = opened.list_runs(limit=20, newest_first=True)
         parts.append([known.id, sorted((s.value, n) for s, n in counts.items()),
-                      [(r.run_id, r.updated_at, r.step_count, r.status.value)
-                       for r in active + newest]])
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+                      [(r.run_id, r.updated_at, r.step_count, r.status.value,
+                        is_interrupted(r, opened)) for r in active],
+                      [(r.run_id, r.updated_at, r.status.value) for r in newest]])
+    answer = {"pending_approvals": pending,
+              "version": hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]}
+    _summaries[key] = (marks, now, answer)
+    return answer
+
+
+#: Seconds an unchanged directory journal's summary is answered again without reading it.
+SUMMARY_REUSE = 5.0
+_summaries: dict[tuple[str, ...], tuple[tuple, float, dict]] = {}
+
+
+def _files_mark(known: KnownJournal) -> tuple | None:
+    """What changes whenever a directory journal is written (its SQLite database and
+    write-ahead log: size and modification time); None for PostgreSQL."""
+    if known.kind != "disk":
+        return None
+    mark = []
+    for name in ("cache.db", "cache.db-wal"):
+        try:
+            stat = os.stat(os.path.join(known.location, name))
+            mark.append((stat.st_mtime_ns, stat.st_size))
+        except OSError:
+            mark.append(None)
+    return tuple(mark)
 
 
 # -- one run, one batch ----------------------------------------------------------------------
