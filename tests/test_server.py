@@ -12,6 +12,7 @@ import asyncio
 import json
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -179,6 +180,24 @@ def test_approve_with_the_digest_shown_and_the_run_goes_on_when_resumed(shared, 
     assert dropped == ["staging"]
 
 
+def test_a_decision_taken_at_once_by_a_waiting_executor_says_the_run_resumes(shared, api):
+    dropped: list[str] = []
+    outcome: list = []
+    worker = threading.Thread(target=lambda: outcome.append(dn.execute(
+        "w", _drop("staging", dropped), journal=shared, on_approval="wait")))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while (record := shared.find_run("w")) is None or not record.pending_approval:
+        assert time.monotonic() < deadline and worker.is_alive(), "the run never asked"
+        time.sleep(0.02)
+    answer = api("run/decision", method="POST", body={
+        "journal": journal_id(str(shared.directory)), "id": "w", "approved": True,
+        "digest": record.pending_approval["digest"]})
+    worker.join(60)
+    assert answer["taken"] and answer["message"] == "approved; the run resumes in its kernel"
+    assert outcome == ["dropped staging"] and dropped == ["staging"]
+
+
 def test_a_decision_on_a_request_that_changed_since_it_was_shown_is_refused(shared, api):
     dropped: list[str] = []
     _park(shared, "r", dropped, "staging")
@@ -332,6 +351,15 @@ def test_a_journal_opened_by_a_process_is_listed_and_dropped_once_deleted(index,
     shutil.rmtree(folder)
     assert api("journals")["journals"] == []
     assert list(index.glob("*.json")) == []
+
+
+def test_a_journal_index_that_cannot_be_written_never_fails_a_run(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv("DURABLE_NB_INDEX", str(blocker / "index"))
+    folder = tmp_path / "journal"
+    assert dn.execute("r", _done, journal=str(folder)) == 42
+    assert dn.open_journal(str(folder)).get_run("r").status is Status.DONE
 
 
 def test_a_batch_and_its_items(shared, api):
