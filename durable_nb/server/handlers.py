@@ -10,10 +10,12 @@ IOLoop. Run ids travel as query parameters or in JSON bodies (they may contain `
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar
 
@@ -39,6 +41,14 @@ T = TypeVar("T")
 TAKEN_WITHIN = 1.0
 _MAX_LIMIT = 500
 
+#: The extension's own threads for journal calls: a journal that hangs (a database that went
+#: away: each call waits for its connect timeout) ties up these, never the threads Jupyter
+#: Server uses for files and kernels.
+_workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-nb-api")
+#: The ``summary`` being computed, per set of journals: polls that arrive meanwhile wait for
+#: it instead of starting another (a slow journal never piles up polls).
+_summaries_in_flight: dict[tuple[str, ...], asyncio.Future] = {}
+
 
 def _user_name(user: Any) -> str:
     """Who decided: the Jupyter user's name (JupyterHub's user on a hub)."""
@@ -53,9 +63,11 @@ class _Handler(APIHandler):
     """Shared parameter parsing, journal resolution and error mapping."""
 
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn`` in a worker thread, its errors as HTTP errors with ``{"message"}``."""
+        """``fn`` in one of the extension's worker threads, its errors as HTTP errors with
+        ``{"message"}``."""
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await asyncio.get_running_loop().run_in_executor(
+                _workers, functools.partial(fn, *args, **kwargs))
         except NotAllowed as exc:
             raise web.HTTPError(403, str(exc)) from None
         except (UnknownJournal, UnknownRun, NoJournal) as exc:
@@ -111,13 +123,18 @@ class _Handler(APIHandler):
         name = self.get_argument("journal", "")
         if name:
             return [await self.one_journal(name)], []
-        opened, failed = [], []
-        for known in await self.blocking(allowed_journals):
-            try:
-                opened.append((known, await self.blocking(known.open)))
-            except web.HTTPError as exc:
-                failed.append({"journal": known.id, "error": exc.log_message})
-        return opened, failed
+        return await self.blocking(_open_allowed)
+
+
+def _open_allowed() -> tuple[list[tuple[KnownJournal, Journal]], list[dict]]:
+    """Every allowed journal that opens, and those that do not with why (blocking)."""
+    opened, failed = [], []
+    for known in allowed_journals():
+        try:
+            opened.append((known, known.open()))
+        except (JournalError, OSError) as exc:
+            failed.append({"journal": known.id, "error": str(exc)})
+    return opened, failed
 
 
 class JournalsHandler(_Handler):
@@ -270,9 +287,17 @@ class BatchesHandler(_Handler):
 class SummaryHandler(_Handler):
     @web.authenticated
     async def get(self) -> None:
+        key = self.get_argument("journal", "")
+        running = _summaries_in_flight.get(key)
+        if running is None:
+            running = asyncio.ensure_future(self._summary())
+            _summaries_in_flight[key] = running
+            running.add_done_callback(lambda _: _summaries_in_flight.pop(key, None))
+        self.finish(await asyncio.shield(running))
+
+    async def _summary(self) -> dict:
         journals, failed = await self.journals()
-        answer = await self.blocking(views.summary, journals)
-        self.finish({**answer, "unavailable": failed})
+        return {**await self.blocking(views.summary, journals), "unavailable": failed}
 
 
 class VersionHandler(_Handler):
