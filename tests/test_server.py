@@ -129,7 +129,8 @@ def test_runs_are_listed_waiting_first_then_running_interrupted_failed_done_and_
     assert crashed["status"] == "RUNNING" and crashed["interrupted"] is True
     waiting = listing["runs"][0]
     assert waiting["pending_approval"]["name"] == "drop database"
-    assert waiting["pending_approval"]["digest"] == shared.get_run("wait-2").pending_approval["digest"]
+    assert waiting["pending_approval"]["digest"] == \
+        shared.get_run("wait-2").pending_approval["digest"]
     assert waiting["journal"] == journal_id(str(shared.directory))
 
     pages = [api("runs", params={"limit": 4, "page": page}) for page in (0, 1, 2)]
@@ -318,6 +319,12 @@ def test_a_hostile_journal_entry_is_shown_as_text_and_nothing_is_imported(shared
     assert hostile in view["record"]["result"]
     assert isinstance(view["record"]["result"], str)
     assert api("runs")["runs"][0]["title"] == hostile
+    # A record someone else wrote, with an object where the title goes: text in the listing.
+    shared.create_run(RunRecord(run_id="odd", title={"$t": "model", "cls": "dnb_evil_payload.X",
+                                                     "v": hostile}, created_at=now - 1,
+                                status=Status.DONE))
+    odd = api("runs", params={"q": "odd"})["runs"]
+    assert [r["run_id"] for r in odd] == ["odd"] and odd[0]["title"] == hostile
     assert not [m for m in set(sys.modules) - before if "evil" in m]
     assert "dnb_evil_payload" not in sys.modules
 
@@ -341,7 +348,8 @@ def test_a_journal_outside_the_allowed_ones_is_refused(shared, api, tmp_path):
 def test_a_journal_opened_by_a_process_is_listed_and_dropped_once_deleted(index, api, tmp_path):
     folder = tmp_path / "kernel-journal"
     run_python("import durable_nb as dn, sys\n"
-               "dn.execute('from-kernel', lambda ctx: ctx.run('s', lambda: 1), journal=sys.argv[1])",
+               "dn.execute('from-kernel', lambda ctx: ctx.run('s', lambda: 1),\n"
+               "           journal=sys.argv[1])",
                str(folder), env={"DURABLE_NB_INDEX": str(index), "PYTHONPATH": str(REPO)})
     journals = api("journals")["journals"]
     assert [(j["id"], j["location"], j["kind"], j["ok"], j["runs"]) for j in journals] == \

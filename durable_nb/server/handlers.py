@@ -25,8 +25,7 @@ from tornado import web
 
 from .. import registry
 from ..cli import batch_rows, recorded_decision
-from ..errors import (ApprovalChanged, JournalError, NoJournal, NoPendingApproval, RunLeased,
-                      UnknownRun)
+from ..errors import JournalError, NoJournal, NoPendingApproval, RunLeased, UnknownRun
 from ..execution.approvals import decision_kind, pending_digest
 from ..journal import Journal, Status
 from . import views
@@ -280,7 +279,8 @@ class BatchesHandler(_Handler):
         journals, failed = await self.journals()
         rows = []
         for known, opened in journals:
-            rows += [{"journal": known.id, **row} for row in await self.blocking(batch_rows, opened)]
+            found = await self.blocking(batch_rows, opened)
+            rows += [{"journal": known.id, **row} for row in found]
         self.finish({"batches": rows, "unavailable": failed})
 
 

@@ -87,12 +87,13 @@ def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
     decision = recorded_decision(record, opened)
     batch = record.run_id.rpartition("/")[0] if record.parent is None else ""
     return {
-        "journal": journal.id, "run_id": record.run_id, "title": record.title,
+        "journal": journal.id, "run_id": record.run_id, "title": _str(record.title),
         "status": record.status.value, "interrupted": interrupted,
-        "created_at": record.created_at, "updated_at": record.updated_at,
-        "finished_at": record.finished_at, "iteration": record.iteration,
-        "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
-        "cost": record.cost, "steps": record.step_count,
+        "created_at": _number(record.created_at), "updated_at": _number(record.updated_at),
+        "finished_at": _number(record.finished_at), "iteration": _number(record.iteration),
+        "prompt_tokens": _number(record.prompt_tokens),
+        "completion_tokens": _number(record.completion_tokens),
+        "cost": _number(record.cost), "steps": _number(record.step_count),
         "notebook": _notebook(record.notebook, root_dir),
         "cell_id": record.cell_id if isinstance(record.cell_id, str) else None,
         "pending_approval": _pending(record),
@@ -100,9 +101,20 @@ def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
             "approved": decision.get("approved"), "by": decision.get("by"),
             "at": decision.get("at"), "note": decision.get("note"),
             "digest": decision.get("digest")},
-        "batch_id": batch or None, "parent": record.parent,
+        "batch_id": batch or None,
+        "parent": record.parent if isinstance(record.parent, str) else None,
         "error": record.error if isinstance(record.error, str) else None,
     }
+
+
+# A record is JSON written by durable_nb; one written by someone else may hold anything where
+# a title or a number should be: shown as text, or as nothing, never an error for the listing.
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else _text(value)
+
+
+def _number(value: Any) -> float | int | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 # -- the listing ---------------------------------------------------------------------------
@@ -120,13 +132,13 @@ Fetch = Callable[[int], list[tuple[KnownJournal, Journal, RunRecord]]]
 
 
 def _newest_first(rows: Iterable[tuple[KnownJournal, Journal, RunRecord]]) -> list:
-    return sorted(rows, key=lambda row: (row[2].created_at, row[2].run_id), reverse=True)
+    return sorted(rows, key=lambda row: (_number(row[2].created_at) or 0, row[2].run_id),
+                  reverse=True)
 
 
 def _matches(record: RunRecord, q: str) -> bool:
-    return any(q in (text or "").lower() for text in
-               (record.run_id, record.title, record.notebook if isinstance(record.notebook, str)
-                else None))
+    return any(isinstance(text, str) and q in text.lower()
+               for text in (record.run_id, record.title, record.notebook))
 
 
 def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str, ...],
