@@ -26,7 +26,7 @@ from pytest_jupyter.jupyter_server import *  # noqa: E402,F401,F403 - fixtures f
 import durable_nb as dn  # noqa: E402
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry  # noqa: E402
 from durable_nb.execution.approvals import decision_kind  # noqa: E402
-from durable_nb.journal.index import index_dir, journal_id  # noqa: E402
+from durable_nb.journal.index import index_dir, journal_id, record_opened  # noqa: E402
 from tests.conftest import run_python  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -359,6 +359,20 @@ def test_a_journal_opened_by_a_process_is_listed_and_dropped_once_deleted(index,
     shutil.rmtree(folder)
     assert api("journals")["journals"] == []
     assert list(index.glob("*.json")) == []
+
+
+def test_an_unreachable_journal_in_the_index_is_reported_and_the_others_still_listed(
+        shared, api, index):
+    dn.execute("here", _done, journal=shared)
+    gone = "postgresql://nobody@127.0.0.1:1/nowhere?schema=old"  # nothing listens on port 1
+    record_opened(gone)
+    journals = {j["location"]: j for j in api("journals")["journals"]}
+    assert journals[str(shared.directory)]["ok"] is True
+    assert journals["postgresql://nobody@127.0.0.1:1/nowhere?schema=old"]["ok"] is False
+    listing = api("runs")
+    assert [r["run_id"] for r in listing["runs"]] == ["here"]
+    assert [u["journal"] for u in listing["unavailable"]] == [journal_id(gone)]
+    assert api("summary")["unavailable"] == listing["unavailable"]
 
 
 def test_a_journal_index_that_cannot_be_written_never_fails_a_run(tmp_path, monkeypatch):

@@ -11,15 +11,21 @@ open, create or write a journal anywhere else.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import NoJournal
+from ..errors import JournalError, NoJournal
 from ..journal import Journal, open_journal
 from ..journal.index import journal_id, known_locations
 from ..journal.postgres import is_postgres_url, location_of
 
 __all__ = ["KnownJournal", "NotAllowed", "UnknownJournal", "allowed_journals", "resolve"]
+
+
+#: Seconds a PostgreSQL journal that could not be opened is reported unavailable untried.
+RETRY_OPEN_AFTER = 30.0
+_open_failures: dict[str, tuple[float, str]] = {}
 
 
 class NotAllowed(Exception):
@@ -45,10 +51,20 @@ class KnownJournal:
 
     def open(self, *, write: bool = False) -> Journal:
         """The journal, shared by the process. A directory is opened read-only unless
-        ``write``: listing never creates or changes one."""
+        ``write``: listing never creates or changes one. A database that could not be
+        reached is not tried again for :data:`RETRY_OPEN_AFTER` seconds (each try waits for
+        its connect timeout, and a listing tries every allowed journal)."""
         if self.kind == "disk" and not Path(self.location).is_dir():
             raise NoJournal(self.location)
-        return open_journal(self.location, read_only=self.kind == "disk" and not write)
+        failed = _open_failures.get(self.location)
+        if failed is not None and time.monotonic() < failed[0]:
+            raise JournalError(failed[1])
+        try:
+            return open_journal(self.location, read_only=self.kind == "disk" and not write)
+        except JournalError as exc:
+            if self.kind == "postgres":
+                _open_failures[self.location] = (time.monotonic() + RETRY_OPEN_AFTER, str(exc))
+            raise
 
     def to_json(self) -> dict:
         return {"id": self.id, "location": self.display, "kind": self.kind}
