@@ -12,6 +12,7 @@ subprocess, the extension enabled, ``$DURABLE_NB_JOURNAL`` pointing at the journ
 every record) and ``GET summary``; the times are wall-clock of each request over loopback
 (an upper bound of the server's own time), after one warm-up request. The server's CPU time
 over ``--idle`` seconds of a 1 s summary poll is what an idle sidebar costs.
+``--journal postgresql://...?schema=NAME`` measures an (empty) PostgreSQL journal instead.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from durable_nb.journal import DiskJournal, RunRecord, Status, StepEntry
+from durable_nb.journal import Journal, RunRecord, Status, StepEntry, open_journal
 from durable_nb.lease import Lease
 
 TOKEN = "benchmark-token"
 
 
-def fill(journal: DiskJournal, runs: int) -> list[Lease]:
+def fill(journal: Journal, runs: int) -> list[Lease]:
     """``runs`` runs of two steps each in the mix of the module docstring; returns the
     leases held for the running ones (released by the caller)."""
     special = ([Status.WAITING_APPROVAL] * 12 + [Status.RUNNING] * 28
@@ -72,11 +73,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(journal: Path, work: Path) -> tuple[subprocess.Popen, str]:
+def start_server(journal: str, work: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     for name in ("config", "data", "runtime", "root"):
         (work / name).mkdir(exist_ok=True)
-    env = {**os.environ, "DURABLE_NB_JOURNAL": str(journal),
+    env = {**os.environ, "DURABLE_NB_JOURNAL": journal,
            "DURABLE_NB_INDEX": str(work / "index"), "JUPYTER_CONFIG_DIR": str(work / "config"),
            "JUPYTER_DATA_DIR": str(work / "data"), "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -128,14 +129,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--idle", type=float, default=20.0,
                         help="seconds of a 1 s summary poll to measure the server's CPU over")
+    parser.add_argument("--journal", metavar="URL",
+                        help="an empty postgresql://...?schema=NAME journal to fill and measure "
+                             "instead of a temporary directory")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="dnb-bench-server-") as folder:
         work = Path(folder)
-        journal = DiskJournal(work / "journal")
+        location = args.journal or str(work / "journal")
+        journal = open_journal(location)
         t0 = time.perf_counter()
         leases = fill(journal, args.runs)
         print(f"filled {args.runs:,} runs in {time.perf_counter() - t0:.1f} s", flush=True)
-        server, base = start_server(work / "journal", work)
+        server, base = start_server(location, work)
         try:
             first = get(base, "durable-nb/api/runs?limit=50")
             assert first["total"] == args.runs and len(first["runs"]) == 50, first["total"]
@@ -160,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
             server.wait(30)
             for lease in leases:
                 lease.release()
-    print(f"\n{args.runs:,} runs in a disk journal; pending approvals listed first: "
+    kind = "a PostgreSQL" if args.journal else "a disk"
+    print(f"\n{args.runs:,} runs in {kind} journal; pending approvals listed first: "
           f"{first['pending_approvals']}")
     print(f"{'request':<30} {'median':>9} {'min':>9} {'p95':>9} {'max':>9}")
     for name, r in results.items():
