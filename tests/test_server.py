@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from jupyter_client import BlockingKernelClient
 
 pytest.importorskip("pytest_jupyter")
 pytest.importorskip("jupyter_server")
@@ -158,6 +159,39 @@ def test_a_run_shows_its_steps_as_text_and_its_notebook_relative_to_the_server_r
     assert view["record"]["result"] == "42"
     assert [(s["name"], s["kind"], s["answer"]) for s in view["steps"]] == [("step", "run", "42")]
     api("run", params={"journal": journal_id(str(shared.directory)), "id": "nope"}, expect=404)
+
+
+@pytest.mark.kernel
+def test_a_run_started_in_a_notebooks_kernel_is_listed_with_that_notebook_and_cell(
+        shared, api, jp_fetch, jp_asyncio_loop, jp_serverapp, jp_root_dir):
+    (jp_root_dir / "reports").mkdir()
+    session = jp_asyncio_loop.run_until_complete(jp_fetch("api", "sessions", method="POST",
+        body=json.dumps({"path": "reports/weekly.ipynb", "name": "weekly.ipynb",
+                         "type": "notebook", "kernel": {"name": "python3"}})))
+    kernel_id = json.loads(session.body)["kernel"]["id"]
+    client = BlockingKernelClient()
+    client.load_connection_info(jp_serverapp.kernel_manager.get_kernel(kernel_id)
+                                .get_connection_info())
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        code = "%load_ext durable_nb\n"
+        assert client.execute_interactive(code, timeout=60)["content"]["status"] == "ok"
+        # An execute request as JupyterLab sends it: the cell's id in its metadata.
+        request = client.session.msg("execute_request", {
+            "code": "%%durable_agent\nctx.run('a', lambda: 41) + 1", "silent": False,
+            "store_history": True, "user_expressions": {}, "allow_stdin": False},
+            metadata={"cellId": "5f3c0ffe-0000-4000-8000-000000000001"})
+        client.shell_channel.send(request)
+        reply = client.get_shell_msg(timeout=120)
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        client.stop_channels()
+        jp_asyncio_loop.run_until_complete(jp_serverapp.kernel_manager.shutdown_kernel(kernel_id))
+    listed = api("runs")["runs"]
+    assert [(r["run_id"], r["notebook"], r["cell_id"], r["status"]) for r in listed] == [
+        ("cell-5f3c0ffe-000", "reports/weekly.ipynb", "5f3c0ffe-0000-4000-8000-000000000001",
+         "DONE")]
 
 
 # -- decisions -------------------------------------------------------------------------------
