@@ -167,7 +167,7 @@ class RunsHandler(_Handler):
             q=self.get_argument("q", ""), page=page, limit=limit, root_dir=self.root_dir)
         self.finish({"runs": listing.runs, "total": listing.total, "page": page,
                      "limit": limit, "pending_approvals": listing.pending_approvals,
-                     "unavailable": failed})
+                     "unavailable": failed + listing.unavailable})
 
 
 class RunHandler(_Handler):
@@ -297,7 +297,8 @@ class SummaryHandler(_Handler):
 
     async def _summary(self) -> dict:
         journals, failed = await self.journals()
-        return {**await self.blocking(views.summary, journals), "unavailable": failed}
+        answer = await self.blocking(views.summary, journals)
+        return {**answer, "unavailable": failed + answer["unavailable"]}
 
 
 class VersionHandler(_Handler):

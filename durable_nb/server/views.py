@@ -20,6 +20,7 @@ from typing import Any
 from ..cli import is_interrupted, recorded_decision, shown_value
 from ..execution.approvals import pending_digest
 from ..registry import lease_holder
+from ..errors import JournalError
 from ..journal import Journal, RunRecord, Status, StepEntry
 from .journals import KnownJournal
 
@@ -126,6 +127,23 @@ class Listing:
     runs: list[dict]
     total: int
     pending_approvals: int
+    #: The journals left out because they failed to answer: ``{"journal", "error"}``.
+    unavailable: list[dict]
+
+
+def _answering(journals: list[tuple[KnownJournal, Journal]], prefix: str = "") -> tuple[
+        list[tuple[KnownJournal, Journal]], dict[str, dict[Status, int]], list[dict]]:
+    """The journals that answer (counted by status under ``prefix``: one index read each),
+    their counts, and those that did not, with why: one unreachable journal leaves the
+    others listed."""
+    answering, counts, failed = [], {}, []
+    for known, opened in journals:
+        try:
+            counts[known.id] = opened.count_runs(prefix)
+            answering.append((known, opened))
+        except JournalError as exc:
+            failed.append({"journal": known.id, "error": str(exc)})
+    return answering, counts, failed
 
 
 Fetch = Callable[[int], list[tuple[KnownJournal, Journal, RunRecord]]]
@@ -151,6 +169,7 @@ def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str
     page shows (plus the RUNNING ones, whose leases tell which are interrupted); with ``q``
     (text in the id, title or notebook, any case) every record of the groups is read."""
     q = q.strip().lower()
+    journals, counts, failed = _answering(journals, prefix)
     sized: list[tuple[str, int, Fetch]] = []
     running: list[tuple[KnownJournal, Journal, RunRecord, bool]] = []
     if {"RUNNING", "INTERRUPTED"} & set(groups):
@@ -158,7 +177,6 @@ def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str
             for record in opened.list_runs_counted(prefix, status=Status.RUNNING):
                 if not q or _matches(record, q):
                     running.append((known, opened, record, is_interrupted(record, opened)))
-    counts = {} if q else {known.id: opened.count_runs(prefix) for known, opened in journals}
     for group in groups:
         if group in ("RUNNING", "INTERRUPTED"):
             rows = _newest_first((k, j, r) for k, j, r, dead in running
@@ -185,7 +203,7 @@ def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str
                 shown.append(run_summary(known, opened, record, root_dir=root_dir,
                                          interrupted=group == "INTERRUPTED"))
         offset += total
-    return Listing(shown, offset, pending_count(journals))
+    return Listing(shown, offset, pending_count(journals), failed)
 
 
 def pending_count(journals: list[tuple[KnownJournal, Journal]]) -> int:
@@ -197,9 +215,10 @@ def pending_count(journals: list[tuple[KnownJournal, Journal]]) -> int:
 
 
 def summary(journals: list[tuple[KnownJournal, Journal]]) -> dict:
-    """``GET summary``: ``{"pending_approvals", "version"}``, the version a digest that
-    changes when anything ``GET runs`` shows changes (counts by status, the waiting and
-    running runs, which of them are interrupted, the newest runs, the pending count).
+    """``GET summary``: ``{"pending_approvals", "unavailable", "version"}``, the version a
+    digest that changes when anything ``GET runs`` shows changes (counts by status, the
+    waiting and running runs, which of them are interrupted, the newest runs, the pending
+    count, the journals that did not answer).
 
     What the sidebar polls every second or two: for directory journals whose files have
     not changed since the last answer (nothing written, not even a lease's heartbeat), that
@@ -212,17 +231,18 @@ def summary(journals: list[tuple[KnownJournal, Journal]]) -> dict:
     if cached is not None and None not in marks and cached[0] == marks \
             and now - cached[1] < SUMMARY_REUSE:
         return cached[2]
+    journals, all_counts, failed = _answering(journals)
     pending = pending_count(journals)
-    parts: list[Any] = [pending]
+    parts: list[Any] = [pending, failed]
     for known, opened in journals:
-        counts = opened.count_runs()
+        counts = all_counts[known.id]
         active = opened.list_runs(status=(Status.RUNNING, Status.WAITING_APPROVAL))
         newest = opened.list_runs(limit=20, newest_first=True)
         parts.append([known.id, sorted((s.value, n) for s, n in counts.items()),
                       [(r.run_id, r.updated_at, r.step_count, r.status.value,
                         is_interrupted(r, opened)) for r in active],
                       [(r.run_id, r.updated_at, r.status.value) for r in newest]])
-    answer = {"pending_approvals": pending,
+    answer = {"pending_approvals": pending, "unavailable": failed,
               "version": hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]}
     _summaries[key] = (marks, now, answer)
     return answer
