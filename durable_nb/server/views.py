@@ -226,10 +226,9 @@ def summary(journals: list[tuple[KnownJournal, Journal]]) -> dict:
     process that dies writes nothing: its run shows as interrupted after at most that)."""
     key = tuple(known.id for known, _ in journals)
     marks = tuple(_files_mark(known) for known, _ in journals)
-    now = time.monotonic()
+    now, wall = time.monotonic(), time.time_ns()
     cached = _summaries.get(key)
-    if cached is not None and None not in marks and cached[0] == marks \
-            and now - cached[1] < SUMMARY_REUSE:
+    if cached is not None and cached[0] == marks and now - cached[1] < SUMMARY_REUSE:
         return cached[2]
     journals, all_counts, failed = _answering(journals)
     pending = pending_count(journals)
@@ -244,8 +243,24 @@ def summary(journals: list[tuple[KnownJournal, Journal]]) -> dict:
                       [(r.run_id, r.updated_at, r.status.value) for r in newest]])
     answer = {"pending_approvals": pending, "unavailable": failed,
               "version": hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]}
-    _summaries[key] = (marks, now, answer)
+    if _reusable(marks, wall):
+        _summaries[key] = (marks, now, answer)
     return answer
+
+
+def _reusable(marks: tuple, read_at_ns: int) -> bool:
+    """Whether an answer read at ``read_at_ns`` (wall clock) may be given again while the
+    files keep ``marks``: every journal is a directory whose files were last written well
+    before the read. A file's time has the resolution of a clock tick (milliseconds), so a
+    write just after the read could leave the same time (and, once SQLite's log wrapped
+    around, the same size): such an answer is not kept."""
+    quiet_ns = 50_000_000
+    for mark in marks:
+        if mark is None:
+            return False
+        if any(part is not None and part[0] > read_at_ns - quiet_ns for part in mark):
+            return False
+    return True
 
 
 #: Seconds an unchanged directory journal's summary is answered again without reading it.
