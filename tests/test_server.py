@@ -184,6 +184,8 @@ def test_a_run_started_in_a_notebooks_kernel_is_listed_with_that_notebook_and_ce
             metadata={"cellId": "5f3c0ffe-0000-4000-8000-000000000001"})
         client.shell_channel.send(request)
         reply = client.get_shell_msg(timeout=120)
+        while reply["parent_header"].get("msg_id") != request["header"]["msg_id"]:
+            reply = client.get_shell_msg(timeout=120)  # a late kernel_info_reply of the wait
         assert reply["content"]["status"] == "ok", reply["content"]
     finally:
         client.stop_channels()
