@@ -35,7 +35,8 @@ from .summary import age, cost_of, elapsed, format_cost, format_duration, plain
 
 __all__ = ["COMMANDS", "STEERING", "batch_rows", "explain_usage", "format_batch",
            "format_batches", "format_run", "format_runs", "format_time", "list_runs", "main",
-           "near_runs", "parse_item_status", "parse_status", "recorded_decision", "steer"]
+           "near_runs", "parse_item_status", "parse_status", "recorded_decision", "shown_value",
+           "steer"]
 
 
 # -- showing runs ----------------------------------------------------------------------------------
@@ -108,7 +109,7 @@ def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | Non
     return status
 
 
-def _shown_value(value: Any, limit: int) -> str:
+def shown_value(value: Any, limit: int) -> str:
     """Journaled data for reading: a string as it is, a mapping as ``key: value`` pairs,
     anything else as compact JSON; on one line, shortened to ``limit``."""
     value = plain(value)
@@ -194,7 +195,7 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
     if info.error:
         lines.append(f"error      {info.error}")
     if info.status is Status.DONE:
-        lines.append(f"result     {_shown_value(info.result, 500)}")
+        lines.append(f"result     {shown_value(info.result, 500)}")
     if info.context_summary:
         lines.append(f"summary    {info.context_summary[:500]}")
     replay = _replay_line(info)
@@ -210,11 +211,11 @@ def _pending_lines(pending: dict) -> list[str]:
     details = pending.get("details")
     lines = [f"waiting    approval {pending.get('name')!r} (step {pending.get('key')}, request "
              f"{short(pending_digest(pending))})"
-             + (f": {_shown_value(details, 300)}" if plain(details) else "")]
+             + (f": {shown_value(details, 300)}" if plain(details) else "")]
     earlier = pending.get("replaces")
     if earlier:
         lines.append(f"           the request at this step changed: a decision given for "
-                     f"{earlier.get('name')!r} ({_shown_value(earlier.get('details'), 200)}, "
+                     f"{earlier.get('name')!r} ({shown_value(earlier.get('details'), 200)}, "
                      f"request {short(earlier.get('digest'))}) is not applied to it")
     return lines
 

@@ -7,6 +7,7 @@ never durable_nb's internals.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -457,7 +458,8 @@ class DurableMagics(Magics):
                 title=args.title, timeout=args.timeout, max_iterations=args.max_iterations,
                 max_tokens=args.max_tokens, max_cost=args.max_cost, model=args.model,
                 source=cell, on_approval="wait" if args.wait else "park",
-                on_change=args.on_change, on_journal_error=args.on_journal_error)
+                on_change=args.on_change, on_journal_error=args.on_journal_error,
+                notebook=self._notebook_path(), cell_id=self.cell_id)
             handler = compile_cell(cell, run_id, self.shell.user_ns)
             run = NotebookRun(run_id, handler, options, journal)
             run.show()
@@ -497,7 +499,8 @@ class DurableMagics(Magics):
                          "max_tokens": args.max_tokens, "max_cost": args.max_cost,
                          "model": args.model, "source": cell,
                          "on_change": args.on_change,
-                         "on_journal_error": args.on_journal_error})
+                         "on_journal_error": args.on_journal_error,
+                         "notebook": self._notebook_path(), "cell_id": self.cell_id})
             batch.show()
             return batch.start()
         except BaseException as exc:
@@ -506,6 +509,12 @@ class DurableMagics(Magics):
                 stopped = _batch_stopped(batch_id, batch.interrupted_items())
             shorten(exc, self.shell, interrupted=stopped)
             raise
+
+    def _notebook_path(self) -> str | None:
+        """The notebook this kernel runs, as Jupyter Server told it (``__session__``, set by
+        ipykernel from ``JPY_SESSION_NAME``); None outside a server's notebook."""
+        session = self.shell.user_ns.get("__session__") or os.environ.get("JPY_SESSION_NAME")
+        return session if isinstance(session, str) and session else None
 
     def _run_id_from_cell(self) -> str:
         if not self.cell_id:

@@ -86,6 +86,10 @@ class RunOptions:
     verify_replay: bool | None = None
     durability: Literal["process", "power"] | None = None
     call_gate: CallGate | None = None
+    #: The notebook and cell that start the run, written into a new run's record (for
+    #: the Jupyter Server's listing: open the run's notebook at its cell).
+    notebook: str | None = None
+    cell_id: str | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in (("on_change", ("error", "rerun", "replay")),

@@ -181,7 +181,8 @@ class Runner:
                 # Journaled, copied and exported: without the secrets written in the cell.
                 # The hash is of the cell as written, to tell an edited cell.
                 source=redact_source(opts.source) if opts.source is not None else None,
-                source_hash=source_hash(opts.source) if opts.source is not None else None)
+                source_hash=source_hash(opts.source) if opts.source is not None else None,
+                notebook=opts.notebook, cell_id=opts.cell_id)
             if not self.journal.create_run(record):
                 record = self.journal.get_run(self.run_id)
         if opts.max_iterations is not None:

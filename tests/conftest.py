@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -29,6 +30,10 @@ def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 
 # Every run the suite finishes is executed once more in pure replay and must reproduce what
 # it observed (durable_nb's always-replay check); child processes and kernels inherit it.
 os.environ["DURABLE_NB_VERIFY_REPLAY"] = "1"
+
+# Every journal a process opens is noted in the user's journal index (durable_nb.journal.index):
+# the suite's thousands of temporary journals go to an index of its own, not the user's.
+os.environ.setdefault("DURABLE_NB_INDEX", tempfile.mkdtemp(prefix="dnb-index-"))
 
 
 # --- PostgreSQL: a real server for the session (tests/postgres.py) -----------------------

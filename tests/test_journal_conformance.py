@@ -278,6 +278,20 @@ def test_a_run_is_listed_under_its_status_as_it_changes(store: Journal):
     assert [r.run_id for r in store.list_runs(status="done")] == ["a2", "a4", "a6"]
 
 
+def test_count_runs_counts_by_status_under_a_prefix_as_runs_change(store: Journal):
+    assert store.count_runs() == {}
+    _statuses(store)
+    assert store.count_runs() == {Status.DONE: 3, Status.RUNNING: 2, Status.FAILED: 1,
+                                  Status.WAITING_APPROVAL: 1}
+    assert store.count_runs("a") == {Status.DONE: 3, Status.RUNNING: 1, Status.FAILED: 1,
+                                     Status.WAITING_APPROVAL: 1}
+    record = store.get_run("a2")
+    record.status = Status.DONE
+    store.put_run(record)
+    store.delete_run("a3")
+    assert store.count_runs("a") == {Status.DONE: 4, Status.WAITING_APPROVAL: 1}
+
+
 def test_registry_runs_pass_filters_and_pages_to_the_journal(store: Journal):
     _statuses(store)
     assert [r.run_id for r in dn.runs(("running", "waiting_approval"), journal=store)] == \
@@ -298,6 +312,8 @@ def test_disk_runs_written_without_a_status_tag_are_listed_and_tagged(tmp_path: 
     assert [r.run_id for r in journal.list_runs(limit=2, newest_first=True)] == ["a6", "a5"]
     reader = DiskJournal(tmp_path / "j", read_only=True)
     assert [r.run_id for r in reader.list_runs(status="done")] == ["a1", "a4", "a6"]
+    assert reader.count_runs() == {Status.DONE: 3, Status.RUNNING: 2, Status.FAILED: 1,
+                                   Status.WAITING_APPROVAL: 1}
     DiskJournal(tmp_path / "j")  # opened for writing: the two rows get their tags
     tags = dict(journal._cache._sql("SELECT key, tag FROM Cache WHERE key IN "
                                     "('run:a2', 'run:a4', 'step:a1:0')").fetchall())

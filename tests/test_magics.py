@@ -81,6 +81,18 @@ def test_options_reach_the_run(ip, tmp_path: Path) -> None:
     assert record.source == CELL and record.status is Status.DONE
 
 
+def test_a_run_records_the_notebook_and_cell_that_started_it(ip, tmp_path: Path,
+                                                              monkeypatch) -> None:
+    # ipykernel sets __session__ from JPY_SESSION_NAME, which Jupyter Server gives the
+    # kernel of a notebook (the notebook's path); the cell id comes with the execute request.
+    monkeypatch.setitem(ip.user_ns, "__session__", "/home/ana/reports/weekly.ipynb")
+    result = ip.run_cell(f"%%durable_agent nb-run\n{CELL}", cell_id="0a1b2c3d-cell")
+    assert result.result == 42
+    record = DiskJournal(tmp_path / "journal").get_run("nb-run")
+    assert (record.notebook, record.cell_id) == ("/home/ana/reports/weekly.ipynb",
+                                                 "0a1b2c3d-cell")
+
+
 def test_durable_with_missing_arguments_is_a_usage_error(ip) -> None:
     for command in ("show", "cancel", "delete", "wait"):
         assert "required: RUN_ID" in _usage_error(ip.run_line_magic, "durable", command)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Union
 
 from .base import Journal
+from .index import record_opened
 from .local import FORMAT_VERSION, DiskJournal, Durability
 from .edits import (copy_run, cut_at_key, dropped_by_change, recount, rerun, rewind,
                     staged_copies)
@@ -53,6 +54,10 @@ def open_journal(journal: JournalSpec = None, *, durability: Durability | None =
     ``"process"``): see :mod:`durable_nb.journal.local` (PostgreSQL has its own settings).
     ``read_only=True``: a journal that never creates or writes anything; a missing one is a
     :class:`~durable_nb.errors.JournalError`.
+
+    The first open of a location in a process notes it in the user's journal index
+    (:mod:`~durable_nb.journal.index`: one small file, never an error), so that the user's
+    Jupyter Server lists its runs.
     """
     if isinstance(journal, Journal):
         return journal
@@ -69,6 +74,7 @@ def open_journal(journal: JournalSpec = None, *, durability: Durability | None =
             else:
                 _opened[key] = DiskJournal(key[0], durability=durability,  # type: ignore[arg-type]
                                            read_only=read_only)
+            record_opened(key[0])
         return _opened[key]
 
 

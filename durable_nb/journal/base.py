@@ -142,6 +142,14 @@ class Journal(abc.ABC):
             record.step_count = self.count_steps(record.run_id, record.step_count)
         return records
 
+    def count_runs(self, prefix: str = "") -> dict[Status, int]:
+        """How many runs whose id starts with ``prefix`` are in each status (statuses
+        without runs left out). Backends count from their index without reading records."""
+        counts: dict[Status, int] = {}
+        for record in self.list_runs(prefix):
+            counts[record.status] = counts.get(record.status, 0) + 1
+        return counts
+
     @abc.abstractmethod
     def delete_run(self, run_id: str, *, token: str | None = None,
                    children: Iterable[str] = ()) -> None:

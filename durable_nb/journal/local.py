@@ -541,6 +541,25 @@ class DiskJournal(Journal):
                 rows.append((key, fetch(mode, filename, value, False)))
         return rows
 
+    def count_runs(self, prefix: str = "") -> dict[Status, int]:
+        """Counted on the ``durable_nb_runs`` index (records written without a tag, by an
+        older durable_nb, are parsed)."""
+        low = "run:" + prefix
+        bounds = (low, _prefix_end(low))
+        counts: dict[Status, int] = {}
+        query = (f"SELECT substr(tag, 1, instr(tag, '|') - 1), count(*) FROM Cache "
+                 f"WHERE {_IN_RUNS} AND tag IS NOT NULL AND key >= ? AND key < ? GROUP BY 1")
+        for name, count in self._cache._sql(query, bounds).fetchall():
+            if name in _STATUS_NAMES:
+                counts[Status(name)] = counts.get(Status(name), 0) + count
+        fetch = self._cache._disk.fetch
+        untagged = (f"SELECT key, mode, filename, value FROM Cache WHERE {_IN_RUNS} "
+                    f"AND tag IS NULL AND key >= ? AND key < ?")
+        for key, mode, filename, value in self._cache._sql(untagged, bounds).fetchall():
+            status = _parse_record(key, fetch(mode, filename, value, False), key[4:]).status
+            counts[status] = counts.get(status, 0) + 1
+        return counts
+
     def list_runs_counted(self, prefix: str = "", *, status: StatusFilter = None,
                           limit: int | None = None,
                           newest_first: bool = False) -> list[RunRecord]:

@@ -105,7 +105,7 @@ from .base import (
     select_runs,
     wanted_statuses,
 )
-from .records import BatchRecord, RunRecord, StepEntry
+from .records import BatchRecord, RunRecord, Status, StepEntry
 
 __all__ = ["DEFAULT_SCHEMA", "MIGRATIONS", "PostgresJournal",
            "is_postgres_url", "location_of"]
@@ -557,6 +557,8 @@ class PostgresJournal(Journal):
             "list_runs_counted": f"SELECT r.run_id, r.record, (SELECT max(position) FROM {s}.steps "
                                  f"WHERE run_id = r.run_id) FROM {s}.runs AS r "
                                  f"WHERE r.run_id >= %s AND r.run_id < %s",
+            "count_runs": f"SELECT status, count(*) FROM {s}.runs WHERE run_id >= %s "
+                          f"AND run_id < %s GROUP BY status",
             "put_batch": f"INSERT INTO {s}.batches (batch_id, created_at, record) VALUES (%s, %s, %s) "
                          f"ON CONFLICT (batch_id) DO UPDATE SET record = EXCLUDED.record",
             "find_batch": f"SELECT record FROM {s}.batches WHERE batch_id = %s",
@@ -709,6 +711,13 @@ class PostgresJournal(Journal):
                           newest_first: bool = False) -> list[RunRecord]:
         """:meth:`list_runs` with each ``step_count`` from the steps table, in one query."""
         return self._listing(True, prefix, status, limit, newest_first)
+
+    @_retried
+    def count_runs(self, prefix: str = "") -> dict[Status, int]:
+        """One query on the ``runs_by_status`` index."""
+        with self._conn("counting runs") as conn:
+            rows = conn.execute(self._sql["count_runs"], _id_range(prefix)).fetchall()
+        return {Status(name): count for name, count in rows if name in _STATUS_NAMES}
 
     @_retried
     def _listing(self, counted: bool, prefix: str, status: StatusFilter, limit: int | None,
@@ -1111,6 +1120,9 @@ class _Listener:
             self._wake()
             return
         self._wake(run_id)
+
+
+_STATUS_NAMES = frozenset(s.value for s in Status)
 
 
 def _id_range(prefix: str) -> tuple[str, str]:

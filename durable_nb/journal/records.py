@@ -156,6 +156,7 @@ class RunRecord:
     failed entries that failed the run and were tried again on resume: replay skips them.
     ``attempts`` are its executions (:mod:`durable_nb.attempts`); ``sources`` the code of
     those whose source differs from ``source``, by hash.
+    ``notebook`` and ``cell_id`` say which notebook cell created the run (None elsewhere).
     """
 
     run_id: str
@@ -190,6 +191,10 @@ class RunRecord:
     attempts: list[dict] | None = None
     attempts_dropped: int = 0
     sources: dict[str, str] | None = None
+    #: Where the run was started from, when a notebook cell started it: the notebook's path
+    #: as its kernel knows it (``JPY_SESSION_NAME``) and the cell's id. Shown, never used.
+    notebook: str | None = None
+    cell_id: str | None = None
 
     @property
     def tokens(self) -> int:

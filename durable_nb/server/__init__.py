@@ -1,0 +1,28 @@
+"""The Jupyter Server extension: runs and approvals without a kernel.
+
+A REST API under ``{base_url}durable-nb/api/`` (:mod:`.handlers`) over the journals this
+user's server knows (:mod:`.journals`): list runs and batches, one run with its steps,
+approve / reject a pending approval (bound to the digest of what was shown), cancel. It
+reads and writes through the same journal interface as the kernel and never imports or
+executes journal content. Enabled by ``etc/jupyter/jupyter_server_config.d/durable_nb.json``,
+which the package installs; ``jupyter server extension list`` shows it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["_jupyter_server_extension_points", "_load_jupyter_server_extension"]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "durable_nb.server"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    """Add the API's routes to the server's web application."""
+    from .handlers import handlers
+
+    web_app = serverapp.web_app
+    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
+    serverapp.log.info("durable_nb: REST API at %sdurable-nb/api/", web_app.settings["base_url"])

@@ -1,0 +1,321 @@
+"""The REST handlers under ``{base_url}durable-nb/api/`` (the contract: API.md in the repo's
+issue notes, summarised in the README).
+
+Every handler is a Jupyter Server :class:`APIHandler` with ``@tornado.web.authenticated``:
+token or login cookie as Jupyter's own APIs, and a POST authenticated by cookie must carry the
+XSRF token. Journal calls run in a worker thread (:func:`asyncio.to_thread`), never on the
+IOLoop. Run ids travel as query parameters or in JSON bodies (they may contain ``/``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, TypeVar
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from .. import registry
+from ..cli import batch_rows, recorded_decision
+from ..errors import JournalError, NoJournal, NoPendingApproval, RunLeased, UnknownRun
+from ..execution.approvals import decision_kind, pending_digest
+from ..journal import Journal, Status
+from . import views
+from .journals import KnownJournal, NotAllowed, UnknownJournal, allowed_journals, resolve
+
+__all__ = ["handlers"]
+
+T = TypeVar("T")
+
+#: How long a decision's answer waits to see whether a kernel took it (a parked run whose
+#: kernel still watches resumes at once); past it the run waits for its cell to be re-run.
+TAKEN_WITHIN = 1.0
+_MAX_LIMIT = 500
+
+#: The extension's own threads for journal calls: a journal that hangs (a database that went
+#: away: each call waits for its connect timeout) ties up these, never the threads Jupyter
+#: Server uses for files and kernels.
+_workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-nb-api")
+#: The ``summary`` being computed, per set of journals: polls that arrive meanwhile wait for
+#: it instead of starting another (a slow journal never piles up polls).
+_summaries_in_flight: dict[tuple[str, ...], asyncio.Future] = {}
+
+
+def _user_name(user: Any) -> str:
+    """Who decided: the Jupyter user's name (JupyterHub's user on a hub)."""
+    for attribute in ("name", "username"):
+        value = getattr(user, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return str(user) if isinstance(user, str) and user else "jupyter user"
+
+
+class _Handler(APIHandler):
+    """Shared parameter parsing, journal resolution and error mapping."""
+
+    async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn`` in one of the extension's worker threads, its errors as HTTP errors with
+        ``{"message"}``."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                _workers, functools.partial(fn, *args, **kwargs))
+        except NotAllowed as exc:
+            raise web.HTTPError(403, str(exc)) from None
+        except (UnknownJournal, UnknownRun, NoJournal) as exc:
+            raise web.HTTPError(404, str(exc)) from None
+        except (NoPendingApproval, RunLeased) as exc:  # ApprovalChanged is a NoPendingApproval
+            raise web.HTTPError(409, str(exc)) from None
+        except JournalError as exc:
+            raise web.HTTPError(503, str(exc)) from None
+        except ValueError as exc:
+            raise web.HTTPError(400, str(exc)) from None
+
+    def int_argument(self, name: str, default: int, low: int, high: int) -> int:
+        text = self.get_argument(name, str(default))
+        try:
+            value = int(text)
+        except ValueError:
+            raise web.HTTPError(400, f"{name}={text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise web.HTTPError(400, f"{name}={value} is out of range: {low} to {high}")
+        return value
+
+    def required_argument(self, name: str) -> str:
+        value = self.get_argument(name, "")
+        if not value:
+            raise web.HTTPError(400, f"the parameter {name!r} is missing")
+        return value
+
+    def body(self) -> dict:
+        try:
+            data = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "the request body is not JSON") from None
+        if not isinstance(data, dict):
+            raise web.HTTPError(400, "the request body is not a JSON object")
+        return data
+
+    @property
+    def root_dir(self) -> str | None:
+        root = self.settings.get("server_root_dir")
+        return str(root) if root else None
+
+    async def one_journal(self, name: Any, *, write: bool = False) -> tuple[KnownJournal, Journal]:
+        """The allowed journal ``name`` names, opened (403, 404 or 503 else)."""
+        if not isinstance(name, str) or not name:
+            raise web.HTTPError(400, "the parameter 'journal' is missing: a journal id "
+                                     "(GET durable-nb/api/journals lists them)")
+        known = await self.blocking(resolve, name)
+        return known, await self.blocking(known.open, write=write)
+
+    async def journals(self) -> tuple[list[tuple[KnownJournal, Journal]], list[dict]]:
+        """``?journal=ID``'s journal, or every allowed one that opens (and those that do
+        not, with why)."""
+        name = self.get_argument("journal", "")
+        if name:
+            return [await self.one_journal(name)], []
+        return await self.blocking(_open_allowed)
+
+
+def _open_allowed() -> tuple[list[tuple[KnownJournal, Journal]], list[dict]]:
+    """Every allowed journal that opens, and those that do not with why (blocking)."""
+    opened, failed = [], []
+    for known in allowed_journals():
+        try:
+            opened.append((known, known.open()))
+        except (JournalError, OSError) as exc:
+            failed.append({"journal": known.id, "error": str(exc)})
+    return opened, failed
+
+
+class JournalsHandler(_Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        listed = []
+        for known in await self.blocking(allowed_journals):
+            entry = {**known.to_json(), "ok": True, "error": None, "runs": None}
+            try:
+                opened = await self.blocking(known.open)
+                counts = await self.blocking(opened.count_runs)
+                entry["runs"] = sum(counts.values())
+            except web.HTTPError as exc:
+                entry.update(ok=False, error=exc.log_message)
+            listed.append(entry)
+        self.finish({"journals": listed})
+
+
+class RunsHandler(_Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        try:
+            groups = views.parse_groups(self.get_argument("status", ""))
+        except ValueError as exc:
+            raise web.HTTPError(400, str(exc)) from None
+        page = self.int_argument("page", 0, 0, 1_000_000)
+        limit = self.int_argument("limit", 50, 1, _MAX_LIMIT)
+        journals, failed = await self.journals()
+        listing = await self.blocking(
+            views.list_runs, journals, groups=groups, prefix=self.get_argument("prefix", ""),
+            q=self.get_argument("q", ""), page=page, limit=limit, root_dir=self.root_dir)
+        self.finish({"runs": listing.runs, "total": listing.total, "page": page,
+                     "limit": limit, "pending_approvals": listing.pending_approvals,
+                     "unavailable": failed + listing.unavailable})
+
+
+class RunHandler(_Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        known, opened = await self.one_journal(self.get_argument("journal", ""))
+        run_id = self.required_argument("id")
+        self.finish(await self.blocking(views.run_view, known, opened, run_id,
+                                        root_dir=self.root_dir))
+
+
+class DecisionHandler(_Handler):
+    @web.authenticated
+    async def post(self) -> None:
+        data = self.body()
+        run_id, approved, note, digest = (data.get("id"), data.get("approved"),
+                                          data.get("note"), data.get("digest"))
+        if not isinstance(run_id, str) or not run_id:
+            raise web.HTTPError(400, "'id' (the run id) is missing")
+        if not isinstance(approved, bool):
+            raise web.HTTPError(400, "'approved' must be true or false")
+        if note is not None and not isinstance(note, str):
+            raise web.HTTPError(400, "'note' must be a string or null")
+        if not isinstance(digest, str) or len(digest) < 8:
+            raise web.HTTPError(400, "'digest' (of the pending request as shown, 8 or more "
+                                     "characters) is missing: a decision is bound to what "
+                                     "the person saw")
+        known, opened = await self.one_journal(data.get("journal"), write=True)
+        await self.blocking(_decide, opened, run_id, approved, note,
+                            _user_name(self.current_user), digest)
+        taken = await self.blocking(_taken, opened, run_id, TAKEN_WITHIN)
+        verdict = "approved" if approved else "rejected"
+        self.finish({"ok": True, "taken": taken, "status": (await self.blocking(
+            opened.get_run, run_id)).status.value,
+            "message": f"{verdict}; the run resumes in its kernel" if taken else
+                       f"{verdict}; re-run its cell to continue"})
+
+
+_deciding = threading.Lock()
+
+
+def _decide(journal: Journal, run_id: str, approved: bool, note: str | None, by: str,
+            digest: str) -> None:
+    """Decide the run's pending approval if it is the request ``digest`` names and nobody
+    decided it yet: the first of concurrent decisions (in this server) wins, the others are
+    refused with what was decided (409), never silently replaced."""
+    with _deciding:
+        record = journal.get_run(run_id)
+        earlier = recorded_decision(record, journal)
+        if earlier is not None and pending_digest(record.pending_approval).startswith(
+                digest.lower()):
+            verdict = "approved" if earlier.get("approved") else "rejected"
+            raise NoPendingApproval(
+                f"run {run_id!r}: this request was already {verdict} by "
+                f"{earlier.get('by') or 'someone'}; the run takes that decision when it "
+                f"resumes. Nothing was changed.")
+        decide = registry.approve if approved else registry.reject
+        decide(run_id, note, by=by, expect=digest, journal=journal)
+
+
+def _taken(journal: Journal, run_id: str, within: float) -> bool:
+    """Whether an executor (a kernel watching the parked run, or one waiting in it) took the
+    decision just left for ``run_id`` within ``within`` seconds: it deletes the decision and
+    the run stops waiting."""
+    until = time.monotonic() + within
+    while True:
+        record = journal.get_run(run_id)
+        pending = record.pending_approval
+        if record.status is not Status.WAITING_APPROVAL or not pending:
+            return True
+        if journal.get_request(decision_kind(pending), pending.get("run_id", run_id)) is None:
+            return True
+        if time.monotonic() >= until:
+            return False
+        time.sleep(0.05)
+
+
+class CancelHandler(_Handler):
+    @web.authenticated
+    async def post(self) -> None:
+        data = self.body()
+        run_id = data.get("id")
+        if not isinstance(run_id, str) or not run_id:
+            raise web.HTTPError(400, "'id' (the run id) is missing")
+        _, opened = await self.one_journal(data.get("journal"), write=True)
+        record = await self.blocking(registry.cancel, run_id, journal=opened)
+        if record.status is Status.DONE:
+            raise web.HTTPError(409, f"run {run_id!r} is DONE: there is nothing to cancel")
+        self.finish({"ok": True, "status": record.status.value,
+                     "message": "cancelled" if record.status is Status.CANCELLED else
+                                "cancel requested: the run stops at its next step"})
+
+
+class BatchHandler(_Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        known, opened = await self.one_journal(self.get_argument("journal", ""))
+        batch_id = self.required_argument("id")
+        view = await self.blocking(views.batch_view, known, opened, batch_id,
+                                   root_dir=self.root_dir)
+        if view is None:
+            raise web.HTTPError(404, f"no batch {batch_id!r} in {known.display}")
+        self.finish(view)
+
+
+class BatchesHandler(_Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        journals, failed = await self.journals()
+        rows = []
+        for known, opened in journals:
+            found = await self.blocking(batch_rows, opened)
+            rows += [{"journal": known.id, **row} for row in found]
+        self.finish({"batches": rows, "unavailable": failed})
+
+
+class SummaryHandler(_Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        key = self.get_argument("journal", "")
+        running = _summaries_in_flight.get(key)
+        if running is None:
+            running = asyncio.ensure_future(self._summary())
+            _summaries_in_flight[key] = running
+            running.add_done_callback(lambda _: _summaries_in_flight.pop(key, None))
+        self.finish(await asyncio.shield(running))
+
+    async def _summary(self) -> dict:
+        journals, failed = await self.journals()
+        answer = await self.blocking(views.summary, journals)
+        return {**answer, "unavailable": failed + answer["unavailable"]}
+
+
+class VersionHandler(_Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        try:
+            installed = version("durable-nb")
+        except PackageNotFoundError:
+            installed = "unknown"
+        self.finish({"version": installed})
+
+
+def handlers(base_url: str) -> list[tuple[str, type]]:
+    """The routes, under the server's ``base_url``."""
+    routes = {"journals": JournalsHandler, "runs": RunsHandler, "run": RunHandler,
+              "run/decision": DecisionHandler, "run/cancel": CancelHandler,
+              "batch": BatchHandler, "batches": BatchesHandler, "summary": SummaryHandler,
+              "version": VersionHandler}
+    return [(url_path_join(base_url, "durable-nb", "api", path), handler)
+            for path, handler in routes.items()]

@@ -1,0 +1,111 @@
+"""Which journals the server shows, and how a request names one.
+
+The allowed journals are ``$DURABLE_NB_JOURNAL`` and ``$DURABLE_NB_DIR`` (of the server's
+environment) and those in the user's journal index (:mod:`durable_nb.journal.index`: every
+journal a process of this user opened). A request names a journal by its id
+(:func:`~durable_nb.journal.index.journal_id`) or by its location; a location that is not one
+of the allowed ones is refused (:class:`NotAllowed`), so a request can never make the server
+open, create or write a journal anywhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import JournalError, NoJournal
+from ..journal import Journal, open_journal
+from ..journal.index import journal_id, known_locations
+from ..journal.postgres import is_postgres_url, location_of
+
+__all__ = ["KnownJournal", "NotAllowed", "UnknownJournal", "allowed_journals", "resolve"]
+
+
+#: Seconds a PostgreSQL journal that could not be opened is reported unavailable untried.
+RETRY_OPEN_AFTER = 30.0
+_open_failures: dict[str, tuple[float, str]] = {}
+
+
+class NotAllowed(Exception):
+    """A journal location that is not one of the allowed ones (HTTP 403)."""
+
+
+class UnknownJournal(Exception):
+    """A journal id that names no allowed journal (HTTP 404)."""
+
+
+@dataclass(frozen=True)
+class KnownJournal:
+    """An allowed journal. ``location`` is what opens it (a PostgreSQL URL with its
+    password: never shown); ``display`` what is shown."""
+
+    id: str
+    location: str
+    kind: str
+
+    @property
+    def display(self) -> str:
+        return location_of(self.location) if self.kind == "postgres" else self.location
+
+    def open(self, *, write: bool = False) -> Journal:
+        """The journal, shared by the process. A directory is opened read-only unless
+        ``write``: listing never creates or changes one. A database that could not be
+        reached is not tried again for :data:`RETRY_OPEN_AFTER` seconds (each try waits for
+        its connect timeout, and a listing tries every allowed journal)."""
+        if self.kind == "disk" and not Path(self.location).is_dir():
+            raise NoJournal(self.location)
+        failed = _open_failures.get(self.location)
+        if failed is not None and time.monotonic() < failed[0]:
+            raise JournalError(failed[1])
+        try:
+            return open_journal(self.location, read_only=self.kind == "disk" and not write)
+        except JournalError as exc:
+            if self.kind == "postgres":
+                _open_failures[self.location] = (time.monotonic() + RETRY_OPEN_AFTER, str(exc))
+            raise
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "location": self.display, "kind": self.kind}
+
+
+def _normal(location: str) -> str:
+    """A location as the index and ids spell it: a directory absolute and resolved."""
+    if is_postgres_url(location):
+        return location
+    return str(Path(location).expanduser().resolve())
+
+
+def allowed_journals() -> list[KnownJournal]:
+    """The journals this server shows, the environment's first, each once."""
+    locations = [os.environ.get(name) for name in ("DURABLE_NB_JOURNAL", "DURABLE_NB_DIR")]
+    found: dict[str, KnownJournal] = {}
+    for location in [_normal(v) for v in locations if v] + known_locations():
+        key = journal_id(location)
+        if key not in found:
+            found[key] = KnownJournal(key, location,
+                                      "postgres" if is_postgres_url(location) else "disk")
+    return list(found.values())
+
+
+def resolve(name: str) -> KnownJournal:
+    """The allowed journal ``name`` names: its id, or its location (a directory or URL);
+    :class:`NotAllowed` for a location that is not allowed, :class:`UnknownJournal` for an
+    unknown id."""
+    journals = allowed_journals()
+    for known in journals:
+        if name == known.id:
+            return known
+    if not (is_postgres_url(name) or os.sep in name or "/" in name or name.startswith(".")):
+        raise UnknownJournal(f"no journal with id {name!r} is known to this server: "
+                             f"GET durable-nb/api/journals lists them")
+    wanted = _normal(name)
+    for known in journals:
+        if wanted == known.location or (known.kind == "postgres"
+                                        and wanted == known.display):
+            return known
+    raise NotAllowed(f"the journal {location_of(name) if is_postgres_url(name) else name} is "
+                     f"not one this server shows: only $DURABLE_NB_JOURNAL, $DURABLE_NB_DIR and "
+                     f"journals opened by this user's kernels are")
+

@@ -1,0 +1,468 @@
+"""The Jupyter Server extension (issue 19): its REST API on a real Jupyter Server (pytest-jupyter's
+``jp_serverapp`` / ``jp_fetch``) over real journals, a directory and a PostgreSQL server.
+
+pytest-jupyter's fixtures are imported into this module only (not loaded as a plugin), so its
+autouse fixtures and event loop stay out of the rest of the suite; the tests call the server
+through :func:`api`, which runs ``jp_fetch`` on the fixtures' loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from jupyter_client import BlockingKernelClient
+
+pytest.importorskip("pytest_jupyter")
+pytest.importorskip("jupyter_server")
+
+from pytest_jupyter.jupyter_server import *  # noqa: E402,F401,F403 - fixtures for this module
+
+import durable_nb as dn  # noqa: E402
+from durable_nb import DiskJournal, RunRecord, Status, StepEntry  # noqa: E402
+from durable_nb.execution.approvals import decision_kind  # noqa: E402
+from durable_nb.journal.index import index_dir, journal_id, record_opened  # noqa: E402
+from tests.conftest import run_python  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def jp_server_config():
+    return {"ServerApp": {"jpserver_extensions": {"durable_nb.server": True}}}
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch):
+    """An empty journal index of this test's own, and no journal in the environment."""
+    folder = tmp_path / "index"
+    monkeypatch.setenv("DURABLE_NB_INDEX", str(folder))
+    monkeypatch.delenv("DURABLE_NB_JOURNAL", raising=False)
+    monkeypatch.delenv("DURABLE_NB_DIR", raising=False)
+    return folder
+
+
+@pytest.fixture
+def shared(tmp_path, monkeypatch, index):
+    """A directory journal named by ``$DURABLE_NB_JOURNAL`` (as a hub's spawner sets it)."""
+    journal = DiskJournal(tmp_path / "shared")
+    monkeypatch.setenv("DURABLE_NB_JOURNAL", str(journal.directory))
+    yield journal
+    journal.close()
+
+
+@pytest.fixture
+def api(jp_fetch, jp_asyncio_loop):
+    """``api(path, ...)``: one request to ``durable-nb/api/PATH``; asserts the status code
+    (``expect``) and returns the JSON body. ``gather(*calls)`` sends several at once."""
+
+    def request(path, *, method="GET", params=None, body=None, headers=None):
+        kwargs = {"body": json.dumps(body)} if body is not None else {}
+        return jp_fetch("durable-nb", "api", *path.split("/"), method=method,
+                        params=params, headers=headers, raise_error=False, **kwargs)
+
+    def call(path, *, expect=200, **kwargs):
+        response = jp_asyncio_loop.run_until_complete(request(path, **kwargs))
+        assert response.code == expect, (response.code, response.body[:500])
+        return json.loads(response.body) if response.body else None
+
+    async def _all(requests):
+        return await asyncio.gather(*requests)
+
+    call.request = request
+    call.gather = lambda *requests: jp_asyncio_loop.run_until_complete(_all(requests))
+    return call
+
+
+def _drop(db: str, dropped: list[str]):
+    """A cell that drops the database named in its approval, once approved."""
+    def handler(ctx):
+        if ctx.approval("drop database", {"db": db}).approved:
+            ctx.run("drop", lambda: dropped.append(db))
+            return f"dropped {db}"
+        return "kept"
+    return handler
+
+
+def _done(ctx):
+    return ctx.run("step", lambda: 42)
+
+
+def _failed(ctx):
+    ctx.run("boom", lambda: 1 / 0)
+
+
+def _interrupted(journal, run_id: str) -> None:
+    """A run left RUNNING by a process that died: no lease holds it."""
+    now = time.time()
+    journal.create_run(RunRecord(run_id=run_id, status=Status.RUNNING, created_at=now,
+                                 updated_at=now))
+
+
+def _park(journal, run_id: str, dropped: list[str], db: str = "staging"):
+    assert dn.execute(run_id, _drop(db, dropped), journal=journal, on_approval="park") is None
+    return journal.get_run(run_id).pending_approval
+
+
+# -- listing -----------------------------------------------------------------------------------
+
+def test_runs_are_listed_waiting_first_then_running_interrupted_failed_done_and_paged(shared, api):
+    dropped: list[str] = []
+    dn.execute("done-1", _done, journal=shared)
+    _park(shared, "wait-1", dropped)
+    with pytest.raises(ZeroDivisionError):
+        dn.execute("failed-1", _failed, journal=shared)
+    _interrupted(shared, "crashed-1")
+    dn.execute("done-2", _done, journal=shared)
+    _park(shared, "wait-2", dropped)
+
+    listing = api("runs")
+    assert [r["run_id"] for r in listing["runs"]] == [
+        "wait-2", "wait-1", "crashed-1", "failed-1", "done-2", "done-1"]
+    assert listing["total"] == 6 and listing["pending_approvals"] == 2
+    crashed = listing["runs"][2]
+    assert crashed["status"] == "RUNNING" and crashed["interrupted"] is True
+    waiting = listing["runs"][0]
+    assert waiting["pending_approval"]["name"] == "drop database"
+    assert waiting["pending_approval"]["digest"] == \
+        shared.get_run("wait-2").pending_approval["digest"]
+    assert waiting["journal"] == journal_id(str(shared.directory))
+
+    pages = [api("runs", params={"limit": 4, "page": page}) for page in (0, 1, 2)]
+    assert [len(p["runs"]) for p in pages] == [4, 2, 0]
+    assert [r["run_id"] for p in pages for r in p["runs"]] == \
+        [r["run_id"] for r in listing["runs"]]
+    assert all(p["total"] == 6 for p in pages)
+
+    only = api("runs", params={"status": "interrupted,done"})
+    assert [r["run_id"] for r in only["runs"]] == ["crashed-1", "done-2", "done-1"]
+    assert [r["run_id"] for r in api("runs", params={"q": "WAIT"})["runs"]] == ["wait-2", "wait-1"]
+    assert [r["run_id"] for r in api("runs", params={"prefix": "done-"})["runs"]] == \
+        ["done-2", "done-1"]
+    assert "unknown status" in api("runs", params={"status": "later"}, expect=400)["message"]
+    api("runs", params={"limit": 0}, expect=400)
+
+
+def test_a_run_shows_its_steps_as_text_and_its_notebook_relative_to_the_server_root(
+        shared, api, jp_root_dir):
+    notebook = jp_root_dir / "reports" / "weekly.ipynb"
+    dn.execute("nb-run", _done, journal=shared, notebook=str(notebook), cell_id="c0ffee")
+    view = api("run", params={"journal": journal_id(str(shared.directory)), "id": "nb-run"})
+    assert view["record"]["notebook"] == "reports/weekly.ipynb"
+    assert view["record"]["cell_id"] == "c0ffee"
+    assert view["record"]["result"] == "42"
+    assert [(s["name"], s["kind"], s["answer"]) for s in view["steps"]] == [("step", "run", "42")]
+    api("run", params={"journal": journal_id(str(shared.directory)), "id": "nope"}, expect=404)
+
+
+@pytest.mark.kernel
+def test_a_run_started_in_a_notebooks_kernel_is_listed_with_that_notebook_and_cell(
+        shared, api, jp_fetch, jp_asyncio_loop, jp_serverapp, jp_root_dir):
+    (jp_root_dir / "reports").mkdir()
+    session = jp_asyncio_loop.run_until_complete(jp_fetch("api", "sessions", method="POST",
+        body=json.dumps({"path": "reports/weekly.ipynb", "name": "weekly.ipynb",
+                         "type": "notebook", "kernel": {"name": "python3"}})))
+    kernel_id = json.loads(session.body)["kernel"]["id"]
+    client = BlockingKernelClient()
+    client.load_connection_info(jp_serverapp.kernel_manager.get_kernel(kernel_id)
+                                .get_connection_info())
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        code = "%load_ext durable_nb\n"
+        assert client.execute_interactive(code, timeout=60)["content"]["status"] == "ok"
+        # An execute request as JupyterLab sends it: the cell's id in its metadata.
+        request = client.session.msg("execute_request", {
+            "code": "%%durable_agent\nctx.run('a', lambda: 41) + 1", "silent": False,
+            "store_history": True, "user_expressions": {}, "allow_stdin": False},
+            metadata={"cellId": "5f3c0ffe-0000-4000-8000-000000000001"})
+        client.shell_channel.send(request)
+        reply = client.get_shell_msg(timeout=120)
+        while reply["parent_header"].get("msg_id") != request["header"]["msg_id"]:
+            reply = client.get_shell_msg(timeout=120)  # a late kernel_info_reply of the wait
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        client.stop_channels()
+        jp_asyncio_loop.run_until_complete(jp_serverapp.kernel_manager.shutdown_kernel(kernel_id))
+    listed = api("runs")["runs"]
+    assert [(r["run_id"], r["notebook"], r["cell_id"], r["status"]) for r in listed] == [
+        ("cell-5f3c0ffe-000", "reports/weekly.ipynb", "5f3c0ffe-0000-4000-8000-000000000001",
+         "DONE")]
+
+
+# -- decisions -------------------------------------------------------------------------------
+
+def test_approve_with_the_digest_shown_and_the_run_goes_on_when_resumed(shared, api):
+    dropped: list[str] = []
+    pending = _park(shared, "r", dropped)
+    shown = api("runs")["runs"][0]["pending_approval"]
+    answer = api("run/decision", method="POST", body={
+        "journal": journal_id(str(shared.directory)), "id": "r", "approved": True,
+        "note": "ship it", "digest": shown["digest"]})
+    assert answer["ok"] and not answer["taken"]
+    assert answer["message"] == "approved; re-run its cell to continue"
+    decision = shared.get_request(decision_kind(pending), "r")
+    assert decision["approved"] is True and decision["note"] == "ship it"
+    assert decision["by"]  # the Jupyter user's name
+    listed = api("runs")
+    assert listed["pending_approvals"] == 0  # decided: waits for its cell, not for a person
+    assert listed["runs"][0]["decision"]["approved"] is True
+    assert dn.execute("r", _drop("staging", dropped), journal=shared) == "dropped staging"
+    assert dropped == ["staging"]
+
+
+def test_a_decision_taken_at_once_by_a_waiting_executor_says_the_run_resumes(shared, api):
+    dropped: list[str] = []
+    outcome: list = []
+    worker = threading.Thread(target=lambda: outcome.append(dn.execute(
+        "w", _drop("staging", dropped), journal=shared, on_approval="wait")))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while (record := shared.find_run("w")) is None or not record.pending_approval:
+        assert time.monotonic() < deadline and worker.is_alive(), "the run never asked"
+        time.sleep(0.02)
+    answer = api("run/decision", method="POST", body={
+        "journal": journal_id(str(shared.directory)), "id": "w", "approved": True,
+        "digest": record.pending_approval["digest"]})
+    worker.join(60)
+    assert answer["taken"] and answer["message"] == "approved; the run resumes in its kernel"
+    assert outcome == ["dropped staging"] and dropped == ["staging"]
+
+
+def test_a_decision_on_a_request_that_changed_since_it_was_shown_is_refused(shared, api):
+    dropped: list[str] = []
+    _park(shared, "r", dropped, "staging")
+    shown = api("runs")["runs"][0]["pending_approval"]
+    shared.delete_run("r")
+    _park(shared, "r", dropped, "production")  # the cell was edited: it asks something else
+    refused = api("run/decision", method="POST", expect=409, body={
+        "journal": journal_id(str(shared.directory)), "id": "r", "approved": True,
+        "digest": shown["digest"]})
+    assert "production" in refused["message"] and "nothing was decided" in refused["message"]
+    assert api("runs")["pending_approvals"] == 1
+    api("run/decision", method="POST", expect=400, body={
+        "journal": journal_id(str(shared.directory)), "id": "r", "approved": True})
+
+
+def test_reject_with_a_note_and_the_run_takes_the_rejection(shared, api):
+    dropped: list[str] = []
+    _park(shared, "r", dropped)
+    digest = api("runs")["runs"][0]["pending_approval"]["digest"]
+    api("run/decision", method="POST", body={
+        "journal": journal_id(str(shared.directory)), "id": "r", "approved": False,
+        "note": "not today", "digest": digest})
+    assert dn.execute("r", _drop("staging", dropped), journal=shared) == "kept"
+    assert dropped == []
+    api("run/decision", method="POST", expect=409, body={
+        "journal": journal_id(str(shared.directory)), "id": "r", "approved": True,
+        "digest": digest})  # DONE: nothing pending any more
+
+
+def test_concurrent_decisions_one_wins_per_request_and_each_run_gets_its_own(shared, api):
+    dropped: list[str] = []
+    digests = {f"item-{i}": _park(shared, f"item-{i}", dropped, f"db{i}")["digest"]
+               for i in range(12)}
+    jid = journal_id(str(shared.directory))
+    responses = api.gather(*[api.request("run/decision", method="POST", body={
+        "journal": jid, "id": run_id, "approved": True, "digest": digest})
+        for run_id, digest in digests.items()])
+    assert [r.code for r in responses] == [200] * 12
+    assert api("summary")["pending_approvals"] == 0
+    for i in range(12):
+        assert dn.execute(f"item-{i}", _drop(f"db{i}", dropped), journal=shared) == f"dropped db{i}"
+    assert sorted(dropped) == sorted(f"db{i}" for i in range(12))
+
+    pending = _park(shared, "contested", dropped, "main")
+    both = api.gather(*[api.request("run/decision", method="POST", body={
+        "journal": jid, "id": "contested", "approved": approved, "digest": pending["digest"]})
+        for approved in (True, False)])
+    assert sorted(r.code for r in both) == [200, 409]
+    winner = json.loads(next(r.body for r in both if r.code == 200))["message"].split(";")[0]
+    refused = json.loads(next(r.body for r in both if r.code == 409))["message"]
+    assert f"already {winner}" in refused
+    expected = "dropped main" if winner == "approved" else "kept"
+    assert dn.execute("contested", _drop("main", dropped), journal=shared) == expected
+    assert dropped.count("main") == (winner == "approved")
+
+
+def test_cancel_a_waiting_run_and_refuse_to_cancel_a_done_one(shared, api):
+    dropped: list[str] = []
+    _park(shared, "r", dropped)
+    dn.execute("finished", _done, journal=shared)
+    jid = journal_id(str(shared.directory))
+    answer = api("run/cancel", method="POST", body={"journal": jid, "id": "r"})
+    assert answer["status"] == "CANCELLED" and shared.get_run("r").status is Status.CANCELLED
+    api("run/cancel", method="POST", body={"journal": jid, "id": "finished"}, expect=409)
+
+
+# -- security --------------------------------------------------------------------------------
+
+def test_every_endpoint_refuses_a_request_without_a_token(shared, api):
+    no_token = {"Authorization": ""}
+    for path in ("journals", "runs", "run", "batch", "batches", "summary", "version"):
+        api(path, headers=no_token, expect=403)
+    for path in ("run/decision", "run/cancel"):
+        api(path, method="POST", body={}, headers=no_token, expect=403)
+
+
+def test_a_cookie_authenticated_post_without_the_xsrf_token_is_refused(shared, api):
+    dropped: list[str] = []
+    pending = _park(shared, "r", dropped)
+    # A browser's session: the login cookie the server sets on a token-authenticated
+    # request, and its _xsrf cookie; no token on the POST itself.
+    first = api.request("version")
+    response = api.gather(first)[0]
+    cookies = "; ".join(c.split(";")[0] for c in response.headers.get_list("Set-Cookie"))
+    assert cookies
+    body = {"journal": journal_id(str(shared.directory)), "id": "r", "approved": True,
+            "digest": pending["digest"]}
+    api("run/decision", method="POST", body=body, expect=403,
+        headers={"Authorization": "", "Cookie": cookies})
+    assert shared.get_request(decision_kind(pending), "r") is None
+    # With the XSRF token, as JupyterLab sends it (the _xsrf cookie repeated in a header):
+    token = "d0ubl3-subm1t-t0ken"
+    api("run/decision", method="POST", body=body,
+        headers={"Authorization": "", "Cookie": f"{cookies}; _xsrf={token}",
+                 "X-XSRFToken": token})
+    assert shared.get_request(decision_kind(pending), "r")["approved"] is True
+
+
+def test_a_hostile_journal_entry_is_shown_as_text_and_nothing_is_imported(shared, api):
+    hostile = "<script>alert('x')</script><img src=x onerror=alert(1)>"
+    now = time.time()
+    shared.create_run(RunRecord(run_id="evil", title=hostile, status=Status.DONE,
+                                created_at=now, updated_at=now, step_count=1,
+                                result={"$t": "model", "cls": "dnb_evil_payload.Payload",
+                                        "v": {"html": hostile}}))
+    shared.append_step("evil", StepEntry(
+        0, "0", "fetch", "run", request={"url": hostile},
+        result={"$t": "model", "cls": "dnb_evil_payload.Payload", "v": hostile},
+        started_at=now, finished_at=now))
+    before = set(sys.modules)
+    response = api.gather(api.request("run", params={
+        "journal": journal_id(str(shared.directory)), "id": "evil"}))[0]
+    assert response.code == 200
+    assert response.headers["Content-Type"].startswith("application/json")
+    view = json.loads(response.body)
+    assert view["record"]["title"] == hostile
+    assert hostile in view["steps"][0]["answer"] and hostile in view["steps"][0]["asked"]
+    assert hostile in view["record"]["result"]
+    assert isinstance(view["record"]["result"], str)
+    assert api("runs")["runs"][0]["title"] == hostile
+    # A record someone else wrote, with an object where the title goes: text in the listing.
+    shared.create_run(RunRecord(run_id="odd", title={"$t": "model", "cls": "dnb_evil_payload.X",
+                                                     "v": hostile}, created_at=now - 1,
+                                status=Status.DONE))
+    odd = api("runs", params={"q": "odd"})["runs"]
+    assert [r["run_id"] for r in odd] == ["odd"] and odd[0]["title"] == hostile
+    assert not [m for m in set(sys.modules) - before if "evil" in m]
+    assert "dnb_evil_payload" not in sys.modules
+
+
+def test_a_journal_outside_the_allowed_ones_is_refused(shared, api, tmp_path):
+    dropped: list[str] = []
+    other = DiskJournal(tmp_path / "elsewhere")  # never opened through open_journal
+    pending = _park(other, "r", dropped)
+    for name in (str(other.directory), str(tmp_path / "shared" / ".." / "elsewhere")):
+        api("runs", params={"journal": name}, expect=403)
+        api("run/decision", method="POST", expect=403, body={
+            "journal": name, "id": "r", "approved": True, "digest": pending["digest"]})
+    assert other.get_request(decision_kind(pending), "r") is None
+    api("runs", params={"journal": str(tmp_path / "new")}, expect=403)
+    assert not (tmp_path / "new").exists()  # nothing created
+    api("runs", params={"journal": "j0000000000"}, expect=404)
+    # The allowed one, named by its location, is the same as by its id.
+    assert api("runs", params={"journal": str(shared.directory)})["total"] == 0
+
+
+def test_a_journal_opened_by_a_process_is_listed_and_dropped_once_deleted(index, api, tmp_path):
+    folder = tmp_path / "kernel-journal"
+    run_python("import durable_nb as dn, sys\n"
+               "dn.execute('from-kernel', lambda ctx: ctx.run('s', lambda: 1),\n"
+               "           journal=sys.argv[1])",
+               str(folder), env={"DURABLE_NB_INDEX": str(index), "PYTHONPATH": str(REPO)})
+    journals = api("journals")["journals"]
+    assert [(j["id"], j["location"], j["kind"], j["ok"], j["runs"]) for j in journals] == \
+        [(journal_id(str(folder)), str(folder), "disk", True, 1)]
+    assert [r["run_id"] for r in api("runs")["runs"]] == ["from-kernel"]
+    assert (index_dir() / f"{journal_id(str(folder))}.json").stat().st_mode & 0o077 == 0
+    shutil.rmtree(folder)
+    assert api("journals")["journals"] == []
+    assert list(index.glob("*.json")) == []
+
+
+def test_an_unreachable_journal_in_the_index_is_reported_and_the_others_still_listed(
+        shared, api, index):
+    dn.execute("here", _done, journal=shared)
+    gone = "postgresql://nobody@127.0.0.1:1/nowhere?schema=old"  # nothing listens on port 1
+    record_opened(gone)
+    journals = {j["location"]: j for j in api("journals")["journals"]}
+    assert journals[str(shared.directory)]["ok"] is True
+    assert journals["postgresql://nobody@127.0.0.1:1/nowhere?schema=old"]["ok"] is False
+    listing = api("runs")
+    assert [r["run_id"] for r in listing["runs"]] == ["here"]
+    assert [u["journal"] for u in listing["unavailable"]] == [journal_id(gone)]
+    assert api("summary")["unavailable"] == listing["unavailable"]
+
+
+def test_a_journal_index_that_cannot_be_written_never_fails_a_run(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv("DURABLE_NB_INDEX", str(blocker / "index"))
+    folder = tmp_path / "journal"
+    assert dn.execute("r", _done, journal=str(folder)) == 42
+    assert dn.open_journal(str(folder)).get_run("r").status is Status.DONE
+
+
+def test_a_batch_and_its_items(shared, api):
+    dn.map(lambda ctx, item: ctx.run("double", lambda: item * 2), [1, 2, 3], batch_id="b",
+           journal=shared)
+    jid = journal_id(str(shared.directory))
+    view = api("batch", params={"journal": jid, "id": "b"})
+    assert view["batch"]["items"] == 3 and view["batch"]["counts"] == {"DONE": 3}
+    assert all(item["batch_id"] == "b" for item in view["items"])
+    assert api("batches")["batches"][0]["batch_id"] == "b"
+    api("batch", params={"journal": jid, "id": "nope"}, expect=404)
+
+
+def test_summary_version_changes_when_a_run_changes(shared, api):
+    dropped: list[str] = []
+    first = api("summary")
+    assert api("summary") == first
+    pending = _park(shared, "r", dropped)
+    second = api("summary")
+    assert second["pending_approvals"] == 1 and second["version"] != first["version"]
+    dn.approve("r", expect=pending["digest"], journal=shared)
+    third = api("summary")
+    assert third["pending_approvals"] == 0 and third["version"] != second["version"]
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+@pytest.mark.postgres
+def test_listing_and_deciding_on_a_postgresql_journal(postgres_server, index, monkeypatch, api):
+    url = f"{postgres_server.password_url}?schema=server_api"
+    monkeypatch.setenv("DURABLE_NB_JOURNAL", url)
+    journal = dn.open_journal(url)
+    dropped: list[str] = []
+    dn.execute("done", _done, journal=journal)
+    pending = _park(journal, "waiting", dropped)
+    journals = api("journals")["journals"]
+    assert len(journals) == 1 and journals[0]["kind"] == "postgres" and journals[0]["ok"]
+    assert "s3cret" not in json.dumps(journals)  # the password is never shown
+    listing = api("runs")
+    assert [r["run_id"] for r in listing["runs"]] == ["waiting", "done"]
+    assert listing["pending_approvals"] == 1
+    jid = journals[0]["id"]
+    api("run/decision", method="POST", expect=409, body={
+        "journal": jid, "id": "waiting", "approved": True, "digest": "0123456789abcdef"})
+    api("run/decision", method="POST", body={
+        "journal": jid, "id": "waiting", "approved": True, "digest": pending["digest"]})
+    assert dn.execute("waiting", _drop("staging", dropped), journal=journal) == "dropped staging"
+    assert api("runs", params={"journal": jid})["runs"][0]["status"] == "DONE"
