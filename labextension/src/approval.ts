@@ -1,0 +1,164 @@
+/**
+ * An approval as a person decides it: what the run asks (name, step, details), a note,
+ * Approve / Reject. The decision carries the digest of the request shown here; the
+ * server refuses it (409) when the run now asks something else, and the card says so.
+ *
+ * After a decision for a run whose kernel is gone the run does not continue by itself:
+ * the card says "approved; re-run its cell to continue" and offers the notebook at
+ * that cell.
+ */
+import { api, APIError, IDecision, IPending, IRunSummary } from './api';
+import { button, clock, h, pretty, short } from './dom';
+
+/** What the views ask the application to do. */
+export interface IActions {
+  /** Open the run view of a run in the main area. */
+  openRun(run: { journal: string; run_id: string }): void;
+  /** Open a notebook (a path under the server root), at the cell with this id if given. */
+  openNotebook(path: string, cellId: string | null): Promise<void>;
+  /** Fetch the listings again now. */
+  refresh(): Promise<void>;
+}
+
+/** Whether the run already has a decision for what it shows (taken when its cell runs). */
+export function decided(run: IRunSummary): IDecision | null {
+  const decision = run.decision;
+  const pending = run.pending_approval;
+  if (!decision || !pending) {
+    return decision ?? null;
+  }
+  return !decision.digest || decision.digest === pending.digest ? decision : null;
+}
+
+/** "approved; re-run its cell to continue", with the notebook at that cell when known. */
+export function decisionNote(
+  run: IRunSummary,
+  decision: IDecision,
+  actions: IActions,
+  message?: string
+): HTMLElement {
+  const verdict = decision.approved ? 'approved' : 'rejected';
+  const by = decision.by ? ` by ${decision.by}` : '';
+  const note = decision.note ? `: “${decision.note}”` : '';
+  const resumed = message?.includes('resumes in its kernel');
+  const text = resumed
+    ? message!
+    : run.notebook
+      ? `${verdict}; re-run its cell to continue`
+      : `${verdict}; execute the run again to continue`;
+  return h(
+    'div',
+    { class: `dnb-decided dnb-decided-${verdict}` },
+    h('div', { class: 'dnb-decided-text' }, text),
+    h('div', { class: 'dnb-muted' }, `${verdict}${by}${note}`),
+    run.notebook
+      ? button(
+          'Open its cell',
+          'dnb-open-cell',
+          () => actions.openNotebook(run.notebook!, run.cell_id),
+          `Open ${run.notebook} at the cell that runs ${run.run_id}`
+        )
+      : resumed
+        ? null
+        : h('div', { class: 'dnb-muted' }, 'It was started outside a notebook (a script, a worker).')
+  );
+}
+
+/** The details of a pending approval, as text. */
+export function pendingDetails(pending: IPending): HTMLElement {
+  const asked = pending.requested_at ? ` · asked ${clock(pending.requested_at)}` : '';
+  const expires = pending.timeout_at ? ` · times out ${clock(pending.timeout_at)}` : '';
+  return h(
+    'div',
+    { class: 'dnb-pending' },
+    h(
+      'div',
+      { class: 'dnb-pending-head' },
+      h('b', {}, pending.name),
+      h(
+        'span',
+        { class: 'dnb-muted' },
+        ` step ${pending.key} · request ${short(pending.digest)}${asked}${expires}`
+      )
+    ),
+    h('pre', { class: 'dnb-text dnb-details' }, pretty(pending.details))
+  );
+}
+
+/**
+ * Decide `run`'s pending approval as shown. Resolves to the server's message; a 409
+ * (the run asks something else now, or nothing) rejects with the server's reason.
+ */
+export async function decide(
+  run: IRunSummary,
+  approved: boolean,
+  note: string
+): Promise<string> {
+  const pending = run.pending_approval;
+  if (!pending) {
+    throw new APIError(409, `${run.run_id} waits for no approval`);
+  }
+  const reply = await api.decide(run, pending, approved, note);
+  return reply.message;
+}
+
+/** The card of one pending approval: details, a note, Approve and Reject. */
+export function approvalCard(run: IRunSummary, actions: IActions): HTMLElement {
+  const card = h('div', { class: 'dnb-card', 'data-run': run.run_id });
+  const title = h(
+    'div',
+    { class: 'dnb-card-title' },
+    h('a', { class: 'dnb-run-link', href: '#' }, run.run_id),
+    run.title ? h('span', { class: 'dnb-muted' }, ` · ${run.title}`) : null,
+    run.notebook ? h('span', { class: 'dnb-muted' }, ` · ${run.notebook}`) : null
+  );
+  title.querySelector('a')!.addEventListener('click', event => {
+    event.preventDefault();
+    actions.openRun(run);
+  });
+  card.append(title);
+  const pending = run.pending_approval;
+  const already = decided(run);
+  if (already) {
+    card.append(decisionNote(run, already, actions));
+    return card;
+  }
+  if (!pending) {
+    return card;
+  }
+  card.append(pendingDetails(pending));
+  const note = h('input', {
+    class: 'dnb-note',
+    type: 'text',
+    placeholder: 'note (optional, recorded with the decision)'
+  });
+  const outcome = h('div', { class: 'dnb-outcome' });
+  const act = async (approved: boolean) => {
+    outcome.replaceChildren();
+    try {
+      const message = await decide(run, approved, note.value);
+      const decision: IDecision = {
+        approved,
+        by: null,
+        at: null,
+        note: note.value || null,
+        digest: pending.digest
+      };
+      card.replaceChildren(title, decisionNote(run, decision, actions, message));
+    } catch (error) {
+      outcome.append(h('div', { class: 'dnb-error' }, String((error as Error).message)));
+    }
+    await actions.refresh();
+  };
+  card.append(
+    h(
+      'div',
+      { class: 'dnb-actions' },
+      note,
+      button('Approve', 'dnb-approve', () => act(true)),
+      button('Reject', 'dnb-reject', () => act(false))
+    ),
+    outcome
+  );
+  return card;
+}

@@ -1,0 +1,216 @@
+/**
+ * The run view (main area): the header, timeline, step details, attempts and result of
+ * one run, read from the REST API, so it works with the run's kernel dead, its notebook
+ * closed, or the run started from a script or a Dask worker. It is fetched again when
+ * the journal version the sidebar polls changes.
+ */
+import { Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
+import { IActions, approvalCard, decided, decisionNote } from './approval';
+import { api, IRunDetail, IRunRecord, IStep } from './api';
+import { button, clock, cost, duration, h, pretty, statusBadge } from './dom';
+import { RunsModel } from './model';
+
+/** The newest steps listed in the timeline (a long run lists its tail). */
+const TIMELINE_ROWS = 300;
+
+export class RunView extends Widget {
+  private _fetchedAt: string | null = null;
+  private _loading = false;
+
+  constructor(
+    readonly journal: string,
+    readonly runId: string,
+    private readonly _model: RunsModel,
+    private readonly _actions: IActions
+  ) {
+    super();
+    this.addClass('dnb-runview');
+    this.title.label = runId;
+    this.title.caption = `Durable run ${runId}`;
+    this.title.closable = true;
+    this.node.append(h('div', { class: 'dnb-muted' }, `Loading ${runId}…`));
+    _model.changed.connect(this._onChanged, this);
+    void this.load();
+  }
+
+  dispose(): void {
+    Signal.disconnectReceiver(this);
+    super.dispose();
+  }
+
+  /** Fetch the run and draw it (or say why it could not be read). */
+  async load(): Promise<void> {
+    if (this._loading) {
+      return;
+    }
+    this._loading = true;
+    this._fetchedAt = this._model.version;
+    try {
+      this._draw(await api.run(this.journal, this.runId));
+    } catch (error) {
+      this.node.replaceChildren(
+        h('div', { class: 'dnb-error' }, `${this.runId}: ${(error as Error).message}`)
+      );
+    } finally {
+      this._loading = false;
+    }
+  }
+
+  private _onChanged(): void {
+    if (this._model.version !== this._fetchedAt) {
+      void this.load();
+    }
+  }
+
+  private _draw(detail: IRunDetail): void {
+    const record = detail.record;
+    this.title.label = record.title ? `${record.title} (${record.run_id})` : record.run_id;
+    const pending = record.pending_approval && !decided(record);
+    const decision = decided(record);
+    const parts = [
+      this._header(record),
+      this._stats(record),
+      record.error ? h('pre', { class: 'dnb-text dnb-error' }, record.error) : null,
+      pending ? approvalCard(record, this._actions) : null,
+      decision && record.status !== 'DONE'
+        ? decisionNote(record, decision, this._actions)
+        : null,
+      this._timeline(detail.steps),
+      this._attempts(record.attempts),
+      'result' in record && record.result !== null && record.result !== undefined
+        ? h(
+            'section',
+            { class: 'dnb-result' },
+            h('h3', {}, 'Result'),
+            h('pre', { class: 'dnb-text' }, pretty(record.result))
+          )
+        : null
+    ];
+    this.node.replaceChildren(...parts.filter((part): part is HTMLElement => part !== null));
+  }
+
+  private _header(record: IRunRecord): HTMLElement {
+    const links: (HTMLElement | string)[] = [];
+    if (record.notebook) {
+      links.push(
+        button('Open notebook', 'dnb-open-notebook', () =>
+          this._actions.openNotebook(record.notebook!, record.cell_id)
+        )
+      );
+    }
+    const terminal = ['DONE', 'FAILED', 'CANCELLED'].includes(record.status);
+    if (!terminal) {
+      links.push(
+        button('Cancel run', 'dnb-cancel', async () => {
+          await api.cancel(record.journal, record.run_id);
+          await this._actions.refresh();
+        })
+      );
+    }
+    const origin = [
+      record.notebook ? `notebook ${record.notebook}` : 'started outside a notebook',
+      record.batch_id ? `batch ${record.batch_id}` : '',
+      record.parent ? `child of ${record.parent}` : '',
+      record.forked_from ? `forked from ${record.forked_from}` : '',
+      `journal ${record.journal}`
+    ].filter(Boolean);
+    return h(
+      'header',
+      { class: 'dnb-run-header' },
+      h(
+        'div',
+        { class: 'dnb-run-line' },
+        h('b', { class: 'dnb-run-id' }, record.run_id),
+        record.title ? h('span', {}, ` · ${record.title}`) : null,
+        statusBadge(record),
+        ...links
+      ),
+      h('div', { class: 'dnb-muted' }, origin.join(' · '))
+    );
+  }
+
+  private _stats(record: IRunRecord): HTMLElement {
+    const of = (limit: number | null | undefined, format = (n: number) => n.toLocaleString()) =>
+      limit ? ` of ${format(limit)}` : '';
+    const parts = [
+      `iteration ${record.iteration}${of(record.max_iterations)}`,
+      `tokens ${record.prompt_tokens.toLocaleString()} prompt / ${record.completion_tokens.toLocaleString()} completion${of(record.max_tokens)}`,
+      record.cost || record.max_cost ? `cost ${cost(record.cost) || '$0'}${of(record.max_cost, cost)}` : '',
+      `${record.steps} steps`,
+      `started ${clock(record.created_at)}`,
+      record.finished_at ? `finished ${clock(record.finished_at)}` : `updated ${clock(record.updated_at)}`,
+      record.deadline ? `deadline ${clock(record.deadline)}` : ''
+    ].filter(Boolean);
+    return h('div', { class: 'dnb-stats' }, parts.join(' · '));
+  }
+
+  private _timeline(steps: IStep[]): HTMLElement {
+    const shown = steps.slice(-TIMELINE_ROWS);
+    const hidden = steps.length - shown.length;
+    const head = h(
+      'div',
+      { class: 'dnb-step-head' },
+      ...['#', 'kind', 'name', 'time', 'outcome', 'tokens / cost'].map(text => h('span', {}, text))
+    );
+    return h(
+      'section',
+      { class: 'dnb-timeline' },
+      h('h3', {}, `Timeline (${steps.length} step${steps.length === 1 ? '' : 's'}; click a step for its details)`),
+      hidden > 0 ? h('div', { class: 'dnb-muted' }, `${hidden} earlier steps not shown`) : null,
+      head,
+      ...shown.map(step => this._step(step))
+    );
+  }
+
+  private _step(step: IStep): HTMLElement {
+    const seconds =
+      typeof step.started_at === 'number' && typeof step.finished_at === 'number'
+        ? step.finished_at - step.started_at
+        : null;
+    const time = step.kind === 'approval' || seconds === null ? '–' : duration(seconds);
+    const tokens = step.prompt_tokens || step.completion_tokens
+      ? `${step.prompt_tokens.toLocaleString()}+${step.completion_tokens.toLocaleString()} tok`
+      : '';
+    const spend = [tokens, cost(step.cost)].filter(Boolean).join(' · ');
+    return h(
+      'details',
+      { class: `dnb-step ${step.ok ? '' : 'dnb-step-failed'}` },
+      h(
+        'summary',
+        {},
+        h('span', {}, String(step.position)),
+        h('span', {}, step.kind),
+        h('span', { class: 'dnb-name', title: step.name }, step.name),
+        h('span', {}, time),
+        h('span', {}, step.ok ? 'ok' : 'failed'),
+        h('span', {}, spend)
+      ),
+      h(
+        'div',
+        { class: 'dnb-step-body' },
+        h('div', { class: 'dnb-muted' }, `key ${step.key}`),
+        ...(step.asked && step.asked !== 'null'
+          ? [h('h4', {}, 'Asked'), h('pre', { class: 'dnb-text' }, step.asked)]
+          : []),
+        h('h4', {}, step.ok ? 'Answer' : 'Error'),
+        h('pre', { class: 'dnb-text' }, step.answer ?? '')
+      )
+    );
+  }
+
+  private _attempts(attempts: unknown[] | undefined): HTMLElement | null {
+    if (!attempts || !attempts.length) {
+      return null;
+    }
+    return h(
+      'section',
+      { class: 'dnb-attempts' },
+      h('h3', {}, `Attempts (${attempts.length})`),
+      ...attempts.map((attempt, index) =>
+        h('pre', { class: 'dnb-text' }, `${index + 1}. ${pretty(attempt)}`)
+      )
+    );
+  }
+}
