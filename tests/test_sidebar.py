@@ -3,15 +3,17 @@ them: a real JupyterLab in headless Chromium, the real server extension (durable
 over a directory journal ($DURABLE_NB_JOURNAL, which the kernels inherit), the extension as
 built into durable_nb/labextension/.
 
-- A run parks for approval, its kernel is shut down, the run is approved from the inbox the
-  sidebar opens; the card says "approved; re-run its cell to continue" and opens the notebook
-  at that cell; re-running the cell finishes the run with the tool run once.
+- A run parks for approval, its kernel is restarted (the panel's link opens the run view), then
+  run is approved from the inbox the sidebar opens; the card says "approved; re-run its cell to
+  continue" and opens the notebook at that cell; re-running the cell finishes the run with the
+  tool run once.
 - The count on the sidebar's tab follows approvals made from the CLI and from another
   notebook; a hostile title is shown as text.
 - A batch with 12 pending approvals is approved from the inbox with "Approve all shown",
   each decision bound to what its card showed; the batch then finishes, each send once.
 
 Screenshots (the sidebar, the inbox, the run view) go to $DURABLE_NB_SHOTS, else tmp dirs.
+Needs the server extension (durable_nb.server); skipped, with that reason, where it is missing.
 """
 
 from __future__ import annotations
@@ -81,16 +83,16 @@ def _open_lab(page: LabPage) -> None:
     """Lab with the Durable runs sidebar open."""
     page.page.goto(f"{page.lab.url}/lab?reset&token={page.lab.token}")
     page.page.locator(SIDEBAR_TAB).click()
-    page.page.locator(".dnb-sidebar").wait_for(state="visible")
+    page.page.locator(".dnr-sidebar").wait_for(state="visible")
 
 
 def _tab_count(page: LabPage, count: int) -> None:
     """Wait until the sidebar's tab shows ``count`` pending approvals (no badge for 0)."""
     tab = page.page.locator(SIDEBAR_TAB)
     if count:
-        tab.and_(page.page.locator(f"[data-dnb-pending='{count}']")).wait_for(state="attached")
+        tab.and_(page.page.locator(f"[data-dnr-pending='{count}']")).wait_for(state="attached")
     else:
-        tab.and_(page.page.locator(":not([data-dnb-pending])")).wait_for(state="attached")
+        tab.and_(page.page.locator(":not([data-dnr-pending])")).wait_for(state="attached")
 
 
 def _park(journal: DiskJournal, run_id: str, title: str, sent: list[str]) -> None:
@@ -120,25 +122,33 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
             raise AssertionError(f"the run did not park; the cell shows: "
                                  f"{page.cell_output_text(1)!r}") from exc
         assert journal.get_run("deploy").status is Status.WAITING_APPROVAL
-        # The page leaves and the kernel is shut down: nothing runs the run now.
-        page.page.goto("about:blank")
+        # The kernel that parked it is gone (restarted): the panel's buttons are dead, its
+        # link opens the run view.
+        page.restart_kernel()
+        page.cell(1).locator(".dnb-panel.jupyter-widgets-disconnected").wait_for()
+        page.cell(1).locator(".dnb-dead a[data-durable-nb-run='deploy']").first.click()
+        view = page.page.locator(".dnr-runview:visible")
+        view.locator(".dnr-card .dnr-approve").wait_for(state="visible")
+        assert "kubectl apply -f prod.yaml" in view.locator(".dnr-details").inner_text()
+        page.page.screenshot(path=str(shots / "run-view-waiting.png"))
+        page.page.goto("about:blank")  # the notebook's tab and kernel go: nothing runs the run
         lab.delete_sessions()
 
         _open_lab(page)
         _tab_count(page, 1)
-        row = page.page.locator(".dnb-group-waiting .dnb-run[data-run='deploy']")
+        row = page.page.locator(".dnr-group-waiting .dnr-run[data-run='deploy']")
         row.wait_for(state="visible")
         assert "deploy/deploy.ipynb" in row.inner_text()
-        page.page.locator(".dnb-sidebar").screenshot(path=str(shots / "sidebar-waiting.png"))
+        page.page.locator(".dnr-sidebar").screenshot(path=str(shots / "sidebar-waiting.png"))
 
-        page.page.locator(".dnb-inbox-button").click()
-        card = page.page.locator(".dnb-inbox .dnb-card[data-run='deploy']")
-        assert "kubectl apply -f prod.yaml" in card.locator(".dnb-details").inner_text()
+        page.page.locator(".dnr-inbox-button").click()
+        card = page.page.locator(".dnr-inbox .dnr-card[data-run='deploy']")
+        assert "kubectl apply -f prod.yaml" in card.locator(".dnr-details").inner_text()
         page.page.screenshot(path=str(shots / "inbox-one.png"))
-        card.locator(".dnb-note").fill("ship it")
-        card.locator(".dnb-approve").click()
+        card.locator(".dnr-note").fill("ship it")
+        card.locator(".dnr-approve").click()
 
-        decided = page.page.locator(".dnb-inbox .dnb-decided, .dnb-sidebar .dnb-decided").first
+        decided = page.page.locator(".dnr-inbox .dnr-decided, .dnr-sidebar .dnr-decided").first
         decided.wait_for(state="visible")
         assert "approved; re-run its cell to continue" in decided.inner_text()
         _tab_count(page, 0)
@@ -148,7 +158,7 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
         assert decision["digest"] == pending_digest(pending)
         assert not (folder / "side_effects.log").exists()
 
-        page.page.locator(".dnb-sidebar .dnb-run[data-run='deploy'] .dnb-open-cell").click()
+        page.page.locator(".dnr-sidebar .dnr-run[data-run='deploy'] .dnr-open-cell").click()
         page.wait_kernel_idle()
         active = page.panel.locator(".jp-Cell.jp-mod-active")
         assert "%%durable_agent deploy" in active.inner_text()
@@ -157,10 +167,10 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
         page.run_cell(1)
         page.wait_for_text("DONE", cell_index=1)
 
-        page.page.locator(".dnb-group-done .dnb-run[data-run='deploy']").click()
-        view = page.page.locator(".dnb-runview:visible")
-        view.locator(".dnb-step").nth(2).wait_for(state="visible")
-        view.locator(".dnb-step summary").nth(1).click()
+        page.page.locator(".dnr-group-done .dnr-run[data-run='deploy']").click()
+        view = page.page.locator(".dnr-runview:visible")
+        view.locator(".dnr-step").nth(2).wait_for(state="visible")
+        view.locator(".dnr-step summary").nth(1).click()
         page.page.screenshot(path=str(shots / "run-view-done.png"))
         assert "kubectl apply" in view.inner_text() and "DONE" in view.inner_text()
 
@@ -183,7 +193,7 @@ def test_the_tab_count_follows_approvals_from_the_cli_and_from_another_notebook(
     with LabPage(lab, timeout=60) as page:
         _open_lab(page)
         _tab_count(page, 3)
-        title = page.page.locator(".dnb-run[data-run='hostile'] .dnb-run-title")
+        title = page.page.locator(".dnr-run[data-run='hostile'] .dnr-run-title")
         assert title.inner_text() == HOSTILE
         assert page.page.evaluate("() => window.dnbPwned") is None
 
@@ -219,20 +229,20 @@ def test_a_batch_of_12_pending_approvals_is_approved_from_the_inbox(
     with LabPage(lab, timeout=60) as page:
         _open_lab(page)
         _tab_count(page, 12)
-        page.page.locator(".dnb-inbox-button").click()
-        batch = page.page.locator(".dnb-inbox .dnb-batch[data-batch='mails']")
-        batch.locator(".dnb-card").nth(11).wait_for(state="visible")
-        assert batch.locator(".dnb-card").count() == 12
+        page.page.locator(".dnr-inbox-button").click()
+        batch = page.page.locator(".dnr-inbox .dnr-batch[data-batch='mails']")
+        batch.locator(".dnr-card").nth(11).wait_for(state="visible")
+        assert batch.locator(".dnr-card").count() == 12
         page.page.screenshot(path=str(shots / "inbox-batch.png"))
 
-        batch.locator(".dnb-note").first.fill("bulk ok")
-        batch.locator(".dnb-approve-all").click()
+        batch.locator(".dnr-note").first.fill("bulk ok")
+        batch.locator(".dnr-approve-all").click()
         dialog = page.page.locator(".jp-Dialog")
-        assert dialog.locator(".dnb-dialog-list").inner_text().count("send_email") == 12
+        assert dialog.locator(".dnr-dialog-list").inner_text().count("send_email") == 12
         dialog.locator("button.jp-mod-accept").click()
-        page.page.locator(".dnb-notice").get_by_text("Batch mails: 12 approved").wait_for()
+        page.page.locator(".dnr-notice").get_by_text("Batch mails: 12 approved").wait_for()
         _tab_count(page, 0)
-        page.page.locator(".dnb-sidebar").screenshot(path=str(shots / "sidebar-batch-decided.png"))
+        page.page.locator(".dnr-sidebar").screenshot(path=str(shots / "sidebar-batch-decided.png"))
 
     records = journal.list_runs(prefix="mails/")
     assert len(records) == 12

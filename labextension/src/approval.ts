@@ -35,7 +35,8 @@ export function decisionNote(
   run: IRunSummary,
   decision: IDecision,
   actions: IActions,
-  message?: string
+  message?: string,
+  compact = false
 ): HTMLElement {
   const verdict = decision.approved ? 'approved' : 'rejected';
   const by = decision.by ? ` by ${decision.by}` : '';
@@ -46,21 +47,22 @@ export function decisionNote(
     : run.notebook
       ? `${verdict}; re-run its cell to continue`
       : `${verdict}; execute the run again to continue`;
+  const who = `${verdict}${by}${note}`;
   return h(
     'div',
-    { class: `dnb-decided dnb-decided-${verdict}` },
-    h('div', { class: 'dnb-decided-text' }, text),
-    h('div', { class: 'dnb-muted' }, `${verdict}${by}${note}`),
+    { class: `dnr-decided dnr-decided-${verdict}`, title: who },
+    h('div', { class: 'dnr-decided-text' }, text),
+    compact ? null : h('div', { class: 'dnr-muted' }, who),
     run.notebook
       ? button(
           'Open its cell',
-          'dnb-open-cell',
+          'dnr-open-cell',
           () => actions.openNotebook(run.notebook!, run.cell_id),
           `Open ${run.notebook} at the cell that runs ${run.run_id}`
         )
-      : resumed
+      : resumed || compact
         ? null
-        : h('div', { class: 'dnb-muted' }, 'It was started outside a notebook (a script, a worker).')
+        : h('div', { class: 'dnr-muted' }, 'It was started outside a notebook (a script, a worker).')
   );
 }
 
@@ -70,18 +72,18 @@ export function pendingDetails(pending: IPending): HTMLElement {
   const expires = pending.timeout_at ? ` · times out ${clock(pending.timeout_at)}` : '';
   return h(
     'div',
-    { class: 'dnb-pending' },
+    { class: 'dnr-pending' },
     h(
       'div',
-      { class: 'dnb-pending-head' },
+      { class: 'dnr-pending-head' },
       h('b', {}, pending.name),
       h(
         'span',
-        { class: 'dnb-muted' },
+        { class: 'dnr-muted' },
         ` step ${pending.key} · request ${short(pending.digest)}${asked}${expires}`
       )
     ),
-    h('pre', { class: 'dnb-text dnb-details' }, pretty(pending.details))
+    h('pre', { class: 'dnr-text dnr-details' }, pretty(pending.details))
   );
 }
 
@@ -104,13 +106,13 @@ export async function decide(
 
 /** The card of one pending approval: details, a note, Approve and Reject. */
 export function approvalCard(run: IRunSummary, actions: IActions): HTMLElement {
-  const card = h('div', { class: 'dnb-card', 'data-run': run.run_id });
+  const card = h('div', { class: 'dnr-card', 'data-run': run.run_id });
   const title = h(
     'div',
-    { class: 'dnb-card-title' },
-    h('a', { class: 'dnb-run-link', href: '#' }, run.run_id),
-    run.title ? h('span', { class: 'dnb-muted' }, ` · ${run.title}`) : null,
-    run.notebook ? h('span', { class: 'dnb-muted' }, ` · ${run.notebook}`) : null
+    { class: 'dnr-card-title' },
+    h('a', { class: 'dnr-run-link', href: '#' }, run.run_id),
+    run.title ? h('span', { class: 'dnr-muted' }, ` · ${run.title}`) : null,
+    run.notebook ? h('span', { class: 'dnr-muted' }, ` · ${run.notebook}`) : null
   );
   title.querySelector('a')!.addEventListener('click', event => {
     event.preventDefault();
@@ -128,11 +130,11 @@ export function approvalCard(run: IRunSummary, actions: IActions): HTMLElement {
   }
   card.append(pendingDetails(pending));
   const note = h('input', {
-    class: 'dnb-note',
+    class: 'dnr-note',
     type: 'text',
     placeholder: 'note (optional, recorded with the decision)'
   });
-  const outcome = h('div', { class: 'dnb-outcome' });
+  const outcome = h('div', { class: 'dnr-outcome' });
   const act = async (approved: boolean) => {
     outcome.replaceChildren();
     try {
@@ -146,17 +148,17 @@ export function approvalCard(run: IRunSummary, actions: IActions): HTMLElement {
       };
       card.replaceChildren(title, decisionNote(run, decision, actions, message));
     } catch (error) {
-      outcome.append(h('div', { class: 'dnb-error' }, String((error as Error).message)));
+      outcome.append(h('div', { class: 'dnr-error' }, String((error as Error).message)));
     }
     await actions.refresh();
   };
   card.append(
     h(
       'div',
-      { class: 'dnb-actions' },
+      { class: 'dnr-actions' },
       note,
-      button('Approve', 'dnb-approve', () => act(true)),
-      button('Reject', 'dnb-reject', () => act(false))
+      button('Approve', 'dnr-approve', () => act(true)),
+      button('Reject', 'dnr-reject', () => act(false))
     ),
     outcome
   );

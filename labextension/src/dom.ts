@@ -41,7 +41,7 @@ export function button(
   onClick: () => unknown | Promise<unknown>,
   title?: string
 ): HTMLButtonElement {
-  const node = h('button', { class: `dnb-button ${cls}`, type: 'button', title }, label);
+  const node = h('button', { class: `dnr-button ${cls}`, type: 'button', title }, label);
   node.addEventListener('click', async event => {
     event.stopPropagation();
     node.disabled = true;
@@ -57,6 +57,7 @@ export function button(
 /** The groups of the sidebar, in the order they are shown. */
 export const GROUPS = [
   { key: 'waiting', label: 'Waiting for approval' },
+  { key: 'decided', label: 'Decided, waiting to resume' },
   { key: 'running', label: 'Running' },
   { key: 'interrupted', label: 'Interrupted' },
   { key: 'failed', label: 'Failed' },
@@ -66,10 +67,14 @@ export const GROUPS = [
 
 export type GroupKey = (typeof GROUPS)[number]['key'];
 
-/** Which group a run is listed in: a pending approval first, whatever else is true. */
+/**
+ * Which group a run is listed in: a pending approval first, whatever else is true; one
+ * already decided (its kernel gone, the decision not taken yet) apart, as nobody needs to
+ * look at it but to resume it.
+ */
 export function groupOf(run: IRunSummary): GroupKey {
   if (run.status === 'WAITING_APPROVAL') {
-    return 'waiting';
+    return run.decision ? 'decided' : 'waiting';
   }
   if (run.interrupted && run.status !== 'DONE') {
     return 'interrupted';
@@ -89,8 +94,18 @@ export function groupOf(run: IRunSummary): GroupKey {
 /** The status badge of a run (the colours of the kernel's panel). */
 export function statusBadge(run: IRunSummary): HTMLElement {
   const group = groupOf(run);
-  const text = group === 'interrupted' ? `${run.status} · interrupted` : run.status;
-  return h('span', { class: `dnb-badge dnb-status-${group}` }, text);
+  const text =
+    group === 'interrupted'
+      ? `${run.status} · interrupted`
+      : group === 'decided'
+        ? `${run.status} · decided`
+        : run.status;
+  return h('span', { class: `dnr-badge dnr-status-${group}` }, text);
+}
+
+/** `count` and the noun, plural when it is not 1 ("1 step", "3 steps"). */
+export function plural(count: number, noun: string): string {
+  return `${count.toLocaleString()} ${noun}${count === 1 ? '' : 's'}`;
 }
 
 /** A time as the local clock shows it, or '' when unknown. */

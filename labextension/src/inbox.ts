@@ -26,20 +26,20 @@ export class ApprovalsInbox extends Widget {
   ) {
     super();
     this.id = 'durable-nb-inbox';
-    this.addClass('dnb-inbox');
+    this.addClass('dnr-inbox');
     this.title.label = 'Approvals inbox';
     this.title.closable = true;
     this._filter = h('input', {
-      class: 'dnb-search',
+      class: 'dnr-search',
       type: 'search',
       placeholder: 'Filter approvals (run, tool, details)'
     });
     this._filter.addEventListener('input', () => this._render(true));
-    this._body = h('div', { class: 'dnb-inbox-body' });
+    this._body = h('div', { class: 'dnr-inbox-body' });
     // Outlives the redraws: what the last "approve all shown" did.
-    this._notice = h('div', { class: 'dnb-notice' });
+    this._notice = h('div', { class: 'dnr-notice' });
     this.node.append(
-      h('div', { class: 'dnb-inbox-head' }, h('h2', {}, 'Approvals inbox'), this._filter),
+      h('div', { class: 'dnr-inbox-head' }, h('h2', {}, 'Approvals inbox'), this._filter),
       this._notice,
       this._body
     );
@@ -82,12 +82,12 @@ export class ApprovalsInbox extends Widget {
     this._shownKey = key;
     this.title.label = `Approvals inbox (${this._model.pendingCount})`;
     if (this._model.error) {
-      this._body.replaceChildren(h('div', { class: 'dnb-error' }, this._model.error));
+      this._body.replaceChildren(h('div', { class: 'dnr-error' }, this._model.error));
       return;
     }
     if (!shown.length) {
       const none = this._model.pending.length ? 'No approval matches the filter.' : 'No approval is pending.';
-      this._body.replaceChildren(h('div', { class: 'dnb-empty' }, none));
+      this._body.replaceChildren(h('div', { class: 'dnr-empty' }, none));
       return;
     }
     const batches = new Map<string, IRunSummary[]>();
@@ -108,15 +108,15 @@ export class ApprovalsInbox extends Widget {
   private _batch(runs: IRunSummary[]): HTMLElement {
     const batchId = runs[0].batch_id!;
     const note = h('input', {
-      class: 'dnb-note',
+      class: 'dnr-note',
       type: 'text',
       placeholder: 'note for every approval (optional)'
     });
-    const approveAll = button(`Approve all shown (${runs.length})`, 'dnb-approve dnb-approve-all', async () => {
+    const approveAll = button(`Approve all shown (${runs.length})`, 'dnr-approve dnr-approve-all', async () => {
       const names = runs.map(run => `${run.run_id}: ${run.pending_approval!.name}`);
       const answer = await showDialog({
         title: `Approve ${runs.length} requests of batch ${batchId}?`,
-        body: new Widget({ node: h('pre', { class: 'dnb-text dnb-dialog-list' }, names.join('\n')) }),
+        body: new Widget({ node: h('pre', { class: 'dnr-text dnr-dialog-list' }, names.join('\n')) }),
         buttons: [Dialog.cancelButton(), Dialog.okButton({ label: `Approve ${runs.length}` })]
       });
       if (!answer.button.accept) {
@@ -127,10 +127,10 @@ export class ApprovalsInbox extends Widget {
     });
     return h(
       'section',
-      { class: 'dnb-batch', 'data-batch': batchId },
+      { class: 'dnr-batch', 'data-batch': batchId },
       h(
         'div',
-        { class: 'dnb-batch-head' },
+        { class: 'dnr-batch-head' },
         h('h3', {}, `Batch ${batchId}: ${runs.length} pending approval${runs.length === 1 ? '' : 's'} shown`),
         note,
         approveAll
@@ -152,9 +152,9 @@ export class ApprovalsInbox extends Widget {
     const approved = runs.length - refused.length;
     return h(
       'div',
-      { class: refused.length ? 'dnb-error' : 'dnb-ok' },
+      { class: refused.length ? 'dnr-error' : 'dnr-ok' },
       `Batch ${batchId}: ${approved} approved${refused.length ? `, ${refused.length} not:` : ''}`,
-      refused.length ? h('pre', { class: 'dnb-text' }, refused.join('\n')) : null
+      refused.length ? h('pre', { class: 'dnr-text' }, refused.join('\n')) : null
     );
   }
 }

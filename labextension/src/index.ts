@@ -3,9 +3,14 @@
  * reloads), the approvals inbox and the run view, all over the server extension's REST
  * API (`{base_url}durable-nb/api/`), so they work with no kernel running.
  *
- * Commands: `durable-nb:open-inbox`, `durable-nb:open-run` ({journal, id}).
+ * Commands: `durable-nb:open-inbox`, `durable-nb:open-run` ({journal, id}; without a journal,
+ * the first journal that has the run). A click on an element with `data-durable-nb-run="ID"`
+ * (the kernel panel's link, shown once its kernel stopped) opens that run's view.
+ *
+ * JupyterLab only (it requires the Lab shell): Notebook 7 does not load it.
  */
 import {
+  ILabShell,
   ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
@@ -13,18 +18,21 @@ import {
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
+import { api } from './api';
 import { IActions } from './approval';
 import { ApprovalsInbox } from './inbox';
 import { RunsModel } from './model';
 import { RunView } from './runview';
 import { RunsSidebar } from './sidebar';
 
+// A check mark in a circle over two lines: runs, some waiting for a person's yes.
 const runsIcon = new LabIcon({
   name: 'durable-nb:runs',
   svgstr:
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" width="16">' +
     '<g class="jp-icon3" fill="#616161">' +
-    '<path d="M4 4h3v3H4zM9 4.75h11v1.5H9zM4 10.5h3v3H4zM9 11.25h11v1.5H9zM4 17h3v3H4zM9 17.75h11v1.5H9z"/>' +
+    '<path d="M9 1.5a6 6 0 1 0 0 12 6 6 0 0 0 0-12zm-1 8.6L5.2 7.3l1.1-1.1L8 7.9l3.7-3.7 1.1 1.1z"/>' +
+    '<path d="M3 16h18v2H3zM3 20.5h12v2H3z"/>' +
     '</g></svg>'
 });
 
@@ -38,18 +46,30 @@ interface INotebookLike extends Widget {
   };
 }
 
+/** The journal that has run `id` (the first one the server lists), for a link without one. */
+async function journalOf(id: string): Promise<string> {
+  const found = await api.runs({ q: id, limit: 500 });
+  const run = found.runs.find(candidate => candidate.run_id === id);
+  if (!run) {
+    throw new Error(`no journal this server knows has the run ${id}`);
+  }
+  return run.journal;
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'durable-nb:plugin',
   description: 'Durable runs sidebar, approvals inbox and run view',
   autoStart: true,
+  requires: [ILabShell],
   optional: [ILayoutRestorer],
-  activate: (app: JupyterFrontEnd, restorer: ILayoutRestorer | null) => {
+  activate: (app: JupyterFrontEnd, _shell: ILabShell, restorer: ILayoutRestorer | null) => {
     const model = new RunsModel();
     const views = new Map<string, RunView>();
     let inbox: ApprovalsInbox | null = null;
 
     const actions: IActions & { openInbox(): void } = {
-      openRun: run => void app.commands.execute('durable-nb:open-run', { journal: run.journal, id: run.run_id }),
+      openRun: run =>
+        void app.commands.execute('durable-nb:open-run', { journal: run.journal, id: run.run_id }),
       openInbox: () => void app.commands.execute('durable-nb:open-inbox'),
       refresh: () => model.refresh(),
       openNotebook: async (path, cellId) => {
@@ -69,9 +89,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     app.commands.addCommand('durable-nb:open-run', {
       label: 'Open a durable run',
-      execute: args => {
-        const journal = String(args.journal);
+      execute: async args => {
         const id = String(args.id);
+        const journal = args.journal ? String(args.journal) : await journalOf(id);
         const key = `${journal}\n${id}`;
         let view = views.get(key);
         if (!view || view.isDisposed) {
@@ -96,6 +116,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
         app.shell.activateById(inbox.id);
       }
     });
+
+    document.addEventListener(
+      'click',
+      event => {
+        const link = (event.target as Element | null)?.closest?.('[data-durable-nb-run]');
+        if (link) {
+          event.preventDefault();
+          event.stopPropagation();
+          actions.openRun({ journal: '', run_id: link.getAttribute('data-durable-nb-run')! });
+        }
+      },
+      true
+    );
 
     const sidebar = new RunsSidebar(model, actions);
     sidebar.title.icon = runsIcon;

@@ -9,7 +9,7 @@ import { Widget } from '@lumino/widgets';
 
 import { IActions, approvalCard, decided, decisionNote } from './approval';
 import { api, IRunDetail, IRunRecord, IStep } from './api';
-import { button, clock, cost, duration, h, pretty, statusBadge } from './dom';
+import { button, clock, cost, duration, h, plural, pretty, statusBadge } from './dom';
 import { RunsModel } from './model';
 
 /** The newest steps listed in the timeline (a long run lists its tail). */
@@ -26,11 +26,11 @@ export class RunView extends Widget {
     private readonly _actions: IActions
   ) {
     super();
-    this.addClass('dnb-runview');
+    this.addClass('dnr-runview');
     this.title.label = runId;
     this.title.caption = `Durable run ${runId}`;
     this.title.closable = true;
-    this.node.append(h('div', { class: 'dnb-muted' }, `Loading ${runId}…`));
+    this.node.append(h('div', { class: 'dnr-muted' }, `Loading ${runId}…`));
     _model.changed.connect(this._onChanged, this);
     void this.load();
   }
@@ -51,7 +51,7 @@ export class RunView extends Widget {
       this._draw(await api.run(this.journal, this.runId));
     } catch (error) {
       this.node.replaceChildren(
-        h('div', { class: 'dnb-error' }, `${this.runId}: ${(error as Error).message}`)
+        h('div', { class: 'dnr-error' }, `${this.runId}: ${(error as Error).message}`)
       );
     } finally {
       this._loading = false;
@@ -72,19 +72,20 @@ export class RunView extends Widget {
     const parts = [
       this._header(record),
       this._stats(record),
-      record.error ? h('pre', { class: 'dnb-text dnb-error' }, record.error) : null,
+      record.error ? h('pre', { class: 'dnr-text dnr-error' }, record.error) : null,
       pending ? approvalCard(record, this._actions) : null,
       decision && record.status !== 'DONE'
         ? decisionNote(record, decision, this._actions)
         : null,
       this._timeline(detail.steps),
       this._attempts(record.attempts),
-      'result' in record && record.result !== null && record.result !== undefined
+      // A run that returned nothing (None) shows no result.
+      record.result !== null && record.result !== undefined && record.result !== 'null'
         ? h(
             'section',
-            { class: 'dnb-result' },
+            { class: 'dnr-result' },
             h('h3', {}, 'Result'),
-            h('pre', { class: 'dnb-text' }, pretty(record.result))
+            h('pre', { class: 'dnr-text' }, pretty(record.result))
           )
         : null
     ];
@@ -95,7 +96,7 @@ export class RunView extends Widget {
     const links: (HTMLElement | string)[] = [];
     if (record.notebook) {
       links.push(
-        button('Open notebook', 'dnb-open-notebook', () =>
+        button('Open notebook', 'dnr-open-notebook', () =>
           this._actions.openNotebook(record.notebook!, record.cell_id)
         )
       );
@@ -103,7 +104,7 @@ export class RunView extends Widget {
     const terminal = ['DONE', 'FAILED', 'CANCELLED'].includes(record.status);
     if (!terminal) {
       links.push(
-        button('Cancel run', 'dnb-cancel', async () => {
+        button('Cancel run', 'dnr-cancel', async () => {
           await api.cancel(record.journal, record.run_id);
           await this._actions.refresh();
         })
@@ -118,16 +119,16 @@ export class RunView extends Widget {
     ].filter(Boolean);
     return h(
       'header',
-      { class: 'dnb-run-header' },
+      { class: 'dnr-run-header' },
       h(
         'div',
-        { class: 'dnb-run-line' },
-        h('b', { class: 'dnb-run-id' }, record.run_id),
+        { class: 'dnr-run-line' },
+        h('b', { class: 'dnr-run-id' }, record.run_id),
         record.title ? h('span', {}, ` · ${record.title}`) : null,
         statusBadge(record),
         ...links
       ),
-      h('div', { class: 'dnb-muted' }, origin.join(' · '))
+      h('div', { class: 'dnr-muted' }, origin.join(' · '))
     );
   }
 
@@ -138,12 +139,12 @@ export class RunView extends Widget {
       `iteration ${record.iteration}${of(record.max_iterations)}`,
       `tokens ${record.prompt_tokens.toLocaleString()} prompt / ${record.completion_tokens.toLocaleString()} completion${of(record.max_tokens)}`,
       record.cost || record.max_cost ? `cost ${cost(record.cost) || '$0'}${of(record.max_cost, cost)}` : '',
-      `${record.steps} steps`,
+      plural(record.steps, 'step'),
       `started ${clock(record.created_at)}`,
       record.finished_at ? `finished ${clock(record.finished_at)}` : `updated ${clock(record.updated_at)}`,
       record.deadline ? `deadline ${clock(record.deadline)}` : ''
     ].filter(Boolean);
-    return h('div', { class: 'dnb-stats' }, parts.join(' · '));
+    return h('div', { class: 'dnr-stats' }, parts.join(' · '));
   }
 
   private _timeline(steps: IStep[]): HTMLElement {
@@ -151,14 +152,14 @@ export class RunView extends Widget {
     const hidden = steps.length - shown.length;
     const head = h(
       'div',
-      { class: 'dnb-step-head' },
+      { class: 'dnr-step-head' },
       ...['#', 'kind', 'name', 'time', 'outcome', 'tokens / cost'].map(text => h('span', {}, text))
     );
     return h(
       'section',
-      { class: 'dnb-timeline' },
-      h('h3', {}, `Timeline (${steps.length} step${steps.length === 1 ? '' : 's'}; click a step for its details)`),
-      hidden > 0 ? h('div', { class: 'dnb-muted' }, `${hidden} earlier steps not shown`) : null,
+      { class: 'dnr-timeline' },
+      h('h3', {}, `Timeline (${plural(steps.length, 'step')}; click a step for its details)`),
+      hidden > 0 ? h('div', { class: 'dnr-muted' }, `${hidden} earlier steps not shown`) : null,
       head,
       ...shown.map(step => this._step(step))
     );
@@ -176,26 +177,26 @@ export class RunView extends Widget {
     const spend = [tokens, cost(step.cost)].filter(Boolean).join(' · ');
     return h(
       'details',
-      { class: `dnb-step ${step.ok ? '' : 'dnb-step-failed'}` },
+      { class: `dnr-step ${step.ok ? '' : 'dnr-step-failed'}` },
       h(
         'summary',
         {},
         h('span', {}, String(step.position)),
         h('span', {}, step.kind),
-        h('span', { class: 'dnb-name', title: step.name }, step.name),
+        h('span', { class: 'dnr-name', title: step.name }, step.name),
         h('span', {}, time),
         h('span', {}, step.ok ? 'ok' : 'failed'),
         h('span', {}, spend)
       ),
       h(
         'div',
-        { class: 'dnb-step-body' },
-        h('div', { class: 'dnb-muted' }, `key ${step.key}`),
+        { class: 'dnr-step-body' },
+        h('div', { class: 'dnr-muted' }, `key ${step.key}`),
         ...(step.asked && step.asked !== 'null'
-          ? [h('h4', {}, 'Asked'), h('pre', { class: 'dnb-text' }, step.asked)]
+          ? [h('h4', {}, 'Asked'), h('pre', { class: 'dnr-text' }, step.asked)]
           : []),
         h('h4', {}, step.ok ? 'Answer' : 'Error'),
-        h('pre', { class: 'dnb-text' }, step.answer ?? '')
+        h('pre', { class: 'dnr-text' }, step.answer ?? '')
       )
     );
   }
@@ -206,10 +207,10 @@ export class RunView extends Widget {
     }
     return h(
       'section',
-      { class: 'dnb-attempts' },
+      { class: 'dnr-attempts' },
       h('h3', {}, `Attempts (${attempts.length})`),
       ...attempts.map((attempt, index) =>
-        h('pre', { class: 'dnb-text' }, `${index + 1}. ${pretty(attempt)}`)
+        h('pre', { class: 'dnr-text' }, `${index + 1}. ${pretty(attempt)}`)
       )
     );
   }

@@ -8,7 +8,7 @@ import { Widget } from '@lumino/widgets';
 
 import { IActions, decided, decisionNote } from './approval';
 import { IRunSummary } from './api';
-import { GROUPS, GroupKey, ago, button, cost, groupOf, h } from './dom';
+import { GROUPS, GroupKey, ago, button, cost, groupOf, h, plural } from './dom';
 import { RunsModel } from './model';
 
 /** How many runs of one group are listed before "N more". */
@@ -27,10 +27,10 @@ export class RunsSidebar extends Widget {
   ) {
     super();
     this.id = 'durable-nb-sidebar';
-    this.addClass('dnb-sidebar');
+    this.addClass('dnr-sidebar');
     this.title.caption = 'Durable runs';
     const search = h('input', {
-      class: 'dnb-search',
+      class: 'dnr-search',
       type: 'search',
       placeholder: 'Search runs (id, title, notebook)'
     });
@@ -39,11 +39,11 @@ export class RunsSidebar extends Widget {
       window.clearTimeout(typing);
       typing = window.setTimeout(() => (this._model.query = search.value.trim()), 250);
     });
-    this._inboxButton = button('Approvals inbox', 'dnb-inbox-button', () => _actions.openInbox());
-    this._status = h('div', { class: 'dnb-muted dnb-sidebar-status' });
-    this._list = h('div', { class: 'dnb-groups' });
+    this._inboxButton = button('Approvals inbox', 'dnr-inbox-button', () => _actions.openInbox());
+    this._status = h('div', { class: 'dnr-muted dnr-sidebar-status' });
+    this._list = h('div', { class: 'dnr-groups' });
     this.node.append(
-      h('div', { class: 'dnb-sidebar-head' }, h('h2', {}, 'Durable runs'), this._inboxButton),
+      h('div', { class: 'dnr-sidebar-head' }, h('h2', {}, 'Durable runs'), this._inboxButton),
       search,
       this._status,
       this._list
@@ -62,18 +62,18 @@ export class RunsSidebar extends Widget {
     const count = model.pendingCount;
     // The badge on the tab: a data attribute the stylesheet draws (none when zero). The
     // shell keeps its own entries (data-id) in the same dataset.
-    const { 'dnb-pending': _, ...others } = this.title.dataset;
-    this.title.dataset = count > 0 ? { ...others, 'dnb-pending': String(count) } : others;
+    const { 'dnr-pending': _, ...others } = this.title.dataset;
+    this.title.dataset = count > 0 ? { ...others, 'dnr-pending': String(count) } : others;
     this.title.caption = `Durable runs: ${count} pending approval${count === 1 ? '' : 's'}`;
     this._inboxButton.textContent = `Approvals inbox (${count})`;
-    this._inboxButton.classList.toggle('dnb-has-pending', count > 0);
+    this._inboxButton.classList.toggle('dnr-has-pending', count > 0);
     const shown = model.runs.length;
     this._status.textContent = model.error
       ? `The server did not answer: ${model.error}`
       : shown < model.total
         ? `${shown} of ${model.total} runs listed; search to narrow`
-        : `${model.total} run${model.total === 1 ? '' : 's'}`;
-    this._status.classList.toggle('dnb-error', model.error !== null);
+        : plural(model.total, 'run');
+    this._status.classList.toggle('dnr-error', model.error !== null);
     this._list.replaceChildren(...this._groups(model.runs));
   }
 
@@ -94,10 +94,10 @@ export class RunsSidebar extends Widget {
       sections.push(
         h(
           'section',
-          { class: `dnb-group dnb-group-${group.key}`, 'data-group': group.key },
+          { class: `dnr-group dnr-group-${group.key}`, 'data-group': group.key },
           h('h3', {}, `${group.label} (${members.length})`),
           ...rows,
-          more > 0 ? h('div', { class: 'dnb-muted' }, `${more} more; search to narrow`) : null
+          more > 0 ? h('div', { class: 'dnr-muted' }, `${more} more; search to narrow`) : null
         )
       );
     }
@@ -119,7 +119,7 @@ export class RunsSidebar extends Widget {
         items.push(run);
       } else {
         batches.set(key, [run]);
-        rows.push(h('div', { class: 'dnb-batch-slot', 'data-key': key }));
+        rows.push(h('div', { class: 'dnr-batch-slot', 'data-key': key }));
       }
     }
     // Each batch takes the place of its first item (the server's order is kept).
@@ -134,15 +134,15 @@ export class RunsSidebar extends Widget {
     const asking = items.filter(run => run.pending_approval && !decided(run)).length;
     const summary = h(
       'summary',
-      { class: 'dnb-run-line' },
-      h('span', { class: 'dnb-run-id' }, `${batchId}/`),
-      h('span', { class: 'dnb-muted' }, `batch · ${items.length} item${items.length === 1 ? '' : 's'}`),
-      asking ? h('span', { class: 'dnb-asks' }, `${asking} asking`) : null
+      { class: 'dnr-run-line' },
+      h('span', { class: 'dnr-run-id' }, `${batchId}/`),
+      h('span', { class: 'dnr-muted' }, `batch · ${plural(items.length, 'item')}`),
+      asking ? h('span', { class: 'dnr-asks' }, `${asking} asking`) : null
     );
     const open = this._openBatches.has(batchId);
     const details = h(
       'details',
-      { class: 'dnb-batch-row', 'data-batch': batchId },
+      { class: 'dnr-batch-row', 'data-batch': batchId },
       summary,
       ...items.map(run => this._row(run))
     );
@@ -160,34 +160,34 @@ export class RunsSidebar extends Widget {
   private _row(run: IRunSummary): HTMLElement {
     const tokens = run.prompt_tokens + run.completion_tokens;
     const facts = [
-      `${run.steps} step${run.steps === 1 ? '' : 's'}`,
+      plural(run.steps, 'step'),
       tokens ? `${tokens.toLocaleString()} tok` : '',
       cost(run.cost),
       ago(run.updated_at)
     ].filter(Boolean);
     const row = h(
       'div',
-      { class: 'dnb-run', 'data-run': run.run_id, title: `Open the run view of ${run.run_id}` },
+      { class: 'dnr-run', 'data-run': run.run_id, title: `Open the run view of ${run.run_id}` },
       // The group says the status; the row says which run, what it asks, how far it got.
-      h('div', { class: 'dnb-run-id' }, run.run_id),
-      run.title ? h('div', { class: 'dnb-run-title' }, run.title) : null,
+      h('div', { class: 'dnr-run-id' }, run.run_id),
+      run.title ? h('div', { class: 'dnr-run-title' }, run.title) : null,
       h(
         'div',
-        { class: 'dnb-muted' },
+        { class: 'dnr-muted' },
         run.pending_approval && !decided(run)
-          ? h('span', { class: 'dnb-asks' }, `asks ${run.pending_approval.name} · `)
+          ? h('span', { class: 'dnr-asks' }, `asks ${run.pending_approval.name} · `)
           : null,
         facts.join(' · ')
       )
     );
     const decision = decided(run);
     if (decision && run.status !== 'DONE') {
-      row.append(decisionNote(run, decision, this._actions));
+      row.append(decisionNote(run, decision, this._actions, undefined, true));
     }
     if (run.notebook) {
       const link = h(
         'a',
-        { class: 'dnb-notebook', href: '#', title: `Open ${run.notebook}` },
+        { class: 'dnr-notebook', href: '#', title: `Open ${run.notebook}` },
         run.notebook
       );
       link.addEventListener('click', event => {
