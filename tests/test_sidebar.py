@@ -9,6 +9,8 @@ built into durable_nb/labextension/.
   tool run once.
 - The count on the sidebar's tab follows approvals made from the CLI and from another
   notebook; a hostile title is shown as text.
+- A decision on a request that changed since its card was drawn is refused (nothing written),
+  and the inbox says so and shows the new request; a run is cancelled from its view.
 - A batch with 12 pending approvals is approved from the inbox with "Approve all shown",
   each decision bound to what its card showed; the batch then finishes, each send once.
 
@@ -18,6 +20,7 @@ Needs the server extension (durable_nb.server); skipped, with that reason, where
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -207,9 +210,51 @@ def test_the_tab_count_follows_approvals_from_the_cli_and_from_another_notebook(
         page.run_cell(0)
         page.wait_for_text("True", cell_index=0)
         _tab_count(page, 1)
+        # The last one is cancelled from its run view.
+        page.page.locator(".dnr-run[data-run='hostile']").click()
+        view = page.page.locator(".dnr-runview:visible")
+        view.locator(".dnr-cancel").click()
+        view.locator(".dnr-notice").get_by_text("hostile: cancelled").wait_for()
+        _tab_count(page, 0)
     assert find_decision(journal, "nb-approved",
                          journal.get_run("nb-approved").pending_approval)["approved"]
-    dn.reject("hostile", journal=journal)  # leave no pending approval to the next test
+    assert journal.get_run("hostile").status is Status.CANCELLED
+    assert sent == []  # decided, not resumed: nothing executes these runs
+
+
+def test_a_decision_on_a_request_that_changed_since_it_was_shown_is_refused_and_said(
+    lab: JupyterLab, journal: DiskJournal
+) -> None:
+    def drop(db: str) -> Any:
+        def handler(ctx: Any) -> None:
+            ctx.approval("drop database", {"db": db})
+        return handler
+
+    assert dn.execute("migrate", drop("staging"), journal=journal, on_approval="park") is None
+    with LabPage(lab, timeout=60) as page:
+        _open_lab(page)
+        page.page.locator(".dnr-inbox-button").click()
+        card = page.page.locator(".dnr-inbox .dnr-card[data-run='migrate']")
+        assert '"db": "staging"' in card.locator(".dnr-details").inner_text()
+        # The page stops seeing changes (its summary answer frozen) while the request at the
+        # step changes: the card still shows staging when the person clicks.
+        frozen = json.dumps(lab.api("GET", "/durable-nb/api/summary"))
+        page.page.route("**/durable-nb/api/summary*", lambda route: route.fulfill(
+            status=200, content_type="application/json", body=frozen))
+        assert dn.execute("migrate", drop("production"), journal=journal,
+                          on_approval="park") is None
+        card.locator(".dnr-approve").click()
+
+        notice = page.page.locator(".dnr-inbox .dnr-notice .dnr-error")
+        notice.wait_for(state="visible")
+        assert "migrate: nothing was decided" in notice.inner_text()
+        # Fetched again after the refusal: the card shows the request as it is now.
+        card.locator(".dnr-details").get_by_text('"db": "production"').wait_for()
+    record = journal.get_run("migrate")
+    assert record.status is Status.WAITING_APPROVAL
+    assert record.pending_approval["details"] == {"db": "production"}
+    assert find_decision(journal, "migrate", record.pending_approval) is None
+    dn.cancel("migrate", journal=journal)
 
 
 def test_a_batch_of_12_pending_approvals_is_approved_from_the_inbox(

@@ -104,8 +104,16 @@ export async function decide(
   return reply.message;
 }
 
-/** The card of one pending approval: details, a note, Approve and Reject. */
-export function approvalCard(run: IRunSummary, actions: IActions): HTMLElement {
+/**
+ * The card of one pending approval: details, a note, Approve and Reject. What a decision
+ * did goes to `notice`, which the view keeps across its redraws: the listing is fetched
+ * again right after, and a card whose request changed is replaced by the new request.
+ */
+export function approvalCard(
+  run: IRunSummary,
+  actions: IActions,
+  notice: HTMLElement
+): HTMLElement {
   const card = h('div', { class: 'dnr-card', 'data-run': run.run_id });
   const title = h(
     'div',
@@ -134,9 +142,7 @@ export function approvalCard(run: IRunSummary, actions: IActions): HTMLElement {
     type: 'text',
     placeholder: 'note (optional, recorded with the decision)'
   });
-  const outcome = h('div', { class: 'dnr-outcome' });
   const act = async (approved: boolean) => {
-    outcome.replaceChildren();
     try {
       const message = await decide(run, approved, note.value);
       const decision: IDecision = {
@@ -147,8 +153,12 @@ export function approvalCard(run: IRunSummary, actions: IActions): HTMLElement {
         digest: pending.digest
       };
       card.replaceChildren(title, decisionNote(run, decision, actions, message));
+      notice.replaceChildren(h('div', { class: 'dnr-ok' }, `${run.run_id}: ${message}`));
     } catch (error) {
-      outcome.append(h('div', { class: 'dnr-error' }, String((error as Error).message)));
+      const why = String((error as Error).message);
+      notice.replaceChildren(
+        h('div', { class: 'dnr-error' }, `${run.run_id}: nothing was decided: ${why}`)
+      );
     }
     await actions.refresh();
   };
@@ -159,8 +169,7 @@ export function approvalCard(run: IRunSummary, actions: IActions): HTMLElement {
       note,
       button('Approve', 'dnr-approve', () => act(true)),
       button('Reject', 'dnr-reject', () => act(false))
-    ),
-    outcome
+    )
   );
   return card;
 }

@@ -101,7 +101,7 @@ export class ApprovalsInbox extends Widget {
       }
     }
     const sections = [...batches.values()].map(runs => this._batch(runs));
-    const cards = single.map(run => approvalCard(run, this._actions));
+    const cards = single.map(run => approvalCard(run, this._actions, this._notice));
     this._body.replaceChildren(...sections, ...cards);
   }
 
@@ -135,7 +135,7 @@ export class ApprovalsInbox extends Widget {
         note,
         approveAll
       ),
-      ...runs.map(run => approvalCard(run, this._actions))
+      ...runs.map(run => approvalCard(run, this._actions, this._notice))
     );
   }
 

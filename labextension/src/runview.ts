@@ -18,6 +18,8 @@ const TIMELINE_ROWS = 300;
 export class RunView extends Widget {
   private _fetchedAt: string | null = null;
   private _loading = false;
+  /** What the last decision or cancel did (kept across redraws). */
+  private _notice = h('div', { class: 'dnr-notice' });
 
   constructor(
     readonly journal: string,
@@ -73,7 +75,8 @@ export class RunView extends Widget {
       this._header(record),
       this._stats(record),
       record.error ? h('pre', { class: 'dnr-text dnr-error' }, record.error) : null,
-      pending ? approvalCard(record, this._actions) : null,
+      this._notice,
+      pending ? approvalCard(record, this._actions, this._notice) : null,
       decision && record.status !== 'DONE'
         ? decisionNote(record, decision, this._actions)
         : null,
@@ -105,7 +108,15 @@ export class RunView extends Widget {
     if (!terminal) {
       links.push(
         button('Cancel run', 'dnr-cancel', async () => {
-          await api.cancel(record.journal, record.run_id);
+          try {
+            const reply = await api.cancel(record.journal, record.run_id);
+            this._notice.replaceChildren(
+              h('div', { class: 'dnr-ok' }, `${record.run_id}: ${reply.message ?? 'cancelled'}`)
+            );
+          } catch (error) {
+            const why = String((error as Error).message);
+            this._notice.replaceChildren(h('div', { class: 'dnr-error' }, why));
+          }
           await this._actions.refresh();
         })
       );
