@@ -20,7 +20,6 @@ Needs the server extension (durable_nb.server); skipped, with that reason, where
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -85,8 +84,15 @@ def _shots(tmp_path: Path) -> Path:
 def _open_lab(page: LabPage) -> None:
     """Lab with the Durable runs sidebar open."""
     page.page.goto(f"{page.lab.url}/lab?reset&token={page.lab.token}")
-    page.page.locator(SIDEBAR_TAB).click()
-    page.page.locator(".dnr-sidebar").wait_for(state="visible")
+    _show_sidebar(page)
+
+
+def _show_sidebar(page: LabPage) -> None:
+    """Open the Durable runs sidebar (a click on its tab when another panel is shown)."""
+    sidebar = page.page.locator(".dnr-sidebar")
+    if not sidebar.is_visible():
+        page.page.locator(SIDEBAR_TAB).click()
+    sidebar.wait_for(state="visible")
 
 
 def _tab_count(page: LabPage, count: int) -> None:
@@ -170,6 +176,7 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
         page.run_cell(1)
         page.wait_for_text("DONE", cell_index=1)
 
+        _show_sidebar(page)
         page.page.locator(".dnr-group-done .dnr-run[data-run='deploy']").click()
         view = page.page.locator(".dnr-runview:visible")
         view.locator(".dnr-step").nth(2).wait_for(state="visible")
@@ -211,6 +218,7 @@ def test_the_tab_count_follows_approvals_from_the_cli_and_from_another_notebook(
         page.wait_for_text("True", cell_index=0)
         _tab_count(page, 1)
         # The last one is cancelled from its run view.
+        _show_sidebar(page)
         page.page.locator(".dnr-run[data-run='hostile']").click()
         view = page.page.locator(".dnr-runview:visible")
         view.locator(".dnr-cancel").click()
@@ -231,16 +239,29 @@ def test_a_decision_on_a_request_that_changed_since_it_was_shown_is_refused_and_
         return handler
 
     assert dn.execute("migrate", drop("staging"), journal=journal, on_approval="park") is None
+    seen: dict[str, str] = {}  # the last answer the page got to each GET of the API
+    frozen = False
+
+    def answers(route: Any) -> None:
+        """Pass the API's GETs through, or once frozen, answer what the page saw last."""
+        url = route.request.url
+        if route.request.method != "GET" or not (frozen and url in seen):
+            response = route.fetch()
+            if route.request.method == "GET":
+                seen[url] = response.text()
+            route.fulfill(response=response)
+        else:
+            route.fulfill(status=200, content_type="application/json", body=seen[url])
+
     with LabPage(lab, timeout=60) as page:
+        page.page.route("**/durable-nb/api/**", answers)
         _open_lab(page)
         page.page.locator(".dnr-inbox-button").click()
         card = page.page.locator(".dnr-inbox .dnr-card[data-run='migrate']")
         assert '"db": "staging"' in card.locator(".dnr-details").inner_text()
-        # The page stops seeing changes (its summary answer frozen) while the request at the
-        # step changes: the card still shows staging when the person clicks.
-        frozen = json.dumps(lab.api("GET", "/durable-nb/api/summary"))
-        page.page.route("**/durable-nb/api/summary*", lambda route: route.fulfill(
-            status=200, content_type="application/json", body=frozen))
+        # The page stops seeing changes while the request at the step changes: the card
+        # still shows staging when the person clicks.
+        frozen = True
         assert dn.execute("migrate", drop("production"), journal=journal,
                           on_approval="park") is None
         card.locator(".dnr-approve").click()
@@ -248,8 +269,10 @@ def test_a_decision_on_a_request_that_changed_since_it_was_shown_is_refused_and_
         notice = page.page.locator(".dnr-inbox .dnr-notice .dnr-error")
         notice.wait_for(state="visible")
         assert "migrate: nothing was decided" in notice.inner_text()
-        # Fetched again after the refusal: the card shows the request as it is now.
+        # Seeing changes again, the page shows the request as it is now.
+        frozen = False
         card.locator(".dnr-details").get_by_text('"db": "production"').wait_for()
+        assert "migrate: nothing was decided" in notice.inner_text()
     record = journal.get_run("migrate")
     assert record.status is Status.WAITING_APPROVAL
     assert record.pending_approval["details"] == {"db": "production"}
