@@ -1,5 +1,6 @@
-"""The JupyterLab extension as a user installs it: prebuilt in the wheel, found and served by
-JupyterLab with no Node anywhere on PATH (issue 19's install check, the Lab half).
+"""The extensions as a user installs them (issue 19's install check): the JupyterLab extension
+prebuilt in the wheel, found and served by JupyterLab with no Node anywhere on PATH, and the
+server extension listed enabled (skipped where durable_nb.server is missing).
 
 The wheel is built from this checkout as ``python -m build`` does (an isolated build: pip
 fetches the build backend, setuptools, from its index or cache) and installed with ``--no-deps``
@@ -110,3 +111,14 @@ def _get(url: str, deadline: float) -> str:
             if time.monotonic() > until:
                 raise
             time.sleep(0.3)
+
+
+def test_jupyter_server_lists_the_server_extension_enabled(venv: Path, tmp_path: Path) -> None:
+    pytest.importorskip("durable_nb.server", reason="durable_nb.server (the REST API) is missing")
+    code = "from jupyter_server.extension.serverextension import main; main()"
+    listed = subprocess.run([str(venv / "bin" / "python"), "-c", code, "list"],
+                            env=_env(venv, tmp_path / "home"), capture_output=True, text=True,
+                            timeout=120)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout + listed.stderr)
+    assert re.search(r"durable_nb\.server enabled", text), text
+    assert re.search(r"durable_nb\.server [^\n]*OK", text), text
