@@ -84,6 +84,8 @@ export interface IRunList {
   page: number;
   limit: number;
   pending_approvals: number;
+  /** Journals that did not answer (left out of the listing), with why. */
+  unavailable?: { journal: string; error: string }[];
 }
 
 export interface IRunDetail {
@@ -154,8 +156,6 @@ function post<T>(endpoint: string, body: unknown): Promise<T> {
 export const api = {
   summary: (): Promise<ISummary> => request('summary'),
 
-  version: (): Promise<{ version: string }> => request('version'),
-
   runs: (params: {
     q?: string;
     status?: string;
@@ -165,12 +165,6 @@ export const api = {
 
   run: (journal: string, id: string): Promise<IRunDetail> =>
     request('run' + query({ journal, id })),
-
-  batch: (
-    journal: string,
-    id: string
-  ): Promise<{ batch: Record<string, unknown>; items: IRunSummary[] }> =>
-    request('batch' + query({ journal, id })),
 
   /** Decide the pending approval `digest` names (409 when the run shows another). */
   decide: (

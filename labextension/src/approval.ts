@@ -62,7 +62,7 @@ export function decisionNote(
         )
       : resumed || compact
         ? null
-        : h('div', { class: 'dnr-muted' }, 'It was started outside a notebook (a script, a worker).')
+        : h('div', { class: 'dnr-muted' }, 'It was started outside a notebook (a script).')
   );
 }
 

@@ -11,7 +11,7 @@ import { Widget } from '@lumino/widgets';
 
 import { IActions, approvalCard, decide, decided } from './approval';
 import { IRunSummary } from './api';
-import { button, h } from './dom';
+import { button, h, plural } from './dom';
 import { RunsModel } from './model';
 
 export class ApprovalsInbox extends Widget {
@@ -75,7 +75,9 @@ export class ApprovalsInbox extends Widget {
   /** Redraw when what is listed changed (not on every poll: a half-typed note stays). */
   private _render(force: boolean): void {
     const shown = this._shown();
-    const key = shown.map(run => `${run.journal}\n${run.run_id}\n${run.pending_approval!.digest}`).join('\n');
+    const key = shown
+      .map(run => `${run.journal}\n${run.run_id}\n${run.pending_approval!.digest}`)
+      .join('\n');
     if (!force && key === this._shownKey) {
       return;
     }
@@ -86,7 +88,9 @@ export class ApprovalsInbox extends Widget {
       return;
     }
     if (!shown.length) {
-      const none = this._model.pending.length ? 'No approval matches the filter.' : 'No approval is pending.';
+      const none = this._model.pending.length
+        ? 'No approval matches the filter.'
+        : 'No approval is pending.';
       this._body.replaceChildren(h('div', { class: 'dnr-empty' }, none));
       return;
     }
@@ -112,11 +116,14 @@ export class ApprovalsInbox extends Widget {
       type: 'text',
       placeholder: 'note for every approval (optional)'
     });
-    const approveAll = button(`Approve all shown (${runs.length})`, 'dnr-approve dnr-approve-all', async () => {
+    const label = `Approve all shown (${runs.length})`;
+    const approveAll = button(label, 'dnr-approve dnr-approve-all', async () => {
       const names = runs.map(run => `${run.run_id}: ${run.pending_approval!.name}`);
       const answer = await showDialog({
         title: `Approve ${runs.length} requests of batch ${batchId}?`,
-        body: new Widget({ node: h('pre', { class: 'dnr-text dnr-dialog-list' }, names.join('\n')) }),
+        body: new Widget({
+          node: h('pre', { class: 'dnr-text dnr-dialog-list' }, names.join('\n'))
+        }),
         buttons: [Dialog.cancelButton(), Dialog.okButton({ label: `Approve ${runs.length}` })]
       });
       if (!answer.button.accept) {
@@ -131,7 +138,7 @@ export class ApprovalsInbox extends Widget {
       h(
         'div',
         { class: 'dnr-batch-head' },
-        h('h3', {}, `Batch ${batchId}: ${runs.length} pending approval${runs.length === 1 ? '' : 's'} shown`),
+        h('h3', {}, `Batch ${batchId}: ${plural(runs.length, 'pending approval')} shown`),
         note,
         approveAll
       ),
@@ -140,7 +147,11 @@ export class ApprovalsInbox extends Widget {
   }
 
   /** Approve each run as its card shows it; says how many were approved and which were not. */
-  private async _approveAll(batchId: string, runs: IRunSummary[], note: string): Promise<HTMLElement> {
+  private async _approveAll(
+    batchId: string,
+    runs: IRunSummary[],
+    note: string
+  ): Promise<HTMLElement> {
     const refused: string[] = [];
     for (const run of runs) {
       try {

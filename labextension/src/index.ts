@@ -31,7 +31,8 @@ const runsIcon = new LabIcon({
   svgstr:
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" width="16">' +
     '<g class="jp-icon3" fill="#616161">' +
-    '<path d="M9 1.5a6 6 0 1 0 0 12 6 6 0 0 0 0-12zm-1 8.6L5.2 7.3l1.1-1.1L8 7.9l3.7-3.7 1.1 1.1z"/>' +
+    '<path d="M9 1.5a6 6 0 1 0 0 12 6 6 0 0 0 0-12z' +
+    'm-1 8.6L5.2 7.3l1.1-1.1L8 7.9l3.7-3.7 1.1 1.1z"/>' +
     '<path d="M3 16h18v2H3zM3 20.5h12v2H3z"/>' +
     '</g></svg>'
 });

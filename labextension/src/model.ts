@@ -21,6 +21,7 @@ export class RunsModel {
   private _runs: IRunSummary[] = [];
   private _pending: IRunSummary[] = [];
   private _total = 0;
+  private _unavailable: string[] = [];
   private _pendingCount = 0;
   private _version: string | null = null;
   private _query = '';
@@ -60,6 +61,11 @@ export class RunsModel {
 
   get pendingCount(): number {
     return this._pendingCount;
+  }
+
+  /** The journals left out of the listing because they did not answer, each with why. */
+  get unavailable(): readonly string[] {
+    return this._unavailable;
   }
 
   /** The last error talking to the server, or null once it answers again. */
@@ -125,6 +131,9 @@ export class RunsModel {
     ]);
     this._runs = listing.runs;
     this._total = listing.total;
+    this._unavailable = (listing.unavailable ?? []).map(
+      ({ journal, error }) => `journal ${journal}: ${error}`
+    );
     this._pending = inbox?.runs ?? [];
     this._pendingCount = inbox?.pending_approvals ?? listing.pending_approvals;
   }

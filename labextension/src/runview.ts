@@ -148,11 +148,16 @@ export class RunView extends Widget {
       limit ? ` of ${format(limit)}` : '';
     const parts = [
       `iteration ${record.iteration}${of(record.max_iterations)}`,
-      `tokens ${record.prompt_tokens.toLocaleString()} prompt / ${record.completion_tokens.toLocaleString()} completion${of(record.max_tokens)}`,
-      record.cost || record.max_cost ? `cost ${cost(record.cost) || '$0'}${of(record.max_cost, cost)}` : '',
+      `tokens ${record.prompt_tokens.toLocaleString()} prompt / ` +
+        `${record.completion_tokens.toLocaleString()} completion${of(record.max_tokens)}`,
+      record.cost || record.max_cost
+        ? `cost ${cost(record.cost) || '$0'}${of(record.max_cost, cost)}`
+        : '',
       plural(record.steps, 'step'),
       `started ${clock(record.created_at)}`,
-      record.finished_at ? `finished ${clock(record.finished_at)}` : `updated ${clock(record.updated_at)}`,
+      record.finished_at
+        ? `finished ${clock(record.finished_at)}`
+        : `updated ${clock(record.updated_at)}`,
       record.deadline ? `deadline ${clock(record.deadline)}` : ''
     ].filter(Boolean);
     return h('div', { class: 'dnr-stats' }, parts.join(' · '));

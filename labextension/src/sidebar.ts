@@ -1,8 +1,9 @@
 /**
  * The "Durable runs" left sidebar: the runs of every journal this server knows, grouped
- * by status (waiting for approval first, then running, interrupted, failed, cancelled,
- * done), a search box, the notebook each run came from (opened on a click), and the
- * count of pending approvals on the sidebar's tab.
+ * by status (waiting for approval first, then decided and waiting to resume, running,
+ * interrupted, failed, cancelled, done; a batch's items folded under one row), a search
+ * box, the notebook each run came from (opened on a click), journals that did not answer,
+ * and the count of pending approvals on the sidebar's tab.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -74,7 +75,8 @@ export class RunsSidebar extends Widget {
         ? `${shown} of ${model.total} runs listed; search to narrow`
         : plural(model.total, 'run');
     this._status.classList.toggle('dnr-error', model.error !== null);
-    this._list.replaceChildren(...this._groups(model.runs));
+    const missing = model.unavailable.map(text => h('div', { class: 'dnr-error' }, text));
+    this._list.replaceChildren(...missing, ...this._groups(model.runs));
   }
 
   private _groups(runs: readonly IRunSummary[]): HTMLElement[] {
