@@ -224,6 +224,9 @@ def test_the_tab_count_follows_approvals_from_the_cli_and_from_another_notebook(
         view.locator(".dnr-cancel").click()
         view.locator(".dnr-notice").get_by_text("hostile: cancelled").wait_for()
         _tab_count(page, 0)
+        cancelled = page.page.locator(".dnr-group-cancelled .dnr-run[data-run='hostile']")
+        assert "asks" not in cancelled.inner_text()  # its last request is no longer asked
+        assert not view.locator(".dnr-approve").count()
     assert find_decision(journal, "nb-approved",
                          journal.get_run("nb-approved").pending_approval)["approved"]
     assert journal.get_run("hostile").status is Status.CANCELLED

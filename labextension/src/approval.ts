@@ -20,6 +20,19 @@ export interface IActions {
   refresh(): Promise<void>;
 }
 
+/**
+ * What the run asks a person now: its pending approval while it waits for one and no
+ * decision was given yet (a cancelled or finished run keeps its last request: not asking).
+ */
+export function asking(run: IRunSummary): IPending | null {
+  return run.status === 'WAITING_APPROVAL' && !decided(run) ? run.pending_approval : null;
+}
+
+/** The decision the waiting run will take when it resumes (its kernel gone), or null. */
+export function toResume(run: IRunSummary): IDecision | null {
+  return run.status === 'WAITING_APPROVAL' ? decided(run) : null;
+}
+
 /** Whether the run already has a decision for what it shows (taken when its cell runs). */
 export function decided(run: IRunSummary): IDecision | null {
   const decision = run.decision;

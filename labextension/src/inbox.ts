@@ -9,7 +9,7 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { IActions, approvalCard, decide, decided } from './approval';
+import { IActions, approvalCard, asking, decide } from './approval';
 import { IRunSummary } from './api';
 import { button, h, plural } from './dom';
 import { RunsModel } from './model';
@@ -56,15 +56,16 @@ export class ApprovalsInbox extends Widget {
   private _shown(): IRunSummary[] {
     const words = this._filter.value.toLowerCase().split(/\s+/).filter(Boolean);
     return this._model.pending.filter(run => {
-      if (!run.pending_approval || decided(run)) {
+      const pending = asking(run);
+      if (!pending) {
         return false;
       }
       const text = [
         run.run_id,
         run.title,
         run.notebook,
-        run.pending_approval.name,
-        JSON.stringify(run.pending_approval.details)
+        pending.name,
+        JSON.stringify(pending.details)
       ]
         .join(' ')
         .toLowerCase();

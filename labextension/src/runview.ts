@@ -7,7 +7,7 @@
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { IActions, approvalCard, decided, decisionNote } from './approval';
+import { IActions, approvalCard, asking, decisionNote, toResume } from './approval';
 import { api, IRunDetail, IRunRecord, IStep } from './api';
 import { button, clock, cost, duration, h, plural, pretty, statusBadge } from './dom';
 import { RunsModel } from './model';
@@ -69,17 +69,15 @@ export class RunView extends Widget {
   private _draw(detail: IRunDetail): void {
     const record = detail.record;
     this.title.label = record.title ? `${record.title} (${record.run_id})` : record.run_id;
-    const pending = record.pending_approval && !decided(record);
-    const decision = decided(record);
+    const pending = asking(record);
+    const decision = toResume(record);
     const parts = [
       this._header(record),
       this._stats(record),
       record.error ? h('pre', { class: 'dnr-text dnr-error' }, record.error) : null,
       this._notice,
       pending ? approvalCard(record, this._actions, this._notice) : null,
-      decision && record.status !== 'DONE'
-        ? decisionNote(record, decision, this._actions)
-        : null,
+      decision ? decisionNote(record, decision, this._actions) : null,
       this._timeline(detail.steps),
       this._attempts(record.attempts),
       // A run that returned nothing (None) shows no result.

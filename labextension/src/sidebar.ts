@@ -7,7 +7,7 @@
  */
 import { Widget } from '@lumino/widgets';
 
-import { IActions, decided, decisionNote } from './approval';
+import { IActions, asking, decisionNote, toResume } from './approval';
 import { IRunSummary } from './api';
 import { GROUPS, GroupKey, ago, button, cost, groupOf, h, plural } from './dom';
 import { RunsModel } from './model';
@@ -133,13 +133,13 @@ export class RunsSidebar extends Widget {
 
   private _batchRow(items: IRunSummary[]): HTMLElement {
     const batchId = items[0].batch_id!;
-    const asking = items.filter(run => run.pending_approval && !decided(run)).length;
+    const waiting = items.filter(run => asking(run)).length;
     const summary = h(
       'summary',
       { class: 'dnr-run-line' },
       h('span', { class: 'dnr-run-id' }, `${batchId}/`),
       h('span', { class: 'dnr-muted' }, `batch · ${plural(items.length, 'item')}`),
-      asking ? h('span', { class: 'dnr-asks' }, `${asking} asking`) : null
+      waiting ? h('span', { class: 'dnr-asks' }, `${waiting} asking`) : null
     );
     const open = this._openBatches.has(batchId);
     const details = h(
@@ -160,6 +160,7 @@ export class RunsSidebar extends Widget {
   }
 
   private _row(run: IRunSummary): HTMLElement {
+    const pending = asking(run);
     const tokens = run.prompt_tokens + run.completion_tokens;
     const facts = [
       plural(run.steps, 'step'),
@@ -176,14 +177,12 @@ export class RunsSidebar extends Widget {
       h(
         'div',
         { class: 'dnr-muted' },
-        run.pending_approval && !decided(run)
-          ? h('span', { class: 'dnr-asks' }, `asks ${run.pending_approval.name} · `)
-          : null,
+        pending ? h('span', { class: 'dnr-asks' }, `asks ${pending.name} · `) : null,
         facts.join(' · ')
       )
     );
-    const decision = decided(run);
-    if (decision && run.status !== 'DONE') {
+    const decision = toResume(run);
+    if (decision) {
       row.append(decisionNote(run, decision, this._actions, undefined, true));
     }
     if (run.notebook) {
