@@ -15,6 +15,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
@@ -62,8 +63,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Durable runs sidebar, approvals inbox and run view',
   autoStart: true,
   requires: [ILabShell],
-  optional: [ILayoutRestorer],
-  activate: (app: JupyterFrontEnd, _shell: ILabShell, restorer: ILayoutRestorer | null) => {
+  optional: [ILayoutRestorer, ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    _shell: ILabShell,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null
+  ) => {
     const model = new RunsModel();
     const views = new Map<string, RunView>();
     let inbox: ApprovalsInbox | null = null;
@@ -130,6 +136,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       },
       true
     );
+
+    palette?.addItem({ command: 'durable-nb:open-inbox', category: 'Durable runs' });
 
     const sidebar = new RunsSidebar(model, actions);
     sidebar.title.icon = runsIcon;
