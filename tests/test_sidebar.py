@@ -7,7 +7,7 @@ built into durable_nb/labextension/.
   run is approved from the inbox the sidebar opens; the card says "approved; re-run its cell to
   continue" and opens the notebook at that cell; re-running the cell finishes the run with the
   tool run once.
-- The count on the sidebar's tab follows approvals made from the CLI and from another
+- An idle sidebar asks only `GET summary`; the count on the sidebar's tab follows approvals made from the CLI and from another
   notebook; a hostile title is shown as text.
 - A decision on a request that changed since its card was drawn is refused (nothing written),
   and the inbox says so and shows the new request; a run is cancelled from its view.
@@ -25,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -186,6 +187,22 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
 
     assert (folder / "side_effects.log").read_text() == "applied\n"
     assert journal.get_run("deploy").status is Status.DONE
+
+
+def test_an_idle_sidebar_asks_only_the_summary(lab: JupyterLab, journal: DiskJournal) -> None:
+    sent: list[str] = []
+    _park(journal, "idle", "Parked while nobody looks", sent)
+    with LabPage(lab, timeout=60) as page:
+        _open_lab(page)
+        page.page.locator(".dnr-run[data-run='idle']").wait_for()
+        asked: list[str] = []  # API paths (GETs carry a cache-busting query)
+        page.page.on("request", lambda request: asked.append(urlsplit(request.url).path)
+                     if "/durable-nb/api/" in request.url else None)
+        for _ in range(3):  # three polls while nothing changes
+            page.page.wait_for_event("request", lambda request: urlsplit(
+                request.url).path.endswith("/durable-nb/api/summary"))
+    assert asked and all(path.endswith("/durable-nb/api/summary") for path in asked), asked
+    dn.cancel("idle", journal=journal)
 
 
 def test_the_tab_count_follows_approvals_from_the_cli_and_from_another_notebook(
