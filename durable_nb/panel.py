@@ -120,6 +120,13 @@ def _stopped_badge(error: BaseException) -> str:
     return "stopped: error"
 
 
+def _open_in_lab(escaped_run_id: str) -> str:
+    """A link that JupyterLab's Durable runs extension opens as the run's view (it listens for
+    clicks on ``data-durable-nb-run``); elsewhere it does nothing."""
+    return (f"<a href='#' class='dnb-open-run' data-durable-nb-run='{escaped_run_id}' "
+            f"style='text-decoration: underline'>Durable runs</a>")
+
+
 def _clock(ts: float) -> str:
     """A wall-clock time: ``14:03:12``, with the date when it is not today."""
     moment = time.localtime(ts)
@@ -543,7 +550,8 @@ class RunPanel:
                 f"{short(pending_digest(pending))}){since}"
                 f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>{changed}"
                 f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
-                f"drew them stopped. Re-run the cell for live buttons, or decide from anywhere: "
+                f"drew them stopped. Re-run the cell for live buttons, decide in "
+                f"{_open_in_lab(run_id)} (JupyterLab, no kernel needed), or from anywhere: "
                 f"<code>durable-nb approve {run_id}</code> in a terminal, "
                 f"<code>%durable approve {run_id}</code> in a notebook.</div>")
 
@@ -571,7 +579,9 @@ class RunPanel:
                         f"(on_journal_error='continue'): {_degraded_text(record)}</div>")
         dead = ("<div class='dnb-dead'><b>This panel belongs to a kernel that stopped</b>; "
                 "re-run the cell to reconnect (the run resumes or replays from its journal). "
-                "What it shows is as of the moment the kernel stopped.</div>")
+                "What it shows is as of the moment the kernel stopped; "
+                f"{_open_in_lab(html.escape(record.run_id))} (JupyterLab) shows it as it is "
+                "now.</div>")
         return (f"{_CSS}{dead}<b>{html.escape(record.run_id)}</b>{title} "
                 f"{badge}{state}{_attempts_html(record)}{note}{degraded}")
 

@@ -37,6 +37,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 _PANEL = ".jp-NotebookPanel:visible"
+#: The JupyterLab extension as built from this checkout (labextension/ -> durable_nb/labextension).
+LABEXTENSION = Path(__file__).resolve().parents[2] / "durable_nb" / "labextension"
 
 
 def chromium_available() -> bool:
@@ -92,7 +94,21 @@ def _write_jupyter_dirs(base: Path) -> dict[str, str]:
     notify.mkdir(parents=True)
     settings = {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True}
     (notify / "notification.jupyterlab-settings").write_text(json.dumps(settings))
+    _install_durable_nb(dirs["JUPYTER_CONFIG_DIR"], dirs["JUPYTER_DATA_DIR"])
     return {key: str(path) for key, path in dirs.items()}
+
+
+def _install_durable_nb(config_dir: Path, data_dir: Path) -> None:
+    """What installing the wheel does, for this checkout: the server extension enabled and the
+    built JupyterLab extension linked where Lab looks first (an editable install installs
+    neither; a wheel in the venv is shadowed, so the tests see this checkout's build)."""
+    server_d = config_dir / "jupyter_server_config.d"
+    server_d.mkdir(parents=True)
+    enabled = {"ServerApp": {"jpserver_extensions": {"durable_nb.server": True}}}
+    (server_d / "durable_nb.json").write_text(json.dumps(enabled))
+    if (LABEXTENSION / "package.json").is_file():
+        (data_dir / "labextensions").mkdir()
+        (data_dir / "labextensions" / "durable-nb").symlink_to(LABEXTENSION)
 
 
 def write_notebook(path: str | os.PathLike[str], sources: list[str]) -> Path:

@@ -1,0 +1,186 @@
+/**
+ * The durable_nb server extension's REST API (API.md), typed, over
+ * ServerConnection.makeRequest: the token, the cookies and the XSRF header are
+ * the ones JupyterLab's own requests carry.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** A pending approval, as the run shows it to a person. */
+export interface IPending {
+  run_id: string;
+  key: string;
+  name: string;
+  details: unknown;
+  digest: string;
+  id: string | null;
+  requested_at: number | null;
+  timeout_at: number | null;
+}
+
+/** A decision already given but not yet taken by the run (its kernel is gone). */
+export interface IDecision {
+  approved: boolean;
+  by: string | null;
+  at: number | null;
+  note: string | null;
+  digest: string | null;
+}
+
+/** One run in a listing. */
+export interface IRunSummary {
+  journal: string;
+  run_id: string;
+  title: string | null;
+  status: string;
+  interrupted: boolean;
+  created_at: number | null;
+  updated_at: number | null;
+  finished_at: number | null;
+  iteration: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  cost: number | null;
+  steps: number;
+  notebook: string | null;
+  cell_id: string | null;
+  pending_approval: IPending | null;
+  decision: IDecision | null;
+  batch_id: string | null;
+  parent: string | null;
+  error: string | null;
+}
+
+/** One run with what only the run view shows. */
+export interface IRunRecord extends IRunSummary {
+  result?: unknown;
+  forked_from?: string | null;
+  attempts?: unknown[];
+  deadline?: number | null;
+  max_iterations?: number | null;
+  max_tokens?: number | null;
+  max_cost?: number | null;
+}
+
+/** One journal step, as text built by the server from journal data only. */
+export interface IStep {
+  position: number;
+  key: string;
+  kind: string;
+  name: string;
+  ok: boolean;
+  started_at: number | null;
+  finished_at: number | null;
+  prompt_tokens: number;
+  completion_tokens: number;
+  cost: number | null;
+  asked: string | null;
+  answer: string | null;
+}
+
+export interface IRunList {
+  runs: IRunSummary[];
+  total: number;
+  page: number;
+  limit: number;
+  pending_approvals: number;
+  /** Journals that did not answer (left out of the listing), with why. */
+  unavailable?: { journal: string; error: string }[];
+}
+
+export interface IRunDetail {
+  record: IRunRecord;
+  steps: IStep[];
+}
+
+export interface ISummary {
+  pending_approvals: number;
+  version: string;
+}
+
+export interface IDecisionReply {
+  ok: boolean;
+  status: string;
+  message: string;
+}
+
+/** An error the server answered with: its status and its message. */
+export class APIError extends Error {
+  constructor(
+    readonly status: number,
+    message: string
+  ) {
+    super(message);
+  }
+}
+
+const settings = ServerConnection.makeSettings();
+
+/** Call `endpoint` under `{base_url}durable-nb/api/`; the decoded JSON or an APIError. */
+async function request<T>(endpoint: string, init: RequestInit = {}): Promise<T> {
+  const url = URLExt.join(settings.baseUrl, 'durable-nb/api', endpoint);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new APIError(0, `the Jupyter server did not answer: ${error}`);
+  }
+  const text = await response.text();
+  let data: any = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = { message: text };
+  }
+  if (!response.ok) {
+    const why = data?.message ?? response.statusText;
+    throw new APIError(response.status, `${why} (HTTP ${response.status})`);
+  }
+  return data as T;
+}
+
+function query(params: Record<string, string | number | undefined>): string {
+  const kept: Record<string, string> = {};
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== undefined && value !== '') {
+      kept[name] = String(value);
+    }
+  }
+  return URLExt.objectToQueryString(kept);
+}
+
+function post<T>(endpoint: string, body: unknown): Promise<T> {
+  return request<T>(endpoint, { method: 'POST', body: JSON.stringify(body) });
+}
+
+export const api = {
+  summary: (): Promise<ISummary> => request('summary'),
+
+  runs: (params: {
+    q?: string;
+    status?: string;
+    page?: number;
+    limit?: number;
+  }): Promise<IRunList> => request('runs' + query(params)),
+
+  run: (journal: string, id: string): Promise<IRunDetail> =>
+    request('run' + query({ journal, id })),
+
+  /** Decide the pending approval `digest` names (409 when the run shows another). */
+  decide: (
+    run: { journal: string; run_id: string },
+    pending: IPending,
+    approved: boolean,
+    note: string
+  ): Promise<IDecisionReply> =>
+    post('run/decision', {
+      journal: run.journal,
+      id: run.run_id,
+      approved,
+      note: note || null,
+      digest: pending.digest
+    }),
+
+  cancel: (journal: string, id: string): Promise<{ message?: string }> =>
+    post('run/cancel', { journal, id })
+};

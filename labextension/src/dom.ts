@@ -1,0 +1,169 @@
+/**
+ * Small DOM and formatting helpers shared by the views.
+ *
+ * Everything from a journal is put in the page as text (textContent), never as HTML:
+ * a hostile journal entry shows as its characters and runs nothing.
+ */
+import { IRunSummary } from './api';
+
+type Child = Node | string | null | undefined | false;
+
+/** An element with a class, attributes and children (strings become text nodes). */
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  props: { class?: string; title?: string; [attr: string]: string | undefined } = {},
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(props)) {
+    if (value === undefined) {
+      continue;
+    }
+    if (name === 'class') {
+      element.className = value;
+    } else {
+      element.setAttribute(name, value);
+    }
+  }
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) {
+      continue;
+    }
+    element.append(typeof child === 'string' ? document.createTextNode(child) : child);
+  }
+  return element;
+}
+
+/** A button that calls `onClick` (and is disabled while its promise runs). */
+export function button(
+  label: string,
+  cls: string,
+  onClick: () => unknown | Promise<unknown>,
+  title?: string
+): HTMLButtonElement {
+  const node = h('button', { class: `dnr-button ${cls}`, type: 'button', title }, label);
+  node.addEventListener('click', async event => {
+    event.stopPropagation();
+    node.disabled = true;
+    try {
+      await onClick();
+    } finally {
+      node.disabled = false;
+    }
+  });
+  return node;
+}
+
+/** The groups of the sidebar, in the order they are shown. */
+export const GROUPS = [
+  { key: 'waiting', label: 'Waiting for approval' },
+  { key: 'decided', label: 'Decided, waiting to resume' },
+  { key: 'running', label: 'Running' },
+  { key: 'interrupted', label: 'Interrupted' },
+  { key: 'failed', label: 'Failed' },
+  { key: 'cancelled', label: 'Cancelled' },
+  { key: 'done', label: 'Done' }
+] as const;
+
+export type GroupKey = (typeof GROUPS)[number]['key'];
+
+/**
+ * Which group a run is listed in: a pending approval first, whatever else is true; one
+ * already decided (its kernel gone, the decision not taken yet) apart, as nobody needs to
+ * look at it but to resume it.
+ */
+export function groupOf(run: IRunSummary): GroupKey {
+  if (run.status === 'WAITING_APPROVAL') {
+    return run.decision ? 'decided' : 'waiting';
+  }
+  if (run.interrupted && run.status !== 'DONE') {
+    return 'interrupted';
+  }
+  switch (run.status) {
+    case 'RUNNING':
+      return 'running';
+    case 'FAILED':
+      return 'failed';
+    case 'CANCELLED':
+      return 'cancelled';
+    default:
+      return 'done';
+  }
+}
+
+/** The status badge of a run (the colours of the kernel's panel). */
+export function statusBadge(run: IRunSummary): HTMLElement {
+  const group = groupOf(run);
+  const text =
+    group === 'interrupted'
+      ? `${run.status} · interrupted`
+      : group === 'decided'
+        ? `${run.status} · decided`
+        : run.status;
+  return h('span', { class: `dnr-badge dnr-status-${group}` }, text);
+}
+
+/** `count` and the noun, plural when it is not 1 ("1 step", "3 steps"). */
+export function plural(count: number, noun: string): string {
+  return `${count.toLocaleString()} ${noun}${count === 1 ? '' : 's'}`;
+}
+
+/** A time as the local clock shows it, or '' when unknown. */
+export function clock(ts: number | null | undefined): string {
+  if (typeof ts !== 'number') {
+    return '';
+  }
+  return new Date(ts * 1000).toLocaleString();
+}
+
+/** How long ago `ts` was, shortly ("12 s ago", "3 min ago", "2 d ago"). */
+export function ago(ts: number | null | undefined): string {
+  if (typeof ts !== 'number') {
+    return '';
+  }
+  const seconds = Math.max(0, Date.now() / 1000 - ts);
+  const units: [number, string][] = [
+    [86400, 'd'],
+    [3600, 'h'],
+    [60, 'min'],
+    [1, 's']
+  ];
+  for (const [size, unit] of units) {
+    if (seconds >= size) {
+      return `${Math.floor(seconds / size)} ${unit} ago`;
+    }
+  }
+  return 'just now';
+}
+
+/** A duration in seconds as people read it. */
+export function duration(seconds: number): string {
+  if (seconds < 1) {
+    return `${(seconds * 1000).toFixed(1)} ms`;
+  }
+  if (seconds < 120) {
+    return `${seconds.toFixed(1)} s`;
+  }
+  return `${Math.round(seconds / 60)} min`;
+}
+
+export function cost(value: number | null | undefined): string {
+  return typeof value === 'number' && value > 0 ? `$${value.toFixed(4)}` : '';
+}
+
+/** JSON data shown as indented text (a string stays as it is). */
+export function pretty(value: unknown): string {
+  if (typeof value === 'string') {
+    return value;
+  }
+  try {
+    return JSON.stringify(value, null, 2) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
+
+/** The first 12 characters of a digest, as the panel and the CLI show it. */
+export function short(digest: string | null | undefined): string {
+  return (digest ?? '').slice(0, 12);
+}

@@ -1,0 +1,149 @@
+/**
+ * durable-nb's JupyterLab extension: the "Durable runs" sidebar (restored across
+ * reloads), the approvals inbox and the run view, all over the server extension's REST
+ * API (`{base_url}durable-nb/api/`), so they work with no kernel running.
+ *
+ * Commands: `durable-nb:open-inbox`, `durable-nb:open-run` ({journal, id}; without a journal,
+ * the first journal that has the run). A click on an element with `data-durable-nb-run="ID"`
+ * (the kernel panel's link, shown once its kernel stopped) opens that run's view.
+ *
+ * JupyterLab only (it requires the Lab shell): Notebook 7 does not load it.
+ */
+import {
+  ILabShell,
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { LabIcon } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
+
+import { api } from './api';
+import { IActions } from './approval';
+import { ApprovalsInbox } from './inbox';
+import { RunsModel } from './model';
+import { RunView } from './runview';
+import { RunsSidebar } from './sidebar';
+
+// A check mark in a circle over two lines: runs, some waiting for a person's yes.
+const runsIcon = new LabIcon({
+  name: 'durable-nb:runs',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" width="16">' +
+    '<g class="jp-icon3" fill="#616161">' +
+    '<path d="M9 1.5a6 6 0 1 0 0 12 6 6 0 0 0 0-12z' +
+    'm-1 8.6L5.2 7.3l1.1-1.1L8 7.9l3.7-3.7 1.1 1.1z"/>' +
+    '<path d="M3 16h18v2H3zM3 20.5h12v2H3z"/>' +
+    '</g></svg>'
+});
+
+/** What openNotebook needs of a notebook panel (kept structural: no notebook dependency). */
+interface INotebookLike extends Widget {
+  context?: { ready: Promise<void> };
+  content?: {
+    widgets: readonly { model: { id: string } }[];
+    activeCellIndex: number;
+    scrollToItem?(index: number): Promise<void>;
+  };
+}
+
+/** The journal that has run `id` (the first one the server lists), for a link without one. */
+async function journalOf(id: string): Promise<string> {
+  const found = await api.runs({ q: id, limit: 500 });
+  const run = found.runs.find(candidate => candidate.run_id === id);
+  if (!run) {
+    throw new Error(`no journal this server knows has the run ${id}`);
+  }
+  return run.journal;
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'durable-nb:plugin',
+  description: 'Durable runs sidebar, approvals inbox and run view',
+  autoStart: true,
+  requires: [ILabShell],
+  optional: [ILayoutRestorer, ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    _shell: ILabShell,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null
+  ) => {
+    const model = new RunsModel();
+    const views = new Map<string, RunView>();
+    let inbox: ApprovalsInbox | null = null;
+
+    const actions: IActions & { openInbox(): void } = {
+      openRun: run =>
+        void app.commands.execute('durable-nb:open-run', { journal: run.journal, id: run.run_id }),
+      openInbox: () => void app.commands.execute('durable-nb:open-inbox'),
+      refresh: () => model.refresh(),
+      openNotebook: async (path, cellId) => {
+        const widget = (await app.commands.execute('docmanager:open', { path })) as INotebookLike;
+        const notebook = widget?.content;
+        if (!cellId || !notebook || !widget.context) {
+          return;
+        }
+        await widget.context.ready;
+        const index = notebook.widgets.findIndex(cell => cell.model.id === cellId);
+        if (index >= 0) {
+          notebook.activeCellIndex = index;
+          await notebook.scrollToItem?.(index);
+        }
+      }
+    };
+
+    app.commands.addCommand('durable-nb:open-run', {
+      label: 'Open a durable run',
+      execute: async args => {
+        const id = String(args.id);
+        const journal = args.journal ? String(args.journal) : await journalOf(id);
+        const key = `${journal}\n${id}`;
+        let view = views.get(key);
+        if (!view || view.isDisposed) {
+          view = new RunView(journal, id, model, actions);
+          view.id = `durable-nb-run-${views.size}`;
+          views.set(key, view);
+          app.shell.add(view, 'main');
+        } else {
+          void view.load();
+        }
+        app.shell.activateById(view.id);
+      }
+    });
+
+    app.commands.addCommand('durable-nb:open-inbox', {
+      label: 'Durable runs: approvals inbox',
+      execute: () => {
+        if (!inbox || inbox.isDisposed) {
+          inbox = new ApprovalsInbox(model, actions);
+          app.shell.add(inbox, 'main');
+        }
+        app.shell.activateById(inbox.id);
+      }
+    });
+
+    document.addEventListener(
+      'click',
+      event => {
+        const link = (event.target as Element | null)?.closest?.('[data-durable-nb-run]');
+        if (link) {
+          event.preventDefault();
+          event.stopPropagation();
+          actions.openRun({ journal: '', run_id: link.getAttribute('data-durable-nb-run')! });
+        }
+      },
+      true
+    );
+
+    palette?.addItem({ command: 'durable-nb:open-inbox', category: 'Durable runs' });
+
+    const sidebar = new RunsSidebar(model, actions);
+    sidebar.title.icon = runsIcon;
+    app.shell.add(sidebar, 'left', { rank: 600 });
+    restorer?.add(sidebar, 'durable-nb-sidebar');
+  }
+};
+
+export default plugin;

@@ -1,0 +1,140 @@
+/**
+ * What the sidebar, the inbox and the run views show, kept fresh by one poll.
+ *
+ * The poll asks only `GET summary` (a count and a version) every POLL_MS while the
+ * page is visible; the listings are fetched again only when the version changed or the
+ * search changed, so an idle Lab costs the server one small request a second and a half.
+ */
+import { Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { api, IRunSummary } from './api';
+
+/** How often the summary is asked (the issue allows a poll of at most a second or two). */
+export const POLL_MS = 1500;
+/** How many runs the sidebar lists (the server sorts: pending approvals first). */
+export const LIST_LIMIT = 200;
+/** How many pending approvals the inbox lists. */
+export const INBOX_LIMIT = 500;
+
+export class RunsModel {
+  private _runs: IRunSummary[] = [];
+  private _pending: IRunSummary[] = [];
+  private _total = 0;
+  private _unavailable: string[] = [];
+  private _pendingCount = 0;
+  private _version: string | null = null;
+  private _query = '';
+  private _error: string | null = null;
+  private _changed = new Signal<this, void>(this);
+  private _poll: Poll;
+
+  constructor() {
+    this._poll = new Poll({
+      auto: true,
+      factory: () => this._tick(),
+      frequency: { interval: POLL_MS, backoff: true, max: 30 * 1000 },
+      name: 'durable-nb:summary',
+      standby: 'when-hidden'
+    });
+  }
+
+  /** Emitted after anything shown changed (the listings, the count, an error). */
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  /** The listed runs, in the server's order (waiting for approval first). */
+  get runs(): readonly IRunSummary[] {
+    return this._runs;
+  }
+
+  /** The runs waiting for approval (the inbox). */
+  get pending(): readonly IRunSummary[] {
+    return this._pending;
+  }
+
+  /** How many runs match the search (the listing may show fewer). */
+  get total(): number {
+    return this._total;
+  }
+
+  get pendingCount(): number {
+    return this._pendingCount;
+  }
+
+  /** The journals left out of the listing because they did not answer, each with why. */
+  get unavailable(): readonly string[] {
+    return this._unavailable;
+  }
+
+  /** The last error talking to the server, or null once it answers again. */
+  get error(): string | null {
+    return this._error;
+  }
+
+  /** The journal version the listings were fetched at (changes when anything listed does). */
+  get version(): string | null {
+    return this._version;
+  }
+
+  get query(): string {
+    return this._query;
+  }
+
+  /** Search runs by id, title or notebook (the server matches; the listing is refetched). */
+  set query(text: string) {
+    if (text === this._query) {
+      return;
+    }
+    this._query = text;
+    void this.refresh();
+  }
+
+  /** Fetch the summary and the listings now (after a decision, say). */
+  async refresh(): Promise<void> {
+    this._version = null;
+    await this._poll.refresh();
+  }
+
+  dispose(): void {
+    this._poll.dispose();
+    Signal.clearData(this);
+  }
+
+  private async _tick(): Promise<void> {
+    try {
+      const summary = await api.summary();
+      if (summary.version !== this._version || this._error !== null) {
+        await this._fetch(summary.pending_approvals);
+        this._version = summary.version;
+      } else if (summary.pending_approvals !== this._pendingCount) {
+        this._pendingCount = summary.pending_approvals;
+      } else {
+        return;
+      }
+      this._error = null;
+    } catch (error) {
+      this._error = String((error as Error).message ?? error);
+      this._changed.emit();
+      throw error; // the poll backs off while the server does not answer
+    }
+    this._changed.emit();
+  }
+
+  private async _fetch(pendingCount: number): Promise<void> {
+    const [listing, inbox] = await Promise.all([
+      api.runs({ q: this._query, limit: LIST_LIMIT }),
+      pendingCount > 0
+        ? api.runs({ status: 'waiting_approval', limit: INBOX_LIMIT })
+        : Promise.resolve(null)
+    ]);
+    this._runs = listing.runs;
+    this._total = listing.total;
+    this._unavailable = (listing.unavailable ?? []).map(
+      ({ journal, error }) => `journal ${journal}: ${error}`
+    );
+    this._pending = inbox?.runs ?? [];
+    this._pendingCount = inbox?.pending_approvals ?? listing.pending_approvals;
+  }
+}

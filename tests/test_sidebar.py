@@ -1,0 +1,342 @@
+"""The "Durable runs" sidebar, the approvals inbox and the run view (issue 19), as a person uses
+them: a real JupyterLab in headless Chromium, the real server extension (durable_nb.server)
+over a directory journal ($DURABLE_NB_JOURNAL, which the kernels inherit), the extension as
+built into durable_nb/labextension/.
+
+- A run parks for approval, its kernel is restarted (the panel's link opens the run view), then
+  run is approved from the inbox the sidebar opens; the card says "approved; re-run its cell to
+  continue" and opens the notebook at that cell; re-running the cell finishes the run with the
+  tool run once.
+- An idle sidebar asks only `GET summary`; the count on the sidebar's tab follows approvals made from the CLI and from another
+  notebook; a hostile title is shown as text.
+- A decision on a request that changed since its card was drawn is refused (nothing written),
+  and the inbox says so and shows the new request; a run is cancelled from its view.
+- A batch with 12 pending approvals is approved from the inbox with "Approve all shown",
+  each decision bound to what its card showed; the batch then finishes, each send once.
+
+Screenshots (the sidebar, the inbox, the run view) go to $DURABLE_NB_SHOTS, else tmp dirs.
+Needs the server extension (durable_nb.server); skipped, with that reason, where it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+import durable_nb as dn
+from durable_nb import Status
+from durable_nb.execution.approvals import find_decision, pending_digest
+from durable_nb.journal import DiskJournal
+from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
+
+pytestmark = pytest.mark.browser
+
+# The server half of issue 19 (h9's branch): the tests need its REST API.
+pytest.importorskip("durable_nb.server", reason="durable_nb.server (the REST API) is missing")
+
+REPO = Path(__file__).resolve().parents[1]
+SIDEBAR_TAB = ".jp-SideBar .lm-TabBar-tab[data-id='durable-nb-sidebar']"
+HOSTILE = "<img src=x onerror=\"window.dnbPwned=1\">"
+
+_SETUP_CELL = "%load_ext durable_nb\nprint('setup ok')"
+_AGENT_CELL = """\
+%%durable_agent deploy --title "Deploy to production"
+plan = ctx.run("plan", lambda: "3 changes")
+if ctx.approval("kubectl apply", {"cmd": "kubectl apply -f prod.yaml", "plan": plan}).approved:
+    ctx.run("apply", lambda: open("side_effects.log", "a").write("applied\\n"))"""
+
+
+@pytest.fixture(scope="module")
+def journal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("journal") / "journal"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, journal_dir: Path) -> Iterator[JupyterLab]:
+    """One JupyterLab whose server and kernels use ``journal_dir``."""
+    require_chromium()
+    env = {"DURABLE_NB_JOURNAL": str(journal_dir), "HOME": str(tmp_path_factory.mktemp("home"))}
+    with JupyterLab(tmp_path_factory.mktemp("lab"), env=env) as server:
+        yield server
+
+
+@pytest.fixture
+def journal(journal_dir: Path) -> Iterator[DiskJournal]:
+    """The test process's handle on the journal the server shows (runs seeded, checked)."""
+    opened = DiskJournal(journal_dir)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _shots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("DURABLE_NB_SHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _open_lab(page: LabPage) -> None:
+    """Lab with the Durable runs sidebar open."""
+    page.page.goto(f"{page.lab.url}/lab?reset&token={page.lab.token}")
+    _show_sidebar(page)
+
+
+def _show_sidebar(page: LabPage) -> None:
+    """Open the Durable runs sidebar (a click on its tab when another panel is shown)."""
+    sidebar = page.page.locator(".dnr-sidebar")
+    if not sidebar.is_visible():
+        page.page.locator(SIDEBAR_TAB).click()
+    sidebar.wait_for(state="visible")
+
+
+def _tab_count(page: LabPage, count: int) -> None:
+    """Wait until the sidebar's tab shows ``count`` pending approvals (no badge for 0)."""
+    tab = page.page.locator(SIDEBAR_TAB)
+    if count:
+        tab.and_(page.page.locator(f"[data-dnr-pending='{count}']")).wait_for(state="attached")
+    else:
+        tab.and_(page.page.locator(":not([data-dnr-pending])")).wait_for(state="attached")
+
+
+def _park(journal: DiskJournal, run_id: str, title: str, sent: list[str]) -> None:
+    def handler(ctx: Any) -> None:
+        if ctx.approval("send_email", {"to": f"{run_id}@example.com"}).approved:
+            ctx.run("send", lambda: sent.append(run_id))
+
+    assert dn.execute(run_id, handler, title=title, journal=journal, on_approval="park") is None
+
+
+def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes_once(
+    lab: JupyterLab, journal: DiskJournal, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "deploy"
+    folder.mkdir()
+    write_notebook(folder / "deploy.ipynb", [_SETUP_CELL, _AGENT_CELL])
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("deploy/deploy.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        try:
+            page.wait_for_text("Approval needed", cell_index=1)
+        except Exception as exc:
+            raise AssertionError(f"the run did not park; the cell shows: "
+                                 f"{page.cell_output_text(1)!r}") from exc
+        assert journal.get_run("deploy").status is Status.WAITING_APPROVAL
+        # The kernel that parked it is gone (restarted): the panel's buttons are dead, its
+        # link opens the run view.
+        page.restart_kernel()
+        page.cell(1).locator(".dnb-panel.jupyter-widgets-disconnected").wait_for()
+        page.cell(1).locator(".dnb-dead a[data-durable-nb-run='deploy']").first.click()
+        view = page.page.locator(".dnr-runview:visible")
+        view.locator(".dnr-card .dnr-approve").wait_for(state="visible")
+        assert "kubectl apply -f prod.yaml" in view.locator(".dnr-details").inner_text()
+        page.page.screenshot(path=str(shots / "run-view-waiting.png"))
+        page.page.goto("about:blank")  # the notebook's tab and kernel go: nothing runs the run
+        lab.delete_sessions()
+
+        _open_lab(page)
+        _tab_count(page, 1)
+        row = page.page.locator(".dnr-group-waiting .dnr-run[data-run='deploy']")
+        row.wait_for(state="visible")
+        assert "deploy/deploy.ipynb" in row.inner_text()
+        page.page.locator(".dnr-sidebar").screenshot(path=str(shots / "sidebar-waiting.png"))
+
+        page.page.locator(".dnr-inbox-button").click()
+        card = page.page.locator(".dnr-inbox .dnr-card[data-run='deploy']")
+        assert "kubectl apply -f prod.yaml" in card.locator(".dnr-details").inner_text()
+        page.page.screenshot(path=str(shots / "inbox-one.png"))
+        card.locator(".dnr-note").fill("ship it")
+        card.locator(".dnr-approve").click()
+
+        decided = page.page.locator(".dnr-inbox .dnr-decided, .dnr-sidebar .dnr-decided").first
+        decided.wait_for(state="visible")
+        assert "approved; re-run its cell to continue" in decided.inner_text()
+        _tab_count(page, 0)
+        pending = journal.get_run("deploy").pending_approval
+        decision = find_decision(journal, "deploy", pending)
+        assert decision["approved"] and decision["note"] == "ship it"
+        assert decision["digest"] == pending_digest(pending)
+        assert not (folder / "side_effects.log").exists()
+
+        page.page.locator(".dnr-sidebar .dnr-run[data-run='deploy'] .dnr-open-cell").click()
+        page.wait_kernel_idle()
+        active = page.panel.locator(".jp-Cell.jp-mod-active")
+        assert "%%durable_agent deploy" in active.inner_text()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("DONE", cell_index=1)
+
+        _show_sidebar(page)
+        page.page.locator(".dnr-group-done .dnr-run[data-run='deploy']").click()
+        view = page.page.locator(".dnr-runview:visible")
+        view.locator(".dnr-step").nth(2).wait_for(state="visible")
+        view.locator(".dnr-step summary").nth(1).click()
+        page.page.screenshot(path=str(shots / "run-view-done.png"))
+        assert "kubectl apply" in view.inner_text() and "DONE" in view.inner_text()
+
+    assert (folder / "side_effects.log").read_text() == "applied\n"
+    assert journal.get_run("deploy").status is Status.DONE
+
+
+def test_an_idle_sidebar_asks_only_the_summary(lab: JupyterLab, journal: DiskJournal) -> None:
+    sent: list[str] = []
+    _park(journal, "idle", "Parked while nobody looks", sent)
+    with LabPage(lab, timeout=60) as page:
+        _open_lab(page)
+        page.page.locator(".dnr-run[data-run='idle']").wait_for()
+        asked: list[str] = []  # API paths (GETs carry a cache-busting query)
+        page.page.on("request", lambda request: asked.append(urlsplit(request.url).path)
+                     if "/durable-nb/api/" in request.url else None)
+        for _ in range(3):  # three polls while nothing changes
+            page.page.wait_for_event("request", lambda request: urlsplit(
+                request.url).path.endswith("/durable-nb/api/summary"))
+    assert asked and all(path.endswith("/durable-nb/api/summary") for path in asked), asked
+    dn.cancel("idle", journal=journal)
+
+
+def test_the_tab_count_follows_approvals_from_the_cli_and_from_another_notebook(
+    lab: JupyterLab, journal: DiskJournal, tmp_path: Path
+) -> None:
+    sent: list[str] = []
+    _park(journal, "cli-approved", "Approved from a terminal", sent)
+    _park(journal, "nb-approved", "Approved from another notebook", sent)
+    _park(journal, "hostile", HOSTILE, sent)
+    folder = lab.root_dir / "other"
+    folder.mkdir()
+    write_notebook(folder / "other.ipynb", [
+        "import durable_nb as dn\n"
+        "print(dn.approve('nb-approved', 'from another notebook').approved)"])
+    with LabPage(lab, timeout=60) as page:
+        _open_lab(page)
+        _tab_count(page, 3)
+        title = page.page.locator(".dnr-run[data-run='hostile'] .dnr-run-title")
+        assert title.inner_text() == HOSTILE
+        assert page.page.evaluate("() => window.dnbPwned") is None
+
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal", str(journal.directory),
+                        "approve", "cli-approved"], check=True, env=env, timeout=120)
+        _tab_count(page, 2)
+
+        page.open_notebook("other/other.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("True", cell_index=0)
+        _tab_count(page, 1)
+        # The last one is cancelled from its run view.
+        _show_sidebar(page)
+        page.page.locator(".dnr-run[data-run='hostile']").click()
+        view = page.page.locator(".dnr-runview:visible")
+        view.locator(".dnr-cancel").click()
+        view.locator(".dnr-notice").get_by_text("hostile: cancelled").wait_for()
+        _tab_count(page, 0)
+        cancelled = page.page.locator(".dnr-group-cancelled .dnr-run[data-run='hostile']")
+        assert "asks" not in cancelled.inner_text()  # its last request is no longer asked
+        assert not view.locator(".dnr-approve").count()
+    assert find_decision(journal, "nb-approved",
+                         journal.get_run("nb-approved").pending_approval)["approved"]
+    assert journal.get_run("hostile").status is Status.CANCELLED
+    assert sent == []  # decided, not resumed: nothing executes these runs
+
+
+def test_a_decision_on_a_request_that_changed_since_it_was_shown_is_refused_and_said(
+    lab: JupyterLab, journal: DiskJournal
+) -> None:
+    def drop(db: str) -> Any:
+        def handler(ctx: Any) -> None:
+            ctx.approval("drop database", {"db": db})
+        return handler
+
+    assert dn.execute("migrate", drop("staging"), journal=journal, on_approval="park") is None
+    seen: dict[str, str] = {}  # the last answer the page got to each GET of the API
+    frozen = False
+
+    def answers(route: Any) -> None:
+        """Pass the API's GETs through, or once frozen, answer what the page saw last."""
+        url = route.request.url
+        if route.request.method != "GET" or not (frozen and url in seen):
+            response = route.fetch()
+            if route.request.method == "GET":
+                seen[url] = response.text()
+            route.fulfill(response=response)
+        else:
+            route.fulfill(status=200, content_type="application/json", body=seen[url])
+
+    with LabPage(lab, timeout=60) as page:
+        page.page.route("**/durable-nb/api/**", answers)
+        _open_lab(page)
+        page.page.locator(".dnr-inbox-button").click()
+        card = page.page.locator(".dnr-inbox .dnr-card[data-run='migrate']")
+        assert '"db": "staging"' in card.locator(".dnr-details").inner_text()
+        # The page stops seeing changes while the request at the step changes: the card
+        # still shows staging when the person clicks.
+        frozen = True
+        assert dn.execute("migrate", drop("production"), journal=journal,
+                          on_approval="park") is None
+        card.locator(".dnr-approve").click()
+
+        notice = page.page.locator(".dnr-inbox .dnr-notice .dnr-error")
+        notice.wait_for(state="visible")
+        assert "migrate: nothing was decided" in notice.inner_text()
+        # Seeing changes again, the page shows the request as it is now.
+        frozen = False
+        card.locator(".dnr-details").get_by_text('"db": "production"').wait_for()
+        assert "migrate: nothing was decided" in notice.inner_text()
+    record = journal.get_run("migrate")
+    assert record.status is Status.WAITING_APPROVAL
+    assert record.pending_approval["details"] == {"db": "production"}
+    assert find_decision(journal, "migrate", record.pending_approval) is None
+    dn.cancel("migrate", journal=journal)
+
+
+def test_a_batch_of_12_pending_approvals_is_approved_from_the_inbox(
+    lab: JupyterLab, journal: DiskJournal, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    sent: list[str] = []
+
+    def email(ctx: Any, item: str) -> str:
+        if ctx.approval("send_email", {"to": f"{item}@example.com"}).approved:
+            ctx.run("send", lambda: sent.append(item))
+            return "sent"
+        return "kept"
+
+    items = [f"user{i:02d}" for i in range(12)]
+    dn.map(email, items, batch_id="mails", journal=journal, wait=False, on_approval="park")
+    with LabPage(lab, timeout=60) as page:
+        _open_lab(page)
+        _tab_count(page, 12)
+        page.page.locator(".dnr-inbox-button").click()
+        batch = page.page.locator(".dnr-inbox .dnr-batch[data-batch='mails']")
+        batch.locator(".dnr-card").nth(11).wait_for(state="visible")
+        assert batch.locator(".dnr-card").count() == 12
+        page.page.screenshot(path=str(shots / "inbox-batch.png"))
+
+        batch.locator(".dnr-note").first.fill("bulk ok")
+        batch.locator(".dnr-approve-all").click()
+        dialog = page.page.locator(".jp-Dialog")
+        assert dialog.locator(".dnr-dialog-list").inner_text().count("send_email") == 12
+        dialog.locator("button.jp-mod-accept").click()
+        page.page.locator(".dnr-notice").get_by_text("Batch mails: 12 approved").wait_for()
+        _tab_count(page, 0)
+        page.page.locator(".dnr-sidebar").screenshot(path=str(shots / "sidebar-batch-decided.png"))
+
+    records = journal.list_runs(prefix="mails/")
+    assert len(records) == 12
+    for record in records:
+        decision = find_decision(journal, record.run_id, record.pending_approval)
+        assert decision["approved"] and decision["note"] == "bulk ok", record.run_id
+    batch_run = dn.map(email, items, batch_id="mails", journal=journal)
+    assert [item.result for item in batch_run.items] == ["sent"] * 12
+    assert sorted(sent) == items
