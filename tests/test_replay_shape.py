@@ -242,6 +242,45 @@ def test_steps_moved_out_of_tasks_or_reordered_are_refused(journal):
     assert sorted(done) == ["a", "b"]
 
 
+def test_a_step_moved_out_of_an_unfinished_step_is_refused(journal):
+    """The outer step died in flight after its inner step was journaled; the code now makes
+    the inner step at the outer step's key: it must not run again."""
+    sent = []
+
+    def nested(ctx):
+        def outer():
+            ctx.run("send", sent.append, "report")
+            raise Crash()
+        ctx.run("outer", outer)
+
+    with pytest.raises(Crash):
+        dn.execute("o", nested, journal=journal)
+    assert keys_of(journal, "o") == ["0.0"]
+    with pytest.raises(JournalMismatch, match="step 0.0"):
+        dn.execute("o", lambda ctx: ctx.run("send", sent.append, "report"), journal=journal)
+    assert sent == ["report"]
+
+
+def test_no_effect_steps_found_under_another_key_run_again(journal):
+    """ctx.now() moved into a task reads the clock again (nothing outside the run
+    changes); the journaled one left over is reported when the execution ends."""
+    def first(ctx):
+        ctx.now()
+        raise Crash()
+
+    async def moved(ctx):
+        async def stamp():
+            return ctx.now()
+        await asyncio.gather(stamp())
+        return "ok"
+
+    with pytest.raises(Crash):
+        dn.execute("t", first, journal=journal)
+    with pytest.raises(JournalMismatch, match=r"without asking for journaled steps 0 \(now"):
+        dn.execute("t", moved, journal=journal)
+    assert sorted(keys_of(journal, "t")) == ["0", "stamp#0.0"]
+
+
 def test_an_unchanged_step_equal_to_one_inside_a_replayed_step_still_executes(journal):
     """Steps made inside a replayed step are answered with it: a later equal step (same
     name, same inputs) is new work, not a moved one."""

@@ -85,6 +85,11 @@ ChildStarter = Callable[[str, str, Callable[..., Any], tuple, dict, "Execution"]
                         tuple[Any, RunRecord]]
 
 
+#: Kinds of steps that only read a value or set the run's state: doing one again changes
+#: nothing outside the run, so one found under another key is not refused as moved.
+_NO_EFFECT_KINDS = frozenset({"now", "uuid", "random", "sleep", "state"})
+
+
 def _journaled_as_failure(exc: Exception) -> bool:
     """Whether an exception ends a step as its journaled outcome. durable_nb's own errors
     that stop a run (a mismatch, a lost lease, a budget ...) say nothing about the step:
@@ -231,7 +236,7 @@ class Execution:
                     f"which the first execution never journaled: the code took another path "
                     f"given the same step results (a branch on the clock, randomness, or data "
                     f"read outside ctx).")
-            if not self.replay_log.drained:
+            if kind not in _NO_EFFECT_KINDS and not self.replay_log.drained:
                 self._refuse_moved(key, kind, name, fp)
             if self.record.status is Status.DONE:
                 self._new_step_after_done(key, kind, name)
@@ -276,8 +281,10 @@ class Execution:
         It may in a flow that is not the live step's nor one of its ancestors (those are
         suspended in program order: what they did is behind them, what they will do comes
         after this step), and that has not gone past it: a concurrent task that has not got
-        there yet. In the live step's own scope, only a later key (steps whose keys were
-        taken together, ``call_tools(parallel=True)``). Not in a step or task that ended."""
+        there yet. In the live step's own scope, only at a later key (steps whose keys were
+        taken together, ``call_tools(parallel=True)``), not at an earlier one nor inside the
+        live step (a step moved out of the step that made it). Not in a step or task that
+        ended."""
         here, _, index = live.rpartition(".")
         parts = held.split(".")
         depth = len(parts) - 1
@@ -285,7 +292,7 @@ class Execution:
             depth -= 1  # the root scope ("") is open while the journal holds entries
         child = parts[depth]  # held itself (depth == len - 1), or the scope it is in
         if scope.path == here:
-            return "#" not in child and int(child) >= int(index)
+            return "#" not in child and int(child) > int(index)
         if not scope.path or here.startswith(scope.path + "."):
             return False  # an ancestor of the live step
         if depth == len(parts) - 1:
