@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -279,6 +280,35 @@ def test_no_effect_steps_found_under_another_key_run_again(journal):
     with pytest.raises(JournalMismatch, match=r"without asking for journaled steps 0 \(now"):
         dn.execute("t", moved, journal=journal)
     assert sorted(keys_of(journal, "t")) == ["0", "stamp#0.0"]
+
+
+def test_equal_parallel_tool_calls_resume_when_the_later_one_was_journaled_first(journal):
+    """Parallel calls take their keys together: the journaled later call is not a moved
+    copy of the earlier one that died in flight."""
+    calls = []
+
+    @dn.tool
+    def lookup(ctx, x: int) -> str:
+        """Look x up."""
+        key = ctx.step_id.split(":", 1)[1]
+        calls.append(key)
+        if key == "0" and calls.count("0") == 1:
+            while "1" not in keys_of(journal, "t"):  # the later call is journaled first
+                time.sleep(0.01)
+            raise Crash()
+        return f"{x}@{key}"
+
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"c{i}", "type": "function",
+         "function": {"name": "lookup", "arguments": '{"x": 1}'}} for i in range(2)]}
+
+    def handler(ctx):
+        return [m["content"] for m in ctx.call_tools(message, [lookup], parallel=True)]
+
+    with pytest.raises(Crash):
+        dn.execute("t", handler, journal=journal)
+    assert dn.execute("t", handler, journal=journal) == ["1@0", "1@1"]
+    assert sorted(calls) == ["0", "0", "1"]
 
 
 def test_an_unchanged_step_equal_to_one_inside_a_replayed_step_still_executes(journal):
