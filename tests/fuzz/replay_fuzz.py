@@ -245,7 +245,8 @@ class Interpreter:
         elif kind == "flaky":
             seen[path] = ctx.run(op["name"], self.flaky, ctx)
         elif kind == "approval":
-            decision = ctx.approval(op["name"], {"at": path})
+            details = {"uid": op["uid"], "arg": op["arg"]} if "uid" in op else {"at": path}
+            decision = ctx.approval(op["name"], details)
             seen[path] = [decision.approved, decision.note]
         elif kind == "nested":
             def body(*_spec: Any) -> dict:
@@ -482,7 +483,8 @@ def check_program(program: dict, kill_after: list[float], root: Path, url: str) 
 #
 # Run program P, SIGKILL it as a random step starts, then execute the run again with P', a
 # changed P (steps reordered, moved into or out of tasks, gather, wait_for and other steps,
-# arguments changed or added, steps removed or added). Every leaf step and every nested step
+# arguments or an approval's details changed, arguments added, steps removed or added).
+# Every leaf step and every nested step
 # carries an id, passed to its function (a nested step's body is its input), so a step's
 # identity is its id and arguments. The resumed run must either end as P' uninterrupted
 # (result and journal) or stop with a divergence error; either way, no step P journaled
@@ -501,6 +503,7 @@ _changing_sync = st.recursive(
 _changing_async_leaf = st.one_of(
     _changing_leaf,
     st.builds(lambda n, a: _op("run_async", name=n, arg=a), _names, _args),
+    st.builds(lambda n, a: _op("approval", name=n, arg=a), _names, _args),
     st.builds(lambda n, ops: _op("nested", name=n, ops=ops), _names, _changing_sync))
 _changing_async = st.recursive(
     st.lists(_changing_async_leaf, min_size=1, max_size=4),
@@ -520,8 +523,8 @@ def changed_programs() -> st.SearchStrategy[tuple[dict, dict, list[str], int]]:
         _number(program["ops"], iter(range(10**6)))
         changed, made = mutate(program, random.Random(seed), changes)
         # killed as one of its steps from the second to the last starts
-        return program, changed, made, 2 + kill % (len(_leaves(ops)) - 1)
-    return st.builds(build, _changing_async.filter(lambda ops: len(_leaves(ops)) >= 3),
+        return program, changed, made, 2 + kill % (len(_leaves(ops, LOGGED)) - 1)
+    return st.builds(build, _changing_async.filter(lambda ops: len(_leaves(ops, LOGGED)) >= 3),
                      st.integers(0, 2**32),
                      st.sampled_from([1, 2, 3, 1, 2, 0]), st.integers(0, 10**6))
 
@@ -529,7 +532,7 @@ def changed_programs() -> st.SearchStrategy[tuple[dict, dict, list[str], int]]:
 def _number(ops: list, ids: Any) -> None:
     """Give every leaf and nested step an id."""
     for op in ops:
-        if op["op"] in ("run", "run_async", "nested"):
+        if op["op"] in ("run", "run_async", "approval", "nested"):
             op["uid"] = next(ids)
         for inner in _inner_lists(op):
             _number(inner, ids)
@@ -554,13 +557,17 @@ def _lists(ops: list, sync: bool, branch: tuple, out: list) -> None:
                 _lists(inner, sync or op["op"] == "nested", branch, out)
 
 
-def _leaves(ops: list) -> list[dict]:
+#: Leaves whose function logs its execution (an approval's does not).
+LOGGED = ("run", "run_async")
+
+
+def _leaves(ops: list, kinds: tuple = ("run", "run_async", "approval")) -> list[dict]:
     found = []
     for op in ops:
-        if op["op"] in ("run", "run_async"):
+        if op["op"] in kinds:
             found.append(op)
         for inner in _inner_lists(op):
-            found.extend(_leaves(inner))
+            found.extend(_leaves(inner, kinds))
     return found
 
 
@@ -631,8 +638,10 @@ def mutate(program: dict, rng: random.Random, count: int) -> tuple[dict, list[st
             leaf = rng.choice(_leaves(changed["ops"]) or [None])
             if leaf is None:
                 continue
-            if kind == "arg":
+            if kind == "arg":  # an approval's details change with it
                 leaf["arg"] = (leaf["arg"] + 1) % 10
+            elif leaf["op"] == "approval":
+                continue
             else:
                 leaf["extra"] = leaf.get("extra", 0) + 1
         elif kind == "remove" and len(ops) > 1:
