@@ -101,7 +101,7 @@ class ReplayLog:
                                run_id=self._run_id, position=entry.position)
         self._held[entry.key] = entry
         self._alike.setdefault((entry.kind, entry.name, entry.fingerprint), {})[entry.key] = entry
-        enclosing = enclosing_step(entry.key)
+        enclosing = _enclosing_step(entry.key)
         if enclosing is not None:
             self._inside.setdefault(enclosing, []).append(entry.key)
 
@@ -122,7 +122,7 @@ class ReplayLog:
                 self._drop_inside(inner)
 
 
-def enclosing_step(key: str) -> str | None:
+def _enclosing_step(key: str) -> str | None:
     """The key of the step that step ``key`` was made in (``3`` for ``3.fetch#0.1``), or
     None for a step of the run's root scope or of a task created there."""
     parts = key.split(".")
