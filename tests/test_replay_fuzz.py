@@ -1,7 +1,9 @@
 """Random agent programs, SIGKILLed at random moments and resumed, end exactly as an
 uninterrupted reference run: every observed value, every journaled step, the tokens; no
-journaled step executed again (a short run of ``tests/fuzz/replay_fuzz.py``, which runs
-thousands of programs). ``REPLAY_FUZZ_SEED`` picks the seed (default: random, printed)."""
+journaled step executed again. Resumed with a changed program, they end as the changed
+program uninterrupted or stop with a divergence error, and no step journaled before the
+kill runs again. (Short runs of ``tests/fuzz/replay_fuzz.py``, which runs thousands of
+programs.) ``REPLAY_FUZZ_SEED`` picks the seed (default: random, printed)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,17 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from durable_nb.testing import LoopbackServer
-from tests.fuzz.replay_fuzz import TOTALS, check_program, programs
+from tests.fuzz.replay_fuzz import (
+    TOTALS,
+    changed_programs,
+    check_changed_program,
+    check_program,
+    programs,
+)
 
 SEED = int(os.environ.get("REPLAY_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
 EXAMPLES = 25
+CHANGED_EXAMPLES = 30
 
 
 def test_killed_and_resumed_programs_replay_what_an_uninterrupted_run_observed(tmp_path):
@@ -37,3 +46,27 @@ def test_killed_and_resumed_programs_replay_what_an_uninterrupted_run_observed(t
     print(dict(TOTALS))
     assert TOTALS["programs"] >= EXAMPLES
     assert TOTALS["kills"] >= EXAMPLES // 2, f"too few kills landed to test anything: {TOTALS}"
+
+
+def test_programs_resumed_after_a_change_end_as_the_changed_program_or_are_refused(tmp_path):
+    print(f"replay fuzz seed {SEED} (rerun with REPLAY_FUZZ_SEED={SEED})")
+    counter = iter(range(CHANGED_EXAMPLES * 10))
+    TOTALS.clear()
+    with LoopbackServer(["first"]) as server:
+
+        @seed(SEED)
+        @settings(max_examples=CHANGED_EXAMPLES, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=changed_programs())
+        def trial(case):
+            program, changed, made, kill_at = case
+            problems = check_changed_program(program, changed, kill_at,
+                                             tmp_path / str(next(counter)), server.url)
+            assert not problems, "\n".join(problems) + (
+                f"\nP: {json.dumps(program)}\nchanges: {made}\nP': {json.dumps(changed)}"
+                f"\nkilled at step {kill_at}")
+
+        trial()
+    print(dict(TOTALS))
+    assert TOTALS["changed_programs"] >= CHANGED_EXAMPLES
+    assert TOTALS["refused"] and TOTALS["equal"], f"one outcome never happened: {TOTALS}"

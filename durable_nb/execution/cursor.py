@@ -87,6 +87,11 @@ ChildStarter = Callable[[str, str, Callable[..., Any], tuple, dict, "Execution"]
                         tuple[Any, RunRecord]]
 
 
+#: Kinds of steps that only read a value or set the run's state: doing one again changes
+#: nothing outside the run, so one found under another key is not refused as moved.
+_NO_EFFECT_KINDS = frozenset({"now", "uuid", "random", "sleep", "state"})
+
+
 def _journaled_as_failure(exc: Exception) -> bool:
     """Whether an exception ends a step as its journaled outcome. durable_nb's own errors
     that stop a run (a mismatch, a lost lease, a budget ...) say nothing about the step:
@@ -123,7 +128,11 @@ class Execution:
         self.writer = JournalWriter(journal, record, token, size, options.on_journal_error,
                                     observer.on_record)
         self.lock = self.writer.lock
+        # The scopes open now, by path, while the journal holds entries to replay: where a
+        # held entry could still be asked for (see _reachable).
+        self.open_scopes: dict[str, Scope] = {}
         self.root = Scope(self, "", current_flow())
+        self.opened(self.root)
         self.iteration = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
@@ -136,19 +145,29 @@ class Execution:
         self.finished = False
         self.parking = False
         self.restart_from: int | None = None
+        # The journal mismatch found in one flow: every other flow stops at its next step.
+        self.mismatch: JournalMismatch | None = None
         self.budget_failure: BudgetExhausted | None = None
         # (position, step key, exception) of every failure journaled or replayed in this
         # execution: the runner finds the step whose failure failed the run among them.
         self.failures: list[tuple[int, str, BaseException]] = []
         self.live_steps = 0
-        self.replayed_keys: set[str] = set()  # kept in strict mode only
 
     # -- where the code is ---------------------------------------------------------------
 
     @property
     def replaying(self) -> bool:
-        """True while the journal holds entries no step has replayed yet."""
+        """True while the journal holds entries this execution has not replayed yet (the
+        steps made inside a replayed step are replayed with it)."""
         return self.replay_log.pending()
+
+    def opened(self, scope: Scope) -> None:
+        """Scope ``scope`` is open: a task or a step's function started."""
+        if not self.replay_log.drained:
+            self.open_scopes[scope.path] = scope
+
+    def ended(self, scope: Scope) -> None:
+        self.open_scopes.pop(scope.path, None)
 
     def scope(self) -> Scope:
         """The scope the running flow takes steps in; ContextNotActive if it has none here."""
@@ -190,6 +209,8 @@ class Execution:
         self.writer.check()
         if self.restart_from is not None:
             raise Restart()
+        if self.mismatch is not None:
+            raise self.mismatch
         if self.parking:
             raise Suspend()
         if self.cancel_event.is_set():
@@ -218,6 +239,8 @@ class Execution:
                     f"which the first execution never journaled: the code took another path "
                     f"given the same step results (a branch on the clock, randomness, or data "
                     f"read outside ctx).")
+            if kind not in _NO_EFFECT_KINDS and not self.replay_log.drained:
+                self._refuse_moved(key, kind, name, fp)
             if self.record.status is Status.DONE:
                 self._new_step_after_done(key, kind, name)
             return None
@@ -231,10 +254,78 @@ class Execution:
                                               self._describe_change(entry, inputs), key=key))
         with self.lock:
             self._count(entry)
-            if self.strict:
-                self.replayed_keys.add(key)
         self.observer.on_step(entry, True)
         return entry
+
+    def _refuse_moved(self, key: str, kind: str, name: str, fp: str) -> None:
+        """Before step ``key`` executes: refuse if the journal holds the same step (kind,
+        name, inputs) under a key this execution can no longer reach. The program's shape
+        changed (steps moved into tasks or other steps, reordered), and executing it would
+        repeat work the journal says was done."""
+        moved = [e for e in self.replay_log.alike(kind, name, fp)
+                 if not self._reachable(e.key, key)]
+        if not moved:
+            return
+        moved.sort(key=lambda e: e.position)
+        keys = ", ".join(e.key for e in moved[:5]) + (" ..." if len(moved) > 5 else "")
+        self._changed(moved[0], JournalMismatch(
+            self.run_id, moved[0].position, f"{kind} {name!r} at {keys}",
+            f"{kind} {name!r} at {key}", key=key,
+            reason=(f"the journal holds step {keys} ({kind} {name!r}, the same inputs), which "
+                    f"this execution can no longer reach, and the code now asks for the same "
+                    f"step as a new step {key}: the program's shape changed (steps reordered, "
+                    f"or moved into tasks, asyncio.gather or other steps), and executing it "
+                    f"would do again what the journal says was done")))
+
+    def _reachable(self, held: str, live: str) -> bool:
+        """Whether the journaled step ``held`` may still be asked for in this execution,
+        when step ``live`` is about to execute.
+
+        It may in a flow that is not the live step's nor one of its ancestors (those are
+        suspended in program order: what they did is behind them, what they will do comes
+        after this step), and that has not gone past it: a concurrent task that has not got
+        there yet. In the live step's own scope, only at a later key (steps whose keys were
+        taken together, ``call_tools(parallel=True)``), not at an earlier one nor inside the
+        live step (a step moved out of the step that made it). Not in a step or task that
+        ended."""
+        here, _, index = live.rpartition(".")
+        parts = held.split(".")
+        depth = len(parts) - 1
+        while (scope := self.open_scopes.get(".".join(parts[:depth]))) is None:
+            depth -= 1  # the root scope ("") is open while the journal holds entries
+        child = parts[depth]  # held itself (depth == len - 1), or the scope it is in
+        if scope.path == here:
+            return "#" not in child and int(child) > int(index)
+        if not scope.path or here.startswith(scope.path + "."):
+            return False  # an ancestor of the live step
+        if depth == len(parts) - 1:
+            return True
+        numbers = scope.numbers
+        if "#" in child:
+            task, _, number = child.rpartition("#")
+            return numbers.tasks.get(task, 0) <= int(number)
+        return numbers.next <= int(child)
+
+    def check_all_replayed(self) -> None:
+        """At the end of an execution that returned: refuse if the journal holds steps it
+        never asked for (the code makes fewer steps than the journal holds, or others), so
+        that no result is returned that the journal does not hold; also if the code went
+        on after a mismatch it caught."""
+        if self.mismatch is not None:
+            raise self.mismatch
+        rest = self.replay_log.rest()
+        if not rest:
+            return
+        keys = ", ".join(f"{e.key} ({e.kind} {e.name!r})" for e in rest[:5]) + (
+            f" and {len(rest) - 5} more" if len(rest) > 5 else "")
+        if self.strict:
+            raise ReplayDiverged(
+                f"run {self.run_id!r}: a pure replay never asked for journaled steps {keys}: "
+                f"the code took another path given the same step results.")
+        self._changed(rest[0], JournalMismatch(
+            self.run_id, rest[0].position, keys, "no further step", key=rest[0].key,
+            reason=(f"the code ended without asking for journaled steps {keys}: it makes "
+                    f"fewer or other steps than the journal holds")))
 
     def _describe_change(self, entry: StepEntry, inputs: Any) -> str:
         if entry.request is None:
@@ -257,6 +348,7 @@ class Execution:
                 if self.restart_from is None or entry.position < self.restart_from:
                     self.restart_from = entry.position
             raise Restart()
+        self.mismatch = error
         raise error
 
     def _new_step_after_done(self, key: str, kind: str, name: str) -> None:
@@ -357,6 +449,7 @@ class Execution:
         self._check_deadline(key)
         started = time.time()
         sub = scope.step_scope(key)
+        self.opened(sub)
         token = enter(sub)
         try:
             if before_live is not None:
@@ -369,6 +462,7 @@ class Execution:
         finally:
             leave(token)
             sub.closed = True
+            self.ended(sub)
 
     def _record_failure(self, key: str, kind: str, name: str, started: float, exc: Exception,
                         inputs: Any, fp: str) -> None:

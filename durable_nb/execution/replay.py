@@ -18,6 +18,11 @@ class ReplayLog:
     until their own step asks (memory grows with the skew between concurrent steps, not with
     the journal). Positions in ``skip`` (failed entries retried later) are passed over.
     Entries this execution writes (positions ``size`` on) are never read back as replay.
+
+    Taking a step's entry also drops the entries of the steps made inside it: replay skips
+    its function, so they are answered with it. What is left held at any moment is what this
+    execution has not answered yet, indexed by what each entry did (kind, name, inputs) so
+    that a step about to execute can find the same work journaled under another key.
     """
 
     def __init__(self, journal: Journal, run_id: str, size: int,
@@ -30,19 +35,34 @@ class ReplayLog:
         # The backend reads ahead as it likes (PostgreSQL: hundreds of entries a query).
         self._entries = journal.steps(run_id) if size else iter(())
         self._held: dict[str, StepEntry] = {}
+        self._alike: dict[tuple[str, str, str], dict[str, StepEntry]] = {}
+        self._inside: dict[str, list[str]] = {}  # held keys by the step they were made in
         self._lock = threading.Lock()
 
+    @property
+    def drained(self) -> bool:
+        """Whether every entry was read and taken (or dropped): nothing is left to replay,
+        for the rest of the execution."""
+        return self._next >= self.size and not self._held
+
     def take(self, key: str) -> StepEntry | None:
-        """The journaled entry of step ``key``, or None if the journal has none."""
+        """The journaled entry of step ``key``, or None if the journal has none (then every
+        entry was read: the ones not taken are held)."""
         with self._lock:
-            entry = self._held.pop(key, None)
-            if entry is not None:
-                return entry
-            while (entry := self._read_next()) is not None:
-                if entry.key == key:
-                    return entry
-                self._hold(entry)
-            return None
+            entry = self._unhold(key)
+            if entry is None:
+                while (entry := self._read_next()) is not None:
+                    if entry.key == key:
+                        break
+                    self._hold(entry)
+            if entry is not None and self._inside:
+                self._drop_inside(key)
+            return entry
+
+    def alike(self, kind: str, name: str, fingerprint: str) -> list[StepEntry]:
+        """The held entries of steps with this kind, name and input fingerprint."""
+        with self._lock:
+            return list(self._alike.get((kind, name, fingerprint), {}).values())
 
     @property
     def taken(self) -> int:
@@ -53,7 +73,7 @@ class ReplayLog:
     def pending(self) -> bool:
         """Whether entries remain that no step has taken yet."""
         with self._lock:
-            return bool(self._held) or self._next < self.size
+            return not self.drained
 
     def rest(self) -> list[StepEntry]:
         """Every entry no step has taken, in position order (they are taken now)."""
@@ -62,6 +82,8 @@ class ReplayLog:
                 self._hold(entry)
             rest = sorted(self._held.values(), key=lambda e: e.position)
             self._held.clear()
+            self._alike.clear()
+            self._inside.clear()
             return rest
 
     def _read_next(self) -> StepEntry | None:
@@ -84,3 +106,33 @@ class ReplayLog:
                                f"at position {self._held[entry.key].position})",
                                run_id=self._run_id, position=entry.position)
         self._held[entry.key] = entry
+        self._alike.setdefault((entry.kind, entry.name, entry.fingerprint), {})[entry.key] = entry
+        enclosing = _enclosing_step(entry.key)
+        if enclosing is not None:
+            self._inside.setdefault(enclosing, []).append(entry.key)
+
+    def _unhold(self, key: str) -> StepEntry | None:
+        entry = self._held.pop(key, None)
+        if entry is not None:
+            identity = (entry.kind, entry.name, entry.fingerprint)
+            alike = self._alike[identity]
+            del alike[key]
+            if not alike:
+                del self._alike[identity]
+        return entry
+
+    def _drop_inside(self, key: str) -> None:
+        """Drop the held entries of steps made inside step ``key`` (at any depth)."""
+        for inner in self._inside.pop(key, ()):
+            if self._unhold(inner) is not None:
+                self._drop_inside(inner)
+
+
+def _enclosing_step(key: str) -> str | None:
+    """The key of the step that step ``key`` was made in (``3`` for ``3.fetch#0.1``), or
+    None for a step of the run's root scope or of a task created there."""
+    parts = key.split(".")
+    for depth in range(len(parts) - 1, 0, -1):
+        if "#" not in parts[depth - 1]:
+            return ".".join(parts[:depth])
+    return None

@@ -3,9 +3,10 @@ exactly as an uninterrupted reference run of the same program.
 
 A program (:func:`programs`, a hypothesis strategy) mixes ``ctx.run``, ``ctx.chat`` against the
 loopback server, ``asyncio.gather`` of multi-step branches with random delays (``run_async``,
-``chat_async``), parallel tool calls (tools that take ``ctx`` make steps of their own), steps
-nested in steps, caught exceptions (KeyError, ValueError, an exception with a two-argument
-constructor), a step that fails the run once, and approvals. Step names repeat across
+``chat_async``), steps in a task or under ``asyncio.wait_for``, parallel tool calls (tools
+that take ``ctx`` make steps of their own), steps nested in steps, caught exceptions
+(KeyError, ValueError, an exception with a two-argument constructor), a step that fails the
+run once, and approvals. Step names repeat across
 branches on purpose: equal names in concurrent branches are where a replay by position would
 silently swap results.
 
@@ -21,8 +22,12 @@ It passes when:
   flight at a kill may run again: its entry was never written);
 - after every kill each entry reads back and positions are exactly 0..n-1.
 
-Usage: ``python tests/fuzz/replay_fuzz.py --examples 2000 [--seed N]``. The quick variant in
-the suite is ``tests/test_replay_fuzz.py``.
+With ``--changes``, each program is killed once and executed again as a changed program
+(see *program changes* below): it must end as the changed program uninterrupted or be
+refused with a divergence error, and no step journaled before the kill may run again.
+
+Usage: ``python tests/fuzz/replay_fuzz.py --examples 2000 [--seed N] [--changes]``. The quick
+variants in the suite are in ``tests/test_replay_fuzz.py``.
 """
 
 from __future__ import annotations
@@ -32,9 +37,11 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from contextlib import closing
@@ -102,7 +109,9 @@ _async_ops = st.recursive(
     lambda inner: st.lists(st.one_of(
         _async_leaf,
         st.builds(lambda branches: _op("gather", branches=branches),
-                  st.lists(inner, min_size=2, max_size=4))), min_size=1, max_size=5),
+                  st.lists(inner, min_size=2, max_size=4)),
+        st.builds(lambda k, ops: _op(k, ops=ops), st.sampled_from(["task", "wait_for"]),
+                  inner)), min_size=1, max_size=5),
     max_leaves=20)
 
 
@@ -117,33 +126,48 @@ def programs() -> st.SearchStrategy[dict]:
 class Interpreter:
     """Runs a program with ``ctx``; returns what it observed, by place in the program."""
 
-    def __init__(self, workdir: Path, url: str) -> None:
+    def __init__(self, workdir: Path, url: str, kill_at: int | None = None) -> None:
         import openai
 
         self.workdir = workdir
         self.url = url
         self.client = openai.OpenAI(base_url=url, api_key="fuzz", max_retries=0)
         self.conversations: dict[tuple[str, int], list[dict]] = {}
+        self.kill_at = kill_at  # SIGKILL this process as its kill_at-th step starts
+        self.started = 0
+        self.lock = threading.Lock()
 
     # each step's function: logged by key, value derived from its key and argument
     def _key(self, ctx: Any) -> str:
         return ctx.step_id.split(":", 1)[1]
 
-    def _log(self, key: str) -> None:
-        with open(self.workdir / "executions.log", "a") as f:
-            f.write(f"{os.getpid()} {key}\n")
+    def _log(self, key: str, effect: str = "-") -> None:
+        """Log an execution of step ``key`` (``effect``: what it does, for programs whose
+        steps carry an id); the kill_at-th one is killed here, its step unjournaled."""
+        with self.lock:
+            with open(self.workdir / "executions.log", "a") as f:
+                f.write(f"{os.getpid()} {key} {effect}\n")
+            self.started += 1
+            if self.started == self.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
 
-    def compute(self, ctx: Any, name: str, arg: int) -> str:
+    def _effect(self, ctx: Any, name: str, arg: int, uid: int | None, extra: int | None) -> str:
         key = self._key(ctx)
-        self._log(key)
+        self._log(key, f"{uid}:{arg}:{extra}" if uid is not None else "-")
+        tag = "" if uid is None else f"#{uid}" + ("" if extra is None else f"+{extra}")
+        return f"{name}({arg}){tag}@{key}"
+
+    def compute(self, ctx: Any, name: str, arg: int, uid: int | None = None,
+                extra: int | None = None) -> str:
+        value = self._effect(ctx, name, arg, uid, extra)
         time.sleep(random.random() * 0.004)
-        return f"{name}({arg})@{key}"
+        return value
 
-    async def compute_async(self, ctx: Any, name: str, arg: int) -> str:
-        key = self._key(ctx)
-        self._log(key)
+    async def compute_async(self, ctx: Any, name: str, arg: int, uid: int | None = None,
+                            extra: int | None = None) -> str:
+        value = self._effect(ctx, name, arg, uid, extra)
         await asyncio.sleep(random.random() * 0.004)
-        return f"{name}({arg})@{key}"
+        return value
 
     def raiser(self, ctx: Any, kind: str) -> None:
         key = self._key(ctx)
@@ -198,7 +222,8 @@ class Interpreter:
     def sync_op(self, ctx: Any, op: dict, path: str, seen: dict) -> None:
         kind = op["op"]
         if kind == "run":
-            seen[path] = ctx.run(op["name"], self.compute, ctx, op["name"], op["arg"])
+            args, kwargs = _effect_args(op)
+            seen[path] = ctx.run(op["name"], self.compute, ctx, *args, **kwargs)
         elif kind == "chat":
             messages = self.chat_request(path, op["conv"])
             reply = ctx.chat(model=MODEL, messages=messages, client=self.client)
@@ -220,15 +245,20 @@ class Interpreter:
         elif kind == "flaky":
             seen[path] = ctx.run(op["name"], self.flaky, ctx)
         elif kind == "approval":
-            decision = ctx.approval(op["name"], {"at": path})
+            details = {"uid": op["uid"], "arg": op["arg"]} if "uid" in op else {"at": path}
+            decision = ctx.approval(op["name"], details)
             seen[path] = [decision.approved, decision.note]
         elif kind == "nested":
-            def body() -> dict:
+            def body(*_spec: Any) -> dict:
                 inner: dict = {}
                 for i, sub in enumerate(op["ops"]):
                     self.sync_op(ctx, sub, f"{path}.{i}", inner)
-                return inner
-            seen.update(ctx.run(op["name"], body))
+                # by place in the body, so that the step's result does not depend on where
+                # the body is in the program
+                return {k[len(path):]: v for k, v in inner.items()}
+            # A body with ids is the step's input: a changed body is a changed step.
+            spec = (json.dumps(op["ops"], sort_keys=True),) if "uid" in op else ()
+            seen.update({path + k: v for k, v in ctx.run(op["name"], body, *spec).items()})
         else:
             raise ValueError(f"no sync op {kind!r}")
 
@@ -236,8 +266,9 @@ class Interpreter:
         kind = op["op"]
         await asyncio.sleep(random.random() * 0.003)
         if kind == "run_async":
-            seen[path] = await ctx.run_async(op["name"], self.compute_async, ctx, op["name"],
-                                             op["arg"])
+            args, kwargs = _effect_args(op)
+            seen[path] = await ctx.run_async(op["name"], self.compute_async, ctx, *args,
+                                             **kwargs)
         elif kind == "chat_async":
             import openai
 
@@ -253,6 +284,14 @@ class Interpreter:
 
             await asyncio.gather(*(branch(ops, f"{path}/b{j}")
                                    for j, ops in enumerate(op["branches"])))
+        elif kind in ("task", "wait_for"):
+            async def body(ops: list, where: str) -> None:
+                for i, sub in enumerate(ops):
+                    await self.async_op(ctx, sub, f"{where}.{i}", seen)
+
+            work = body(op["ops"], f"{path}/{kind}")
+            # wait_for makes a task on 3.10/3.11 and none on 3.12+: the keys must not differ
+            await (asyncio.create_task(work) if kind == "task" else asyncio.wait_for(work, 60))
         else:
             self.sync_op(ctx, op, path, seen)
 
@@ -275,11 +314,20 @@ class Interpreter:
         return run_async
 
 
-def program_child(program_json: str, journal_dir: str, workdir: str, url: str) -> None:
-    """Process target: execute the program as run ``program`` (result.json / error.txt)."""
+def _effect_args(op: dict) -> tuple[tuple, dict]:
+    """The arguments of a leaf step's function: its id and an added argument when it has
+    them (programs that are changed between executions)."""
+    args = (op["name"], op["arg"]) + ((op["uid"],) if "uid" in op else ())
+    return args, ({"extra": op["extra"]} if "extra" in op else {})
+
+
+def program_child(program_json: str, journal_dir: str, workdir: str, url: str,
+                  kill_at: int | None = None) -> None:
+    """Process target: execute the program as run ``program`` (result.json / error.txt),
+    SIGKILLed as its ``kill_at``-th step starts."""
     import durable_nb as dn
 
-    interpreter = Interpreter(Path(workdir), url)
+    interpreter = Interpreter(Path(workdir), url, kill_at)
     handler = interpreter.handler(json.loads(program_json))
     try:
         _run_child(workdir, lambda: dn.execute(RUN_ID, handler, journal=journal_dir,
@@ -431,6 +479,259 @@ def check_program(program: dict, kill_after: list[float], root: Path, url: str) 
     return problems
 
 
+# -- program changes -----------------------------------------------------------------------
+#
+# Run program P, SIGKILL it as a random step starts, then execute the run again with P', a
+# changed P (steps reordered, moved into or out of tasks, gather, wait_for and other steps,
+# arguments or an approval's details changed, arguments added, steps removed or added).
+# Every leaf step and every nested step
+# carries an id, passed to its function (a nested step's body is its input), so a step's
+# identity is its id and arguments. The resumed run must either end as P' uninterrupted
+# (result and journal) or stop with a divergence error; either way, no step P journaled
+# before the kill may be executed again (the same id and arguments), and an unchanged
+# program must not be refused.
+
+#: Errors that report a changed program.
+DIVERGENCE = ("JournalMismatch", "InputChanged", "ReplayDiverged")
+
+_changing_leaf = st.builds(lambda n, a: _op("run", name=n, arg=a), _names, _args)
+_changing_sync = st.recursive(
+    st.lists(_changing_leaf, min_size=1, max_size=3),
+    lambda inner: st.lists(st.one_of(_changing_leaf, st.builds(
+        lambda n, ops: _op("nested", name=n, ops=ops), _names, inner)), min_size=1, max_size=3),
+    max_leaves=6)
+_changing_async_leaf = st.one_of(
+    _changing_leaf,
+    st.builds(lambda n, a: _op("run_async", name=n, arg=a), _names, _args),
+    st.builds(lambda n, a: _op("approval", name=n, arg=a), _names, _args),
+    st.builds(lambda n, ops: _op("nested", name=n, ops=ops), _names, _changing_sync))
+_changing_async = st.recursive(
+    st.lists(_changing_async_leaf, min_size=1, max_size=4),
+    lambda inner: st.lists(st.one_of(
+        _changing_async_leaf,
+        st.builds(lambda branches: _op("gather", branches=branches),
+                  st.lists(inner, min_size=2, max_size=3)),
+        st.builds(lambda k, ops: _op(k, ops=ops), st.sampled_from(["task", "wait_for"]),
+                  inner)), min_size=1, max_size=4),
+    max_leaves=14)
+
+
+def changed_programs() -> st.SearchStrategy[tuple[dict, dict, list[str], int]]:
+    """``(P, P', the changes made, kill_at)``: P SIGKILLed as its kill_at-th step starts."""
+    def build(ops: list, seed: int, changes: int, kill: int) -> tuple:
+        program = {"mode": "async", "ops": ops}
+        _number(program["ops"], iter(range(10**6)))
+        changed, made = mutate(program, random.Random(seed), changes)
+        # killed as one of its steps from the second to the last starts
+        return program, changed, made, 2 + kill % (len(_leaves(ops, LOGGED)) - 1)
+    return st.builds(build, _changing_async.filter(lambda ops: len(_leaves(ops, LOGGED)) >= 3),
+                     st.integers(0, 2**32),
+                     st.sampled_from([1, 2, 3, 1, 2, 0]), st.integers(0, 10**6))
+
+
+def _number(ops: list, ids: Any) -> None:
+    """Give every leaf and nested step an id."""
+    for op in ops:
+        if op["op"] in ("run", "run_async", "approval", "nested"):
+            op["uid"] = next(ids)
+        for inner in _inner_lists(op):
+            _number(inner, ids)
+
+
+def _inner_lists(op: dict) -> list[list]:
+    if op["op"] == "gather":
+        return op["branches"]
+    return [op["ops"]] if "ops" in op else []
+
+
+def _lists(ops: list, sync: bool, branch: tuple, out: list) -> None:
+    """Every op list of a program: (list, inside a step's body (sync), which gather branches
+    it is in)."""
+    out.append((ops, sync, branch))
+    for op in ops:
+        if op["op"] == "gather":
+            for j, inner in enumerate(op["branches"]):
+                _lists(inner, False, branch + ((id(op), j),), out)
+        else:
+            for inner in _inner_lists(op):
+                _lists(inner, sync or op["op"] == "nested", branch, out)
+
+
+#: Leaves whose function logs its execution (an approval's does not).
+LOGGED = ("run", "run_async")
+
+
+def _leaves(ops: list, kinds: tuple = ("run", "run_async", "approval")) -> list[dict]:
+    found = []
+    for op in ops:
+        if op["op"] in kinds:
+            found.append(op)
+        for inner in _inner_lists(op):
+            found.extend(_leaves(inner, kinds))
+    return found
+
+
+def _sync_only(op: dict) -> bool:
+    return op["op"] == "run" or (op["op"] == "nested")
+
+
+def _concurrent(a: tuple, b: tuple) -> bool:
+    """Whether two lists are in different branches of one gather (concurrent flows)."""
+    branches = dict(a)
+    return any(gather in branches and branches[gather] != j for gather, j in b)
+
+
+#: The changes, shape changes more often than the others.
+_CHANGES = ("swap", "move", "wrap", "unwrap") * 2 + ("arg", "extra", "remove", "add")
+
+
+def mutate(program: dict, rng: random.Random, count: int) -> tuple[dict, list[str]]:
+    """A changed copy of ``program`` and what was changed. A step moved from one branch of
+    a gather to another is not made: durable_nb cannot tell it, before it executes, from a
+    step the other branch has not got to yet (it is refused when the run ends)."""
+    import copy
+
+    changed = copy.deepcopy(program)
+    ids = iter(range(10**6, 2 * 10**6))
+    made: list[str] = []
+    for _ in range(20 * count):  # a change that does not apply here is drawn again
+        if len(made) == count:
+            break
+        lists: list = []
+        _lists(changed["ops"], False, (), lists)
+        ops, sync, branch = rng.choice(lists)
+        kind = rng.choice(_CHANGES)
+        i = rng.randrange(len(ops))
+        if kind == "swap" and len(ops) > 1:
+            j = (i + 1) % len(ops)
+            ops[i], ops[j] = ops[j], ops[i]
+        elif kind == "move" and len(ops) > 1:
+            op = ops[i]
+            inside: list = []
+            for inner in _inner_lists(op):
+                _lists(inner, False, (), inside)
+            targets = [(t, s) for t, s, b in lists
+                       if t is not ops and all(t is not x for x, _, _ in inside)
+                       and (not s or _sync_only(op)) and not _concurrent(branch, b)]
+            if not targets:
+                continue
+            target, _ = rng.choice(targets)
+            del ops[i]
+            target.insert(rng.randrange(len(target) + 1), op)
+        elif kind == "wrap":
+            j = rng.randrange(i + 1, len(ops) + 1)
+            part = ops[i:j]
+            wrappers = ["nested"] if sync else ["task", "wait_for", "gather"] + (
+                ["nested"] if all(map(_sync_only, part)) else [])
+            wrapper = rng.choice(wrappers)
+            if wrapper == "gather":
+                cut = rng.randrange(len(part) + 1)
+                new = _op("gather", branches=[b for b in (part[:cut], part[cut:]) if b])
+            elif wrapper == "nested":
+                new = _op("nested", name=rng.choice(NAMES), ops=part, uid=next(ids))
+            else:
+                new = _op(wrapper, ops=part)
+            ops[i:j] = [new]
+        elif kind == "unwrap" and _inner_lists(ops[i]):
+            ops[i:i + 1] = [inner for branch_ops in _inner_lists(ops[i]) for inner in branch_ops]
+        elif kind in ("arg", "extra"):
+            leaf = rng.choice(_leaves(changed["ops"]) or [None])
+            if leaf is None:
+                continue
+            if kind == "arg":  # an approval's details change with it
+                leaf["arg"] = (leaf["arg"] + 1) % 10
+            elif leaf["op"] == "approval":
+                continue
+            else:
+                leaf["extra"] = leaf.get("extra", 0) + 1
+        elif kind == "remove" and len(ops) > 1:
+            del ops[i]
+        elif kind == "add":
+            leaf = "run" if sync or rng.random() < 0.5 else "run_async"
+            ops.insert(rng.randrange(len(ops) + 1),
+                       _op(leaf, name=rng.choice(NAMES), arg=rng.randrange(10), uid=next(ids)))
+        else:
+            continue
+        made.append(kind)
+    return changed, made
+
+
+def _run_once(program: dict, workdir: Path, journal: DiskJournal, url: str,
+              kill_at: int | None) -> tuple[Any, str | None]:
+    """One execution of the program in its own process: (result, None), (None, the error's
+    traceback), or (None, None) when it was killed."""
+    for name in ("result.json", "error.txt"):
+        (workdir / name).unlink(missing_ok=True)
+    process = start(program_child, json.dumps(program), str(journal.directory), str(workdir),
+                    url, kill_at)
+    drive(process, journal, RUN_ID, timeout=CHILD_TIMEOUT)
+    if process.exitcode == -9:
+        return None, None
+    if (workdir / "result.json").exists():
+        return json.loads((workdir / "result.json").read_text())["result"], None
+    error = workdir / "error.txt"
+    return None, error.read_text() if error.exists() else f"exit code {process.exitcode}"
+
+
+def _logged(workdir: Path) -> list[tuple[str, str]]:
+    """(key, effect) of every step execution logged so far, in order."""
+    log = workdir / "executions.log"
+    return [tuple(line.split()[1:3]) for line in log.read_text().splitlines()] \
+        if log.exists() else []
+
+
+def check_changed_program(program: dict, changed: dict, kill_at: int, root: Path,
+                          url: str) -> list[str]:
+    """One trial: P' uninterrupted (the reference); P killed at step ``kill_at``, then P'
+    on its journal. The problems found."""
+    root.mkdir(parents=True, exist_ok=True)
+    reference = execute_program(changed, root / "reference", url, [])
+    if reference.problems:
+        return [f"reference run of P': {p}" for p in reference.problems]
+    workdir = root / "changed"
+    workdir.mkdir()
+    journal = DiskJournal(workdir / "journal")
+    try:
+        result, error = _run_once(program, workdir, journal, url, kill_at)
+        if error is not None:
+            return [f"P failed: {error[-2000:]}"]
+        killed = result is None
+        journaled = _journaled_keys(journal)
+        done = {effect for key, effect in _logged(workdir) if key in journaled}
+        mark = len(_logged(workdir))
+        result, error = _run_once(changed, workdir, journal, url, None)
+        problems = []
+        again = sorted({effect for _, effect in _logged(workdir)[mark:]} & done)
+        if again:
+            problems.append(f"steps (id:arg:extra) {again} journaled by P were executed again "
+                            f"by P'")
+        if error is not None:
+            raised = error.strip().splitlines()[-1].split(":", 1)[0].rsplit(".", 1)[-1]
+            refused = raised if raised in DIVERGENCE else None
+            if refused is None:
+                problems.append(f"P' failed with another error than a divergence: "
+                                f"{error[-2000:]}")
+            elif changed == program:
+                problems.append(f"the unchanged program was refused: {error[-2000:]}")
+            TOTALS.update(refused=1)
+        elif result is None:
+            problems.append("P' was killed")
+        else:
+            steps, _ = _journal_view(journal)
+            if result != reference.result:
+                problems.append(f"P' returned another result than uninterrupted:\n  {result}"
+                                f"\n  {reference.result}")
+            if steps != reference.steps:
+                differing = sorted(k for k in set(steps) | set(reference.steps)
+                                   if steps.get(k) != reference.steps.get(k))
+                problems.append(f"P' journaled other steps than uninterrupted at {differing[:8]}")
+            TOTALS.update(equal=1)
+        TOTALS.update(changed_programs=1, kills=int(killed), unchanged=int(changed == program))
+        return problems
+    finally:
+        journal.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -438,9 +739,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--changes", action="store_true",
+                        help="resume each killed program with a changed program")
     args = parser.parse_args(argv)
     chosen = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    print(f"replay fuzz: {args.examples} programs, seed {chosen}", flush=True)
+    what = "changed programs" if args.changes else "programs"
+    print(f"replay fuzz: {args.examples} {what}, seed {chosen}", flush=True)
     examples = iter(range(10**9))
     with LoopbackServer(["first", "second", "third", "fourth", "fifth"]) as server, \
             tempfile.TemporaryDirectory() as tmp:
@@ -453,9 +757,21 @@ def main(argv: list[str] | None = None) -> int:
             problems = check_program(program, kills, Path(tmp) / str(next(examples)), server.url)
             assert not problems, "\n".join(problems) + f"\nprogram: {json.dumps(program)}"
 
+        @hypothesis_seed(chosen)
+        @settings(max_examples=args.examples, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=changed_programs())
+        def changed_trial(case: tuple) -> None:
+            program, changed, made, kill_at = case
+            problems = check_changed_program(program, changed, kill_at,
+                                             Path(tmp) / str(next(examples)), server.url)
+            assert not problems, "\n".join(problems) + (
+                f"\nP: {json.dumps(program)}\nchanges: {made}\nP': {json.dumps(changed)}"
+                f"\nkilled at step {kill_at}")
+
         started = time.monotonic()
         try:
-            trial()
+            (changed_trial if args.changes else trial)()
         finally:
             print(" ".join(f"{k}={v}" for k, v in sorted(TOTALS.items()))
                   + f" seconds={time.monotonic() - started:.0f} seed={chosen}", flush=True)
