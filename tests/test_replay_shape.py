@@ -224,9 +224,12 @@ def test_the_usual_gather_resume_replays_each_task_even_with_equal_steps(journal
 def test_steps_moved_out_of_tasks_or_reordered_are_refused(journal):
     done = []
 
+    async def record(name):  # the step's effect, off the event loop as real I/O would be
+        await asyncio.to_thread(done.append, name)
+
     async def in_tasks(ctx):
         async def worker(name):
-            return await ctx.run_async("do", asyncio.to_thread, done.append, name)
+            return await ctx.run_async("do", record, name)
         await asyncio.gather(worker("a"), worker("b"))
         raise Crash()
 
@@ -236,7 +239,7 @@ def test_steps_moved_out_of_tasks_or_reordered_are_refused(journal):
 
     async def sequential(ctx):
         for name in ("b", "a"):
-            await ctx.run_async("do", asyncio.to_thread, done.append, name)
+            await ctx.run_async("do", record, name)
 
     with pytest.raises(JournalMismatch, match="worker#1.0"):
         dn.execute("m", sequential, journal=journal)
@@ -402,7 +405,7 @@ def test_a_run_that_parks_with_journaled_steps_left_is_not_refused(journal):
             async def work():
                 await asyncio.sleep(0)  # later executions: ask parks before this replays
                 for i in range(3):
-                    await ctx.run_async("work", asyncio.to_thread, done.append, i)
+                    await ctx.run_async("work", lambda i: asyncio.to_thread(done.append, i), i)
                 worked.set()
                 return "worked"
 
