@@ -326,16 +326,7 @@ class RunPanel:
         origins = origins or {}
         for entry in info.steps:
             panel._note_messages(entry)
-            origin = origins.get(entry.position)
-            panel._recent.append((entry, origin))
-            if origin is None:
-                panel._journaled += 1
-            elif origin:
-                panel._replayed += 1
-                if entry.tokens:
-                    panel._replayed_entries.append(entry)
-            else:
-                panel._executed += 1
+            panel._count(entry, origins.get(entry.position))
         panel._shown = {entry.position for entry in info.steps}
         panel.refresh(force=True)
         return panel
@@ -369,19 +360,25 @@ class RunPanel:
 
     # -- observer ----------------------------------------------------------------------
 
+    def _count(self, entry: StepEntry, replayed: bool | None) -> None:
+        """Put a step in the timeline and count it by how it was got (see _origin_badge)."""
+        self._recent.append((entry, replayed))
+        if replayed is None:
+            self._journaled += 1
+        elif replayed:
+            self._replayed += 1
+            if entry.tokens:
+                self._replayed_entries.append(entry)
+        else:
+            self._executed += 1
+
     def on_step(self, entry: StepEntry, replayed: bool) -> None:
         with self._lock:
             if replayed and entry.position in self._shown:
                 return  # already shown by an earlier execution of this run
             self._shown.add(entry.position)
             self._note_messages(entry)
-            self._recent.append((entry, replayed))
-            if replayed:
-                self._replayed += 1
-                if entry.tokens:
-                    self._replayed_entries.append(entry)
-            else:
-                self._executed += 1
+            self._count(entry, replayed)
             if self._streaming and entry.kind in LLM_KINDS:
                 self._streaming = False
                 if not self._log_ends_line:  # the streamed reply ends its line

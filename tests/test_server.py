@@ -29,6 +29,7 @@ from durable_nb import DiskJournal, RunRecord, Status, StepEntry  # noqa: E402
 from durable_nb.execution.approvals import decision_kind  # noqa: E402
 from durable_nb.journal.index import index_dir, journal_id, record_opened  # noqa: E402
 from tests.conftest import run_python  # noqa: E402
+from tests.test_approvals import _drop  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,16 +79,6 @@ def api(jp_fetch, jp_asyncio_loop):
     call.request = request
     call.gather = lambda *requests: jp_asyncio_loop.run_until_complete(_all(requests))
     return call
-
-
-def _drop(db: str, dropped: list[str]):
-    """A cell that drops the database named in its approval, once approved."""
-    def handler(ctx):
-        if ctx.approval("drop database", {"db": db}).approved:
-            ctx.run("drop", lambda: dropped.append(db))
-            return f"dropped {db}"
-        return "kept"
-    return handler
 
 
 def _done(ctx):
