@@ -1,0 +1,327 @@
+"""The durable openai client: ``ctx.openai`` and ``ctx.async_openai``.
+
+Objects that stand in for ``openai.OpenAI`` / ``openai.AsyncOpenAI`` where a library takes a
+client (an agent framework, code written before durable_nb), so that its calls become steps
+without rewriting it. What they journal:
+
+- ``chat.completions.create(...)``: exactly ``ctx.chat`` / ``ctx.chat_async`` (one step of
+  kind ``chat``: budgets, token and cost accounting, retries, input comparison, panel row);
+- ``responses.create(...)``: exactly ``ctx.respond`` / ``ctx.respond_async``.
+
+With ``stream=True`` both return a stream. The async client's live stream yields the server's
+chunks (events) as they arrive, while the reply is assembled and journaled; a replayed
+stream yields equivalent chunks synthesized from the journaled reply, at once
+(:func:`~durable_nb.streaming.completion_chunks`, :func:`response_events`). The sync client
+journals the streamed reply first and then yields it (its text is shown in the panel as it
+arrives). A usage chunk is yielded only when the request asked for it
+(``stream_options={"include_usage": True}``). A live stream runs in an asyncio task of its
+own (numbered, so its step key is stable: ``streamed_call#N.0``); closing the stream early
+waits for the reply to be journaled, since it is paid for.
+
+Configuration reads (``base_url``, ``organization``, ``project``, ``timeout``) and
+``with_options(...)`` are those of the wrapped client. Everything else (``embeddings``,
+``files``, ``with_raw_response``, ``beta`` ...) raises
+:class:`~durable_nb.errors.UnsupportedClientCall` instead of reaching the server without a
+journaled step; it is an ``AttributeError``, so a library that probes with ``getattr(client,
+name, None)`` takes its fallback path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Callable
+
+from openai import NotGiven, Omit
+from openai.types.responses import Response
+
+from .endpoints import default_client
+from .errors import UnsupportedClientCall
+from .execution import Execution
+from .llm import chat, chat_async
+from .responses import respond, respond_async
+from .streaming import completion_chunks
+
+__all__ = ["AsyncChatStream", "ChatStream", "DurableAsyncOpenAI", "DurableOpenAI",
+           "response_events"]
+
+# Plain configuration of the wrapped client, read by frameworks (the Agents SDK reads
+# base_url to tell OpenAI from other servers); never a credential.
+_CONFIGURATION = ("base_url", "websocket_base_url", "organization", "project", "timeout")
+
+_END = object()  # the end of a stream's queue
+
+
+def _given(kwargs: dict) -> dict:
+    """The keyword arguments a caller set: openai's ``omit`` / ``NOT_GIVEN`` left out."""
+    return {k: v for k, v in kwargs.items() if not isinstance(v, (Omit, NotGiven))}
+
+
+def _wants_usage(kwargs: dict) -> bool:
+    options = kwargs.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+def _refuse(owner: str, name: str) -> UnsupportedClientCall:
+    return UnsupportedClientCall(
+        f"{owner}.{name} is not journaled by durable_nb: the durable client journals "
+        f"chat.completions.create and responses.create (streamed or not). Call the real "
+        f"client inside a step (ctx.run(...)) if you need {name}.")
+
+
+class _Refusing:
+    """Attribute access that refuses what the durable client does not journal."""
+
+    _owner = "durable client"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise _refuse(self._owner, name)
+
+
+def response_events(response: Response) -> list[dict]:
+    """The events of a Responses API stream that ends in ``response`` (for a replayed
+    stream): ``response.created``, per output item ``response.output_item.added``, its text
+    as one ``response.output_text.delta``, ``response.output_item.done``, then
+    ``response.completed`` (or ``response.incomplete``) with the whole response."""
+    data = response.model_dump(mode="json", exclude_none=True)
+    events = [{"type": "response.created", "sequence_number": 0,
+               "response": dict(data, status="in_progress", output=[])}]
+    for index, item in enumerate(data.get("output") or ()):
+        events.append({"type": "response.output_item.added", "output_index": index,
+                       "item": item})
+        for part_index, part in enumerate(item.get("content") or ()):
+            if part.get("type") == "output_text" and part.get("text"):
+                events.append({"type": "response.output_text.delta", "output_index": index,
+                               "content_index": part_index, "item_id": item.get("id", ""),
+                               "delta": part["text"], "logprobs": []})
+        events.append({"type": "response.output_item.done", "output_index": index,
+                       "item": item})
+    final = "response.incomplete" if data.get("status") == "incomplete" else "response.completed"
+    events.append({"type": final, "response": data})
+    for number, event in enumerate(events):
+        event["sequence_number"] = number
+    return events
+
+
+def _typed_events(response: Response) -> list[Any]:
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(ResponseStreamEvent)
+    return [adapter.validate_python(event) for event in response_events(response)]
+
+
+# -- streams ------------------------------------------------------------------------------
+
+class ChatStream:
+    """What the sync durable client returns for ``stream=True``: the chunks of a reply
+    already journaled (see the module docstring). ``completion`` is the journaled reply."""
+
+    response = None  # no HTTP response behind it
+
+    def __init__(self, items: list[Any], completion: Any) -> None:
+        self._items = iter(items)
+        self.completion = completion
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._items)
+
+    def close(self) -> None:
+        self._items = iter(())
+
+    def __enter__(self) -> ChatStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncChatStream:
+    """What the async durable client returns for ``stream=True``: chunks (or Responses
+    events) as the step's task hands them on; iteration ends when the step is journaled,
+    and raises what the step raised. ``completion`` is the journaled reply, once ended."""
+
+    response = None  # no HTTP response behind it
+
+    def __init__(self, queue: asyncio.Queue, task: asyncio.Task) -> None:
+        self._queue = queue
+        self._task = task
+
+    @property
+    def completion(self) -> Any:
+        return self._task.result() if self._task.done() else None
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        item = await self._queue.get()
+        if item is _END:
+            self._queue.put_nowait(_END)
+            await self._task  # the step's error, if it failed
+            raise StopAsyncIteration
+        return item
+
+    async def close(self) -> None:
+        """Stop reading; waits for the reply to be journaled (it is paid for)."""
+        await asyncio.wait({self._task})
+
+    async def __aenter__(self) -> AsyncChatStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _open_stream(make_step: Callable[[Callable[[Any], None]], Any],
+                 synthesize: Callable[[Any], list[Any]],
+                 hand_on: Callable[[Any], bool]) -> AsyncChatStream:
+    """Start the step ``make_step(on_item)`` in a task of its own and return the stream of
+    its items: live, those of the server that ``hand_on`` keeps; replayed (no item came),
+    ``synthesize(result)``."""
+    queue: asyncio.Queue = asyncio.Queue()
+    received = 0
+
+    def on_item(item: Any) -> None:
+        nonlocal received
+        received += 1
+        if hand_on(item):
+            queue.put_nowait(item)
+
+    async def streamed_call() -> Any:
+        try:
+            result = await make_step(on_item)
+            if not received:
+                for item in synthesize(result):
+                    queue.put_nowait(item)
+            return result
+        finally:
+            queue.put_nowait(_END)
+
+    return AsyncChatStream(queue, asyncio.get_running_loop().create_task(streamed_call()))
+
+
+# -- the clients --------------------------------------------------------------------------
+
+class _Client(_Refusing):
+    """What the sync and async durable clients share."""
+
+    asynchronous = False
+
+    def __init__(self, execution: Execution, client: Any = None) -> None:
+        self._ex = execution
+        self._client = client
+        self._owner = "ctx.async_openai" if self.asynchronous else "ctx.openai"
+
+    @property
+    def wrapped(self) -> Any:
+        """The openai client the calls go through (the run's, or one from the
+        environment)."""
+        return self._client or default_client(asynchronous=self.asynchronous)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _CONFIGURATION:
+            return getattr(self.wrapped, name)
+        return super().__getattr__(name)
+
+    def with_options(self, **options: Any) -> Any:
+        """The durable client over ``wrapped.with_options(**options)``. Its retries stay
+        off whatever ``max_retries`` says: durable_nb retries each call."""
+        return type(self)(self._ex, self.wrapped.with_options(**options))
+
+    def _request(self, kwargs: dict) -> dict:
+        request = _given(kwargs)
+        if self._client is not None:
+            request["client"] = self._client
+        return request
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of run {self._ex.run_id!r} over {self.wrapped!r}>"
+
+
+class _Resource(_Refusing):
+    def __init__(self, client: _Client, path: str) -> None:
+        self._c = client
+        self._owner = f"{client._owner}.{path}"
+
+
+class _SyncCompletions(_Resource):
+    def create(self, **kwargs: Any) -> Any:
+        """``ctx.chat(**kwargs)``; ``stream=True`` returns a :class:`ChatStream`."""
+        request = self._c._request(kwargs)
+        if not request.get("stream"):
+            return chat(self._c._ex, request)
+        completion = chat(self._c._ex, request)
+        return ChatStream(completion_chunks(completion, include_usage=_wants_usage(request)),
+                          completion)
+
+
+class _AsyncCompletions(_Resource):
+    async def create(self, **kwargs: Any) -> Any:
+        """``await ctx.chat_async(**kwargs)``; ``stream=True`` returns an
+        :class:`AsyncChatStream` of the chunks as they arrive."""
+        request = self._c._request(kwargs)
+        if not request.get("stream"):
+            return await chat_async(self._c._ex, request)
+        wants_usage = _wants_usage(request)
+        return _open_stream(
+            lambda on_chunk: chat_async(self._c._ex, request, on_chunk=on_chunk),
+            lambda completion: completion_chunks(completion, include_usage=wants_usage),
+            # durable_nb asks for usage itself: its chunk goes to the reader only if asked
+            lambda chunk: wants_usage or bool(getattr(chunk, "choices", None)))
+
+
+class _SyncResponses(_Resource):
+    def create(self, **kwargs: Any) -> Any:
+        """``ctx.respond(**kwargs)``; ``stream=True`` returns a :class:`ChatStream` of
+        Responses events."""
+        request = self._c._request(kwargs)
+        response = respond(self._c._ex, request)
+        if not request.get("stream"):
+            return response
+        return ChatStream(_typed_events(response), response)
+
+
+class _AsyncResponses(_Resource):
+    async def create(self, **kwargs: Any) -> Any:
+        """``await ctx.respond_async(**kwargs)``; ``stream=True`` returns an
+        :class:`AsyncChatStream` of Responses events as they arrive."""
+        request = self._c._request(kwargs)
+        if not request.get("stream"):
+            return await respond_async(self._c._ex, request)
+        return _open_stream(
+            lambda on_event: respond_async(self._c._ex, request, on_event=on_event),
+            _typed_events, lambda event: True)
+
+
+class _Chat(_Resource):
+    def __init__(self, client: _Client, completions: _Resource) -> None:
+        super().__init__(client, "chat")
+        self.completions = completions
+
+
+class DurableOpenAI(_Client):
+    """``ctx.openai``: an ``openai.OpenAI`` stand-in whose calls are journaled steps (see
+    the module docstring)."""
+
+    def __init__(self, execution: Execution, client: Any = None) -> None:
+        super().__init__(execution, client)
+        self.chat = _Chat(self, _SyncCompletions(self, "chat.completions"))
+        self.responses = _SyncResponses(self, "responses")
+
+
+class DurableAsyncOpenAI(_Client):
+    """``ctx.async_openai``: an ``openai.AsyncOpenAI`` stand-in whose calls are journaled
+    steps (see the module docstring)."""
+
+    asynchronous = True
+
+    def __init__(self, execution: Execution, client: Any = None) -> None:
+        super().__init__(execution, client)
+        self.chat = _Chat(self, _AsyncCompletions(self, "chat.completions"))
+        self.responses = _AsyncResponses(self, "responses")
