@@ -29,9 +29,12 @@ name, None)`` takes its fallback path.
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Callable
 
+import openai
 from openai import NotGiven, Omit
 from openai.types.responses import Response
 
@@ -111,6 +114,25 @@ def _typed_events(response: Response) -> list[Any]:
 
     adapter = TypeAdapter(ResponseStreamEvent)
     return [adapter.validate_python(event) for event in response_events(response)]
+
+
+_loop_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_loop_lock = threading.Lock()
+
+
+def _on_this_loop(client: Any) -> Any:
+    """``client`` with a connection pool of its own for the running event loop (made once
+    per loop). An httpx pool is bound to the loop that opened its connections, and a
+    notebook runs each async cell on a new loop: the pool of an earlier cell's loop would
+    fail with "Event loop is closed"."""
+    loop = asyncio.get_running_loop()
+    with _loop_lock:
+        copies = _loop_clients.setdefault(loop, {})
+        entry = copies.get(id(client))
+        if entry is None or entry[0] is not client:
+            entry = copies[id(client)] = (
+                client, client.with_options(http_client=openai.DefaultAsyncHttpxClient()))
+        return entry[1]
 
 
 # -- streams ------------------------------------------------------------------------------
@@ -224,6 +246,11 @@ class _Client(_Refusing):
         environment)."""
         return self._client or default_client(asynchronous=self.asynchronous)
 
+    def _sending(self) -> Any:
+        """The client a call goes through: :attr:`wrapped`, for an async one a copy per
+        event loop (see :func:`_on_this_loop`)."""
+        return _on_this_loop(self.wrapped) if self.asynchronous else self.wrapped
+
     def __getattr__(self, name: str) -> Any:
         if name in _CONFIGURATION:
             return getattr(self.wrapped, name)
@@ -235,10 +262,7 @@ class _Client(_Refusing):
         return type(self)(self._ex, self.wrapped.with_options(**options))
 
     def _request(self, kwargs: dict) -> dict:
-        request = _given(kwargs)
-        if self._client is not None:
-            request["client"] = self._client
-        return request
+        return dict(_given(kwargs), client=self._sending())
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of run {self._ex.run_id!r} over {self.wrapped!r}>"

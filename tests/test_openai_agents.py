@@ -1,0 +1,186 @@
+"""The OpenAI Agents SDK made durable (durable_nb.integrations.openai_agents), with the real
+``openai-agents`` package against the loopback server over HTTP; crashes are real SIGKILLs of
+child processes (tests/openai_agents_process.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, ModelSettings, function_tool  # noqa: E402
+
+import durable_nb  # noqa: E402
+from durable_nb import InputChanged, NotJournaled, RunOptions, Status, approve, reject  # noqa: E402
+from durable_nb.integrations.openai_agents import run  # noqa: E402
+from durable_nb.runner import Runner  # noqa: E402
+from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402
+
+from tests import agent_process, openai_agents_process as travel  # noqa: E402
+
+
+def _crash_and_resume(tmp_path: Path, script: list[Reply], kill_after: str,
+                      slow: dict[str, float] | None = None) -> tuple[object, dict, list[str]]:
+    """Run the travel agent in a child killed after ``kill_after``'s step, then in a second
+    child that resumes it: (final output, server stats, effects)."""
+    journal = str(tmp_path / "journal")
+    with LoopbackServer(script) as server:
+        for kill in (kill_after, None):
+            child = agent_process.start(travel.agents_child, journal, server.url,
+                                        str(tmp_path), "trip", kill, slow)
+            child.join(60)
+        assert (tmp_path / f"killed-after-{kill_after}").exists()
+        return agent_process.read_result(tmp_path), server.stats(), travel.effects(tmp_path)
+
+
+def _uninterrupted(tmp_path: Path, script: list[Reply]) -> object:
+    work = tmp_path / "uninterrupted"
+    work.mkdir()
+    with LoopbackServer(script) as server:
+        child = agent_process.start(travel.agents_child, str(work / "journal"), server.url,
+                                    str(work), "trip", None, None)
+        child.join(60)
+    return agent_process.read_result(work)
+
+
+def test_sigkill_after_the_second_tool_resumes_with_each_round_and_effect_once(tmp_path):
+    output, stats, effects = _crash_and_resume(tmp_path, travel.script(), "book_flight")
+    assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
+    assert effects == ["find Oslo", "book SK123"]
+    assert output == travel.FINAL == _uninterrupted(tmp_path, travel.script())
+
+
+def test_parallel_tool_calls_replay_whatever_order_they_finished_in(tmp_path):
+    # Oslo is called first but finishes last: the kill comes after Rome's step, with
+    # Oslo's still running. The resumed run replays Rome and runs Oslo, once each.
+    output, stats, effects = _crash_and_resume(
+        tmp_path, travel.parallel_script(), "find_flight", slow={"Oslo": 1.0})
+    assert effects == ["find Rome", "find Oslo"]
+    assert stats["by_round"] == {"0": 1, "1": 1}
+    assert output == travel.FINAL
+
+
+# --- in-process runs -----------------------------------------------------------------------
+
+def _execute(run_id, agent, journal, client, **options):
+    async def handler(ctx):
+        return (await run(ctx, agent, "Book me a flight to Oslo.")).final_output
+
+    return Runner(run_id, handler, journal=journal,
+                  options=RunOptions(client=client, poll_interval=0.05, **options)).run()
+
+
+@pytest.fixture
+def charge_script():
+    return [Reply(tool_calls=[ToolCall("charge_card", {"amount": 120})]), "Charged."]
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_a_tool_needing_approval_parks_the_run_and_the_sdk_gets_the_decision(
+        tmp_path, journal, charge_script, approved):
+    agent = travel.travel_agent(tmp_path)
+    with LoopbackServer(charge_script) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        parked = _execute("charge", agent, journal, client, on_approval="park")
+        assert parked.record.status is Status.WAITING_APPROVAL
+        pending = parked.record.pending_approval
+        assert (pending["name"], pending["details"]) == (
+            "charge_card", {"agent": "travel", "tool": "charge_card",
+                            "arguments": {"amount": 120}})
+        assert travel.effects(tmp_path) == []
+        (approve if approved else reject)("charge", journal=journal)
+        done = _execute("charge", agent, journal, client, on_approval="park")
+        answer = server.requests[-1]["messages"][-1]
+    assert done.record.status is Status.DONE and done.result == "Charged."
+    assert travel.effects(tmp_path) == (["charge 120"] if approved else [])
+    assert answer["role"] == "tool"
+    assert (answer["content"] == "charged 120") is approved
+    assert server.stats()["by_round"] == {"0": 1, "1": 1}  # round 0 replayed after parking
+
+
+def test_an_edited_instruction_is_input_changed_at_the_first_model_call(tmp_path, journal):
+    with LoopbackServer(travel.script()) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        agent = travel.travel_agent(tmp_path)
+        assert _execute("trip", agent, journal, client).result == travel.FINAL
+        edited = agent.clone(instructions="Book the cheapest trip.")
+        with pytest.raises(InputChanged) as caught:
+            _execute("trip", edited, journal, client)
+        assert caught.value.position == 0 and "messages" in caught.value.change
+        rerun = _execute("trip", edited, journal, client, on_change="rerun")
+    assert rerun.result == travel.FINAL
+    assert server.stats()["by_round"] == {"0": 2, "1": 2, "2": 2}
+
+
+def test_an_agent_with_its_own_model_object_is_refused_before_anything_runs(tmp_path, journal):
+    from agents import OpenAIChatCompletionsModel
+
+    raw = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="x")
+    agent = Agent(name="raw", model=OpenAIChatCompletionsModel("m", raw))
+    with pytest.raises(NotJournaled, match="model object"):
+        _execute("raw", agent, journal, raw)
+
+
+def test_handoff_targets_have_their_tools_journaled(tmp_path, journal):
+    calls = []
+
+    @function_tool
+    def lookup(code: str) -> str:
+        """Look a code up."""
+        calls.append(code)
+        return f"{code} is Oslo"
+
+    expert = Agent(name="expert", model="loopback-1", tools=[lookup])
+    triage = Agent(name="triage", model="loopback-1", handoffs=[expert],
+                   model_settings=ModelSettings(parallel_tool_calls=False))
+    script = [Reply(tool_calls=[ToolCall("transfer_to_expert", {})]),
+              Reply(tool_calls=[ToolCall("lookup", {"code": "OSL"})]), "OSL is Oslo."]
+    with LoopbackServer(script) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        first = _execute("handoff", triage, journal, client)
+        again = _execute("handoff", triage, journal, client)
+    assert first.result == again.result == "OSL is Oslo."
+    assert calls == ["OSL"]
+    steps = [(e.kind, e.name) for e in journal.steps("handoff")]
+    assert ("run", "lookup") in steps and steps.count(("chat", "loopback-1")) == 3
+
+
+def test_tracing_is_off_unless_asked(tmp_path):
+    from durable_nb.integrations.openai_agents import durable_run_config
+
+    async def handler(ctx):
+        return [durable_run_config(ctx).tracing_disabled,
+                durable_run_config(ctx, tracing=True).tracing_disabled]
+
+    assert durable_nb.execute("tracing", handler, journal=tmp_path / "j") == [True, False]
+
+
+def test_model_calls_are_chat_steps_with_the_runs_accounting(tmp_path, journal):
+    with LoopbackServer(travel.script()) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        outcome = _execute("trip", travel.travel_agent(tmp_path), journal, client)
+    record = outcome.record
+    chats = [e for e in journal.steps("trip") if e.kind == "chat"]
+    assert len(chats) == 3 and record.iteration == 3
+    assert record.prompt_tokens == sum(e.prompt_tokens for e in chats) > 0
+
+
+def test_streamed_runs_yield_the_sdks_events_and_replay(tmp_path, journal):
+    from durable_nb.integrations.openai_agents import run_streamed
+
+    async def handler(ctx):
+        streamed = run_streamed(ctx, travel.travel_agent(tmp_path), "Book me a flight to Oslo.")
+        kinds = [event.type async for event in streamed.stream_events()]
+        return [streamed.final_output, "raw_response_event" in kinds]
+
+    with LoopbackServer(travel.script()) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        for _ in range(2):
+            result = durable_nb.execute("streamed", handler, journal=journal, client=client)
+            assert result == [travel.FINAL, True]
+    assert server.stats()["by_round"] == {"0": 1, "1": 1, "2": 1}
+    assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
+
