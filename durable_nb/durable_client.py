@@ -29,6 +29,8 @@ name, None)`` takes its fallback path.
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import threading
 import weakref
 from collections.abc import AsyncIterator, Iterator
@@ -117,22 +119,40 @@ def _typed_events(response: Response) -> list[Any]:
 
 
 _loop_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_first_loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _loop_lock = threading.Lock()
 
 
 def _on_this_loop(client: Any) -> Any:
-    """``client`` with a connection pool of its own for the running event loop (made once
-    per loop). An httpx pool is bound to the loop that opened its connections, and a
-    notebook runs each async cell on a new loop: the pool of an earlier cell's loop would
-    fail with "Event loop is closed"."""
+    """``client`` on the first event loop it is used on here; on a later loop, a copy with
+    a default connection pool of its own (made once per loop). An httpx pool is bound to the
+    loop that opened its connections, and a notebook runs each async cell on a new loop:
+    the pool of an earlier cell's loop would fail with "Event loop is closed". The copy
+    keeps the client's settings but not a custom ``http_client`` (proxies, certificates)."""
     loop = asyncio.get_running_loop()
     with _loop_lock:
-        copies = _loop_clients.setdefault(loop, {})
-        entry = copies.get(id(client))
-        if entry is None or entry[0] is not client:
-            entry = copies[id(client)] = (
-                client, client.with_options(http_client=openai.DefaultAsyncHttpxClient()))
-        return entry[1]
+        first = _first_loops.get(client)
+        if first is None:
+            _first_loops[client] = weakref.ref(loop)
+            return client
+        if first() is loop:
+            return client
+        copies = _loop_clients.setdefault(loop, weakref.WeakKeyDictionary())
+        copy = copies.get(client)
+        if copy is None:
+            http = openai.DefaultAsyncHttpxClient(verify=_tls_context())
+            copy = copies[client] = client.with_options(http_client=http)
+        return copy
+
+
+@functools.lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context for the copies: making one loads the CA bundle (~20 ms)."""
+    try:
+        import certifi
+    except ImportError:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 # -- streams ------------------------------------------------------------------------------
