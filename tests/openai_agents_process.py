@@ -90,20 +90,29 @@ class _KillAfterTool:
 
 
 def agents_child(journal_dir: str, url: str, workdir: str, run_id: str,
-                 kill_after: str | None, slow: dict[str, float] | None) -> None:
-    """Process target: run the travel agent as ``run_id``; SIGKILL after the journal write
-    of tool ``kill_after`` (once)."""
+                 kill_after: str | None, slow: dict[str, float] | None,
+                 streamed: bool = False) -> None:
+    """Process target: run the travel agent as ``run_id`` (with ``Runner.run_streamed``
+    when ``streamed``, its text deltas appended to ``deltas.log``, one a line); SIGKILL after the journal
+    write of tool ``kill_after`` (once)."""
     import openai
 
-    from durable_nb.integrations.openai_agents import run
+    from durable_nb.integrations.openai_agents import run, run_streamed
     from durable_nb.runner import RunOptions, Runner
 
     root = Path(workdir)
     agent = travel_agent(root, slow=slow)
 
     async def handler(ctx: Any) -> Any:
-        result = await run(ctx, agent, "Book me a flight to Oslo.")
-        return result.final_output
+        if not streamed:
+            return (await run(ctx, agent, "Book me a flight to Oslo.")).final_output
+        stream = run_streamed(ctx, agent, "Book me a flight to Oslo.")
+        async for event in stream.stream_events():
+            data = getattr(event, "data", None)
+            if getattr(data, "type", None) == "response.output_text.delta":
+                with open(root / "deltas.log", "a") as f:
+                    f.write(data.delta + "\n")
+        return stream.final_output
 
     client = openai.AsyncOpenAI(base_url=url, api_key="offline", max_retries=0)
     runner = Runner(run_id, handler, journal=journal_dir,

@@ -21,16 +21,19 @@ from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402
 
 from tests import agent_process, openai_agents_process as travel  # noqa: E402
 
+FINAL_WORDS = "".join(travel.FINAL.split())
+
 
 def _crash_and_resume(tmp_path: Path, script: list[Reply], kill_after: str,
-                      slow: dict[str, float] | None = None) -> tuple[object, dict, list[str]]:
+                      slow: dict[str, float] | None = None, streamed: bool = False
+                      ) -> tuple[object, dict, list[str]]:
     """Run the travel agent in a child killed after ``kill_after``'s step, then in a second
     child that resumes it: (final output, server stats, effects)."""
     journal = str(tmp_path / "journal")
     with LoopbackServer(script) as server:
         for kill in (kill_after, None):
             child = agent_process.start(travel.agents_child, journal, server.url,
-                                        str(tmp_path), "trip", kill, slow)
+                                        str(tmp_path), "trip", kill, slow, streamed)
             child.join(60)
         assert (tmp_path / f"killed-after-{kill_after}").exists()
         return agent_process.read_result(tmp_path), server.stats(), travel.effects(tmp_path)
@@ -51,6 +54,18 @@ def test_sigkill_after_the_second_tool_resumes_with_each_round_and_effect_once(t
     assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
     assert effects == ["find Oslo", "book SK123"]
     assert output == travel.FINAL == _uninterrupted(tmp_path, travel.script())
+
+
+def test_a_streamed_run_killed_after_the_second_tool_resumes_the_same_way(tmp_path):
+    output, stats, effects = _crash_and_resume(tmp_path, travel.script(), "book_flight",
+                                               streamed=True)
+    assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
+    assert effects == ["find Oslo", "book SK123"]
+    assert output == travel.FINAL
+    # the final text streamed live after the resume, in pieces (the killed child never got
+    # there; the always-replay check streams it once more, synthesized: one piece)
+    pieces = (tmp_path / "deltas.log").read_text().splitlines()
+    assert "".join("".join(pieces).split()) == FINAL_WORDS * 2 and len(pieces) > 2
 
 
 def test_parallel_tool_calls_replay_whatever_order_they_finished_in(tmp_path):
