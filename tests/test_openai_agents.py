@@ -199,3 +199,31 @@ def test_streamed_runs_yield_the_sdks_events_and_replay(tmp_path, journal):
     assert server.stats()["by_round"] == {"0": 1, "1": 1, "2": 1}
     assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
 
+
+
+def test_an_agent_used_as_a_tool_is_one_step_with_its_model_calls_inside(tmp_path, journal):
+    # The loopback server answers by round, so the inner agent's first request gets the
+    # outer one's reply too: a call of "translate", which the inner agent has as well.
+    calls = []
+
+    @function_tool
+    def translate(input: str) -> str:
+        """Translate a text."""
+        calls.append(input)
+        return "hello"
+
+    translator = Agent(name="translator", model="loopback-1", tools=[translate])
+    boss = Agent(name="boss", model="loopback-1",
+                 tools=[translator.as_tool("translate", "Translate a text.")])
+    script = [Reply(tool_calls=[ToolCall("translate", {"input": "hei"})]), "It says hello."]
+    with LoopbackServer(script) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        first = _execute("boss", boss, journal, client)
+        again = _execute("boss", boss, journal, client)
+        requests = server.stats()["chat"]
+    assert first.result == again.result == "It says hello."
+    entries = list(journal.steps("boss"))
+    step = next(e for e in entries if (e.kind, e.name) == ("run", "translate"))
+    assert step.result == "It says hello."  # the inner agent's final output
+    inner = [e for e in entries if e.kind == "chat" and e.key.startswith(step.key + ".")]
+    assert len(inner) == 2 and requests == 4 and calls == ["hei"]
