@@ -227,3 +227,33 @@ def test_an_agent_used_as_a_tool_is_one_step_with_its_model_calls_inside(tmp_pat
     assert step.result == "It says hello."  # the inner agent's final output
     inner = [e for e in entries if e.kind == "chat" and e.key.startswith(step.key + ".")]
     assert len(inner) == 2 and requests == 4 and calls == ["hei"]
+
+
+#: The step keys of the scenario below, the same on Python 3.10, 3.11 and 3.13 with
+#: openai-agents 0.24.0 (checked by hand): the SDK's task names under durable_nb's numbering.
+_TOOLS = "execute_function_tool_calls#{}._run_single_tool#{}._invoke_tool_and_run_post_invoke#0.0"
+_FIRST = "preserve_tool_task_cancellation#0."
+EXPECTED_KEYS = sorted([
+    (_FIRST + "0", "chat"), (_FIRST + _TOOLS.format(0, 0), "find_flight"),
+    (_FIRST + _TOOLS.format(0, 1), "find_flight"), ("0", "chat"),
+    (_TOOLS.format(0, 0), "book_flight"), ("1", "chat"), ("2", "charge_card"),
+    (_TOOLS.format(2, 0), "charge_card"), ("3", "chat")])
+
+
+def test_step_keys_follow_the_sdks_task_creation_not_timing(tmp_path, journal):
+    script = [Reply(tool_calls=[ToolCall("find_flight", {"city": "Oslo"}),
+                                ToolCall("find_flight", {"city": "Rome"})]),
+              Reply(tool_calls=[ToolCall("book_flight", {"flight": "SK123"})]),
+              Reply(tool_calls=[ToolCall("charge_card", {"amount": 5})]), "done"]
+    agent = travel.travel_agent(tmp_path, slow={"Oslo": 0.2})  # the first call ends last
+    with LoopbackServer(script) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        _execute("keys", agent, journal, client, on_approval="park")
+        approve("keys", journal=journal)
+        _execute("keys", agent, journal, client, on_approval="park")
+    entries = list(journal.steps("keys"))
+    assert sorted((e.key, "chat" if e.kind == "chat" else e.name) for e in entries) == \
+        EXPECTED_KEYS
+    # Rome, called second, finished and was journaled first, under the second task's key
+    assert travel.effects(tmp_path)[:2] == ["find Rome", "find Oslo"]
+    assert entries[1].key == _FIRST + _TOOLS.format(0, 1)
