@@ -6,7 +6,10 @@ without rewriting it. What they journal:
 
 - ``chat.completions.create(...)``: exactly ``ctx.chat`` / ``ctx.chat_async`` (one step of
   kind ``chat``: budgets, token and cost accounting, retries, input comparison, panel row);
-- ``responses.create(...)``: exactly ``ctx.respond`` / ``ctx.respond_async``.
+- ``responses.create(...)``: exactly ``ctx.respond`` / ``ctx.respond_async``;
+- ``chat.completions.parse(...)``: that ``chat`` step, parsed as openai's ``parse`` parses
+  (``response_format`` a pydantic model): the journaled completion is the plain one, so a
+  replay rebuilds the same typed ``ParsedChatCompletion``.
 
 With ``stream=True`` both return a stream. The async client's live stream yields the server's
 chunks (events) as they arrive, while the reply is assembled and journaled; a replayed
@@ -70,7 +73,7 @@ def _wants_usage(kwargs: dict) -> bool:
 def _refuse(owner: str, name: str) -> UnsupportedClientCall:
     return UnsupportedClientCall(
         f"{owner}.{name} is not journaled by durable_nb: the durable client journals "
-        f"chat.completions.create and responses.create (streamed or not). Call the real "
+        f"chat.completions.create and .parse, and responses.create. Call the real "
         f"client inside a step (ctx.run(...)) if you need {name}.")
 
 
@@ -294,7 +297,38 @@ class _Resource(_Refusing):
         self._owner = f"{client._owner}.{path}"
 
 
+def _parse_request(request: dict) -> tuple[dict, Any]:
+    """A ``parse`` request as the ``create`` request to journal (a pydantic
+    ``response_format`` as its JSON schema) and the response format to parse with."""
+    from openai.lib._parsing._completions import type_to_response_format_param
+
+    if request.get("stream"):
+        raise UnsupportedClientCall("chat.completions.parse does not stream; use create("
+                                    "stream=True), or parse without stream")
+    response_format = request.get("response_format", openai.omit)
+    if isinstance(response_format, type):
+        request = dict(request, response_format=type_to_response_format_param(response_format))
+    return request, response_format
+
+
+def _parsed(completion: Any, request: dict, response_format: Any) -> Any:
+    """``completion`` parsed as openai's ``parse`` does: the same typed object live and on
+    replay (the plain completion is what is journaled)."""
+    from openai.lib._parsing._completions import parse_chat_completion
+
+    return parse_chat_completion(response_format=response_format,
+                                 input_tools=request.get("tools", openai.omit),
+                                 chat_completion=completion)
+
+
 class _SyncCompletions(_Resource):
+    def parse(self, **kwargs: Any) -> Any:
+        """``create`` with openai's structured-output parsing (``response_format`` a
+        pydantic model, strict function tools): one journaled ``chat`` step; the
+        ``ParsedChatCompletion`` is rebuilt from the journaled completion on replay."""
+        request, response_format = _parse_request(self._c._request(kwargs))
+        return _parsed(chat(self._c._ex, dict(request)), request, response_format)
+
     def create(self, **kwargs: Any) -> Any:
         """``ctx.chat(**kwargs)``; ``stream=True`` returns a :class:`ChatStream`."""
         request = self._c._request(kwargs)
@@ -306,6 +340,11 @@ class _SyncCompletions(_Resource):
 
 
 class _AsyncCompletions(_Resource):
+    async def parse(self, **kwargs: Any) -> Any:
+        """:meth:`_SyncCompletions.parse` for the async client."""
+        request, response_format = _parse_request(self._c._request(kwargs))
+        return _parsed(await chat_async(self._c._ex, dict(request)), request, response_format)
+
     async def create(self, **kwargs: Any) -> Any:
         """``await ctx.chat_async(**kwargs)``; ``stream=True`` returns an
         :class:`AsyncChatStream` of the chunks as they arrive."""

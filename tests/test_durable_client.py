@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import openai
+import pydantic
 import pytest
 
 import durable_nb
@@ -106,3 +107,30 @@ def test_what_is_not_journaled_is_refused_and_probing_falls_back(journal):
     client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="x")
     assert durable_nb.execute("refuse", handler, journal=journal,
                               client=client) == "http://127.0.0.1:9/v1/"
+
+
+class Trip(pydantic.BaseModel):
+    city: str
+    days: int
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_parse_replays_to_the_same_typed_object(journal, asynchronous):
+    request = dict(model="loopback-1", messages=MESSAGES, response_format=Trip)
+
+    def handler(ctx):
+        return ctx.openai.chat.completions.parse(**request).choices[0].message.parsed
+
+    async def async_handler(ctx):
+        parsed = await ctx.async_openai.chat.completions.parse(**request)
+        return parsed.choices[0].message.parsed
+
+    with LoopbackServer(['{"city": "Oslo", "days": 3}']) as server:
+        client = (openai.AsyncOpenAI if asynchronous else openai.OpenAI)(
+            base_url=server.url, api_key="x")
+        runs = [durable_nb.execute("trip", async_handler if asynchronous else handler,
+                                   journal=journal, client=client) for _ in range(2)]
+        sent = server.requests[0]["response_format"]
+    assert runs == [Trip(city="Oslo", days=3)] * 2 and isinstance(runs[1], Trip)
+    assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "Trip"
+    assert server.stats()["chat"] == 1
