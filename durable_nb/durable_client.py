@@ -122,24 +122,18 @@ def _typed_events(response: Response) -> list[Any]:
 
 
 _loop_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_first_loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _loop_lock = threading.Lock()
 
 
 def _on_this_loop(client: Any) -> Any:
-    """``client`` on the first event loop it is used on here; on a later loop, a copy with
-    a default connection pool of its own (made once per loop). An httpx pool is bound to the
-    loop that opened its connections, and a notebook runs each async cell on a new loop:
-    the pool of an earlier cell's loop would fail with "Event loop is closed". The copy
-    keeps the client's settings but not a custom ``http_client`` (proxies, certificates)."""
+    """A copy of ``client`` with a connection pool of its own for the running event loop
+    (made once per loop, gone with it). An httpx pool is bound to the loop that opened its
+    connections, and a notebook runs each async cell on a new loop: a pool shared across
+    loops fails with "Event loop is closed", and the client's finalizer, closing it on
+    whatever loop runs at garbage collection, fails the same way. The copy keeps the
+    client's settings (URL, key, headers, timeout) but not a custom ``http_client``."""
     loop = asyncio.get_running_loop()
     with _loop_lock:
-        first = _first_loops.get(client)
-        if first is None:
-            _first_loops[client] = weakref.ref(loop)
-            return client
-        if first() is loop:
-            return client
         copies = _loop_clients.setdefault(loop, weakref.WeakKeyDictionary())
         copy = copies.get(client)
         if copy is None:
@@ -270,8 +264,8 @@ class _Client(_Refusing):
         return self._client or default_client(asynchronous=self.asynchronous)
 
     def _sending(self) -> Any:
-        """The client a call goes through: :attr:`wrapped`, for an async one a copy per
-        event loop (see :func:`_on_this_loop`)."""
+        """The client a call goes through: :attr:`wrapped`, for an async one its copy for
+        the running event loop (see :func:`_on_this_loop`)."""
         return _on_this_loop(self.wrapped) if self.asynchronous else self.wrapped
 
     def __getattr__(self, name: str) -> Any:

@@ -3,13 +3,14 @@
 :mod:`tests.agent_process`).
 
 The travel agent has two function tools, ``find_flight`` and ``book_flight``, each appending
-a line to ``effects.log`` in the work directory, and a third, ``charge_card``, that needs
-approval. :func:`script` is what the loopback server answers: find, book, then the final
+a line to ``effects.log`` in the work directory (and ``PID STEP_KEY`` to ``steps.log``), and a
+third, ``charge_card``, that needs approval. :func:`script` is what the loopback server answers: find, book, then the final
 text (three rounds); :func:`parallel_script` asks for two flights in one round.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,13 @@ def travel_agent(workdir: Path, *, slow: dict[str, float] | None = None) -> Any:
 
     from agents import Agent, function_tool
 
+    from durable_nb.context import current_context
+
     def effect(line: str) -> None:
         with open(workdir / "effects.log", "a") as f:
             f.write(line + "\n")
+        with open(workdir / "steps.log", "a") as f:  # which process ran which step
+            f.write(f"{os.getpid()} {current_context().step_id.split(':', 1)[1]}\n")
 
     @function_tool
     async def find_flight(city: str) -> str:
@@ -57,14 +62,16 @@ def travel_agent(workdir: Path, *, slow: dict[str, float] | None = None) -> Any:
         effect(f"find {city}")
         return f"SK123 to {city}"
 
+    # Async tools: the SDK runs a sync one on a thread of its own, where ctx (which the
+    # steps log reads) is not available.
     @function_tool
-    def book_flight(flight: str) -> str:
+    async def book_flight(flight: str) -> str:
         """Book a flight."""
         effect(f"book {flight}")
         return f"booked {flight}"
 
     @function_tool(needs_approval=True)
-    def charge_card(amount: int) -> str:
+    async def charge_card(amount: int) -> str:
         """Charge the card."""
         effect(f"charge {amount}")
         return f"charged {amount}"

@@ -257,3 +257,56 @@ def test_step_keys_follow_the_sdks_task_creation_not_timing(tmp_path, journal):
     # Rome, called second, finished and was journaled first, under the second task's key
     assert travel.effects(tmp_path)[:2] == ["find Rome", "find Oslo"]
     assert entries[1].key == _FIRST + _TOOLS.format(0, 1)
+
+
+def _steps_run(workdir: Path) -> list[tuple[int, str]]:
+    log = workdir / "steps.log"
+    return [(int(pid), key) for pid, key in
+            (line.split() for line in log.read_text().splitlines())] if log.exists() else []
+
+
+def _journaled(journal_dir: Path) -> set[str]:
+    from durable_nb import DiskJournal
+
+    if not journal_dir.exists():
+        return set()
+    journal = DiskJournal(journal_dir)
+    try:
+        return {e.key for e in journal.steps("trip")}
+    finally:
+        journal.close()
+
+
+@pytest.mark.parametrize("trial", range(2))
+def test_random_sigkills_never_run_a_journaled_tool_again(tmp_path, trial):
+    # A run with two parallel tool calls (one slow) and a third tool, SIGKILLed (up to three
+    # times) at random moments once it has journaled something new, resumed until DONE. A tool
+    # in flight at a kill may run again; one journaled before a process started never does.
+    rng = __import__("random").Random(trial)
+    journal_dir = tmp_path / "journal"
+    journaled_before: dict[int, set[str]] = {}
+    with LoopbackServer([
+            Reply(tool_calls=[ToolCall("find_flight", {"city": "Oslo"}),
+                              ToolCall("find_flight", {"city": "Rome"})]),
+            Reply(tool_calls=[ToolCall("book_flight", {"flight": "SK123"})]),
+            Reply(content=travel.FINAL)], delay=0.05) as server:
+        kills = 0
+        while True:
+            known = _journaled(journal_dir)
+            child = agent_process.start(travel.agents_child, str(journal_dir), server.url,
+                                        str(tmp_path), "trip", None, {"Oslo": 0.3})
+            journaled_before[child.pid] = known
+            if kills == 3:
+                break
+            while child.is_alive() and len(_journaled(journal_dir)) <= len(known):
+                child.join(0.01)
+            child.join(rng.uniform(0.0, 0.3))
+            if not agent_process.kill(child):
+                break  # it finished first
+            kills += 1
+        child.join(60)
+    assert kills >= 1
+    assert agent_process.read_result(tmp_path) == travel.FINAL
+    for pid, key in _steps_run(tmp_path):
+        assert key not in journaled_before[pid], f"step {key} ran again in process {pid}"
+    assert set(travel.effects(tmp_path)) == {"find Oslo", "find Rome", "book SK123"}
