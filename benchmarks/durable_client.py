@@ -5,7 +5,8 @@ each call non-streamed, the median of N calls (default 300) after 20 warm-up cal
 
 - ``bare``: ``await client.chat.completions.create(...)`` on an ``openai.AsyncOpenAI``;
 - ``durable``: the same through ``ctx.async_openai`` in a run (a journaled chat step),
-  alternating call by call with ``bare`` on the same event loop;
+  and ``ctx.chat_async`` (the step it is), alternating call by call with ``bare`` on the
+  same event loop (each durable call is a new step: a new question);
 - with ``openai-agents`` installed, ``Runner.run`` of a one-tool, two-round agent bare and
   through :func:`durable_nb.integrations.openai_agents.run`.
 
@@ -34,25 +35,29 @@ def _messages(i: int) -> list[dict]:
     return [{"role": "user", "content": f"question {i}"}]
 
 
-def _chat_calls(url: str, n: int, journal: str) -> tuple[list[float], list[float]]:
-    """(bare, durable) seconds per call, alternating call by call on one event loop."""
+def _chat_calls(url: str, n: int, journal: str) -> tuple[list[float], ...]:
+    """(bare, durable client, ctx.chat_async) seconds per call, alternating call by call on
+    one event loop."""
     bare: list[float] = []
     durable: list[float] = []
+    chat: list[float] = []
 
     async def handler(ctx: Any) -> None:
         client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
         through = ctx.async_openai
         for i in range(WARMUP + n):
-            for target, times in ((client, bare), (through, durable)):
+            for send, times in ((client.chat.completions.create, bare),
+                                (through.chat.completions.create, durable),
+                                (ctx.chat_async, chat)):
                 started = time.perf_counter()
-                await target.chat.completions.create(model=MODEL, messages=_messages(i))
+                await send(model=MODEL, messages=_messages(i))
                 times.append(time.perf_counter() - started)
         await client.close()
 
     client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
     durable_nb.execute("bench-client", handler, journal=journal, client=client,
                        verify_replay=False)
-    return bare[WARMUP:], durable[WARMUP:]
+    return bare[WARMUP:], durable[WARMUP:], chat[WARMUP:]
 
 
 async def _nothing(ctx: Any) -> None:
@@ -115,9 +120,10 @@ def main(argv: list[str]) -> None:
     n = int(argv[0]) if argv else 300
     script = [Reply(tool_calls=[ToolCall("lookup", {"city": "Oslo"})]), "Sunny in Oslo."]
     with LoopbackServer(["fine"]) as server, tempfile.TemporaryDirectory() as tmp:
-        bare, durable = _chat_calls(server.url, n, f"{tmp}/journal")
+        bare, durable, chat = _chat_calls(server.url, n, f"{tmp}/journal")
         print(f"chat call, bare AsyncOpenAI:     {_ms(bare):.2f} ms (median of {n})")
         print(f"chat call, ctx.async_openai:     {_ms(durable):.2f} ms")
+        print(f"chat call, ctx.chat_async:       {_ms(chat):.2f} ms")
         print(f"durable client overhead:         {_ms(durable) - _ms(bare):.2f} ms per call")
     try:
         import agents  # noqa: F401
