@@ -310,3 +310,28 @@ def test_random_sigkills_never_run_a_journaled_tool_again(tmp_path, trial):
     for pid, key in _steps_run(tmp_path):
         assert key not in journaled_before[pid], f"step {key} ran again in process {pid}"
     assert set(travel.effects(tmp_path)) == {"find Oslo", "find Rome", "book SK123"}
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_responses_model_makes_respond_steps_that_replay(tmp_path, journal, streamed):
+    from durable_nb.integrations.openai_agents import run_streamed
+
+    agent = travel.travel_agent(tmp_path)
+
+    async def handler(ctx):
+        if not streamed:
+            return (await run(ctx, agent, "Book.", api="responses")).final_output
+        stream = run_streamed(ctx, agent, "Book.", api="responses")
+        async for _ in stream.stream_events():
+            pass
+        return stream.final_output
+
+    with LoopbackServer(travel.script()) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        for _ in range(2):
+            assert durable_nb.execute("resp", handler, journal=journal,
+                                      client=client) == travel.FINAL
+        stats = server.stats()
+    assert stats["responses"] == 3 and stats["by_round"] == {"0": 1, "1": 1, "2": 1}
+    assert [e.kind for e in journal.steps("resp")].count("respond") == 3
+    assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]

@@ -11,10 +11,12 @@ In a ``%%durable_agent`` cell (or a ``durable_nb.execute`` handler)::
 is ``Runner.run(agent, input)`` with these guarantees:
 
 - **Model calls are steps.** Every model the agents name (a model name, or the run's
-  ``model=`` when they name none) is the SDK's ``OpenAIChatCompletionsModel`` over
-  ``ctx.async_openai`` (or ``client=``, wrapped): each call is a ``chat`` step like
-  ``ctx.chat`` (budgets, tokens and cost, retries, input comparison: an edited instruction is
-  :class:`~durable_nb.errors.InputChanged` at the first model call), replayed after a crash.
+  ``model=`` when they name none) is the SDK's ``OpenAIChatCompletionsModel`` (or, with
+  ``api="responses"``, its ``OpenAIResponsesModel``) over ``ctx.async_openai`` (or
+  ``client=``, wrapped): each call is a ``chat`` step like ``ctx.chat`` (a ``respond`` step
+  like ``ctx.respond``) with budgets, tokens and cost, retries and input comparison (an
+  edited instruction is :class:`~durable_nb.errors.InputChanged` at the first model call),
+  replayed after a crash.
 - **Function tools are steps.** Each ``FunctionTool`` of the agents, and of the agents they
   hand off to, runs as a ``ctx.run_async`` step named after the tool with its arguments as
   inputs: once, its result journaled. The SDK runs a turn's tool calls in asyncio tasks
@@ -40,12 +42,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, Literal
 
 from agents import Agent, FunctionTool, Handoff, RunConfig, Runner
 from agents.models.default_models import get_default_model
 from agents.models.interface import Model, ModelProvider
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from agents.models.openai_responses import OpenAIResponsesModel
 
 from ..durable_client import DurableAsyncOpenAI
 from ..errors import NotJournaled
@@ -54,18 +57,27 @@ __all__ = ["DurableModelProvider", "StreamedRun", "durable_agent", "durable_run_
            "run_streamed"]
 
 
-class DurableModelProvider(ModelProvider):
-    """Resolves model names to the SDK's Chat Completions model over a durable client:
-    every call is a journaled ``chat`` step. Without a name, the run's ``model=``, else the
-    SDK's default model."""
+Api = Literal["chat", "responses"]
 
-    def __init__(self, client: DurableAsyncOpenAI, default_model: str | None = None) -> None:
+
+class DurableModelProvider(ModelProvider):
+    """Resolves model names to the SDK's models over a durable client: its Chat
+    Completions model (``api="chat"``, the default: every call a journaled ``chat`` step) or
+    its Responses model (``api="responses"``: ``respond`` steps). Without a name, the run's
+    ``model=``, else the SDK's default model."""
+
+    def __init__(self, client: DurableAsyncOpenAI, default_model: str | None = None,
+                 api: Api = "chat") -> None:
+        if api not in ("chat", "responses"):
+            raise ValueError(f"api must be 'chat' or 'responses', not {api!r}")
         self.client = client
         self.default_model = default_model
+        self.api = api
 
     def get_model(self, model_name: str | None) -> Model:
         name = model_name or self.default_model or get_default_model()
-        return OpenAIChatCompletionsModel(model=name, openai_client=self.client)  # type: ignore[arg-type]
+        model = OpenAIChatCompletionsModel if self.api == "chat" else OpenAIResponsesModel
+        return model(model=name, openai_client=self.client)  # type: ignore[arg-type]
 
 
 def _arguments(text: str) -> Any:
@@ -137,16 +149,17 @@ def durable_agent(ctx: Any, agent: Agent) -> Agent:
 
 
 def durable_run_config(ctx: Any, given: RunConfig | None = None, *, client: Any = None,
-               tracing: bool = False) -> RunConfig:
-    """``given`` (or a default ``RunConfig``) with durable_nb's model provider over
-    ``ctx.async_openai`` (or over ``client``, an ``openai.AsyncOpenAI``), and tracing off
-    unless ``tracing``. Refuses a ``Model`` object as the run's model."""
+                       api: Api = "chat", tracing: bool = False) -> RunConfig:
+    """``given`` (or a default ``RunConfig``) with durable_nb's model provider (see
+    :class:`DurableModelProvider`) over ``ctx.async_openai`` (or over ``client``, an
+    ``openai.AsyncOpenAI``), and tracing off unless ``tracing``. Refuses a ``Model`` object as
+    the run's model."""
     config = given or RunConfig()
     if isinstance(config.model, Model):
         raise NotJournaled("run_config.model is a model object, whose calls durable_nb cannot "
                            "journal: give a model name")
     durable = DurableAsyncOpenAI(ctx._ex, client) if client is not None else ctx.async_openai
-    provider = DurableModelProvider(durable, ctx._ex.options.model)
+    provider = DurableModelProvider(durable, ctx._ex.options.model, api)
     return dataclasses.replace(config, model_provider=provider,
                                tracing_disabled=config.tracing_disabled or not tracing)
 
@@ -179,7 +192,7 @@ def _resumed(ctx: Any, result: Any) -> Any:
     return state
 
 
-async def run(ctx: Any, agent: Agent, input: Any, *, client: Any = None,
+async def run(ctx: Any, agent: Agent, input: Any, *, client: Any = None, api: Api = "chat",
               run_config: RunConfig | None = None, tracing: bool = False,
               **runner_options: Any) -> Any:
     """``Runner.run(agent, input, ...)`` as part of ``ctx``'s run (see the module
@@ -189,7 +202,7 @@ async def run(ctx: Any, agent: Agent, input: Any, *, client: Any = None,
     ``hooks`` ...), ``session`` excepted."""
     _check_options(runner_options)
     start = durable_agent(ctx, agent)
-    config = durable_run_config(ctx, run_config, client=client, tracing=tracing)
+    config = durable_run_config(ctx, run_config, client=client, api=api, tracing=tracing)
     result = await Runner.run(start, input, run_config=config, **runner_options)
     while result.interruptions:
         result = await Runner.run(start, _resumed(ctx, result), run_config=config,
@@ -229,13 +242,13 @@ class StreamedRun:
 
 
 def run_streamed(ctx: Any, agent: Agent, input: Any, *, client: Any = None,
-                 run_config: RunConfig | None = None, tracing: bool = False,
-                 **runner_options: Any) -> StreamedRun:
+                 api: Api = "chat", run_config: RunConfig | None = None,
+                 tracing: bool = False, **runner_options: Any) -> StreamedRun:
     """``Runner.run_streamed(agent, input, ...)`` as part of ``ctx``'s run: :func:`run`'s
     guarantees, the SDK's events yielded by :meth:`StreamedRun.stream_events`. Call it in
     an async handler (the SDK starts its run loop as an asyncio task, numbered like the
     handler's own)."""
     _check_options(runner_options)
     return StreamedRun(ctx, durable_agent(ctx, agent),
-                       input, durable_run_config(ctx, run_config, client=client,
+                       input, durable_run_config(ctx, run_config, client=client, api=api,
                                                  tracing=tracing), runner_options)
