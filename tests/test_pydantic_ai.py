@@ -101,3 +101,16 @@ def test_a_model_that_is_not_openai_compatible_is_refused(journal):
 
     with pytest.raises(NotJournaled, match="does not journal"):
         durable_nb.execute("test-model", handler, journal=journal)
+
+
+def test_parallel_tool_calls_are_steps_of_their_own_replayed(tmp_path, journal):
+    agent = travel_agent(tmp_path)
+    with LoopbackServer(travel.parallel_script()) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        first = _execute("both", agent, journal, client)
+        again = _execute("both", agent, journal, client)
+        requests = server.stats()["chat"]
+    assert first.result == again.result == travel.FINAL and requests == 2
+    tools = sorted(e.key for e in journal.steps("both") if e.name == "find_flight")
+    assert len(tools) == 2 and tools[0] != tools[1]
+    assert sorted(travel.effects(tmp_path)) == ["find Oslo", "find Rome"]
