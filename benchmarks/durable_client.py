@@ -8,7 +8,10 @@ each call non-streamed, the median of N calls (default 300) after 20 warm-up cal
   and ``ctx.chat_async`` (the step it is), alternating call by call with ``bare`` on the
   same event loop (each durable call is a new step: a new question);
 - with ``openai-agents`` installed, ``Runner.run`` of a one-tool, two-round agent bare and
-  through :func:`durable_nb.integrations.openai_agents.run`.
+  through :func:`durable_nb.integrations.openai_agents.run` in ``durable_nb.execute`` (and an
+  empty ``execute``, the cost of a run itself); with ``pydantic-ai`` installed, the same
+  agent written for Pydantic AI, bare and through
+  :func:`durable_nb.integrations.pydantic_ai.run`.
 
 Prints one line per measure; the overhead is durable minus bare.
 """
@@ -112,6 +115,43 @@ def _agent_runs(url: str, n: int, journal: str
     return bare_times, durable_times, empty_times
 
 
+def _pydantic_ai_runs(url: str, n: int, journal: str) -> tuple[list[float], list[float]]:
+    """(bare ``agent.run``, the same through durable_nb.integrations.pydantic_ai.run in
+    durable_nb.execute) seconds, each run on a new event loop with a new client."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from durable_nb.integrations.pydantic_ai import run
+
+    agent = Agent(name="bench")
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return f"{city} is sunny"
+
+    bare_times: list[float] = []
+    durable_times: list[float] = []
+    for i in range(n):
+        client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+        model = OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client))
+        started = time.perf_counter()
+        asyncio.run(agent.run(f"weather {i}", model=model))
+        bare_times.append(time.perf_counter() - started)
+    for i in range(n):
+        client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+
+        async def handler(ctx: Any, i: int = i) -> None:
+            await run(ctx, agent, f"weather {i}")
+
+        started = time.perf_counter()
+        durable_nb.execute(f"bench-pydantic-{i}", handler, journal=journal, client=client,
+                           model=MODEL, verify_replay=False)
+        durable_times.append(time.perf_counter() - started)
+    return bare_times, durable_times
+
+
 def _ms(times: list[float]) -> float:
     return statistics.median(times) * 1000
 
@@ -137,6 +177,16 @@ def main(argv: list[str]) -> None:
               f"(median of {runs})")
         print(f"the same in durable_nb.execute (whole run):  {_ms(durable_runs):.2f} ms")
         print(f"durable_nb.execute of an empty async handler: {_ms(empty):.2f} ms")
+    try:
+        import pydantic_ai  # noqa: F401
+    except ImportError:
+        print("pydantic-ai is not installed: its runs are skipped")
+        return
+    with LoopbackServer(script) as server, tempfile.TemporaryDirectory() as tmp:
+        bare_runs, durable_runs = _pydantic_ai_runs(server.url, runs, f"{tmp}/journal")
+        print(f"Pydantic AI run (2 rounds, 1 tool), bare:    {_ms(bare_runs):.2f} ms "
+              f"(median of {runs})")
+        print(f"the same in durable_nb.execute (whole run):  {_ms(durable_runs):.2f} ms")
 
 
 if __name__ == "__main__":
