@@ -114,3 +114,23 @@ def test_parallel_tool_calls_are_steps_of_their_own_replayed(tmp_path, journal):
     tools = sorted(e.key for e in journal.steps("both") if e.name == "find_flight")
     assert len(tools) == 2 and tools[0] != tools[1]
     assert sorted(travel.effects(tmp_path)) == ["find Oslo", "find Rome"]
+
+
+def test_run_stream_with_the_durable_model_and_journaled_tools_replays(tmp_path, journal):
+    from durable_nb.integrations.pydantic_ai import JournaledTools, durable_model
+
+    agent = travel_agent(tmp_path)
+
+    async def handler(ctx):
+        async with agent.run_stream("Book.", model=durable_model(ctx, travel.MODEL),
+                                    capabilities=[JournaledTools(ctx)]) as result:
+            return "".join([piece async for piece in result.stream_text(delta=True)])
+
+    with LoopbackServer(travel.script()) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        for _ in range(2):
+            assert durable_nb.execute("stream", handler, journal=journal,
+                                      client=client) == travel.FINAL
+        stats = server.stats()
+    assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
+    assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]

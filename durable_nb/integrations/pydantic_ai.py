@@ -29,7 +29,9 @@ is ``agent.run(prompt)`` with these guarantees, through Pydantic AI's public ext
 - **Refused** with :class:`~durable_nb.errors.NotJournaled`: an agent whose model is not an
   OpenAI-compatible one (Anthropic, Gemini ...).
 
-Not yet: ``run_stream`` / ``iter``.
+For ``agent.run_stream`` / ``agent.iter``, pass ``model=durable_model(ctx, name)`` and
+``capabilities=[JournaledTools(ctx)]`` yourself: model calls and tools are steps the same way;
+approvals are then yours to answer.
 """
 
 from __future__ import annotations
