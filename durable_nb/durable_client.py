@@ -50,7 +50,7 @@ from .llm import chat, chat_async
 from .responses import respond, respond_async
 from .streaming import completion_chunks
 
-__all__ = ["AsyncChatStream", "ChatStream", "DurableAsyncOpenAI", "DurableOpenAI",
+__all__ = ["AsyncReplyStream", "DurableAsyncOpenAI", "DurableOpenAI", "ReplyStream",
            "response_events"]
 
 # Plain configuration of the wrapped client, read by frameworks (the Agents SDK reads
@@ -154,7 +154,7 @@ def _tls_context() -> ssl.SSLContext:
 
 # -- streams ------------------------------------------------------------------------------
 
-class ChatStream:
+class ReplyStream:
     """What the sync durable client returns for ``stream=True``: the chunks of a reply
     already journaled (see the module docstring). ``completion`` is the journaled reply."""
 
@@ -173,14 +173,14 @@ class ChatStream:
     def close(self) -> None:
         self._items = iter(())
 
-    def __enter__(self) -> ChatStream:
+    def __enter__(self) -> ReplyStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class AsyncChatStream:
+class AsyncReplyStream:
     """What the async durable client returns for ``stream=True``: chunks (or Responses
     events) as the step's task hands them on; iteration ends when the step is journaled,
     and raises what the step raised. ``completion`` is the journaled reply, once ended."""
@@ -210,7 +210,7 @@ class AsyncChatStream:
         """Stop reading; waits for the reply to be journaled (it is paid for)."""
         await asyncio.wait({self._task})
 
-    async def __aenter__(self) -> AsyncChatStream:
+    async def __aenter__(self) -> AsyncReplyStream:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -219,7 +219,7 @@ class AsyncChatStream:
 
 def _open_stream(make_step: Callable[[Callable[[Any], None]], Any],
                  synthesize: Callable[[Any], list[Any]],
-                 hand_on: Callable[[Any], bool]) -> AsyncChatStream:
+                 hand_on: Callable[[Any], bool]) -> AsyncReplyStream:
     """Start the step ``make_step(on_item)`` in a task of its own and return the stream of
     its items: live, those of the server that ``hand_on`` keeps; replayed (no item came),
     ``synthesize(result)``."""
@@ -242,7 +242,7 @@ def _open_stream(make_step: Callable[[Callable[[Any], None]], Any],
         finally:
             queue.put_nowait(_END)
 
-    return AsyncChatStream(queue, asyncio.get_running_loop().create_task(streamed_call()))
+    return AsyncReplyStream(queue, asyncio.get_running_loop().create_task(streamed_call()))
 
 
 # -- the clients --------------------------------------------------------------------------
@@ -274,8 +274,11 @@ class _Client(_Refusing):
         return super().__getattr__(name)
 
     def with_options(self, **options: Any) -> Any:
-        """The durable client over ``wrapped.with_options(**options)``. Its retries stay
-        off whatever ``max_retries`` says: durable_nb retries each call."""
+        """The durable client over ``wrapped.with_options(**options)``; this one for
+        ``max_retries`` alone, which changes nothing: durable_nb retries each call itself
+        (the Agents SDK asks for ``max_retries=0`` before requests)."""
+        if set(options) <= {"max_retries"}:
+            return self
         return type(self)(self._ex, self.wrapped.with_options(**options))
 
     def _request(self, kwargs: dict) -> dict:
@@ -324,12 +327,12 @@ class _SyncCompletions(_Resource):
         return _parsed(chat(self._c._ex, dict(request)), request, response_format)
 
     def create(self, **kwargs: Any) -> Any:
-        """``ctx.chat(**kwargs)``; ``stream=True`` returns a :class:`ChatStream`."""
+        """``ctx.chat(**kwargs)``; ``stream=True`` returns a :class:`ReplyStream`."""
         request = self._c._request(kwargs)
         if not request.get("stream"):
             return chat(self._c._ex, request)
         completion = chat(self._c._ex, request)
-        return ChatStream(completion_chunks(completion, include_usage=_wants_usage(request)),
+        return ReplyStream(completion_chunks(completion, include_usage=_wants_usage(request)),
                           completion)
 
 
@@ -341,7 +344,7 @@ class _AsyncCompletions(_Resource):
 
     async def create(self, **kwargs: Any) -> Any:
         """``await ctx.chat_async(**kwargs)``; ``stream=True`` returns an
-        :class:`AsyncChatStream` of the chunks as they arrive."""
+        :class:`AsyncReplyStream` of the chunks as they arrive."""
         request = self._c._request(kwargs)
         if not request.get("stream"):
             return await chat_async(self._c._ex, request)
@@ -355,19 +358,19 @@ class _AsyncCompletions(_Resource):
 
 class _SyncResponses(_Resource):
     def create(self, **kwargs: Any) -> Any:
-        """``ctx.respond(**kwargs)``; ``stream=True`` returns a :class:`ChatStream` of
+        """``ctx.respond(**kwargs)``; ``stream=True`` returns a :class:`ReplyStream` of
         Responses events."""
         request = self._c._request(kwargs)
         response = respond(self._c._ex, request)
         if not request.get("stream"):
             return response
-        return ChatStream(_typed_events(response), response)
+        return ReplyStream(_typed_events(response), response)
 
 
 class _AsyncResponses(_Resource):
     async def create(self, **kwargs: Any) -> Any:
         """``await ctx.respond_async(**kwargs)``; ``stream=True`` returns an
-        :class:`AsyncChatStream` of Responses events as they arrive."""
+        :class:`AsyncReplyStream` of Responses events as they arrive."""
         request = self._c._request(kwargs)
         if not request.get("stream"):
             return await respond_async(self._c._ex, request)

@@ -134,3 +134,19 @@ def test_parse_replays_to_the_same_typed_object(journal, asynchronous):
     assert runs == [Trip(city="Oslo", days=3)] * 2 and isinstance(runs[1], Trip)
     assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "Trip"
     assert server.stats()["chat"] == 1
+
+
+def test_with_options_keeps_the_run_and_ignores_max_retries(journal):
+    def handler(ctx):
+        client = ctx.openai
+        assert client.with_options(max_retries=0) is client
+        slower = client.with_options(timeout=99.0)
+        assert slower.timeout == 99.0 and slower is not client
+        return slower.chat.completions.create(model="loopback-1",
+                                              messages=MESSAGES).choices[0].message.content
+
+    with LoopbackServer(["through the copy"]) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="x")
+        assert durable_nb.execute("opts", handler, journal=journal,
+                                  client=client) == "through the copy"
+    assert [e.kind for e in journal.steps("opts")] == ["chat"]
