@@ -302,7 +302,7 @@ def _parse_request(request: dict) -> tuple[dict, Any]:
     if request.get("stream"):
         raise UnsupportedClientCall("chat.completions.parse does not stream; use create("
                                     "stream=True), or parse without stream")
-    response_format = request.get("response_format", openai.omit)
+    response_format = request.get("response_format", openai.NOT_GIVEN)
     if isinstance(response_format, type):
         request = dict(request, response_format=type_to_response_format_param(response_format))
     return request, response_format
@@ -314,7 +314,7 @@ def _parsed(completion: Any, request: dict, response_format: Any) -> Any:
     from openai.lib._parsing._completions import parse_chat_completion
 
     return parse_chat_completion(response_format=response_format,
-                                 input_tools=request.get("tools", openai.omit),
+                                 input_tools=request.get("tools", openai.NOT_GIVEN),
                                  chat_completion=completion)
 
 

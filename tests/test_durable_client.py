@@ -45,7 +45,7 @@ def test_a_replayed_stream_is_synthesized_from_the_journal_without_a_request(jou
     async def handler(ctx):
         stream = await ctx.async_openai.chat.completions.create(
             model="loopback-1", messages=MESSAGES, stream=True,
-            stream_options={"include_usage": True}, tools=openai.omit)
+            stream_options={"include_usage": True}, tools=openai.NOT_GIVEN)
         chunks = [chunk async for chunk in stream]
         return [_assembled(chunks).model_dump(mode="json"), len(chunks)]
 
