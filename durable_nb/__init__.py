@@ -27,6 +27,7 @@ from .errors import (
     JournalWriteError,
     NoJournal,
     NoPendingApproval,
+    NotJournaled,
     ReplayDiverged,
     RunCancelled,
     RunExpired,
@@ -36,6 +37,7 @@ from .errors import (
     TerminalError,
     UnknownRun,
     UnserializableResult,
+    UnsupportedClientCall,
 )
 from .messages import assistant_message
 from .journal import DiskJournal, Journal, RunRecord, Status, StepEntry, open_journal
@@ -72,6 +74,7 @@ __all__ = [
     "JournalMismatch",
     "JournalWriteError",
     "NoPendingApproval",
+    "NotJournaled",
     "ReplayDiverged",
     "RetryPolicy",
     "RunCancelled",
@@ -89,6 +92,7 @@ __all__ = [
     "Tool",
     "UnknownRun",
     "UnserializableResult",
+    "UnsupportedClientCall",
     "approve",
     "assistant_message",
     "batch",

@@ -14,8 +14,11 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+import openai
+
 from . import serde
 from .compaction import compact
+from .durable_client import DurableAsyncOpenAI, DurableOpenAI
 from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
 from .llm import chat, chat_async
@@ -181,6 +184,26 @@ class Context:
         return await self._ex.step_async("run", name, fn, args, kwargs, retry=retry,
                                          inputs=_call_inputs(args, kwargs))
 
+    @property
+    def openai(self) -> DurableOpenAI:
+        """An ``openai.OpenAI`` stand-in for libraries that take a client:
+        ``chat.completions.create`` is :meth:`chat` and ``responses.create`` is
+        :meth:`respond` (streamed or not); anything else raises
+        :class:`~durable_nb.errors.UnsupportedClientCall` rather than go unjournaled. It
+        wraps the run's ``client=`` when that is a sync client, else one from the
+        environment (see :mod:`durable_nb.durable_client`)."""
+        client = self._ex.options.client
+        return DurableOpenAI(self._ex, None if _is_async(client) else client)
+
+    @property
+    def async_openai(self) -> DurableAsyncOpenAI:
+        """:attr:`openai` as an ``openai.AsyncOpenAI`` stand-in (what the OpenAI Agents SDK
+        and Pydantic AI take): its live streams yield the server's chunks as they arrive. It
+        wraps the run's ``client=`` when that is an async client, else one from the
+        environment."""
+        client = self._ex.options.client
+        return DurableAsyncOpenAI(self._ex, client if _is_async(client) else None)
+
     async def chat_async(self, **kwargs: Any) -> Any:
         """:meth:`chat` with an ``openai.AsyncOpenAI`` (or ``AsyncAzureOpenAI``) client
         (default: one from the environment): ``await ctx.chat_async(model=..., messages=...)``,
@@ -311,6 +334,10 @@ class Context:
 
     def __repr__(self) -> str:
         return f"<durable_nb.Context run_id={self.run_id!r}>"
+
+
+def _is_async(client: Any) -> bool:
+    return isinstance(client, openai.AsyncOpenAI)  # AsyncAzureOpenAI too
 
 
 def _call_inputs(args: tuple, kwargs: dict) -> dict | None:

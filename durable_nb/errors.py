@@ -26,6 +26,8 @@
     │   └── ApprovalChanged           ... for the request that was seen: it waits for another
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
+    ├── NotJournaled                  refused: it would reach the world without a journaled step
+    │   └── UnsupportedClientCall     ... a durable openai client method durable_nb does not journal
     └── TerminalError                 raise it from a step: journaled, never retried
 
 This module imports nothing else from the package, so any module can import it.
@@ -52,6 +54,7 @@ __all__ = [
     "JournalWriteError",
     "NoJournal",
     "NoPendingApproval",
+    "NotJournaled",
     "ReplayDiverged",
     "RunCancelled",
     "RunExpired",
@@ -60,6 +63,7 @@ __all__ = [
     "StepFailed",
     "TerminalError",
     "UnknownRun",
+    "UnsupportedClientCall",
     "UnserializableResult",
 ]
 
@@ -318,6 +322,18 @@ class EndpointError(StepFailed):
 
     def __str__(self) -> str:
         return self.message
+
+
+class NotJournaled(DurableError):
+    """Refused before it ran: it would call a model or a tool without a journaled step (an
+    agent given its own model object, a framework feature durable_nb does not wrap). The
+    message says what to use instead."""
+
+
+class UnsupportedClientCall(NotJournaled, AttributeError):
+    """A method of the durable openai client (``ctx.openai``, ``ctx.async_openai``) that
+    durable_nb does not journal. Also an ``AttributeError``, so that a library probing for
+    an optional method with ``getattr(client, name, None)`` takes its other path."""
 
 
 class TerminalError(DurableError):

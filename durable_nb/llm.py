@@ -11,7 +11,7 @@ returned. On replay the journaled completion is returned and nothing is sent.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from openai.types.chat import ChatCompletion
 from openai.types.completion_usage import CompletionUsage
@@ -22,6 +22,7 @@ from .endpoints import (
     call_with_retries,
     call_with_retries_async,
     check_client,
+    ReplyProblem,
     default_client,
     without_retries,
 )
@@ -108,10 +109,12 @@ def _reading_limit(kwargs: dict) -> int | None:
 class ChatCall:
     """The live side of one chat completion step (``ctx.chat``, the summary of
     ``ctx.compact``): budget check, streamed or not, usage estimated when the server sends
-    none. ``show_text=False`` keeps a streamed reply out of the cell's output."""
+    none. ``show_text=False`` keeps a streamed reply out of the cell's output; ``on_chunk``
+    is handed each chunk of a streamed reply as it arrives (the durable client's live
+    stream), and a stream that breaks after a chunk was handed on is not sent again."""
 
     def __init__(self, execution: Execution, kwargs: dict, name: str, *,
-                 show_text: bool = True) -> None:
+                 show_text: bool = True, on_chunk: Callable[[Any], Any] | None = None) -> None:
         self.execution = execution
         self.kwargs = kwargs
         self.name = name
@@ -119,6 +122,8 @@ class ChatCall:
         self.estimate: int | None = None
         self.estimated = False
         self.show_text = show_text
+        self.on_chunk = on_chunk
+        self.chunks_handed_on = 0
         self.plain = False  # the server refused to stream: see streamed_or_plain
         # Asked for unless the caller set stream_options; dropped if the server refuses it.
         self.add_stream_options = "stream_options" not in kwargs
@@ -149,8 +154,18 @@ class ChatCall:
 
     def _assembler(self) -> ChatAssembler:
         on_text = getattr(self.execution.observer, "on_text", None) if self.show_text else None
+        if self.chunks_handed_on:
+            # Sending again would hand the reader a second reply after part of the first.
+            raise ReplyProblem(f"the stream broke after {self.chunks_handed_on} chunks were "
+                               f"passed on to the reader; run the cell again to make this "
+                               f"call anew", transient=False)
         return ChatAssembler(tools=self.kwargs.get("tools"), on_text=on_text,
-                             stop_after_pieces=_reading_limit(self.kwargs))
+                             stop_after_pieces=_reading_limit(self.kwargs),
+                             on_chunk=self._hand_on if self.on_chunk is not None else None)
+
+    def _hand_on(self, chunk: Any) -> None:
+        self.chunks_handed_on += 1
+        self.on_chunk(chunk)
 
     def streamed(self, chosen: Any) -> ChatCompletion:
         """One streamed request through ``chosen``, assembled (again without
@@ -243,11 +258,13 @@ def chat(execution: Execution, kwargs: dict) -> Any:
                           usage=completion_usage, meta=live.meta, before_live=live.before_live)
 
 
-async def chat_async(execution: Execution, kwargs: dict) -> Any:
-    """Replay or make one chat completion for ``await ctx.chat_async(**kwargs)``."""
+async def chat_async(execution: Execution, kwargs: dict, *,
+                     on_chunk: Callable[[Any], Any] | None = None) -> Any:
+    """Replay or make one chat completion for ``await ctx.chat_async(**kwargs)``; a live
+    streamed one hands its chunks to ``on_chunk`` as they arrive (see :class:`ChatCall`)."""
     client, name, kwargs, retry = prepare(execution, kwargs, "ctx.chat", asynchronous=True)
     streamed = bool(kwargs.pop("stream", False))
-    live = ChatCall(execution, kwargs, name)
+    live = ChatCall(execution, kwargs, name, on_chunk=on_chunk)
 
     async def call() -> Any:
         chosen = without_retries(client or default_client(asynchronous=True))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 from openai.types.responses import Response
 from openai.types.responses.response_usage import (
@@ -236,11 +236,20 @@ def respond(execution: Execution, kwargs: dict) -> Any:
                           meta=live.meta, before_live=live.before_live)
 
 
-async def respond_async(execution: Execution, kwargs: dict) -> Any:
-    """Replay or make one Responses API call for ``await ctx.respond_async(**kwargs)``."""
+async def respond_async(execution: Execution, kwargs: dict, *,
+                        on_event: Callable[[Any], Any] | None = None) -> Any:
+    """Replay or make one Responses API call for ``await ctx.respond_async(**kwargs)``; a
+    live streamed one hands its events to ``on_event`` as they arrive, and is not sent again
+    once it handed one on."""
     client, name, kwargs, retry = prepare(execution, kwargs, "ctx.respond", asynchronous=True)
     streamed = bool(kwargs.pop("stream", False))
     live = _RespondCall(execution, kwargs, name)
+    handed_on = 0
+
+    def hand_on(event: Any) -> None:
+        nonlocal handed_on
+        handed_on += 1
+        on_event(event)
 
     async def call() -> Any:
         chosen = without_retries(client or default_client(asynchronous=True))
@@ -248,7 +257,12 @@ async def respond_async(execution: Execution, kwargs: dict) -> Any:
         async def attempt() -> Any:
             if not streamed:
                 return live.finish(await chosen.responses.create(**kwargs))
-            assembler = ResponseAssembler(on_text=live.on_text())
+            if handed_on:
+                raise ReplyProblem(f"the stream broke after {handed_on} events were passed "
+                                   f"on to the reader; run the cell again to make this call "
+                                   f"anew", transient=False)
+            assembler = ResponseAssembler(on_text=live.on_text(),
+                                          on_event=hand_on if on_event is not None else None)
             await drain_async(lambda: chosen.responses.create(stream=True, **kwargs), assembler)
             return live.finish(assembler.response())
 

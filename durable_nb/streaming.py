@@ -18,7 +18,9 @@ tool call when a server repeats them in every delta, as llama-cpp-python does
   the entry ``estimated``);
 - text is handed to ``on_text`` as it arrives, ended with a newline.
 
-:func:`response_from_events` does the same for a Responses API event stream.
+:func:`completion_chunks` goes the other way, for a replayed stream: the chunks that assemble
+into a journaled completion. :class:`ResponseAssembler` does the assembling for a Responses
+API event stream.
 """
 
 from __future__ import annotations
@@ -26,15 +28,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable
 from typing import Any, Callable
 
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from .endpoints import ReplyProblem
 from .tokens import encoding_for
 
-__all__ = ["ChatAssembler", "ResponseAssembler", "completion_tokens", "drain", "drain_async",
-           "tool_names"]
+__all__ = ["ChatAssembler", "ResponseAssembler", "completion_chunks", "completion_tokens", "drain",
+           "drain_async", "tool_names"]
 
 OnText = Callable[[str], Any]
+OnChunk = Callable[[Any], Any]
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -121,9 +124,10 @@ class ChatAssembler:
     ``ChatCompletion`` the non-streamed call would have returned."""
 
     def __init__(self, *, tools: Iterable[Any] | None = None, on_text: OnText | None = None,
-                 stop_after_pieces: int | None = None) -> None:
+                 stop_after_pieces: int | None = None, on_chunk: OnChunk | None = None) -> None:
         self.known = set(tool_names(tools))
         self.text = _Text(on_text)
+        self.on_chunk = on_chunk  # handed every chunk as it arrives, before it is assembled
         self.chunks = 0
         # For a server that ignores the request's token cap: once this many pieces of
         # generated text have come (about one token each), reading stops and the stream is
@@ -135,6 +139,8 @@ class ChatAssembler:
         self.usage: Any = None
 
     def add(self, chunk: Any) -> None:
+        if self.on_chunk is not None:
+            self.on_chunk(chunk)
         self.chunks += 1
         for field in ("id", "created", "model", "system_fingerprint", "service_tier"):
             value = _get(chunk, field)
@@ -266,20 +272,57 @@ def _plain(value: Any) -> Any:
     return dump(mode="json", exclude_none=True) if callable(dump) else value
 
 
+def completion_chunks(completion: ChatCompletion, *, include_usage: bool = False
+                      ) -> list[ChatCompletionChunk]:
+    """The chunks of a stream that :class:`ChatAssembler` assembles into ``completion``:
+    per choice, one chunk with the whole message (role, text, refusal, tool calls) and one
+    with its finish reason; then, with ``include_usage``, the usage chunk without choices,
+    as servers send it for ``stream_options={"include_usage": True}``. For a replayed
+    stream, which has no chunks of its own."""
+    head = {"id": completion.id, "object": "chat.completion.chunk",
+            "created": completion.created, "model": completion.model}
+    for field in ("system_fingerprint", "service_tier"):
+        if getattr(completion, field, None) is not None:
+            head[field] = getattr(completion, field)
+    chunks = []
+    for choice in completion.choices:
+        message = choice.message
+        delta: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.refusal is not None:
+            delta["refusal"] = message.refusal
+        if message.tool_calls:
+            delta["tool_calls"] = [dict(_plain(call), index=i)
+                                   for i, call in enumerate(message.tool_calls)]
+        elif message.function_call is not None:
+            delta["function_call"] = _plain(message.function_call)
+        logprobs = _plain(choice.logprobs) if choice.logprobs is not None else None
+        chunks.append(dict(head, choices=[{"index": choice.index, "delta": delta,
+                                           "logprobs": logprobs, "finish_reason": None}]))
+        chunks.append(dict(head, choices=[{"index": choice.index, "delta": {},
+                                           "finish_reason": choice.finish_reason}]))
+    if include_usage and completion.usage is not None:
+        chunks.append(dict(head, choices=[], usage=_plain(completion.usage)))
+    return [ChatCompletionChunk.model_validate(chunk) for chunk in chunks]
+
+
 class ResponseAssembler:
     """Feed it the events of one streamed Responses API call; :meth:`response` gives the
     final ``Response`` (from ``response.completed`` / ``response.incomplete``)."""
 
     done = False  # a Responses stream is read to its end
 
-    def __init__(self, *, on_text: OnText | None = None) -> None:
+    def __init__(self, *, on_text: OnText | None = None, on_event: OnChunk | None = None
+                 ) -> None:
         self.text = _Text(on_text)
+        self.on_event = on_event  # handed every event as it arrives
         self.events = 0
         self.final: Any = None
         self.error: str | None = None
         self.error_transient = True
 
     def add(self, event: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
         self.events += 1
         kind = _get(event, "type")
         if kind == "response.output_text.delta":

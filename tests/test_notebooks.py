@@ -29,7 +29,9 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 ALL_TOOLS_ONCE = Counter(read_csv=1, analyse=1, write_report=1, send_email=1)
 #: What each notebook's tools did, once each, however often and in whatever order it ran.
 EFFECTS = {"quickstart": ALL_TOOLS_ONCE, "crash_and_resume": ALL_TOOLS_ONCE,
-           "batch": Counter(send_reply=12)}
+           "batch": Counter(send_reply=12),
+           "openai_agents": Counter(get_weather=1, send_message=1),
+           "pydantic_ai": Counter(get_weather=1, send_message=1)}
 TICKETS = [f"T-{n}" for n in range(101, 113)]
 
 
@@ -131,7 +133,8 @@ def _effects(workdir: Path) -> Counter:
 
 
 def test_every_notebook_has_a_test() -> None:
-    assert NAMES == ["approvals", "batch", "crash_and_resume", "quickstart"]
+    assert NAMES == ["approvals", "batch", "crash_and_resume", "openai_agents", "pydantic_ai",
+                     "quickstart"]
 
 
 def test_quickstart_runs_the_agent_to_done_after_approval(tmp_path: Path, offline) -> None:
@@ -171,6 +174,24 @@ def test_crash_and_resume_repeats_no_tool_after_the_sigkill(tmp_path: Path, offl
     assert "status     DONE" in _text(_cell(nb, "%durable show sales-report", 1))
     assert _effects(work) == ALL_TOOLS_ONCE
     assert len(list((work / "outbox").iterdir())) == 1
+
+
+@pytest.mark.parametrize("name,package", [("openai_agents", "agents"),
+                                          ("pydantic_ai", "pydantic_ai")])
+def test_framework_notebook_resumes_the_agent_with_each_tool_once(
+        tmp_path: Path, offline, name: str, package: str) -> None:
+    pytest.importorskip(package)
+    first, nb = _run_all_twice(name, tmp_path)
+    work = _work(tmp_path, name)
+    assert "exit code: -9" in _text(_cell(first, "import subprocess, sys"))
+    assert "status     INTERRUPTED" in _text(_cell(first, "%durable show weather", 0))
+    assert "exit code: 0" in _text(_cell(nb, "import subprocess, sys"))
+    for cells in (first, nb):
+        assert "sunny in Tokyo" in _text(_cell(cells, "%durable wait weather"))
+        assert _text(_cell(cells, "from collections import Counter")) == \
+            "Counter({'get_weather': 1, 'send_message': 1})"
+    lines = (work / "side_effects.log").read_text().splitlines()
+    assert lines == ["get_weather Tokyo", "send_message team: It is sunny in Tokyo."]
 
 
 def test_approvals_notebook_shows_approval_rejection_and_timeout(tmp_path: Path,

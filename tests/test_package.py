@@ -12,10 +12,11 @@ def test_exported_names_are_exactly_the_public_api():
         "DatabaseError", "Decision", "DiskJournal", "DurableError", "DurableState",
         "EndpointError", "IncompatibleJournal", "InputChanged", "ItemResult", "Journal",
         "JournalError", "JournalMismatch", "JournalNotWritable", "JournalUnavailable",
-        "JournalWriteError", "NoJournal", "NoPendingApproval",
+        "JournalWriteError", "NoJournal", "NoPendingApproval", "NotJournaled",
         "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
         "RunOptions", "RunRecord", "SerializationError", "Status", "StepEntry", "StepFailed",
-        "TerminalError", "TokenUsage", "Tool", "UnknownRun", "UnserializableResult", "approve", "assistant_message",
+        "TerminalError", "TokenUsage", "Tool", "UnknownRun", "UnserializableResult",
+        "UnsupportedClientCall", "approve", "assistant_message",
         "batch", "cancel", "copy_run", "delete", "execute", "get_run", "item_keys",
         "load_ipython_extension", "map", "open_journal",
         "register_type", "reject", "rerun_from", "reset", "runs", "tool",
@@ -28,7 +29,7 @@ def test_every_error_is_a_durable_error():
     errors = [getattr(durable_nb, n) for n in durable_nb.__all__
               if isinstance(getattr(durable_nb, n), type)
               and issubclass(getattr(durable_nb, n), Exception)]
-    assert len(errors) == 25
+    assert len(errors) == 27
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
 
 

@@ -1,0 +1,120 @@
+"""Pydantic AI (``pydantic-ai-slim[openai]``), durable in a run: ``await run(ctx, agent, prompt)``.
+
+In a ``%%durable_agent`` cell (or an async ``durable_nb.execute`` handler)::
+
+    from durable_nb.integrations.pydantic_ai import run
+
+    result = await run(ctx, agent, "What is the weather in Oslo?")
+    result.output
+
+is ``agent.run(prompt)`` with these guarantees, through Pydantic AI's public extension points
+(a per-run model and a capability), without changing the agent:
+
+- **Model calls are steps.** The run uses the SDK's ``OpenAIChatModel`` over
+  ``ctx.async_openai`` (or ``client=``, wrapped), named as the agent's model is (``model=``
+  to choose another; the run's ``model=`` when the agent has none): every request is a ``chat``
+  step like ``ctx.chat`` (budgets, tokens and cost, retries, input comparison). The calls go
+  through the run's client, not the agent's own provider. Structured output is parsed from the
+  journaled completion, so a replay gives the same typed object.
+- **Tools are steps.** A capability's ``wrap_tool_execute`` runs each tool call as a
+  ``ctx.run_async`` step named after the tool with its validated arguments as inputs: once, its
+  result journaled. Pydantic AI runs a turn's tool calls as asyncio tasks created in call order;
+  durable_nb numbers them, so replay does not depend on which finishes first.
+- **Approvals.** A tool with ``requires_approval=True`` ends an ``agent.run`` with
+  ``DeferredToolRequests`` (added to the run's output types); each call is asked with
+  ``ctx.approval(tool name, {"tool", "arguments"})`` (the panel, ``durable_nb.approve``, the CLI)
+  and answered with ``DeferredToolResults`` (approved, or ``ToolDenied``) in the next
+  ``agent.run``, which goes on from the message history. Calls deferred for external
+  execution are left to the caller: the result with them is returned.
+- **Refused** with :class:`~durable_nb.errors.NotJournaled`: an agent whose model is not an
+  OpenAI-compatible one (Anthropic, Gemini ...).
+
+For ``agent.run_stream`` / ``agent.iter``, pass ``model=durable_model(ctx, name)`` and
+``capabilities=[JournaledTools(ctx)]`` yourself: model calls and tools are steps the same way;
+approvals are then yours to answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+
+from ..durable_client import DurableAsyncOpenAI
+from ..errors import NotJournaled
+
+__all__ = ["JournaledTools", "durable_model", "run"]
+
+
+class JournaledTools(AbstractCapability):
+    """A capability running every tool call of the agent as a journaled step of ``ctx``'s
+    run (``ctx.run_async``, named after the tool, its validated arguments as inputs)."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+    async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any,
+                                handler: Any) -> Any:
+        async def execute(arguments: Any) -> Any:
+            return await handler(args)
+
+        return await self.ctx.run_async(call.tool_name, execute, call.args_as_dict())
+
+
+def _model_name(ctx: Any, agent: Agent, model: str | None) -> str:
+    if model:
+        return model.split(":", 1)[1] if ":" in model else model
+    given = agent.model
+    if isinstance(given, (OpenAIChatModel, OpenAIResponsesModel)):
+        return given.model_name
+    if isinstance(given, str):
+        return given.split(":", 1)[1] if ":" in given else given
+    if given is None and ctx._ex.options.model:
+        return str(ctx._ex.options.model)
+    raise NotJournaled(
+        f"agent {agent.name!r} has the model {given!r}, which durable_nb does not journal: "
+        f"give an OpenAI-compatible model name (model='gpt-4.1-mini'); durable_nb calls it "
+        f"through ctx.async_openai")
+
+
+def durable_model(ctx: Any, name: str, client: Any = None) -> OpenAIChatModel:
+    """Pydantic AI's ``OpenAIChatModel`` named ``name`` over ``ctx.async_openai`` (or over
+    ``client``, an ``openai.AsyncOpenAI``): every request a journaled ``chat`` step."""
+    durable = DurableAsyncOpenAI(ctx._ex, client) if client is not None else ctx.async_openai
+    return OpenAIChatModel(name, provider=OpenAIProvider(openai_client=durable))  # type: ignore[arg-type]
+
+
+def _with_deferred(output_type: Any) -> Any:
+    types = list(output_type) if isinstance(output_type, (list, tuple)) else [output_type]
+    return types if DeferredToolRequests in types else [*types, DeferredToolRequests]
+
+
+def _decisions(ctx: Any, requests: DeferredToolRequests) -> DeferredToolResults:
+    approvals: dict[str, Any] = {}
+    for call in requests.approvals:
+        decision = ctx.approval(call.tool_name, {"tool": call.tool_name,
+                                                 "arguments": call.args_as_dict()})
+        approvals[call.tool_call_id] = True if decision.approved else ToolDenied()
+    return DeferredToolResults(approvals=approvals)
+
+
+async def run(ctx: Any, agent: Agent, prompt: Any = None, *, model: str | None = None,
+              client: Any = None, output_type: Any = None, **run_options: Any) -> Any:
+    """``agent.run(prompt, ...)`` as part of ``ctx``'s run (see the module docstring); returns
+    the ``AgentRunResult`` of the last ``agent.run`` (after the last approval).
+    ``run_options`` are ``agent.run``'s (``deps``, ``message_history``, ``usage_limits`` ...)."""
+    capabilities = [*(run_options.pop("capabilities", None) or ()), JournaledTools(ctx)]
+    history = run_options.pop("message_history", None)
+    options = dict(run_options, capabilities=capabilities,
+                   model=durable_model(ctx, _model_name(ctx, agent, model), client),
+                   output_type=_with_deferred(output_type or agent.output_type))
+    result = await agent.run(prompt, message_history=history, **options)
+    while isinstance(result.output, DeferredToolRequests) and result.output.approvals \
+            and not result.output.calls:
+        result = await agent.run(message_history=result.all_messages(),
+                                 deferred_tool_results=_decisions(ctx, result.output), **options)
+    return result

@@ -1,0 +1,67 @@
+"""A Pydantic AI agent run in a real child process, for the crash tests of
+:mod:`durable_nb.integrations.pydantic_ai` (started, killed and read with
+:mod:`tests.agent_process`): the travel agent of :mod:`tests.openai_agents_process` written
+for Pydantic AI, answering the same :func:`~tests.openai_agents_process.script`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.agent_process import _run_child
+from tests.openai_agents_process import MODEL, _KillAfterTool
+
+
+def travel_agent(workdir: Path) -> Any:
+    """Tools ``find_flight`` and ``book_flight`` append to ``effects.log``; ``charge_card``
+    needs approval."""
+    from pydantic_ai import Agent
+
+    # No model: the run's model= names it (and no API key is needed to build the agent).
+    agent = Agent(instructions="Book the trip.", name="travel")
+
+    def effect(line: str) -> None:
+        with open(workdir / "effects.log", "a") as f:
+            f.write(line + "\n")
+
+    @agent.tool_plain
+    async def find_flight(city: str) -> str:
+        """Find a flight to a city."""
+        effect(f"find {city}")
+        return f"SK123 to {city}"
+
+    @agent.tool_plain
+    async def book_flight(flight: str) -> str:
+        """Book a flight."""
+        effect(f"book {flight}")
+        return f"booked {flight}"
+
+    @agent.tool_plain(requires_approval=True)
+    async def charge_card(amount: int) -> str:
+        """Charge the card."""
+        effect(f"charge {amount}")
+        return f"charged {amount}"
+
+    return agent
+
+
+def pydantic_child(journal_dir: str, url: str, workdir: str, run_id: str,
+                   kill_after: str | None) -> None:
+    """Process target: run the travel agent as ``run_id``; SIGKILL after the journal write
+    of tool ``kill_after`` (once)."""
+    import openai
+
+    from durable_nb.integrations.pydantic_ai import run
+    from durable_nb.runner import RunOptions, Runner
+
+    root = Path(workdir)
+    agent = travel_agent(root)
+
+    async def handler(ctx: Any) -> Any:
+        return (await run(ctx, agent, "Book me a flight to Oslo.")).output
+
+    client = openai.AsyncOpenAI(base_url=url, api_key="offline", max_retries=0)
+    runner = Runner(run_id, handler, journal=journal_dir,
+                    observer=_KillAfterTool(root, kill_after),
+                    options=RunOptions(client=client, model=MODEL, poll_interval=0.05))
+    _run_child(workdir, lambda: runner.run().result)

@@ -1,0 +1,136 @@
+"""Pydantic AI made durable (durable_nb.integrations.pydantic_ai), with the real
+``pydantic-ai-slim`` package against the loopback server over HTTP; the crash is a real
+SIGKILL of a child process (tests/pydantic_ai_process.py)."""
+
+from __future__ import annotations
+
+import openai
+import pydantic
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent  # noqa: E402
+
+import durable_nb  # noqa: E402
+from durable_nb import RunOptions, Status, approve, reject  # noqa: E402
+from durable_nb.integrations.pydantic_ai import run  # noqa: E402
+from durable_nb.runner import Runner  # noqa: E402
+from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402
+from tests import agent_process, openai_agents_process as travel  # noqa: E402
+from tests.pydantic_ai_process import pydantic_child, travel_agent  # noqa: E402
+
+
+def test_sigkill_after_the_second_tool_resumes_with_each_round_and_effect_once(tmp_path):
+    journal = str(tmp_path / "journal")
+    with LoopbackServer(travel.script()) as server:
+        for kill in ("book_flight", None):
+            child = agent_process.start(pydantic_child, journal, server.url, str(tmp_path),
+                                        "trip", kill)
+            child.join(60)
+        stats = server.stats()
+    assert (tmp_path / "killed-after-book_flight").exists()
+    assert agent_process.read_result(tmp_path) == travel.FINAL
+    assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
+    assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
+
+
+def _execute(run_id, agent, journal, client, **options):
+    async def handler(ctx):
+        return (await run(ctx, agent, "Book me a flight to Oslo.")).output
+
+    return Runner(run_id, handler, journal=journal,
+                  options=RunOptions(client=client, model=travel.MODEL, poll_interval=0.05,
+                                     **options)).run()
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_a_tool_requiring_approval_parks_and_pydantic_ai_gets_the_decision(
+        tmp_path, journal, approved):
+    agent = travel_agent(tmp_path)
+    script = [Reply(tool_calls=[ToolCall("charge_card", {"amount": 120})]), "Charged."]
+    with LoopbackServer(script) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        parked = _execute("charge", agent, journal, client, on_approval="park")
+        assert parked.record.status is Status.WAITING_APPROVAL
+        pending = parked.record.pending_approval
+        assert (pending["name"], pending["details"]) == (
+            "charge_card", {"tool": "charge_card", "arguments": {"amount": 120}})
+        (approve if approved else reject)("charge", journal=journal)
+        done = _execute("charge", agent, journal, client, on_approval="park")
+        answer = server.requests[-1]["messages"][-1]
+    assert done.record.status is Status.DONE and done.result == "Charged."
+    assert travel.effects(tmp_path) == (["charge 120"] if approved else [])
+    assert answer["role"] == "tool"
+    assert (answer["content"] == "charged 120") is approved
+    assert server.stats()["by_round"] == {"0": 1, "1": 1}
+
+
+class Trip(pydantic.BaseModel):
+    city: str
+    days: int
+
+
+def test_structured_output_replays_to_the_same_typed_object(journal, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "offline")  # Agent("openai:...") wants one
+    agent = Agent("openai:loopback-1", output_type=Trip)
+
+    async def handler(ctx):
+        return (await run(ctx, agent, "Plan a trip.")).output
+
+    script = [Reply(tool_calls=[ToolCall("final_result", {"city": "Oslo", "days": 3})])]
+    with LoopbackServer(script) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        runs = [durable_nb.execute("plan", handler, journal=journal, client=client)
+                for _ in range(2)]
+        requests = server.stats()["chat"]
+    assert runs == [Trip(city="Oslo", days=3)] * 2 and isinstance(runs[1], Trip)
+    assert requests == 1
+    assert [(e.kind, e.name) for e in journal.steps("plan")] == [("chat", "loopback-1")]
+
+
+def test_a_model_that_is_not_openai_compatible_is_refused(journal):
+    from pydantic_ai.models.test import TestModel
+
+    from durable_nb import NotJournaled
+
+    agent = Agent(TestModel())
+
+    async def handler(ctx):
+        return (await run(ctx, agent, "hi")).output
+
+    with pytest.raises(NotJournaled, match="does not journal"):
+        durable_nb.execute("test-model", handler, journal=journal)
+
+
+def test_parallel_tool_calls_are_steps_of_their_own_replayed(tmp_path, journal):
+    agent = travel_agent(tmp_path)
+    with LoopbackServer(travel.parallel_script()) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        first = _execute("both", agent, journal, client)
+        again = _execute("both", agent, journal, client)
+        requests = server.stats()["chat"]
+    assert first.result == again.result == travel.FINAL and requests == 2
+    tools = sorted(e.key for e in journal.steps("both") if e.name == "find_flight")
+    assert len(tools) == 2 and tools[0] != tools[1]
+    assert sorted(travel.effects(tmp_path)) == ["find Oslo", "find Rome"]
+
+
+def test_run_stream_with_the_durable_model_and_journaled_tools_replays(tmp_path, journal):
+    from durable_nb.integrations.pydantic_ai import JournaledTools, durable_model
+
+    agent = travel_agent(tmp_path)
+
+    async def handler(ctx):
+        async with agent.run_stream("Book.", model=durable_model(ctx, travel.MODEL),
+                                    capabilities=[JournaledTools(ctx)]) as result:
+            return "".join([piece async for piece in result.stream_text(delta=True)])
+
+    with LoopbackServer(travel.script()) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        for _ in range(2):
+            assert durable_nb.execute("stream", handler, journal=journal,
+                                      client=client) == travel.FINAL
+        stats = server.stats()
+    assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
+    assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
