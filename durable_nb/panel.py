@@ -54,6 +54,10 @@ _STARTING = "#6e7781"
 #: Seconds between redraws of a running run's panel when nothing else redraws it (the
 #: elapsed time ticks).
 _TICK = 1.0
+# Instead of a Cancel button while the run executes in the foreground of its cell.
+_STOP_HINT = ("<div style='color:#6e7781'>Running in this cell: stop it with the kernel's stop "
+              "button (&#9632;); the run keeps its journal and resumes when the cell runs "
+              "again.</div>")
 _TIMELINE_ROWS = 30
 _LOG_KEPT = 20_000  # characters of the log the saved view keeps
 _TEXT_LIMIT = 2000  # characters of one message, argument or result shown in a step's details
@@ -262,6 +266,7 @@ class RunPanel:
         self._on_decide = on_decide
         self._shown_digest: str | None = None  # of the approval request shown
         self._on_cancel = on_cancel
+        self._in_cell = False  # executing in the foreground of its cell: see executing_in_cell
         self._refresh_interval = refresh_interval
         self._last_refresh = 0.0
         # (entry, replayed); replayed None: journaled before, see load()
@@ -301,14 +306,17 @@ class RunPanel:
                                       layout=w.Layout(width="auto", align_self="flex-start"))
         for button in (self.approve_button, self.reject_button, self.cancel_button):
             button.add_class("dnb-button")
-        self.approval_box = w.VBox([self.approval_text, w.HBox(
-            [self.approval_note, self.approve_button, self.reject_button])],
-            layout=w.Layout(display="none", border="1px solid #bf8700", padding="6px"))
+        self.stop_hint = w.HTML(_STOP_HINT, layout=w.Layout(display="none"))
+        self.approval_buttons = w.HBox([self.approval_note, self.approve_button,
+                                        self.reject_button])
+        self.approval_box = w.VBox([self.approval_text, self.approval_buttons],
+                                   layout=w.Layout(display="none", border="1px solid #bf8700",
+                                                   padding="6px"))
         self.approve_button.on_click(lambda _: self._decide(True))
         self.reject_button.on_click(lambda _: self._decide(False))
         self.cancel_button.on_click(lambda _: self._cancel())
         self.widget = w.VBox([self.header, self.stats, self.approval_box, self.timeline,
-                              self.log, self.result, self.cancel_button])
+                              self.log, self.result, self.cancel_button, self.stop_hint])
         self.widget.add_class("dnb-panel")
         self.widget.add_class("dnb-live")  # tells the saved view (static_html) to hide
         self.refresh(force=True)
@@ -351,12 +359,29 @@ class RunPanel:
             self.append_log(f"durable_nb: could not record the decision: {exc}\n")
 
     def _cancel(self) -> None:
-        if self._on_cancel is not None:
-            self.cancel_button.disabled = True
-            try:
-                self._on_cancel()
-            except Exception as exc:
-                self.append_log(f"durable_nb: could not cancel: {exc}\n")
+        if self._on_cancel is None:
+            return
+        # Seen at once: the run stops only at its next step boundary, and a click must not
+        # look ignored until then.
+        self.cancel_button.disabled = True
+        self.cancel_button.description = "Cancelling..."
+        try:
+            self._on_cancel()
+        except Exception as exc:  # shown, never raised into the comm handler
+            self.cancel_button.disabled = False
+            self.cancel_button.description = "Cancel run"
+            self.append_log(f"durable_nb: could not cancel: {exc}\n")
+
+    def executing_in_cell(self, in_cell: bool) -> None:
+        """Say whether the run now executes in the foreground of its cell. While it does, a
+        click cannot be relied on to reach the kernel (ipykernel 7.4 delivers it to the busy
+        main shell, which reads it only after the cell; 6.x queues it behind the cell too):
+        the panel shows no Cancel, Approve or Reject button then, but what stops the run (the
+        kernel's stop button) or decides it (a terminal). A parked run, or one resumed in the
+        background, has the buttons: the kernel is idle and every click arrives."""
+        with self._lock:
+            self._in_cell = in_cell
+        self.refresh(force=True)
 
     # -- observer ----------------------------------------------------------------------
 
@@ -506,32 +531,35 @@ class RunPanel:
             result = self._result_html
             finished = record.status in (Status.DONE, Status.FAILED, Status.CANCELLED) \
                 or self._error is not None
+            in_cell = self._in_cell
             self._drawn += 1
             drawn = self._drawn
         with self._paint_lock:
             if drawn > self._painted:
                 self._painted = drawn
-                self._paint(header, stats, timeline, result, pending, finished)
+                self._paint(header, stats, timeline, result, pending, finished, in_cell)
             if log:
                 self.log.append_stdout(log)
 
     def _paint(self, header: str, stats: str, timeline: str, result: str,
-               pending: dict | None, finished: bool) -> None:
+               pending: dict | None, finished: bool, in_cell: bool) -> None:
         with self.widget.hold_sync() if hasattr(self.widget, "hold_sync") else _nothing():
             self.header.value = header
             self.stats.value = stats
             self.timeline.value = timeline
             self.result.value = result
             if pending:
-                self.approval_text.value = self._approval_html(pending)
+                self.approval_text.value = self._approval_html(pending, in_cell)
                 self._shown_digest = pending_digest(pending)
                 self.approval_box.layout.display = "flex"
+                self.approval_buttons.layout.display = "none" if in_cell else "flex"
                 self.approve_button.disabled = self.reject_button.disabled = False
             else:
                 self.approval_box.layout.display = "none"
-            self.cancel_button.layout.display = "none" if finished else None
+            self.cancel_button.layout.display = "none" if finished or in_cell else None
+            self.stop_hint.layout.display = None if in_cell and not finished else "none"
 
-    def _approval_html(self, pending: dict) -> str:
+    def _approval_html(self, pending: dict, in_cell: bool = False) -> str:
         details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
         asked = pending.get("requested_at")
         since = (f" &middot; asked at {_clock(asked)}" if isinstance(asked, (int, float)) else "")
@@ -542,10 +570,16 @@ class RunPanel:
             f"{html.escape(str(earlier.get('name')))} "
             f"<code>{html.escape(_clip(json.dumps(earlier.get('details'), default=str)))}</code> "
             f"(request {short(earlier.get('digest'))}) is not applied to this one.</div>")
+        # The cell waits for a decision from outside (--wait): no buttons, see executing_in_cell.
+        outside = "" if not in_cell else (
+            f"<div>This cell waits for a decision from outside; a click cannot reach the busy "
+            f"kernel. Decide with <code>durable-nb approve {run_id}</code> (or "
+            f"<code>reject</code>) in a terminal, or in {_open_in_lab(run_id)} (JupyterLab)."
+            f"</div>")
         return (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
                 f"(step {html.escape(str(pending.get('key')))}, request "
                 f"{short(pending_digest(pending))}){since}"
-                f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>{changed}"
+                f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>{changed}{outside}"
                 f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
                 f"drew them stopped. Re-run the cell for live buttons, decide in "
                 f"{_open_in_lab(run_id)} (JupyterLab, no kernel needed), or from anywhere: "

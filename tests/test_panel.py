@@ -202,3 +202,103 @@ def test_a_result_the_cell_shows_below_is_only_pointed_to() -> None:
     assert "42" not in panel.summary() and "42" not in panel.static_html()
     panel.show_result(None, shown_below=True)  # a cell with no value: nothing to point to
     assert panel.result.value == ""
+
+
+# --- buttons that work, or are not there ---------------------------------------------------
+
+
+def _shown(panel: RunPanel) -> dict[str, bool]:
+    return {"cancel": panel.cancel_button.layout.display != "none",
+            "stop hint": panel.stop_hint.layout.display != "none"}
+
+
+def test_cancel_is_replaced_by_the_stop_hint_in_the_cell_and_shown_when_parked_or_resumed(
+        journal) -> None:
+    """A click on a busy cell's widget never reaches ipykernel 7.4 (6.x: only after the cell):
+    in the foreground the panel says what stops the run; parked or resumed in the background
+    (the kernel idle, every click arrives) it has a Cancel button that says it acts."""
+    from durable_nb.notebook.session import NotebookRun
+    from durable_nb.runner import RunOptions
+
+    seen: dict[str, dict] = {}
+
+    def look(phase: str, click: bool = False) -> None:
+        panel = session.panel
+        seen[phase] = _shown(panel)
+        if click:
+            panel.cancel_button.click()
+            seen["clicked"] = {"description": panel.cancel_button.description,
+                               "disabled": panel.cancel_button.disabled}
+
+    def agent(ctx):
+        ctx.run("in the cell", look, "foreground")
+        ctx.approval("send", {"to": "team@example.com"})
+        ctx.run("resumed", look, "background", True)
+        ctx.run("after the cancel", look, "never")
+
+    session = NotebookRun("mail", agent, RunOptions(on_approval="park", poll_interval=0.02),
+                          journal)
+    try:
+        assert session.start().status is Status.WAITING_APPROVAL
+        parked = _shown(session.panel)
+        assert "Running in this cell: stop it with the kernel's stop button" in \
+            _text(session.panel.stop_hint.value)
+        session.panel.approve_button.click()
+        assert session.wait(60)
+    finally:
+        session.stop()
+    assert seen["foreground"] == {"cancel": False, "stop hint": True}
+    assert parked == {"cancel": True, "stop hint": False}
+    assert seen["background"] == {"cancel": True, "stop hint": False}
+    assert seen["clicked"] == {"description": "Cancelling...", "disabled": True}
+    assert "never" not in seen  # stopped at the next step
+    assert journal.get_run("mail").status is Status.CANCELLED
+    assert _shown(session.panel) == {"cancel": False, "stop hint": False}
+
+
+def test_a_done_run_has_neither_the_cancel_button_nor_the_stop_hint(journal) -> None:
+    from durable_nb.notebook.session import NotebookRun
+    from durable_nb.runner import RunOptions
+
+    seen = []
+    session = NotebookRun("quick", lambda ctx: ctx.run("one", lambda: seen.append(
+        _shown(session.panel)) or 1), RunOptions(), journal)
+    assert session.start().status is Status.DONE
+    assert seen == [{"cancel": False, "stop hint": True}]
+    assert _shown(session.panel) == {"cancel": False, "stop hint": False}
+
+
+def test_a_cell_waiting_for_a_decision_from_outside_shows_how_to_decide_not_buttons(
+        journal) -> None:
+    """``--wait``: the cell stays busy while the approval is pending, so Approve and Reject
+    would be dead there; the panel says how to decide from outside instead."""
+    from durable_nb.notebook.session import NotebookRun
+    from durable_nb.runner import RunOptions
+
+    seen = {}
+
+    def decide_from_outside() -> None:
+        while (r := journal.find_run("w")) is None or not r.pending_approval \
+                or session.panel.approval_box.layout.display != "flex":
+            time.sleep(0.02)
+        try:
+            panel = session.panel
+            seen["buttons"] = panel.approval_buttons.layout.display != "none"
+            seen["text"] = _text(panel.approval_text.value)
+            seen["cancel"] = _shown(panel)
+        finally:  # whatever was seen, the cell must not wait forever
+            durable_nb.approve("w", by="ana", journal=journal)
+
+    session = NotebookRun("w", lambda ctx: ctx.approval("send", {"to": "x"}).approved,
+                          RunOptions(on_approval="wait", poll_interval=0.02), journal)
+    decider = threading.Thread(target=decide_from_outside)
+    decider.start()
+    try:
+        assert session.start().result is True
+    finally:
+        decider.join()
+        session.stop()
+    assert seen["buttons"] is False
+    assert "This cell waits for a decision from outside; a click cannot reach the busy " \
+           "kernel. Decide with durable-nb approve w (or reject) in a terminal" in seen["text"]
+    assert seen["cancel"] == {"cancel": False, "stop hint": True}

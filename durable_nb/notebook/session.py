@@ -1,10 +1,11 @@
 """Running a cell's run inside a kernel, with its panel and the watcher that resumes it.
 
 The cell runs on the kernel's main thread, so prints, the stop button (KeyboardInterrupt) and
-headless execution behave as in any cell. When the run reaches an approval nobody has decided
-yet, it *parks*: the run is left WAITING_APPROVAL, the cell ends, and the panel shows the
-buttons. The kernel is then idle, so a click reaches it on every ipykernel version (6.x has no
-subshells, 7.4 routes widget messages to the main shell). A watcher thread waits for the
+headless execution behave as in any cell; a widget click does not reach it there on every
+ipykernel, so its panel shows what stops it instead of a Cancel button. When the run reaches
+an approval nobody has decided yet, it *parks*: the run is left WAITING_APPROVAL, the cell
+ends, and the panel shows the buttons. The kernel is then idle, so a click reaches it on every
+ipykernel version (6.x has no subshells, 7.4 routes widget messages to the main shell). A watcher thread waits for the
 decision (a click, ``durable-nb approve`` or another notebook: all go through the journal) and
 resumes the run on that thread by executing it again: completed steps replay from the journal
 in microseconds and the loop goes on after the approval, with the same panel live. The watcher
@@ -100,6 +101,9 @@ class NotebookRun:
         # background (after an approval) there is no cell to print to: the panel's log has them.
         restore = None if foreground else route_output(self.panel.append_log)
         self.executing = True
+        # A click cannot reach a busy cell's kernel on every ipykernel: the panel says what
+        # stops the run rather than showing a Cancel button that might do nothing.
+        self.panel.executing_in_cell(foreground)
         try:
             outcome = Runner(self.run_id, self.handler, journal=self.journal,
                              options=self.options, observer=self.panel).run()
@@ -113,6 +117,7 @@ class NotebookRun:
             raise
         finally:
             self.executing = False
+            self.panel.executing_in_cell(False)
             if restore is not None:
                 restore()
         self.panel.on_record(outcome.record)
