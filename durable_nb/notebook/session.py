@@ -2,15 +2,15 @@
 
 The cell runs on the kernel's main thread, so prints, the stop button (KeyboardInterrupt) and
 headless execution behave as in any cell; a widget click does not reach it there on every
-ipykernel, so its panel shows what stops it instead of a Cancel button. When the run reaches
-an approval nobody has decided yet, it *parks*: the run is left WAITING_APPROVAL, the cell
-ends, and the panel shows the buttons. The kernel is then idle, so a click reaches it on every
-ipykernel version (6.x has no subshells, 7.4 routes widget messages to the main shell). A watcher thread waits for the
-decision (a click, ``durable-nb approve`` or another notebook: all go through the journal) and
-resumes the run on that thread by executing it again: completed steps replay from the journal
-in microseconds and the loop goes on after the approval, with the same panel live. The watcher
-never ends unseen: while the journal cannot be read it says so in the panel and keeps trying;
-any other error that ends it is shown there with what to do.
+ipykernel, so its panel shows what stops it instead of a Cancel button. When the run reaches an
+approval nobody has decided yet, it *parks*: the run is left WAITING_APPROVAL, the cell ends,
+and the panel shows the buttons. The kernel is then idle, so a click reaches it on every
+ipykernel version (6.x has no subshells, 7.4 routes widget messages to the main shell). A
+watcher thread waits for the decision (a click, ``durable-nb approve`` or another notebook: all
+go through the journal) and resumes the run on that thread by executing it again: completed
+steps replay from the journal in microseconds and the loop goes on after the approval, with the
+same panel live. The watcher never ends unseen: while the journal cannot be read it says so in
+the panel and keeps trying; any other error that ends it is shown there with what to do.
 """
 
 from __future__ import annotations
