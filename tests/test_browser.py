@@ -627,3 +627,60 @@ def test_a_reopened_notebook_shows_the_saved_view_of_its_batch(
         assert "RuntimeError: the CRM timed out" in text
         assert "<Batch 'refunds': 4 items (3 DONE, 1 FAILED)>" in _batch_output(page).inner_text()
         _batch_output(page).screenshot(path=str(shots / "batch-reopened.png"))
+
+
+# A run that parks, then (resumed in the background) waits in its first step for a file the
+# test writes: the test decides when the step ends, not a clock.
+_BACKGROUND_CELL = """%%durable_agent bg
+import os, time
+def work(i):
+    while not os.path.exists(f'go{i}'):
+        time.sleep(0.05)
+    return i
+ctx.approval('go ahead', {'why': 'test'})
+for i in range(3):
+    ctx.run(f'work {i}', work, i)"""
+
+
+def test_cancel_is_not_shown_while_the_cell_runs_and_says_cancelling_in_the_background(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    """A click on a busy cell's widget never reaches ipykernel 7.4: while the run executes in
+    its cell the panel has no Cancel button but says what stops it, and the stop button does.
+    Resumed in the background after an approval (the kernel idle), Cancel is there, turns into
+    a disabled "Cancelling..." at the click, and the run stops at the next step."""
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "cancel"
+    folder.mkdir()
+    write_notebook(folder / "cancel.ipynb", ["%load_ext durable_nb", _SLOW_CELL, _BACKGROUND_CELL])
+    journal = DiskJournal(folder / ".durable_nb")
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("cancel/cancel.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.run_cell(1)
+        live = page.cell(1).locator(".dnb-live")
+        hint = live.get_by_text("stop it with the kernel's stop button")
+        hint.wait_for(state="visible")
+        live.get_by_text("RUNNING", exact=True).first.wait_for(state="visible")
+        assert not live.locator("button.jupyter-button", has_text="Cancel").first.is_visible()
+        live.screenshot(path=str(shots / "lab-foreground-stop-hint.png"))
+        _interrupt_kernel(page)
+        page.wait_for_text("KeyboardInterrupt", cell_index=1)
+        hint.wait_for(state="hidden")
+        assert len(list(journal.steps("slow"))) < 14
+
+        page.run_cell(2)
+        bg = page.cell(2).locator(".dnb-live")
+        bg.locator("button.jupyter-button", has_text="Approve").first.click()
+        bg.get_by_text("RUNNING", exact=True).first.wait_for(state="visible")
+        bg.locator("button.jupyter-button", has_text="Cancel run").first.click()
+        cancelling = bg.locator("button.jupyter-button:disabled", has_text="Cancelling...")
+        cancelling.first.wait_for(state="visible")
+        bg.screenshot(path=str(shots / "lab-background-cancelling.png"))
+        (folder / "go0").touch()
+        bg.get_by_text("CANCELLED", exact=True).first.wait_for(state="visible")
+        bg.screenshot(path=str(shots / "lab-background-cancelled.png"))
+    record = journal.get_run("bg")
+    assert record.status is Status.CANCELLED
+    assert [e.name for e in journal.steps("bg") if e.name.startswith("work")] == ["work 0"]
