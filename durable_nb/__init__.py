@@ -47,6 +47,7 @@ from .retry import RetryPolicy
 from .runner import RunOptions, execute
 from .serde import register_type
 from .tools import Tool, tool
+from .tracing import tracing
 
 __version__ = "0.1.0"
 
@@ -100,6 +101,7 @@ __all__ = [
     "copy_run",
     "delete",
     "execute",
+    "tracing",
     "get_run",
     "item_keys",
     "load_ipython_extension",

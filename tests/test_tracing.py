@@ -1,0 +1,217 @@
+"""OpenTelemetry traces of runs (durable_nb.tracing): the real SDK with its in-memory
+exporter and metric reader, the real openai client against the loopback server. A replayed
+step is never reported as a call."""
+
+from __future__ import annotations
+
+import sys
+
+import openai
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
+
+import durable_nb as dn  # noqa: E402
+from durable_nb import Status  # noqa: E402
+from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402
+
+tracing_module = sys.modules["durable_nb.tracing"]  # durable_nb.tracing is the function
+KEY = "sk-test-do-not-export-0123456789"
+
+
+@dn.tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@pytest.fixture
+def otel(monkeypatch):
+    """Tracing on, to an in-memory exporter and metric reader; off again after."""
+    monkeypatch.setattr(tracing_module, "_state", None)
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    dn.tracing(provider, MeterProvider(metric_readers=[reader]))
+    yield exporter, reader
+    provider.shutdown()
+
+
+def agent(client, crash: dict | None = None, approve: bool = False):
+    """Ask, run the tool the model asks for, optionally crash there (once) or ask a person,
+    ask again."""
+    def handler(ctx):
+        messages = [{"role": "user", "content": "1+2?"}]
+        reply = ctx.chat(client=client, model="gpt-4o-mini", messages=messages,
+                         tools=[add.schema])
+        messages.append(reply.choices[0].message.model_dump(exclude_none=True))
+        messages += ctx.call_tools(reply.choices[0].message, [add])
+        if crash is not None and crash.pop("once", False):
+            raise RuntimeError("the kernel died here")
+        if approve:
+            ctx.approval("send the answer", {"to": "alice"})
+        return ctx.chat(client=client, model="gpt-4o-mini", messages=messages
+                        ).choices[0].message.content
+    return handler
+
+
+def script():
+    return [Reply(tool_calls=[ToolCall("add", {"a": 1, "b": 2})]), "three"]
+
+
+def by_name(spans):
+    return {span.name: span for span in spans}
+
+
+def metric_points(reader, name):
+    data = reader.get_metrics_data()
+    return [point for rm in (data.resource_metrics if data else ())
+            for sm in rm.scope_metrics for metric in sm.metrics if metric.name == name
+            for point in metric.data.data_points]
+
+
+def test_a_run_is_an_invoke_agent_span_with_chat_client_spans_and_tool_spans(otel, journal):
+    exporter, reader = otel
+    with LoopbackServer(script()) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        assert dn.execute("r", agent(client), title="adder", journal=journal) == "three"
+    spans = exporter.get_finished_spans()
+    names = [span.name for span in spans]
+    assert names == ["chat gpt-4o-mini", "execute_tool add", "chat gpt-4o-mini",
+                     "invoke_agent adder"]
+    root = spans[-1]
+    assert root.kind is SpanKind.INTERNAL and root.parent is None
+    assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert root.attributes["gen_ai.conversation.id"] == "r"
+    assert root.attributes["durable_nb.attempt"] == 1
+    assert root.attributes["durable_nb.replayed_steps"] == 0
+    assert root.attributes["durable_nb.executed_steps"] == 3
+    assert root.attributes["durable_nb.attempt.end"] == "completed"
+    for child in spans[:-1]:
+        assert child.parent.span_id == root.context.span_id
+        assert child.context.trace_id == root.context.trace_id
+    first, tool_span, second = spans[:3]
+    assert first.kind is SpanKind.CLIENT and tool_span.kind is SpanKind.INTERNAL
+    entries = list(journal.steps("r"))
+    a = first.attributes
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"], a["gen_ai.request.model"],
+            a["gen_ai.response.model"], a["openai.api.type"]) == (
+        "chat", "openai", "gpt-4o-mini", "gpt-4o-mini", "chat_completions")
+    assert tuple(a["gen_ai.response.finish_reasons"]) == ("tool_calls",)
+    assert tuple(second.attributes["gen_ai.response.finish_reasons"]) == ("stop",)
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (
+        entries[0].prompt_tokens, entries[0].completion_tokens)
+    assert a["gen_ai.usage.input_tokens"] > 0
+    assert a["gen_ai.usage.cost"] == entries[0].meta["cost"]
+    assert a["gen_ai.response.id"].startswith("chatcmpl-")
+    # The journal's timestamps (which it keeps to 0.1 ms), not the export's.
+    assert round(first.start_time / 1e9, 4) == entries[0].started_at
+    assert round(first.end_time / 1e9, 4) == entries[0].finished_at
+    call_id = server_call_id(entries[0])
+    assert tool_span.attributes["gen_ai.tool.name"] == "add"
+    assert tool_span.attributes["gen_ai.tool.call.id"] == call_id
+    assert tool_span.attributes["gen_ai.operation.name"] == "execute_tool"
+    exported = repr([dict(span.attributes) for span in spans])
+    assert KEY not in exported and "1+2?" not in exported  # no key, no message content
+    usage = metric_points(reader, "gen_ai.client.token.usage")
+    assert sum(p.sum for p in usage) == sum(e.tokens for e in entries if e.kind == "chat")
+    assert sum(p.count for p in metric_points(reader, "gen_ai.client.operation.duration")) == 2
+
+
+def server_call_id(entry):
+    from durable_nb.summary import llm_reply, plain
+    return llm_reply("chat", plain(entry.result))["tool_calls"][0]["id"]
+
+
+def test_a_resumed_attempt_reports_no_replayed_call_only_what_replay_saved(otel, journal):
+    exporter, reader = otel
+    crash = {"once": True}
+    with LoopbackServer(script()) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        with pytest.raises(RuntimeError):
+            dn.execute("r", agent(client, crash), journal=journal)
+        first_attempt = exporter.get_finished_spans()
+        exporter.clear()
+        tokens_before = sum(p.sum for p in metric_points(reader, "gen_ai.client.token.usage"))
+        assert dn.execute("r", agent(client, crash), journal=journal) == "three"
+    failed = first_attempt[-1]
+    assert failed.name == "invoke_agent r"
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.attributes["durable_nb.attempt.end"] == "failed"
+    spans = exporter.get_finished_spans()
+    # The chat and the tool call the crash came after are replayed: not reported as calls.
+    assert [span.name for span in spans] == ["chat gpt-4o-mini", "invoke_agent r"]
+    assert [span.kind for span in spans].count(SpanKind.CLIENT) == 1
+    resumed = spans[-1]
+    assert resumed.context.trace_id != failed.context.trace_id  # an attempt, a trace
+    entries = list(journal.steps("r"))
+    assert resumed.attributes["durable_nb.attempt"] == 2
+    assert resumed.attributes["durable_nb.replayed_steps"] == 2
+    assert resumed.attributes["durable_nb.replayed_tokens"] == entries[0].tokens
+    assert resumed.attributes["durable_nb.replayed_cost"] == pytest.approx(entries[0].meta["cost"])
+    assert resumed.attributes["durable_nb.executed_steps"] == 1
+    assert resumed.status.status_code is StatusCode.UNSET
+    # The token metric counts the second chat only, once.
+    tokens_after = sum(p.sum for p in metric_points(reader, "gen_ai.client.token.usage"))
+    assert tokens_after - tokens_before == entries[2].tokens
+
+
+def test_an_approval_is_a_span_from_request_to_decision_with_who_decided(otel, journal):
+    exporter, _ = otel
+    with LoopbackServer(script()) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        assert dn.execute("r", agent(client, approve=True), journal=journal,
+                          on_approval="park") is None
+        parked = exporter.get_finished_spans()[-1]
+        dn.approve("r", "fine", by="alice", journal=journal)
+        exporter.clear()
+        assert dn.execute("r", agent(client, approve=True), journal=journal,
+                          on_approval="park") == "three"
+    assert parked.name == "invoke_agent r"
+    assert parked.attributes["durable_nb.attempt.end"] == "parked"
+    assert parked.status.status_code is StatusCode.UNSET
+    spans = by_name(exporter.get_finished_spans())
+    approval = spans["approval send the answer"]
+    assert approval.attributes["durable_nb.approval.approved"] is True
+    assert approval.attributes["durable_nb.approval.by"] == "alice"
+    entry = [e for e in journal.steps("r") if e.kind == "approval"][0]
+    assert round(approval.start_time / 1e9, 4) == entry.started_at  # asked in attempt 1
+    assert approval.parent.span_id == spans["invoke_agent r"].context.span_id
+
+
+def test_a_done_run_executed_again_is_no_attempt_and_no_span(otel, journal):
+    exporter, _ = otel
+    with LoopbackServer(script()) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        dn.execute("r", agent(client), journal=journal)
+        exporter.clear()
+        assert dn.execute("r", agent(client), journal=journal) == "three"
+    assert journal.get_run("r").status is Status.DONE
+    assert exporter.get_finished_spans() == ()
+
+
+def test_off_a_run_imports_nothing_of_opentelemetry_and_wraps_nothing(monkeypatch, journal):
+    monkeypatch.setattr(tracing_module, "_state", None)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    from durable_nb.runner import Runner
+    runner = Runner("r", lambda ctx: 1, journal=journal)
+    assert type(runner.observer).__name__ == "NullObserver"
+    assert tracing_module._state is False
+
+
+def test_the_otlp_endpoint_without_the_exporter_installed_is_silently_off(monkeypatch, journal):
+    monkeypatch.setattr(tracing_module, "_state", None)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                        None)  # as if not installed
+    assert dn.execute("r", lambda ctx: ctx.run("one", lambda: 1), journal=journal) == 1
+    assert tracing_module._state is False
