@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["TraceObserver", "traced", "tracing"]
+__all__ = ["TraceObserver", "traced", "tracing", "workflow"]
 
 # None: not decided yet (the environment is read at the first run); False: off; else the
 # (tracer, meter) runs report to.
@@ -88,20 +90,49 @@ def _from_environment() -> None:
     tracing(provider)
 
 
-def traced(observer: Any, run_id: str) -> Any:
-    """``observer``, or a :class:`TraceObserver` around it while tracing is on; inside a
-    traced run (a child run gets its parent's observer) the child's attempt is a child
-    span of the parent's."""
+def _on() -> bool:
     if _state is None:
         with _lock:
             if _state is None:
                 _from_environment()
-    if not _state:
+    return bool(_state)
+
+
+def traced(observer: Any, run_id: str) -> Any:
+    """``observer``, or a :class:`TraceObserver` around it while tracing is on. An attempt's
+    span is a child of the span current where the run executes (a batch's, or one of the
+    program's own); a child run's, of its parent's attempt (it gets its parent's observer)."""
+    if not _on():
         return observer
     tracer, meter = _state
     if isinstance(observer, TraceObserver):
         return TraceObserver(observer.inner, run_id, tracer, meter, observer.attempt_span)
     return TraceObserver(observer, run_id, tracer, meter, None)
+
+
+@contextmanager
+def workflow(name: str, batch_id: str) -> Iterator[Callable[[Callable], Callable]]:
+    """While tracing is on, an ``invoke_workflow {name}`` span current around a batch's
+    execution. Gives ``carry``: a function that runs what it wraps (an item, on a pool's
+    thread) with that span current, so that the attempts of the items are its children."""
+    if not _on():
+        yield lambda fn: fn
+        return
+    from opentelemetry import context, trace
+    with _state[0].start_as_current_span(
+            f"invoke_workflow {name}", kind=trace.SpanKind.INTERNAL, attributes={
+                "gen_ai.operation.name": "invoke_workflow", "durable_nb.batch_id": batch_id}):
+        current = context.get_current()
+
+        def carry(fn: Callable) -> Callable:
+            def in_span(*args: Any) -> Any:
+                token = context.attach(current)
+                try:
+                    return fn(*args)
+                finally:
+                    context.detach(token)
+            return in_span
+        yield carry
 
 
 class _Metrics:

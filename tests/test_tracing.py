@@ -215,3 +215,37 @@ def test_the_otlp_endpoint_without_the_exporter_installed_is_silently_off(monkey
                         None)  # as if not installed
     assert dn.execute("r", lambda ctx: ctx.run("one", lambda: 1), journal=journal) == 1
     assert tracing_module._state is False
+
+
+def test_a_batch_is_an_invoke_workflow_span_over_its_items_attempts(otel, journal):
+    exporter, _ = otel
+    with LoopbackServer(["a", "b", "c"]) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+
+        def ask(ctx, item):
+            return ctx.chat(client=client, model="gpt-4o-mini",
+                            messages=[{"role": "user", "content": item}]).choices[0].message.content
+        dn.map(ask, ["x", "y", "z"], batch_id="eval", concurrency=2, journal=journal)
+    spans = exporter.get_finished_spans()
+    workflow = by_name(spans)["invoke_workflow eval"]
+    assert workflow.attributes["gen_ai.operation.name"] == "invoke_workflow"
+    attempts = [s for s in spans if s.name.startswith("invoke_agent ")]
+    assert len(attempts) == 3
+    assert all(s.parent.span_id == workflow.context.span_id for s in attempts)
+    chats = [s for s in spans if s.kind is SpanKind.CLIENT]
+    assert len(chats) == 3
+    assert {c.parent.span_id for c in chats} == {s.context.span_id for s in attempts}
+
+
+def test_a_child_runs_attempt_is_a_child_of_its_parents_attempt(otel, journal):
+    exporter, _ = otel
+
+    def parent(ctx):
+        return ctx.child("research", lambda child: child.run("look", lambda: 41)) + 1
+    assert dn.execute("p", parent, journal=journal) == 42
+    spans = by_name(exporter.get_finished_spans())
+    root = spans["invoke_agent p"]
+    child = spans["invoke_agent research"]  # the child run's title
+    assert child.attributes["durable_nb.run_id"] == "p/research-0"
+    assert child.parent.span_id == root.context.span_id
+    assert spans["run look"].parent.span_id == child.context.span_id
