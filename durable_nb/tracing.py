@@ -36,7 +36,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["TraceObserver", "traced", "tracing", "workflow"]
+from .errors import DurableError
+from .execution import NullObserver
+
+__all__ = ["TraceObserver", "export_run", "send_run", "traced", "tracing", "workflow"]
 
 # None: not decided yet (the environment is read at the first run); False: off; else the
 # (tracer, meter) runs report to.
@@ -345,3 +348,66 @@ class TraceObserver:
                     del self._tool_calls[i]
                 return call_id
         return None
+
+
+def export_run(record: Any, entries: list, tracer: Any) -> int:
+    """Send a run's finished attempts to ``tracer`` as the spans tracing would have made
+    when they ran (the same names, attributes and journal timestamps; no metrics): for runs
+    from before tracing was on, or from a machine without a collector. An attempt still
+    open (running, or whose process died before the next attempt closed it) is left out.
+    Returns the number of attempts sent."""
+    from opentelemetry.metrics import NoOpMeter
+    sent = 0
+    for attempt in record.attempts or ():
+        if attempt.get("end") is None:
+            continue
+        observer = TraceObserver(NullObserver(), record.run_id, tracer, _Metrics(NoOpMeter("-")),
+                                 None)
+        observer._open(record, attempt)
+        start, stop = attempt.get("from_step", 0), attempt.get("at_step", len(entries))
+        for entry in entries[:min(start, attempt.get("replayed", start))]:
+            observer._count_replayed(entry)
+        for entry in entries[start:stop]:
+            observer._emit(entry)
+        observer._close(attempt)
+        sent += 1
+    return sent
+
+
+
+def send_run(record: Any, entries: list, url: str, timeout: float = 10.0) -> int:
+    """``durable-nb trace RUN --to URL``: :func:`export_run` to the OTLP/HTTP collector at
+    ``url`` (``/v1/traces`` added when missing; ``OTEL_SERVICE_NAME`` names the service,
+    ``durable-nb`` by default), trying for ``timeout`` seconds. Returns the number of spans
+    the collector took; raises :class:`DurableError` when it took none, or when the
+    exporter is not installed."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+    except ImportError as exc:
+        raise DurableError(f"exporting a trace needs OpenTelemetry's OTLP exporter ({exc}): "
+                           f"pip install 'durable-nb[otel]'") from None
+    collected = InMemorySpanExporter()
+    service = os.environ.get("OTEL_SERVICE_NAME") or "durable-nb"
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(SimpleSpanProcessor(collected))
+    from . import __version__
+    if not export_run(record, entries, provider.get_tracer("durable_nb", __version__,
+                                                           schema_url=SCHEMA_URL)):
+        raise DurableError(f"run {record.run_id!r} has no finished attempt to export (an "
+                           f"attempt still running is exported once it ends)")
+    spans = collected.get_finished_spans()
+    endpoint = url if url.rstrip("/").endswith("/v1/traces") else url.rstrip("/") + "/v1/traces"
+    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+    try:
+        if exporter.export(spans) is not SpanExportResult.SUCCESS:
+            raise DurableError(f"the collector at {endpoint} did not take the {len(spans)} "
+                               f"spans of run {record.run_id!r}: is it running there?")
+    finally:
+        exporter.shutdown()
+    return len(spans)

@@ -4,7 +4,12 @@ step is never reported as a call."""
 
 from __future__ import annotations
 
+import http.server
+import os
+import socket
+import subprocess
 import sys
+import threading
 
 import openai
 import pytest
@@ -249,3 +254,100 @@ def test_a_child_runs_attempt_is_a_child_of_its_parents_attempt(otel, journal):
     assert child.attributes["durable_nb.run_id"] == "p/research-0"
     assert child.parent.span_id == root.context.span_id
     assert spans["run look"].parent.span_id == child.context.span_id
+
+
+class Collector:
+    """An OTLP/HTTP trace receiver on loopback: the spans as the wire carried them."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest, ExportTraceServiceResponse)
+        spans = self.spans = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                spans.extend((rs.resource, span) for rs in request.resource_spans
+                             for ss in rs.scope_spans for span in ss.spans)
+                reply = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def names(self):
+        return [span.name for _, span in self.spans]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def collector():
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    receiver = Collector()
+    yield receiver
+    receiver.close()
+
+
+def attribute(span, name):
+    for kv in span.attributes:
+        if kv.key == name:
+            value = kv.value
+            return getattr(value, value.WhichOneof("value"))
+    return None
+
+
+def test_trace_sends_a_finished_runs_attempts_after_the_fact(collector, journal, monkeypatch):
+    monkeypatch.setattr(tracing_module, "_state", False)  # executed untraced
+    crash = {"once": True}
+    with LoopbackServer(script()) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        with pytest.raises(RuntimeError):
+            dn.execute("r", agent(client, crash), title="adder", journal=journal)
+        dn.execute("r", agent(client, crash), title="adder", journal=journal)
+    from durable_nb.cli import main
+    assert main(["--journal", str(journal.location), "trace", "r", "--to", collector.url]) == 0
+    assert collector.names() == ["chat gpt-4o-mini", "execute_tool add", "invoke_agent adder",
+                                 "chat gpt-4o-mini", "invoke_agent adder"]
+    spans = [span for _, span in collector.spans]
+    assert [attribute(spans[i], "durable_nb.attempt") for i in (2, 4)] == [1, 2]
+    assert attribute(spans[4], "durable_nb.replayed_steps") == 2
+    assert attribute(spans[2], "durable_nb.replayed_steps") == 0
+    assert spans[3].parent_span_id == spans[4].span_id
+    resource = collector.spans[0][0]
+    assert any(kv.key == "service.name" and kv.value.string_value == "durable-nb"
+               for kv in resource.attributes)
+
+
+def test_trace_to_nowhere_says_so(journal):
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    dn.execute("r", lambda ctx: ctx.run("one", lambda: 1), journal=journal)
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(dn.DurableError, match="did not take the 2 spans of run 'r'"):
+        tracing_module.send_run(journal.get_run("r"), list(journal.steps("r")),
+                                f"http://127.0.0.1:{port}", timeout=0.5)
+
+
+def test_the_otlp_endpoint_in_the_environment_turns_tracing_on(collector, tmp_path):
+    program = ("import durable_nb as dn\n"
+               "dn.execute('r', lambda ctx: ctx.run('one', lambda: 1), title='envy',"
+               f" journal={str(tmp_path / 'j')!r})\n")
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+           "OTEL_SERVICE_NAME": "nightly-agent"}
+    subprocess.run([sys.executable, "-c", program], env=env, check=True, timeout=60)
+    assert collector.names() == ["run one", "invoke_agent envy"]  # flushed at exit
+    assert any(kv.key == "service.name" and kv.value.string_value == "nightly-agent"
+               for kv in collector.spans[0][0].attributes)
