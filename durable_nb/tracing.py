@@ -286,7 +286,8 @@ class TraceObserver:
 
         from .summary import llm_reply, plain
         request = entry.request if isinstance(entry.request, dict) else {}
-        requested = str(request.get("model") or entry.name)
+        # A compaction's call is to its summary model.
+        requested = str(request.get("summary_model") or request.get("model") or entry.name)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
             "gen_ai.request.model": requested,

@@ -351,3 +351,32 @@ def test_the_otlp_endpoint_in_the_environment_turns_tracing_on(collector, tmp_pa
     assert collector.names() == ["run one", "invoke_agent envy"]  # flushed at exit
     assert any(kv.key == "service.name" and kv.value.string_value == "nightly-agent"
                for kv in collector.spans[0][0].attributes)
+
+
+def test_a_responses_api_call_is_a_chat_span_and_its_function_calls_tool_spans(otel, journal):
+    exporter, _ = otel
+    with LoopbackServer([Reply(tool_calls=[ToolCall("add", {"a": 2, "b": 2})]), "four"]) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+
+        def handler(ctx):
+            first = ctx.respond(client=client, model="gpt-4.1-mini", input="2+2?",
+                                tools=[{"type": "function", "name": "add",
+                                        "parameters": add.schema["function"]["parameters"]}])
+            outputs = ctx.call_tools(first, [add])
+            return ctx.respond(client=client, model="gpt-4.1-mini",
+                               input=[*first.output, *outputs]).output_text
+        assert dn.execute("r", handler, journal=journal) == "four"
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["chat gpt-4.1-mini", "execute_tool add",
+                                       "chat gpt-4.1-mini", "invoke_agent r"]
+    first, tool_span = spans[0], spans[1]
+    assert first.attributes["openai.api.type"] == "responses"
+    assert tuple(first.attributes["gen_ai.response.finish_reasons"]) == ("completed",)
+    assert first.attributes["gen_ai.response.id"].startswith("resp")
+    call_id = server_call_id_of_response(list(journal.steps("r"))[0])
+    assert call_id and tool_span.attributes["gen_ai.tool.call.id"] == call_id
+
+
+def server_call_id_of_response(entry):
+    from durable_nb.summary import llm_reply, plain
+    return llm_reply("respond", plain(entry.result))["tool_calls"][0]["id"]
