@@ -380,3 +380,23 @@ def test_a_responses_api_call_is_a_chat_span_and_its_function_calls_tool_spans(o
 def server_call_id_of_response(entry):
     from durable_nb.summary import llm_reply, plain
     return llm_reply("respond", plain(entry.result))["tool_calls"][0]["id"]
+
+
+def test_a_compaction_is_a_chat_span_to_its_summary_model(otel, journal):
+    exporter, _ = otel
+    rounds = [{"role": "user", "content": "read the parts"}]
+    for n in range(6):
+        rounds += [{"role": "user", "content": f"part {n}: " + "lorem ipsum " * 150},
+                   {"role": "assistant", "content": f"noted {n}"}]
+    with LoopbackServer(["the summary"]) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        compacted = dn.execute(
+            "r", lambda ctx: ctx.compact([{"role": "system", "content": "be brief"}, *rounds],
+                                         keep_last=1, summary_model="gpt-4o-mini"),
+            journal=journal, client=client, model="gpt-4o", context_windows={"gpt-4o": 1500})
+    assert len(compacted) < len(rounds)
+    (span,) = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CLIENT]
+    (entry,) = journal.steps("r")
+    assert span.name == "chat gpt-4o-mini"
+    assert span.attributes["durable_nb.step.kind"] == "compact"
+    assert span.attributes["gen_ai.usage.input_tokens"] == entry.prompt_tokens > 0
