@@ -56,7 +56,11 @@ def tracing(tracer_provider: Any = None, meter_provider: Any = None, *,
     if not enabled:
         _state = False
         return
-    from opentelemetry import metrics, trace
+    try:
+        from opentelemetry import metrics, trace
+    except ImportError:
+        raise DurableError("tracing needs OpenTelemetry: pip install 'durable-nb[otel]'"
+                           ) from None
 
     from . import __version__
     tracer = trace.get_tracer("durable_nb", __version__, tracer_provider,
@@ -69,12 +73,13 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.38.0"
 
 
 def _from_environment() -> None:
-    """Tracing on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the OTLP exporter is
-    installed: a batch exporter to that endpoint (``OTEL_SERVICE_NAME`` and the rest of the
+    """Tracing on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (and ``OTEL_SDK_DISABLED`` is
+    not ``true``) and the OTLP exporter is installed: a batch exporter to that endpoint (``OTEL_SERVICE_NAME`` and the rest of the
     standard variables as the SDK reads them), unless the program set providers of its own.
     Otherwise off, silently."""
     global _state
-    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") \
+            or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         _state = False
         return
     try:

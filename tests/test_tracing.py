@@ -400,3 +400,11 @@ def test_a_compaction_is_a_chat_span_to_its_summary_model(otel, journal):
     assert span.name == "chat gpt-4o-mini"
     assert span.attributes["durable_nb.step.kind"] == "compact"
     assert span.attributes["gen_ai.usage.input_tokens"] == entry.prompt_tokens > 0
+
+
+def test_otel_sdk_disabled_keeps_tracing_off_with_an_endpoint(monkeypatch, journal):
+    monkeypatch.setattr(tracing_module, "_state", None)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    from durable_nb.runner import Runner
+    assert type(Runner("r", lambda ctx: 1, journal=journal).observer).__name__ == "NullObserver"
