@@ -162,7 +162,7 @@ class Runner:
         self.options = options or RunOptions()
         self.journal = open_journal(journal, durability=self.options.durability)
         # Traced (durable_nb.tracing) here, so that every execution is, children too.
-        self.observer = traced(observer or NullObserver(), run_id)
+        self.observer = traced(observer or NullObserver(), run_id, self.journal)
         self.parent = parent
         self.execution: Execution | None = None
         self._heartbeat_error: BaseException | None = None

@@ -22,8 +22,10 @@ execution is traced from one place. Per attempt (:mod:`durable_nb.attempts`) one
 - per other executed step ``{kind} {name}`` (INTERNAL).
 
 A replayed step is not reported as a call: no span, no token metric; it is counted on its
-attempt's span. Timestamps are the journal's. Message content is never put in a span (nor
-API keys, which the journal does not hold). A child run's attempt is a child span of its
+attempt's span. Timestamps are the journal's. Message content goes in chat spans
+(``gen_ai.input.messages``, ``gen_ai.output.messages``, read from the journal) only when
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for it; API keys never (the
+journal does not hold them). A child run's attempt is a child span of its
 parent's attempt. The spans of an executed step are emitted when the step has finished
 (the journal has it): a process that dies loses its open attempt span with it.
 """
@@ -106,16 +108,25 @@ def _on() -> bool:
     return bool(_state)
 
 
-def traced(observer: Any, run_id: str) -> Any:
+def traced(observer: Any, run_id: str, journal: Any) -> Any:
     """``observer``, or a :class:`TraceObserver` around it while tracing is on. An attempt's
     span is a child of the span current where the run executes (a batch's, or one of the
     program's own); a child run's, of its parent's attempt (it gets its parent's observer)."""
     if not _on():
         return observer
     tracer, meter = _state
+    content = _capture_content() and journal
     if isinstance(observer, TraceObserver):
-        return TraceObserver(observer.inner, run_id, tracer, meter, observer.attempt_span)
-    return TraceObserver(observer, run_id, tracer, meter, None)
+        return TraceObserver(observer.inner, run_id, tracer, meter, observer.attempt_span,
+                             content)
+    return TraceObserver(observer, run_id, tracer, meter, None, content)
+
+
+def _capture_content() -> bool:
+    """``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for messages in spans
+    (``true``, ``span_only`` or ``span_and_event``)."""
+    asked = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
+    return asked.strip().lower() in ("true", "span_only", "span_and_event")
 
 
 @contextmanager
@@ -164,8 +175,9 @@ class TraceObserver:
     executed steps into spans (see the module docstring)."""
 
     def __init__(self, inner: Any, run_id: str, tracer: Any, metrics: _Metrics,
-                 parent_span: Any) -> None:
+                 parent_span: Any, content_from: Any = None) -> None:
         self.inner = inner
+        self._content_from = content_from  # the journal, when messages go in chat spans
         self.run_id = run_id
         self._tracer = tracer
         self._metrics = metrics
@@ -321,8 +333,31 @@ class TraceObserver:
                 attributes["gen_ai.response.finish_reasons"] = [str(reply["finish_reason"])]
             if isinstance(result, dict) and result.get("id"):
                 attributes["gen_ai.response.id"] = str(result["id"])
+        if self._content_from and entry.kind != "compact":
+            attributes.update(self._messages(entry))
         self._span(entry, f"chat {requested}", attributes, kind=trace.SpanKind.CLIENT)
         self._record_metrics(entry, attributes)
+
+    def _messages(self, entry: Any) -> dict[str, str]:
+        """``gen_ai.input.messages`` and ``gen_ai.output.messages`` of a chat (or respond)
+        entry, as the conventions' JSON: the request's messages read from the journal."""
+        import json
+
+        from .summary import item_messages, llm_reply, load_chat_request, plain, request_items
+        request, _ = load_chat_request(entry.kind, entry.request, lambda digest:
+                                       self._content_from.get_blob(self.run_id, digest))
+        messages = [_message_parts(m) for item in request_items(entry.kind, plain(request))
+                    for m in item_messages(entry.kind, item) if isinstance(m, dict)]
+        out = {"gen_ai.input.messages": json.dumps(messages, default=str)}
+        reply = llm_reply(entry.kind, plain(entry.result)) if entry.ok else None
+        if reply is not None:
+            parts = [{"type": "text", "content": reply["content"]}] if reply["content"] else []
+            parts += [{"type": "tool_call", "id": call["id"], "name": call["name"],
+                       "arguments": call["arguments"]} for call in reply["tool_calls"]]
+            out["gen_ai.output.messages"] = json.dumps([{
+                "role": "assistant", "parts": parts,
+                "finish_reason": str(reply["finish_reason"] or "")}], default=str)
+        return out
 
     def _record_metrics(self, entry: Any, attributes: dict) -> None:
         common = {key: attributes[key] for key in (
@@ -354,6 +389,25 @@ class TraceObserver:
                     del self._tool_calls[i]
                 return call_id
         return None
+
+
+def _message_parts(message: dict) -> dict[str, Any]:
+    """One chat message in the conventions' shape: a role and its parts."""
+    content = message.get("content")
+    if message.get("role") == "tool":
+        return {"role": "tool", "parts": [{"type": "tool_call_response",
+                                           "id": message.get("tool_call_id"),
+                                           "response": content}]}
+    if isinstance(content, list):  # content parts: their text
+        parts = [{"type": "text", "content": part.get("text")} for part in content
+                 if isinstance(part, dict) and isinstance(part.get("text"), str)]
+    else:
+        parts = [{"type": "text", "content": content}] if content else []
+    parts += [{"type": "tool_call", "id": call.get("id"),
+               "name": (call.get("function") or {}).get("name"),
+               "arguments": (call.get("function") or {}).get("arguments")}
+              for call in message.get("tool_calls") or () if isinstance(call, dict)]
+    return {"role": message.get("role"), "parts": parts}
 
 
 def export_run(record: Any, entries: list, tracer: Any) -> int:

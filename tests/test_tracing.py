@@ -408,3 +408,26 @@ def test_otel_sdk_disabled_keeps_tracing_off_with_an_endpoint(monkeypatch, journ
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     from durable_nb.runner import Runner
     assert type(Runner("r", lambda ctx: 1, journal=journal).observer).__name__ == "NullObserver"
+
+
+def test_message_content_only_when_the_environment_asks_for_it(otel, journal, monkeypatch):
+    import json
+    exporter, _ = otel
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    with LoopbackServer(script()) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        assert dn.execute("r", agent(client), journal=journal) == "three"
+    first, _, second = exporter.get_finished_spans()[:3]
+    asked = json.loads(first.attributes["gen_ai.input.messages"])
+    assert asked == [{"role": "user", "parts": [{"type": "text", "content": "1+2?"}]}]
+    (call,) = json.loads(first.attributes["gen_ai.output.messages"])[0]["parts"]
+    assert (call["type"], call["name"], json.loads(call["arguments"])) == (
+        "tool_call", "add", {"a": 1, "b": 2})
+    roles = [m["role"] for m in json.loads(second.attributes["gen_ai.input.messages"])]
+    assert roles == ["user", "assistant", "tool"]
+    tool_answer = json.loads(second.attributes["gen_ai.input.messages"])[2]["parts"][0]
+    assert (tool_answer["id"], tool_answer["response"]) == (call["id"], "3")
+    assert json.loads(second.attributes["gen_ai.output.messages"]) == [{
+        "role": "assistant", "parts": [{"type": "text", "content": "three"}],
+        "finish_reason": "stop"}]
+    assert KEY not in repr([dict(s.attributes) for s in exporter.get_finished_spans()])
