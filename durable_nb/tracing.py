@@ -76,8 +76,9 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.38.0"
 
 def _from_environment() -> None:
     """Tracing on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (and ``OTEL_SDK_DISABLED`` is
-    not ``true``) and the OTLP exporter is installed: a batch exporter to that endpoint (``OTEL_SERVICE_NAME`` and the rest of the
-    standard variables as the SDK reads them), unless the program set providers of its own.
+    not ``true``) and the OTLP exporter is installed: a batch exporter to that endpoint
+    (``OTEL_SERVICE_NAME`` and the rest of the standard variables as the SDK reads them),
+    unless the program set a tracer provider of its own.
     Otherwise off, silently."""
     global _state
     if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") \
