@@ -431,3 +431,49 @@ def test_message_content_only_when_the_environment_asks_for_it(otel, journal, mo
         "role": "assistant", "parts": [{"type": "text", "content": "three"}],
         "finish_reason": "stop"}]
     assert KEY not in repr([dict(s.attributes) for s in exporter.get_finished_spans()])
+
+
+KILLED_RUN = """
+import os, sys, openai, durable_nb as dn
+from tests.test_tracing import KEY, add
+client = openai.OpenAI(base_url=sys.argv[1], api_key=KEY)
+
+def handler(ctx):
+    messages = [{"role": "user", "content": "1+2?"}]
+    reply = ctx.chat(client=client, model="gpt-4o-mini", messages=messages, tools=[add.schema])
+    ctx.call_tools(reply.choices[0].message, [add])
+    os._exit(9)  # the process dies after the tool call: nothing more is written
+
+dn.execute("r", handler, journal=sys.argv[2])
+"""
+
+
+def test_a_run_whose_process_died_resumes_with_no_client_span_for_what_replay_answers(
+        otel, journal, monkeypatch):
+    exporter, _ = otel
+    journal.close()
+    path = str(journal.location)
+    with LoopbackServer(script()) as server:
+        died = subprocess.run([sys.executable, "-c", KILLED_RUN, server.url, path],
+                              env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60)
+        assert died.returncode == 9
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        assert dn.execute("r", agent(client), journal=path) == "three"
+        assert server.count() == 2  # the first call was not made again
+    spans = exporter.get_finished_spans()
+    assert [(s.name, s.kind) for s in spans] == [("chat gpt-4o-mini", SpanKind.CLIENT),
+                                                 ("invoke_agent r", SpanKind.INTERNAL)]
+    assert spans[-1].attributes["durable_nb.attempt"] == 2
+    assert spans[-1].attributes["durable_nb.replayed_steps"] == 2
+    # After the fact, the attempt that died is in the run's trace too, ended as died.
+    monkeypatch.setattr(tracing_module, "_state", False)
+    exporter.clear()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reopened = dn.open_journal(path)
+    assert tracing_module.export_run(reopened.get_run("r"), list(reopened.steps("r")),
+                                     provider.get_tracer("t")) == 2
+    reopened.close()
+    died_span = by_name(exporter.get_finished_spans()[:3])["invoke_agent r"]
+    assert died_span.attributes["durable_nb.attempt.end"] == "died"
+    assert died_span.status.status_code is StatusCode.ERROR
