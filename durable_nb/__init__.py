@@ -101,7 +101,6 @@ __all__ = [
     "copy_run",
     "delete",
     "execute",
-    "tracing",
     "get_run",
     "item_keys",
     "load_ipython_extension",
@@ -113,6 +112,7 @@ __all__ = [
     "reset",
     "runs",
     "tool",
+    "tracing",
     "unload_ipython_extension",
 ]
 
