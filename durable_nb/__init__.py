@@ -47,6 +47,7 @@ from .retry import RetryPolicy
 from .runner import RunOptions, execute
 from .serde import register_type
 from .tools import Tool, tool
+from .tracing import tracing
 
 __version__ = "0.1.0"
 
@@ -111,6 +112,7 @@ __all__ = [
     "reset",
     "runs",
     "tool",
+    "tracing",
     "unload_ipython_extension",
 ]
 

@@ -37,6 +37,7 @@ from .journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepE
 from .limits import BatchLimits
 from .options import RunOptions
 from .runner import Runner, live_execution, validate_run_id
+from .tracing import workflow
 
 __all__ = ["Batch", "BatchObserver", "ItemResult", "batch", "item_keys", "map"]
 
@@ -309,12 +310,16 @@ class _BatchExecution:
         (each left resumable) and is raised again."""
         if not todo:
             return
-        if self.executor is not None:
-            self.executor.execute(self, todo)
-            return
+        with workflow(self.record.title or self.record.batch_id, self.record.batch_id) as carry:
+            if self.executor is not None:
+                self.executor.execute(self, todo)
+                return
+            self._execute_here(todo, carry(self.run_item))
+
+    def _execute_here(self, todo: list[int], run_item: Callable[[int], ItemResult]) -> None:
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(todo))),
                                 thread_name_prefix=f"durable-nb-{self.record.batch_id}") as pool:
-            futures: dict[Future, int] = {pool.submit(self.run_item, i): i for i in todo}
+            futures: dict[Future, int] = {pool.submit(run_item, i): i for i in todo}
             try:
                 pending = set(futures)
                 while pending:

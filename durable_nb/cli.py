@@ -398,6 +398,7 @@ COMMANDS = {
     "reset": "forget steps N and later (--from N), so they run again",
     "delete": "delete the run and its journal",
     "export": "write the run as a notebook (.ipynb) or JSON",
+    "trace": "send the run's finished attempts as OpenTelemetry spans (--to OTLP_URL)",
     "copy": "copy a run to another journal (--to DIR or postgresql://...; --move, --as NEW)",
     "wait": "wait until the run finishes (headless notebooks)",
     "demo": "the offline crash-and-resume demo",
@@ -611,6 +612,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["ipynb", "json"], default=None,
                    help="default: from the file's extension")
 
+    p = sub.add_parser("trace", help=COMMANDS["trace"])
+    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("--to", required=True, metavar="OTLP_URL",
+                   help="an OTLP/HTTP collector, e.g. http://localhost:4318")
+
     p = sub.add_parser("copy", help=COMMANDS["copy"])
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--to", required=True, metavar="JOURNAL",
@@ -646,7 +652,7 @@ def _run(args: argparse.Namespace) -> int:
               f"{record.status.value}) to {target.location} as {record.run_id}; execute it "
               f"there to go on")
         return 0
-    if args.command in ("runs", "show", "export", "batches", "batch"):
+    if args.command in ("runs", "show", "export", "batches", "batch", "trace"):
         journal = open_journal(args.journal, read_only=True)
     else:
         journal = open_journal(args.journal)
@@ -683,6 +689,11 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "export":
         path = export_run(args.run_id, args.to, format=args.format, journal=journal)
         print(f"wrote {path}")
+    elif args.command == "trace":
+        from .tracing import send_run  # OpenTelemetry is imported for this command only
+        record = journal.get_run(args.run_id)
+        sent = send_run(record, list(journal.steps(args.run_id)), args.to)
+        print(f"sent {sent} span{'' if sent == 1 else 's'} of run {args.run_id} to {args.to}")
     return 0
 
 

@@ -1,0 +1,474 @@
+"""OpenTelemetry traces of runs, in the GenAI semantic conventions (semconv v1.38.0, whose
+GenAI part is in development), honest about replay.
+
+Off unless :func:`tracing` turns it on, or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and
+``opentelemetry-exporter-otlp-proto-http`` is installed. Off, nothing of OpenTelemetry is
+imported and a run costs one check of a module variable; this module itself imports
+nothing but the standard library until tracing is on.
+
+On, every :class:`~durable_nb.runner.Runner` observes its execution through a
+:class:`TraceObserver` wrapped around its own observer (the panel, or none), so every
+execution is traced from one place. Per attempt (:mod:`durable_nb.attempts`) one trace:
+
+- ``invoke_agent {title or run id}`` (INTERNAL), from the attempt's start to its end, with
+  ``durable_nb.attempt``, ``gen_ai.conversation.id`` (the run id: a viewer groups a run's
+  attempts by it) and what replay answered: ``durable_nb.replayed_steps``,
+  ``durable_nb.replayed_tokens``, ``durable_nb.replayed_cost`` (USD, where priced);
+- per executed LLM call ``chat {model}`` (CLIENT), with usage, finish reasons and cost;
+- per executed tool call ``execute_tool {name}`` (INTERNAL), its call id taken from the
+  model's reply that asked for it;
+- per decided approval ``approval {name}`` (INTERNAL), from the request to the decision,
+  with who decided;
+- per other executed step ``{kind} {name}`` (INTERNAL).
+
+A replayed step is not reported as a call: no span, no token metric; it is counted on its
+attempt's span. Timestamps are the journal's. Message content goes in chat spans
+(``gen_ai.input.messages``, ``gen_ai.output.messages``, read from the journal) only when
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for it; API keys never (the
+journal does not hold them). A child run's attempt is a child span of its
+parent's attempt. The spans of an executed step are emitted when the step has finished
+(the journal has it): a process that dies loses its open attempt span with it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .errors import DurableError
+from .execution import NullObserver
+
+__all__ = ["TraceObserver", "export_run", "send_run", "traced", "tracing", "workflow"]
+
+# None: not decided yet (the environment is read at the first run); False: off; else the
+# (tracer, meter) runs report to.
+_state: Any = None
+_lock = threading.Lock()
+
+
+def tracing(tracer_provider: Any = None, meter_provider: Any = None, *,
+            enabled: bool = True) -> None:
+    """Trace every run from now on to ``tracer_provider`` (and its metrics to
+    ``meter_provider``); the global providers when not given. ``enabled=False`` turns
+    tracing off (the environment is not read again). Needs ``durable-nb[otel]``."""
+    global _state
+    if not enabled:
+        _state = False
+        return
+    try:
+        from opentelemetry import metrics, trace
+    except ImportError:
+        raise DurableError("tracing needs OpenTelemetry: pip install 'durable-nb[otel]'"
+                           ) from None
+
+    from . import __version__
+    tracer = trace.get_tracer("durable_nb", __version__, tracer_provider,
+                              schema_url=SCHEMA_URL)
+    meter = metrics.get_meter("durable_nb", __version__, meter_provider, schema_url=SCHEMA_URL)
+    _state = (tracer, _Metrics(meter))
+
+
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.38.0"
+
+
+def _from_environment() -> None:
+    """Tracing on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (and ``OTEL_SDK_DISABLED`` is
+    not ``true``) and the OTLP exporter is installed: a batch exporter to that endpoint
+    (``OTEL_SERVICE_NAME`` and the rest of the standard variables as the SDK reads them),
+    unless the program set a tracer provider of its own.
+    Otherwise off, silently."""
+    global _state
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") \
+            or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        _state = False
+        return
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        _state = False
+        return
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):  # the program set none: ours
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        trace.set_tracer_provider(provider)
+    tracing(provider)
+
+
+def _on() -> bool:
+    if _state is None:
+        with _lock:
+            if _state is None:
+                _from_environment()
+    return bool(_state)
+
+
+def traced(observer: Any, run_id: str, journal: Any) -> Any:
+    """``observer``, or a :class:`TraceObserver` around it while tracing is on. An attempt's
+    span is a child of the span current where the run executes (a batch's, or one of the
+    program's own); a child run's, of its parent's attempt (it gets its parent's observer)."""
+    if not _on():
+        return observer
+    tracer, meter = _state
+    content = _capture_content() and journal
+    if isinstance(observer, TraceObserver):
+        return TraceObserver(observer.inner, run_id, tracer, meter, observer.attempt_span,
+                             content)
+    return TraceObserver(observer, run_id, tracer, meter, None, content)
+
+
+def _capture_content() -> bool:
+    """``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for messages in spans
+    (``true``, ``span_only`` or ``span_and_event``)."""
+    asked = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
+    return asked.strip().lower() in ("true", "span_only", "span_and_event")
+
+
+@contextmanager
+def workflow(name: str, batch_id: str) -> Iterator[Callable[[Callable], Callable]]:
+    """While tracing is on, an ``invoke_workflow {name}`` span current around a batch's
+    execution. Gives ``carry``: a function that runs what it wraps (an item, on a pool's
+    thread) with that span current, so that the attempts of the items are its children."""
+    if not _on():
+        yield lambda fn: fn
+        return
+    from opentelemetry import context, trace
+    with _state[0].start_as_current_span(
+            f"invoke_workflow {name}", kind=trace.SpanKind.INTERNAL, attributes={
+                "gen_ai.operation.name": "invoke_workflow", "durable_nb.batch_id": batch_id}):
+        current = context.get_current()
+
+        def carry(fn: Callable) -> Callable:
+            def in_span(*args: Any) -> Any:
+                token = context.attach(current)
+                try:
+                    return fn(*args)
+                finally:
+                    context.detach(token)
+            return in_span
+        yield carry
+
+
+class _Metrics:
+    """The GenAI client metrics, for executed calls only."""
+
+    def __init__(self, meter: Any) -> None:
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}",
+            description="Number of input and output tokens used")
+        self.duration = meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s",
+            description="GenAI operation duration")
+
+
+def _ns(ts: float) -> int:
+    return int(ts * 1e9)
+
+
+class TraceObserver:
+    """An observer that passes everything on to ``inner`` and turns the run's attempts and
+    executed steps into spans (see the module docstring)."""
+
+    def __init__(self, inner: Any, run_id: str, tracer: Any, metrics: _Metrics,
+                 parent_span: Any, content_from: Any = None) -> None:
+        self.inner = inner
+        self._content_from = content_from  # the journal, when messages go in chat spans
+        self.run_id = run_id
+        self._tracer = tracer
+        self._metrics = metrics
+        self._parent_span = parent_span
+        self.attempt_span: Any = None
+        self._attempt_n: int | None = None
+        self._lock = threading.Lock()
+        self._replayed = [0, 0, 0.0, False]  # steps, tokens, dollars, any priced
+        self._tool_calls: list[tuple[str, str]] = []  # (name, call id) asked, not yet run
+
+    def __getattr__(self, name: str) -> Any:
+        # on_note, on_text ...: what the inner observer has, it keeps.
+        return getattr(self.inner, name)
+
+    # -- the observer protocol ------------------------------------------------------------
+
+    def on_record(self, record: Any) -> None:
+        self.inner.on_record(record)
+        if record.run_id == self.run_id:
+            with self._lock:
+                self._follow_attempt(record)
+
+    def on_step(self, entry: Any, replayed: bool) -> None:
+        self.inner.on_step(entry, replayed)
+        with self._lock:
+            if replayed:
+                self._count_replayed(entry)
+            elif self.attempt_span is not None:
+                self._emit(entry)
+
+    # -- attempts ---------------------------------------------------------------------------
+
+    def _follow_attempt(self, record: Any) -> None:
+        attempt = record.attempts[-1] if record.attempts else None
+        if attempt is None:
+            return
+        if self.attempt_span is None and attempt.get("end") is None \
+                and attempt["n"] != self._attempt_n:
+            self._open(record, attempt)
+        elif self.attempt_span is not None and attempt["n"] == self._attempt_n \
+                and attempt.get("end") is not None:
+            self._close(attempt)
+
+    def _open(self, record: Any, attempt: dict) -> None:
+        from opentelemetry import trace
+        name = record.title or record.run_id
+        context = trace.set_span_in_context(self._parent_span) \
+            if self._parent_span is not None else None
+        self._attempt_n = attempt["n"]
+        self._replayed = [0, 0, 0.0, False]
+        self.attempt_span = self._tracer.start_span(
+            f"invoke_agent {name}", context=context, kind=trace.SpanKind.INTERNAL,
+            start_time=_ns(attempt["started_at"]), attributes={
+                "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
+                "gen_ai.conversation.id": record.run_id, "durable_nb.run_id": record.run_id,
+                "durable_nb.attempt": attempt["n"],
+                "durable_nb.attempt.from_step": attempt.get("from_step", 0)})
+
+    def _close(self, attempt: dict) -> None:
+        from opentelemetry.trace import Status, StatusCode
+        span, self.attempt_span = self.attempt_span, None
+        steps, tokens, dollars, priced = self._replayed
+        span.set_attributes({"durable_nb.replayed_steps": steps,
+                             "durable_nb.replayed_tokens": tokens,
+                             "durable_nb.executed_steps": attempt.get("executed", 0),
+                             "durable_nb.attempt.end": str(attempt["end"])})
+        if priced:
+            span.set_attribute("durable_nb.replayed_cost", dollars)
+        if attempt["end"] not in ("completed", "parked"):
+            span.set_status(Status(StatusCode.ERROR, attempt.get("error") or attempt["end"]))
+        span.end(end_time=_ns(attempt.get("ended_at") or attempt["started_at"]))
+
+    def _count_replayed(self, entry: Any) -> None:
+        counts = self._replayed
+        counts[0] += 1
+        counts[1] += entry.prompt_tokens + entry.completion_tokens
+        cost = (entry.meta or {}).get("cost")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+            counts[2] += cost
+            counts[3] = True
+        if entry.kind == "run":
+            self._tool_call_id(entry.name, take=True)
+        self._note_tool_calls(entry)  # a resumed attempt runs the calls a replayed reply asked
+
+    # -- executed steps ---------------------------------------------------------------------
+
+    def _emit(self, entry: Any) -> None:
+        meta = entry.meta or {}
+        if entry.kind in ("chat", "respond") or (entry.kind == "compact" and "model" in meta):
+            self._chat(entry, meta)
+            self._note_tool_calls(entry)
+        elif entry.kind == "approval":
+            result = entry.result if isinstance(entry.result, dict) else {}
+            self._span(entry, f"approval {entry.name}", {
+                "durable_nb.approval.approved": bool(result.get("approved")),
+                "durable_nb.approval.by": str(result.get("by") or "")})
+        elif entry.kind == "run" and self._tool_call_id(entry.name) is not None:
+            call_id = self._tool_call_id(entry.name, take=True)
+            self._span(entry, f"execute_tool {entry.name}", {
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": entry.name,
+                "gen_ai.tool.type": "function",
+                **({"gen_ai.tool.call.id": call_id} if call_id else {})})
+        else:
+            self._span(entry, f"{entry.kind} {entry.name}", {})
+
+    def _span(self, entry: Any, name: str, attributes: dict, kind: Any = None) -> Any:
+        from opentelemetry import trace
+        from opentelemetry.trace import Status, StatusCode
+        span = self._tracer.start_span(
+            name, context=trace.set_span_in_context(self.attempt_span),
+            kind=kind or trace.SpanKind.INTERNAL, start_time=_ns(entry.started_at),
+            attributes={"durable_nb.step.key": entry.key, "durable_nb.step.kind": entry.kind,
+                        "durable_nb.step.position": entry.position, **attributes})
+        if not entry.ok:
+            error = entry.error or {}
+            span.set_attribute("error.type", str(error.get("type") or "error"))
+            span.set_status(Status(StatusCode.ERROR, str(error.get("message") or "")[:300]))
+        span.end(end_time=_ns(max(entry.finished_at, entry.started_at)))
+        return span
+
+    def _chat(self, entry: Any, meta: dict) -> None:
+        from opentelemetry import trace
+
+        from .summary import llm_reply, plain
+        request = entry.request if isinstance(entry.request, dict) else {}
+        # A compaction's call is to its summary model.
+        requested = str(request.get("summary_model") or request.get("model") or entry.name)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": requested,
+            "openai.api.type": "responses" if entry.kind == "respond" else "chat_completions",
+            "gen_ai.usage.input_tokens": entry.prompt_tokens,
+            "gen_ai.usage.output_tokens": entry.completion_tokens}
+        if meta.get("model"):
+            attributes["gen_ai.response.model"] = str(meta["model"])
+        for key, name in (("cached", "gen_ai.usage.cache_read.input_tokens"),
+                          ("reasoning", "durable_nb.usage.reasoning_tokens"),
+                          ("cost", "gen_ai.usage.cost")):
+            if isinstance(meta.get(key), (int, float)):
+                attributes[name] = meta[key]
+        for key, name in (("temperature", "gen_ai.request.temperature"),
+                          ("max_tokens", "gen_ai.request.max_tokens"),
+                          ("max_completion_tokens", "gen_ai.request.max_tokens"),
+                          ("max_output_tokens", "gen_ai.request.max_tokens")):
+            if isinstance(request.get(key), (int, float)):
+                attributes[name] = request[key]
+        if meta.get("estimated"):
+            attributes["durable_nb.usage.estimated"] = True
+        if entry.ok and entry.kind != "compact":
+            result = plain(entry.result)
+            reply = llm_reply(entry.kind, result)
+            if reply is not None and reply.get("finish_reason"):
+                attributes["gen_ai.response.finish_reasons"] = [str(reply["finish_reason"])]
+            if isinstance(result, dict) and result.get("id"):
+                attributes["gen_ai.response.id"] = str(result["id"])
+        if self._content_from and entry.kind != "compact":
+            attributes.update(self._messages(entry))
+        self._span(entry, f"chat {requested}", attributes, kind=trace.SpanKind.CLIENT)
+        self._record_metrics(entry, attributes)
+
+    def _messages(self, entry: Any) -> dict[str, str]:
+        """``gen_ai.input.messages`` and ``gen_ai.output.messages`` of a chat (or respond)
+        entry, as the conventions' JSON: the request's messages read from the journal."""
+        import json
+
+        from .summary import item_messages, llm_reply, load_chat_request, plain, request_items
+        request, _ = load_chat_request(entry.kind, entry.request, lambda digest:
+                                       self._content_from.get_blob(self.run_id, digest))
+        messages = [_message_parts(m) for item in request_items(entry.kind, plain(request))
+                    for m in item_messages(entry.kind, item) if isinstance(m, dict)]
+        out = {"gen_ai.input.messages": json.dumps(messages, default=str)}
+        reply = llm_reply(entry.kind, plain(entry.result)) if entry.ok else None
+        if reply is not None:
+            parts = [{"type": "text", "content": reply["content"]}] if reply["content"] else []
+            parts += [{"type": "tool_call", "id": call["id"], "name": call["name"],
+                       "arguments": call["arguments"]} for call in reply["tool_calls"]]
+            out["gen_ai.output.messages"] = json.dumps([{
+                "role": "assistant", "parts": parts,
+                "finish_reason": str(reply["finish_reason"] or "")}], default=str)
+        return out
+
+    def _record_metrics(self, entry: Any, attributes: dict) -> None:
+        common = {key: attributes[key] for key in (
+            "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model",
+            "gen_ai.response.model") if key in attributes}
+        if not entry.ok:
+            common["error.type"] = str((entry.error or {}).get("type") or "error")
+        self._metrics.duration.record(entry.duration, common)
+        if entry.ok:
+            self._metrics.tokens.record(entry.prompt_tokens,
+                                        {**common, "gen_ai.token.type": "input"})
+            self._metrics.tokens.record(entry.completion_tokens,
+                                        {**common, "gen_ai.token.type": "output"})
+
+    # -- tool call ids: a tool step is a ``run`` step named after a tool the model asked for
+
+    def _note_tool_calls(self, entry: Any) -> None:
+        if entry.kind not in ("chat", "respond") or not entry.ok:
+            return
+        from .summary import llm_reply, plain
+        reply = llm_reply(entry.kind, plain(entry.result)) or {}
+        self._tool_calls = [(str(call.get("name")), str(call.get("id") or ""))
+                            for call in reply.get("tool_calls") or ()]
+
+    def _tool_call_id(self, name: str, take: bool = False) -> str | None:
+        for i, (asked, call_id) in enumerate(self._tool_calls):
+            if asked == name:
+                if take:
+                    del self._tool_calls[i]
+                return call_id
+        return None
+
+
+def _message_parts(message: dict) -> dict[str, Any]:
+    """One chat message in the conventions' shape: a role and its parts."""
+    content = message.get("content")
+    if message.get("role") == "tool":
+        return {"role": "tool", "parts": [{"type": "tool_call_response",
+                                           "id": message.get("tool_call_id"),
+                                           "response": content}]}
+    if isinstance(content, list):  # content parts: their text
+        parts = [{"type": "text", "content": part.get("text")} for part in content
+                 if isinstance(part, dict) and isinstance(part.get("text"), str)]
+    else:
+        parts = [{"type": "text", "content": content}] if content else []
+    parts += [{"type": "tool_call", "id": call.get("id"),
+               "name": (call.get("function") or {}).get("name"),
+               "arguments": (call.get("function") or {}).get("arguments")}
+              for call in message.get("tool_calls") or () if isinstance(call, dict)]
+    return {"role": message.get("role"), "parts": parts}
+
+
+def export_run(record: Any, entries: list, tracer: Any) -> int:
+    """Send a run's finished attempts to ``tracer`` as the spans tracing would have made
+    when they ran (the same names, attributes and journal timestamps; no metrics): for runs
+    from before tracing was on, or from a machine without a collector. An attempt still
+    open (running, or whose process died before the next attempt closed it) is left out.
+    Returns the number of attempts sent."""
+    from opentelemetry.metrics import NoOpMeter
+    sent = 0
+    for attempt in record.attempts or ():
+        if attempt.get("end") is None:
+            continue
+        observer = TraceObserver(NullObserver(), record.run_id, tracer, _Metrics(NoOpMeter("-")),
+                                 None)
+        observer._open(record, attempt)
+        start, stop = attempt.get("from_step", 0), attempt.get("at_step", len(entries))
+        for entry in entries[:min(start, attempt.get("replayed", start))]:
+            observer._count_replayed(entry)
+        for entry in entries[start:stop]:
+            observer._emit(entry)
+        observer._close(attempt)
+        sent += 1
+    return sent
+
+
+
+def send_run(record: Any, entries: list, url: str, timeout: float = 10.0) -> int:
+    """``durable-nb trace RUN --to URL``: :func:`export_run` to the OTLP/HTTP collector at
+    ``url`` (``/v1/traces`` added when missing; ``OTEL_SERVICE_NAME`` names the service,
+    ``durable-nb`` by default), trying for ``timeout`` seconds. Returns the number of spans
+    the collector took; raises :class:`DurableError` when it took none, or when the
+    exporter is not installed."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+    except ImportError as exc:
+        raise DurableError(f"exporting a trace needs OpenTelemetry's OTLP exporter ({exc}): "
+                           f"pip install 'durable-nb[otel]'") from None
+    collected = InMemorySpanExporter()
+    service = os.environ.get("OTEL_SERVICE_NAME") or "durable-nb"
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(SimpleSpanProcessor(collected))
+    from . import __version__
+    if not export_run(record, entries, provider.get_tracer("durable_nb", __version__,
+                                                           schema_url=SCHEMA_URL)):
+        raise DurableError(f"run {record.run_id!r} has no finished attempt to export (an "
+                           f"attempt still running is exported once it ends)")
+    spans = collected.get_finished_spans()
+    endpoint = url if url.rstrip("/").endswith("/v1/traces") else url.rstrip("/") + "/v1/traces"
+    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+    try:
+        if exporter.export(spans) is not SpanExportResult.SUCCESS:
+            raise DurableError(f"the collector at {endpoint} did not take the {len(spans)} "
+                               f"spans of run {record.run_id!r}: is it running there?")
+    finally:
+        exporter.shutdown()
+    return len(spans)
