@@ -47,7 +47,7 @@ from .retry import RetryPolicy
 from .runner import RunOptions, execute
 from .serde import register_type
 from .tools import Tool, tool
-from .tracing import tracing
+from .telemetry import tracing
 
 __version__ = "0.1.0"
 

@@ -37,7 +37,7 @@ from .journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepE
 from .limits import BatchLimits
 from .options import RunOptions
 from .runner import Runner, live_execution, validate_run_id
-from .tracing import workflow
+from .telemetry import workflow
 
 __all__ = ["Batch", "BatchObserver", "ItemResult", "batch", "item_keys", "map"]
 

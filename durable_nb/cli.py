@@ -690,7 +690,7 @@ def _run(args: argparse.Namespace) -> int:
         path = export_run(args.run_id, args.to, format=args.format, journal=journal)
         print(f"wrote {path}")
     elif args.command == "trace":
-        from .tracing import send_run  # OpenTelemetry is imported for this command only
+        from .telemetry import send_run  # OpenTelemetry is imported for this command only
         record = journal.get_run(args.run_id)
         sent = send_run(record, list(journal.steps(args.run_id)), args.to)
         print(f"sent {sent} span{'' if sent == 1 else 's'} of run {args.run_id} to {args.to}")

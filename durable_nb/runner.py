@@ -56,7 +56,7 @@ from .journal import (
 from .lease import Lease
 from .options import RunOptions
 from .redact import redact_source
-from .tracing import traced
+from .telemetry import traced
 
 __all__ = ["RunOptions", "RunOutcome", "Runner", "execute", "live_execution", "source_hash",
            "validate_run_id"]
@@ -161,7 +161,7 @@ class Runner:
         self.handler = handler
         self.options = options or RunOptions()
         self.journal = open_journal(journal, durability=self.options.durability)
-        # Traced (durable_nb.tracing) here, so that every execution is, children too.
+        # Traced (durable_nb.telemetry) here, so that every execution is, children too.
         self.observer = traced(observer or NullObserver(), run_id, self.journal)
         self.parent = parent
         self.execution: Execution | None = None

@@ -19,7 +19,7 @@ def test_exported_names_are_exactly_the_public_api():
         "UnsupportedClientCall", "approve", "assistant_message",
         "batch", "cancel", "copy_run", "delete", "execute", "get_run", "item_keys",
         "load_ipython_extension", "map", "open_journal",
-        "register_type", "reject", "rerun_from", "reset", "runs", "tool",
+        "register_type", "reject", "rerun_from", "reset", "runs", "tool", "tracing",
         "unload_ipython_extension"}
     for name in durable_nb.__all__:
         assert getattr(durable_nb, name).__doc__, f"{name} has no docstring"

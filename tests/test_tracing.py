@@ -1,4 +1,4 @@
-"""OpenTelemetry traces of runs (durable_nb.tracing): the real SDK with its in-memory
+"""OpenTelemetry traces of runs (durable_nb.telemetry): the real SDK with its in-memory
 exporter and metric reader, the real openai client against the loopback server. A replayed
 step is never reported as a call."""
 
@@ -29,7 +29,7 @@ import durable_nb as dn  # noqa: E402
 from durable_nb import Status  # noqa: E402
 from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402
 
-tracing_module = sys.modules["durable_nb.tracing"]  # durable_nb.tracing is the function
+import durable_nb.telemetry as tracing_module
 KEY = "sk-test-do-not-export-0123456789"
 
 
