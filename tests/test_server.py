@@ -62,6 +62,9 @@ def shared(tmp_path, monkeypatch, index):
 def api(jp_fetch, jp_asyncio_loop):
     """``api(path, ...)``: one request to ``durable-nb/api/PATH``; asserts the status code
     (``expect``) and returns the JSON body. ``gather(*calls)`` sends several at once."""
+    # The loop tornado's client takes as current: an earlier test's asyncio.run() in this
+    # thread leaves none set, and the client would fail to find one.
+    asyncio.set_event_loop(jp_asyncio_loop)
 
     def request(path, *, method="GET", params=None, body=None, headers=None):
         kwargs = {"body": json.dumps(body)} if body is not None else {}

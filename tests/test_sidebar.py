@@ -61,7 +61,10 @@ def journal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lab(tmp_path_factory: pytest.TempPathFactory, journal_dir: Path) -> Iterator[JupyterLab]:
     """One JupyterLab whose server and kernels use ``journal_dir``."""
     require_chromium()
-    env = {"DURABLE_NB_JOURNAL": str(journal_dir), "HOME": str(tmp_path_factory.mktemp("home"))}
+    # An index of its own: the session's lists every journal the suite opened so far (hundreds,
+    # each opened by every summary the sidebar polls), not what a user's server knows.
+    env = {"DURABLE_NB_JOURNAL": str(journal_dir), "HOME": str(tmp_path_factory.mktemp("home")),
+           "DURABLE_NB_INDEX": str(tmp_path_factory.mktemp("index"))}
     with JupyterLab(tmp_path_factory.mktemp("lab"), env=env) as server:
         yield server
 
