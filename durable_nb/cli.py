@@ -26,26 +26,21 @@ from . import attempts, registry
 from .batch import batch as read_batch
 from .demo import run_demo
 from .errors import DurableError, NoJournal, UnknownRun
-from .execution.approvals import find_decision, pending_digest, short
+from .execution.approvals import pending_digest, short
 from .export import export_batch, export_run
 from .journal import (Journal, RunRecord, Status, StepEntry, default_location, entry_cost,
                       open_journal)
 from .profile import disable, enable
-from .summary import age, cost_of, elapsed, format_cost, format_duration, plain
+from .registry import batch_rows, is_interrupted, recorded_decision
+from .summary import (age, cost_of, elapsed, format_cost, format_duration, one_line, plain,
+                      shown_value)
 
-__all__ = ["COMMANDS", "STEERING", "batch_rows", "explain_usage", "format_batch",
-           "format_batches", "format_run", "format_runs", "format_time", "list_runs", "main",
-           "near_runs", "parse_item_status", "parse_status", "recorded_decision", "shown_value",
-           "steer"]
+__all__ = ["COMMANDS", "STEERING", "explain_usage", "format_batch", "format_batches",
+           "format_run", "format_runs", "format_time", "list_runs", "main", "near_runs",
+           "parse_item_status", "parse_status", "steer"]
 
 
 # -- showing runs ----------------------------------------------------------------------------------
-
-def is_interrupted(record: RunRecord, journal: Journal) -> bool:
-    """RUNNING in the journal, but no live process executes it (it died)."""
-    return record.status is Status.RUNNING and \
-        registry.lease_holder(record.run_id, journal=journal) is None
-
 
 def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> str:
     """The run table shown by ``durable-nb runs`` and ``%durable runs``; runs listed in
@@ -78,21 +73,11 @@ def format_time(ts: float) -> str:
     return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", moment)
 
 
-def recorded_decision(info: RunRecord, journal: Journal) -> dict | None:
-    """The decision given (``durable-nb approve``, a panel, another notebook) on the run's
-    pending approval that the run has not taken yet, because no execution of it has
-    resumed since: ``{"approved", "by", "at", "note"}``; None when there is none."""
-    pending = info.pending_approval
-    if info.status is not Status.WAITING_APPROVAL or not pending:
-        return None
-    return find_decision(journal, pending.get("run_id", info.run_id), pending)
-
-
 def _decision_words(decision: dict) -> str:
     """``approved by ana at 10:02:11 ("ship it")``."""
     verdict = "approved" if decision.get("approved") else "rejected"
     when = f" at {format_time(decision['at'])}" if decision.get("at") else ""
-    note = f" ({_one_line(decision['note'], 80)!r})" if decision.get("note") else ""
+    note = f" ({one_line(decision['note'], 80)!r})" if decision.get("note") else ""
     return f"{verdict} by {decision.get('by') or 'someone'}{when}{note}"
 
 
@@ -107,19 +92,6 @@ def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | Non
         status += (f": {_decision_words(decision)}, waiting for the run to resume: re-run its "
                    f"cell (or execute it again)")
     return status
-
-
-def shown_value(value: Any, limit: int) -> str:
-    """Journaled data for reading: a string as it is, a mapping as ``key: value`` pairs,
-    anything else as compact JSON; on one line, shortened to ``limit``."""
-    value = plain(value)
-    if isinstance(value, str):
-        return _one_line(value, limit)
-    if isinstance(value, dict) and value:
-        return _one_line(", ".join(
-            f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)}"
-            for k, v in value.items()), limit)
-    return _one_line(json.dumps(value, ensure_ascii=False, default=str), limit)
 
 
 def _step_line(entry: StepEntry) -> str:
@@ -255,24 +227,6 @@ def parse_item_status(text: str) -> str:
     return parse_status(text)
 
 
-def batch_rows(journal: Journal) -> list[dict[str, Any]]:
-    """One row per batch (oldest first): id, title, items, counts by status, tokens, cost,
-    updated."""
-    rows = []
-    for record in journal.list_batches():
-        runs = {r.run_id: r for r in journal.list_runs(f"{record.batch_id}/")}
-        items = [runs.get(f"{record.batch_id}/{key}") for key in record.keys]
-        counts = Counter(r.status.value if r is not None else "PENDING" for r in items)
-        rows.append({"batch_id": record.batch_id, "title": record.title,
-                     "items": len(record.keys), "counts": dict(counts),
-                     "tokens": sum(r.tokens for r in items if r is not None),
-                     "cost": sum(r.cost for r in items if r is not None),
-                     "removed": len(record.removed),
-                     "updated_at": max([record.updated_at]
-                                       + [r.updated_at for r in items if r is not None])})
-    return rows
-
-
 def format_batches(rows: list[dict[str, Any]]) -> str:
     """The batch table shown by ``durable-nb batches`` and ``%durable batches``."""
     if not rows:
@@ -292,11 +246,6 @@ def format_batches(rows: list[dict[str, Any]]) -> str:
              for r in table]
     return "\n".join(line.rstrip() for line in lines) + (
         "\nFAILED counts CANCELLED items too. `durable-nb batch show BATCH` lists the items.")
-
-
-def _one_line(text: str, limit: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
 
 
 def format_batch(batch: Any, *, status: str | None = None, limit: int | None = 50,
@@ -333,12 +282,12 @@ def format_batch(batch: Any, *, status: str | None = None, limit: int | None = 5
         state = "INTERRUPTED" if item.run_id in interrupted else item.state
         outcome = item.error or ""
         if item.status is Status.DONE:
-            outcome = _one_line(item.result if isinstance(item.result, str)
+            outcome = one_line(item.result if isinstance(item.result, str)
                                 else json.dumps(item.result, ensure_ascii=False, default=str),
                                 70)
         table.append((str(item.index), item.key, state, str(item.iterations),
                       f"{item.tokens:,}", format_cost(item.cost) if item.cost else "-",
-                      _one_line(outcome, 90)))
+                      one_line(outcome, 90)))
     if shown_items:
         widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
         lines.append("")

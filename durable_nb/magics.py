@@ -31,20 +31,17 @@ from .batch import batch as read_batch
 from .batch import item_keys
 from .cli import (
     STEERING,
-    batch_rows,
     command_list,
     explain_usage,
     format_batch,
     format_batches,
     format_run,
     format_runs,
-    is_interrupted,
     list_runs,
     more_runs_note,
     near_runs,
     parse_item_status,
     parse_status,
-    recorded_decision,
     steer,
 )
 from .errors import (
@@ -68,6 +65,7 @@ from .notebook import (
     wait_for_batch,
 )
 from .profile import disable, enable
+from .registry import batch_rows, is_interrupted, recorded_decision
 from .runner import RunOptions, validate_run_id
 
 __all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_duration",

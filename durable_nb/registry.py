@@ -12,6 +12,7 @@ import itertools
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -20,7 +21,7 @@ from typing import Any
 from . import serde
 from .context import Decision
 from .errors import ApprovalChanged, JournalError, NoPendingApproval, RunLeased
-from .execution.approvals import decision_kind, pending_digest, short
+from .execution.approvals import decision_kind, find_decision, pending_digest, short
 from .journal import (
     Journal,
     JournalSpec,
@@ -38,8 +39,9 @@ from .journal.edits import child_runs
 from .lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .runner import live_execution
 
-__all__ = ["RunInfo", "approve", "cancel", "copy_run", "delete", "get_run", "lease_holder",
-           "reject", "rerun_from", "reset", "runs"]
+__all__ = ["RunInfo", "approve", "batch_rows", "cancel", "copy_run", "delete", "get_run",
+           "is_interrupted", "lease_holder", "recorded_decision", "reject", "rerun_from", "reset",
+           "runs"]
 
 
 @dataclass
@@ -326,3 +328,39 @@ def copy_run(run_id: str, to: JournalSpec, *, journal: JournalSpec = None,
                     child.run_id for child in child_runs(target, new_id)])
                 raise
     return copied
+
+
+# -- what a listing shows ---------------------------------------------------------------
+
+def is_interrupted(record: RunRecord, journal: Journal) -> bool:
+    """RUNNING in the journal, but no live process executes it (it died)."""
+    return record.status is Status.RUNNING and \
+        lease_holder(record.run_id, journal=journal) is None
+
+
+def recorded_decision(info: RunRecord, journal: Journal) -> dict | None:
+    """The decision given (``durable-nb approve``, a panel, another notebook) on the run's
+    pending approval that the run has not taken yet, because no execution of it has
+    resumed since: ``{"approved", "by", "at", "note"}``; None when there is none."""
+    pending = info.pending_approval
+    if info.status is not Status.WAITING_APPROVAL or not pending:
+        return None
+    return find_decision(journal, pending.get("run_id", info.run_id), pending)
+
+
+def batch_rows(journal: Journal) -> list[dict[str, Any]]:
+    """One row per batch (oldest first): id, title, items, counts by status, tokens, cost,
+    updated."""
+    rows = []
+    for record in journal.list_batches():
+        runs = {r.run_id: r for r in journal.list_runs(f"{record.batch_id}/")}
+        items = [runs.get(f"{record.batch_id}/{key}") for key in record.keys]
+        counts = Counter(r.status.value if r is not None else "PENDING" for r in items)
+        rows.append({"batch_id": record.batch_id, "title": record.title,
+                     "items": len(record.keys), "counts": dict(counts),
+                     "tokens": sum(r.tokens for r in items if r is not None),
+                     "cost": sum(r.cost for r in items if r is not None),
+                     "removed": len(record.removed),
+                     "updated_at": max([record.updated_at]
+                                       + [r.updated_at for r in items if r is not None])})
+    return rows

@@ -4,6 +4,7 @@ and exports."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -14,7 +15,8 @@ from .journal.blobs import expand_list
 from .responses import response_messages
 
 __all__ = ["age", "cost_of", "elapsed", "format_cost", "format_duration", "item_messages",
-           "llm_reply", "load_chat_request", "plain", "replay_savings", "request_items", "stored_digests"]
+           "llm_reply", "load_chat_request", "one_line", "plain", "replay_savings", "request_items",
+           "shown_value", "stored_digests"]
 
 
 def plain(data: Any) -> Any:
@@ -190,3 +192,23 @@ def llm_reply(kind: str, response: Any) -> dict[str, Any] | None:
              for call in message.get("tool_calls") or [] if isinstance(call, dict)]
     return {"content": message.get("content"), "refusal": message.get("refusal"),
             "finish_reason": first.get("finish_reason"), "tool_calls": calls}
+
+
+def one_line(text: str, limit: int) -> str:
+    """``text`` on one line (whitespace runs made one space), cut to ``limit`` with an
+    ellipsis."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def shown_value(value: Any, limit: int) -> str:
+    """Journaled data for reading: a string as it is, a mapping as ``key: value`` pairs,
+    anything else as compact JSON; on one line, shortened to ``limit``."""
+    value = plain(value)
+    if isinstance(value, str):
+        return one_line(value, limit)
+    if isinstance(value, dict) and value:
+        return one_line(", ".join(
+            f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)}"
+            for k, v in value.items()), limit)
+    return one_line(json.dumps(value, ensure_ascii=False, default=str), limit)

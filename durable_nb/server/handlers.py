@@ -24,7 +24,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from .. import registry
-from ..cli import batch_rows, recorded_decision
+from ..registry import batch_rows, recorded_decision
 from ..errors import JournalError, NoJournal, NoPendingApproval, RunLeased, UnknownRun
 from ..execution.approvals import decision_kind, pending_digest
 from ..journal import Journal, Status

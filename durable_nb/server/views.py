@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cli import is_interrupted, recorded_decision, shown_value
+from ..registry import is_interrupted, recorded_decision
+from ..summary import shown_value
 from ..execution.approvals import pending_digest
 from ..registry import lease_holder
 from ..errors import JournalError
