@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 
 from durable_nb.journal import Journal, RunRecord, Status, StepEntry, open_journal
-from durable_nb.lease import Lease
+from durable_nb.execution.lease import Lease
 
 TOKEN = "benchmark-token"
 

@@ -22,7 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import attempts, registry
+from . import registry
+from .execution import attempts
 from .batch import batch as read_batch
 from .demo import run_demo
 from .errors import DurableError, NoJournal, UnknownRun

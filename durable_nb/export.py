@@ -14,7 +14,7 @@ opening the notebook executes nothing. Each cell carries its part of the structu
     {"export_version": 1, "run": {...}, "rounds": [...], "result": {...},
      "attempts": {"dropped": 0, "list": [...]}, "code": [{"from_step": 0, "source": ...}]}
 
-``attempts`` are the run's executions (:mod:`durable_nb.attempts`, without host and pid);
+``attempts`` are the run's executions (:mod:`durable_nb.execution.attempts`, without host and pid);
 ``code`` pairs each part of the run with the code that made it: when the cell changed
 between executions (``on_change="rerun"``, a resumed run), the notebook shows each version
 of the code right before the steps it made, and says that the code changed there.
@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 
-from . import attempts, serde
+from . import serde
+from .execution import attempts
 from .batch import batch as read_batch
 from .journal import LLM_KINDS, Journal, open_journal
 from .registry import RunInfo, get_run

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from .lease import DEFAULT_STALE_AFTER
+from .execution.lease import DEFAULT_STALE_AFTER
 from .pricing import Price
 
 __all__ = ["CallGate", "OnApproval", "OnChange", "OnJournalError", "RunOptions",

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import ipywidgets as w
 
-from . import attempts
+from .execution import attempts
 from .errors import InputChanged, JournalMismatch, RunLeased
 from .execution import load_request
 from .execution.approvals import pending_digest, short

@@ -36,7 +36,7 @@ from .journal import (
 )
 from .journal.base import StatusFilter
 from .journal.edits import child_runs
-from .lease import DEFAULT_STALE_AFTER, Lease, holder_alive
+from .execution.lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .runner import live_execution
 
 __all__ = ["RunInfo", "approve", "batch_rows", "cancel", "copy_run", "delete", "get_run",

@@ -21,7 +21,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import attempts, serde
+from . import serde
+from .execution import attempts
 from .context import Context
 from .errors import (
     JournalError,
@@ -53,7 +54,7 @@ from .journal import (
     staged_copies,
     this_host,
 )
-from .lease import Lease
+from .execution.lease import Lease
 from .options import RunOptions
 from .redact import redact_source
 from .telemetry import traced
@@ -269,7 +270,7 @@ class Runner:
         # The view shows this execution from now on, not the status an earlier one left.
         self.observer.on_record(record)
 
-    # -- attempts (durable_nb.attempts) ---------------------------------------------------
+    # -- attempts (durable_nb.execution.attempts) ---------------------------------------------------
 
     def _begin_attempt(self, record: RunRecord) -> None:
         """Open this execution's attempt on the record (not for a DONE run, which only

@@ -8,7 +8,7 @@ nothing but the standard library until tracing is on.
 
 On, every :class:`~durable_nb.runner.Runner` observes its execution through a
 :class:`TraceObserver` wrapped around its own observer (the panel, or none), so every
-execution is traced from one place. Per attempt (:mod:`durable_nb.attempts`) one trace:
+execution is traced from one place. Per attempt (:mod:`durable_nb.execution.attempts`) one trace:
 
 - ``invoke_agent {title or run id}`` (INTERNAL), from the attempt's start to its end, with
   ``durable_nb.attempt``, ``gen_ai.conversation.id`` (the run id: a viewer groups a run's

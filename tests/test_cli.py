@@ -22,7 +22,7 @@ import durable_nb as dn
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry
 from durable_nb.cli import main
 from durable_nb.journal import open_journal, this_host
-from durable_nb.lease import this_place
+from durable_nb.execution.lease import this_place
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -26,7 +26,7 @@ from durable_nb.batch import BatchObserver
 from durable_nb.cluster import JournalRef, refuse_workers, run_item
 from durable_nb.errors import JournalError
 from durable_nb.journal import PostgresJournal, open_journal
-from durable_nb.lease import Lease
+from durable_nb.execution.lease import Lease
 from durable_nb.options import RunOptions
 from durable_nb.testing import LoopbackServer
 from tests import cluster_agent

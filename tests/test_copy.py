@@ -20,7 +20,7 @@ from durable_nb import Status
 from durable_nb.cli import main
 from durable_nb.errors import JournalError, RunLeased
 from durable_nb.journal import open_journal
-from durable_nb.lease import Lease
+from durable_nb.execution.lease import Lease
 from tests.test_journal_conformance import Backend, backend, pg_backend  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -52,7 +52,7 @@ from durable_nb.journal import (
 )
 from durable_nb.journal.base import FENCED_ADVICE
 from durable_nb.journal.postgres import MIGRATIONS
-from durable_nb.lease import Lease, holder_alive
+from durable_nb.execution.lease import Lease, holder_alive
 
 REPO = Path(__file__).resolve().parents[1]
 

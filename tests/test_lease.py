@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import durable_nb as dn
-from durable_nb.lease import DEFAULT_STALE_AFTER, holder_alive, this_place
+from durable_nb.execution.lease import DEFAULT_STALE_AFTER, holder_alive, this_place
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 HOLDER = """
 import os, sys, time
 from durable_nb.journal import open_journal
-from durable_nb.lease import Lease
+from durable_nb.execution.lease import Lease
 Lease.acquire(open_journal(sys.argv[1]), "r")
 print("held", flush=True)
 if sys.argv[2] == "hold":

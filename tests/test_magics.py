@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry
-from durable_nb.lease import Lease, this_place
+from durable_nb.execution.lease import Lease, this_place
 from durable_nb import EndpointError, NoJournal
 from durable_nb.magics import DurableMagics
 

@@ -23,7 +23,7 @@ import durable_nb as dn
 from durable_nb import Status
 from durable_nb.errors import InputChanged, RunLeased
 from durable_nb.journal import StepEntry, cut_at_key
-from durable_nb.lease import Lease
+from durable_nb.execution.lease import Lease
 from tests.test_journal_conformance import Backend, backend  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -260,7 +260,7 @@ class Journal(abc.ABC):
         The holder dicts passed to ``holder_alive`` (and returned by :meth:`lease`) are the
         stored ones. A backend with a clock of its own (PostgreSQL's ``now()``) stamps the
         heartbeat in that clock and adds ``heartbeat_age``: seconds since the last heartbeat
-        by that clock, which :func:`durable_nb.lease.holder_alive` prefers to comparing
+        by that clock, which :func:`durable_nb.execution.lease.holder_alive` prefers to comparing
         ``heartbeat`` with this host's clock; ``heartbeat`` is then that age subtracted from
         this process's ``time.time()``."""
 

@@ -45,7 +45,7 @@ SHARE`` and stop if the token does not hold it.
 
 **Heartbeats in the database's clock.** ``leases.heartbeat_at`` is the server's ``now()``
 when the lease was taken or renewed; the holder dicts this journal hands to
-:func:`~durable_nb.lease.holder_alive` carry ``heartbeat_age`` (seconds, by the server's
+:func:`~durable_nb.execution.lease.holder_alive` carry ``heartbeat_age`` (seconds, by the server's
 clock), so hosts with skewed clocks agree on which holder is stale.
 
 **Requests wake waiting runs.** :meth:`PostgresJournal.put_request` sends a ``NOTIFY`` on the

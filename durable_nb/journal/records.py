@@ -154,7 +154,7 @@ class RunRecord:
     crash it may lag behind the journal, and readers correct it
     (:meth:`durable_nb.journal.Journal.count_steps`). ``retried_steps`` are positions of
     failed entries that failed the run and were tried again on resume: replay skips them.
-    ``attempts`` are its executions (:mod:`durable_nb.attempts`); ``sources`` the code of
+    ``attempts`` are its executions (:mod:`durable_nb.execution.attempts`); ``sources`` the code of
     those whose source differs from ``source``, by hash.
     ``notebook`` and ``cell_id`` say which notebook cell created the run (None elsewhere).
     """
@@ -186,7 +186,7 @@ class RunRecord:
     source: str | None = None
     source_hash: str | None = None
     journal_degraded_from: int | None = None
-    # Each execution of the run, the last few (:mod:`durable_nb.attempts`); absent from
+    # Each execution of the run, the last few (:mod:`durable_nb.execution.attempts`); absent from
     # records journaled before attempts were recorded.
     attempts: list[dict] | None = None
     attempts_dropped: int = 0

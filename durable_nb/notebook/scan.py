@@ -7,7 +7,8 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-from .. import attempts, registry
+from .. import registry
+from ..execution import attempts
 from ..journal import Journal, RunRecord, Status, this_host
 
 __all__ = ["describe_unfinished"]

@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import JournalError, JournalMismatch, RunCancelled, RunLeased
-from .journal import Journal, RunRecord, Status, this_host
+from ..errors import JournalError, JournalMismatch, RunCancelled, RunLeased
+from ..journal import Journal, RunRecord, Status, this_host
 from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",

@@ -30,7 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .journal import Journal, this_host
+from ..journal import Journal, this_host
 
 __all__ = ["DEFAULT_STALE_AFTER", "Lease", "holder_alive", "this_place"]
 
