@@ -243,7 +243,7 @@ def chat(spec: dict) -> dict:
     request = {"model": "loopback-1", "messages": CHAT_MESSAGES}
     client.chat.completions.create(**request)  # connect and warm up outside the clock
     # ctx.chat counts the request's tokens; the tokenizer loads once per process, not per call.
-    from durable_nb.tokens import count_message_tokens
+    from durable_nb.llm.tokens import count_message_tokens
 
     count_message_tokens(CHAT_MESSAGES, "loopback-1")
     if spec["durable"]:
@@ -367,7 +367,7 @@ def batch(spec: dict) -> dict:
     items, rounds = spec["n"], spec["rounds"]
     client = _batch_client(spec)
     client.chat.completions.create(model="loopback-1", messages=_batch_messages(-1, []))
-    from durable_nb.tokens import count_message_tokens
+    from durable_nb.llm.tokens import count_message_tokens
 
     count_message_tokens(_batch_messages(0, []), "loopback-1")  # the tokenizer loads once
 
@@ -496,7 +496,7 @@ def dask_warm(url: str, journal: str) -> int:
     connection and the journal's connection pool, which each worker makes once."""
     import durable_nb
     from durable_nb.journal import open_journal
-    from durable_nb.tokens import count_message_tokens
+    from durable_nb.llm.tokens import count_message_tokens
 
     _worker_client(url).chat.completions.create(model="loopback-1",
                                                 messages=_batch_messages(-1, []))

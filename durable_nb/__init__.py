@@ -39,14 +39,14 @@ from .errors import (
     UnserializableResult,
     UnsupportedClientCall,
 )
-from .messages import assistant_message
+from .llm.messages import assistant_message
 from .journal import DiskJournal, Journal, RunRecord, Status, StepEntry, open_journal
 from .registry import (RunInfo, approve, cancel, copy_run, delete, get_run, reject, rerun_from,
                        reset, runs)
-from .retry import RetryPolicy
+from .llm.retry import RetryPolicy
 from .runner import RunOptions, execute
 from .serde import register_type
-from .tools import Tool, tool
+from .llm.tools import Tool, tool
 from .telemetry import tracing
 
 __version__ = "0.1.0"

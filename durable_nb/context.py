@@ -17,14 +17,14 @@ from typing import Any, Callable, TypeVar
 import openai
 
 from . import serde
-from .compaction import compact
-from .durable_client import DurableAsyncOpenAI, DurableOpenAI
+from .llm.compaction import compact
+from .llm.durable_client import DurableAsyncOpenAI, DurableOpenAI
 from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
-from .llm import chat, chat_async
-from .responses import respond, respond_async
-from .retry import RetryPolicy
-from .toolcalls import call_tools
+from .llm.chat import chat, chat_async
+from .llm.responses import respond, respond_async
+from .llm.retry import RetryPolicy
+from .llm.toolcalls import call_tools
 
 __all__ = ["Context", "Decision", "DurableState", "TokenUsage", "current_context"]
 
@@ -191,7 +191,7 @@ class Context:
         :meth:`respond` (streamed or not); anything else raises
         :class:`~durable_nb.errors.UnsupportedClientCall` rather than go unjournaled. It
         wraps the run's ``client=`` when that is a sync client, else one from the
-        environment (see :mod:`durable_nb.durable_client`)."""
+        environment (see :mod:`durable_nb.llm.durable_client`)."""
         client = self._ex.options.client
         return DurableOpenAI(self._ex, None if _is_async(client) else client)
 
@@ -225,9 +225,9 @@ class Context:
         is not about the request) are retried: at most 4 attempts, 60 s of waiting in all,
         the client's own retries turned off; ``retry=RetryPolicy(...)`` changes the attempts
         and delays. A request the server refuses fails at once. Either way the error is an
-        :class:`~durable_nb.endpoints.EndpointError` naming the URL and the step to continue
+        :class:`~durable_nb.llm.endpoints.EndpointError` naming the URL and the step to continue
         from. Stops the run (FAILED, resumable) before a call that could pass
-        max_iterations, max_tokens or max_cost (see :mod:`durable_nb.budget`).
+        max_iterations, max_tokens or max_cost (see :mod:`durable_nb.llm.budget`).
 
         With ``stream=True`` the reply's text is shown in the panel as it arrives and the
         assembled ``ChatCompletion`` is journaled and returned, the same as without
@@ -273,7 +273,7 @@ class Context:
         previous summary in; its tokens count toward the run, and it becomes the run's
         ``context_summary``. Below the threshold nothing is journaled. On replay the
         journaled summary rebuilds the same list without a call. The default threshold
-        leaves room for the summary call itself (see ``durable_nb.compaction``).
+        leaves room for the summary call itself (see ``durable_nb.llm.compaction``).
         Messages may be dicts or openai message objects; a compacted list holds dicts.
         """
         return compact(self._ex, messages, keep_last=keep_last, threshold=threshold,

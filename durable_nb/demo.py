@@ -27,10 +27,10 @@ import openai
 from . import registry
 from .execution.approvals import find_decision
 from .journal import Status, open_journal
-from .messages import assistant_message
+from .llm.messages import assistant_message
 from .runner import RunOptions, Runner
 from .testing import LoopbackServer
-from .tools import Tool, tool
+from .llm.tools import Tool, tool
 
 __all__ = ["SALES_CSV", "make_tools", "run_demo", "sales_agent"]
 

@@ -39,7 +39,7 @@ from .execution import attempts
 from .batch import batch as read_batch
 from .journal import LLM_KINDS, Journal, open_journal
 from .registry import RunInfo, get_run
-from .streaming import tool_names
+from .llm.streaming import tool_names
 from .summary import (
     cost_of,
     format_cost,

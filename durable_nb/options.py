@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from .execution.lease import DEFAULT_STALE_AFTER
-from .pricing import Price
+from .llm.pricing import Price
 
 __all__ = ["CallGate", "OnApproval", "OnChange", "OnJournalError", "RunOptions",
            "verify_replay_default"]
@@ -49,7 +49,7 @@ def verify_replay_default() -> bool:
 class RunOptions:
     """How a run executes. ``timeout`` counts from the run's creation and is fixed then;
     budgets given on a later execution replace the stored ones (raise them to go on).
-    ``max_cost`` is in US dollars, priced with :mod:`durable_nb.pricing` (``prices``
+    ``max_cost`` is in US dollars, priced with :mod:`durable_nb.llm.pricing` (``prices``
     overrides its table per model).
 
     ``durability`` (default ``$DURABLE_NB_DURABILITY`` or ``"process"``) is how the journal

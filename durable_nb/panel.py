@@ -28,7 +28,7 @@ from .errors import InputChanged, JournalMismatch, RunLeased
 from .execution import load_request
 from .execution.approvals import pending_digest, short
 from .journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
-from .streaming import tool_names
+from .llm.streaming import tool_names
 from .summary import (
     cost_of,
     elapsed,

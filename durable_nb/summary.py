@@ -12,7 +12,7 @@ from typing import Any
 from .execution import load_request
 from .journal import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 from .journal.blobs import expand_list
-from .responses import response_messages
+from .llm.responses import response_messages
 
 __all__ = ["age", "cost_of", "elapsed", "format_cost", "format_duration", "item_messages",
            "llm_reply", "load_chat_request", "one_line", "plain", "replay_savings", "request_items",

@@ -25,7 +25,7 @@ Guarantees:
   or item types, tool results that answer no tool call, tool calls left unanswered, bad
   token caps, invalid JSON) and refused with HTTP 400 and the OpenAI error JSON, so the
   client raises ``openai.BadRequestError``.
-- Every response carries ``usage``, counted with :mod:`durable_nb.tokens` for the requested
+- Every response carries ``usage``, counted with :mod:`durable_nb.llm.tokens` for the requested
   model (the API's billing rule, offline).
 - Token caps are honoured like the real API: a reply longer than ``max_tokens`` /
   ``max_completion_tokens`` (chat) or ``max_output_tokens`` (responses) is cut to exactly
@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator, Mapping, Sequence
 
-from .tokens import context_window, count_message_tokens, encoding_for
+from .llm.tokens import context_window, count_message_tokens, encoding_for
 
 __all__ = [
     "DEMO_SCRIPT",
@@ -209,7 +209,7 @@ class Quirks:
 
     extra_prompt_tokens: int = 0
     """A server with a chat template of its own (llama.cpp's and llama-cpp-python's): it
-    counts this many prompt tokens more than OpenAI's rule (:mod:`durable_nb.tokens`) for
+    counts this many prompt tokens more than OpenAI's rule (:mod:`durable_nb.llm.tokens`) for
     every request, chat or responses, as SmolLM2's template does with the default system
     prompt it adds (measured: 31 prompt tokens for a lone "hi" that OpenAI's rule counts as
     8), so an offline estimate undercounts."""
@@ -772,7 +772,7 @@ class LoopbackServer:
             reply = self.script[rnd] if rnd < len(self.script) else Reply(content=FINAL_TEXT)
         reply, completion, truncated = _cap_reply(model, reply, cap)
         call_ids = tuple(f"call_{rnd}_{i}" for i in range(len(reply.tool_calls)))
-        # Prompt tokens as the API bills them (durable_nb.tokens follows OpenAI's method).
+        # Prompt tokens as the API bills them (durable_nb.llm.tokens follows OpenAI's method).
         prompt = count_message_tokens(messages, model, tools) + self.quirks.extra_prompt_tokens
         return _Answer(kind, rnd, reply, call_ids, digest, prompt, completion, truncated)
 

@@ -36,8 +36,8 @@ from durable_nb import approve
 from durable_nb.execution.approvals import find_decision
 from durable_nb.journal import Journal, Status
 from durable_nb.testing import Reply, ToolCall
-from durable_nb.tokens import encoding_for
-from durable_nb.tools import Tool, tool
+from durable_nb.llm.tokens import encoding_for
+from durable_nb.llm.tools import Tool, tool
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_RUN_ID = "sales-report"

@@ -12,10 +12,10 @@ import openai
 import pytest
 
 import durable_nb as dn
-from durable_nb.budget import DEFAULT_COMPLETION_RESERVE
-from durable_nb.pricing import Price
+from durable_nb.llm.budget import DEFAULT_COMPLETION_RESERVE
+from durable_nb.llm.pricing import Price
 from durable_nb.testing import LoopbackServer, Quirks
-from durable_nb.tokens import count_message_tokens
+from durable_nb.llm.tokens import count_message_tokens
 
 ANSWER = "Revenue grew in every region this quarter, led by the West, which sold the most."
 CAP = 12

@@ -8,7 +8,7 @@ import pytest
 
 import durable_nb
 from durable_nb import UnsupportedClientCall
-from durable_nb.streaming import ChatAssembler
+from durable_nb.llm.streaming import ChatAssembler
 from durable_nb.testing import LoopbackServer, Reply, ToolCall
 
 MESSAGES = [{"role": "user", "content": "hi"}]

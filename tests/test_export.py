@@ -286,7 +286,7 @@ def test_export_tells_cost_and_what_replay_saves(demo_run, tmp_path):
 
 
 def test_export_of_a_priced_run_shows_dollars(tmp_path):
-    from durable_nb.pricing import Price
+    from durable_nb.llm.pricing import Price
 
     journal = DiskJournal(tmp_path / "journal")
     with LoopbackServer(["The answer is 42."]) as server:

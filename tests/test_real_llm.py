@@ -21,7 +21,7 @@ import pytest
 
 import durable_nb as dn
 from durable_nb.runner import Runner
-from durable_nb.tokens import encoding_for
+from durable_nb.llm.tokens import encoding_for
 
 pytestmark = pytest.mark.real_llm
 

@@ -10,10 +10,10 @@ import pytest
 import durable_nb as dn
 from durable_nb.panel import RunPanel
 from durable_nb.runner import Runner
-from durable_nb.streaming import ChatAssembler, drain
-from durable_nb.endpoints import ReplyProblem
+from durable_nb.llm.streaming import ChatAssembler, drain
+from durable_nb.llm.endpoints import ReplyProblem
 from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall
-from durable_nb.tokens import count_message_tokens, encoding_for
+from durable_nb.llm.tokens import count_message_tokens, encoding_for
 
 MODEL = "gpt-4"
 USER = {"role": "user", "content": "What is the weather in Oslo and in Bergen?"}

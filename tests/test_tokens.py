@@ -1,4 +1,4 @@
-"""Token counting (durable_nb.tokens) against the counts OpenAI's API reported.
+"""Token counting (durable_nb.llm.tokens) against the counts OpenAI's API reported.
 
 The expected totals come from OpenAI's cookbook "How to count tokens with tiktoken", where
 each count printed by the cookbook's function was checked against ``usage.prompt_tokens``
@@ -24,14 +24,14 @@ from pathlib import Path
 import pytest
 from openai.types.chat import ChatCompletionMessage
 
-from durable_nb.tokens import (
+from durable_nb.llm.tokens import (
     CONTEXT_WINDOWS,
     DEFAULT_CONTEXT_WINDOW,
     context_window,
     count_message_tokens,
     encoding_for,
 )
-from durable_nb.tools import tool
+from durable_nb.llm.tools import tool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -175,7 +175,7 @@ _NO_NETWORK_SCRIPT = textwrap.dedent("""
             attempts.append(f"{event} {args!r:.100}")
 
     sys.addaudithook(audit)
-    import durable_nb.tokens as tokens
+    import durable_nb.llm.tokens as tokens
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -298,7 +298,7 @@ def test_unsupported_message_type_says_what_to_pass() -> None:
 
 _FALLBACK_SCRIPT = textwrap.dedent("""
     import json, sys, warnings
-    import durable_nb.tokens as tokens
+    import durable_nb.llm.tokens as tokens
     tokens.ENCODING_LOAD_TIMEOUT_S = float(sys.argv[1])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 from typing_extensions import NotRequired
 
-from durable_nb.tools import Tool, parse_arguments, tool
+from durable_nb.llm.tools import Tool, parse_arguments, tool
 
 
 class Unit(enum.Enum):

@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
 from ..options import RunOptions
-from ..retry import NO_RETRY, RetryPolicy
+from ..llm.retry import NO_RETRY, RetryPolicy
 from .approvals import applies, decision_kind, find_decision, pending_digest, request_digest
 from .inputs import canonical, first_difference, fingerprint, load_request, store_request
 from .replay import ReplayLog

@@ -50,7 +50,7 @@ from agents.models.interface import Model, ModelProvider
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
 
-from ..durable_client import DurableAsyncOpenAI
+from ..llm.durable_client import DurableAsyncOpenAI
 from ..errors import NotJournaled
 
 __all__ = ["DurableModelProvider", "StreamedRun", "durable_agent", "durable_run_config", "run",

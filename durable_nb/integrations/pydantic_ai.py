@@ -44,7 +44,7 @@ from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
 
-from ..durable_client import DurableAsyncOpenAI
+from ..llm.durable_client import DurableAsyncOpenAI
 from ..errors import NotJournaled
 
 __all__ = ["JournaledTools", "durable_model", "run"]

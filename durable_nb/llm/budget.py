@@ -5,7 +5,7 @@ Before a call that must really be made (not on replay), :func:`check_budget` sto
 when the call could take it past ``max_iterations``, ``max_tokens`` or ``max_cost``, or when
 the request does not fit the model's context window. What the call may take:
 
-- **prompt tokens**: the offline estimate (:mod:`durable_nb.tokens`, exact for OpenAI
+- **prompt tokens**: the offline estimate (:mod:`durable_nb.llm.tokens`, exact for OpenAI
   models) *calibrated* with the earlier calls of this run to the same model, whose entries
   hold both the estimate and the server's reported prompt tokens (a server with its own
   tokenizer and chat template counts otherwise: llama.cpp's SmolLM2 template adds a
@@ -19,7 +19,7 @@ the request does not fit the model's context window. What the call may take:
   ``max_output_tokens``, times ``n``), or :data:`DEFAULT_COMPLETION_RESERVE` when it sets none.
 
 So with completion caps set (and honoured by the server), a run never ends above its
-``max_tokens``; ``max_cost`` likewise, priced with :mod:`durable_nb.pricing` (a model whose
+``max_tokens``; ``max_cost`` likewise, priced with :mod:`durable_nb.llm.pricing` (a model whose
 price is not known stops the run before its first call, since the budget could not hold).
 
 Each chat, respond and compact entry's meta (:func:`llm_meta`) records ``model`` (the
@@ -38,7 +38,7 @@ from typing import Any
 
 import tiktoken
 
-from .errors import BudgetExhausted
+from ..errors import BudgetExhausted
 from .pricing import cost, price_for
 from .tokens import context_window, count_message_tokens
 
@@ -200,7 +200,7 @@ def check_budget(execution: Any, kwargs: dict, *, estimate: int | None = None) -
                     problem = f"max_cost is set, but the price of model {model!r} is not known"
                     advice = (f"Give it with RunOptions(prices={{{model!r}: Price(input, "
                               f"cached_input, output)}}) (dollars per million tokens, from "
-                              f"durable_nb.pricing; Price(0, 0, 0) for a local model) and "
+                              f"durable_nb.llm.pricing; Price(0, 0, 0) for a local model) and "
                               f"execute again.")
                 else:
                     projected = cost(model, prompt, cap, overrides=prices) or 0.0

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .execution import Execution, canonical
+from ..execution import Execution, canonical
 from .tools import Tool, parse_arguments, tool
 
 __all__ = ["call_tools", "function_call_output", "tool_message"]

@@ -1,9 +1,9 @@
 """``ctx.chat``: journaled chat completions with usage accounting, budgets and retries.
 
 One call is one step of kind ``chat`` named after the model. Live, the budget is checked
-first (:mod:`durable_nb.budget`), then the request is sent through the one retry layer of
-:mod:`durable_nb.endpoints` (the client's own retries off), streamed replies are assembled by
-:mod:`durable_nb.streaming` (and read no further than a little past the request's token cap,
+first (:mod:`durable_nb.llm.budget`), then the request is sent through the one retry layer of
+:mod:`durable_nb.llm.endpoints` (the client's own retries off), streamed replies are assembled by
+:mod:`durable_nb.llm.streaming` (and read no further than a little past the request's token cap,
 for servers that ignore it), and the ``ChatCompletion`` is journaled with its usage and meta
 (model, cost, cached tokens, ``estimated`` when the server sent no usage) before it is
 returned. On replay the journaled completion is returned and nothing is sent.
@@ -26,14 +26,14 @@ from .endpoints import (
     default_client,
     without_retries,
 )
-from .execution import Execution, canonical
+from ..execution import Execution, canonical
 from .retry import RetryPolicy
 from .streaming import ChatAssembler, completion_tokens, drain, drain_async
 
 __all__ = ["CHAT_RETRY", "ChatCall", "chat", "chat_async", "chat_inputs", "check_budget",
            "completion_usage", "default_client", "prepare", "usage_details"]
 
-#: The attempts and backoff of one LLM call (see :mod:`durable_nb.endpoints`).
+#: The attempts and backoff of one LLM call (see :mod:`durable_nb.llm.endpoints`).
 CHAT_RETRY = DEFAULT_RETRY
 
 # Keyword arguments that configure transport or carry credentials: never journaled.

@@ -47,7 +47,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import openai
 
-from .errors import EndpointError
+from ..errors import EndpointError
 from .retry import RetryPolicy
 
 __all__ = ["DEFAULT_RETRY", "EndpointError", "MAX_RETRY_WAIT", "ReplyProblem",

@@ -34,9 +34,9 @@ from typing import Any
 
 from .budget import check_budget, llm_meta
 from .endpoints import call_with_retries, default_client, without_retries
-from .errors import JournalMismatch
-from .execution import Execution
-from .llm import ChatCall, completion_usage, usage_details
+from ..errors import JournalMismatch
+from ..execution import Execution
+from .chat import ChatCall, completion_usage, usage_details
 from .tokens import as_dict, context_window, count_message_tokens, encoding_for
 
 __all__ = ["DEFAULT_KEEP_LAST", "DEFAULT_THRESHOLD", "SUMMARY_MAX_TOKENS", "SUMMARY_PREFIX",

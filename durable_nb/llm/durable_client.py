@@ -14,7 +14,7 @@ without rewriting it. What they journal:
 With ``stream=True`` both return a stream. The async client's live stream yields the server's
 chunks (events) as they arrive, while the reply is assembled and journaled; a replayed
 stream yields equivalent chunks synthesized from the journaled reply, at once
-(:func:`~durable_nb.streaming.completion_chunks`, :func:`response_events`). The sync client
+(:func:`~durable_nb.llm.streaming.completion_chunks`, :func:`response_events`). The sync client
 journals the streamed reply first and then yields it (its text is shown in the panel as it
 arrives). A usage chunk is yielded only when the request asked for it
 (``stream_options={"include_usage": True}``). A live stream runs in an asyncio task of its
@@ -44,9 +44,9 @@ from openai import NotGiven, Omit
 from openai.types.responses import Response
 
 from .endpoints import default_client
-from .errors import UnsupportedClientCall
-from .execution import Execution
-from .llm import chat, chat_async
+from ..errors import UnsupportedClientCall
+from ..execution import Execution
+from .chat import chat, chat_async
 from .responses import respond, respond_async
 from .streaming import completion_chunks
 

@@ -10,11 +10,11 @@ tool call when a server repeats them in every delta, as llama-cpp-python does
 - tool-call ids and types are set once and never concatenated; names are set once too, and
   only a name that is not yet one of the request's tools is extended by a following piece
   (for a server that sends a name in pieces); arguments are concatenated;
-- with ``stop_after_pieces`` (:mod:`durable_nb.llm` sets it from the request's token cap),
+- with ``stop_after_pieces`` (:mod:`durable_nb.llm.chat` sets it from the request's token cap),
   reading stops after that many pieces of generated text and the stream is closed: the reply
   comes back cut, ``finish_reason="length"``, from a server that ignores the cap;
 - without usage from the server (llama-cpp-python never sends it), the usage is estimated
-  with :mod:`durable_nb.tokens` from the request and the assembled reply (the caller marks
+  with :mod:`durable_nb.llm.tokens` from the request and the assembled reply (the caller marks
   the entry ``estimated``);
 - text is handed to ``on_text`` as it arrives, ended with a newline.
 

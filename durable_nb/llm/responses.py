@@ -3,7 +3,7 @@
 One call is one step of kind ``respond`` named after the model: it counts one iteration,
 its usage (input and output tokens; cached and reasoning tokens in the entry's meta) counts
 toward the run's tokens and cost, the budget is checked before it is sent, it is retried
-like ``ctx.chat`` (:mod:`durable_nb.endpoints`), and the ``Response`` is journaled before it
+like ``ctx.chat`` (:mod:`durable_nb.llm.endpoints`), and the ``Response`` is journaled before it
 is returned; a replay returns the same ``openai.types.responses.Response`` without a call.
 With ``stream=True`` the text is shown as it arrives and the final ``Response`` (of the
 ``response.completed`` or ``response.incomplete`` event) is journaled.
@@ -33,7 +33,7 @@ from openai.types.responses.response_usage import (
     ResponseUsage,
 )
 
-from . import serde
+from .. import serde
 from .budget import calibration, check_budget, llm_meta
 from .endpoints import (
     ReplyProblem,
@@ -42,8 +42,8 @@ from .endpoints import (
     default_client,
     without_retries,
 )
-from .execution import Execution
-from .llm import chat_inputs, prepare, usage_details
+from ..execution import Execution
+from .chat import chat_inputs, prepare, usage_details
 from .streaming import ResponseAssembler, completion_tokens, drain, drain_async
 from .tokens import count_message_tokens
 
@@ -103,7 +103,7 @@ def _parts(content: Any) -> Any:
 
 def response_messages(kwargs: Mapping[str, Any]) -> list[dict]:
     """A Responses request's ``instructions`` and ``input`` as chat messages, for counting
-    its tokens with :func:`durable_nb.tokens.count_message_tokens`: a ``function_call``
+    its tokens with :func:`durable_nb.llm.tokens.count_message_tokens`: a ``function_call``
     joins the assistant message (or function call) right before it, as one turn."""
     messages: list[dict] = []
     instructions = kwargs.get("instructions")

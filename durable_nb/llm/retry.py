@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from .errors import TerminalError
+from ..errors import TerminalError
 
 __all__ = ["NO_RETRY", "RetryPolicy"]
 
