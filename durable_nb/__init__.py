@@ -8,7 +8,7 @@ In a notebook: ``%load_ext durable_nb`` then a ``%%durable_agent RUN_ID`` cell. 
 :func:`execute`.
 """
 
-from .batch import Batch, ItemResult, batch, item_keys, map
+from .batches.batch import Batch, ItemResult, batch, item_keys, map
 from .context import Context, Decision, DurableState, TokenUsage
 from .errors import (
     ApprovalChanged,

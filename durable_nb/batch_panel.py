@@ -1,5 +1,5 @@
 """The live ipywidgets panel under a batch cell (``%%durable_agent BATCH --over ITEMS``): a
-view over the batch's items, as :class:`~durable_nb.batch.BatchObserver`.
+view over the batch's items, as :class:`~durable_nb.batches.batch.BatchObserver`.
 
 It shows a progress bar by status, throughput and ETA, tokens and cost so far and what
 replay saved, the items as a table (sortable, filtered by status and by text, a page at a
@@ -32,7 +32,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from .batch import Batch, BatchObserver, ItemResult
+from .batches.batch import Batch, BatchObserver, ItemResult
 from .errors import DurableError
 from .execution.approvals import pending_digest
 from .journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
@@ -237,7 +237,7 @@ class BatchPanel(BatchObserver):
     @classmethod
     def load(cls, batch: Batch, *, journal: Journal | None = None, **kwargs: Any
              ) -> "BatchPanel":
-        """A panel rebuilt from the journal (:func:`durable_nb.batch`)."""
+        """A panel rebuilt from the journal (:func:`durable_nb.batches.batch`)."""
         panel = cls(batch.batch_id, title=batch.title, journal=journal, **kwargs)
         panel.on_start(list(batch.items), [])
         return panel

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from . import registry
 from .execution import attempts
-from .batch import batch as read_batch
+from .batches.batch import batch as read_batch
 from .demo import run_demo
 from .errors import DurableError, NoJournal, UnknownRun
 from .execution.approvals import pending_digest, short
@@ -251,7 +251,7 @@ def format_batches(rows: list[dict[str, Any]]) -> str:
 
 def format_batch(batch: Any, *, status: str | None = None, limit: int | None = 50,
                  interrupted: Iterable[str] = ()) -> str:
-    """The detail view of a batch (:class:`durable_nb.batch.Batch`) shown by ``durable-nb
+    """The detail view of a batch (:class:`durable_nb.batches.batch.Batch`) shown by ``durable-nb
     batch show`` and ``%durable batch show``: totals, then its items (those in ``status``,
     the first ``limit``), items whose process died as INTERRUPTED."""
     interrupted = set(interrupted)

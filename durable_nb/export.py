@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import serde
 from .execution import attempts
-from .batch import batch as read_batch
+from .batches.batch import batch as read_batch
 from .journal import LLM_KINDS, Journal, open_journal
 from .registry import RunInfo, get_run
 from .llm.streaming import tool_names
@@ -664,7 +664,7 @@ def export_batch(batch_id: str, path: str | os.PathLike, *, format: str | None =
 
 
 def batch_notebook(batch: Any, pending: dict[str, dict] | None = None) -> nbformat.NotebookNode:
-    """A notebook report of a :class:`~durable_nb.batch.Batch`: valid under
+    """A notebook report of a :class:`~durable_nb.batches.batch.Batch`: valid under
     ``nbformat.validate``, without outputs. ``pending`` maps item run ids to their pending
     approvals (name, details)."""
     nbf = _nbformat()

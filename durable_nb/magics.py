@@ -27,8 +27,8 @@ from IPython.core.magic_arguments import (
 )
 
 from . import registry, serde
-from .batch import batch as read_batch
-from .batch import item_keys
+from .batches.batch import batch as read_batch
+from .batches.batch import item_keys
 from .cli import (
     STEERING,
     command_list,

@@ -23,7 +23,7 @@ OnApproval = Literal["wait", "park"]
 
 class CallGate(Protocol):
     """What every LLM call of a run passes when several runs share limits (a batch: see
-    :class:`durable_nb.limits.BatchLimits`). Called from the runs' threads."""
+    :class:`durable_nb.batches.limits.BatchLimits`). Called from the runs' threads."""
 
     def before_call(self, run_id: str, key: str, tokens: int, cost: float) -> None:
         """Before step ``key`` calls the endpoint, taking up to ``tokens`` and ``cost``: wait

@@ -14,7 +14,7 @@ import pytest
 
 import durable_nb as dn
 from durable_nb import Status
-from durable_nb.limits import BatchLimits
+from durable_nb.batches.limits import BatchLimits
 from durable_nb.testing import LoopbackServer
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import durable_nb as dn
 from durable_nb import Status
-from durable_nb.batch import BatchObserver, prepare
+from durable_nb.batches.batch import BatchObserver, prepare
 from durable_nb.batch_panel import BatchPanel
 from durable_nb.execution.approvals import request_digest
 
@@ -33,7 +33,7 @@ class _Recorder(BatchObserver):
         self.items.append((item.key, item.state))
 
 
-# -- the hooks in durable_nb.batch -----------------------------------------------------------
+# -- the hooks in durable_nb.batches.batch -----------------------------------------------------------
 
 def test_the_observer_is_told_the_plan_before_any_item_runs(journal) -> None:
     work = lambda ctx, x: ctx.run("double", lambda: x * 2)  # noqa: E731

@@ -22,8 +22,8 @@ import pytest
 
 import durable_nb as dn
 from durable_nb import Status
-from durable_nb.batch import BatchObserver
-from durable_nb.cluster import JournalRef, refuse_workers, run_item
+from durable_nb.batches.batch import BatchObserver
+from durable_nb.batches.cluster import JournalRef, refuse_workers, run_item
 from durable_nb.errors import JournalError
 from durable_nb.journal import PostgresJournal, open_journal
 from durable_nb.execution.lease import Lease
@@ -253,7 +253,7 @@ def test_a_new_attempt_waits_for_a_lease_from_another_host_to_go_stale(pg_backen
 
 
 def test_a_lease_kept_alive_elsewhere_is_left_to_its_holder(pg_backend: Backend, monkeypatch):
-    import durable_nb.cluster as cluster
+    import durable_nb.batches.cluster as cluster
 
     monkeypatch.setattr(cluster, "LEASE_SLACK", 1.0)
     journal = pg_backend.open()

@@ -389,7 +389,7 @@ class _FakeTime:
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_retries_after_a_5xx_pass_the_rate_limiter_like_the_first_request(
         server, journal, asynchronous):
-    from durable_nb.limits import BatchLimits
+    from durable_nb.batches.limits import BatchLimits
 
     fake = _FakeTime()
     limits = BatchLimits(requests_per_minute=3, clock=fake.clock, sleep=fake.sleep)
@@ -412,7 +412,7 @@ def test_retries_after_a_5xx_pass_the_rate_limiter_like_the_first_request(
 
 
 def test_a_request_sent_again_without_stream_options_passes_the_rate_limiter(server, journal):
-    from durable_nb.limits import BatchLimits
+    from durable_nb.batches.limits import BatchLimits
 
     fake = _FakeTime()
     limits = BatchLimits(requests_per_minute=1, clock=fake.clock, sleep=fake.sleep)

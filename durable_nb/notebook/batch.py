@@ -2,7 +2,7 @@
 panel, and the watcher that resumes parked items when their approvals are decided.
 
 The cell runs the batch on the kernel's main thread, which waits while the items run on a
-pool of threads (:func:`durable_nb.batch.prepare`), so the stop button (KeyboardInterrupt)
+pool of threads (:func:`durable_nb.batches.batch.prepare`), so the stop button (KeyboardInterrupt)
 reaches it: the items in flight stop at their next step, FAILED "interrupted" and resumed
 by the next run of the cell; items not started stay unstarted. An item that reaches an
 approval nobody has decided *parks* and frees its place; the cell ends when no item can
@@ -15,7 +15,7 @@ Each item's prints, prefixed with the item's key, go to the cell's output while 
 runs, and to the panel's log when the watcher resumes items in the background (there is no
 cell to print to then): each print is shown once.
 
-The cell's value is the :class:`BatchValue`: a :class:`~durable_nb.batch.Batch` whose display
+The cell's value is the :class:`BatchValue`: a :class:`~durable_nb.batches.batch.Batch` whose display
 and items are brought up to date with the panel, so what is shown under the cell is the
 batch's latest state, not the state when the cell returned.
 """
@@ -30,8 +30,8 @@ import time
 from typing import Any, Callable
 
 from .. import registry
-from ..batch import Batch, ItemResult, prepare
-from ..batch import batch as read_batch
+from ..batches.batch import Batch, ItemResult, prepare
+from ..batches.batch import batch as read_batch
 from ..batch_panel import BatchPanel
 from ..errors import DurableError, RunLeased
 from ..journal import Journal, Status, this_host

@@ -48,9 +48,9 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .errors import JournalError, RunLeased
-from .journal import DiskJournal, Journal, PostgresJournal, Status, open_journal
-from .runner import Runner
+from ..errors import JournalError, RunLeased
+from ..journal import DiskJournal, Journal, PostgresJournal, Status, open_journal
+from ..runner import Runner
 
 if TYPE_CHECKING:
     from .batch import ItemResult, _BatchExecution

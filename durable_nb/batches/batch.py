@@ -28,16 +28,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import serde
+from .. import serde
 from .cluster import batch_executor
-from .errors import DurableError, SerializationError
-from .execution import canonical
-from .execution.approvals import find_decision
-from .journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepEntry, open_journal
+from ..errors import DurableError, SerializationError
+from ..execution import canonical
+from ..execution.approvals import find_decision
+from ..journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepEntry, open_journal
 from .limits import BatchLimits
-from .options import RunOptions
-from .runner import Runner, live_execution, validate_run_id
-from .telemetry import workflow
+from ..options import RunOptions
+from ..runner import Runner, live_execution, validate_run_id
+from ..telemetry import workflow
 
 __all__ = ["Batch", "BatchObserver", "ItemResult", "batch", "item_keys", "map"]
 
@@ -236,7 +236,7 @@ def _digest(text: str, size: int = 6) -> str:
 
 class ItemExecutor(Protocol):
     """Runs a batch's items elsewhere than on this process's threads
-    (:class:`durable_nb.cluster.DaskExecutor`: a Dask cluster's workers)."""
+    (:class:`durable_nb.batches.cluster.DaskExecutor`: a Dask cluster's workers)."""
 
     def execute(self, execution: "_BatchExecution", todo: list[int]) -> None:
         """Run the items ``todo`` and set their ``execution.results``."""
@@ -413,7 +413,7 @@ def map(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_id: s
     ``executor``: a ``dask.distributed.Client`` runs the items as tasks on its cluster's
     workers, against the same journal (a ``postgresql://`` URL, or a directory when every
     worker runs on this machine); the shared limits above are refused then, and progress is
-    read from the journal. See :mod:`durable_nb.cluster`.
+    read from the journal. See :mod:`durable_nb.batches.cluster`.
     """
     execution, todo = prepare(
         handler, items, batch_id=batch_id, concurrency=concurrency, key=key,

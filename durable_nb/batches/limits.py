@@ -17,8 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import BudgetExhausted
-from .journal import StepEntry, entry_cost
+from ..errors import BudgetExhausted
+from ..journal import StepEntry, entry_cost
 
 __all__ = ["BatchLimits"]
 
