@@ -415,8 +415,8 @@ def notebook(plan: Plan, results: Results, log: Any) -> None:
     if importlib.util.find_spec("jupyter_client") is None:
         results.notes.append("widget and restart: skipped, jupyter_client is not installed.")
         return
-    if importlib.util.find_spec("durable_nb.magics") is None:
-        results.notes.append("TODO widget and restart: durable_nb.magics is not there yet.")
+    if importlib.util.find_spec("durable_nb.notebook.magics") is None:
+        results.notes.append("TODO widget and restart: durable_nb.notebook.magics is not there yet.")
         return
     spec = {"system": "widget", "n": plan.widget_steps, "repeats": plan.widget_repeats}
     results.add("widget", "durable_nb", plan.widget_steps, workload(spec, plan.timeout))

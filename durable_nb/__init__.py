@@ -119,13 +119,13 @@ __all__ = [
 
 def load_ipython_extension(ipython):
     """``%load_ext durable_nb``: register the magics and report interrupted runs."""
-    from .magics import load_ipython_extension as load
+    from .notebook.magics import load_ipython_extension as load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython):
     """``%unload_ext durable_nb``: stop tracking cell ids."""
-    from .magics import unload_ipython_extension as unload
+    from .notebook.magics import unload_ipython_extension as unload
 
     unload(ipython)

@@ -21,7 +21,7 @@ from durable_nb.execution import attempts
 from durable_nb.cli import format_run
 from durable_nb.export import export_data, export_notebook
 from durable_nb.notebook import describe_unfinished
-from durable_nb.panel import RunPanel
+from durable_nb.notebook.panel import RunPanel
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ from IPython.testing.globalipapp import start_ipython
 
 import durable_nb as dn
 from durable_nb import DiskJournal, Status
-from durable_nb.magics import split_options
+from durable_nb.notebook.magics import split_options
 from durable_nb.notebook import active_batch
 from durable_nb.testing import LoopbackServer
 

@@ -13,7 +13,7 @@ import pytest
 import durable_nb as dn
 from durable_nb import Status
 from durable_nb.batches.batch import BatchObserver, prepare
-from durable_nb.batch_panel import BatchPanel
+from durable_nb.notebook.batch_panel import BatchPanel
 from durable_nb.execution.approvals import request_digest
 
 

@@ -7,7 +7,7 @@ import pytest
 import durable_nb as dn
 from durable_nb.llm.compaction import DEFAULT_THRESHOLD, SUMMARY_PREFIX
 from durable_nb.export import export_data, export_notebook
-from durable_nb.panel import RunPanel
+from durable_nb.notebook.panel import RunPanel
 from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall
 from durable_nb.llm.tokens import count_message_tokens, encoding_for
 from durable_nb.llm.tools import tool as make_tool

@@ -110,7 +110,7 @@ def test_a_done_record_that_cannot_be_written_raises_and_the_run_ends_on_resume(
 
 
 def test_continue_says_a_run_that_finished_unjournaled_is_not_durable_nor_done(tmp_path):
-    from durable_nb.panel import RunPanel
+    from durable_nb.notebook.panel import RunPanel
 
     journal = _FailingJournal(tmp_path / "j")
     calls: list = []

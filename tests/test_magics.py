@@ -16,7 +16,7 @@ from IPython.testing.globalipapp import start_ipython
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry
 from durable_nb.execution.lease import Lease, this_place
 from durable_nb import EndpointError, NoJournal
-from durable_nb.magics import DurableMagics
+from durable_nb.notebook.magics import DurableMagics
 
 CELL = "ctx.run('a', lambda: 41) + 1"
 

@@ -13,7 +13,7 @@ from openai.types.responses import Response
 import durable_nb as dn
 from durable_nb import serde
 from durable_nb.export import export_data
-from durable_nb.panel import RunPanel
+from durable_nb.notebook.panel import RunPanel
 from durable_nb.runner import Runner
 from durable_nb.testing import LoopbackServer, Reply, ToolCall
 

@@ -8,7 +8,7 @@ import openai
 import pytest
 
 import durable_nb as dn
-from durable_nb.panel import RunPanel
+from durable_nb.notebook.panel import RunPanel
 from durable_nb.runner import Runner
 from durable_nb.llm.streaming import ChatAssembler, drain
 from durable_nb.llm.endpoints import ReplyProblem

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from .. import registry
 from ..batches.batch import Batch, ItemResult, prepare
 from ..batches.batch import batch as read_batch
-from ..batch_panel import BatchPanel
+from .batch_panel import BatchPanel
 from ..errors import DurableError, RunLeased
 from ..journal import Journal, Status, this_host
 from .output import CellDisplays, route_output

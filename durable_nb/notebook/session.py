@@ -25,7 +25,7 @@ from .. import registry
 from ..journal import Journal, JournalSpec, RunRecord, Status, open_journal, this_host
 from ..errors import DecisionNeeded, JournalError, RunLeased
 from ..execution.approvals import applies, decision_kind, find_decision
-from ..panel import RunPanel
+from .panel import RunPanel
 from ..runner import RunOptions, RunOutcome, Runner, live_execution
 from .output import CellDisplays, route_output
 

@@ -23,13 +23,13 @@ from typing import Any, Callable
 
 import ipywidgets as w
 
-from .execution import attempts
-from .errors import InputChanged, JournalMismatch, RunLeased
-from .execution import load_request
-from .execution.approvals import pending_digest, short
-from .journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
-from .llm.streaming import tool_names
-from .summary import (
+from ..execution import attempts
+from ..errors import InputChanged, JournalMismatch, RunLeased
+from ..execution import load_request
+from ..execution.approvals import pending_digest, short
+from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
+from ..llm.streaming import tool_names
+from ..summary import (
     cost_of,
     elapsed,
     format_cost,

@@ -26,10 +26,10 @@ from IPython.core.magic_arguments import (
     magic_arguments,
 )
 
-from . import registry, serde
-from .batches.batch import batch as read_batch
-from .batches.batch import item_keys
-from .cli import (
+from .. import registry, serde
+from ..batches.batch import batch as read_batch
+from ..batches.batch import item_keys
+from ..cli import (
     STEERING,
     command_list,
     explain_usage,
@@ -44,16 +44,16 @@ from .cli import (
     parse_status,
     steer,
 )
-from .errors import (
+from ..errors import (
     ContextNotActive,
     DurableError,
     SerializationError,
     TerminalError,
     UnknownRun,
 )
-from .export import export_batch, export_run
-from .journal import Journal, Status, default_location, open_journal
-from .notebook import (
+from ..export import export_batch, export_run
+from ..journal import Journal, Status, default_location, open_journal
+from . import (
     NotebookBatch,
     NotebookRun,
     active_batch,
@@ -64,9 +64,9 @@ from .notebook import (
     describe_unfinished,
     wait_for_batch,
 )
-from .profile import disable, enable
-from .registry import batch_rows, is_interrupted, recorded_decision
-from .runner import RunOptions, validate_run_id
+from ..profile import disable, enable
+from ..registry import batch_rows, is_interrupted, recorded_decision
+from ..runner import RunOptions, validate_run_id
 
 __all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_duration",
            "unload_ipython_extension"]
@@ -265,7 +265,7 @@ def _parse(parser: Any, line: str) -> Any:
 
 # -- how errors look in a notebook -----------------------------------------------------------------
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # the durable_nb package, not just notebook/
 _EXAMPLES = {_PACKAGE / "demo.py"}  # example user code shipped in the package
 _LIBRARIES = tuple(str(Path(p).resolve()) for p in
                    {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})

@@ -5,7 +5,7 @@ It shows a progress bar by status, throughput and ETA, tokens and cost so far an
 replay saved, the items as a table (sortable, filtered by status and by text, a page at a
 time), the pending approvals with Approve / Reject per item and "approve all shown" behind a
 confirmation, and, for the item clicked in the table, its own run panel
-(:class:`~durable_nb.panel.RunPanel` over the journal).
+(:class:`~durable_nb.notebook.panel.RunPanel` over the journal).
 
 Traffic stays low whatever the batch's size: redraws are throttled to one every
 ``refresh_interval`` seconds (with a trailing redraw, so the last change is never lost), and
@@ -32,14 +32,14 @@ from typing import Any
 
 import ipywidgets as w
 
-from .batches.batch import Batch, BatchObserver, ItemResult
-from .errors import DurableError
-from .execution.approvals import pending_digest
-from .journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
+from ..batches.batch import Batch, BatchObserver, ItemResult
+from ..errors import DurableError
+from ..execution.approvals import pending_digest
+from ..journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import _CSS as _RUN_CSS
 from .panel import _LOG_KEPT, _STATUS_COLOURS, _STOPPED, RunPanel, _badge, saved_view
-from .registry import get_run
-from .summary import cost_of, format_cost, format_duration
+from ..registry import get_run
+from ..summary import cost_of, format_cost, format_duration
 
 __all__ = ["BatchPanel"]
 
@@ -237,7 +237,7 @@ class BatchPanel(BatchObserver):
     @classmethod
     def load(cls, batch: Batch, *, journal: Journal | None = None, **kwargs: Any
              ) -> "BatchPanel":
-        """A panel rebuilt from the journal (:func:`durable_nb.batches.batch`)."""
+        """A panel rebuilt from the journal (:func:`durable_nb.batch`)."""
         panel = cls(batch.batch_id, title=batch.title, journal=journal, **kwargs)
         panel.on_start(list(batch.items), [])
         return panel
@@ -730,7 +730,7 @@ class BatchPanel(BatchObserver):
     # -- the saved view ------------------------------------------------------------------
 
     def static_html(self) -> str:
-        """The panel as it is now, in static HTML (:func:`~durable_nb.panel.saved_view`):
+        """The panel as it is now, in static HTML (:func:`~durable_nb.notebook.panel.saved_view`):
         the summary, the items waiting for approval with how to decide them, and the first
         items in status order (problems first)."""
         with self._lock:
