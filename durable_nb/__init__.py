@@ -40,6 +40,7 @@ from .errors import (
     UnsupportedClientCall,
 )
 from .llm.messages import assistant_message
+from .llm.pricing import Price
 from .journal import DiskJournal, Journal, RunRecord, Status, StepEntry, open_journal
 from .registry import (RunInfo, approve, cancel, copy_run, delete, get_run, reject, rerun_from,
                        reset, runs)
@@ -77,6 +78,7 @@ __all__ = [
     "NoPendingApproval",
     "NotJournaled",
     "ReplayDiverged",
+    "Price",
     "RetryPolicy",
     "RunCancelled",
     "RunExpired",

@@ -13,7 +13,7 @@ def test_exported_names_are_exactly_the_public_api():
         "EndpointError", "IncompatibleJournal", "InputChanged", "ItemResult", "Journal",
         "JournalError", "JournalMismatch", "JournalNotWritable", "JournalUnavailable",
         "JournalWriteError", "NoJournal", "NoPendingApproval", "NotJournaled",
-        "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
+        "Price", "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
         "RunOptions", "RunRecord", "SerializationError", "Status", "StepEntry", "StepFailed",
         "TerminalError", "TokenUsage", "Tool", "UnknownRun", "UnserializableResult",
         "UnsupportedClientCall", "approve", "assistant_message",

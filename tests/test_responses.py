@@ -123,7 +123,7 @@ def test_the_responses_loop_runs_tools_and_replays_the_real_response(journal, se
 
 def test_usage_and_meta_of_a_response(journal, server):
     client = openai.OpenAI(base_url=server.url, api_key="any", max_retries=0)
-    prices = {MODEL: dn.pricing.Price(1.0, 0.5, 4.0)}
+    prices = {MODEL: dn.Price(1.0, 0.5, 4.0)}
     response = dn.execute("r", lambda ctx: ctx.respond(client=client, model=MODEL,
                                                        input="Weather in Oslo?"),
                           journal=journal, prices=prices)
