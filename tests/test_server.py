@@ -166,7 +166,9 @@ def test_a_run_started_in_a_notebooks_kernel_is_listed_with_that_notebook_and_ce
     client = BlockingKernelClient()
     client.load_connection_info(jp_serverapp.kernel_manager.get_kernel(kernel_id)
                                 .get_connection_info())
-    client.start_channels()
+    # No heartbeat: without a manager of its own the client judges the kernel alive by it, and
+    # a loaded machine misses a beat ("Kernel died before replying to kernel_info").
+    client.start_channels(hb=False)
     try:
         client.wait_for_ready(timeout=60)
         code = "%load_ext durable_nb\n"
