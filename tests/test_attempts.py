@@ -306,3 +306,36 @@ def test_batch_items_a_kernel_restart_stopped_are_counted_in_their_batchs_line(
     assert describe_unfinished(journal) == [
         "b: batch with 1 item interrupted; re-run its cell to finish it (`%durable batch show b` "
         "lists the items)"]
+
+
+def test_a_reset_is_in_the_history_show_runs_and_the_panel_say_what_it_did(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from durable_nb.cli import main
+
+    journal = DiskJournal(tmp_path / "j")
+    _resume(journal)  # attempt 1: 7 steps, DONE
+    capsys.readouterr()
+    assert main(["--journal", str(tmp_path / "j"), "reset", "r", "--from", "4"]) == 0
+
+    record = get_run("r", journal=journal)
+    (reset,) = record.attempts[-1]["resets"]
+    assert (reset["to_step"], reset["forgot"]) == (4, 3)
+    capsys.readouterr()
+    assert main(["--journal", str(tmp_path / "j"), "show", "r"]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"status     RUNNING: reset to step 4 at \S+, 3 steps forgotten; re-run "
+                     r"its cell \(or execute it again\) to execute from there", shown), shown
+    assert re.search(r"  attempt 1 .*completed at step 7; then reset to step 4 at \S+ "
+                     r"\(3 steps forgotten\)", shown), shown
+    assert main(["--journal", str(tmp_path / "j"), "runs"]) == 0
+    listed = capsys.readouterr().out
+    assert "INTERRUPTED" not in listed and ["r", "RUNNING"] in \
+        [line.split()[:2] for line in listed.splitlines()]
+
+    panel = RunPanel(record, journal=journal, starting=True)
+    _resume(journal, observer=panel)
+    tried = _text(panel.attempts.value)
+    assert "attempt 2: executed again after a reset to step 4" in tried
+    assert "then reset to step 4" in tried and "3 steps forgotten" in tried
+    second = get_run("r", journal=journal).attempts[-1]
+    assert (second["from_step"], second["executed"], second["end"]) == (4, 3, "completed")
