@@ -656,7 +656,9 @@ class RunPanel:
         line = " &middot; ".join(parts)
         if self._replayed_entries:
             line += (f"<div style='color:#1a7f37'>{html.escape(self._savings())}</div>")
-        if record.error:
+        # The error of an execution this panel saw is its result (or the cell's output,
+        # which the result points to): said once.
+        if record.error and self._error is None:
             line += f"<div class='dnb-text' style='color:#cf222e'>{html.escape(record.error)}</div>"
         if record.context_summary:
             line += (f"<details><summary>context summary</summary><pre class='dnb-text'>"
