@@ -126,13 +126,13 @@ def test_approve_click_resumes_run_to_done_and_sends_email_once(
     with LabPage(lab, timeout=60) as page:
         folder = _open_agent_notebook(lab, page, "approve")
         assert "send_email" not in " ".join(_side_effects(folder))
-        _shoot_panel(page, tmp_path / "panel-waiting-approval.png")
+        _shoot_panel(page, _shots(tmp_path) / "panel-waiting-approval.png")
 
         _panel_button(page, "Approve").click()
 
         _badge(page, Status.DONE).wait_for(state="visible")
         page.wait_for_text("emailed it to team@example.com", cell_index=AGENT)
-        _shoot_panel(page, tmp_path / "panel-done.png")
+        _shoot_panel(page, _shots(tmp_path) / "panel-done.png")
 
     assert [line for line in _side_effects(folder) if line.startswith("send_email")] == [
         "send_email team@example.com"
@@ -150,12 +150,12 @@ def test_reject_click_with_note_resumes_run_to_done_without_email(
         folder = _open_agent_notebook(lab, page, "reject")
         note_field = page.cell(AGENT).locator("input[placeholder='optional note for the agent']")
         note_field.fill(NOTE)
-        _shoot_panel(page, tmp_path / "panel-waiting-approval.png")
+        _shoot_panel(page, _shots(tmp_path) / "panel-reject-note.png")
 
         _panel_button(page, "Reject").click()
 
         _badge(page, Status.DONE).wait_for(state="visible")
-        _shoot_panel(page, tmp_path / "panel-done.png")
+        _shoot_panel(page, _shots(tmp_path) / "panel-rejected-done.png")
         # The model was told, in the tool message answering its send_email call.
         page.run_cell(TOOL_MESSAGE)
         page.wait_for_text("The user rejected this call to send_email", cell_index=TOOL_MESSAGE)
