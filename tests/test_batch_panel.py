@@ -338,3 +338,11 @@ def test_while_the_batch_runs_in_its_cell_every_control_is_disabled_and_says_why
     buttons = [c for r in panel.approval_rows.children for c in r.children[1:]]
     assert buttons and not any(b.disabled for b in buttons)
     assert not panel.next_button.disabled and not panel.sort.disabled
+
+
+def test_the_saved_view_leaves_out_the_answer_to_the_last_click(journal) -> None:
+    panel = BatchPanel("p", journal=journal, on_decide=lambda *a: None)
+    _parked(journal, n=2, observer=panel)
+    panel.approval_rows.children[0].children[1].click()
+    assert "approved p/0" in _text(panel.summary_html.value)
+    assert "approved p/0" not in _text(panel.static_html())

@@ -630,7 +630,9 @@ class BatchPanel(BatchObserver):
             return f"FINISHED: {total - counts['DONE']:,} not done", _COLOURS["FAILED"]
         return "INCOMPLETE: re-run the cell to finish", _STOPPED
 
-    def _summary_html(self) -> str:
+    def _summary_html(self, message: bool = True) -> str:
+        """The summary; with ``message``, the last one-line message (a click's answer,
+        which the saved view, read later, leaves out)."""
         counts = self._counts()
         total = len(self._items)
         title = f" &middot; {html.escape(self.title)}" if self.title else ""
@@ -652,7 +654,7 @@ class BatchPanel(BatchObserver):
         saved = self._saved_text()
         if saved:
             lines.append(f"<div style='color:#1a7f37'>{html.escape(saved)}</div>")
-        if self._message:
+        if self._message and message:
             lines.append(f"<div class='dnb-muted'>{html.escape(self._message)}</div>")
         return "".join(lines) + "</div>"
 
@@ -791,7 +793,7 @@ class BatchPanel(BatchObserver):
         the summary, the items waiting for approval with how to decide them, and the first
         items in status order (problems first)."""
         with self._lock:
-            summary = self._summary_html()
+            summary = self._summary_html(message=False)
             items = sorted(self._items, key=lambda i: (_ORDER.index(_state(i)), i.index))
             shown = items[:_SAVED_ROWS]
             table = "".join(self._row(item, live=False) for item in shown)
