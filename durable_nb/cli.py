@@ -61,8 +61,9 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
                       for row in rows)
     lines = [line.rstrip() for line in table.splitlines()]
     if interrupted & {r.run_id for r in records}:
-        lines.append("INTERRUPTED: RUNNING in the journal, but the process executing it is gone; "
-                     "re-run its cell (or execute it again) to resume it.")
+        lines.append("INTERRUPTED: stopped before it finished (its process died, a kernel "
+                     "restart or the stop button) and nothing executes it now; re-run its cell "
+                     "(or execute it again) to resume it.")
     return "\n".join(lines)
 
 
@@ -83,12 +84,23 @@ def _decision_words(decision: dict) -> str:
 
 
 def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | None) -> str:
+    if interrupted and info.status is Status.FAILED:  # by an interrupt: see is_interrupted
+        last = attempts.current(info) or {}
+        how = attempts.END_WORDS.get(str(last.get("end")), "interrupted")
+        return (f"INTERRUPTED: {how} at step {last.get('at_step', info.step_count)} (FAILED "
+                f"in the journal, no step failed); re-run its cell or execute it again to "
+                f"resume")
     if interrupted:
         owner = info.owner or {}
         who = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
         return (f"INTERRUPTED: RUNNING in the journal, but its process{who} is gone; "
                 f"re-run its cell or execute it again to resume")
     status = str(info.status) + ("  [executing now]" if info.executing else "")
+    reset = attempts.last_reset(info)
+    if reset is not None and info.status is Status.RUNNING and not info.executing:
+        status += (f": reset to step {reset['to_step']} at {format_time(reset['at'])}, "
+                   f"{reset['forgot']} step{'' if reset['forgot'] == 1 else 's'} forgotten; "
+                   f"re-run its cell (or execute it again) to execute from there")
     if decision is not None and not info.executing:
         status += (f": {_decision_words(decision)}, waiting for the run to resume: re-run its "
                    f"cell (or execute it again)")

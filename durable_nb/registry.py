@@ -36,12 +36,13 @@ from .journal import (
 )
 from .journal.base import StatusFilter
 from .journal.edits import child_runs
+from .execution import attempts
 from .execution.lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .runner import live_execution
 
 __all__ = ["RunInfo", "approve", "batch_rows", "cancel", "copy_run", "delete", "get_run",
            "is_interrupted", "lease_holder", "recorded_decision", "reject", "rerun_from", "reset",
-           "runs"]
+           "runs", "stopped_by_interrupt"]
 
 
 @dataclass
@@ -244,13 +245,16 @@ def reset(run_id: str, from_step: int = 0, *, journal: JournalSpec = None) -> Ru
 
     Tokens and iterations are recounted from the steps that remain. The run must not be
     executing (its lease is held for the edit), and ``from_step`` must be one of its steps.
+    The run's history notes the reset on its latest attempt (how many steps it forgot, to
+    which step): ``show``, the panel and the export say so.
     """
     journal = open_journal(journal)
     journal.get_run(run_id)
     with _holding(journal, run_id, "reset") as token:
         record = journal.get_run(run_id)
-        rewind(journal, record, _entries_before(journal, record, from_step, "reset"),
-               token=token, child_dropped=_at_or_after(from_step))
+        kept = _entries_before(journal, record, from_step, "reset")
+        attempts.note_reset(record, from_step, record.step_count - len(kept))
+        rewind(journal, record, kept, token=token, child_dropped=_at_or_after(from_step))
     return record
 
 
@@ -333,9 +337,27 @@ def copy_run(run_id: str, to: JournalSpec, *, journal: JournalSpec = None,
 # -- what a listing shows ---------------------------------------------------------------
 
 def is_interrupted(record: RunRecord, journal: Journal) -> bool:
-    """RUNNING in the journal, but no live process executes it (it died)."""
-    return record.status is Status.RUNNING and \
-        lease_holder(record.run_id, journal=journal) is None
+    """Stopped before it finished, and no live process executes it now: RUNNING in the
+    journal but its process died (SIGKILL, a crash), or FAILED by an interrupt (Kernel >
+    Restart interrupts the kernel before it exits, the kernel's stop button, Ctrl-C), which
+    no step failed in. Either way executing it again resumes it. A run reset since its last
+    attempt is RUNNING too, but nothing was interrupted: it is not."""
+    if record.status is Status.RUNNING:
+        if attempts.last_reset(record) is not None:
+            return False
+    elif record.status is not Status.FAILED or not stopped_by_interrupt(record):
+        return False
+    return lease_holder(record.run_id, journal=journal) is None
+
+
+def stopped_by_interrupt(record: RunRecord) -> bool:
+    """FAILED by an interrupt (its last attempt ended ``interrupted`` or
+    ``kernel-restarted``; a record from before attempts were journaled says so in its
+    error)."""
+    last = attempts.current(record)
+    if last is None:
+        return (record.error or "").startswith("interrupted at step")
+    return last.get("end") in ("interrupted", "kernel-restarted")
 
 
 def recorded_decision(info: RunRecord, journal: Journal) -> dict | None:

@@ -138,6 +138,7 @@ def test_the_panel_shows_running_during_a_resumed_execution_never_the_earlier_st
             if i == 4:
                 def look() -> None:
                     seen["header"], seen["stats"] = panel.header.value, panel.stats.value
+                    seen["attempts"] = panel.attempts.value
                     # The elapsed time moves while a step takes long (redrawn every second).
                     ticked.wait(30)
                 ctx.run("look", look)
@@ -151,8 +152,9 @@ def test_the_panel_shows_running_during_a_resumed_execution_never_the_earlier_st
     watcher.join()
     header = _text(seen["header"])
     assert "RUNNING" in header and "FAILED" not in header and "starting" not in header
-    assert "attempt 2: resumed after an interrupt at step 3" in header
-    assert "attempt 1" in header  # the history, in the <details> opened by a click
+    tried = _text(seen["attempts"])
+    assert "attempt 2: resumed after an interrupt at step 3" in tried
+    assert "attempt 1" in tried  # the history, in the list opened by a click
     assert "interrupted at step" not in _text(seen["stats"])  # the old error is not current
     assert seen["ticked"] != seen["stats"]
     assert "DONE" in panel.header.value and panel.cancel_button.layout.display == "none"
@@ -304,3 +306,36 @@ def test_batch_items_a_kernel_restart_stopped_are_counted_in_their_batchs_line(
     assert describe_unfinished(journal) == [
         "b: batch with 1 item interrupted; re-run its cell to finish it (`%durable batch show b` "
         "lists the items)"]
+
+
+def test_a_reset_is_in_the_history_show_runs_and_the_panel_say_what_it_did(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from durable_nb.cli import main
+
+    journal = DiskJournal(tmp_path / "j")
+    _resume(journal)  # attempt 1: 7 steps, DONE
+    capsys.readouterr()
+    assert main(["--journal", str(tmp_path / "j"), "reset", "r", "--from", "4"]) == 0
+
+    record = get_run("r", journal=journal)
+    (reset,) = record.attempts[-1]["resets"]
+    assert (reset["to_step"], reset["forgot"]) == (4, 3)
+    capsys.readouterr()
+    assert main(["--journal", str(tmp_path / "j"), "show", "r"]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"status     RUNNING: reset to step 4 at \S+, 3 steps forgotten; re-run "
+                     r"its cell \(or execute it again\) to execute from there", shown), shown
+    assert re.search(r"  attempt 1 .*completed at step 7; then reset to step 4 at \S+ "
+                     r"\(3 steps forgotten\)", shown), shown
+    assert main(["--journal", str(tmp_path / "j"), "runs"]) == 0
+    listed = capsys.readouterr().out
+    assert "INTERRUPTED" not in listed and ["r", "RUNNING"] in \
+        [line.split()[:2] for line in listed.splitlines()]
+
+    panel = RunPanel(record, journal=journal, starting=True)
+    _resume(journal, observer=panel)
+    tried = _text(panel.attempts.value)
+    assert "attempt 2: executed again after a reset to step 4" in tried
+    assert "then reset to step 4" in tried and "3 steps forgotten" in tried
+    second = get_run("r", journal=journal).attempts[-1]
+    assert (second["from_step"], second["executed"], second["end"]) == (4, 3, "completed")

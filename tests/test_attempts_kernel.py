@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from durable_nb import DiskJournal, Status
+from durable_nb.cli import main
 from tests.harness import KernelSession, start_kernel, wait_until
 
 pytestmark = pytest.mark.kernel
@@ -48,34 +49,46 @@ def _start_and_wait(k: KernelSession, journal: DiskJournal, steps: int) -> str:
 _BADGE = re.compile(r'<span style="background:[^"]*">([^<]*)</span>')
 
 
-def _headers_of_rerun(k: KernelSession) -> list[tuple[str, str]]:
-    """Re-run the cell to its end; every value the kernel published for the new panel's
-    header, in order: (badge, text)."""
-    before = set(k.widgets)
-    k.execute(CELL, timeout=60).raise_for_error()
-    k.drain(0.3)
-    ids = [key for key, m in k.widgets.items() if key not in before
-           and m.model_name == "HTMLModel" and "<b>slow</b>" in m.state.get("value", "")]
-    assert len(ids) == 1, "no panel header published by the re-run"
+def _published(k: KernelSession, ids: list[str]) -> list[str]:
+    """Every value the kernel published for these widgets, in order."""
     values = []
     for msg in k.iopub_log:
         content = msg["content"]
-        if msg["msg_type"] in ("comm_open", "comm_msg") and content.get("comm_id") == ids[0]:
+        if msg["msg_type"] in ("comm_open", "comm_msg") and content.get("comm_id") in ids:
             value = (content["data"].get("state") or {}).get("value")
             if value:  # the widget is created empty, then drawn
                 values.append(value)
-    return [(_BADGE.search(v).group(1),
-             html.unescape(re.sub(r"<style>.*?</style>|<[^>]+>", " ", v, flags=re.S)))
-            for v in values]
+    return values
 
 
-def _running_then_done(headers: list[tuple[str, str]], attempt_line: str) -> None:
-    """The header said RUNNING (with the attempt) from the execution's start to its end, and
-    never the status the earlier execution left."""
+def _text(value: str) -> str:
+    return html.unescape(re.sub(r"<style>.*?</style>|<[^>]+>", " ", value, flags=re.S))
+
+
+def _headers_of_rerun(k: KernelSession) -> tuple[list[tuple[str, str]], list[str]]:
+    """Re-run the cell to its end; every value the kernel published for the new panel's
+    header, in order: (badge, text); and for its attempts (text)."""
+    before = set(k.widgets)
+    k.execute(CELL, timeout=60).raise_for_error()
+    k.drain(0.3)
+    new = {key: m for key, m in k.widgets.items() if key not in before
+           and m.model_name == "HTMLModel"}
+    ids = [key for key, m in new.items() if "<b>slow</b>" in m.state.get("value", "")]
+    assert len(ids) == 1, "no panel header published by the re-run"
+    tried = [key for key, m in new.items()
+             if "class='dnb-history-head'" in m.state.get("value", "")]
+    return ([(_BADGE.search(v).group(1), _text(v)) for v in _published(k, ids)],
+            [_text(v) for v in _published(k, tried)])
+
+
+def _running_then_done(shown: tuple[list[tuple[str, str]], list[str]],
+                       attempt_line: str) -> None:
+    """The header said RUNNING from the execution's start to its end, and never the status
+    the earlier execution left; the attempts said which attempt it is."""
+    headers, tried = shown
     badges = [badge for badge, _ in headers]
     assert badges[-1] == "DONE" and "FAILED" not in badges, badges
-    running = [text for badge, text in headers if badge == "RUNNING"]
-    assert running and all(attempt_line in text for text in running), headers
+    assert tried and all(attempt_line in text for text in tried), tried
     assert set(badges[:badges.index("RUNNING")]) <= {"starting"}, badges
     done = badges.index("DONE")
     assert set(badges[badges.index("RUNNING"):done]) == {"RUNNING"}, badges
@@ -104,7 +117,7 @@ def test_stop_button_then_rerun_shows_running_and_the_attempt(tmp_path: Path) ->
 
 
 def test_kernel_restart_is_recorded_listed_by_load_ext_and_shown_on_rerun(
-        tmp_path: Path) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     journal = DiskJournal(tmp_path / ".durable_nb")
     with start_kernel(tmp_path, env=_env()) as k:
         k.execute("%load_ext durable_nb").raise_for_error()
@@ -116,19 +129,36 @@ def test_kernel_restart_is_recorded_listed_by_load_ext_and_shown_on_rerun(
         listed = k.execute("%load_ext durable_nb").raise_for_error().stdout
         assert (f"slow: interrupted by a kernel restart at iteration 0 (step {stopped_at}); "
                 f"re-run its cell to continue") in listed
+        # Listed as a SIGKILL leaves it: INTERRUPTED, not the FAILED the interrupt wrote.
+        _assert_listed_interrupted(k.execute("%durable runs").raise_for_error().stdout)
+        capsys.readouterr()
+        assert main(["--journal", str(tmp_path / ".durable_nb"), "show", "slow"]) == 0
+        assert (f"status     INTERRUPTED: stopped by a kernel restart at step {stopped_at} "
+                f"(FAILED in the journal, no step failed); re-run its cell") in \
+            capsys.readouterr().out
         headers = _headers_of_rerun(k)
 
     _running_then_done(headers, f"attempt 2: resumed after a kernel restart at step {stopped_at}")
     assert _ends(journal) == [("kernel-restarted", stopped_at), ("completed", 12)]
 
 
-def test_sigkill_then_rerun_closes_the_dead_attempt_and_shows_running(tmp_path: Path) -> None:
+def _assert_listed_interrupted(table: str) -> None:
+    rows = [line.split()[:2] for line in table.splitlines()]
+    assert ["slow", "INTERRUPTED"] in rows, table
+    assert "INTERRUPTED: stopped before it finished" in table
+
+
+def test_sigkill_then_rerun_closes_the_dead_attempt_and_shows_running(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     journal = DiskJournal(tmp_path / ".durable_nb")
     with start_kernel(tmp_path, env=_env()) as k:
         k.execute("%load_ext durable_nb").raise_for_error()
         _start_and_wait(k, journal, 3)
         k.kill()
         stopped_at = _steps(journal)
+        capsys.readouterr()
+        assert main(["--journal", str(tmp_path / ".durable_nb"), "runs"]) == 0
+        _assert_listed_interrupted(capsys.readouterr().out)
         k.restart()
         k.execute("%load_ext durable_nb").raise_for_error()
         headers = _headers_of_rerun(k)

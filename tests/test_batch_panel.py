@@ -299,3 +299,50 @@ def test_the_saved_view_lists_the_items_problems_first_without_live_clicks(chat_
     assert "5 / 6</b> done" in view and "onclick" not in view
     keys = re.findall(r"<tr ><td class='dnb-num'>(\d+)</td>", view)
     assert keys == ["3", "0", "1", "2", "4", "5"]  # the FAILED item first
+
+
+def _controls(widget) -> list:
+    """The controls a person can click or type in, shown (not inside a hidden box)."""
+    if getattr(widget.layout, "display", None) == "none":
+        return []
+    found = [widget] if hasattr(widget, "disabled") else []
+    for child in getattr(widget, "children", ()):
+        found += _controls(child)
+    return found
+
+
+def test_while_the_batch_runs_in_its_cell_every_control_is_disabled_and_says_why(journal) -> None:
+    """A click cannot reach a busy cell's kernel on ipykernel 7.4: while the batch executes
+    in its cell no control looks live (disabled, the rows not clickable, approvals decided
+    from a terminal) and the note says why and what stops it; after the cell, all work."""
+    panel = BatchPanel("p", journal=journal, on_decide=lambda *a: None)
+    _parked(journal, n=25, observer=panel)  # two pages, pending approvals with buttons
+    live = _controls(panel.widget)
+    assert len(live) >= 10 and panel.busy_hint.layout.display == "none"
+
+    panel.executing_in_cell(True)
+    shown = _controls(panel.widget)
+    assert shown and all(c.disabled for c in shown), [c for c in shown if not c.disabled]
+    assert panel.busy_hint.layout.display != "none"
+    assert "stop button" in _text(panel.busy_hint.value)
+    assert "dnb-busy" in panel.widget._dom_classes and "if(f.disabled)return" in \
+        panel.table.value
+    rows = panel.approval_rows.children
+    assert rows and all(not isinstance(c, type(panel.close_button)) for r in rows
+                        for c in r.children)
+    assert "durable-nb approve p/0" in _text(rows[0].children[1].value)
+
+    panel.executing_in_cell(False)
+    assert panel.busy_hint.layout.display == "none" and "dnb-busy" not in \
+        panel.widget._dom_classes
+    buttons = [c for r in panel.approval_rows.children for c in r.children[1:]]
+    assert buttons and not any(b.disabled for b in buttons)
+    assert not panel.next_button.disabled and not panel.sort.disabled
+
+
+def test_the_saved_view_leaves_out_the_answer_to_the_last_click(journal) -> None:
+    panel = BatchPanel("p", journal=journal, on_decide=lambda *a: None)
+    _parked(journal, n=2, observer=panel)
+    panel.approval_rows.children[0].children[1].click()
+    assert "approved p/0" in _text(panel.summary_html.value)
+    assert "approved p/0" not in _text(panel.static_html())

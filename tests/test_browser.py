@@ -126,13 +126,13 @@ def test_approve_click_resumes_run_to_done_and_sends_email_once(
     with LabPage(lab, timeout=60) as page:
         folder = _open_agent_notebook(lab, page, "approve")
         assert "send_email" not in " ".join(_side_effects(folder))
-        _shoot_panel(page, tmp_path / "panel-waiting-approval.png")
+        _shoot_panel(page, _shots(tmp_path) / "panel-waiting-approval.png")
 
         _panel_button(page, "Approve").click()
 
         _badge(page, Status.DONE).wait_for(state="visible")
         page.wait_for_text("emailed it to team@example.com", cell_index=AGENT)
-        _shoot_panel(page, tmp_path / "panel-done.png")
+        _shoot_panel(page, _shots(tmp_path) / "panel-done.png")
 
     assert [line for line in _side_effects(folder) if line.startswith("send_email")] == [
         "send_email team@example.com"
@@ -150,12 +150,12 @@ def test_reject_click_with_note_resumes_run_to_done_without_email(
         folder = _open_agent_notebook(lab, page, "reject")
         note_field = page.cell(AGENT).locator("input[placeholder='optional note for the agent']")
         note_field.fill(NOTE)
-        _shoot_panel(page, tmp_path / "panel-waiting-approval.png")
+        _shoot_panel(page, _shots(tmp_path) / "panel-reject-note.png")
 
         _panel_button(page, "Reject").click()
 
         _badge(page, Status.DONE).wait_for(state="visible")
-        _shoot_panel(page, tmp_path / "panel-done.png")
+        _shoot_panel(page, _shots(tmp_path) / "panel-rejected-done.png")
         # The model was told, in the tool message answering its send_email call.
         page.run_cell(TOOL_MESSAGE)
         page.wait_for_text("The user rejected this call to send_email", cell_index=TOOL_MESSAGE)
@@ -684,3 +684,103 @@ def test_cancel_is_not_shown_while_the_cell_runs_and_says_cancelling_in_the_back
     record = journal.get_run("bg")
     assert record.status is Status.CANCELLED
     assert [e.name for e in journal.steps("bg") if e.name.startswith("work")] == ["work 0"]
+
+
+def _elapsed(live: Any) -> str:
+    """The "elapsed ..." of a live run panel's stats line."""
+    match = re.search(r"elapsed [0-9.]+ \w+", live.inner_text())
+    return match.group(0) if match else ""
+
+
+def test_elapsed_ticks_in_a_first_run_and_the_opened_attempts_stay_open_across_redraws(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    """A first run's panel shows its elapsed time moving while a step runs; after the stop
+    button and a re-run, the list of attempts a click opened stays open while the panel
+    redraws (every second, and at each step)."""
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "ticks"
+    folder.mkdir()
+    write_notebook(folder / "ticks.ipynb", ["%load_ext durable_nb", _SLOW_CELL])
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("ticks/ticks.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.run_cell(1)
+        live = page.cell(1).locator(".dnb-live")
+        live.get_by_text("RUNNING", exact=True).first.wait_for(state="visible")
+        first = _elapsed(live)
+        page.page.wait_for_function(  # the stats line redrawn with a later elapsed time
+            "([el, seen]) => /elapsed [0-9.]+ \\w+/.exec(el.innerText)?.[0] !== seen",
+            arg=[live.first.element_handle(), first])
+        later = _elapsed(live)
+        assert first != later and later != "elapsed 0.0 s", (first, later)
+        live.screenshot(path=str(shots / "lab-first-run-running.png"))
+        _interrupt_kernel(page)
+        page.wait_for_text("KeyboardInterrupt", cell_index=1)
+
+        page.run_cell(1)
+        live = page.cell(1).locator(".dnb-live")
+        words = live.get_by_text("attempt 2: resumed after the stop button")
+        words.first.wait_for(state="visible")
+        words.first.click()
+        listed = live.get_by_text("attempt 1 ", exact=False).first
+        listed.wait_for(state="visible")
+        for _ in range(2):  # two redraws of the header and stats (a tick, or a step)
+            seen = _elapsed(live)
+            page.page.wait_for_function(
+                "([el, seen]) => /elapsed [0-9.]+ \\w+/.exec(el.innerText)?.[0] !== seen",
+                arg=[live.first.element_handle(), seen])
+            assert listed.is_visible(), "the attempts list closed at a redraw"
+        live.screenshot(path=str(shots / "lab-resumed-attempts-open.png"))
+        live.get_by_text("DONE", exact=True).first.wait_for(state="visible", timeout=30_000)
+        assert listed.is_visible()
+        live.screenshot(path=str(shots / "lab-resumed-attempts-open-done.png"))
+
+
+_GATED_BATCH_CELL = """\
+%%durable_agent gated --over list(range(8)) --key str(item) --concurrency 2
+import os, time
+def wait_for_go():
+    while not os.path.exists('go'):
+        time.sleep(0.05)
+ctx.run('wait', wait_for_go)
+item * 10"""
+
+
+def test_a_batch_running_in_its_cell_disables_its_controls_and_says_why_then_they_work(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    """While the batch executes in its cell, a click would never reach the busy kernel
+    (ipykernel 7.4): every control of the panel is disabled and a note says why and what
+    stops it. Once the cell ends the controls work: a row's click opens its item."""
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "gated"
+    folder.mkdir()
+    write_notebook(folder / "gated.ipynb", ["%load_ext durable_nb", _GATED_BATCH_CELL])
+    with LabPage(lab, timeout=60) as page:
+        page.page.set_viewport_size({"width": 1400, "height": 1600})
+        page.open_notebook("gated/gated.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.run_cell(1)
+        output = page.cell(1).locator(".jp-Cell-outputArea")
+        live = output.locator(".dnb-batch.dnb-live").first
+        hint = live.get_by_text("the kernel is busy and cannot receive clicks")
+        hint.wait_for(state="visible")
+        live.locator("tr.dnb-row").first.wait_for(state="visible")
+        controls = live.locator("button:visible, select:visible, input:visible")
+        assert controls.count() >= 6
+        enabled = [controls.nth(i).evaluate("e => e.outerHTML.slice(0, 80)")
+                   for i in range(controls.count()) if controls.nth(i).is_enabled()]
+        assert enabled == [], enabled
+        live.screenshot(path=str(shots / "batch-running-in-cell.png"))
+
+        (folder / "go").touch()
+        live.get_by_text("DONE", exact=True).first.wait_for(state="visible", timeout=30_000)
+        hint.wait_for(state="hidden")
+        assert live.locator("select:visible").first.is_enabled()
+        live.locator("tr.dnb-row[data-key='3']").click()
+        live.locator(".dnb-panel:not(.dnb-batch)").get_by_text(
+            "gated/3", exact=True).wait_for(state="visible", timeout=1_000)
+        live.screenshot(path=str(shots / "batch-done-item-open.png"))

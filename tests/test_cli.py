@@ -146,8 +146,7 @@ def test_a_run_whose_process_died_shows_as_interrupted(tmp_path: Path, run) -> N
     runs = run("--journal", str(tmp_path / "j"), "runs")
     assert runs.returncode == 0
     assert runs.stdout.splitlines()[1].split()[:2] == ["crashed", "INTERRUPTED"]
-    assert "INTERRUPTED: RUNNING in the journal, but the process executing it is gone" \
-        in runs.stdout
+    assert "INTERRUPTED: stopped before it finished (its process died" in runs.stdout
     shown = run("--journal", str(tmp_path / "j"), "show", "crashed")
     assert (f"status     INTERRUPTED: RUNNING in the journal, but its process (pid "
             f"{record.owner['pid']} on {this_host()}) is gone; re-run its cell") in shown.stdout

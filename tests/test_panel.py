@@ -302,3 +302,33 @@ def test_a_cell_waiting_for_a_decision_from_outside_shows_how_to_decide_not_butt
     assert "This cell waits for a decision from outside; a click cannot reach the busy " \
            "kernel. Decide with durable-nb approve w (or reject) in a terminal" in seen["text"]
     assert seen["cancel"] == {"cancel": False, "stop hint": True}
+
+
+def _widget_texts(panel: RunPanel) -> str:
+    parts = [panel.header.value, panel.attempts.value, panel.stats.value, panel.timeline.value,
+             panel.result.value]
+    return "\n".join(_text(re.sub(r"<style>.*?</style>", "", p, flags=re.S)) for p in parts)
+
+
+@pytest.mark.parametrize("foreground", [False, True])
+def test_a_cancelled_runs_panel_says_its_message_once(journal, foreground: bool) -> None:
+    """Cancelled in the background (resumed after an approval) the panel shows the message
+    once; in the foreground the cell shows it below the panel, which only points to it."""
+    from durable_nb.errors import RunCancelled
+    from durable_nb.notebook.session import NotebookRun
+    from durable_nb.runner import RunOptions
+
+    def handler(ctx):
+        ctx.run("ask to cancel", lambda: run.cancel())
+        ctx.run("never", lambda: 1)
+
+    run = NotebookRun("c", handler, RunOptions(), journal)
+    with pytest.raises(RunCancelled) as raised:
+        run._execute(foreground=foreground)
+    message = str(raised.value)
+    assert journal.get_run("c").status is Status.CANCELLED
+    shown = _widget_texts(run.panel)
+    assert "CANCELLED" in shown
+    assert shown.count(message) == (0 if foreground else 1), shown
+    if foreground:
+        assert "RunCancelled (the message is below)" in shown

@@ -20,7 +20,9 @@ interrupts a kernel before it asks it to shut down; the kernel's exit hook write
 interrupt; the next attempt closes it, knowing because the record's last attempt is still
 open when it takes the lease), ``input-changed`` (a step's kind, name or inputs changed),
 ``cancelled``, ``failed``. An attempt that executes the run again from a changed step
-(``on_change="rerun"``) keeps going and notes ``rerun_from``.
+(``on_change="rerun"``) keeps going and notes ``rerun_from``. A reset after an attempt
+(``registry.reset``: its steps from a position on forgotten) is noted on it in ``resets``
+(``{"at", "to_step", "forgot"}``), so that the history says what the reset did.
 
 The record keeps the last :data:`KEEP` attempts and counts the rest in
 ``attempts_dropped``; a source that differs from the record's own (``RunRecord.source``, the
@@ -44,8 +46,8 @@ from ..journal import Journal, RunRecord, Status, this_host
 from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
-           "history_lines", "note_interrupted", "note_rerun", "resumed_words", "source_of",
-           "step_sources"]
+           "history_lines", "last_reset", "note_interrupted", "note_rerun", "note_reset",
+           "resumed_words", "source_of", "step_sources"]
 
 #: Attempts a record keeps (the older ones are counted in ``attempts_dropped``).
 KEEP = 20
@@ -93,9 +95,7 @@ def begin(record: RunRecord, from_step: int, source: str | None,
     update."""
     last = current(record)
     if last is not None and last.get("end") is None:
-        at_step = journal_size if journal_size is not None else record.step_count
-        last.update(end="died", ended_at=record.updated_at or None, at_step=at_step,
-                    executed=max(0, at_step - last.get("from_step", 0)))
+        _close_dead(record, last, journal_size)
     attempt: dict[str, Any] = {"n": (last["n"] if last else record.attempts_dropped) + 1,
                                "started_at": time.time(), **_where(), "from_step": from_step,
                                "source_hash": source_hash, "replayed": 0, "executed": 0}
@@ -108,6 +108,37 @@ def begin(record: RunRecord, from_step: int, source: str | None,
     record.attempts = attempts
     _keep_referenced_sources(record)
     return attempt
+
+
+def _close_dead(record: RunRecord, attempt: dict, journal_size: int | None) -> None:
+    """Close an attempt whose executor died (it never said how it ended) at
+    ``journal_size`` (what it journaled), as of the record's last update."""
+    at_step = journal_size if journal_size is not None else record.step_count
+    attempt.update(end="died", ended_at=record.updated_at or None, at_step=at_step,
+                   executed=max(0, at_step - attempt.get("from_step", 0)))
+
+
+def note_reset(record: RunRecord, to_step: int, forgot: int) -> None:
+    """Note on the record's latest attempt that the run was reset after it: its steps from
+    ``to_step`` on (``forgot`` of them) forgotten, to execute again (the caller writes the
+    record, holding the lease). A latest attempt still open, left by an executor that died,
+    is closed as ``died`` first. A run journaled before attempts were recorded has none to
+    note it on."""
+    last = current(record)
+    if last is None:
+        return
+    if last.get("end") is None:
+        _close_dead(record, last, None)
+    last["resets"] = [*last.get("resets", ()),
+                      {"at": time.time(), "to_step": to_step, "forgot": forgot}]
+
+
+def last_reset(record: RunRecord) -> dict | None:
+    """The reset made after the latest attempt (see :func:`note_reset`), if any: nothing
+    has executed the run since."""
+    last = current(record)
+    resets = (last or {}).get("resets")
+    return resets[-1] if resets else None
 
 
 def note_rerun(attempt: dict, position: int, executed: int) -> None:
@@ -154,6 +185,9 @@ def resumed_words(record: RunRecord, attempt: dict | None = None) -> str | None:
     index = next((i for i, a in enumerate(attempts) if a is attempt or a == attempt), None)
     before = attempts[index - 1] if index else None
     step = attempt.get("from_step") or 0
+    if before is not None and before.get("resets"):
+        return (f"attempt {attempt['n']}: executed again after a reset to step "
+                f"{before['resets'][-1]['to_step']}")
     if before is not None:
         after = ("resumed after an interrupt" if _interrupted_outside_kernel(before)
                  else _AFTER.get(str(before.get("end")), "resumed"))
@@ -186,6 +220,9 @@ def describe(attempt: dict, where: bool = True) -> str:
         how += f" at step {attempt['at_step']}"
     if attempt.get("error") and end in ("failed", "input-changed", "cancelled"):
         how += f": {attempt['error']}"
+    for reset in attempt.get("resets", ()):
+        how += (f"; then reset to step {reset['to_step']} at {_clock(reset.get('at'))} "
+                f"({reset['forgot']} step{'' if reset['forgot'] == 1 else 's'} forgotten)")
     return f"{head}: {done}; {how}"
 
 

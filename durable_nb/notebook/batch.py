@@ -184,6 +184,9 @@ class NotebookBatch:
             _active[self.batch_id] = self
         self._cell_stream = getattr(sys.stdout, "original", sys.stdout)
         self._foreground = True
+        # A click cannot reach a busy cell's kernel on every ipykernel: the panel's controls
+        # say so (and what stops the batch) rather than look live and do nothing.
+        self.panel.executing_in_cell(True)
         try:
             keys = self.keys
             self.execution, todo = prepare(
@@ -205,6 +208,7 @@ class NotebookBatch:
             raise
         finally:
             self._foreground = False
+            self.panel.executing_in_cell(False)
             self.refresh_display()
         self.value = BatchValue.of(self.execution.batch())
         if self._parked():

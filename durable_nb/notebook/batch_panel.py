@@ -76,6 +76,8 @@ _CSS = """<style>
 .dnb-batch table.dnb-items tr.dnb-picked {background: rgba(31, 111, 235, 0.12)}
 .dnb-batch .dnb-muted {color: #6e7781}
 .dnb-batch .dnb-approval-row {border-bottom: 1px solid rgba(127, 127, 127, 0.2)}
+.dnb-batch.dnb-busy table.dnb-items tr.dnb-row {cursor: default}
+.dnb-batch.dnb-busy table.dnb-items tr.dnb-row:hover {background: none}
 </style>"""
 
 _TABLE_HEAD = ("<colgroup><col style='width:3.5em'><col style='width:14em'>"
@@ -84,9 +86,17 @@ _TABLE_HEAD = ("<colgroup><col style='width:3.5em'><col style='width:14em'>"
                "<th>status</th><th>iter</th><th>tokens</th><th>cost</th><th>result</th>"
                "<th>error</th></tr>")
 
-# A click on a row puts its key in the panel's item field and sends it, as typing would.
+# A click on a row puts its key in the panel's item field and sends it, as typing would;
+# not while the field is disabled (the cell runs: see BatchPanel.executing_in_cell).
 _ONCLICK = ("var f=this.closest('.dnb-batch').querySelector('.dnb-pick input');"
+            "if(f.disabled)return;"
             "f.value=this.dataset.key;f.dispatchEvent(new Event('change',{bubbles:true}))")
+
+# Shown instead of live controls while the batch executes in the foreground of its cell.
+_BUSY_HINT = ("<div class='dnb-muted'>Running in this cell: the kernel is busy and cannot "
+              "receive clicks, so the filters, sorting, pages and item view work once the "
+              "cell ends. Stop it with the kernel's stop button (&#9632;); the items keep "
+              "their journals and resume when the cell runs again.</div>")
 
 
 def _state(item: ItemResult) -> str:
@@ -166,7 +176,9 @@ class BatchPanel(BatchObserver):
         self._picked: int | None = None
         self._item_panel: RunPanel | None = None
         self._shown_pending: tuple[int, ...] = ()
+        self._rows_in_cell = False  # whether the approval rows shown were drawn without buttons
         self._confirming: list[tuple[str, str]] = []  # (run id, digest of what is shown)
+        self._in_cell = False  # executing in the foreground of its cell: see executing_in_cell
         self.redraws = 0
 
         self.summary_html = w.HTML()
@@ -211,13 +223,15 @@ class BatchPanel(BatchObserver):
             layout=w.Layout(display="none", border="1px solid #bf8700", padding="6px",
                             margin="4px 0"))
         self.log = w.Output(layout=w.Layout(max_height="160px", overflow="auto"))
+        self.busy_hint = w.HTML(_BUSY_HINT, layout=w.Layout(display="none"))
         for button in (self.approve_all_button, self.confirm_button, self.confirm_cancel,
                        self.prev_button, self.next_button, self.close_button):
             button.add_class("dnb-button")
         controls = w.HBox([self.status_filter, self.text_filter, self.sort, self.prev_button,
                            self.next_button])
-        self.widget = w.VBox([self.summary_html, self.approval_box, controls, self.table,
-                              w.HBox([self.pick, self.close_button]), self.detail, self.log])
+        self.widget = w.VBox([self.summary_html, self.approval_box, self.busy_hint, controls,
+                              self.table, w.HBox([self.pick, self.close_button]), self.detail,
+                              self.log])
         self.widget.add_class("dnb-panel")
         self.widget.add_class("dnb-batch")
         self.widget.add_class("dnb-live")  # tells the saved view (static_html) to hide
@@ -335,6 +349,21 @@ class BatchPanel(BatchObserver):
                 self._stopped = None
             else:
                 self._t_end = time.monotonic()
+        self.refresh(force=True)
+
+    def executing_in_cell(self, in_cell: bool) -> None:
+        """Say whether the batch now executes in the foreground of its cell. While it does,
+        a click cannot be relied on to reach the kernel (ipykernel 7.4 delivers it to the
+        busy main shell, which reads it only after the cell; 6.x queues it behind the cell):
+        every control is disabled, the approvals show how to decide from a terminal instead
+        of buttons, and a note says why and what stops the batch (the kernel's stop button).
+        When the cell ends (items parked, or resumed in the background) the kernel is idle
+        and every click arrives."""
+        with self._lock:
+            self._in_cell = in_cell
+            panel = self._item_panel
+        if panel is not None:
+            panel.executing_in_cell(in_cell)
         self.refresh(force=True)
 
     def sync(self, items: list[ItemResult]) -> None:
@@ -463,6 +492,9 @@ class BatchPanel(BatchObserver):
             on_cancel=(lambda: self._on_cancel(run_id)) if self._on_cancel else None)
         with self._lock:
             self._picked, self._item_panel = index, panel
+            in_cell = self._in_cell
+        if in_cell:
+            panel.executing_in_cell(True)
         self._show_detail(panel.widget)
         self.close_button.layout.display = None
         self.refresh(force=True)
@@ -533,26 +565,43 @@ class BatchPanel(BatchObserver):
             table = self._table_html(view, pages)
             log, self._log_buffer = "".join(self._log_buffer), []
             pending = tuple(i.index for i in view if i.status is Status.WAITING_APPROVAL)
-            rows_changed = pending[:_APPROVAL_ROWS] != self._shown_pending
-            self._shown_pending = pending[:_APPROVAL_ROWS]
+            in_cell = self._in_cell
+            rows_changed = (pending[:_APPROVAL_ROWS], in_cell) != \
+                (self._shown_pending, self._rows_in_cell)
+            self._shown_pending, self._rows_in_cell = pending[:_APPROVAL_ROWS], in_cell
             rows = [(self._items[i], self._pending.get(i) or {}) for i in self._shown_pending]
             head = self._approval_head(len(pending))
             first_page, last_page = self.page == 0, self.page >= pages - 1
         with self.widget.hold_sync():
             self.summary_html.value = summary
             self.table.value = table
-            self.prev_button.disabled = first_page
-            self.next_button.disabled = last_page
+            self._enable(not in_cell)
+            self.prev_button.disabled = first_page or in_cell
+            self.next_button.disabled = last_page or in_cell
             self.approval_head.value = head
             self.approve_all_button.description = f"Approve all {len(pending):,} shown"
             self.approval_box.layout.display = "flex" if pending else "none"
         if rows_changed:
             old = self.approval_rows.children
-            self.approval_rows.children = [self._approval_row(item, p) for item, p in rows]
+            self.approval_rows.children = [self._approval_row(item, p, in_cell)
+                                           for item, p in rows]
             for row in old:  # their comms too, so that views of old rows do not pile up
                 _close_tree(row)
         if log:
             self.log.append_stdout(log)
+
+    def _enable(self, live: bool) -> None:
+        """Enable the controls (the kernel receives clicks), or disable them and say why
+        (the cell runs: see executing_in_cell)."""
+        for control in (self.status_filter, self.text_filter, self.sort, self.pick,
+                        self.close_button, self.approval_note, self.approve_all_button,
+                        self.confirm_button, self.confirm_cancel):
+            control.disabled = not live
+        self.busy_hint.layout.display = "none" if live else None
+        if live:
+            self.widget.remove_class("dnb-busy")
+        else:
+            self.widget.add_class("dnb-busy")
 
     def _trailing(self) -> None:
         with self._lock:
@@ -581,7 +630,9 @@ class BatchPanel(BatchObserver):
             return f"FINISHED: {total - counts['DONE']:,} not done", _COLOURS["FAILED"]
         return "INCOMPLETE: re-run the cell to finish", _STOPPED
 
-    def _summary_html(self) -> str:
+    def _summary_html(self, message: bool = True) -> str:
+        """The summary; with ``message``, the last one-line message (a click's answer,
+        which the saved view, read later, leaves out)."""
         counts = self._counts()
         total = len(self._items)
         title = f" &middot; {html.escape(self.title)}" if self.title else ""
@@ -603,7 +654,7 @@ class BatchPanel(BatchObserver):
         saved = self._saved_text()
         if saved:
             lines.append(f"<div style='color:#1a7f37'>{html.escape(saved)}</div>")
-        if self._message:
+        if self._message and message:
             lines.append(f"<div class='dnb-muted'>{html.escape(self._message)}</div>")
         return "".join(lines) + "</div>"
 
@@ -700,12 +751,20 @@ class BatchPanel(BatchObserver):
                 f"drew them stopped. Re-run the cell for live buttons, or decide with "
                 f"<code>durable-nb approve {html.escape(example)}</code>.</div>")
 
-    def _approval_row(self, item: ItemResult, pending: dict) -> w.HBox:
+    def _approval_row(self, item: ItemResult, pending: dict, in_cell: bool = False) -> w.HBox:
+        """An item's pending approval with Approve / Reject; with ``in_cell`` (a click
+        cannot reach the busy kernel) how to decide it from a terminal instead."""
         details = json.dumps(pending.get("details"), ensure_ascii=False, default=str)
         text = w.HTML(f"<b>{html.escape(item.key)}</b> &middot; "
                       f"{html.escape(str(pending.get('name', 'approval')))} "
                       f"<code>{html.escape(_preview(details, 200))}</code>",
                       layout=w.Layout(width="560px"))
+        if in_cell:
+            how = w.HTML(f"<span class='dnb-muted'>buttons when the cell ends, or now: "
+                         f"<code>durable-nb approve {html.escape(item.run_id)}</code></span>")
+            row = w.HBox([text, how])
+            row.add_class("dnb-approval-row")
+            return row
         approve = w.Button(description="Approve", button_style="success", icon="check",
                            layout=w.Layout(width="auto"))
         reject = w.Button(description="Reject", button_style="danger", icon="times",
@@ -734,7 +793,7 @@ class BatchPanel(BatchObserver):
         the summary, the items waiting for approval with how to decide them, and the first
         items in status order (problems first)."""
         with self._lock:
-            summary = self._summary_html()
+            summary = self._summary_html(message=False)
             items = sorted(self._items, key=lambda i: (_ORDER.index(_state(i)), i.index))
             shown = items[:_SAVED_ROWS]
             table = "".join(self._row(item, live=False) for item in shown)

@@ -18,6 +18,7 @@ import html
 import json
 import threading
 import time
+import uuid
 from collections import deque
 from typing import Any, Callable
 
@@ -94,6 +95,10 @@ _CSS = """<style>
 .dnb-step-body pre {white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
   margin: 2px 0 6px 0; max-height: 20em; overflow: auto}
 .dnb-step-body .dnb-role {font-weight: bold}
+.dnb-panel .dnb-history-head {color: #57606a; cursor: pointer}
+.dnb-panel .dnb-history-head::before {content: "\\25b8  "}
+.dnb-panel .dnb-history-list {color: #57606a; font-size: 0.85em; margin-left: 1em;
+  display: none}
 </style>"""
 
 
@@ -293,6 +298,11 @@ class RunPanel:
         self._details: dict[int, str] = {}
 
         self.header = w.HTML()
+        # The attempts apart from the header, which is redrawn every second: their content
+        # changes only with the attempts. Opened by a click, they stay open across redraws
+        # and new views of the panel (see _attempts_live_html).
+        self.attempts = w.HTML(layout=w.Layout(display="none"))
+        self._token = uuid.uuid4().hex[:12]
         self.stats = w.HTML()
         self.timeline = w.HTML()
         self.result = w.HTML()
@@ -315,8 +325,9 @@ class RunPanel:
         self.approve_button.on_click(lambda _: self._decide(True))
         self.reject_button.on_click(lambda _: self._decide(False))
         self.cancel_button.on_click(lambda _: self._cancel())
-        self.widget = w.VBox([self.header, self.stats, self.approval_box, self.timeline,
-                              self.log, self.result, self.cancel_button, self.stop_hint])
+        self.widget = w.VBox([self.header, self.attempts, self.stats, self.approval_box,
+                              self.timeline, self.log, self.result, self.cancel_button,
+                              self.stop_hint])
         self.widget.add_class("dnb-panel")
         self.widget.add_class("dnb-live")  # tells the saved view (static_html) to hide
         self.refresh(force=True)
@@ -525,7 +536,8 @@ class RunPanel:
             self._last_refresh = now
             record = self._record
             log, self._log_buffer = "".join(self._log_buffer), []
-            header, stats = self._header_html(record), self._stats_html(record)
+            header, stats = self._header_html(record, attempts=False), self._stats_html(record)
+            tried = _attempts_live_html(record, self._token)
             timeline = self._timeline_html()
             pending = record.pending_approval
             result = self._result_html
@@ -538,6 +550,8 @@ class RunPanel:
             if drawn > self._painted:
                 self._painted = drawn
                 self._paint(header, stats, timeline, result, pending, finished, in_cell)
+                self.attempts.value = tried  # unchanged: nothing is sent, nothing redrawn
+                self.attempts.layout.display = None if tried else "none"
             if log:
                 self.log.append_stdout(log)
 
@@ -586,7 +600,9 @@ class RunPanel:
                 f"<code>durable-nb approve {run_id}</code> in a terminal, "
                 f"<code>%durable approve {run_id}</code> in a notebook.</div>")
 
-    def _header_html(self, record: RunRecord) -> str:
+    def _header_html(self, record: RunRecord, attempts: bool = True) -> str:
+        """Run id, title, status badge and notes; with ``attempts``, the attempts (the live
+        panel has them in a widget of their own: see self.attempts)."""
         title = f" &middot; {html.escape(record.title)}" if record.title else ""
         error = self._error
         if self._starting and record.status is not Status.DONE:
@@ -614,7 +630,7 @@ class RunPanel:
                 f"{_open_in_lab(html.escape(record.run_id))} (JupyterLab) shows it as it is "
                 "now.</div>")
         return (f"{_CSS}{dead}<b>{html.escape(record.run_id)}</b>{title} "
-                f"{badge}{state}{_attempts_html(record)}{note}{degraded}")
+                f"{badge}{state}{_attempts_html(record) if attempts else ''}{note}{degraded}")
 
     def _cost_text(self, record: RunRecord) -> str:
         if not record.cost and not record.max_cost:
@@ -640,7 +656,9 @@ class RunPanel:
         line = " &middot; ".join(parts)
         if self._replayed_entries:
             line += (f"<div style='color:#1a7f37'>{html.escape(self._savings())}</div>")
-        if record.error:
+        # The error of an execution this panel saw is its result (or the cell's output,
+        # which the result points to): said once.
+        if record.error and self._error is None:
             line += f"<div class='dnb-text' style='color:#cf222e'>{html.escape(record.error)}</div>"
         if record.context_summary:
             line += (f"<details><summary>context summary</summary><pre class='dnb-text'>"
@@ -910,6 +928,24 @@ def _attempts_html(record: RunRecord) -> str:
     return (f"<details class='dnb-attempts' style='color:#57606a'><summary>"
             f"{html.escape(words)}</summary><div style='font-size:0.85em;margin-left:1em'>"
             f"{lines}</div></details>")
+
+
+def _attempts_live_html(record: RunRecord, token: str) -> str:
+    """The live panel's attempts (see :func:`_attempts_html`): a line that a click opens to
+    the list, in the page (no kernel round trip). A redraw replaces a widget's content, and
+    the panel's display, sent again when the run ends, replaces its views: the click marks
+    the page's body with a class named by the panel's ``token``, which both leave alone."""
+    words = attempts.resumed_words(record)
+    if words is None:
+        return ""
+    lines = "".join(f"<div>{html.escape(line)}</div>" for line in attempts.history_lines(record))
+    opened = f"body.dnb-open-{token} .dnb-history-{token}"
+    toggle = f"document.body.classList.toggle('dnb-open-{token}')"
+    return (f"<style>{opened} .dnb-history-list {{display: block}} {opened} "
+            f".dnb-history-head::before {{content: '\\25be  '}}</style>"
+            f"<div class='dnb-history-{token}'><div class='dnb-history-head' "
+            f"onclick=\"{toggle}\">{html.escape(words)}</div>"
+            f"<div class='dnb-history-list'>{lines}</div></div>")
 
 
 class _nothing:
