@@ -39,9 +39,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from .errors import DurableError
-from .execution import NullObserver
+from .execution import NullObserver, attempts
 
-__all__ = ["TraceObserver", "export_run", "send_run", "traced", "tracing", "workflow"]
+__all__ = ["TraceObserver", "attempt_begun", "export_run", "send_run", "traced", "tracing",
+           "workflow"]
 
 # None: not decided yet (the environment is read at the first run); False: off; else the
 # (tracer, meter) runs report to.
@@ -123,6 +124,44 @@ def traced(observer: Any, run_id: str, journal: Any) -> Any:
     return TraceObserver(observer, run_id, tracer, meter, None, content)
 
 
+def attempt_begun(observer: Any, record: Any, attempt: dict) -> None:
+    """An attempt of the run begins (before the record that opens it is written): while
+    traced, its span starts, and its ids go in the attempt (so that a later attempt can
+    link to it from its trace)."""
+    if isinstance(observer, TraceObserver):
+        with observer._lock:
+            observer._open(record, attempt, _traced_attempts(record))
+        context = observer.attempt_span.get_span_context()
+        if context.is_valid and context.trace_flags.sampled:
+            attempts.note_trace(attempt, f"{context.trace_id:032x}", f"{context.span_id:016x}")
+
+
+def _traced_attempts(record: Any) -> dict[int, Any]:
+    """The span context of each of the record's attempts that was traced (its ids kept)."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+    contexts = {}
+    for attempt in record.attempts or ():
+        if attempt.get("trace_id") and attempt.get("span_id"):
+            contexts[attempt["n"]] = SpanContext(
+                int(attempt["trace_id"], 16), int(attempt["span_id"], 16), is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return contexts
+
+
+def _executors(record: Any, before: int) -> list[tuple[int, int, int]]:
+    """``(first, stop, n)``: the attempt ``n`` (of those before attempt ``before``) that
+    executed the steps at positions ``first`` to ``stop - 1``. An attempt that executed from
+    an earlier position replaced the steps after it."""
+    owners: list[tuple[int, int, int]] = []
+    for attempt in record.attempts or ():
+        start, stop = attempt.get("from_step") or 0, attempt.get("at_step")
+        if attempt["n"] >= before or stop is None or stop <= start:
+            continue
+        owners = [(first, min(end, start), n) for first, end, n in owners if first < start]
+        owners.append((start, stop, attempt["n"]))
+    return owners
+
+
 def _capture_content() -> bool:
     """``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for messages in spans
     (``true``, ``span_only`` or ``span_and_event``)."""
@@ -187,6 +226,10 @@ class TraceObserver:
         self._attempt_n: int | None = None
         self._lock = threading.Lock()
         self._replayed = [0, 0, 0.0, False]  # steps, tokens, dollars, any priced
+        # The earlier attempts that executed what this one replays, and their spans.
+        self._executors: list[tuple[int, int, int]] = []
+        self._contexts: dict[int, Any] = {}
+        self._linked: set[int] = set()
         self._tool_calls: list[tuple[str, str]] = []  # (name, call id) asked, not yet run
 
     def __getattr__(self, name: str) -> Any:
@@ -213,22 +256,21 @@ class TraceObserver:
 
     def _follow_attempt(self, record: Any) -> None:
         attempt = record.attempts[-1] if record.attempts else None
-        if attempt is None:
-            return
-        if self.attempt_span is None and attempt.get("end") is None \
-                and attempt["n"] != self._attempt_n:
-            self._open(record, attempt)
-        elif self.attempt_span is not None and attempt["n"] == self._attempt_n \
-                and attempt.get("end") is not None:
+        if self.attempt_span is not None and attempt is not None \
+                and attempt["n"] == self._attempt_n and attempt.get("end") is not None:
             self._close(attempt)
 
-    def _open(self, record: Any, attempt: dict) -> None:
+    def _open(self, record: Any, attempt: dict, contexts: dict[int, Any]) -> None:
+        """Start the attempt's span; ``contexts``: the spans of earlier attempts, by number,
+        for the links of the steps it replays."""
         from opentelemetry import trace
         name = record.title or record.run_id
         context = trace.set_span_in_context(self._parent_span) \
             if self._parent_span is not None else None
         self._attempt_n = attempt["n"]
         self._replayed = [0, 0, 0.0, False]
+        self._executors, self._contexts, self._linked = (
+            _executors(record, attempt["n"]), contexts, set())
         self.attempt_span = self._tracer.start_span(
             f"invoke_agent {name}", context=context, kind=trace.SpanKind.INTERNAL,
             start_time=_ns(attempt["started_at"]), attributes={
@@ -262,6 +304,19 @@ class TraceObserver:
         if entry.kind == "run":
             self._tool_call_id(entry.name, take=True)
         self._note_tool_calls(entry)  # a resumed attempt runs the calls a replayed reply asked
+        self._link_executor(entry.position)
+
+    def _link_executor(self, position: int) -> None:
+        """Link the attempt's span to the span of the attempt that executed the replayed
+        step at ``position`` (once per attempt; none when that one was not traced)."""
+        for first, stop, n in self._executors:
+            if first <= position < stop:
+                if n not in self._linked and n in self._contexts \
+                        and self.attempt_span is not None:
+                    self._linked.add(n)
+                    self.attempt_span.add_link(self._contexts[n], {
+                        "durable_nb.attempt": n, "durable_nb.link": "replayed_steps_from"})
+                return
 
     # -- executed steps ---------------------------------------------------------------------
 
@@ -419,12 +474,14 @@ def export_run(record: Any, entries: list, tracer: Any) -> int:
     Returns the number of attempts sent."""
     from opentelemetry.metrics import NoOpMeter
     sent = 0
+    exported: dict[int, Any] = {}  # the spans sent here: what the later attempts link to
     for attempt in record.attempts or ():
         if attempt.get("end") is None:
             continue
         observer = TraceObserver(NullObserver(), record.run_id, tracer, _Metrics(NoOpMeter("-")),
                                  None)
-        observer._open(record, attempt)
+        observer._open(record, attempt, dict(exported))
+        exported[attempt["n"]] = observer.attempt_span.get_span_context()
         start, stop = attempt.get("from_step", 0), attempt.get("at_step", len(entries))
         for entry in entries[:min(start, attempt.get("replayed", start))]:
             observer._count_replayed(entry)

@@ -165,6 +165,16 @@ def test_a_resumed_attempt_reports_no_replayed_call_only_what_replay_saved(otel,
     assert resumed.attributes["durable_nb.replayed_cost"] == pytest.approx(entries[0].meta["cost"])
     assert resumed.attributes["durable_nb.executed_steps"] == 1
     assert resumed.status.status_code is StatusCode.UNSET
+    # Its trace links to the attempt that executed what it replayed, whose span's ids the
+    # attempt record keeps.
+    (link,) = resumed.links
+    assert link.context.span_id == failed.context.span_id
+    assert link.context.trace_id == failed.context.trace_id
+    assert link.attributes["durable_nb.attempt"] == 1
+    first_attempt_record, second_attempt_record = journal.get_run("r").attempts
+    assert first_attempt_record["trace_id"] == f"{failed.context.trace_id:032x}"
+    assert first_attempt_record["span_id"] == f"{failed.context.span_id:016x}"
+    assert second_attempt_record["span_id"] == f"{resumed.context.span_id:016x}"
     # The token metric counts the second chat only, once.
     tokens_after = sum(p.sum for p in metric_points(reader, "gen_ai.client.token.usage"))
     assert tokens_after - tokens_before == entries[2].tokens
@@ -325,6 +335,9 @@ def test_trace_sends_a_finished_runs_attempts_after_the_fact(collector, journal,
     assert attribute(spans[4], "durable_nb.replayed_steps") == 2
     assert attribute(spans[2], "durable_nb.replayed_steps") == 0
     assert spans[3].parent_span_id == spans[4].span_id
+    (link,) = spans[4].links  # to the attempt 1 sent here, which executed what 2 replayed
+    assert (link.trace_id, link.span_id) == (spans[2].trace_id, spans[2].span_id)
+    assert not spans[2].links
     resource = collector.spans[0][0]
     assert any(kv.key == "service.name" and kv.value.string_value == "durable-nb"
                for kv in resource.attributes)
@@ -449,13 +462,15 @@ dn.execute("r", handler, journal=sys.argv[2])
 
 
 def test_a_run_whose_process_died_resumes_with_no_client_span_for_what_replay_answers(
-        otel, journal, monkeypatch):
+        otel, journal, monkeypatch, collector):
     exporter, _ = otel
     journal.close()
     path = str(journal.location)
     with LoopbackServer(script()) as server:
         died = subprocess.run([sys.executable, "-c", KILLED_RUN, server.url, path],
-                              env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60)
+                              env={**os.environ, "PYTHONPATH": os.getcwd(),
+                                   "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url},
+                              timeout=60)
         assert died.returncode == 9
         client = openai.OpenAI(base_url=server.url, api_key=KEY)
         assert dn.execute("r", agent(client), journal=path) == "three"
@@ -465,6 +480,15 @@ def test_a_run_whose_process_died_resumes_with_no_client_span_for_what_replay_an
                                                  ("invoke_agent r", SpanKind.INTERNAL)]
     assert spans[-1].attributes["durable_nb.attempt"] == 2
     assert spans[-1].attributes["durable_nb.replayed_steps"] == 2
+    # The process died with its spans unsent, but its attempt's ids were journaled when it
+    # began: the resumed attempt links to the trace it started.
+    reopened = dn.open_journal(path)
+    died_attempt = reopened.get_run("r").attempts[0]
+    reopened.close()
+    (link,) = spans[-1].links
+    assert f"{link.context.trace_id:032x}" == died_attempt["trace_id"]
+    assert f"{link.context.span_id:016x}" == died_attempt["span_id"]
+    assert link.attributes["durable_nb.attempt"] == 1
     # After the fact, the attempt that died is in the run's trace too, ended as died.
     monkeypatch.setattr(tracing_module, "_state", False)
     exporter.clear()
