@@ -14,7 +14,8 @@ execution is traced from one place. Per attempt (:mod:`durable_nb.execution.atte
   ``durable_nb.attempt``, ``gen_ai.conversation.id`` (the run id: a viewer groups a run's
   attempts by it) and what replay answered: ``durable_nb.replayed_steps``,
   ``durable_nb.replayed_tokens``, ``durable_nb.replayed_cost`` (USD, where priced);
-- per executed LLM call ``chat {model}`` (CLIENT), with usage, finish reasons and cost;
+- per executed LLM call ``chat {model}`` (CLIENT), with usage, finish reasons, cost and the
+  server it went to;
 - per executed tool call ``execute_tool {name}`` (INTERNAL), its call id taken from the
   model's reply that asked for it;
 - per decided approval ``approval {name}`` (INTERNAL), from the request to the decision,
@@ -33,6 +34,7 @@ parent's attempt. The spans of an executed step are emitted when the step has fi
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -131,6 +133,7 @@ def attempt_begun(observer: Any, record: Any, attempt: dict) -> None:
     if isinstance(observer, TraceObserver):
         with observer._lock:
             observer._open(record, attempt, _traced_attempts(record))
+            observer._make_current()
         context = observer.attempt_span.get_span_context()
         if context.is_valid and context.trace_flags.sampled:
             attempts.note_trace(attempt, f"{context.trace_id:032x}", f"{context.span_id:016x}")
@@ -160,6 +163,14 @@ def _executors(record: Any, before: int) -> list[tuple[int, int, int]]:
         owners = [(first, min(end, start), n) for first, end, n in owners if first < start]
         owners.append((start, stop, attempt["n"]))
     return owners
+
+
+def _openai_instrumented() -> bool:
+    """Whether the official openai instrumentation (``opentelemetry-instrumentation-openai-v2``)
+    is on in this process: it then reports each chat completion request as a CLIENT span, with
+    the GenAI metrics, itself."""
+    module = sys.modules.get("opentelemetry.instrumentation.openai_v2")
+    return module is not None and module.OpenAIInstrumentor().is_instrumented_by_opentelemetry
 
 
 def _capture_content() -> bool:
@@ -230,6 +241,8 @@ class TraceObserver:
         self._executors: list[tuple[int, int, int]] = []
         self._contexts: dict[int, Any] = {}
         self._linked: set[int] = set()
+        self._openai_spans = False  # chat completions are the official instrumentation's
+        self._current: tuple[Any, int] | None = None  # (context token, thread) made current
         self._tool_calls: list[tuple[str, str]] = []  # (name, call id) asked, not yet run
 
     def __getattr__(self, name: str) -> Any:
@@ -271,6 +284,7 @@ class TraceObserver:
         self._replayed = [0, 0, 0.0, False]
         self._executors, self._contexts, self._linked = (
             _executors(record, attempt["n"]), contexts, set())
+        self._openai_spans = _openai_instrumented()
         self.attempt_span = self._tracer.start_span(
             f"invoke_agent {name}", context=context, kind=trace.SpanKind.INTERNAL,
             start_time=_ns(attempt["started_at"]), attributes={
@@ -279,9 +293,23 @@ class TraceObserver:
                 "durable_nb.attempt": attempt["n"],
                 "durable_nb.attempt.from_step": attempt.get("from_step", 0)})
 
+    def _make_current(self) -> None:
+        """The attempt's span is current in the thread that executes it until it ends: spans
+        made meanwhile (the official openai instrumentation's, the program's own) are its
+        children."""
+        from opentelemetry import context, trace
+        token = context.attach(trace.set_span_in_context(self.attempt_span))
+        self._current = (token, threading.get_ident())
+
     def _close(self, attempt: dict) -> None:
+        from opentelemetry import context
         from opentelemetry.trace import Status, StatusCode
         span, self.attempt_span = self.attempt_span, None
+        if self._current is not None:
+            token, thread = self._current
+            self._current = None
+            if thread == threading.get_ident():  # else that thread's context is not ours
+                context.detach(token)
         steps, tokens, dollars, priced = self._replayed
         span.set_attributes({"durable_nb.replayed_steps": steps,
                              "durable_nb.replayed_tokens": tokens,
@@ -323,7 +351,8 @@ class TraceObserver:
     def _emit(self, entry: Any) -> None:
         meta = entry.meta or {}
         if entry.kind in ("chat", "respond") or (entry.kind == "compact" and "model" in meta):
-            self._chat(entry, meta)
+            if not (self._openai_spans and entry.kind != "respond"):  # else reported already
+                self._chat(entry, meta)
             self._note_tool_calls(entry)
         elif entry.kind == "approval":
             result = entry.result if isinstance(entry.result, dict) else {}
@@ -369,6 +398,7 @@ class TraceObserver:
             "gen_ai.usage.output_tokens": entry.completion_tokens}
         if meta.get("model"):
             attributes["gen_ai.response.model"] = str(meta["model"])
+        attributes.update(_server(meta.get("endpoint")))
         for key, name in (("cached", "gen_ai.usage.cache_read.input_tokens"),
                           ("reasoning", "durable_nb.usage.reasoning_tokens"),
                           ("cost", "gen_ai.usage.cost")):
@@ -445,6 +475,21 @@ class TraceObserver:
                     del self._tool_calls[i]
                 return call_id
         return None
+
+
+def _server(endpoint: Any) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of the endpoint the entry's call went to (its
+    client's base URL, journaled without credentials); none for an entry journaled before
+    the endpoint was."""
+    import urllib.parse
+    try:
+        parts = urllib.parse.urlsplit(str(endpoint or ""))
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    except ValueError:
+        return {}
+    if not parts.hostname:
+        return {}
+    return {"server.address": parts.hostname, **({"server.port": port} if port else {})}
 
 
 def _message_parts(message: dict) -> dict[str, Any]:

@@ -112,6 +112,9 @@ def test_a_run_is_an_invoke_agent_span_with_chat_client_spans_and_tool_spans(ote
             a["gen_ai.response.model"], a["openai.api.type"]) == (
         "chat", "openai", "gpt-4o-mini", "gpt-4o-mini", "chat_completions")
     assert tuple(a["gen_ai.response.finish_reasons"]) == ("tool_calls",)
+    # The server the call went to, from the client's base URL (journaled with the entry).
+    assert (a["server.address"], a["server.port"]) == ("127.0.0.1", server.port)
+    assert entries[0].meta["endpoint"] == server.url + "/"  # as the client keeps it
     assert tuple(second.attributes["gen_ai.response.finish_reasons"]) == ("stop",)
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (
         entries[0].prompt_tokens, entries[0].completion_tokens)
@@ -334,6 +337,7 @@ def test_trace_sends_a_finished_runs_attempts_after_the_fact(collector, journal,
     assert [attribute(spans[i], "durable_nb.attempt") for i in (2, 4)] == [1, 2]
     assert attribute(spans[4], "durable_nb.replayed_steps") == 2
     assert attribute(spans[2], "durable_nb.replayed_steps") == 0
+    assert attribute(spans[0], "server.address") == "127.0.0.1"
     assert spans[3].parent_span_id == spans[4].span_id
     (link,) = spans[4].links  # to the attempt 1 sent here, which executed what 2 replayed
     assert (link.trace_id, link.span_id) == (spans[2].trace_id, spans[2].span_id)
@@ -384,6 +388,7 @@ def test_a_responses_api_call_is_a_chat_span_and_its_function_calls_tool_spans(o
                                        "chat gpt-4.1-mini", "invoke_agent r"]
     first, tool_span = spans[0], spans[1]
     assert first.attributes["openai.api.type"] == "responses"
+    assert first.attributes["server.port"] == server.port
     assert tuple(first.attributes["gen_ai.response.finish_reasons"]) == ("completed",)
     assert first.attributes["gen_ai.response.id"].startswith("resp")
     call_id = server_call_id_of_response(list(journal.steps("r"))[0])
@@ -413,6 +418,7 @@ def test_a_compaction_is_a_chat_span_to_its_summary_model(otel, journal):
     assert span.name == "chat gpt-4o-mini"
     assert span.attributes["durable_nb.step.kind"] == "compact"
     assert span.attributes["gen_ai.usage.input_tokens"] == entry.prompt_tokens > 0
+    assert span.attributes["server.port"] == server.port
 
 
 def test_otel_sdk_disabled_keeps_tracing_off_with_an_endpoint(monkeypatch, journal):
@@ -501,3 +507,49 @@ def test_a_run_whose_process_died_resumes_with_no_client_span_for_what_replay_an
     died_span = by_name(exporter.get_finished_spans()[:3])["invoke_agent r"]
     assert died_span.attributes["durable_nb.attempt.end"] == "died"
     assert died_span.status.status_code is StatusCode.ERROR
+
+
+
+@pytest.fixture
+def openai_v2(monkeypatch):
+    """Tracing on, and the official openai instrumentation too, both to one in-memory
+    exporter and metric reader."""
+    instrumentation = pytest.importorskip("opentelemetry.instrumentation.openai_v2")
+    monkeypatch.setattr(tracing_module, "_state", None)
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    provider, meters = TracerProvider(), MeterProvider(metric_readers=[reader])
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = instrumentation.OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=provider, meter_provider=meters)
+    dn.tracing(provider, meters)
+    yield exporter, reader
+    instrumentor.uninstrument()
+    provider.shutdown()
+
+
+def test_with_the_official_openai_instrumentation_each_executed_call_is_one_client_span(
+        openai_v2, journal):
+    exporter, reader = openai_v2
+    crash = {"once": True}
+    with LoopbackServer(script()) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        with pytest.raises(RuntimeError):
+            dn.execute("r", agent(client, crash), journal=journal)
+        first = exporter.get_finished_spans()
+        exporter.clear()
+        assert dn.execute("r", agent(client, crash), journal=journal) == "three"
+        assert server.count() == 2
+    second = exporter.get_finished_spans()
+    for spans, calls in ((first, 1), (second, 1)):
+        clients = [s for s in spans if s.kind is SpanKind.CLIENT]
+        # The instrumentation's span (not durable_nb's), under the attempt's.
+        assert len(clients) == calls
+        assert clients[0].instrumentation_scope.name != "durable_nb"
+        assert clients[0].name == "chat gpt-4o-mini"
+        (attempt,) = [s for s in spans if s.name == "invoke_agent r"]
+        assert clients[0].parent.span_id == attempt.context.span_id
+    assert "execute_tool add" in [s.name for s in first]  # tools stay durable_nb's
+    assert by_name(second)["invoke_agent r"].attributes["durable_nb.replayed_steps"] == 2
+    # Its token metric alone counts the calls: twice the input and the output of two calls.
+    usage = metric_points(reader, "gen_ai.client.token.usage")
+    assert sum(p.count for p in usage) == 4
