@@ -152,6 +152,7 @@ def test_phoenix_shows_each_attempt_as_a_trace_and_no_llm_span_for_a_replayed_ca
     import durable_nb as dn
     opened = dn.open_journal(journal)
     entries = list(opened.steps("adder-run"))
+    attempts = opened.get_run("adder-run").attempts
     opened.close()
     first, second = sorted(traces.values(), key=lambda spans: spans[0]["start_time"])
 
@@ -173,6 +174,7 @@ def test_phoenix_shows_each_attempt_as_a_trace_and_no_llm_span_for_a_replayed_ca
         entries[0].prompt_tokens, entries[0].completion_tokens)
     assert a["gen_ai.response.finish_reasons"] == ["tool_calls"]
     assert a["gen_ai.usage.cost"] == pytest.approx(entries[0].meta["cost"])
+    assert (a["server.address"], a["server.port"]) == ("127.0.0.1", llm.port)
     assert tool["attributes"]["gen_ai.tool.name"] == "add"
     assert tool["attributes"]["gen_ai.tool.call.id"] == server_call_id(entries[0])
 
@@ -187,5 +189,10 @@ def test_phoenix_shows_each_attempt_as_a_trace_and_no_llm_span_for_a_replayed_ca
     assert root["attributes"]["gen_ai.conversation.id"] == "adder-run"
     assert chat["attributes"]["gen_ai.usage.input_tokens"] == entries[2].prompt_tokens
     assert chat["attributes"]["gen_ai.response.finish_reasons"] == ["stop"]
+    # Each attempt record names the trace Phoenix shows for it (what the resumed attempt's
+    # link points to: Phoenix 20.26 keeps no links).
+    for attempt, spans in zip(attempts, (first, second)):
+        assert (attempt["trace_id"], attempt["span_id"]) == (
+            spans[0]["context"]["trace_id"], spans[0]["context"]["span_id"])
     # Phoenix groups both attempts in one session: the run.
     assert {s["attributes"].get("session.id") for s in (first[0], second[0])} == {"adder-run"}
