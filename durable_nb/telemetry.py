@@ -23,7 +23,10 @@ execution is traced from one place. Per attempt (:mod:`durable_nb.execution.atte
 - per other executed step ``{kind} {name}`` (INTERNAL).
 
 A replayed step is not reported as a call: no span, no token metric; it is counted on its
-attempt's span. Timestamps are the journal's. Message content goes in chat spans
+attempt's span, which links to the span of the attempt that executed it (the ids each
+attempt record keeps from its start). The attempt's span is current in the thread executing
+it, so other instrumentations' spans are its children; with the official openai
+instrumentation on, chat completion CLIENT spans are left to it. Timestamps are the journal's. Message content goes in chat spans
 (``gen_ai.input.messages``, ``gen_ai.output.messages``, read from the journal) only when
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for it; API keys never (the
 journal does not hold them). A child run's attempt is a child span of its
