@@ -26,11 +26,12 @@ A replayed step is not reported as a call: no span, no token metric; it is count
 attempt's span, which links to the span of the attempt that executed it (the ids each
 attempt record keeps from its start). The attempt's span is current in the thread executing
 it, so other instrumentations' spans are its children; with the official openai
-instrumentation on, chat completion CLIENT spans are left to it. Timestamps are the journal's. Message content goes in chat spans
-(``gen_ai.input.messages``, ``gen_ai.output.messages``, read from the journal) only when
+instrumentation on, chat completion CLIENT spans are left to it. Timestamps are the
+journal's. Message content goes in chat spans (``gen_ai.input.messages``,
+``gen_ai.output.messages``, read from the journal) only when
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for it; API keys never (the
-journal does not hold them). A child run's attempt is a child span of its
-parent's attempt. The spans of an executed step are emitted when the step has finished
+journal does not hold them). A child run's attempt is a child span of its parent's
+attempt. The spans of an executed step are emitted when the step has finished
 (the journal has it): a process that dies loses its open attempt span with it.
 """
 
@@ -137,6 +138,7 @@ def attempt_begun(observer: Any, record: Any, attempt: dict) -> None:
         with observer._lock:
             observer._open(record, attempt, _traced_attempts(record))
             observer._make_current()
+            observer._openai_spans = _openai_instrumented()
         context = observer.attempt_span.get_span_context()
         if context.is_valid and context.trace_flags.sampled:
             attempts.note_trace(attempt, f"{context.trace_id:032x}", f"{context.span_id:016x}")
@@ -244,7 +246,8 @@ class TraceObserver:
         self._executors: list[tuple[int, int, int]] = []
         self._contexts: dict[int, Any] = {}
         self._linked: set[int] = set()
-        self._openai_spans = False  # chat completions are the official instrumentation's
+        # Live, with the official openai instrumentation on: its spans are the chat calls'.
+        self._openai_spans = False
         self._current: tuple[Any, int] | None = None  # (context token, thread) made current
         self._tool_calls: list[tuple[str, str]] = []  # (name, call id) asked, not yet run
 
@@ -287,7 +290,6 @@ class TraceObserver:
         self._replayed = [0, 0, 0.0, False]
         self._executors, self._contexts, self._linked = (
             _executors(record, attempt["n"]), contexts, set())
-        self._openai_spans = _openai_instrumented()
         self.attempt_span = self._tracer.start_span(
             f"invoke_agent {name}", context=context, kind=trace.SpanKind.INTERNAL,
             start_time=_ns(attempt["started_at"]), attributes={

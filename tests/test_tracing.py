@@ -553,3 +553,11 @@ def test_with_the_official_openai_instrumentation_each_executed_call_is_one_clie
     # Its token metric alone counts the calls: twice the input and the output of two calls.
     usage = metric_points(reader, "gen_ai.client.token.usage")
     assert sum(p.count for p in usage) == 4
+    # Sent after the fact, the calls are durable_nb's to report again: nothing else will.
+    sent = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(sent))
+    assert tracing_module.export_run(journal.get_run("r"), list(journal.steps("r")),
+                                     provider.get_tracer("t")) == 2
+    assert [s.name for s in sent.get_finished_spans() if s.kind is SpanKind.CLIENT] == [
+        "chat gpt-4o-mini", "chat gpt-4o-mini"]
