@@ -57,7 +57,7 @@ from .journal import (
 from .execution.lease import Lease
 from .options import RunOptions
 from .redact import redact_source
-from .telemetry import traced
+from .telemetry import attempt_begun, traced
 
 __all__ = ["RunOptions", "RunOutcome", "Runner", "execute", "live_execution", "source_hash",
            "validate_run_id"]
@@ -285,6 +285,7 @@ class Runner:
         self._attempt = attempts.begin(
             record, size, redact_source(source) if source is not None else None,
             source_hash(source) if source is not None else None, journal_size=size)
+        attempt_begun(self.observer, record, self._attempt)  # its span's ids go in it
 
     def _note_rerun(self, execution: Execution) -> None:
         position = execution.restart_from or 0

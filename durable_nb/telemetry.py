@@ -14,7 +14,8 @@ execution is traced from one place. Per attempt (:mod:`durable_nb.execution.atte
   ``durable_nb.attempt``, ``gen_ai.conversation.id`` (the run id: a viewer groups a run's
   attempts by it) and what replay answered: ``durable_nb.replayed_steps``,
   ``durable_nb.replayed_tokens``, ``durable_nb.replayed_cost`` (USD, where priced);
-- per executed LLM call ``chat {model}`` (CLIENT), with usage, finish reasons and cost;
+- per executed LLM call ``chat {model}`` (CLIENT), with usage, finish reasons, cost and the
+  server it went to;
 - per executed tool call ``execute_tool {name}`` (INTERNAL), its call id taken from the
   model's reply that asked for it;
 - per decided approval ``approval {name}`` (INTERNAL), from the request to the decision,
@@ -22,26 +23,32 @@ execution is traced from one place. Per attempt (:mod:`durable_nb.execution.atte
 - per other executed step ``{kind} {name}`` (INTERNAL).
 
 A replayed step is not reported as a call: no span, no token metric; it is counted on its
-attempt's span. Timestamps are the journal's. Message content goes in chat spans
-(``gen_ai.input.messages``, ``gen_ai.output.messages``, read from the journal) only when
+attempt's span, which links to the span of the attempt that executed it (the ids each
+attempt record keeps from its start). The attempt's span is current in the thread executing
+it, so other instrumentations' spans are its children; with the official openai
+instrumentation on, chat completion CLIENT spans are left to it. Timestamps are the
+journal's. Message content goes in chat spans (``gen_ai.input.messages``,
+``gen_ai.output.messages``, read from the journal) only when
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for it; API keys never (the
-journal does not hold them). A child run's attempt is a child span of its
-parent's attempt. The spans of an executed step are emitted when the step has finished
+journal does not hold them). A child run's attempt is a child span of its parent's
+attempt. The spans of an executed step are emitted when the step has finished
 (the journal has it): a process that dies loses its open attempt span with it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from .errors import DurableError
-from .execution import NullObserver
+from .execution import NullObserver, attempts
 
-__all__ = ["TraceObserver", "export_run", "send_run", "traced", "tracing", "workflow"]
+__all__ = ["TraceObserver", "attempt_begun", "export_run", "send_run", "traced", "tracing",
+           "workflow"]
 
 # None: not decided yet (the environment is read at the first run); False: off; else the
 # (tracer, meter) runs report to.
@@ -123,6 +130,54 @@ def traced(observer: Any, run_id: str, journal: Any) -> Any:
     return TraceObserver(observer, run_id, tracer, meter, None, content)
 
 
+def attempt_begun(observer: Any, record: Any, attempt: dict) -> None:
+    """An attempt of the run begins (before the record that opens it is written): while
+    traced, its span starts, and its ids go in the attempt (so that a later attempt can
+    link to it from its trace)."""
+    if isinstance(observer, TraceObserver):
+        with observer._lock:
+            observer._open(record, attempt, _traced_attempts(record))
+            observer._make_current()
+            observer._openai_spans = _openai_instrumented()
+        context = observer.attempt_span.get_span_context()
+        if context.is_valid and context.trace_flags.sampled:
+            attempts.note_trace(attempt, f"{context.trace_id:032x}", f"{context.span_id:016x}")
+
+
+def _traced_attempts(record: Any) -> dict[int, Any]:
+    """The span context of each of the record's attempts that was traced (its ids kept)."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+    contexts = {}
+    for attempt in record.attempts or ():
+        if attempt.get("trace_id") and attempt.get("span_id"):
+            contexts[attempt["n"]] = SpanContext(
+                int(attempt["trace_id"], 16), int(attempt["span_id"], 16), is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return contexts
+
+
+def _executors(record: Any, before: int) -> list[tuple[int, int, int]]:
+    """``(first, stop, n)``: the attempt ``n`` (of those before attempt ``before``) that
+    executed the steps at positions ``first`` to ``stop - 1``. An attempt that executed from
+    an earlier position replaced the steps after it."""
+    owners: list[tuple[int, int, int]] = []
+    for attempt in record.attempts or ():
+        start, stop = attempt.get("from_step") or 0, attempt.get("at_step")
+        if attempt["n"] >= before or stop is None or stop <= start:
+            continue
+        owners = [(first, min(end, start), n) for first, end, n in owners if first < start]
+        owners.append((start, stop, attempt["n"]))
+    return owners
+
+
+def _openai_instrumented() -> bool:
+    """Whether the official openai instrumentation (``opentelemetry-instrumentation-openai-v2``)
+    is on in this process: it then reports each chat completion request as a CLIENT span, with
+    the GenAI metrics, itself."""
+    module = sys.modules.get("opentelemetry.instrumentation.openai_v2")
+    return module is not None and module.OpenAIInstrumentor().is_instrumented_by_opentelemetry
+
+
 def _capture_content() -> bool:
     """``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for messages in spans
     (``true``, ``span_only`` or ``span_and_event``)."""
@@ -187,6 +242,13 @@ class TraceObserver:
         self._attempt_n: int | None = None
         self._lock = threading.Lock()
         self._replayed = [0, 0, 0.0, False]  # steps, tokens, dollars, any priced
+        # The earlier attempts that executed what this one replays, and their spans.
+        self._executors: list[tuple[int, int, int]] = []
+        self._contexts: dict[int, Any] = {}
+        self._linked: set[int] = set()
+        # Live, with the official openai instrumentation on: its spans are the chat calls'.
+        self._openai_spans = False
+        self._current: tuple[Any, int] | None = None  # (context token, thread) made current
         self._tool_calls: list[tuple[str, str]] = []  # (name, call id) asked, not yet run
 
     def __getattr__(self, name: str) -> Any:
@@ -213,22 +275,21 @@ class TraceObserver:
 
     def _follow_attempt(self, record: Any) -> None:
         attempt = record.attempts[-1] if record.attempts else None
-        if attempt is None:
-            return
-        if self.attempt_span is None and attempt.get("end") is None \
-                and attempt["n"] != self._attempt_n:
-            self._open(record, attempt)
-        elif self.attempt_span is not None and attempt["n"] == self._attempt_n \
-                and attempt.get("end") is not None:
+        if self.attempt_span is not None and attempt is not None \
+                and attempt["n"] == self._attempt_n and attempt.get("end") is not None:
             self._close(attempt)
 
-    def _open(self, record: Any, attempt: dict) -> None:
+    def _open(self, record: Any, attempt: dict, contexts: dict[int, Any]) -> None:
+        """Start the attempt's span; ``contexts``: the spans of earlier attempts, by number,
+        for the links of the steps it replays."""
         from opentelemetry import trace
         name = record.title or record.run_id
         context = trace.set_span_in_context(self._parent_span) \
             if self._parent_span is not None else None
         self._attempt_n = attempt["n"]
         self._replayed = [0, 0, 0.0, False]
+        self._executors, self._contexts, self._linked = (
+            _executors(record, attempt["n"]), contexts, set())
         self.attempt_span = self._tracer.start_span(
             f"invoke_agent {name}", context=context, kind=trace.SpanKind.INTERNAL,
             start_time=_ns(attempt["started_at"]), attributes={
@@ -237,9 +298,23 @@ class TraceObserver:
                 "durable_nb.attempt": attempt["n"],
                 "durable_nb.attempt.from_step": attempt.get("from_step", 0)})
 
+    def _make_current(self) -> None:
+        """The attempt's span is current in the thread that executes it until it ends: spans
+        made meanwhile (the official openai instrumentation's, the program's own) are its
+        children."""
+        from opentelemetry import context, trace
+        token = context.attach(trace.set_span_in_context(self.attempt_span))
+        self._current = (token, threading.get_ident())
+
     def _close(self, attempt: dict) -> None:
+        from opentelemetry import context
         from opentelemetry.trace import Status, StatusCode
         span, self.attempt_span = self.attempt_span, None
+        if self._current is not None:
+            token, thread = self._current
+            self._current = None
+            if thread == threading.get_ident():  # else that thread's context is not ours
+                context.detach(token)
         steps, tokens, dollars, priced = self._replayed
         span.set_attributes({"durable_nb.replayed_steps": steps,
                              "durable_nb.replayed_tokens": tokens,
@@ -262,13 +337,27 @@ class TraceObserver:
         if entry.kind == "run":
             self._tool_call_id(entry.name, take=True)
         self._note_tool_calls(entry)  # a resumed attempt runs the calls a replayed reply asked
+        self._link_executor(entry.position)
+
+    def _link_executor(self, position: int) -> None:
+        """Link the attempt's span to the span of the attempt that executed the replayed
+        step at ``position`` (once per attempt; none when that one was not traced)."""
+        for first, stop, n in self._executors:
+            if first <= position < stop:
+                if n not in self._linked and n in self._contexts \
+                        and self.attempt_span is not None:
+                    self._linked.add(n)
+                    self.attempt_span.add_link(self._contexts[n], {
+                        "durable_nb.attempt": n, "durable_nb.link": "replayed_steps_from"})
+                return
 
     # -- executed steps ---------------------------------------------------------------------
 
     def _emit(self, entry: Any) -> None:
         meta = entry.meta or {}
         if entry.kind in ("chat", "respond") or (entry.kind == "compact" and "model" in meta):
-            self._chat(entry, meta)
+            if not (self._openai_spans and entry.kind != "respond"):  # else reported already
+                self._chat(entry, meta)
             self._note_tool_calls(entry)
         elif entry.kind == "approval":
             result = entry.result if isinstance(entry.result, dict) else {}
@@ -314,6 +403,7 @@ class TraceObserver:
             "gen_ai.usage.output_tokens": entry.completion_tokens}
         if meta.get("model"):
             attributes["gen_ai.response.model"] = str(meta["model"])
+        attributes.update(_server(meta.get("endpoint")))
         for key, name in (("cached", "gen_ai.usage.cache_read.input_tokens"),
                           ("reasoning", "durable_nb.usage.reasoning_tokens"),
                           ("cost", "gen_ai.usage.cost")):
@@ -392,6 +482,21 @@ class TraceObserver:
         return None
 
 
+def _server(endpoint: Any) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of the endpoint the entry's call went to (its
+    client's base URL, journaled without credentials); none for an entry journaled before
+    the endpoint was."""
+    import urllib.parse
+    try:
+        parts = urllib.parse.urlsplit(str(endpoint or ""))
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    except ValueError:
+        return {}
+    if not parts.hostname:
+        return {}
+    return {"server.address": parts.hostname, **({"server.port": port} if port else {})}
+
+
 def _message_parts(message: dict) -> dict[str, Any]:
     """One chat message in the conventions' shape: a role and its parts."""
     content = message.get("content")
@@ -419,12 +524,14 @@ def export_run(record: Any, entries: list, tracer: Any) -> int:
     Returns the number of attempts sent."""
     from opentelemetry.metrics import NoOpMeter
     sent = 0
+    exported: dict[int, Any] = {}  # the spans sent here: what the later attempts link to
     for attempt in record.attempts or ():
         if attempt.get("end") is None:
             continue
         observer = TraceObserver(NullObserver(), record.run_id, tracer, _Metrics(NoOpMeter("-")),
                                  None)
-        observer._open(record, attempt)
+        observer._open(record, attempt, dict(exported))
+        exported[attempt["n"]] = observer.attempt_span.get_span_context()
         start, stop = attempt.get("from_step", 0), attempt.get("at_step", len(entries))
         for entry in entries[:min(start, attempt.get("replayed", start))]:
             observer._count_replayed(entry)

@@ -112,6 +112,9 @@ def test_a_run_is_an_invoke_agent_span_with_chat_client_spans_and_tool_spans(ote
             a["gen_ai.response.model"], a["openai.api.type"]) == (
         "chat", "openai", "gpt-4o-mini", "gpt-4o-mini", "chat_completions")
     assert tuple(a["gen_ai.response.finish_reasons"]) == ("tool_calls",)
+    # The server the call went to, from the client's base URL (journaled with the entry).
+    assert (a["server.address"], a["server.port"]) == ("127.0.0.1", server.port)
+    assert entries[0].meta["endpoint"] == server.url + "/"  # as the client keeps it
     assert tuple(second.attributes["gen_ai.response.finish_reasons"]) == ("stop",)
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (
         entries[0].prompt_tokens, entries[0].completion_tokens)
@@ -165,6 +168,16 @@ def test_a_resumed_attempt_reports_no_replayed_call_only_what_replay_saved(otel,
     assert resumed.attributes["durable_nb.replayed_cost"] == pytest.approx(entries[0].meta["cost"])
     assert resumed.attributes["durable_nb.executed_steps"] == 1
     assert resumed.status.status_code is StatusCode.UNSET
+    # Its trace links to the attempt that executed what it replayed, whose span's ids the
+    # attempt record keeps.
+    (link,) = resumed.links
+    assert link.context.span_id == failed.context.span_id
+    assert link.context.trace_id == failed.context.trace_id
+    assert link.attributes["durable_nb.attempt"] == 1
+    first_attempt_record, second_attempt_record = journal.get_run("r").attempts
+    assert first_attempt_record["trace_id"] == f"{failed.context.trace_id:032x}"
+    assert first_attempt_record["span_id"] == f"{failed.context.span_id:016x}"
+    assert second_attempt_record["span_id"] == f"{resumed.context.span_id:016x}"
     # The token metric counts the second chat only, once.
     tokens_after = sum(p.sum for p in metric_points(reader, "gen_ai.client.token.usage"))
     assert tokens_after - tokens_before == entries[2].tokens
@@ -324,7 +337,11 @@ def test_trace_sends_a_finished_runs_attempts_after_the_fact(collector, journal,
     assert [attribute(spans[i], "durable_nb.attempt") for i in (2, 4)] == [1, 2]
     assert attribute(spans[4], "durable_nb.replayed_steps") == 2
     assert attribute(spans[2], "durable_nb.replayed_steps") == 0
+    assert attribute(spans[0], "server.address") == "127.0.0.1"
     assert spans[3].parent_span_id == spans[4].span_id
+    (link,) = spans[4].links  # to the attempt 1 sent here, which executed what 2 replayed
+    assert (link.trace_id, link.span_id) == (spans[2].trace_id, spans[2].span_id)
+    assert not spans[2].links
     resource = collector.spans[0][0]
     assert any(kv.key == "service.name" and kv.value.string_value == "durable-nb"
                for kv in resource.attributes)
@@ -371,6 +388,7 @@ def test_a_responses_api_call_is_a_chat_span_and_its_function_calls_tool_spans(o
                                        "chat gpt-4.1-mini", "invoke_agent r"]
     first, tool_span = spans[0], spans[1]
     assert first.attributes["openai.api.type"] == "responses"
+    assert first.attributes["server.port"] == server.port
     assert tuple(first.attributes["gen_ai.response.finish_reasons"]) == ("completed",)
     assert first.attributes["gen_ai.response.id"].startswith("resp")
     call_id = server_call_id_of_response(list(journal.steps("r"))[0])
@@ -400,6 +418,7 @@ def test_a_compaction_is_a_chat_span_to_its_summary_model(otel, journal):
     assert span.name == "chat gpt-4o-mini"
     assert span.attributes["durable_nb.step.kind"] == "compact"
     assert span.attributes["gen_ai.usage.input_tokens"] == entry.prompt_tokens > 0
+    assert span.attributes["server.port"] == server.port
 
 
 def test_otel_sdk_disabled_keeps_tracing_off_with_an_endpoint(monkeypatch, journal):
@@ -449,13 +468,15 @@ dn.execute("r", handler, journal=sys.argv[2])
 
 
 def test_a_run_whose_process_died_resumes_with_no_client_span_for_what_replay_answers(
-        otel, journal, monkeypatch):
+        otel, journal, monkeypatch, collector):
     exporter, _ = otel
     journal.close()
     path = str(journal.location)
     with LoopbackServer(script()) as server:
         died = subprocess.run([sys.executable, "-c", KILLED_RUN, server.url, path],
-                              env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60)
+                              env={**os.environ, "PYTHONPATH": os.getcwd(),
+                                   "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url},
+                              timeout=60)
         assert died.returncode == 9
         client = openai.OpenAI(base_url=server.url, api_key=KEY)
         assert dn.execute("r", agent(client), journal=path) == "three"
@@ -465,6 +486,15 @@ def test_a_run_whose_process_died_resumes_with_no_client_span_for_what_replay_an
                                                  ("invoke_agent r", SpanKind.INTERNAL)]
     assert spans[-1].attributes["durable_nb.attempt"] == 2
     assert spans[-1].attributes["durable_nb.replayed_steps"] == 2
+    # The process died with its spans unsent, but its attempt's ids were journaled when it
+    # began: the resumed attempt links to the trace it started.
+    reopened = dn.open_journal(path)
+    died_attempt = reopened.get_run("r").attempts[0]
+    reopened.close()
+    (link,) = spans[-1].links
+    assert f"{link.context.trace_id:032x}" == died_attempt["trace_id"]
+    assert f"{link.context.span_id:016x}" == died_attempt["span_id"]
+    assert link.attributes["durable_nb.attempt"] == 1
     # After the fact, the attempt that died is in the run's trace too, ended as died.
     monkeypatch.setattr(tracing_module, "_state", False)
     exporter.clear()
@@ -477,3 +507,57 @@ def test_a_run_whose_process_died_resumes_with_no_client_span_for_what_replay_an
     died_span = by_name(exporter.get_finished_spans()[:3])["invoke_agent r"]
     assert died_span.attributes["durable_nb.attempt.end"] == "died"
     assert died_span.status.status_code is StatusCode.ERROR
+
+
+
+@pytest.fixture
+def openai_v2(monkeypatch):
+    """Tracing on, and the official openai instrumentation too, both to one in-memory
+    exporter and metric reader."""
+    instrumentation = pytest.importorskip("opentelemetry.instrumentation.openai_v2")
+    monkeypatch.setattr(tracing_module, "_state", None)
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    provider, meters = TracerProvider(), MeterProvider(metric_readers=[reader])
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = instrumentation.OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=provider, meter_provider=meters)
+    dn.tracing(provider, meters)
+    yield exporter, reader
+    instrumentor.uninstrument()
+    provider.shutdown()
+
+
+def test_with_the_official_openai_instrumentation_each_executed_call_is_one_client_span(
+        openai_v2, journal):
+    exporter, reader = openai_v2
+    crash = {"once": True}
+    with LoopbackServer(script()) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        with pytest.raises(RuntimeError):
+            dn.execute("r", agent(client, crash), journal=journal)
+        first = exporter.get_finished_spans()
+        exporter.clear()
+        assert dn.execute("r", agent(client, crash), journal=journal) == "three"
+        assert server.count() == 2
+    second = exporter.get_finished_spans()
+    for spans, calls in ((first, 1), (second, 1)):
+        clients = [s for s in spans if s.kind is SpanKind.CLIENT]
+        # The instrumentation's span (not durable_nb's), under the attempt's.
+        assert len(clients) == calls
+        assert clients[0].instrumentation_scope.name != "durable_nb"
+        assert clients[0].name == "chat gpt-4o-mini"
+        (attempt,) = [s for s in spans if s.name == "invoke_agent r"]
+        assert clients[0].parent.span_id == attempt.context.span_id
+    assert "execute_tool add" in [s.name for s in first]  # tools stay durable_nb's
+    assert by_name(second)["invoke_agent r"].attributes["durable_nb.replayed_steps"] == 2
+    # Its token metric alone counts the calls: twice the input and the output of two calls.
+    usage = metric_points(reader, "gen_ai.client.token.usage")
+    assert sum(p.count for p in usage) == 4
+    # Sent after the fact, the calls are durable_nb's to report again: nothing else will.
+    sent = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(sent))
+    assert tracing_module.export_run(journal.get_run("r"), list(journal.steps("r")),
+                                     provider.get_tracer("t")) == 2
+    assert [s.name for s in sent.get_finished_spans() if s.kind is SpanKind.CLIENT] == [
+        "chat gpt-4o-mini", "chat gpt-4o-mini"]

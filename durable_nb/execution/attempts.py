@@ -10,7 +10,12 @@ an export and a Jupyter Server extension read the history without a kernel::
      "from_step": 3,                              # its new steps are positions 3, 4 ...
      "source_hash": "ab12...",                    # the code that ran it (None: unknown)
      "replayed": 3, "executed": 5, "at_step": 8,  # counts, and the journal size at its end
-     "end": "completed", "ended_at": 1796163270.1}
+     "end": "completed", "ended_at": 1796163270.1,
+     "trace_id": "4bf92f35...", "span_id": "00f067aa..."}  # when traced, from its start
+
+``trace_id`` and ``span_id`` (W3C hex) name the attempt's span when tracing was on
+(:mod:`durable_nb.telemetry`): a later attempt's trace links to the attempt that executed
+each step it replays.
 
 How an attempt ended (``end``): ``completed`` (DONE), ``parked`` (waiting for an approval),
 ``interrupted`` (the kernel's stop button: KeyboardInterrupt), ``kernel-restarted`` (it was
@@ -47,7 +52,7 @@ from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
            "history_lines", "last_reset", "note_interrupted", "note_rerun", "note_reset",
-           "resumed_words", "source_of", "step_sources"]
+           "note_trace", "resumed_words", "source_of", "step_sources"]
 
 #: Attempts a record keeps (the older ones are counted in ``attempts_dropped``).
 KEEP = 20
@@ -148,6 +153,11 @@ def note_rerun(attempt: dict, position: int, executed: int) -> None:
     attempt["rerun_from"] = position
     attempt["from_step"] = min(attempt["from_step"], position)
     attempt["executed"] += executed
+
+
+def note_trace(attempt: dict, trace_id: str, span_id: str) -> None:
+    """The attempt is traced: its span's ids, written with the record that opens it."""
+    attempt.update(trace_id=trace_id, span_id=span_id)
 
 
 def finish(attempt: dict, end: str, at_step: int, replayed: int, executed: int,

@@ -25,8 +25,8 @@ price is not known stops the run before its first call, since the budget could n
 Each chat, respond and compact entry's meta (:func:`llm_meta`) records ``model`` (the
 response's), ``prompt_estimate`` (the offline estimate, for calibration), ``cost`` (dollars,
 when the price is known), ``cached`` (cached prompt tokens, when reported), ``reasoning``
-(reasoning tokens, when reported) and ``estimated: True`` when the server sent no usage and
-the tokens are estimates.
+(reasoning tokens, when reported), ``endpoint`` (the client's base URL, without credentials
+or query) and ``estimated: True`` when the server sent no usage and the tokens are estimates.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 import tiktoken
 
 from ..errors import BudgetExhausted
+from .endpoints import endpoint_url
 from .pricing import cost, price_for
 from .tokens import context_window, count_message_tokens
 
@@ -232,10 +233,13 @@ def check_budget(execution: Any, kwargs: dict, *, estimate: int | None = None) -
 
 def llm_meta(execution: Any, *, requested: str, model: str | None, prompt: int, completion: int,
              cached: int | None = None, reasoning: int | None = None, estimated: bool = False,
-             prompt_estimate: int | None = None) -> dict[str, Any]:
-    """The meta of an LLM call's entry (see the module docstring); feeds the calibration."""
+             prompt_estimate: int | None = None, client: Any = None) -> dict[str, Any]:
+    """The meta of an LLM call's entry (see the module docstring), ``client`` the one that
+    made it; feeds the calibration."""
     model = model or requested
     meta: dict[str, Any] = {"model": model}
+    if getattr(client, "base_url", None) is not None:
+        meta["endpoint"] = endpoint_url(client.base_url)
     if prompt_estimate is not None:
         meta["prompt_estimate"] = prompt_estimate
     prices = execution.options.prices

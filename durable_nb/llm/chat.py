@@ -125,6 +125,7 @@ class ChatCall:
         self.on_chunk = on_chunk
         self.chunks_handed_on = 0
         self.plain = False  # the server refused to stream: see streamed_or_plain
+        self.client: Any = None  # the client that makes the call: its endpoint is journaled
         # Asked for unless the caller set stream_options; dropped if the server refuses it.
         self.add_stream_options = "stream_options" not in kwargs
 
@@ -235,7 +236,8 @@ class ChatCall:
         return llm_meta(self.execution, requested=self.model,
                         model=getattr(completion, "model", None), prompt=prompt,
                         completion=completed, cached=cached, reasoning=reasoning,
-                        estimated=self.estimated, prompt_estimate=self.estimate)
+                        estimated=self.estimated, prompt_estimate=self.estimate,
+                        client=self.client)
 
 
 def chat(execution: Execution, kwargs: dict) -> Any:
@@ -245,7 +247,7 @@ def chat(execution: Execution, kwargs: dict) -> Any:
     live = ChatCall(execution, kwargs, name)
 
     def call() -> Any:
-        chosen = without_retries(client or default_client())
+        chosen = live.client = without_retries(client or default_client())
 
         def attempt() -> Any:
             if streamed:
@@ -267,7 +269,7 @@ async def chat_async(execution: Execution, kwargs: dict, *,
     live = ChatCall(execution, kwargs, name, on_chunk=on_chunk)
 
     async def call() -> Any:
-        chosen = without_retries(client or default_client(asynchronous=True))
+        chosen = live.client = without_retries(client or default_client(asynchronous=True))
 
         async def attempt() -> Any:
             if streamed:

@@ -253,6 +253,7 @@ def compact(execution: Execution, messages: Sequence[Any], *,
         chosen = without_retries(client or execution.options.client or default_client())
         live = made["live"] = ChatCall(execution, request, summary_model, show_text=False)
         live.estimate = made["estimate"]
+        live.client = chosen
         completion = call_with_retries(execution, "ctx.compact", summary_model, chosen,
                                        lambda: live.streamed_or_plain(chosen))
         choice = completion.choices[0]
@@ -283,7 +284,7 @@ def compact(execution: Execution, messages: Sequence[Any], *,
                 **llm_meta(execution, requested=summary_model, model=completion.model,
                            prompt=prompt, completion=completed, cached=cached,
                            reasoning=reasoning, estimated=made["live"].estimated,
-                           prompt_estimate=made["estimate"])}
+                           prompt_estimate=made["estimate"], client=made["live"].client)}
         if made["cut"]:
             data["summary_truncated"] = True
         if result.get("applied") is False:

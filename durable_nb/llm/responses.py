@@ -177,6 +177,7 @@ class _RespondCall:
         self.model = str(kwargs.get("model") or "")
         self.estimate: int | None = None
         self.estimated = False
+        self.client: Any = None  # the client that makes the call: its endpoint is journaled
 
     def before_live(self) -> None:
         self.estimate = response_estimate(self.kwargs)
@@ -211,7 +212,8 @@ class _RespondCall:
         return llm_meta(self.execution, requested=self.model,
                         model=getattr(response, "model", None), prompt=prompt, completion=output,
                         cached=None if self.estimated else cached, reasoning=reasoning,
-                        estimated=self.estimated, prompt_estimate=self.estimate)
+                        estimated=self.estimated, prompt_estimate=self.estimate,
+                        client=self.client)
 
 
 def respond(execution: Execution, kwargs: dict) -> Any:
@@ -221,7 +223,7 @@ def respond(execution: Execution, kwargs: dict) -> Any:
     live = _RespondCall(execution, kwargs, name)
 
     def call() -> Any:
-        chosen = without_retries(client or default_client())
+        chosen = live.client = without_retries(client or default_client())
 
         def attempt() -> Any:
             if not streamed:
@@ -252,7 +254,7 @@ async def respond_async(execution: Execution, kwargs: dict, *,
         on_event(event)
 
     async def call() -> Any:
-        chosen = without_retries(client or default_client(asynchronous=True))
+        chosen = live.client = without_retries(client or default_client(asynchronous=True))
 
         async def attempt() -> Any:
             if not streamed:
