@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import sys
 import threading
@@ -209,6 +210,34 @@ def test_approve_with_the_digest_shown_and_the_run_goes_on_when_resumed(shared, 
     assert listed["runs"][0]["decision"]["approved"] is True
     assert dn.execute("r", _drop("staging", dropped), journal=shared) == "dropped staging"
     assert dropped == ["staging"]
+
+
+def test_the_saved_panels_decide_here_markup_decides_through_the_server_bound_to_its_digest(
+        shared, api):
+    """What a dead kernel's panel shows (its saved view) names the run and the digest of the
+    request shown; the lab extension posts exactly those, and who decided comes back."""
+    from durable_nb.notebook.panel import RunPanel
+
+    dropped: list[str] = []
+    _park(shared, "saved", dropped)
+    view = RunPanel(shared.get_run("saved"), journal=shared).static_html()
+    found = re.search(r"class='dnb-decide-here' data-durable-nb-decide='([^']*)' "
+                      r"data-durable-nb-digest='([0-9a-f]+)'", view)
+    assert found and found.group(1) == "saved"
+    _park(shared, "saved", dropped, db="production")  # the request changed since it was drawn
+    changed = api("run/decision", method="POST", expect=409, body={
+        "journal": journal_id(str(shared.directory)), "id": "saved", "approved": True,
+        "digest": found.group(2)})
+    assert "saved" in changed["message"]
+    view = RunPanel(shared.get_run("saved"), journal=shared).static_html()
+    digest = re.search(r"data-durable-nb-digest='([0-9a-f]+)'", view).group(1)
+    answer = api("run/decision", method="POST", body={
+        "journal": journal_id(str(shared.directory)), "id": "saved", "approved": True,
+        "digest": digest})
+    assert answer["by"] and answer["message"] == "approved; re-run its cell to continue"
+    assert dn.execute("saved", _drop("production", dropped), journal=shared) == \
+        "dropped production"
+    assert dropped == ["production"]
 
 
 def test_a_decision_taken_at_once_by_a_waiting_executor_says_the_run_resumes(shared, api):

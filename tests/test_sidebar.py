@@ -138,8 +138,9 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
         # The kernel that parked it is gone (restarted): the panel's buttons are dead, its
         # link opens the run view.
         page.restart_kernel()
-        page.cell(1).locator(".dnb-panel.jupyter-widgets-disconnected").wait_for()
-        page.cell(1).locator(".dnb-dead a[data-durable-nb-run='deploy']").first.click()
+        page.cell(1).locator(".dnb-panel.jupyter-widgets-disconnected").wait_for(
+            state="attached")
+        page.cell(1).locator(".dnb-decide-here a[data-durable-nb-run='deploy']").first.click()
         view = page.page.locator(".dnr-runview:visible")
         view.locator(".dnr-card .dnr-approve").wait_for(state="visible")
         assert "kubectl apply -f prod.yaml" in view.locator(".dnr-details").inner_text()
@@ -190,6 +191,62 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
 
     assert (folder / "side_effects.log").read_text() == "applied\n"
     assert journal.get_run("deploy").status is Status.DONE
+
+
+def _shut_down_kernel(page: LabPage) -> None:
+    """Shut the notebook's kernel down as a person does: Kernel menu, Shut Down Kernel."""
+    page.page.locator("#jp-MainMenu").get_by_text("Kernel", exact=True).first.click()
+    page.page.locator(".lm-Menu-content").get_by_text("Shut Down Kernel", exact=True).click()
+    confirm = page.page.locator(".jp-Dialog button.jp-mod-accept")
+    if confirm.count():
+        confirm.click()
+
+
+def test_a_dead_kernels_panel_approves_through_the_server_and_the_rerun_cell_finishes_once(
+    lab: JupyterLab, journal: DiskJournal, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "panel"
+    folder.mkdir()
+    write_notebook(folder / "panel.ipynb",
+                   [_SETUP_CELL, _AGENT_CELL.replace("deploy --title", "panel-deploy --title")])
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("panel/panel.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("Approval needed", cell_index=1)
+        here = page.cell(1).locator(".dnb-decide-here")
+        assert not here.is_visible()  # the kernel is alive: its panel's own buttons decide
+        _shut_down_kernel(page)
+        # The dead panel gives way to its saved view, whose buttons go through the server.
+        here.locator(".dnr-approve").wait_for(state="visible")
+        assert not page.cell(1).locator(".dnb-live").is_visible()
+        shown = page.cell(1).locator(".dnb-saved").inner_text()
+        assert "kubectl apply -f prod.yaml" in shown
+        page.cell(1).screenshot(path=str(shots / "panel-dead-kernel-waiting.png"))
+        here.locator(".dnr-note").fill("from the panel")
+        here.locator(".dnr-approve").click()
+        here.locator(".dnr-decided").wait_for(state="visible")
+        page.cell(1).screenshot(path=str(shots / "panel-dead-kernel-approved.png"))
+        decided_text = here.inner_text()
+
+        pending = journal.get_run("panel-deploy").pending_approval
+        decision = find_decision(journal, "panel-deploy", pending)
+        assert decision["approved"] and decision["note"] == "from the panel"
+        assert decision["digest"] == pending_digest(pending)
+        assert decision["by"] and f"approved by {decision['by']};" in decided_text
+        assert not (folder / "side_effects.log").exists()
+
+        page.open_notebook("panel/panel.ipynb")  # a new kernel
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("DONE", cell_index=1)
+    assert (folder / "side_effects.log").read_text() == "applied\n"
+    assert journal.get_run("panel-deploy").status is Status.DONE
 
 
 def test_an_idle_sidebar_asks_only_the_summary(lab: JupyterLab, journal: DiskJournal) -> None:

@@ -102,6 +102,10 @@ export interface IDecisionReply {
   ok: boolean;
   status: string;
   message: string;
+  /** Whether a kernel watching the parked run took the decision at once. */
+  taken: boolean;
+  /** Who decided: the Jupyter user. */
+  by: string;
 }
 
 /** An error the server answered with: its status and its message. */

@@ -5,7 +5,8 @@
  *
  * Commands: `durable-nb:open-inbox`, `durable-nb:open-run` ({journal, id}; without a journal,
  * the first journal that has the run). A click on an element with `data-durable-nb-run="ID"`
- * (the kernel panel's link, shown once its kernel stopped) opens that run's view.
+ * (the kernel panel's link, shown once its kernel stopped) opens that run's view; a kernel
+ * panel's pending approval gets Approve / Reject that work without its kernel (decidehere.ts).
  *
  * JupyterLab only (it requires the Lab shell): Notebook 7 does not load it.
  */
@@ -21,6 +22,7 @@ import { Widget } from '@lumino/widgets';
 
 import { api } from './api';
 import { IActions } from './approval';
+import { watchDecideHere } from './decidehere';
 import { ApprovalsInbox } from './inbox';
 import { RunsModel } from './model';
 import { RunView } from './runview';
@@ -136,6 +138,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       },
       true
     );
+
+    watchDecideHere(app);
 
     palette?.addItem({ command: 'durable-nb:open-inbox', category: 'Durable runs' });
 
