@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit
@@ -247,6 +248,74 @@ def test_a_dead_kernels_panel_approves_through_the_server_and_the_rerun_cell_fin
         page.wait_for_text("DONE", cell_index=1)
     assert (folder / "side_effects.log").read_text() == "applied\n"
     assert journal.get_run("panel-deploy").status is Status.DONE
+
+
+def _answer_with(answer: dict) -> Any:
+    """A route handler answering ``answer`` (status, body) as JSON."""
+    return lambda route: route.fulfill(content_type="application/json", **answer)
+
+
+def test_the_sidebar_says_when_the_server_extension_is_missing_or_of_another_version(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    for answer, said in (
+            ({"status": 404, "body": '{"message": "Not Found"}'},
+             "The Jupyter server has no durable_nb extension"),
+            ({"status": 200, "body": '{"version": "0.0.1"}'},
+             "The Jupyter server runs durable_nb 0.0.1, this JupyterLab extension is 0.1.0")):
+        with LabPage(lab, timeout=60) as page:
+            page.page.route("**/durable-nb/api/version*", _answer_with(answer))
+            _open_lab(page)
+            problem = page.page.locator(".dnr-sidebar .dnr-version-problem")
+            problem.wait_for(state="visible")
+            assert said in problem.inner_text()
+            page.page.locator(".dnr-sidebar").screenshot(
+                path=str(shots / f"sidebar-version-{answer['status']}.png"))
+    with LabPage(lab, timeout=60) as page:  # the real server: the same version, nothing said
+        with page.page.expect_response(lambda r: "/durable-nb/api/version" in r.url):
+            _open_lab(page)
+        page.page.wait_for_event("response", lambda r: "/durable-nb/api/summary" in r.url)
+        assert not page.page.locator(".dnr-version-problem").count()
+
+
+def _wait_for_saved_layout(lab: JupyterLab) -> None:
+    """Wait until the workspace holds the sidebar as the left area's current panel, a run
+    view and the inbox (JupyterLab saves the layout a moment after it changes)."""
+    deadline = time.monotonic() + 60
+    while True:
+        data = lab.api("GET", "/lab/api/workspaces/default")["data"]
+        left = data.get("layout-restorer:data", {}).get("left", {})
+        if (left.get("current") == "durable-nb-sidebar"
+                and any(key.startswith("durable-nb-run:") for key in data)
+                and "durable-nb-inbox:inbox" in data):
+            return
+        assert time.monotonic() < deadline, f"the layout was never saved: {data}"
+        time.sleep(0.2)
+
+
+def test_the_sidebar_the_run_views_and_the_inbox_come_back_after_a_reload(
+    lab: JupyterLab, journal: DiskJournal
+) -> None:
+    sent: list[str] = []
+    _park(journal, "restored", "Open across a reload", sent)
+    with LabPage(lab, timeout=60) as page:
+        _open_lab(page)
+        page.page.locator(".dnr-run[data-run='restored']").click()
+        page.page.locator(".dnr-runview:visible").get_by_text("Open across a reload").first \
+            .wait_for()
+        page.page.locator(".dnr-inbox-button").click()
+        page.page.locator(".dnr-inbox").wait_for(state="visible")
+        # JupyterLab saves the layout to the workspace; the reload reads it from there.
+        _wait_for_saved_layout(lab)
+        page.page.goto(f"{lab.url}/lab?token={lab.token}")  # no ?reset: the layout is restored
+        page.page.locator(".dnr-sidebar").wait_for(state="visible")
+        page.page.locator("#jp-main-dock-panel .lm-TabBar-tab",
+                          has_text="Approvals inbox").wait_for()
+        page.page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text="restored").click()
+        page.page.locator(".dnr-runview:visible").get_by_text("Open across a reload").first \
+            .wait_for()
+    dn.cancel("restored", journal=journal)
 
 
 def test_an_idle_sidebar_asks_only_the_summary(lab: JupyterLab, journal: DiskJournal) -> None:

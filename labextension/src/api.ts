@@ -118,6 +118,13 @@ export class APIError extends Error {
   }
 }
 
+/**
+ * This extension's version: the durable-nb package it is built with (pyproject.toml and
+ * package.json say the same; tests/test_labextension.py checks). The server extension's must
+ * match: the REST API is their contract.
+ */
+export const FRONTEND_VERSION = '0.1.0';
+
 const settings = ServerConnection.makeSettings();
 
 /** Call `endpoint` under `{base_url}durable-nb/api/`; the decoded JSON or an APIError. */
@@ -158,6 +165,9 @@ function post<T>(endpoint: string, body: unknown): Promise<T> {
 }
 
 export const api = {
+  /** The durable_nb version of the server extension (404: the extension is not loaded). */
+  version: (): Promise<{ version: string }> => request('version'),
+
   summary: (): Promise<ISummary> => request('summary'),
 
   runs: (params: {
