@@ -34,6 +34,7 @@ import durable_nb as dn
 from durable_nb import Status
 from durable_nb.execution.approvals import find_decision, pending_digest
 from durable_nb.journal import DiskJournal
+from tests.harness import wait_until
 from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
 
 pytestmark = pytest.mark.browser
@@ -240,7 +241,18 @@ def test_a_dead_kernels_panel_approves_through_the_server_and_the_rerun_cell_fin
         assert decision["by"] and f"approved by {decision['by']};" in decided_text
         assert not (folder / "side_effects.log").exists()
 
-        page.open_notebook("panel/panel.ipynb")  # a new kernel
+        # Saved and opened again (a new kernel): the saved view tells the decision given.
+        page.cell(1).locator(".jp-InputArea-editor .cm-content").click()
+        page.page.keyboard.press("Control+s")
+        notebook = folder / "panel.ipynb"
+        wait_until(lambda: "dnb-decide-here" in notebook.read_text(), 30,
+                   "the notebook saved with the panel's saved view")
+        page.open_notebook("panel/panel.ipynb")
+        reopened = page.cell(1).locator(".dnb-decide-here .dnr-decided")
+        reopened.wait_for(state="visible")
+        assert f"approved by {decision['by']}; re-run its cell to continue" in \
+            reopened.inner_text()
+        assert not page.cell(1).locator(".dnb-decide-here .dnr-approve").count()
         page.wait_kernel_idle()
         page.run_cell(0)
         page.wait_for_text("setup ok", cell_index=0)
