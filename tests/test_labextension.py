@@ -11,7 +11,6 @@ holds only its own ``bin``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys

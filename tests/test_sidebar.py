@@ -7,8 +7,14 @@ built into durable_nb/labextension/.
   run is approved from the inbox the sidebar opens; the card says "approved; re-run its cell to
   continue" and opens the notebook at that cell; re-running the cell finishes the run with the
   tool run once.
-- An idle sidebar asks only `GET summary`; the count on the sidebar's tab follows approvals made from the CLI and from another
-  notebook; a hostile title is shown as text.
+- A run parks for approval and its kernel is shut down: the notebook's panel output gives way
+  to its saved view, whose Approve goes through the server ("approved by NAME; re-run its cell
+  to continue", also once the notebook is saved and reopened); re-running the cell finishes the
+  run with the tool run once.
+- The sidebar says when the server extension is missing or of another version; the sidebar,
+  a run view and the inbox come back after a page reload.
+- An idle sidebar asks only `GET summary`; the count on the sidebar's tab follows approvals
+  made from the CLI and from another notebook; a hostile title is shown as text.
 - A decision on a request that changed since its card was drawn is refused (nothing written),
   and the inbox says so and shows the new request; a run is cancelled from its view.
 - A batch with 12 pending approvals is approved from the inbox with "Approve all shown",
