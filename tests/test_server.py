@@ -418,14 +418,20 @@ def test_a_journal_opened_by_a_process_is_listed_and_dropped_once_deleted(index,
                "dn.execute('from-kernel', lambda ctx: ctx.run('s', lambda: 1),\n"
                "           journal=sys.argv[1])",
                str(folder), env={"DURABLE_NB_INDEX": str(index), "PYTHONPATH": str(REPO)})
+    _age(folder)  # written long ago: what the listing read of it is kept
     journals = api("journals")["journals"]
     assert [(j["id"], j["location"], j["kind"], j["ok"], j["runs"]) for j in journals] == \
         [(journal_id(str(folder)), str(folder), "disk", True, 1)]
     assert [r["run_id"] for r in api("runs")["runs"]] == ["from-kernel"]
+    _age(folder)  # opening it made SQLite's log: long ago too
+    api("summary")
     assert (index_dir() / f"{journal_id(str(folder))}.json").stat().st_mode & 0o077 == 0
+    assert journal_id(str(folder)) in views._facts
     shutil.rmtree(folder)
     assert api("journals")["journals"] == []
     assert list(index.glob("*.json")) == []
+    api("summary")
+    assert journal_id(str(folder)) not in views._facts  # nothing kept of it
 
 
 def test_an_unreachable_journal_in_the_index_is_reported_and_the_others_still_listed(

@@ -128,7 +128,9 @@ class _Handler(APIHandler):
 def _open_allowed() -> tuple[list[tuple[KnownJournal, Journal]], list[dict]]:
     """Every allowed journal that opens, and those that do not with why (blocking)."""
     opened, failed = [], []
-    for known in allowed_journals():
+    allowed = allowed_journals()
+    views.keep_facts({known.id for known in allowed})
+    for known in allowed:
         try:
             opened.append((known, known.open()))
         except (JournalError, OSError) as exc:

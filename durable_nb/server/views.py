@@ -25,8 +25,8 @@ from ..errors import JournalError
 from ..journal import Journal, RunRecord, Status, StepEntry
 from .journals import KnownJournal
 
-__all__ = ["GROUPS", "SUMMARY_REUSE", "Facts", "Listing", "batch_view", "facts", "list_runs",
-           "parse_groups", "run_summary", "run_view", "summary"]
+__all__ = ["GROUPS", "SUMMARY_REUSE", "Facts", "Listing", "batch_view", "facts", "keep_facts",
+           "list_runs", "parse_groups", "run_summary", "run_view", "summary"]
 
 #: How the listing is grouped and ordered: waiting for a person first, done last. INTERRUPTED
 #: is RUNNING in the journal with no live process executing it.
@@ -153,6 +153,12 @@ class Facts:
 
 
 _facts: dict[str, Facts] = {}
+
+
+def keep_facts(ids: set[str]) -> None:
+    """Forget the facts of every journal but ``ids`` (those no longer allowed: gone)."""
+    for gone in set(_facts) - ids:
+        _facts.pop(gone, None)
 
 
 def facts(known: KnownJournal, opened: Journal) -> Facts:
