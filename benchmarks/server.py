@@ -13,6 +13,9 @@ every record) and ``GET summary``; the times are wall-clock of each request over
 (an upper bound of the server's own time), after one warm-up request. The server's CPU time
 over ``--idle`` seconds of a 1 s summary poll is what an idle sidebar costs.
 ``--journal postgresql://...?schema=NAME`` measures an (empty) PostgreSQL journal instead.
+``--journals N`` adds N more directory journals of 5 runs each to the server's journal index,
+as a user's index looks after a few months of notebooks (each kernel's journal is noted
+there): every listing and summary covers them all.
 """
 
 from __future__ import annotations
@@ -65,6 +68,24 @@ def fill(journal: Journal, runs: int) -> list[Lease]:
         if status is Status.RUNNING and len(leases) < 3:
             leases.append(Lease.acquire(journal, run_id))
     return leases
+
+
+def fill_index(work: Path, journals: int) -> None:
+    """``journals`` directory journals of 5 runs each (one waiting for approval in every
+    tenth), noted in the index at ``work / "index"`` as the kernels that opened them would."""
+    os.environ["DURABLE_NB_INDEX"] = str(work / "index")
+    for n in range(journals):
+        journal = open_journal(work / "others" / f"notebook-{n:04d}")
+        for i in range(5):
+            status = Status.WAITING_APPROVAL if i == 0 and n % 10 == 0 else Status.DONE
+            record = RunRecord(run_id=f"nb{n:04d}-run{i}", title=f"notebook {n} run {i}",
+                               status=status, created_at=time.time() - 86400, iteration=1)
+            if status is Status.WAITING_APPROVAL:
+                record.pending_approval = {"key": "1", "name": "deploy", "details": {"n": n},
+                                           "digest": f"{n:064x}", "id": f"{n:032x}",
+                                           "run_id": record.run_id}
+            journal.create_run(record)
+        journal.close()
 
 
 def _free_port() -> int:
@@ -132,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--journal", metavar="URL",
                         help="an empty postgresql://...?schema=NAME journal to fill and measure "
                              "instead of a temporary directory")
+    parser.add_argument("--journals", type=int, default=0,
+                        help="more directory journals (5 runs each) in the server's index")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="dnb-bench-server-") as folder:
         work = Path(folder)
@@ -140,10 +163,16 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         leases = fill(journal, args.runs)
         print(f"filled {args.runs:,} runs in {time.perf_counter() - t0:.1f} s", flush=True)
+        if args.journals:
+            t0 = time.perf_counter()
+            fill_index(work, args.journals)
+            print(f"filled {args.journals:,} more journals in {time.perf_counter() - t0:.1f} s",
+                  flush=True)
         server, base = start_server(location, work)
         try:
             first = get(base, "durable-nb/api/runs?limit=50")
-            assert first["total"] == args.runs and len(first["runs"]) == 50, first["total"]
+            total = args.runs + 5 * args.journals
+            assert first["total"] == total and len(first["runs"]) == 50, first["total"]
             results = {
                 "runs first page (50)": timed(base, "durable-nb/api/runs?limit=50", args.repeat),
                 "runs page 10 (50)": timed(base, "durable-nb/api/runs?limit=50&page=10",
@@ -166,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
             for lease in leases:
                 lease.release()
     kind = "a PostgreSQL" if args.journal else "a disk"
-    print(f"\n{args.runs:,} runs in {kind} journal; pending approvals listed first: "
+    others = f" and {args.journals:,} more journals of 5 runs" if args.journals else ""
+    print(f"\n{args.runs:,} runs in {kind} journal{others}; pending approvals listed first: "
           f"{first['pending_approvals']}")
     print(f"{'request':<30} {'median':>9} {'min':>9} {'p95':>9} {'max':>9}")
     for name, r in results.items():

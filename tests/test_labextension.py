@@ -11,7 +11,6 @@ holds only its own ``bin``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -122,3 +121,16 @@ def test_jupyter_server_lists_the_server_extension_enabled(venv: Path, tmp_path:
     text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout + listed.stderr)
     assert re.search(r"durable_nb\.server enabled", text), text
     assert re.search(r"durable_nb\.server [^\n]*OK", text), text
+
+
+def test_the_frontend_says_the_version_of_the_package_it_ships_in() -> None:
+    """The sidebar compares FRONTEND_VERSION with the server extension's ``GET version``
+    (durable_nb's version): all three must say the same, or every install reads as a
+    mismatch."""
+    import tomllib
+
+    source = (REPO / "labextension" / "src" / "api.ts").read_text()
+    frontend = re.search(r"FRONTEND_VERSION = '([^']+)'", source).group(1)
+    package = json.loads((REPO / "labextension" / "package.json").read_text())["version"]
+    python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert frontend == package == python

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import shutil
 import sys
 import threading
@@ -27,7 +29,14 @@ from pytest_jupyter.jupyter_server import *  # noqa: E402,F401,F403 - fixtures f
 import durable_nb as dn  # noqa: E402
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry  # noqa: E402
 from durable_nb.execution.approvals import decision_kind  # noqa: E402
-from durable_nb.journal.index import index_dir, journal_id, record_opened  # noqa: E402
+from durable_nb.journal import index as index_module  # noqa: E402
+from durable_nb.journal.index import (  # noqa: E402
+    index_dir,
+    journal_id,
+    known_locations,
+    record_opened,
+)
+from durable_nb.server import views  # noqa: E402
 from tests.conftest import run_python  # noqa: E402
 from tests.test_approvals import _drop  # noqa: E402
 
@@ -213,6 +222,34 @@ def test_approve_with_the_digest_shown_and_the_run_goes_on_when_resumed(shared, 
     assert dropped == ["staging"]
 
 
+def test_the_saved_panels_decide_here_markup_decides_through_the_server_bound_to_its_digest(
+        shared, api):
+    """What a dead kernel's panel shows (its saved view) names the run and the digest of the
+    request shown; the lab extension posts exactly those, and who decided comes back."""
+    from durable_nb.notebook.panel import RunPanel
+
+    dropped: list[str] = []
+    _park(shared, "saved", dropped)
+    view = RunPanel(shared.get_run("saved"), journal=shared).static_html()
+    found = re.search(r"class='dnb-decide-here' data-durable-nb-decide='([^']*)' "
+                      r"data-durable-nb-digest='([0-9a-f]+)'", view)
+    assert found and found.group(1) == "saved"
+    _park(shared, "saved", dropped, db="production")  # the request changed since it was drawn
+    changed = api("run/decision", method="POST", expect=409, body={
+        "journal": journal_id(str(shared.directory)), "id": "saved", "approved": True,
+        "digest": found.group(2)})
+    assert "saved" in changed["message"]
+    view = RunPanel(shared.get_run("saved"), journal=shared).static_html()
+    digest = re.search(r"data-durable-nb-digest='([0-9a-f]+)'", view).group(1)
+    answer = api("run/decision", method="POST", body={
+        "journal": journal_id(str(shared.directory)), "id": "saved", "approved": True,
+        "digest": digest})
+    assert answer["by"] and answer["message"] == "approved; re-run its cell to continue"
+    assert dn.execute("saved", _drop("production", dropped), journal=shared) == \
+        "dropped production"
+    assert dropped == ["production"]
+
+
 def test_a_decision_taken_at_once_by_a_waiting_executor_says_the_run_resumes(shared, api):
     dropped: list[str] = []
     outcome: list = []
@@ -383,14 +420,20 @@ def test_a_journal_opened_by_a_process_is_listed_and_dropped_once_deleted(index,
                "dn.execute('from-kernel', lambda ctx: ctx.run('s', lambda: 1),\n"
                "           journal=sys.argv[1])",
                str(folder), env={"DURABLE_NB_INDEX": str(index), "PYTHONPATH": str(REPO)})
+    _age(folder)  # written long ago: what the listing read of it is kept
     journals = api("journals")["journals"]
     assert [(j["id"], j["location"], j["kind"], j["ok"], j["runs"]) for j in journals] == \
         [(journal_id(str(folder)), str(folder), "disk", True, 1)]
     assert [r["run_id"] for r in api("runs")["runs"]] == ["from-kernel"]
+    _age(folder)  # opening it made SQLite's log: long ago too
+    api("summary")
     assert (index_dir() / f"{journal_id(str(folder))}.json").stat().st_mode & 0o077 == 0
+    assert journal_id(str(folder)) in views._facts
     shutil.rmtree(folder)
     assert api("journals")["journals"] == []
     assert list(index.glob("*.json")) == []
+    api("summary")
+    assert journal_id(str(folder)) not in views._facts  # nothing kept of it
 
 
 def test_an_unreachable_journal_in_the_index_is_reported_and_the_others_still_listed(
@@ -437,6 +480,67 @@ def test_summary_version_changes_when_a_run_changes(shared, api):
     dn.approve("r", expect=pending["digest"], journal=shared)
     third = api("summary")
     assert third["pending_approvals"] == 0 and third["version"] != second["version"]
+
+
+# -- what listings cost -----------------------------------------------------------------------
+
+def _age(folder: Path) -> None:
+    """Date the directory and its files an hour back: as a journal (or the index) looks
+    when nothing has written it since long before the server read it."""
+    past = time.time() - 3600
+    for path in [*folder.iterdir(), folder]:
+        os.utime(path, (past, past))
+
+
+def _journal_in_index(tmp_path: Path, name: str) -> DiskJournal:
+    journal = dn.open_journal(tmp_path / name)
+    record_opened(str(journal.directory))
+    dn.execute(f"{name}-run", _done, journal=journal)
+    return journal
+
+
+def test_a_listing_reads_again_only_the_journals_written_since_the_last_one(index, api, tmp_path):
+    quiet, busy = (_journal_in_index(tmp_path, name) for name in ("quiet", "busy"))
+    for journal in (quiet, busy):
+        _age(journal.directory)
+    assert api("runs")["total"] == 2
+    before = {known_id: views._facts[known_id] for known_id in
+              (journal_id(str(quiet.directory)), journal_id(str(busy.directory)))}
+    dn.execute("busy-run-2", _done, journal=busy)
+    listed = api("runs")
+    assert listed["total"] == 3 and listed["runs"][0]["run_id"] == "busy-run-2"
+    assert views._facts[journal_id(str(quiet.directory))] is \
+        before[journal_id(str(quiet.directory))]  # not read again
+    assert views._facts.get(journal_id(str(busy.directory))) is not \
+        before[journal_id(str(busy.directory))]
+
+
+def test_a_journal_with_running_runs_is_read_again_after_the_reuse_time_unchanged(
+        index, api, tmp_path, monkeypatch):
+    """A process that dies writes nothing: its run must turn interrupted all the same."""
+    running = _journal_in_index(tmp_path, "running")
+    _interrupted(running, "crashed")
+    _age(running.directory)
+    assert api("runs", params={"status": "interrupted"})["total"] == 1
+    cached = views._facts[journal_id(str(running.directory))]
+    assert api("summary") and views._facts[journal_id(str(running.directory))] is cached
+    monkeypatch.setattr(views, "SUMMARY_REUSE", 0.0)
+    api("summary")
+    assert views._facts[journal_id(str(running.directory))] is not cached
+
+
+def test_the_index_is_read_again_only_when_it_changes_and_gone_journals_are_dropped(
+        index, tmp_path):
+    kept, gone = (_journal_in_index(tmp_path, name) for name in ("kept", "gone"))
+    _age(index)
+    both = {str(kept.directory), str(gone.directory)}
+    assert set(known_locations()) == both
+    assert set(index_module._read[index][1]) == both  # kept: read again only if changed
+    shutil.rmtree(gone.directory)
+    assert known_locations() == [str(kept.directory)]  # dropped from the cached read too
+    assert not (index / f"{journal_id(str(gone.directory))}.json").exists()
+    added = _journal_in_index(tmp_path, "added")  # a new file changes the directory's time
+    assert known_locations() == [str(kept.directory), str(added.directory)]
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------

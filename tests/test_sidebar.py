@@ -7,8 +7,14 @@ built into durable_nb/labextension/.
   run is approved from the inbox the sidebar opens; the card says "approved; re-run its cell to
   continue" and opens the notebook at that cell; re-running the cell finishes the run with the
   tool run once.
-- An idle sidebar asks only `GET summary`; the count on the sidebar's tab follows approvals made from the CLI and from another
-  notebook; a hostile title is shown as text.
+- A run parks for approval and its kernel is shut down: the notebook's panel output gives way
+  to its saved view, whose Approve goes through the server ("approved by NAME; re-run its cell
+  to continue", also once the notebook is saved and reopened); re-running the cell finishes the
+  run with the tool run once.
+- The sidebar says when the server extension is missing or of another version; the sidebar,
+  a run view and the inbox come back after a page reload.
+- An idle sidebar asks only `GET summary`; the count on the sidebar's tab follows approvals
+  made from the CLI and from another notebook; a hostile title is shown as text.
 - A decision on a request that changed since its card was drawn is refused (nothing written),
   and the inbox says so and shows the new request; a run is cancelled from its view.
 - A batch with 12 pending approvals is approved from the inbox with "Approve all shown",
@@ -23,6 +29,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit
@@ -33,6 +40,7 @@ import durable_nb as dn
 from durable_nb import Status
 from durable_nb.execution.approvals import find_decision, pending_digest
 from durable_nb.journal import DiskJournal
+from tests.harness import wait_until
 from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
 
 pytestmark = pytest.mark.browser
@@ -138,8 +146,9 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
         # The kernel that parked it is gone (restarted): the panel's buttons are dead, its
         # link opens the run view.
         page.restart_kernel()
-        page.cell(1).locator(".dnb-panel.jupyter-widgets-disconnected").wait_for()
-        page.cell(1).locator(".dnb-dead a[data-durable-nb-run='deploy']").first.click()
+        page.cell(1).locator(".dnb-panel.jupyter-widgets-disconnected").wait_for(
+            state="attached")
+        page.cell(1).locator(".dnb-decide-here a[data-durable-nb-run='deploy']").first.click()
         view = page.page.locator(".dnr-runview:visible")
         view.locator(".dnr-card .dnr-approve").wait_for(state="visible")
         assert "kubectl apply -f prod.yaml" in view.locator(".dnr-details").inner_text()
@@ -190,6 +199,141 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
 
     assert (folder / "side_effects.log").read_text() == "applied\n"
     assert journal.get_run("deploy").status is Status.DONE
+
+
+def _shut_down_kernel(page: LabPage) -> None:
+    """Shut the notebook's kernel down as a person does: Kernel menu, Shut Down Kernel."""
+    page.page.locator("#jp-MainMenu").get_by_text("Kernel", exact=True).first.click()
+    page.page.locator(".lm-Menu-content").get_by_text("Shut Down Kernel", exact=True).click()
+    confirm = page.page.locator(".jp-Dialog button.jp-mod-accept")
+    if confirm.count():
+        confirm.click()
+
+
+def test_a_dead_kernels_panel_approves_through_the_server_and_the_rerun_cell_finishes_once(
+    lab: JupyterLab, journal: DiskJournal, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "panel"
+    folder.mkdir()
+    write_notebook(folder / "panel.ipynb",
+                   [_SETUP_CELL, _AGENT_CELL.replace("deploy --title", "panel-deploy --title")])
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("panel/panel.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("Approval needed", cell_index=1)
+        here = page.cell(1).locator(".dnb-decide-here")
+        assert not here.is_visible()  # the kernel is alive: its panel's own buttons decide
+        _shut_down_kernel(page)
+        # The dead panel gives way to its saved view, whose buttons go through the server.
+        here.locator(".dnr-approve").wait_for(state="visible")
+        assert not page.cell(1).locator(".dnb-live").is_visible()
+        shown = page.cell(1).locator(".dnb-saved").inner_text()
+        assert "kubectl apply -f prod.yaml" in shown
+        page.cell(1).screenshot(path=str(shots / "panel-dead-kernel-waiting.png"))
+        here.locator(".dnr-note").fill("from the panel")
+        here.locator(".dnr-approve").click()
+        here.locator(".dnr-decided").wait_for(state="visible")
+        page.cell(1).screenshot(path=str(shots / "panel-dead-kernel-approved.png"))
+        decided_text = here.inner_text()
+
+        pending = journal.get_run("panel-deploy").pending_approval
+        decision = find_decision(journal, "panel-deploy", pending)
+        assert decision["approved"] and decision["note"] == "from the panel"
+        assert decision["digest"] == pending_digest(pending)
+        assert decision["by"] and f"approved by {decision['by']};" in decided_text
+        assert not (folder / "side_effects.log").exists()
+
+        # Saved and opened again (a new kernel): the saved view tells the decision given.
+        page.cell(1).locator(".jp-InputArea-editor .cm-content").click()
+        page.page.keyboard.press("Control+s")
+        notebook = folder / "panel.ipynb"
+        wait_until(lambda: "dnb-decide-here" in notebook.read_text(), 30,
+                   "the notebook saved with the panel's saved view")
+        page.open_notebook("panel/panel.ipynb")
+        reopened = page.cell(1).locator(".dnb-decide-here .dnr-decided")
+        reopened.wait_for(state="visible")
+        assert f"approved by {decision['by']}; re-run its cell to continue" in \
+            reopened.inner_text()
+        assert not page.cell(1).locator(".dnb-decide-here .dnr-approve").count()
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("DONE", cell_index=1)
+    assert (folder / "side_effects.log").read_text() == "applied\n"
+    assert journal.get_run("panel-deploy").status is Status.DONE
+
+
+def _answer_with(answer: dict) -> Any:
+    """A route handler answering ``answer`` (status, body) as JSON."""
+    return lambda route: route.fulfill(content_type="application/json", **answer)
+
+
+def test_the_sidebar_says_when_the_server_extension_is_missing_or_of_another_version(
+    lab: JupyterLab, tmp_path: Path
+) -> None:
+    shots = _shots(tmp_path)
+    for answer, said in (
+            ({"status": 404, "body": '{"message": "Not Found"}'},
+             "The Jupyter server has no durable_nb extension"),
+            ({"status": 200, "body": '{"version": "0.0.1"}'},
+             "The Jupyter server runs durable_nb 0.0.1, this JupyterLab extension is 0.1.0")):
+        with LabPage(lab, timeout=60) as page:
+            page.page.route("**/durable-nb/api/version*", _answer_with(answer))
+            _open_lab(page)
+            problem = page.page.locator(".dnr-sidebar .dnr-version-problem")
+            problem.wait_for(state="visible")
+            assert said in problem.inner_text()
+            page.page.locator(".dnr-sidebar").screenshot(
+                path=str(shots / f"sidebar-version-{answer['status']}.png"))
+    with LabPage(lab, timeout=60) as page:  # the real server: the same version, nothing said
+        with page.page.expect_response(lambda r: "/durable-nb/api/version" in r.url):
+            _open_lab(page)
+        page.page.wait_for_event("response", lambda r: "/durable-nb/api/summary" in r.url)
+        assert not page.page.locator(".dnr-version-problem").count()
+
+
+def _wait_for_saved_layout(lab: JupyterLab) -> None:
+    """Wait until the workspace holds the sidebar as the left area's current panel, a run
+    view and the inbox (JupyterLab saves the layout a moment after it changes)."""
+    deadline = time.monotonic() + 60
+    while True:
+        data = lab.api("GET", "/lab/api/workspaces/default")["data"]
+        left = data.get("layout-restorer:data", {}).get("left", {})
+        if (left.get("current") == "durable-nb-sidebar"
+                and any(key.startswith("durable-nb-run:") for key in data)
+                and "durable-nb-inbox:inbox" in data):
+            return
+        assert time.monotonic() < deadline, f"the layout was never saved: {data}"
+        time.sleep(0.2)
+
+
+def test_the_sidebar_the_run_views_and_the_inbox_come_back_after_a_reload(
+    lab: JupyterLab, journal: DiskJournal
+) -> None:
+    sent: list[str] = []
+    _park(journal, "restored", "Open across a reload", sent)
+    with LabPage(lab, timeout=60) as page:
+        _open_lab(page)
+        page.page.locator(".dnr-run[data-run='restored']").click()
+        page.page.locator(".dnr-runview:visible").get_by_text("Open across a reload").first \
+            .wait_for()
+        page.page.locator(".dnr-inbox-button").click()
+        page.page.locator(".dnr-inbox").wait_for(state="visible")
+        # JupyterLab saves the layout to the workspace; the reload reads it from there.
+        _wait_for_saved_layout(lab)
+        page.page.goto(f"{lab.url}/lab?token={lab.token}")  # no ?reset: the layout is restored
+        page.page.locator(".dnr-sidebar").wait_for(state="visible")
+        page.page.locator("#jp-main-dock-panel .lm-TabBar-tab",
+                          has_text="Approvals inbox").wait_for()
+        page.page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text="restored").click()
+        page.page.locator(".dnr-runview:visible").get_by_text("Open across a reload").first \
+            .wait_for()
+    dn.cancel("restored", journal=journal)
 
 
 def test_an_idle_sidebar_asks_only_the_summary(lab: JupyterLab, journal: DiskJournal) -> None:

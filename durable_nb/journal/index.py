@@ -64,8 +64,41 @@ def record_opened(location: str) -> None:
 
 def known_locations() -> list[str]:
     """The journal locations in the index, oldest first; the entries of directories that no
-    longer exist are dropped (a PostgreSQL journal is kept: only connecting tells)."""
+    longer exist are dropped (a PostgreSQL journal is kept: only connecting tells).
+
+    The files are read again only when the index directory changed (a file added, replaced
+    or removed changes its time): a server that asks at every poll reads a few hundred
+    entries once, then checks that their directories still exist."""
     folder = index_dir()
+    try:
+        stamp = folder.stat().st_mtime_ns
+    except OSError:
+        return []
+    read_at = time.time_ns()
+    cached = _read.get(folder)
+    if cached is not None and cached[0] == stamp:
+        locations = cached[1]
+    else:
+        locations = _read_index(folder)
+        # A file added within the directory's clock tick after this read could leave the
+        # same time: such a read is not kept.
+        if stamp < read_at - 50_000_000:
+            _read[folder] = (stamp, locations)
+    kept = []
+    for location in locations:
+        if not is_postgres_url(location) and not os.path.isdir(location):
+            forget(location)
+            continue
+        kept.append(location)
+    return kept
+
+
+#: The index as last read, per index directory: its time and the locations in it.
+_read: dict[Path, tuple[int, list[str]]] = {}
+
+
+def _read_index(folder: Path) -> list[str]:
+    """The locations the index files name, oldest first (unreadable files skipped)."""
     try:
         paths = sorted(folder.glob("j*.json"), key=lambda p: p.stat().st_mtime)
     except OSError:
@@ -76,12 +109,8 @@ def known_locations() -> list[str]:
             location = json.loads(path.read_text())["location"]
         except (OSError, ValueError, KeyError, TypeError):
             continue  # half-written by a crashed process, or not ours: skipped
-        if not isinstance(location, str):
-            continue
-        if not is_postgres_url(location) and not Path(location).is_dir():
-            forget(location)
-            continue
-        locations.append(location)
+        if isinstance(location, str):
+            locations.append(location)
     return locations
 
 

@@ -852,15 +852,23 @@ class RunPanel:
     def static_html(self) -> str:
         """The panel as it is now, in static HTML (:func:`saved_view`): status, stats, the
         pending approval with how to decide it, the timeline (each step opens to its
-        details, decided approvals included), the log and the result."""
+        details, decided approvals included), the log and the result.
+
+        A pending approval carries an empty ``dnb-decide-here`` element naming the run and
+        the digest of the request shown: JupyterLab's Durable runs extension turns it into
+        Approve / Reject buttons that decide through the Jupyter server (no kernel needed),
+        bound to that digest; elsewhere it shows nothing."""
         with self._lock:
             record = self._record
             body = [self._header_html(record), f"<div>{self._stats_html(record)}</div>"]
             if record.pending_approval:
+                run_id = html.escape(record.run_id, quote=True)
+                digest = html.escape(pending_digest(record.pending_approval), quote=True)
                 body.append("<div style='border:1px solid #bf8700;padding:6px'>"
                             f"{self._approval_html(record.pending_approval)}"
-                            "Decide from anywhere: <code>durable-nb approve "
-                            f"{html.escape(record.run_id)}</code>.</div>")
+                            f"Decide from anywhere: <code>durable-nb approve {run_id}</code>."
+                            f"<div class='dnb-decide-here' data-durable-nb-decide='{run_id}' "
+                            f"data-durable-nb-digest='{digest}'></div></div>")
             body += [self._timeline_html(), f"<div>{self._result_html}</div>"]
             log = self._log_kept
         return saved_view("".join(body), f"run {record.run_id}", log)

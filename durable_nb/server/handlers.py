@@ -128,7 +128,9 @@ class _Handler(APIHandler):
 def _open_allowed() -> tuple[list[tuple[KnownJournal, Journal]], list[dict]]:
     """Every allowed journal that opens, and those that do not with why (blocking)."""
     opened, failed = [], []
-    for known in allowed_journals():
+    allowed = allowed_journals()
+    views.keep_facts({known.id for known in allowed})
+    for known in allowed:
         try:
             opened.append((known, known.open()))
         except (JournalError, OSError) as exc:
@@ -196,11 +198,11 @@ class DecisionHandler(_Handler):
                                      "characters) is missing: a decision is bound to what "
                                      "the person saw")
         known, opened = await self.one_journal(data.get("journal"), write=True)
-        await self.blocking(_decide, opened, run_id, approved, note,
-                            _user_name(self.current_user), digest)
+        by = _user_name(self.current_user)
+        await self.blocking(_decide, opened, run_id, approved, note, by, digest)
         taken = await self.blocking(_taken, opened, run_id, TAKEN_WITHIN)
         verdict = "approved" if approved else "rejected"
-        self.finish({"ok": True, "taken": taken, "status": (await self.blocking(
+        self.finish({"ok": True, "taken": taken, "by": by, "status": (await self.blocking(
             opened.get_run, run_id)).status.value,
             "message": f"{verdict}; the run resumes in its kernel" if taken else
                        f"{verdict}; re-run its cell to continue"})

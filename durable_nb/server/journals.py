@@ -26,6 +26,9 @@ __all__ = ["KnownJournal", "NotAllowed", "UnknownJournal", "allowed_journals", "
 #: Seconds a PostgreSQL journal that could not be opened is reported unavailable untried.
 RETRY_OPEN_AFTER = 30.0
 _open_failures: dict[str, tuple[float, str]] = {}
+#: The journals opened, by location and read-only: a listing of hundreds of journals looks
+#: each up here instead of resolving its path again (open_journal's own cache key).
+_handles: dict[tuple[str, bool], Journal] = {}
 
 
 class NotAllowed(Exception):
@@ -54,17 +57,24 @@ class KnownJournal:
         ``write``: listing never creates or changes one. A database that could not be
         reached is not tried again for :data:`RETRY_OPEN_AFTER` seconds (each try waits for
         its connect timeout, and a listing tries every allowed journal)."""
-        if self.kind == "disk" and not Path(self.location).is_dir():
+        read_only = self.kind == "disk" and not write
+        if self.kind == "disk" and not os.path.isdir(self.location):
+            _handles.pop((self.location, read_only), None)
             raise NoJournal(self.location)
+        handle = _handles.get((self.location, read_only))
+        if handle is not None:
+            return handle
         failed = _open_failures.get(self.location)
         if failed is not None and time.monotonic() < failed[0]:
             raise JournalError(failed[1])
         try:
-            return open_journal(self.location, read_only=self.kind == "disk" and not write)
+            handle = open_journal(self.location, read_only=read_only)
         except JournalError as exc:
             if self.kind == "postgres":
                 _open_failures[self.location] = (time.monotonic() + RETRY_OPEN_AFTER, str(exc))
             raise
+        _handles[(self.location, read_only)] = handle
+        return handle
 
     def to_json(self) -> dict:
         return {"id": self.id, "location": self.display, "kind": self.kind}

@@ -25,8 +25,8 @@ from ..errors import JournalError
 from ..journal import Journal, RunRecord, Status, StepEntry
 from .journals import KnownJournal
 
-__all__ = ["GROUPS", "SUMMARY_REUSE", "Listing", "batch_view", "list_runs", "parse_groups",
-           "pending_count", "run_summary", "run_view", "summary"]
+__all__ = ["GROUPS", "SUMMARY_REUSE", "Facts", "Listing", "batch_view", "facts", "keep_facts",
+           "list_runs", "parse_groups", "run_summary", "run_view", "summary"]
 
 #: How the listing is grouped and ordered: waiting for a person first, done last. INTERRUPTED
 #: is RUNNING in the journal with no live process executing it.
@@ -119,154 +119,84 @@ def _number(value: Any) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-# -- the listing ---------------------------------------------------------------------------
+# -- what a listing and a summary read of each journal, cached --------------------------------
+
+#: Seconds a journal's facts with RUNNING runs are reused while its files are unchanged: a
+#: process that dies writes nothing, and its run must show as interrupted after at most this.
+SUMMARY_REUSE = 5.0
+#: How many runs of each status the newest-first fetches of a journal keep at most.
+_NEWEST_KEPT = 500
+
 
 @dataclass
-class Listing:
-    """One page of ``GET runs``."""
+class Facts:
+    """What listings and summaries read of one journal: its counts by status, its RUNNING
+    runs (each with whether it is interrupted), its pending approvals (no decision given),
+    the summary's part, and the newest runs of each status as pages asked for them.
 
-    runs: list[dict]
-    total: int
-    pending_approvals: int
-    #: The journals left out because they failed to answer: ``{"journal", "error"}``.
-    unavailable: list[dict]
+    Kept per journal while its files do not change (a directory journal: its SQLite database
+    and write-ahead log, size and time) and, when it has RUNNING runs, at most
+    :data:`SUMMARY_REUSE` seconds: a listing or summary of hundreds of journals reads only
+    those that changed. A PostgreSQL journal has no such marker and is read every time."""
 
+    mark: tuple | None
+    read_at: float
+    counts: dict[Status, int]
+    running: list[tuple[RunRecord, bool]]
+    pending: int
+    part: list
+    newest: dict[tuple[Status, int], list[RunRecord]]
 
-def _answering(journals: list[tuple[KnownJournal, Journal]], prefix: str = "") -> tuple[
-        list[tuple[KnownJournal, Journal]], dict[str, dict[Status, int]], list[dict]]:
-    """The journals that answer (counted by status under ``prefix``: one index read each),
-    their counts, and those that did not, with why: one unreachable journal leaves the
-    others listed."""
-    answering, counts, failed = [], {}, []
-    for known, opened in journals:
-        try:
-            counts[known.id] = opened.count_runs(prefix)
-            answering.append((known, opened))
-        except JournalError as exc:
-            failed.append({"journal": known.id, "error": str(exc)})
-    return answering, counts, failed
+    def fresh(self, mark: tuple | None, now: float) -> bool:
+        return (mark is not None and mark == self.mark
+                and (not self.running or now - self.read_at < SUMMARY_REUSE))
 
 
-Fetch = Callable[[int], list[tuple[KnownJournal, Journal, RunRecord]]]
+_facts: dict[str, Facts] = {}
 
 
-def _newest_first(rows: Iterable[tuple[KnownJournal, Journal, RunRecord]]) -> list:
-    return sorted(rows, key=lambda row: (_number(row[2].created_at) or 0, row[2].run_id),
-                  reverse=True)
+def keep_facts(ids: set[str]) -> None:
+    """Forget the facts of every journal but ``ids`` (those no longer allowed: gone)."""
+    for gone in set(_facts) - ids:
+        _facts.pop(gone, None)
 
 
-def _matches(record: RunRecord, q: str) -> bool:
-    return any(isinstance(text, str) and q in text.lower()
-               for text in (record.run_id, record.title, record.notebook))
-
-
-def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str, ...],
-              prefix: str = "", q: str = "", page: int = 0, limit: int = 50,
-              root_dir: str | None = None) -> Listing:
-    """The page ``page`` (``limit`` runs) of the runs of ``journals`` in ``groups``, grouped
-    in :data:`GROUPS` order, newest first within a group.
-
-    Without ``q`` the journals count runs from their index and read only the records the
-    page shows (plus the RUNNING ones, whose leases tell which are interrupted); with ``q``
-    (text in the id, title or notebook, any case) every record of the groups is read."""
-    q = q.strip().lower()
-    journals, counts, failed = _answering(journals, prefix)
-    sized: list[tuple[str, int, Fetch]] = []
-    running: list[tuple[KnownJournal, Journal, RunRecord, bool]] = []
-    if {"RUNNING", "INTERRUPTED"} & set(groups):
-        for known, opened in journals:
-            for record in opened.list_runs_counted(prefix, status=Status.RUNNING):
-                if not q or _matches(record, q):
-                    running.append((known, opened, record, is_interrupted(record, opened)))
-    for group in groups:
-        if group in ("RUNNING", "INTERRUPTED"):
-            rows = _newest_first((k, j, r) for k, j, r, dead in running
-                                 if dead == (group == "INTERRUPTED"))
-            sized.append((group, len(rows), lambda n, rows=rows: rows[:n]))
-        elif q:
-            rows = _newest_first(
-                (known, opened, record) for known, opened in journals
-                for record in opened.list_runs_counted(prefix, status=group) if _matches(record, q))
-            sized.append((group, len(rows), lambda n, rows=rows: rows[:n]))
-        else:
-            status = Status(group)
-            total = sum(counts[known.id].get(status, 0) for known, _ in journals)
-            sized.append((group, total, lambda n, status=status: _newest_first(
-                (known, opened, record) for known, opened in journals
-                for record in opened.list_runs_counted(prefix, status=status, limit=n,
-                                                       newest_first=True))[:n]))
-    start, end = page * limit, (page + 1) * limit
-    shown: list[dict] = []
-    offset = 0
-    for group, total, fetch in sized:
-        if offset < end and offset + total > start:
-            for known, opened, record in fetch(min(total, end - offset))[max(0, start - offset):]:
-                shown.append(run_summary(known, opened, record, root_dir=root_dir,
-                                         interrupted=group == "INTERRUPTED"))
-        offset += total
-    return Listing(shown, offset, pending_count(journals), failed)
-
-
-def pending_count(journals: list[tuple[KnownJournal, Journal]]) -> int:
-    """How many runs wait for a person: WAITING_APPROVAL without a decision given (a
-    decided run waits only for its cell to be re-run)."""
-    return sum(1 for _, opened in journals
-               for record in opened.list_runs(status=Status.WAITING_APPROVAL)
-               if recorded_decision(record, opened) is None)
-
-
-def summary(journals: list[tuple[KnownJournal, Journal]]) -> dict:
-    """``GET summary``: ``{"pending_approvals", "unavailable", "version"}``, the version a
-    digest that changes when anything ``GET runs`` shows changes (counts by status, the
-    waiting and running runs, which of them are interrupted, the newest runs, the pending
-    count, the journals that did not answer).
-
-    What the sidebar polls every second or two: for directory journals whose files have
-    not changed since the last answer (nothing written, not even a lease's heartbeat), that
-    answer is given again without reading, for up to :data:`SUMMARY_REUSE` seconds (a
-    process that dies writes nothing: its run shows as interrupted after at most that)."""
-    key = tuple(known.id for known, _ in journals)
-    marks = tuple(_files_mark(known) for known, _ in journals)
+def facts(known: KnownJournal, opened: Journal) -> Facts:
+    """The journal's :class:`Facts`, read again only when it changed (JournalError if it
+    does not answer)."""
+    mark = _files_mark(known)
     now, wall = time.monotonic(), time.time_ns()
-    cached = _summaries.get(key)
-    if cached is not None and cached[0] == marks and now - cached[1] < SUMMARY_REUSE:
-        return cached[2]
-    journals, all_counts, failed = _answering(journals)
-    pending = pending_count(journals)
-    parts: list[Any] = [pending, failed]
-    for known, opened in journals:
-        counts = all_counts[known.id]
-        active = opened.list_runs(status=(Status.RUNNING, Status.WAITING_APPROVAL))
-        newest = opened.list_runs(limit=20, newest_first=True)
-        parts.append([known.id, sorted((s.value, n) for s, n in counts.items()),
-                      [(r.run_id, r.updated_at, r.step_count, r.status.value,
-                        is_interrupted(r, opened)) for r in active],
-                      [(r.run_id, r.updated_at, r.status.value) for r in newest]])
-    answer = {"pending_approvals": pending, "unavailable": failed,
-              "version": hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]}
-    if _reusable(marks, wall):
-        _summaries[key] = (marks, now, answer)
-    return answer
+    cached = _facts.get(known.id)
+    if cached is not None and cached.fresh(mark, now):
+        return cached
+    counts = opened.count_runs()
+    active = opened.list_runs(status=(Status.RUNNING, Status.WAITING_APPROVAL))
+    running = [(r, is_interrupted(r, opened)) for r in active if r.status is Status.RUNNING]
+    pending = sum(1 for r in active if r.status is Status.WAITING_APPROVAL
+                  and recorded_decision(r, opened) is None)
+    newest = opened.list_runs(limit=20, newest_first=True)
+    dead = {r.run_id: interrupted for r, interrupted in running}
+    part = [known.id, sorted((s.value, n) for s, n in counts.items()),
+            [(r.run_id, r.updated_at, r.step_count, r.status.value, dead.get(r.run_id, False))
+             for r in active],
+            [(r.run_id, r.updated_at, r.status.value) for r in newest]]
+    read = Facts(mark, now, counts, running, pending, part, {})
+    if _quiet(mark, wall):
+        _facts[known.id] = read
+    else:
+        _facts.pop(known.id, None)
+    return read
 
 
-def _reusable(marks: tuple, read_at_ns: int) -> bool:
-    """Whether an answer read at ``read_at_ns`` (wall clock) may be given again while the
-    files keep ``marks``: every journal is a directory whose files were last written well
-    before the read. A file's time has the resolution of a clock tick (milliseconds), so a
-    write just after the read could leave the same time (and, once SQLite's log wrapped
-    around, the same size): such an answer is not kept."""
+def _quiet(mark: tuple | None, read_at_ns: int) -> bool:
+    """Whether facts read at ``read_at_ns`` (wall clock) may be kept while the files keep
+    ``mark``: a directory whose files were last written well before the read. A file's
+    time has the resolution of a clock tick (milliseconds), so a write just after the read
+    could leave the same time (and, once SQLite's log wrapped around, the same size): such
+    facts are not kept."""
     quiet_ns = 50_000_000
-    for mark in marks:
-        if mark is None:
-            return False
-        if any(part is not None and part[0] > read_at_ns - quiet_ns for part in mark):
-            return False
-    return True
-
-
-#: Seconds an unchanged directory journal's summary is answered again without reading it.
-SUMMARY_REUSE = 5.0
-_summaries: dict[tuple[str, ...], tuple[tuple, float, dict]] = {}
+    return mark is not None and not any(
+        part is not None and part[0] > read_at_ns - quiet_ns for part in mark)
 
 
 def _files_mark(known: KnownJournal) -> tuple | None:
@@ -282,6 +212,126 @@ def _files_mark(known: KnownJournal) -> tuple | None:
         except OSError:
             mark.append(None)
     return tuple(mark)
+
+
+def _newest(opened: Journal, read: Facts, status: Status, n: int) -> list[RunRecord]:
+    """The journal's ``n`` newest runs in ``status`` (kept in ``read`` for the next page
+    of the same size, while the journal is unchanged)."""
+    key = (status, n)
+    if key not in read.newest:
+        records = opened.list_runs_counted(status=status, limit=n, newest_first=True)
+        if n > _NEWEST_KEPT:
+            return records
+        read.newest[key] = records
+    return read.newest[key]
+
+
+# -- the listing ---------------------------------------------------------------------------
+
+@dataclass
+class Listing:
+    """One page of ``GET runs``."""
+
+    runs: list[dict]
+    total: int
+    pending_approvals: int
+    #: The journals left out because they failed to answer: ``{"journal", "error"}``.
+    unavailable: list[dict]
+
+
+Row = tuple[KnownJournal, Journal, RunRecord]
+Fetch = Callable[[int], list[Row]]
+
+
+def _answering(journals: list[tuple[KnownJournal, Journal]]) -> tuple[
+        list[tuple[KnownJournal, Journal, Facts]], list[dict]]:
+    """The journals that answer, with their facts, and those that did not, with why: one
+    unreachable journal leaves the others listed."""
+    answering, failed = [], []
+    for known, opened in journals:
+        try:
+            answering.append((known, opened, facts(known, opened)))
+        except JournalError as exc:
+            failed.append({"journal": known.id, "error": str(exc)})
+    return answering, failed
+
+
+def _newest_first(rows: Iterable[Row]) -> list[Row]:
+    return sorted(rows, key=lambda row: (_number(row[2].created_at) or 0, row[2].run_id),
+                  reverse=True)
+
+
+def _matches(record: RunRecord, q: str) -> bool:
+    return any(isinstance(text, str) and q in text.lower()
+               for text in (record.run_id, record.title, record.notebook))
+
+
+def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str, ...],
+              prefix: str = "", q: str = "", page: int = 0, limit: int = 50,
+              root_dir: str | None = None) -> Listing:
+    """The page ``page`` (``limit`` runs) of the runs of ``journals`` in ``groups``, grouped
+    in :data:`GROUPS` order, newest first within a group.
+
+    Without ``q`` or ``prefix``, the counts and the RUNNING runs come from each journal's
+    :class:`Facts` (nothing read for an unchanged journal) and only the records the page
+    shows are read, from the journals that have runs in its groups; with ``prefix`` the
+    journals count under it; with ``q`` (text in the id, title or notebook, any case) every
+    record of the groups is read."""
+    q = q.strip().lower()
+    answering, failed = _answering(journals)
+    sized: list[tuple[str, int, Fetch]] = []
+    running: list[tuple[KnownJournal, Journal, RunRecord, bool]] = [
+        (known, opened, record, dead) for known, opened, read in answering
+        for record, dead in read.running
+        if record.run_id.startswith(prefix) and (not q or _matches(record, q))]
+    counts = {known.id: opened.count_runs(prefix) if prefix and not q else read.counts
+              for known, opened, read in answering}
+    for group in groups:
+        if group in ("RUNNING", "INTERRUPTED"):
+            rows = _newest_first((k, j, r) for k, j, r, dead in running
+                                 if dead == (group == "INTERRUPTED"))
+            sized.append((group, len(rows), lambda n, rows=rows: rows[:n]))
+        elif q:
+            rows = _newest_first(
+                (known, opened, record) for known, opened, _ in answering
+                for record in opened.list_runs_counted(prefix, status=group)
+                if _matches(record, q))
+            sized.append((group, len(rows), lambda n, rows=rows: rows[:n]))
+        else:
+            status = Status(group)
+            total = sum(counts[known.id].get(status, 0) for known, _, _ in answering)
+            sized.append((group, total, lambda n, status=status: _newest_first(
+                (known, opened, record) for known, opened, read in answering
+                if counts[known.id].get(status)
+                for record in (opened.list_runs_counted(prefix, status=status, limit=n,
+                                                        newest_first=True) if prefix
+                               else _newest(opened, read, status, n)))[:n]))
+    start, end = page * limit, (page + 1) * limit
+    shown: list[dict] = []
+    offset = 0
+    for group, total, fetch in sized:
+        if offset < end and offset + total > start:
+            for known, opened, record in fetch(min(total, end - offset))[max(0, start - offset):]:
+                shown.append(run_summary(known, opened, record, root_dir=root_dir,
+                                         interrupted=group == "INTERRUPTED"))
+        offset += total
+    return Listing(shown, offset, sum(read.pending for _, _, read in answering), failed)
+
+
+def summary(journals: list[tuple[KnownJournal, Journal]]) -> dict:
+    """``GET summary``: ``{"pending_approvals", "unavailable", "version"}``, the version a
+    digest that changes when anything ``GET runs`` shows changes (counts by status, the
+    waiting and running runs, which of them are interrupted, the newest runs, the pending
+    count, the journals that did not answer).
+
+    What the sidebar polls every second or two: built from each journal's :class:`Facts`,
+    so it reads only the journals written since the last poll (and those with RUNNING runs
+    every :data:`SUMMARY_REUSE` seconds)."""
+    answering, failed = _answering(journals)
+    pending = sum(read.pending for _, _, read in answering)
+    parts: list[Any] = [pending, failed] + [read.part for _, _, read in answering]
+    return {"pending_approvals": pending, "unavailable": failed,
+            "version": hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]}
 
 
 # -- one run, one batch ----------------------------------------------------------------------

@@ -102,6 +102,10 @@ export interface IDecisionReply {
   ok: boolean;
   status: string;
   message: string;
+  /** Whether a kernel watching the parked run took the decision at once. */
+  taken: boolean;
+  /** Who decided: the Jupyter user. */
+  by: string;
 }
 
 /** An error the server answered with: its status and its message. */
@@ -113,6 +117,13 @@ export class APIError extends Error {
     super(message);
   }
 }
+
+/**
+ * This extension's version: the durable-nb package it is built with (pyproject.toml and
+ * package.json say the same; tests/test_labextension.py checks). The server extension's must
+ * match: the REST API is their contract.
+ */
+export const FRONTEND_VERSION = '0.1.0';
 
 const settings = ServerConnection.makeSettings();
 
@@ -154,6 +165,9 @@ function post<T>(endpoint: string, body: unknown): Promise<T> {
 }
 
 export const api = {
+  /** The durable_nb version of the server extension (404: the extension is not loaded). */
+  version: (): Promise<{ version: string }> => request('version'),
+
   summary: (): Promise<ISummary> => request('summary'),
 
   runs: (params: {

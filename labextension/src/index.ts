@@ -1,11 +1,16 @@
 /**
- * durable-nb's JupyterLab extension: the "Durable runs" sidebar (restored across
- * reloads), the approvals inbox and the run view, all over the server extension's REST
- * API (`{base_url}durable-nb/api/`), so they work with no kernel running.
+ * durable-nb's JupyterLab extension: the "Durable runs" sidebar, the approvals inbox and
+ * the run view, all over the server extension's REST API (`{base_url}durable-nb/api/`), so
+ * they work with no kernel running.
+ *
+ * The sidebar, the open run views and the inbox come back after a page reload (the layout
+ * restorer and a widget tracker each); the sidebar says when the server extension is missing
+ * or of another version (model.ts).
  *
  * Commands: `durable-nb:open-inbox`, `durable-nb:open-run` ({journal, id}; without a journal,
  * the first journal that has the run). A click on an element with `data-durable-nb-run="ID"`
- * (the kernel panel's link, shown once its kernel stopped) opens that run's view.
+ * (the kernel panel's link, shown once its kernel stopped) opens that run's view; a kernel
+ * panel's pending approval gets Approve / Reject that work without its kernel (decidehere.ts).
  *
  * JupyterLab only (it requires the Lab shell): Notebook 7 does not load it.
  */
@@ -15,12 +20,13 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, WidgetTracker } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { api } from './api';
 import { IActions } from './approval';
+import { watchDecideHere } from './decidehere';
 import { ApprovalsInbox } from './inbox';
 import { RunsModel } from './model';
 import { RunView } from './runview';
@@ -73,6 +79,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const model = new RunsModel();
     const views = new Map<string, RunView>();
     let inbox: ApprovalsInbox | null = null;
+    // The open run views and the inbox, saved in the workspace: a page reload opens them again.
+    const runViews = new WidgetTracker<RunView>({ namespace: 'durable-nb-run' });
+    const inboxes = new WidgetTracker<ApprovalsInbox>({ namespace: 'durable-nb-inbox' });
+    if (restorer) {
+      void restorer.restore(runViews, {
+        command: 'durable-nb:open-run',
+        args: view => ({ journal: view.journal, id: view.runId }),
+        name: view => `${view.journal}:${view.runId}`
+      });
+      void restorer.restore(inboxes, { command: 'durable-nb:open-inbox', name: () => 'inbox' });
+    }
 
     const actions: IActions & { openInbox(): void } = {
       openRun: run =>
@@ -106,6 +123,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           view.id = `durable-nb-run-${views.size}`;
           views.set(key, view);
           app.shell.add(view, 'main');
+          void runViews.add(view);
         } else {
           void view.load();
         }
@@ -119,6 +137,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         if (!inbox || inbox.isDisposed) {
           inbox = new ApprovalsInbox(model, actions);
           app.shell.add(inbox, 'main');
+          void inboxes.add(inbox);
         }
         app.shell.activateById(inbox.id);
       }
@@ -136,6 +155,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       },
       true
     );
+
+    watchDecideHere(app);
 
     palette?.addItem({ command: 'durable-nb:open-inbox', category: 'Durable runs' });
 

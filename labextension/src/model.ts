@@ -8,7 +8,7 @@
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { api, IRunSummary } from './api';
+import { api, APIError, FRONTEND_VERSION, IRunSummary } from './api';
 
 /** How often the summary is asked (the issue allows a poll of at most a second or two). */
 export const POLL_MS = 1500;
@@ -26,6 +26,7 @@ export class RunsModel {
   private _version: string | null = null;
   private _query = '';
   private _error: string | null = null;
+  private _mismatch: string | null = null;
   private _changed = new Signal<this, void>(this);
   private _poll: Poll;
 
@@ -37,6 +38,16 @@ export class RunsModel {
       name: 'durable-nb:summary',
       standby: 'when-hidden'
     });
+    void this._checkVersion();
+  }
+
+  /**
+   * Why this extension cannot work with the server's, or null: the server extension is
+   * missing (not installed or not enabled in the server's environment) or of another
+   * version than this frontend.
+   */
+  get mismatch(): string | null {
+    return this._mismatch;
   }
 
   /** Emitted after anything shown changed (the listings, the count, an error). */
@@ -100,6 +111,31 @@ export class RunsModel {
   dispose(): void {
     this._poll.dispose();
     Signal.clearData(this);
+  }
+
+  /** Compare the server extension's version with this frontend's, once. */
+  private async _checkVersion(): Promise<void> {
+    try {
+      const server = (await api.version()).version;
+      if (server === FRONTEND_VERSION || server === 'unknown') {
+        return; // 'unknown': a source checkout without package metadata
+      }
+      this._mismatch =
+        `The Jupyter server runs durable_nb ${server}, this JupyterLab extension is ` +
+        `${FRONTEND_VERSION}: install one version in the server's environment ` +
+        `(pip install durable-nb==${server} there, or this version everywhere), restart ` +
+        'the server and reload this page.';
+    } catch (error) {
+      if (!(error instanceof APIError && error.status === 404)) {
+        return; // the server did not answer: the poll says so
+      }
+      this._mismatch =
+        "The Jupyter server has no durable_nb extension, so nothing can be listed: install " +
+        "durable-nb in the server's environment (or enable it: jupyter server extension " +
+        'enable durable_nb.server), restart the server and reload this page.';
+      this._poll.stop(); // nothing to ask until then
+    }
+    this._changed.emit();
   }
 
   private async _tick(): Promise<void> {

@@ -76,7 +76,17 @@ export class RunsSidebar extends Widget {
         : plural(model.total, 'run');
     this._status.classList.toggle('dnr-error', model.error !== null);
     const missing = model.unavailable.map(text => h('div', { class: 'dnr-error' }, text));
-    this._list.replaceChildren(...missing, ...this._groups(model.runs));
+    const mismatch = model.mismatch
+      ? h('div', { class: 'dnr-error dnr-version-problem' }, model.mismatch)
+      : null;
+    if (mismatch) {
+      this._status.replaceChildren();
+    }
+    this._list.replaceChildren(
+      ...(mismatch ? [mismatch] : []),
+      ...missing,
+      ...this._groups(model.runs)
+    );
   }
 
   private _groups(runs: readonly IRunSummary[]): HTMLElement[] {

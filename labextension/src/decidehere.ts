@@ -1,0 +1,207 @@
+/**
+ * Approve / Reject in a notebook whose kernel stopped, through the server.
+ *
+ * The saved view of a kernel panel (durable_nb/notebook/panel.py, `static_html`) marks a
+ * pending approval with an empty `.dnb-decide-here` element naming the run
+ * (`data-durable-nb-decide`) and the digest of the request it shows
+ * (`data-durable-nb-digest`). Each such element gets a note, Approve and Reject that
+ * decide through the server extension, bound to that digest: a request that changed since
+ * the view was drawn is refused (409) and said, never decided in its place. After a
+ * decision it says who decided and that the cell must be re-run for the run to continue
+ * (or that the kernel took it, when a live kernel watches the parked run).
+ *
+ * The extension's CSS shows that saved view in place of a live panel whose kernel stopped
+ * (restarted: ipywidgets marks the panel disconnected; shut down or dead: the notebook is
+ * marked `dnr-kernel-gone` here), so the buttons are where the dead ones were.
+ */
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { ISignal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
+import { api, IDecision, IRunSummary } from './api';
+import { button, h } from './dom';
+
+/** What is read of a notebook panel's session (structural: no notebook dependency). */
+interface IKernelHolder extends Widget {
+  sessionContext?: {
+    session: { kernel: { status: string } | null } | null;
+    statusChanged: ISignal<unknown, unknown>;
+    kernelChanged: ISignal<unknown, unknown>;
+  };
+}
+
+/** Set on a notebook panel whose kernel is shut down or dead (the CSS keys on it). */
+const KERNEL_GONE = 'dnr-kernel-gone';
+
+/** What a decision note tells: the verdict and who gave it. */
+type IVerdict = Pick<IDecision, 'approved' | 'by'>;
+
+/** Set on a `.dnb-decide-here` element once it has its controls (the CSS keys on it). */
+const MOUNTED = 'dnr-decide-mounted';
+
+/** "approved by ana; re-run its cell to continue". */
+function decidedText(decision: IVerdict, taken: boolean): string {
+  const verdict = decision.approved ? 'approved' : 'rejected';
+  const by = decision.by ? ` by ${decision.by}` : '';
+  const next = taken ? 'the run resumes in its kernel' : 're-run its cell to continue';
+  return `${verdict}${by}; ${next}`;
+}
+
+/** A link that opens the run's view (index.ts handles clicks on `data-durable-nb-run`). */
+function runLink(id: string): HTMLElement {
+  return h('a', { href: '#', class: 'dnr-run-link', 'data-durable-nb-run': id }, 'Durable runs');
+}
+
+function say(host: HTMLElement, cls: string, ...parts: (Node | string)[]): void {
+  host.replaceChildren(h('div', { class: cls }, ...parts));
+}
+
+/** The run `id` as a journal this server knows has it, waiting for approval, or null. */
+async function waitingRun(id: string): Promise<IRunSummary | null> {
+  const found = await api.runs({ q: id, status: 'waiting_approval', limit: 500 });
+  const runs = found.runs.filter(run => run.run_id === id);
+  return runs.length ? runs[0] : null;
+}
+
+/** Whether `run` still asks the request whose digest the saved view shows. */
+function asksShown(run: IRunSummary, digest: string): boolean {
+  return !!run.pending_approval?.digest.startsWith(digest);
+}
+
+function showDecided(host: HTMLElement, decision: IVerdict, taken: boolean): void {
+  const verdict = decision.approved ? 'approved' : 'rejected';
+  const text = h('div', { class: 'dnr-decided-text' }, decidedText(decision, taken));
+  say(host, `dnr-decided dnr-decided-${verdict}`, text);
+}
+
+/** Give one `.dnb-decide-here` element its controls, as the run stands now. */
+async function mount(host: HTMLElement): Promise<void> {
+  host.classList.add(MOUNTED);
+  const id = host.dataset.durableNbDecide ?? '';
+  const digest = (host.dataset.durableNbDigest ?? '').toLowerCase();
+  if (!id || digest.length < 8) {
+    return;
+  }
+  let run: IRunSummary | null;
+  try {
+    run = await waitingRun(id);
+  } catch (error) {
+    const why = (error as Error).message;
+    say(host, 'dnr-error', `Deciding here needs the server's durable_nb extension: ${why}`);
+    return;
+  }
+  if (!run || !asksShown(run, digest)) {
+    say(
+      host,
+      'dnr-muted',
+      `${id} no longer waits for this request (decided and resumed, changed or ` +
+        'cancelled): see it as it is now in ',
+      runLink(id),
+      '.'
+    );
+    return;
+  }
+  const earlier = run.decision;
+  if (earlier && (!earlier.digest || earlier.digest === run.pending_approval!.digest)) {
+    showDecided(host, earlier, false);
+    return;
+  }
+  const journal = run.journal;
+  const note = h('input', {
+    class: 'dnr-note',
+    type: 'text',
+    placeholder: 'note (optional, recorded with the decision)'
+  });
+  const act = async (approved: boolean): Promise<void> => {
+    try {
+      const reply = await api.decide(
+        { journal, run_id: id },
+        { ...run!.pending_approval!, digest },
+        approved,
+        note.value
+      );
+      showDecided(host, { approved, by: reply.by }, reply.taken);
+    } catch (error) {
+      host.querySelector('.dnr-error')?.remove();
+      host.append(
+        h('div', { class: 'dnr-error' }, `Nothing was decided: ${(error as Error).message}`)
+      );
+    }
+  };
+  host.replaceChildren(
+    h(
+      'div',
+      { class: 'dnr-decide-here' },
+      h(
+        'div',
+        { class: 'dnr-muted' },
+        'No kernel needed: decide here through the Jupyter server, or in ',
+        runLink(id),
+        '.'
+      ),
+      h(
+        'div',
+        { class: 'dnr-actions' },
+        note,
+        button('Approve', 'dnr-approve', () => act(true)),
+        button('Reject', 'dnr-reject', () => act(false))
+      )
+    )
+  );
+}
+
+/**
+ * Keep `KERNEL_GONE` on the notebook panel whose node is `node` while it has no live
+ * kernel: ipywidgets marks a panel's views disconnected when its kernel restarts, not
+ * when it is shut down.
+ */
+function followKernel(app: JupyterFrontEnd, node: HTMLElement, followed: Set<string>): void {
+  if (!node.id || followed.has(node.id)) {
+    return;
+  }
+  const holder = Array.from(app.shell.widgets('main')).find(
+    widget => widget.id === node.id
+  ) as IKernelHolder | undefined;
+  const session = holder?.sessionContext;
+  if (!holder || !session) {
+    return;
+  }
+  followed.add(node.id);
+  const update = (): void => {
+    const kernel = session.session?.kernel;
+    holder.node.classList.toggle(KERNEL_GONE, !kernel || kernel.status === 'dead');
+  };
+  session.statusChanged.connect(update);
+  session.kernelChanged.connect(update);
+  holder.disposed.connect(() => followed.delete(node.id));
+  update();
+}
+
+/**
+ * Mount every `.dnb-decide-here` element of the page, now and as outputs appear (at most
+ * one scan per animation frame, whatever the number of DOM changes), and follow the
+ * kernels of the notebooks that show one.
+ */
+export function watchDecideHere(app: JupyterFrontEnd): void {
+  let scheduled = false;
+  const followed = new Set<string>();
+  const scan = (): void => {
+    scheduled = false;
+    document
+      .querySelectorAll<HTMLElement>(`.dnb-decide-here:not(.${MOUNTED})`)
+      .forEach(element => {
+        const notebook = element.closest<HTMLElement>('.jp-NotebookPanel');
+        if (notebook) {
+          followKernel(app, notebook, followed);
+        }
+        void mount(element);
+      });
+  };
+  new MutationObserver(() => {
+    if (!scheduled) {
+      scheduled = true;
+      requestAnimationFrame(scan);
+    }
+  }).observe(document.body, { childList: true, subtree: true });
+  scan();
+}
