@@ -24,6 +24,8 @@ for the reply to be journaled, since it is paid for; a stream broken by the serv
 chunks were yielded is not sent again (the reader would get a second reply after part of
 the first): the step fails, and re-running the cell makes the call anew.
 
+``isinstance(ctx.openai, openai.OpenAI)`` (``AsyncOpenAI`` for ``ctx.async_openai``) is true,
+so a library that checks the client's type takes it (instructor's ``from_openai``).
 Configuration reads (``base_url``, ``organization``, ``project``, ``timeout``) and
 ``with_options(...)`` are those of the wrapped client. Everything else (``embeddings``,
 ``files``, ``with_raw_response``, ``beta`` ...) raises
@@ -322,6 +324,13 @@ class _Client(_Refusing):
         self._ex = execution
         self._client = client
         self._owner = "ctx.async_openai" if self.asynchronous else "ctx.openai"
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """``openai.OpenAI`` (``AsyncOpenAI``), so that ``isinstance`` accepts the stand-in
+        where a library checks the client's type (instructor's ``from_openai`` does);
+        ``type()`` still tells the truth."""
+        return openai.AsyncOpenAI if self.asynchronous else openai.OpenAI
 
     @property
     def wrapped(self) -> Any:
