@@ -78,6 +78,15 @@ def _wants_usage(kwargs: dict) -> bool:
     return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
+def _chunk_rules(request: dict) -> tuple[Callable[[Any], list[Any]], Callable[[Any], bool]]:
+    """How a streamed chat reply reaches the reader: replayed, the chunks of the journaled
+    completion; live, the server's chunks, its usage chunk only if the request asked for it
+    (durable_nb asks for usage itself)."""
+    wants_usage = _wants_usage(request)
+    return (lambda completion: completion_chunks(completion, include_usage=wants_usage),
+            lambda chunk: wants_usage or bool(getattr(chunk, "choices", None)))
+
+
 def _refuse(owner: str, name: str) -> UnsupportedClientCall:
     return UnsupportedClientCall(
         f"{owner}.{name} is not journaled by durable_nb: the durable client journals "
@@ -407,11 +416,9 @@ class _SyncCompletions(_Resource):
         request = self._c._request(kwargs)
         if not request.get("stream"):
             return chat(self._c._ex, request)
-        wants_usage = _wants_usage(request)
         return _open_sync_stream(
             self._c._ex, lambda on_chunk: chat(self._c._ex, request, on_chunk=on_chunk),
-            lambda completion: completion_chunks(completion, include_usage=wants_usage),
-            lambda chunk: wants_usage or bool(getattr(chunk, "choices", None)))
+            *_chunk_rules(request))
 
 
 class _AsyncCompletions(_Resource):
@@ -426,12 +433,9 @@ class _AsyncCompletions(_Resource):
         request = self._c._request(kwargs)
         if not request.get("stream"):
             return await chat_async(self._c._ex, request)
-        wants_usage = _wants_usage(request)
         return _open_stream(
             lambda on_chunk: chat_async(self._c._ex, request, on_chunk=on_chunk),
-            lambda completion: completion_chunks(completion, include_usage=wants_usage),
-            # durable_nb asks for usage itself: its chunk goes to the reader only if asked
-            lambda chunk: wants_usage or bool(getattr(chunk, "choices", None)))
+            *_chunk_rules(request))
 
 
 class _SyncResponses(_Resource):
