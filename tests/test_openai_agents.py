@@ -234,8 +234,9 @@ def test_an_agent_used_as_a_tool_is_one_step_with_its_model_calls_inside(tmp_pat
 #: openai-agents 0.24.0 (checked by hand): the SDK's task names under durable_nb's numbering.
 _TOOLS = "execute_function_tool_calls#{}._run_single_tool#{}._invoke_tool_and_run_post_invoke#0.0"
 # The SDK runs the first turn in a task named after one of its functions, which it renamed
-# between releases: pinned for the ones CI runs (pyproject's floor and the newest tested).
-_FIRST_TURN_TASK = {"0.19.0": "run_single_turn", "0.24.0": "preserve_tool_task_cancellation"}
+# between releases: pinned for the ones tested (CI runs pyproject's floor and the newest).
+_FIRST_TURN_TASK = {"0.18.1": "run_single_turn", "0.19.0": "run_single_turn",
+                    "0.24.0": "preserve_tool_task_cancellation"}
 _FIRST = f"{_FIRST_TURN_TASK.get(version('openai-agents'))}#0."
 EXPECTED_KEYS = sorted([
     (_FIRST + "0", "chat"), (_FIRST + _TOOLS.format(0, 0), "find_flight"),
