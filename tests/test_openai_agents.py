@@ -231,7 +231,7 @@ def test_an_agent_used_as_a_tool_is_one_step_with_its_model_calls_inside(tmp_pat
 
 
 #: The step keys of the scenario below, the same on Python 3.10, 3.11 and 3.13 with
-#: openai-agents 0.24.0 (checked by hand): the SDK's task names under durable_nb's numbering.
+#: The SDK's task names under durable_nb's numbering (checked by hand).
 _TOOLS = "execute_function_tool_calls#{}._run_single_tool#{}._invoke_tool_and_run_post_invoke#0.0"
 # The SDK runs the first turn in a task named after one of its functions, which it renamed
 # between releases: pinned for the ones tested (CI runs pyproject's floor and the newest).
