@@ -39,6 +39,10 @@ Guarantees:
   ``summary_marker`` is a summarisation request: it gets a short deterministic summary and
   is counted apart.
 
+A test can hold streams: :meth:`LoopbackServer.hold_streams` makes every streamed reply wait
+after its first event until the returned :class:`StreamHold` is released, so a client can be
+shown to see chunks before the server finished sending.
+
 Faults, for testing retry logic: :meth:`LoopbackServer.fail_next` answers the next valid
 requests with an HTTP error (any status >= 400, an optional body and ``retry-after``), and
 :meth:`LoopbackServer.drop_next` resets the connection without answering.
@@ -83,6 +87,7 @@ __all__ = [
     "LoopbackServer",
     "Quirks",
     "Reply",
+    "StreamHold",
     "ToolCall",
     "load_script",
     "main",
@@ -120,6 +125,27 @@ class ToolCall:
         if isinstance(self.arguments, str):
             return self.arguments
         return json.dumps(self.arguments)
+
+
+class StreamHold:
+    """Holds streamed replies after their first event until :meth:`release`, or for
+    ``timeout`` seconds at most (so that a client that waits for the whole stream before
+    reading fails its test instead of hanging): :attr:`released` tells which."""
+
+    def __init__(self, timeout: float = 30.0) -> None:
+        self.timeout = timeout
+        self._released = threading.Event()
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` was called (not merely timed out)."""
+        return self._released.is_set()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def wait(self) -> None:
+        self._released.wait(self.timeout)
 
 
 @dataclass(frozen=True)
@@ -612,6 +638,7 @@ class LoopbackServer:
         self._counts: Counter[tuple[str, str, int | None]] = Counter()  # endpoint, kind, round
         self._faults: list[_Fault] = []
         self._loading_left = self.quirks.loading_for
+        self._hold: StreamHold | None = None
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._serving = False  # shutdown() would wait forever on a server never served
@@ -693,6 +720,13 @@ class LoopbackServer:
             raise ValueError(f"fail_next needs an error status (400-599), got {status}")
         with self._lock:
             self._faults.extend([_Fault(status, retry_after, body)] * n)
+
+    def hold_streams(self, timeout: float = 30.0) -> StreamHold:
+        """Make every streamed reply from now on wait after its first event until the
+        returned hold is released (see :class:`StreamHold`)."""
+        with self._lock:
+            self._hold = StreamHold(timeout)
+            return self._hold
 
     def drop_next(self, n: int = 1) -> None:
         """Reset the connection of the next ``n`` valid requests after reading them, without
@@ -967,7 +1001,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        for name, data in events:
+        hold = self.server.loopback._hold
+        for number, (name, data) in enumerate(events):
+            if number == 1 and hold is not None:
+                hold.wait()
             line = f"event: {name}\n" if name else ""
             self.wfile.write(f"{line}data: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()

@@ -12,9 +12,12 @@ from tests.agent_process import _run_child
 from tests.openai_agents_process import MODEL, _KillAfterTool
 
 
-def travel_agent(workdir: Path) -> Any:
+def travel_agent(workdir: Path, *, finish_last: str | None = None) -> Any:
     """Tools ``find_flight`` and ``book_flight`` append to ``effects.log``; ``charge_card``
-    needs approval."""
+    needs approval. With ``finish_last``, a ``find_flight`` for that city, called in parallel
+    with another, waits until the other finished (5 s at most, for a call alone)."""
+    import asyncio
+
     from pydantic_ai import Agent
 
     # No model: the run's model= names it (and no API key is needed to build the agent).
@@ -24,10 +27,20 @@ def travel_agent(workdir: Path) -> Any:
         with open(workdir / "effects.log", "a") as f:
             f.write(line + "\n")
 
+    others_done: dict[Any, asyncio.Event] = {}  # per event loop: each run has its own
+
     @agent.tool_plain
     async def find_flight(city: str) -> str:
         """Find a flight to a city."""
+        done = others_done.setdefault(asyncio.get_running_loop(), asyncio.Event())
+        if city == finish_last:
+            try:
+                await asyncio.wait_for(done.wait(), 5)
+            except asyncio.TimeoutError:
+                pass
         effect(f"find {city}")
+        if city != finish_last:
+            done.set()
         return f"SK123 to {city}"
 
     @agent.tool_plain

@@ -8,8 +8,11 @@ import pytest
 
 import durable_nb
 from durable_nb import UnsupportedClientCall
+from durable_nb.journal import open_journal
 from durable_nb.llm.streaming import ChatAssembler
 from durable_nb.testing import LoopbackServer, Reply, ToolCall
+from tests import agent_process
+from tests import durable_client_process as streaming_child
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -63,7 +66,7 @@ def test_a_replayed_stream_is_synthesized_from_the_journal_without_a_request(jou
     assert requests == 1
 
 
-def test_the_sync_client_journals_a_chat_step_and_streams_the_journaled_reply(journal):
+def test_the_sync_client_journals_chat_steps_and_replays_its_stream(journal):
     def handler(ctx):
         plain = ctx.openai.chat.completions.create(model="loopback-1", messages=MESSAGES)
         stream = ctx.openai.chat.completions.create(model="loopback-1", messages=MESSAGES,
@@ -73,9 +76,68 @@ def test_the_sync_client_journals_a_chat_step_and_streams_the_journaled_reply(jo
 
     with LoopbackServer(["same answer"]) as server:
         client = openai.OpenAI(base_url=server.url, api_key="x")
-        assert durable_nb.execute("sync", handler, journal=journal,
-                                  client=client) == ["same answer"] * 2
-    assert [(e.kind, e.name) for e in journal.steps("sync")] == [("chat", "loopback-1")] * 2
+        for _ in range(2):
+            assert durable_nb.execute("sync", handler, journal=journal,
+                                      client=client) == ["same answer"] * 2
+        assert server.stats()["chat"] == 2
+    # the stream's step has the key the async client's would have
+    assert [(e.key, e.kind) for e in journal.steps("sync")] == [
+        ("0", "chat"), ("streamed_call#0.0", "chat")]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_live_sync_stream_yields_chunks_while_the_server_still_sends(journal, api):
+    def open_stream(ctx):
+        if api == "chat":
+            return ctx.openai.chat.completions.create(model="loopback-1", messages=MESSAGES,
+                                                      stream=True)
+        return ctx.openai.responses.create(model="loopback-1", input="hi", stream=True)
+
+    def handler(ctx):
+        items = iter(open_stream(ctx))
+        next(items)
+        # the server holds the rest of its stream until released: nothing could be
+        # journaled yet, and this chunk came before the server finished
+        seen = [hold.released, len(list(journal.steps("live")))]
+        hold.release()
+        rest = list(items)
+        return seen + [len(rest) > 2, len(list(journal.steps("live")))]
+
+    def text(ctx):
+        items = list(open_stream(ctx))
+        if api == "chat":
+            return _assembled(items).choices[0].message.content
+        return items[-1].response.output_text
+
+    with LoopbackServer(["one two three four five six"]) as server:
+        hold = server.hold_streams()
+        client = openai.OpenAI(base_url=server.url, api_key="x")
+        # what a live stream returns here differs from a replay's on purpose
+        seen = durable_nb.execute("live", handler, journal=journal, client=client,
+                                  verify_replay=False)
+        replayed = durable_nb.execute("live", text, journal=journal, client=client)
+        requests = server.stats()["total"]
+    assert seen == [False, 0, True, 1]
+    assert replayed == "one two three four five six" and requests == 1
+
+
+def test_a_process_killed_mid_stream_journaled_nothing_and_calls_again(tmp_path):
+    journal_dir = str(tmp_path / "journal")
+    with LoopbackServer([streaming_child.ANSWER]) as server:
+        hold = server.hold_streams()  # the first child dies while the server still sends
+        child = agent_process.start(streaming_child.stream_child, journal_dir, server.url,
+                                    str(tmp_path))
+        child.join(60)
+        assert (tmp_path / "killed-mid-stream").exists() and child.exitcode == -9
+        assert list(open_journal(journal_dir).steps("stream")) == []
+        hold.release()
+        child = agent_process.start(streaming_child.stream_child, journal_dir, server.url,
+                                    str(tmp_path))
+        child.join(60)
+        calls = server.stats()["by_round"]
+    assert agent_process.read_result(tmp_path) == streaming_child.ANSWER
+    assert calls == {"0": 2}
+    assert [e.kind for e in open_journal(journal_dir).steps("stream")] == ["chat"]
 
 
 def test_responses_create_is_a_respond_step(journal):

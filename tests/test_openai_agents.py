@@ -4,6 +4,7 @@ child processes (tests/openai_agents_process.py)."""
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from pathlib import Path
 
 import openai
@@ -230,9 +231,13 @@ def test_an_agent_used_as_a_tool_is_one_step_with_its_model_calls_inside(tmp_pat
 
 
 #: The step keys of the scenario below, the same on Python 3.10, 3.11 and 3.13 with
-#: openai-agents 0.24.0 (checked by hand): the SDK's task names under durable_nb's numbering.
+#: The SDK's task names under durable_nb's numbering (checked by hand).
 _TOOLS = "execute_function_tool_calls#{}._run_single_tool#{}._invoke_tool_and_run_post_invoke#0.0"
-_FIRST = "preserve_tool_task_cancellation#0."
+# The SDK runs the first turn in a task named after one of its functions, which it renamed
+# between releases: pinned for the ones tested (CI runs pyproject's floor and the newest).
+_FIRST_TURN_TASK = {"0.18.1": "run_single_turn", "0.19.0": "run_single_turn",
+                    "0.24.0": "preserve_tool_task_cancellation"}
+_FIRST = f"{_FIRST_TURN_TASK.get(version('openai-agents'))}#0."
 EXPECTED_KEYS = sorted([
     (_FIRST + "0", "chat"), (_FIRST + _TOOLS.format(0, 0), "find_flight"),
     (_FIRST + _TOOLS.format(0, 1), "find_flight"), ("0", "chat"),
@@ -241,6 +246,9 @@ EXPECTED_KEYS = sorted([
 
 
 def test_step_keys_follow_the_sdks_task_creation_not_timing(tmp_path, journal):
+    if version("openai-agents") not in _FIRST_TURN_TASK:
+        pytest.skip(f"step keys are pinned for openai-agents {sorted(_FIRST_TURN_TASK)}, "
+                    f"not {version('openai-agents')}")
     script = [Reply(tool_calls=[ToolCall("find_flight", {"city": "Oslo"}),
                                 ToolCall("find_flight", {"city": "Rome"})]),
               Reply(tool_calls=[ToolCall("book_flight", {"flight": "SK123"})]),

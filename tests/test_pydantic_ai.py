@@ -116,6 +116,32 @@ def test_parallel_tool_calls_are_steps_of_their_own_replayed(tmp_path, journal):
     assert sorted(travel.effects(tmp_path)) == ["find Oslo", "find Rome"]
 
 
+def test_parallel_tool_steps_keep_their_keys_whichever_finishes_first(tmp_path, journal):
+    # The same run twice, the parallel calls finishing in opposite orders: each call gets
+    # the same key both times (keys follow the framework's task creation, not timing), and
+    # the first run replayed with the other timing executes nothing again.
+    from durable_nb import serde
+
+    keys = []
+    with LoopbackServer(travel.parallel_script()) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        for run_id, last in (("oslo-last", "Oslo"), ("rome-last", "Rome")):
+            work = tmp_path / run_id
+            work.mkdir()
+            assert _execute(run_id, travel_agent(work, finish_last=last), journal,
+                            client).result == travel.FINAL
+            assert travel.effects(work)[-1] == f"find {last}"
+            keys.append({e.key: serde.decode(e.result) for e in journal.steps(run_id)
+                         if e.name == "find_flight"})
+        replayed = _execute("oslo-last", travel_agent(tmp_path, finish_last="Rome"), journal,
+                            client)
+        requests = server.stats()["chat"]
+    assert keys[0] == keys[1] and sorted(keys[0].values()) == ["SK123 to Oslo",
+                                                               "SK123 to Rome"]
+    assert replayed.result == travel.FINAL and travel.effects(tmp_path) == []
+    assert requests == 4  # two rounds per run, none for the replay
+
+
 def test_run_stream_with_the_durable_model_and_journaled_tools_replays(tmp_path, journal):
     from durable_nb.integrations.pydantic_ai import JournaledTools, durable_model
 

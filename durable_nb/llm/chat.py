@@ -240,11 +240,13 @@ class ChatCall:
                         client=self.client)
 
 
-def chat(execution: Execution, kwargs: dict) -> Any:
-    """Replay or make one chat completion for ``ctx.chat(**kwargs)``."""
+def chat(execution: Execution, kwargs: dict, *,
+         on_chunk: Callable[[Any], Any] | None = None) -> Any:
+    """Replay or make one chat completion for ``ctx.chat(**kwargs)``; a live streamed one
+    hands its chunks to ``on_chunk`` as they arrive (see :class:`ChatCall`)."""
     client, name, kwargs, retry = prepare(execution, kwargs, "ctx.chat", asynchronous=False)
     streamed = bool(kwargs.pop("stream", False))
-    live = ChatCall(execution, kwargs, name)
+    live = ChatCall(execution, kwargs, name, on_chunk=on_chunk)
 
     def call() -> Any:
         chosen = live.client = without_retries(client or default_client())

@@ -11,16 +11,21 @@ without rewriting it. What they journal:
   (``response_format`` a pydantic model): the journaled completion is the plain one, so a
   replay rebuilds the same typed ``ParsedChatCompletion``.
 
-With ``stream=True`` both return a stream. The async client's live stream yields the server's
-chunks (events) as they arrive, while the reply is assembled and journaled; a replayed
-stream yields equivalent chunks synthesized from the journaled reply, at once
-(:func:`~durable_nb.llm.streaming.completion_chunks`, :func:`response_events`). The sync client
-journals the streamed reply first and then yields it (its text is shown in the panel as it
-arrives). A usage chunk is yielded only when the request asked for it
-(``stream_options={"include_usage": True}``). A live stream runs in an asyncio task of its
-own (numbered, so its step key is stable: ``streamed_call#N.0``); closing the stream early
-waits for the reply to be journaled, since it is paid for.
+With ``stream=True`` both return a stream, one way: a live stream yields the server's chunks
+(events) as they arrive, while the reply is assembled, and the step is journaled when the
+server's stream ends; a replayed stream yields equivalent chunks synthesized from the
+journaled reply, at once (:func:`~durable_nb.llm.streaming.completion_chunks`,
+:func:`response_events`). A usage chunk is yielded only when the request asked for it
+(``stream_options={"include_usage": True}``). The step runs in a flow of its own, numbered
+so that its key is stable (``streamed_call#N.0``, the same for both clients): an asyncio task
+for the async client, a thread for the sync one. A process that dies mid-stream journaled
+nothing for it: the call is made again when the cell is re-run. Closing a stream early waits
+for the reply to be journaled, since it is paid for; a stream broken by the server after
+chunks were yielded is not sent again (the reader would get a second reply after part of
+the first): the step fails, and re-running the cell makes the call anew.
 
+``isinstance(ctx.openai, openai.OpenAI)`` (``AsyncOpenAI`` for ``ctx.async_openai``) is true,
+so a library that checks the client's type takes it (instructor's ``from_openai``).
 Configuration reads (``base_url``, ``organization``, ``project``, ``timeout``) and
 ``with_options(...)`` are those of the wrapped client. Everything else (``embeddings``,
 ``files``, ``with_raw_response``, ``beta`` ...) raises
@@ -32,7 +37,9 @@ name, None)`` takes its fallback path.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
+import queue
 import ssl
 import threading
 import weakref
@@ -46,6 +53,7 @@ from openai.types.responses import Response
 from .endpoints import default_client
 from ..errors import UnsupportedClientCall
 from ..execution import Execution
+from ..execution.scope import enter, leave
 from .chat import chat, chat_async
 from .responses import respond, respond_async
 from .streaming import completion_chunks
@@ -68,6 +76,15 @@ def _given(kwargs: dict) -> dict:
 def _wants_usage(kwargs: dict) -> bool:
     options = kwargs.get("stream_options")
     return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+def _chunk_rules(request: dict) -> tuple[Callable[[Any], list[Any]], Callable[[Any], bool]]:
+    """How a streamed chat reply reaches the reader: replayed, the chunks of the journaled
+    completion; live, the server's chunks, its usage chunk only if the request asked for it
+    (durable_nb asks for usage itself)."""
+    wants_usage = _wants_usage(request)
+    return (lambda completion: completion_chunks(completion, include_usage=wants_usage),
+            lambda chunk: wants_usage or bool(getattr(chunk, "choices", None)))
 
 
 def _refuse(owner: str, name: str) -> UnsupportedClientCall:
@@ -155,23 +172,38 @@ def _tls_context() -> ssl.SSLContext:
 # -- streams ------------------------------------------------------------------------------
 
 class ReplyStream:
-    """What the sync durable client returns for ``stream=True``: the chunks of a reply
-    already journaled (see the module docstring). ``completion`` is the journaled reply."""
+    """What the sync durable client returns for ``stream=True``: chunks (or Responses
+    events) as the step's thread hands them on; iteration ends when the step is journaled,
+    and raises what the step raised. ``completion`` is the journaled reply, once ended."""
 
     response = None  # no HTTP response behind it
 
-    def __init__(self, items: list[Any], completion: Any) -> None:
-        self._items = iter(items)
-        self.completion = completion
+    def __init__(self, items: queue.SimpleQueue, thread: threading.Thread,
+                 outcome: dict) -> None:
+        self._items = items
+        self._thread = thread
+        self._outcome = outcome  # "result" or "error", set by the thread before it ends
+
+    @property
+    def completion(self) -> Any:
+        return self._outcome.get("result")
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
-        return next(self._items)
+        item = self._items.get()
+        if item is _END:
+            self._items.put(_END)
+            self._thread.join()
+            if "error" in self._outcome:
+                raise self._outcome["error"]
+            raise StopIteration
+        return item
 
     def close(self) -> None:
-        self._items = iter(())
+        """Stop reading; waits for the reply to be journaled (it is paid for)."""
+        self._thread.join()
 
     def __enter__(self) -> ReplyStream:
         return self
@@ -217,32 +249,77 @@ class AsyncReplyStream:
         await self.close()
 
 
+class _Relay:
+    """What a streamed step hands on: the server's items that ``hand_on`` keeps, as they
+    arrive; for a replayed step (no item came), ``synthesize(result)``."""
+
+    def __init__(self, put: Callable[[Any], None], synthesize: Callable[[Any], list[Any]],
+                 hand_on: Callable[[Any], bool]) -> None:
+        self._put = put
+        self._synthesize = synthesize
+        self._hand_on = hand_on
+        self._received = 0
+
+    def on_item(self, item: Any) -> None:
+        self._received += 1
+        if self._hand_on(item):
+            self._put(item)
+
+    def ended(self, result: Any) -> None:
+        if not self._received:
+            for item in self._synthesize(result):
+                self._put(item)
+
+
 def _open_stream(make_step: Callable[[Callable[[Any], None]], Any],
                  synthesize: Callable[[Any], list[Any]],
                  hand_on: Callable[[Any], bool]) -> AsyncReplyStream:
     """Start the step ``make_step(on_item)`` in a task of its own and return the stream of
-    its items: live, those of the server that ``hand_on`` keeps; replayed (no item came),
-    ``synthesize(result)``."""
-    queue: asyncio.Queue = asyncio.Queue()
-    received = 0
-
-    def on_item(item: Any) -> None:
-        nonlocal received
-        received += 1
-        if hand_on(item):
-            queue.put_nowait(item)
+    what its :class:`_Relay` hands on."""
+    items: asyncio.Queue = asyncio.Queue()
+    relay = _Relay(items.put_nowait, synthesize, hand_on)
 
     async def streamed_call() -> Any:
         try:
-            result = await make_step(on_item)
-            if not received:
-                for item in synthesize(result):
-                    queue.put_nowait(item)
+            result = await make_step(relay.on_item)
+            relay.ended(result)
             return result
         finally:
-            queue.put_nowait(_END)
+            items.put_nowait(_END)
 
-    return AsyncReplyStream(queue, asyncio.get_running_loop().create_task(streamed_call()))
+    return AsyncReplyStream(items, asyncio.get_running_loop().create_task(streamed_call()))
+
+
+def _open_sync_stream(execution: Execution, make_step: Callable[[Callable[[Any], None]], Any],
+                      synthesize: Callable[[Any], list[Any]],
+                      hand_on: Callable[[Any], bool]) -> ReplyStream:
+    """:func:`_open_stream` for the sync client: the step runs in a thread of its own, in a
+    scope numbered as the async client's task would be (its key does not depend on when the
+    caller reads)."""
+    items: queue.SimpleQueue = queue.SimpleQueue()
+    relay = _Relay(items.put, synthesize, hand_on)
+    outcome: dict = {}
+
+    def streamed_call() -> None:
+        scope.owner = threading.get_ident()
+        token = enter(scope)
+        try:
+            result = make_step(relay.on_item)
+            relay.ended(result)
+            outcome["result"] = result
+        except BaseException as exc:  # handed to the reader, raised where it reads
+            outcome["error"] = exc
+        finally:
+            leave(token)
+            execution.ended(scope)
+            items.put(_END)
+
+    scope = execution.scope().task_scope(streamed_call)
+    execution.opened(scope)
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(streamed_call,),
+                              name=f"durable-nb-{execution.run_id}-{scope.path}", daemon=True)
+    thread.start()
+    return ReplyStream(items, thread, outcome)
 
 
 # -- the clients --------------------------------------------------------------------------
@@ -256,6 +333,13 @@ class _Client(_Refusing):
         self._ex = execution
         self._client = client
         self._owner = "ctx.async_openai" if self.asynchronous else "ctx.openai"
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """``openai.OpenAI`` (``AsyncOpenAI``), so that ``isinstance`` accepts the stand-in
+        where a library checks the client's type (instructor's ``from_openai`` does);
+        ``type()`` still tells the truth."""
+        return openai.AsyncOpenAI if self.asynchronous else openai.OpenAI
 
     @property
     def wrapped(self) -> Any:
@@ -327,13 +411,14 @@ class _SyncCompletions(_Resource):
         return _parsed(chat(self._c._ex, dict(request)), request, response_format)
 
     def create(self, **kwargs: Any) -> Any:
-        """``ctx.chat(**kwargs)``; ``stream=True`` returns a :class:`ReplyStream`."""
+        """``ctx.chat(**kwargs)``; ``stream=True`` returns a :class:`ReplyStream` of the
+        chunks as they arrive."""
         request = self._c._request(kwargs)
         if not request.get("stream"):
             return chat(self._c._ex, request)
-        completion = chat(self._c._ex, request)
-        return ReplyStream(completion_chunks(completion, include_usage=_wants_usage(request)),
-                          completion)
+        return _open_sync_stream(
+            self._c._ex, lambda on_chunk: chat(self._c._ex, request, on_chunk=on_chunk),
+            *_chunk_rules(request))
 
 
 class _AsyncCompletions(_Resource):
@@ -348,23 +433,21 @@ class _AsyncCompletions(_Resource):
         request = self._c._request(kwargs)
         if not request.get("stream"):
             return await chat_async(self._c._ex, request)
-        wants_usage = _wants_usage(request)
         return _open_stream(
             lambda on_chunk: chat_async(self._c._ex, request, on_chunk=on_chunk),
-            lambda completion: completion_chunks(completion, include_usage=wants_usage),
-            # durable_nb asks for usage itself: its chunk goes to the reader only if asked
-            lambda chunk: wants_usage or bool(getattr(chunk, "choices", None)))
+            *_chunk_rules(request))
 
 
 class _SyncResponses(_Resource):
     def create(self, **kwargs: Any) -> Any:
         """``ctx.respond(**kwargs)``; ``stream=True`` returns a :class:`ReplyStream` of
-        Responses events."""
+        Responses events as they arrive."""
         request = self._c._request(kwargs)
-        response = respond(self._c._ex, request)
         if not request.get("stream"):
-            return response
-        return ReplyStream(_typed_events(response), response)
+            return respond(self._c._ex, request)
+        return _open_sync_stream(
+            self._c._ex, lambda on_event: respond(self._c._ex, request, on_event=on_event),
+            _typed_events, lambda event: True)
 
 
 class _AsyncResponses(_Resource):

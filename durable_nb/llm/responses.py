@@ -169,15 +169,34 @@ def _generated(response: Any) -> list[str]:
 
 
 class _RespondCall:
-    """The live side of one ``ctx.respond`` step."""
+    """The live side of one ``ctx.respond`` step; ``on_event`` is handed each event of a
+    streamed reply as it arrives (the durable client's live stream)."""
 
-    def __init__(self, execution: Execution, kwargs: dict, name: str) -> None:
+    def __init__(self, execution: Execution, kwargs: dict, name: str,
+                 on_event: Callable[[Any], Any] | None = None) -> None:
         self.execution = execution
         self.kwargs = kwargs
         self.model = str(kwargs.get("model") or "")
         self.estimate: int | None = None
         self.estimated = False
         self.client: Any = None  # the client that makes the call: its endpoint is journaled
+        self.on_event = on_event
+        self.events_handed_on = 0
+
+    def assembler(self) -> ResponseAssembler:
+        """The assembler of one streamed attempt; refused once an earlier attempt handed
+        events on (sending again would hand the reader a second reply after part of the
+        first)."""
+        if self.events_handed_on:
+            raise ReplyProblem(f"the stream broke after {self.events_handed_on} events were "
+                               f"passed on to the reader; run the cell again to make this "
+                               f"call anew", transient=False)
+        return ResponseAssembler(on_text=self.on_text(),
+                                 on_event=self._hand_on if self.on_event is not None else None)
+
+    def _hand_on(self, event: Any) -> None:
+        self.events_handed_on += 1
+        self.on_event(event)
 
     def before_live(self) -> None:
         self.estimate = response_estimate(self.kwargs)
@@ -216,11 +235,14 @@ class _RespondCall:
                         client=self.client)
 
 
-def respond(execution: Execution, kwargs: dict) -> Any:
-    """Replay or make one Responses API call for ``ctx.respond(**kwargs)``."""
+def respond(execution: Execution, kwargs: dict, *,
+            on_event: Callable[[Any], Any] | None = None) -> Any:
+    """Replay or make one Responses API call for ``ctx.respond(**kwargs)``; a live streamed
+    one hands its events to ``on_event`` as they arrive, and is not sent again once it
+    handed one on."""
     client, name, kwargs, retry = prepare(execution, kwargs, "ctx.respond", asynchronous=False)
     streamed = bool(kwargs.pop("stream", False))
-    live = _RespondCall(execution, kwargs, name)
+    live = _RespondCall(execution, kwargs, name, on_event)
 
     def call() -> Any:
         chosen = live.client = without_retries(client or default_client())
@@ -228,7 +250,7 @@ def respond(execution: Execution, kwargs: dict) -> Any:
         def attempt() -> Any:
             if not streamed:
                 return live.finish(chosen.responses.create(**kwargs))
-            assembler = ResponseAssembler(on_text=live.on_text())
+            assembler = live.assembler()
             drain(lambda: chosen.responses.create(stream=True, **kwargs), assembler)
             return live.finish(assembler.response())
 
@@ -245,13 +267,7 @@ async def respond_async(execution: Execution, kwargs: dict, *,
     once it handed one on."""
     client, name, kwargs, retry = prepare(execution, kwargs, "ctx.respond", asynchronous=True)
     streamed = bool(kwargs.pop("stream", False))
-    live = _RespondCall(execution, kwargs, name)
-    handed_on = 0
-
-    def hand_on(event: Any) -> None:
-        nonlocal handed_on
-        handed_on += 1
-        on_event(event)
+    live = _RespondCall(execution, kwargs, name, on_event)
 
     async def call() -> Any:
         chosen = live.client = without_retries(client or default_client(asynchronous=True))
@@ -259,12 +275,7 @@ async def respond_async(execution: Execution, kwargs: dict, *,
         async def attempt() -> Any:
             if not streamed:
                 return live.finish(await chosen.responses.create(**kwargs))
-            if handed_on:
-                raise ReplyProblem(f"the stream broke after {handed_on} events were passed "
-                                   f"on to the reader; run the cell again to make this call "
-                                   f"anew", transient=False)
-            assembler = ResponseAssembler(on_text=live.on_text(),
-                                          on_event=hand_on if on_event is not None else None)
+            assembler = live.assembler()
             await drain_async(lambda: chosen.responses.create(stream=True, **kwargs), assembler)
             return live.finish(assembler.response())
 
