@@ -36,6 +36,7 @@ import errno
 import json
 import os
 import os.path as op
+import re
 import sqlite3
 import threading
 import time
@@ -276,6 +277,12 @@ _INSERT_IF_ABSENT = (
     "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
     " tag, size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)")
 
+# diskcache's set() of an existing row whose value is inline, and stays so: its UPDATE
+# (store and access time, no expiry, access count 0, tag, size 0, mode, no file, value).
+_UPDATE_INLINE = (
+    "UPDATE Cache SET store_time = ?, expire_time = NULL, access_time = ?, access_count = 0,"
+    " tag = ?, size = 0, mode = ?, filename = NULL, value = ? WHERE key = ? AND raw = 1"
+    " AND filename IS NULL")
 
 #: Entries read per query by :meth:`DiskJournal.steps` (SQLite allows 999 parameters at least).
 _READ_AHEAD = 256
@@ -305,8 +312,18 @@ def _run_tag(status: Any, created_at: Any) -> str | None:
     return f"{name}|{created:020.6f}"
 
 
+# RunRecord.to_json starts with the two fields of the tag: read there, a step that rewrites
+# the record does not parse all of it (its source and attempts) again.
+_TAG_PREFIX = re.compile(r'\{"status":"([A-Z_]+)","created_at":(null|-?[0-9]+(?:\.[0-9]+)?'
+                         r'(?:[eE][-+]?[0-9]+)?),')
+
+
 def _record_tag(text: str) -> str | None:
     """The tag of a run record given as JSON text (None if it is not one)."""
+    prefix = _TAG_PREFIX.match(text)
+    if prefix is not None:
+        status, created = prefix.groups()
+        return _run_tag(status, None if created == "null" else float(created))
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
@@ -764,8 +781,17 @@ class DiskJournal(Journal):
                 if not self._insert_if_absent(sql, blob_key, columns, now):
                     cleanup(columns[2])  # the run has this blob: its new file goes
             if record_json is not None:
-                cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
-                          retry=True)
+                self._update_record(sql, run_id, record_json, now)
+
+    def _update_record(self, sql: Callable, run_id: str, text: str, now: float) -> None:
+        """Inside a transaction: write the run record ``text``. One UPDATE where both the
+        stored record and ``text`` are inline (always but for a record over 32 KiB), with the
+        columns diskcache's ``set`` writes; its SELECT and bookkeeping otherwise."""
+        key, tag = f"run:{run_id}", _record_tag(text)
+        if len(text) < self._cache._disk.min_file_size and sql(
+                _UPDATE_INLINE, (now, now, tag, MODE_RAW, text, key)).rowcount == 1:
+            return
+        self._cache.set(key, text, tag=tag, retry=True)
 
     def rewrite_steps(self, run_id: str, from_position: int, entries: list[StepEntry], *,
                       record_json: str | None = None, token: str | None = None,
@@ -787,8 +813,7 @@ class DiskJournal(Journal):
             for key, columns in rows:
                 self._insert_if_absent(sql, key, columns, now)
             if record_json is not None:
-                cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
-                          retry=True)
+                self._update_record(sql, run_id, record_json, now)
         return deleted
 
     # -- blobs ----------------------------------------------------------------------------

@@ -48,7 +48,7 @@ PRICES: dict[str, Price] = {
 def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price | None:
     """The price of ``model`` (overrides first), or None when it is not known."""
     name = model.strip().lower().removeprefix("openai/").removeprefix("ft:")
-    table = {**PRICES, **{k.lower(): v for k, v in (overrides or {}).items()}}
+    table = {**PRICES, **{k.lower(): v for k, v in overrides.items()}} if overrides else PRICES
     matches = [key for key in table
                if name == key or (name.startswith(key) and name[len(key)] in "-:")]
     return table[max(matches, key=len)] if matches else None
