@@ -199,8 +199,7 @@ def store_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
     ``{"$blobs": [digest, ...]}`` or ``{"$blob": digest}`` in their place (the journal's
     writer turns each ``$blobs`` list into a ``$list`` chain when it appends the entry).
     """
-    whole = _dumps(data)
-    if len(whole) <= _INLINE_LIMIT and not any(f in data for f in _PER_ITEM):
+    if not any(f in data for f in _PER_ITEM) and len(_dumps(data)) <= _INLINE_LIMIT:
         return dict(data), {}  # the common case: a few small arguments, kept inline
     stored: dict[str, Any] = {}
     blobs: dict[str, str] = {}

@@ -278,11 +278,13 @@ _INSERT_IF_ABSENT = (
     " tag, size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)")
 
 # diskcache's set() of an existing row whose value is inline, and stays so: its UPDATE
-# (store and access time, no expiry, access count 0, tag, size 0, mode, no file, value).
+# (store and access time, no expiry, access count 0, tag, size 0, mode, no file, value),
+# for a row that already has no expiry and the same tag. Neither is written then: an indexed
+# column named in SET costs its index a page in the step's commit, even for the same value.
 _UPDATE_INLINE = (
-    "UPDATE Cache SET store_time = ?, expire_time = NULL, access_time = ?, access_count = 0,"
-    " tag = ?, size = 0, mode = ?, filename = NULL, value = ? WHERE key = ? AND raw = 1"
-    " AND filename IS NULL")
+    "UPDATE Cache SET store_time = ?, access_time = ?, access_count = 0, size = 0, mode = ?,"
+    " filename = NULL, value = ? WHERE key = ? AND raw = 1 AND filename IS NULL"
+    " AND expire_time IS NULL AND tag IS ?")
 
 #: Entries read per query by :meth:`DiskJournal.steps` (SQLite allows 999 parameters at least).
 _READ_AHEAD = 256
@@ -784,12 +786,13 @@ class DiskJournal(Journal):
                 self._update_record(sql, run_id, record_json, now)
 
     def _update_record(self, sql: Callable, run_id: str, text: str, now: float) -> None:
-        """Inside a transaction: write the run record ``text``. One UPDATE where both the
-        stored record and ``text`` are inline (always but for a record over 32 KiB), with the
-        columns diskcache's ``set`` writes; its SELECT and bookkeeping otherwise."""
+        """Inside a transaction: write the run record ``text``. One UPDATE where the stored
+        record and ``text`` are inline (always but for a record over 32 KiB) and its tag
+        (status) is the same, with the columns diskcache's ``set`` writes; ``set`` itself
+        otherwise."""
         key, tag = f"run:{run_id}", _record_tag(text)
         if len(text) < self._cache._disk.min_file_size and sql(
-                _UPDATE_INLINE, (now, now, tag, MODE_RAW, text, key)).rowcount == 1:
+                _UPDATE_INLINE, (now, now, MODE_RAW, text, key, tag)).rowcount == 1:
             return
         self._cache.set(key, text, tag=tag, retry=True)
 
