@@ -7,6 +7,7 @@
 - the run record a step rewrites is written by one UPDATE where diskcache's set() would make
   the same row (its listing tag read from the record's first fields), by set() otherwise;
 - token counts remembered per text are those tiktoken counts, within their bound;
+- a lease text verified at one write is not parsed again, and any other text still fences;
 - a replayed result that is plain JSON skips the decoding pass, but only where that cannot
   change what replay returns (tags, even spelled with escapes, and deep nesting still go
   through serde.decode) and where no observer holds the entry.
@@ -198,3 +199,18 @@ def test_token_counts_remembered_per_text_are_the_counted_ones(monkeypatch):
     assert tokens._counts_chars == sum(len(t) for _, t in tokens._counts)
     other = tokens.encoding_for("gpt-4")  # cl100k: its own counts
     assert tokens._count_text(other, texts[-1]) == len(other.encode(texts[-1]))
+
+
+def test_a_lease_taken_over_fences_the_writer_that_wrote_under_it_before(tmp_path):
+    journal = DiskJournal(tmp_path / "j")
+    journal.acquire_lease("r", {"token": "a", "pid": 1}, lambda holder: True)
+    journal.append_step("r", _entry(0), token="a")
+    journal.append_step("r", _entry(1), token="a")  # the lease text read before: not parsed
+    journal._cache.set("lease:r", json.dumps({"token": "b", "pid": 2}))  # taken over
+    with pytest.raises(RunLeased):
+        journal.append_step("r", _entry(2), token="a")
+    journal.append_step("r", _entry(2), token="b")
+    journal._cache.set("lease:r", json.dumps({"token": "a", "pid": 1}))  # the old text again
+    with pytest.raises(RunLeased):
+        journal.append_step("r", _entry(3), token="b")
+    assert journal.count_steps("r") == 3

@@ -286,6 +286,9 @@ _UPDATE_INLINE = (
     " filename = NULL, value = ? WHERE key = ? AND raw = 1 AND filename IS NULL"
     " AND expire_time IS NULL AND tag IS ?")
 
+#: Runs whose verified lease text a DiskJournal keeps (see DiskJournal._fenced).
+_HELD_KEPT = 1024
+
 #: Entries read per query by :meth:`DiskJournal.steps` (SQLite allows 999 parameters at least).
 _READ_AHEAD = 256
 _SELECT_STEPS = ("SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN ("
@@ -356,6 +359,9 @@ class DiskJournal(Journal):
                  read_only: bool = False) -> None:
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"durability must be 'process' or 'power', not {durability!r}")
+        #: Per run, (token, lease text) last found to be that token's lease: the same text
+        #: read again at the next write needs no parsing (a renewal changes the text).
+        self._held: dict[str, tuple[str, str]] = {}
         self.directory = Path(directory).expanduser().resolve()
         self.location = str(self.directory)
         self.durability = durability
@@ -472,6 +478,8 @@ class DiskJournal(Journal):
         # One indexed SELECT on the transaction's own connection (diskcache's get() would
         # add its expiry and statistics bookkeeping to every step).
         row = (sql or self._cache._sql)(_SELECT_VALUE, (f"lease:{run_id}",)).fetchone()
+        if row is not None and row[0] == MODE_RAW and self._held.get(run_id) == (token, row[2]):
+            return  # the very lease text found to be this token's at an earlier write
         holder = None
         if row is not None:
             mode, filename, value = row
@@ -484,6 +492,10 @@ class DiskJournal(Journal):
         if not isinstance(holder, dict) or holder.get("token") != token:
             raise RunLeased(run_id, holder if isinstance(holder, dict) else {},
                             advice=FENCED_ADVICE)
+        if row[0] == MODE_RAW and type(row[2]) is str:
+            if len(self._held) >= _HELD_KEPT:
+                self._held.clear()
+            self._held[run_id] = (token, row[2])
 
     def _columns(self, key: str, text: str) -> tuple:
         """The (size, mode, filename, value) columns of ``text`` as diskcache stores it:
