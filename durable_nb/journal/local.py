@@ -277,6 +277,12 @@ _INSERT_IF_ABSENT = (
     "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
     " tag, size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)")
 
+# _INSERT_IF_ABSENT, only while the lease row (inline) holds the given text.
+_INSERT_IF_LEASED = (
+    "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
+    " tag, size, mode, filename, value) SELECT ?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?"
+    " WHERE EXISTS (SELECT 1 FROM Cache WHERE key = ? AND raw = 1 AND mode = ? AND value = ?)")
+
 # diskcache's set() of an existing row whose value is inline, and stays so: its UPDATE
 # (store and access time, no expiry, access count 0, tag, size 0, mode, no file, value),
 # for a row that already has no expiry and the same tag. Neither is written then: an indexed
@@ -519,6 +525,20 @@ class DiskJournal(Journal):
         """
         size, mode, filename, value = columns
         return sql(_INSERT_IF_ABSENT, (key, now, now, size, mode, filename, value)).rowcount == 1
+
+    def _insert_under_held_lease(self, sql: Callable, run_id: str, token: str | None,
+                                 key: str, columns: tuple, now: float) -> bool:
+        """Inside a transaction: the fenced insert of an executor's next entry in one
+        statement, where the run's lease row still holds the very text found to be this
+        token's at an earlier write (see :meth:`_fenced`); whether it was inserted. When not
+        (no such text, a renewed or lost lease, a taken position), the caller checks and
+        inserts step by step, and raises what applies."""
+        held = self._held.get(run_id) if token is not None else None
+        if held is None or held[0] != token:
+            return False
+        size, mode, filename, value = columns
+        return sql(_INSERT_IF_LEASED, (key, now, now, size, mode, filename, value,
+                                       f"lease:{run_id}", MODE_RAW, held[1])).rowcount == 1
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -784,13 +804,15 @@ class DiskJournal(Journal):
             rows.append((blob_key, self._columns(blob_key, blob)))
         # One SQLite transaction (BEGIN IMMEDIATE; retried while another writer holds the
         # lock, as diskcache's transact(retry=True)): the lease check, the entry written
-        # only where its position is free, its blobs unless present, the record.
+        # only where its position is free (both in one statement while the lease is the one
+        # this executor last wrote under), its blobs unless present, the record.
         with self._value_files_of(rows), cache._transact(retry=True) as (sql, cleanup):
-            self._fenced(run_id, token, sql)
             now = time.time()
-            if not self._insert_if_absent(sql, key, rows[0][1], now):
-                raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
-                                advice=position_taken_advice(entry.position))
+            if not self._insert_under_held_lease(sql, run_id, token, key, rows[0][1], now):
+                self._fenced(run_id, token, sql)
+                if not self._insert_if_absent(sql, key, rows[0][1], now):
+                    raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
+                                    advice=position_taken_advice(entry.position))
             for blob_key, columns in rows[1:]:
                 if not self._insert_if_absent(sql, blob_key, columns, now):
                     cleanup(columns[2])  # the run has this blob: its new file goes
