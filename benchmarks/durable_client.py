@@ -13,7 +13,8 @@ each call non-streamed, the median of N calls (default 300) after 20 warm-up cal
   agent written for Pydantic AI, bare and through
   :func:`durable_nb.integrations.pydantic_ai.run`.
 
-Prints one line per measure; the overhead is durable minus bare.
+Prints one line per measure; the overhead is durable minus bare, in time and in CPU time of
+the calling thread (which a loaded machine's waits for a core do not inflate).
 """
 
 from __future__ import annotations
@@ -38,29 +39,28 @@ def _messages(i: int) -> list[dict]:
     return [{"role": "user", "content": f"question {i}"}]
 
 
-def _chat_calls(url: str, n: int, journal: str) -> tuple[list[float], ...]:
-    """(bare, durable client, ctx.chat_async) seconds per call, alternating call by call on
-    one event loop."""
-    bare: list[float] = []
-    durable: list[float] = []
-    chat: list[float] = []
+def _chat_calls(url: str, n: int, journal: str) -> dict[str, list[tuple[float, float]]]:
+    """(seconds, CPU seconds of the calling thread) per call of bare, the durable client
+    and ctx.chat_async, alternating call by call on one event loop. The CPU time leaves out
+    the server (another thread) and the waits for a core on a loaded machine."""
+    calls: dict[str, list[tuple[float, float]]] = {"bare": [], "durable": [], "chat": []}
 
     async def handler(ctx: Any) -> None:
         client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
         through = ctx.async_openai
         for i in range(WARMUP + n):
-            for send, times in ((client.chat.completions.create, bare),
-                                (through.chat.completions.create, durable),
-                                (ctx.chat_async, chat)):
-                started = time.perf_counter()
+            for send, times in ((client.chat.completions.create, calls["bare"]),
+                                (through.chat.completions.create, calls["durable"]),
+                                (ctx.chat_async, calls["chat"])):
+                started, cpu = time.perf_counter(), time.thread_time()
                 await send(model=MODEL, messages=_messages(i))
-                times.append(time.perf_counter() - started)
+                times.append((time.perf_counter() - started, time.thread_time() - cpu))
         await client.close()
 
     client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
     durable_nb.execute("bench-client", handler, journal=journal, client=client,
                        verify_replay=False)
-    return bare[WARMUP:], durable[WARMUP:], chat[WARMUP:]
+    return {name: times[WARMUP:] for name, times in calls.items()}
 
 
 async def _nothing(ctx: Any) -> None:
@@ -160,11 +160,16 @@ def main(argv: list[str]) -> None:
     n = int(argv[0]) if argv else 300
     script = [Reply(tool_calls=[ToolCall("lookup", {"city": "Oslo"})]), "Sunny in Oslo."]
     with LoopbackServer(["fine"]) as server, tempfile.TemporaryDirectory() as tmp:
-        bare, durable, chat = _chat_calls(server.url, n, f"{tmp}/journal")
-        print(f"chat call, bare AsyncOpenAI:     {_ms(bare):.2f} ms (median of {n})")
-        print(f"chat call, ctx.async_openai:     {_ms(durable):.2f} ms")
-        print(f"chat call, ctx.chat_async:       {_ms(chat):.2f} ms")
-        print(f"durable client overhead:         {_ms(durable) - _ms(bare):.2f} ms per call")
+        calls = _chat_calls(server.url, n, f"{tmp}/journal")
+        wall = {name: _ms([t for t, _ in times]) for name, times in calls.items()}
+        cpu = {name: _ms([c for _, c in times]) for name, times in calls.items()}
+        print(f"chat call, bare AsyncOpenAI:     {wall['bare']:.2f} ms, CPU {cpu['bare']:.2f} ms "
+              f"(medians of {n})")
+        print(f"chat call, ctx.async_openai:     {wall['durable']:.2f} ms, CPU "
+              f"{cpu['durable']:.2f} ms")
+        print(f"chat call, ctx.chat_async:       {wall['chat']:.2f} ms, CPU {cpu['chat']:.2f} ms")
+        print(f"durable client overhead:         {wall['durable'] - wall['bare']:.2f} ms per "
+              f"call, CPU {cpu['durable'] - cpu['bare']:.2f} ms")
     try:
         import agents  # noqa: F401
     except ImportError:

@@ -366,15 +366,20 @@ def _decode_tagged(data: dict, depth: int) -> Any:
 
 def _depth_exceeds(data: Any, depth: int) -> bool:
     """Whether JSON ``data`` inside ``depth`` containers nests past MAX_DEPTH (no recursion)."""
-    stack = [(data, depth)]
+    t = type(data)
+    if t is not dict and t is not list:
+        return False
+    stack = [(data, depth)]  # containers only: a step's result is mostly scalars
+    pop, push = stack.pop, stack.append
     while stack:
-        item, level = stack.pop()
-        t = type(item)
-        if t is dict or t is list:
-            level += 1
-            if level > MAX_DEPTH:
-                return True
-            stack.extend((child, level) for child in (item.values() if t is dict else item))
+        item, level = pop()
+        level += 1
+        if level > MAX_DEPTH:
+            return True
+        for child in (item.values() if type(item) is dict else item):
+            t = type(child)
+            if t is dict or t is list:
+                push((child, level))
     return False
 
 

@@ -4,6 +4,10 @@
   of refused writes are removed, blobs a run has are not duplicated, large values still land
   in files;
 - DiskJournal.steps reads entries many a query, in position order, stopping at a gap;
+- the run record a step rewrites is written by one UPDATE where diskcache's set() would make
+  the same row (its listing tag read from the record's first fields), by set() otherwise;
+- token counts remembered per text are those tiktoken counts, within their bound;
+- a lease text verified at one write is not parsed again, and any other text still fences;
 - a replayed result that is plain JSON skips the decoding pass, but only where that cannot
   change what replay returns (tags, even spelled with escapes, and deep nesting still go
   through serde.decode) and where no observer holds the entry.
@@ -20,8 +24,10 @@ import durable_nb as dn
 from durable_nb.runner import Runner
 from durable_nb import serde
 from durable_nb.errors import RunLeased
-from durable_nb.journal import DiskJournal, StepEntry
+from durable_nb.journal import DiskJournal, RunRecord, Status, StepEntry
+from durable_nb.journal.local import _record_tag, _run_tag
 from durable_nb.journal.records import PLAIN_MAX_BRACKETS
+from durable_nb.llm import tokens
 
 
 def _entry(position: int, result: object = "ok") -> StepEntry:
@@ -136,3 +142,75 @@ def test_a_missing_value_file_is_a_corrupt_entry_when_steps_are_read(tmp_path):
         path.unlink()
     with pytest.raises(dn.CorruptEntry, match="value file is missing"):
         list(journal.steps("r"))
+
+
+def _record_row(journal: DiskJournal, run_id: str) -> tuple:
+    return journal._cache._sql(
+        "SELECT tag, expire_time, size, mode, filename FROM Cache WHERE key = ? AND raw = 1",
+        (f"run:{run_id}",)).fetchone()
+
+
+def test_the_record_written_with_a_step_keeps_its_listing_tag_and_its_storage(tmp_path):
+    journal = DiskJournal(tmp_path / "j")
+    record = RunRecord("r", created_at=1764590000.5)
+    journal.create_run(record)
+    record.prompt_tokens = 7
+    journal.append_step("r", _entry(0), record_json=record.to_json())  # same status: UPDATE
+    assert _record_row(journal, "r") == (_run_tag("RUNNING", 1764590000.5), None, 0, 1, None)
+    record.status = Status.WAITING_APPROVAL  # another tag: written by diskcache's set()
+    journal.append_step("r", _entry(1), record_json=record.to_json())
+    assert journal.list_runs(status="waiting_approval")[0].prompt_tokens == 7
+    assert journal.list_runs(status="running") == []
+    record.context_summary = "s" * 40_000  # over 32 KiB: in a value file, then inline again
+    journal.append_step("r", _entry(2), record_json=record.to_json())
+    assert _record_row(journal, "r")[4] is not None and len(_value_files(tmp_path / "j")) == 1
+    record.context_summary = None
+    record.prompt_tokens = 9
+    journal.append_step("r", _entry(3), record_json=record.to_json())
+    assert _record_row(journal, "r")[4] is None and _value_files(tmp_path / "j") == []
+    assert journal.get_run("r").prompt_tokens == 9
+    size = journal._cache._sql("SELECT value FROM Settings WHERE key = 'size'").fetchone()[0]
+    assert size == 0  # diskcache's own count of file bytes, kept by its triggers
+
+
+@pytest.mark.parametrize("created_at", [0, 0.0, None, 1764590000.123456, 5, 1e15])
+def test_the_listing_tag_read_from_the_records_first_fields_is_the_parsed_one(created_at):
+    for status in Status:
+        record = RunRecord('r"1', title='"status":"DONE","created_at":1', status=status,
+                           created_at=created_at, source="x" * 5000)
+        text = record.to_json()
+        data = json.loads(text)
+        assert text.startswith('{"status":')
+        assert _record_tag(text) == _run_tag(data["status"], data["created_at"])
+    older = json.dumps({"run_id": "r", "status": "DONE", "created_at": 3.0})  # other order
+    assert _record_tag(older) == _run_tag("DONE", 3.0)
+
+
+def test_token_counts_remembered_per_text_are_the_counted_ones(monkeypatch):
+    monkeypatch.setattr(tokens, "_counts", {})
+    monkeypatch.setattr(tokens, "_counts_chars", 0)
+    monkeypatch.setattr(tokens, "_COUNTS_MAX_CHARS", 400)
+    enc = tokens.encoding_for("gpt-4o")
+    texts = [f"message number {i}: " + "word " * i for i in range(40)]
+    first = [tokens._count_text(enc, t) for t in texts]
+    again = [tokens._count_text(enc, t) for t in reversed(texts)]
+    assert first == list(reversed(again)) == [len(enc.encode(t)) for t in texts]
+    assert 0 < tokens._counts_chars <= 400
+    assert tokens._counts_chars == sum(len(t) for _, t in tokens._counts)
+    other = tokens.encoding_for("gpt-4")  # cl100k: its own counts
+    assert tokens._count_text(other, texts[-1]) == len(other.encode(texts[-1]))
+
+
+def test_a_lease_taken_over_fences_the_writer_that_wrote_under_it_before(tmp_path):
+    journal = DiskJournal(tmp_path / "j")
+    journal.acquire_lease("r", {"token": "a", "pid": 1}, lambda holder: True)
+    journal.append_step("r", _entry(0), token="a")
+    journal.append_step("r", _entry(1), token="a")  # the lease text read before: not parsed
+    journal._cache.set("lease:r", json.dumps({"token": "b", "pid": 2}))  # taken over
+    with pytest.raises(RunLeased):
+        journal.append_step("r", _entry(2), token="a")
+    journal.append_step("r", _entry(2), token="b")
+    journal._cache.set("lease:r", json.dumps({"token": "a", "pid": 1}))  # the old text again
+    with pytest.raises(RunLeased):
+        journal.append_step("r", _entry(3), token="b")
+    assert journal.count_steps("r") == 3

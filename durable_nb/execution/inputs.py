@@ -94,19 +94,19 @@ def _refusal(refused: _Refused) -> SerializationError:
 def _canonical(value: Any, depth: int) -> Any:
     if depth > 100:
         return "<deeply nested>"
-    if value is None or isinstance(value, (bool, int, str)):
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is dict:  # JSON containers first, without the Mapping check (an ABC's, slow)
+        return _mapping(value, depth)
+    if t is list:
+        return _items(value, depth)
+    if isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
     if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            try:
-                out[str(k)] = _canonical(v, depth + 1)
-            except _Refused as refused:
-                refused.path.append(f".{k}" if isinstance(k, str) else f"[{k!r}]")
-                raise
-        return out
+        return _mapping(value, depth)
     if isinstance(value, (list, tuple)):
         return _items(value, depth)
     if isinstance(value, (set, frozenset)):
@@ -129,6 +129,17 @@ def _canonical(value: Any, depth: int) -> Any:
     if isinstance(schema, Mapping):
         return _canonical(schema, depth + 1)
     return {"$t": _type_tag(value), "v": _canonical(_value_data(value), depth + 1)}
+
+
+def _mapping(value: Mapping, depth: int) -> dict:
+    out = {}
+    for k, v in value.items():
+        try:
+            out[str(k)] = _canonical(v, depth + 1)
+        except _Refused as refused:
+            refused.path.append(f".{k}" if isinstance(k, str) else f"[{k!r}]")
+            raise
+    return out
 
 
 def _items(values: Any, depth: int) -> list:
@@ -199,8 +210,7 @@ def store_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
     ``{"$blobs": [digest, ...]}`` or ``{"$blob": digest}`` in their place (the journal's
     writer turns each ``$blobs`` list into a ``$list`` chain when it appends the entry).
     """
-    whole = _dumps(data)
-    if len(whole) <= _INLINE_LIMIT and not any(f in data for f in _PER_ITEM):
+    if not any(f in data for f in _PER_ITEM) and len(_dumps(data)) <= _INLINE_LIMIT:
         return dict(data), {}  # the common case: a few small arguments, kept inline
     stored: dict[str, Any] = {}
     blobs: dict[str, str] = {}

@@ -35,8 +35,12 @@ def blob_digest(text: str) -> str:
 
 def list_node(prev: str | None, add: Sequence[str]) -> tuple[str, str]:
     """(digest, text) of the list node: the list of node ``prev`` (None: empty) then ``add``."""
-    text = json.dumps({"prev": prev, "add": list(add)}, separators=(",", ":"))
+    text = _COMPACT.encode({"prev": prev, "add": list(add)})
     return blob_digest(text), text
+
+
+# Made once: json.dumps() with options builds an encoder per call (encode() is stateless).
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 def _node(digest: str, get_blob: GetBlob) -> tuple[str | None, list[str]] | None:

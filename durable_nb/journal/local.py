@@ -36,6 +36,7 @@ import errno
 import json
 import os
 import os.path as op
+import re
 import sqlite3
 import threading
 import time
@@ -276,6 +277,23 @@ _INSERT_IF_ABSENT = (
     "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
     " tag, size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)")
 
+# _INSERT_IF_ABSENT, only while the lease row (inline) holds the given text.
+_INSERT_IF_LEASED = (
+    "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
+    " tag, size, mode, filename, value) SELECT ?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?"
+    " WHERE EXISTS (SELECT 1 FROM Cache WHERE key = ? AND raw = 1 AND mode = ? AND value = ?)")
+
+# diskcache's set() of an existing row whose value is inline, and stays so: its UPDATE
+# (store and access time, no expiry, access count 0, tag, size 0, mode, no file, value),
+# for a row that already has no expiry and the same tag. Neither is written then: an indexed
+# column named in SET costs its index a page in the step's commit, even for the same value.
+_UPDATE_INLINE = (
+    "UPDATE Cache SET store_time = ?, access_time = ?, access_count = 0, size = 0, mode = ?,"
+    " filename = NULL, value = ? WHERE key = ? AND raw = 1 AND filename IS NULL"
+    " AND expire_time IS NULL AND tag IS ?")
+
+#: Runs whose verified lease text a DiskJournal keeps (see DiskJournal._fenced).
+_HELD_KEPT = 1024
 
 #: Entries read per query by :meth:`DiskJournal.steps` (SQLite allows 999 parameters at least).
 _READ_AHEAD = 256
@@ -305,8 +323,18 @@ def _run_tag(status: Any, created_at: Any) -> str | None:
     return f"{name}|{created:020.6f}"
 
 
+# RunRecord.to_json starts with the two fields of the tag: read there, a step that rewrites
+# the record does not parse all of it (its source and attempts) again.
+_TAG_PREFIX = re.compile(r'\{"status":"([A-Z_]+)","created_at":(null|-?[0-9]+(?:\.[0-9]+)?'
+                         r'(?:[eE][-+]?[0-9]+)?),')
+
+
 def _record_tag(text: str) -> str | None:
     """The tag of a run record given as JSON text (None if it is not one)."""
+    prefix = _TAG_PREFIX.match(text)
+    if prefix is not None:
+        status, created = prefix.groups()
+        return _run_tag(status, None if created == "null" else float(created))
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
@@ -337,6 +365,9 @@ class DiskJournal(Journal):
                  read_only: bool = False) -> None:
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"durability must be 'process' or 'power', not {durability!r}")
+        #: Per run, (token, lease text) last found to be that token's lease: the same text
+        #: read again at the next write needs no parsing (a renewal changes the text).
+        self._held: dict[str, tuple[str, str]] = {}
         self.directory = Path(directory).expanduser().resolve()
         self.location = str(self.directory)
         self.durability = durability
@@ -453,6 +484,8 @@ class DiskJournal(Journal):
         # One indexed SELECT on the transaction's own connection (diskcache's get() would
         # add its expiry and statistics bookkeeping to every step).
         row = (sql or self._cache._sql)(_SELECT_VALUE, (f"lease:{run_id}",)).fetchone()
+        if row is not None and row[0] == MODE_RAW and self._held.get(run_id) == (token, row[2]):
+            return  # the very lease text found to be this token's at an earlier write
         holder = None
         if row is not None:
             mode, filename, value = row
@@ -465,6 +498,10 @@ class DiskJournal(Journal):
         if not isinstance(holder, dict) or holder.get("token") != token:
             raise RunLeased(run_id, holder if isinstance(holder, dict) else {},
                             advice=FENCED_ADVICE)
+        if row[0] == MODE_RAW and type(row[2]) is str:
+            if len(self._held) >= _HELD_KEPT:
+                self._held.clear()
+            self._held[run_id] = (token, row[2])
 
     def _columns(self, key: str, text: str) -> tuple:
         """The (size, mode, filename, value) columns of ``text`` as diskcache stores it:
@@ -488,6 +525,20 @@ class DiskJournal(Journal):
         """
         size, mode, filename, value = columns
         return sql(_INSERT_IF_ABSENT, (key, now, now, size, mode, filename, value)).rowcount == 1
+
+    def _insert_under_held_lease(self, sql: Callable, run_id: str, token: str | None,
+                                 key: str, columns: tuple, now: float) -> bool:
+        """Inside a transaction: the fenced insert of an executor's next entry in one
+        statement, where the run's lease row still holds the very text found to be this
+        token's at an earlier write (see :meth:`_fenced`); whether it was inserted. When not
+        (no such text, a renewed or lost lease, a taken position), the caller checks and
+        inserts step by step, and raises what applies."""
+        held = self._held.get(run_id) if token is not None else None
+        if held is None or held[0] != token:
+            return False
+        size, mode, filename, value = columns
+        return sql(_INSERT_IF_LEASED, (key, now, now, size, mode, filename, value,
+                                       f"lease:{run_id}", MODE_RAW, held[1])).rowcount == 1
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -753,19 +804,31 @@ class DiskJournal(Journal):
             rows.append((blob_key, self._columns(blob_key, blob)))
         # One SQLite transaction (BEGIN IMMEDIATE; retried while another writer holds the
         # lock, as diskcache's transact(retry=True)): the lease check, the entry written
-        # only where its position is free, its blobs unless present, the record.
+        # only where its position is free (both in one statement while the lease is the one
+        # this executor last wrote under), its blobs unless present, the record.
         with self._value_files_of(rows), cache._transact(retry=True) as (sql, cleanup):
-            self._fenced(run_id, token, sql)
             now = time.time()
-            if not self._insert_if_absent(sql, key, rows[0][1], now):
-                raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
-                                advice=position_taken_advice(entry.position))
+            if not self._insert_under_held_lease(sql, run_id, token, key, rows[0][1], now):
+                self._fenced(run_id, token, sql)
+                if not self._insert_if_absent(sql, key, rows[0][1], now):
+                    raise RunLeased(run_id, self._read_json(f"lease:{run_id}") or {},
+                                    advice=position_taken_advice(entry.position))
             for blob_key, columns in rows[1:]:
                 if not self._insert_if_absent(sql, blob_key, columns, now):
                     cleanup(columns[2])  # the run has this blob: its new file goes
             if record_json is not None:
-                cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
-                          retry=True)
+                self._update_record(sql, run_id, record_json, now)
+
+    def _update_record(self, sql: Callable, run_id: str, text: str, now: float) -> None:
+        """Inside a transaction: write the run record ``text``. One UPDATE where the stored
+        record and ``text`` are inline (always but for a record over 32 KiB) and its tag
+        (status) is the same, with the columns diskcache's ``set`` writes; ``set`` itself
+        otherwise."""
+        key, tag = f"run:{run_id}", _record_tag(text)
+        if len(text) < self._cache._disk.min_file_size and sql(
+                _UPDATE_INLINE, (now, now, MODE_RAW, text, key, tag)).rowcount == 1:
+            return
+        self._cache.set(key, text, tag=tag, retry=True)
 
     def rewrite_steps(self, run_id: str, from_position: int, entries: list[StepEntry], *,
                       record_json: str | None = None, token: str | None = None,
@@ -787,8 +850,7 @@ class DiskJournal(Journal):
             for key, columns in rows:
                 self._insert_if_absent(sql, key, columns, now)
             if record_json is not None:
-                cache.set(f"run:{run_id}", record_json, tag=_record_tag(record_json),
-                          retry=True)
+                self._update_record(sql, run_id, record_json, now)
         return deleted
 
     # -- blobs ----------------------------------------------------------------------------

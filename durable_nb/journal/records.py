@@ -201,7 +201,14 @@ class RunRecord:
         return self.prompt_tokens + self.completion_tokens
 
     def to_json(self) -> str:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies
+        """The record as JSON text, ``status`` and ``created_at`` first: the disk journal
+        reads a record's listing tag from that prefix (its steps rewrite the record)."""
+        cls = type(self)
+        names = _RECORD_FIELDS.get(cls)
+        if names is None:  # fields() is slow to ask: once per class
+            rest = tuple(f.name for f in fields(cls) if f.name not in _TAG_FIELDS)
+            names = _RECORD_FIELDS[cls] = _TAG_FIELDS + rest
+        data = {name: getattr(self, name) for name in names}  # not asdict(): it deep-copies
         data["status"] = self.status.value
         return json_text(data)
 
@@ -248,6 +255,9 @@ def _shape(cls: type) -> tuple[frozenset[str], dict[str, Any] | None]:
 
 
 _SHAPES: dict[type, tuple[frozenset[str], dict[str, Any] | None]] = {}
+#: The fields a run record's JSON text starts with (see RunRecord.to_json).
+_TAG_FIELDS = ("status", "created_at")
+_RECORD_FIELDS: dict[type, tuple[str, ...]] = {}
 _STATUSES = {s.value: s for s in Status}
 
 

@@ -243,10 +243,11 @@ def llm_meta(execution: Any, *, requested: str, model: str | None, prompt: int, 
     if prompt_estimate is not None:
         meta["prompt_estimate"] = prompt_estimate
     prices = execution.options.prices
-    priced = model if price_for(model, prices) is not None else requested
-    dollars = cost(priced, prompt, completion, cached or 0, overrides=prices)
-    if dollars is not None:
-        meta["cost"] = dollars
+    price = price_for(model, prices)
+    if price is None and requested != model:
+        price = price_for(requested, prices)
+    if price is not None:
+        meta["cost"] = price.dollars(prompt, completion, cached or 0)
     if cached is not None:
         meta["cached"] = cached
     if reasoning:

@@ -23,6 +23,14 @@ class Price:
     cached_input: float
     output: float
 
+    def dollars(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+                ) -> float:
+        """Dollars for one call at this price; ``cached_tokens`` are the part of
+        ``prompt_tokens`` billed at the cached-input price."""
+        fresh = max(0, prompt_tokens - cached_tokens)
+        return (fresh * self.input + cached_tokens * self.cached_input
+                + completion_tokens * self.output) / 1_000_000
+
 
 #: By model name or family prefix; the longest key that prefixes the model wins (as for
 #: context windows), so ``gpt-4o-2024-08-06`` is priced as ``gpt-4o``.
@@ -48,7 +56,7 @@ PRICES: dict[str, Price] = {
 def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price | None:
     """The price of ``model`` (overrides first), or None when it is not known."""
     name = model.strip().lower().removeprefix("openai/").removeprefix("ft:")
-    table = {**PRICES, **{k.lower(): v for k, v in (overrides or {}).items()}}
+    table = {**PRICES, **{k.lower(): v for k, v in overrides.items()}} if overrides else PRICES
     matches = [key for key in table
                if name == key or (name.startswith(key) and name[len(key)] in "-:")]
     return table[max(matches, key=len)] if matches else None
@@ -59,8 +67,5 @@ def cost(model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: 
     """Dollars for one call, or None when the model's price is not known. ``cached_tokens``
     are the part of ``prompt_tokens`` billed at the cached-input price."""
     price = price_for(model, overrides)
-    if price is None:
-        return None
-    fresh = max(0, prompt_tokens - cached_tokens)
-    return (fresh * price.input + cached_tokens * price.cached_input
-            + completion_tokens * price.output) / 1_000_000
+    return None if price is None else price.dollars(prompt_tokens, completion_tokens,
+                                                    cached_tokens)

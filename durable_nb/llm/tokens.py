@@ -168,6 +168,19 @@ def encoding_for(model: str) -> tiktoken.Encoding:
     or takes longer than :data:`ENCODING_LOAD_TIMEOUT_S`, the offline cl100k_base is used
     instead (counts then differ by a few percent) and one ``UserWarning`` per process says so.
     """
+    found = _by_model.get(model)
+    if found is not None:
+        return found
+    found = _by_model[model] = _encoding_for(model)
+    return found
+
+
+#: The encoding of each model asked for (an encoding once chosen stays: a failed load is not
+#: tried again, see _failed), so that a call's count does not look the model up again.
+_by_model: dict[str, tiktoken.Encoding] = {}
+
+
+def _encoding_for(model: str) -> tiktoken.Encoding:
     global _warned
     name = _encoding_name(model)
     if name == "cl100k_base":
@@ -235,10 +248,36 @@ def as_dict(obj: Any, what: str) -> dict[str, Any]:
                     f"or a pydantic model (such as openai's ChatCompletionMessage)")
 
 
+#: Characters of text whose token counts are remembered (per process, all encodings): an
+#: agent loop sends its whole conversation with every call, so each message is counted once,
+#: not once per later call (tiktoken takes ~10 us for even a short text).
+_COUNTS_MAX_CHARS = 1 << 22
+_counts: dict[tuple[tiktoken.Encoding, str], int] = {}  # least recently used first
+_counts_chars = 0
+_counts_lock = threading.Lock()
+
+
 def _count_text(enc: tiktoken.Encoding, text: str) -> int:
     """Tokens of ``text`` as ordinary text. ``<|endoftext|>`` and the like inside a message or
     a schema are content, not control tokens, and tiktoken's default would raise on them."""
-    return len(enc.encode(text, disallowed_special=()))
+    global _counts_chars
+    key = (enc, text)
+    with _counts_lock:
+        count = _counts.pop(key, None)
+        if count is not None:
+            _counts[key] = count
+            return count
+    count = len(enc.encode(text, disallowed_special=()))
+    if len(text) <= _COUNTS_MAX_CHARS // 8:
+        with _counts_lock:
+            if key not in _counts:
+                _counts[key] = count
+                _counts_chars += len(text)
+                while _counts_chars > _COUNTS_MAX_CHARS:
+                    oldest = next(iter(_counts))
+                    _counts_chars -= len(oldest[1])
+                    del _counts[oldest]
+    return count
 
 
 def _count_part(enc: tiktoken.Encoding, part: Any) -> int:
@@ -395,7 +434,8 @@ def context_window(model: str, overrides: Mapping[str, int] | None = None) -> in
     (``gpt-4o-2024-08-06``) and fine-tunes (``ft:gpt-4o-mini:org::id``) find their family.
     Unknown models get :data:`DEFAULT_CONTEXT_WINDOW`.
     """
-    windows = {**CONTEXT_WINDOWS, **{k.lower(): v for k, v in (overrides or {}).items()}}
+    windows = {**CONTEXT_WINDOWS, **{k.lower(): v for k, v in overrides.items()}} \
+        if overrides else CONTEXT_WINDOWS
     name = _normalise(model)
     matches = [key for key in windows
                if name == key or (name.startswith(key) and name[len(key)] in "-:")]
