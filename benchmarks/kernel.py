@@ -225,7 +225,8 @@ def browser(spec: dict) -> dict:
                     loads.append(os.getloadavg()[0])
                     before = _cpu_seconds()
                     if variant == "browser":
-                        seen.append(_browser_run(page, runs["browser"][r]))
+                        seen.append(_browser_run(page, runs["browser"][r],
+                                                 Path(out["browser"])))
                     else:
                         _run(client, _BROWSER_NEXT)
                         _run(client, _BROWSER_CELL.format(n=n, out=out["no-browser"]))
@@ -268,12 +269,16 @@ def _cpu_seconds() -> dict[str, float]:
     return used
 
 
-def _browser_run(page: Any, run_id: str) -> dict:
-    """Run the agent cell in the page (after naming the next run); wait until its panel shows
-    the run DONE; return when it did and the step counts it shows."""
+def _browser_run(page: Any, run_id: str, out: Path) -> dict:
+    """Run the agent cell in the page (after naming the next run); once the loop wrote its time
+    to ``out``, wait until the panel shows the run DONE; return when it did and the step counts
+    it shows. Not waiting in the page during the loop: playwright polls a page at every
+    animation frame, which cost Chromium about 1 CPU s a run, more than the panel's updates."""
     page.run_cell(1)
     page.wait_for_text(f"next {run_id}", cell_index=1)
     page.run_cell(2)
+    while not out.exists() or f'"run": "{run_id}"' not in out.read_text():
+        time.sleep(0.05)
     live = page.cell(2).locator(".dnb-live").filter(has_text=run_id)
     live.get_by_text("DONE", exact=True).first.wait_for(state="visible")
     done_seen_at = time.time()
