@@ -554,7 +554,11 @@ def _panel(runs: Runs) -> dict | None:
     pool = lambda key: {v: [x for e in entries for x in e[key][v]]  # noqa: E731
                         for v in ("browser", "no-browser")}
     seconds = pool("seconds")
+    # Each repeat ran one of each back to back: their ratio cancels the load's drift.
+    paired = [b / n for e in entries
+              for b, n in zip(e["seconds"]["browser"], e["seconds"]["no-browser"])]
     return {"n": entries[0]["n"], "invocations": len(entries), "seconds": seconds,
+            "paired": statistics.median(paired) - 1,
             "kernel_cpu": pool("kernel_cpu"), "cpu_seconds": pool("cpu_seconds"),
             "done_shown_after": [x for e in entries for x in e["done_shown_after"]],
             "loadavg_1min": [x for e in entries for x in e["loadavg_1min"]],
@@ -576,10 +580,12 @@ def _browser(runs: Runs) -> list[str]:
                   "\"DONE shown\": seconds from the loop's end until the page showed DONE. "
                   f"{len(s['browser'])} runs of each from {entry['invocations']} invocation(s), "
                   "pooled.", "",
-                  "| with the browser (s) | no frontend (s) | overhead | DONE shown (s) "
-                  "| load average (1 min) |", "|---:|---:|---:|---:|---:|",
+                  "Overhead: ratio of the medians; paired: median of the ratios of the two "
+                  "runs of each repeat.", "",
+                  "| with the browser (s) | no frontend (s) | overhead | paired | DONE shown (s) "
+                  "| load average (1 min) |", "|---:|---:|---:|---:|---:|---:|",
                   f"| {_cell(s['browser'], '{:.3f}')} | {_cell(s['no-browser'], '{:.3f}')} | "
-                  f"{entry['overhead'] * 100:+.1f} % | "
+                  f"{entry['overhead'] * 100:+.1f} % | {entry['paired'] * 100:+.1f} % | "
                   f"{_cell(entry['done_shown_after'], '{:.2f}')} | "
                   f"{min(loads):.2f}..{max(loads):.2f} |", ""]
         cpu, loop = entry["cpu_seconds"], entry["kernel_cpu"]
