@@ -277,7 +277,11 @@ def _browser_run(page: Any, run_id: str, out: Path) -> dict:
     page.run_cell(1)
     page.wait_for_text(f"next {run_id}", cell_index=1)
     page.run_cell(2)
+    deadline = time.monotonic() + 600
     while not out.exists() or f'"run": "{run_id}"' not in out.read_text():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"run {run_id} did not end its loop; the cell shows: "
+                               f"{page.cell_output_text(2)[-2000:]}")
         time.sleep(0.05)
     live = page.cell(2).locator(".dnb-live").filter(has_text=run_id)
     live.get_by_text("DONE", exact=True).first.wait_for(state="visible")
