@@ -5,11 +5,12 @@ directory, alternating systems run by run (the order rotates each repeat), and w
 ``RESULTS.md``, ``results.json`` and ``cost_per_step.png`` into ``--out`` (default: this
 directory). Peers that are not installed are skipped with a note.
 
-The ``postgres`` and ``dask`` sections start one throw-away PostgreSQL server (tests/postgres.py:
-Debian's server binaries, run through ``runuser -u postgres`` as root) and give every measured
-run a fresh database on it; without PostgreSQL, psycopg or dask.distributed they are skipped
-with a note. ``--only SECTIONS`` runs some sections, ``--merge results.json`` reports earlier
-runs with this one's.
+The ``panel`` section starts a JupyterLab server and headless Chromium (tests/harness/lab.py);
+``--quick`` leaves it out. The ``postgres`` and ``dask`` sections start one throw-away
+PostgreSQL server (tests/postgres.py: Debian's server binaries, run through ``runuser -u
+postgres`` as root) and give every measured run a fresh database on it; without PostgreSQL,
+psycopg or dask.distributed they are skipped with a note. ``--only SECTIONS`` runs some
+sections, ``--merge results.json`` reports earlier runs with this one's.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ class Plan:
     restart_steps: int
     restart_repeats: int
     timeout: float
+    #: the panel shown in JupyterLab in headless Chromium against no frontend (0: not run;
+    #: it needs a JupyterLab server and a browser, more than a smoke run should start).
+    panel_steps: int = 0
+    panel_repeats: int = 7
     #: the batch: items x rounds against a loopback server answering after ``batch_delay``;
     #: (system, concurrency, repeats) in the order they run within a repeat.
     batch_items: int = 1_000
@@ -83,7 +88,7 @@ class Plan:
                        "langgraph": peers, "durable_nb_power": peers},
                    repeats={1_000: 5, 10_000: 3, 100_000: 3}, chat_calls=300, chat_repeats=5,
                    transcript_rounds=50, widget_steps=10_000, widget_repeats=7,
-                   restart_steps=1_000, restart_repeats=3, timeout=600,
+                   restart_steps=1_000, restart_repeats=3, timeout=600, panel_steps=20_000,
                    batch_runs=(("durable_nb", 32, 3), ("loopback_alone", 32, 3),
                                ("dbos", 32, 3), ("durable_nb", 8, 1), ("durable_nb", 64, 1),
                                ("durable_nb", 128, 3), ("loopback_alone", 128, 3)))
@@ -427,6 +432,28 @@ def notebook(plan: Plan, results: Results, log: Any) -> None:
     log("  restart done")
 
 
+def panel(plan: Plan, results: Results, log: Any) -> None:
+    """Section 12: the panel shown in a real JupyterLab in headless Chromium, against the same
+    cell in a kernel with no frontend (benchmarks/kernel.py:browser)."""
+    if not plan.panel_steps:
+        results.notes.append("panel: not in --quick (it starts JupyterLab and Chromium); "
+                             "python -m benchmarks --only panel measures it.")
+        return
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tests.harness.lab import chromium_available
+    finally:
+        sys.path.remove(str(ROOT))
+    if importlib.util.find_spec("jupyterlab") is None or not chromium_available():
+        results.notes.append("panel: skipped, it needs jupyterlab, playwright and "
+                             "/usr/bin/chromium (pip install -e '.[test]'; apt-get install "
+                             "chromium).")
+        return
+    spec = {"system": "browser", "n": plan.panel_steps, "repeats": plan.panel_repeats}
+    results.add("panel", "durable_nb", plan.panel_steps, workload(spec, plan.timeout))
+    log("  panel done")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -439,8 +466,8 @@ def main(argv: list[str] | None = None) -> None:
                              "the transcript's journal growth is measured with it too")
     parser.add_argument("--only", default="",
                         help="comma-separated sections to run (steps, chat, transcript, "
-                             "notebook, batch, registry, postgres, dask; default: all; none: "
-                             "no new runs)")
+                             "notebook, panel, batch, registry, postgres, dask; default: all; "
+                             "none: no new runs)")
     parser.add_argument("--merge", type=Path, action="append", default=[], metavar="JSON",
                         help="results.json of earlier runs (e.g. of other --only sections) to "
                              "report with this one's; with --only none, only re-renders them")
@@ -479,6 +506,9 @@ def main(argv: list[str] | None = None) -> None:
     if wanted("notebook"):
         section("notebook")
         notebook(plan, results, log)
+    if wanted("panel"):
+        section("panel")
+        panel(plan, results, log)
     if wanted("batch"):
         section("batch")
         batch(plan, results, log, not args.no_peers)

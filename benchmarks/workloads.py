@@ -644,7 +644,7 @@ def main(argv: list[str]) -> None:
     spec = json.loads(argv[0])
     if spec.get("durable_nb_path"):  # measure another checkout of durable_nb ("before")
         sys.path.insert(0, spec["durable_nb_path"])
-    if spec["system"] in ("widget", "restart"):
+    if spec["system"] in ("widget", "restart", "browser"):
         from . import kernel
 
         _finish(getattr(kernel, spec["system"])(spec))

@@ -485,3 +485,45 @@ def test_durable_nb_enable_makes_the_magic_exist_after_every_restart(tmp_path: P
         k.restart()
         assert k.execute(cell).raise_for_error().text == "42"  # only the agent cell, replayed
     assert [e.name for e in _journal(tmp_path).steps("enabled")] == ["a"]
+
+
+# Parks; after the approval it finishes, and the pure replay that checks a finished run
+# (DURABLE_NB_VERIFY_REPLAY=1) runs this code again: there it waits for the file `go`, so the
+# background execution is still ending while the journal already says DONE.
+_ENDING_CELL = """%%durable_agent ending
+import os, time
+ctx.approval('go ahead', {'why': 'test'})
+ctx.run('work', str, 'done')
+if os.path.exists('finished once'):
+    while not os.path.exists('go'):
+        time.sleep(0.02)
+open('finished once', 'w').close()
+'result'"""
+
+
+def test_the_cell_run_again_while_its_done_run_ends_in_the_background_waits_for_it(
+        tmp_path: Path) -> None:
+    """The panel says DONE as soon as the journal does; the background execution ends a moment
+    later (its lease released, its replay check done). Running the cell again in that moment
+    (as Run All right after a click does) waits for it rather than failing with RunLeased."""
+    with start_kernel(tmp_path, env={**_env(), "DURABLE_NB_VERIFY_REPLAY": "1"}) as k:
+        _load(k)
+        k.execute(_ENDING_CELL).raise_for_error()
+        k.click_widget_button(k.find_button("Approve"))
+        _wait_status(tmp_path, "ending", Status.DONE)
+        wait_until(lambda: (tmp_path / "finished once").exists(), 10, "the run to end once")
+
+        again = k.execute_async(_ENDING_CELL)
+        said = ""
+        while "waiting for that execution to end" not in said:  # not a RunLeased error
+            msg = k._next_iopub(30)
+            assert msg is not None, "the cell neither waited nor failed"
+            if msg["parent_header"].get("msg_id") == again:
+                assert msg["msg_type"] != "error", "\n".join(msg["content"]["traceback"])
+                said += msg["content"].get("text", "") if msg["msg_type"] == "stream" else ""
+        (tmp_path / "go").touch()
+        result = k.wait_for(again)
+    assert said.strip() == ("run 'ending' finished in the background after its approval; "
+                            "waiting for that execution to end")
+    assert result.error is None, result.traceback
+    assert result.text == "'result'"

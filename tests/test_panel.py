@@ -332,3 +332,26 @@ def test_a_cancelled_runs_panel_says_its_message_once(journal, foreground: bool)
     assert shown.count(message) == (0 if foreground else 1), shown
     if foreground:
         assert "RunCancelled (the message is below)" in shown
+
+
+def test_a_loop_of_fast_steps_redraws_the_timeline_once_a_second_and_the_last_redraw_whole() -> None:
+    """The browser re-renders the timeline's rows whole at each redraw (benchmarks section 12):
+    with steps arriving without pause, the counts follow at the refresh interval, the timeline
+    at most once a second, and a forced redraw (as at the run's end) shows the last step."""
+    from durable_nb.notebook.panel import _TICK
+
+    panel = RunPanel(RunRecord(run_id="r", status=Status.RUNNING, created_at=time.time()))
+    drawn = {"timeline": 0, "stats": 0}
+    panel.timeline.observe(lambda _: drawn.__setitem__("timeline", drawn["timeline"] + 1), "value")
+    panel.stats.observe(lambda _: drawn.__setitem__("stats", drawn["stats"] + 1), "value")
+    started, position = time.monotonic(), 0
+    while time.monotonic() - started < 2.5 * _TICK:
+        panel.on_step(StepEntry(position, str(position), f"step {position}", "run"), False)
+        position += 1
+    seconds = time.monotonic() - started
+    assert drawn["timeline"] <= seconds / _TICK + 1
+    assert drawn["stats"] > drawn["timeline"]
+
+    panel.refresh(force=True)
+    assert f"step {position - 1}<" in panel.timeline.value
+    assert f"0</b> replayed, <b>{position:,}</b> executed" in panel.stats.value

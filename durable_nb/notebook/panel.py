@@ -2,9 +2,11 @@
 
 It observes the executing run (status, iteration, tokens, cost, step timeline, approvals, log)
 and redraws at most every ``refresh_interval`` seconds, so a loop of thousands of fast steps
-costs a few comm messages, not thousands. Everything it shows but the log can be rebuilt from
-the journal (:meth:`RunPanel.load`). Callbacks may run on a kernel subshell thread (ipykernel
->= 7 with JupyterLab >= 4.4) or on a worker thread: all state is guarded by one lock.
+costs a few comm messages, not thousands; its step timeline, most of a redraw's bytes and of
+the browser's work, at most every second (a forced redraw, as the last one, draws it too).
+Everything it shows but the log can be rebuilt from the journal (:meth:`RunPanel.load`).
+Callbacks may run on a kernel subshell thread (ipykernel >= 7 with JupyterLab >= 4.4) or on a
+worker thread: all state is guarded by one lock.
 
 Each timeline row opens (an HTML ``<details>``, no kernel round trip) to what the step was
 asked and what came back. When the kernel that drew the panel stops, ipywidgets marks its
@@ -53,7 +55,9 @@ _STATUS_COLOURS = {
 _STOPPED = "#9a6700"
 _STARTING = "#6e7781"
 #: Seconds between redraws of a running run's panel when nothing else redraws it (the
-#: elapsed time ticks).
+#: elapsed time ticks), and at least between two redraws of its timeline that are not forced:
+#: the browser renders the timeline's rows whole at each, which with a loop of fast steps
+#: cost it more than the kernel's work (benchmarks/RESULTS.md, section 12).
 _TICK = 1.0
 # Instead of a Cancel button while the run executes in the foreground of its cell.
 _STOP_HINT = ("<div style='color:#6e7781'>Running in this cell: stop it with the kernel's stop "
@@ -274,6 +278,7 @@ class RunPanel:
         self._in_cell = False  # executing in the foreground of its cell: see executing_in_cell
         self._refresh_interval = refresh_interval
         self._last_refresh = 0.0
+        self._last_timeline = 0.0
         # (entry, replayed); replayed None: journaled before, see load()
         self._recent: deque[tuple[StepEntry, bool | None]] = deque(maxlen=_TIMELINE_ROWS)
         self._replayed = 0
@@ -538,7 +543,9 @@ class RunPanel:
             log, self._log_buffer = "".join(self._log_buffer), []
             header, stats = self._header_html(record, attempts=False), self._stats_html(record)
             tried = _attempts_live_html(record, self._token)
-            timeline = self._timeline_html()
+            timeline = None  # None: the timeline drawn last stays (the ticker draws it next)
+            if force or now - self._last_timeline >= _TICK:
+                timeline, self._last_timeline = self._timeline_html(), now
             pending = record.pending_approval
             result = self._result_html
             finished = record.status in (Status.DONE, Status.FAILED, Status.CANCELLED) \
@@ -555,12 +562,13 @@ class RunPanel:
             if log:
                 self.log.append_stdout(log)
 
-    def _paint(self, header: str, stats: str, timeline: str, result: str,
+    def _paint(self, header: str, stats: str, timeline: str | None, result: str,
                pending: dict | None, finished: bool, in_cell: bool) -> None:
         with self.widget.hold_sync() if hasattr(self.widget, "hold_sync") else _nothing():
             self.header.value = header
             self.stats.value = stats
-            self.timeline.value = timeline
+            if timeline is not None:
+                self.timeline.value = timeline
             self.result.value = result
             if pending:
                 self.approval_text.value = self._approval_html(pending, in_cell)

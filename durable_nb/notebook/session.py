@@ -77,6 +77,7 @@ class NotebookRun:
 
     def start(self) -> RunOutcome:
         """Execute in the calling (main) thread; park and watch if an approval is pending."""
+        self._wait_for_ending(active_run(self.run_id))
         with _active_lock:
             previous = _active.get(self.run_id)
             if previous is not None and previous.executing:
@@ -95,6 +96,21 @@ class NotebookRun:
         if outcome.status is Status.WAITING_APPROVAL:
             self._watch()
         return outcome
+
+    def _wait_for_ending(self, previous: "NotebookRun | None") -> None:
+        """Wait (up to ``stale_after`` seconds) for this kernel's background execution of the run
+        when the journal says it finished: the panel shows DONE as soon as the journal does, and
+        the execution ends a moment later (its lease released, its replay checked), so a cell
+        run again in that moment (Run All right after a click) follows it instead of failing.
+        One still running is not waited for: :meth:`start` says how to wait for it or stop it."""
+        if previous is None or not previous.executing:
+            return
+        record = self.journal.find_run(self.run_id)
+        if record is None or record.status not in (Status.DONE, Status.FAILED, Status.CANCELLED):
+            return
+        print(f"run {self.run_id!r} finished in the background after its approval; waiting for "
+              f"that execution to end", flush=True)
+        previous.wait(self.options.stale_after)
 
     def _execute(self, foreground: bool = False) -> RunOutcome:
         # In the foreground the prints go to the cell's output, as in any cell; in the
