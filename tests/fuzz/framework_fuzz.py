@@ -2,10 +2,11 @@
 points and resumed, must end as an uninterrupted reference run of the same scenario.
 
 A scenario (:func:`scenarios`, a hypothesis strategy) is a framework (``agents``: the SDK
-through :mod:`durable_nb.integrations.openai_agents`; ``pydantic``: Pydantic AI through
-:mod:`durable_nb.integrations.pydantic_ai`), streamed or not, and the rounds the loopback
-server scripts: each round 1-4 tool calls (parallel when more than one) of the tools
-``find``, ``book``, ``note`` and ``charge`` (which needs approval: approved when its amount
+through :mod:`durable_nb.integrations.openai_agents`, over Chat Completions or the
+Responses API; ``pydantic``: Pydantic AI through :mod:`durable_nb.integrations.pydantic_ai`),
+streamed or not, and the rounds the loopback server scripts: each round 1-4 tool calls
+(parallel when more than one) of the tools ``find``, ``book``, ``note`` and ``charge``
+(which needs approval: approved when its amount
 is even, rejected when odd, by the driver through :func:`durable_nb.approve` /
 :func:`~durable_nb.reject` while the child waits), each call sleeping a random time so that
 the framework's tool tasks finish in a random order, each round answered after a random
@@ -98,7 +99,8 @@ _kill = st.one_of(st.builds(lambda n: {"after_steps": n}, st.integers(1, 10)),
                   st.builds(lambda s: {"after_seconds": round(s, 3)}, st.floats(0.0, 0.6)))
 
 
-def _scenario(framework: str, streamed: bool, rounds: list, delays: list, kills: list) -> dict:
+def _scenario(framework: str, streamed: bool, api: str, rounds: list, delays: list,
+              kills: list) -> dict:
     if framework == "pydantic" and streamed:
         # agent.run_stream leaves approvals to the caller (the integration answers them in
         # run() only): no charge there.
@@ -107,7 +109,8 @@ def _scenario(framework: str, streamed: bool, rounds: list, delays: list, kills:
     for r, calls in enumerate(rounds):
         for i, c in enumerate(calls):
             c["call"] = f"r{r}c{i}"
-    return {"framework": framework, "streamed": streamed, "rounds": rounds,
+    return {"framework": framework, "streamed": streamed,
+            "api": api if framework == "agents" else "chat", "rounds": rounds,
             "delays_ms": delays[:len(rounds) + 1] + [0] * (len(rounds) + 1 - len(delays)),
             "final": f"Trip planned in {len(rounds)} rounds.", "kills": kills}
 
@@ -116,6 +119,7 @@ def scenarios(frameworks: tuple[str, ...] = ("agents", "pydantic"), max_rounds: 
               max_kills: int = 3) -> st.SearchStrategy[dict]:
     """Random framework runs (see the module docstring)."""
     return st.builds(_scenario, st.sampled_from(frameworks), st.booleans(),
+                     st.sampled_from(["chat", "responses"]),
                      st.lists(_calls, min_size=1, max_size=max_rounds),
                      st.lists(st.integers(0, 60), max_size=max_rounds + 1),
                      st.lists(_kill, min_size=1, max_size=max_kills))
@@ -215,9 +219,10 @@ def _agents_handler(scenario: dict, workdir: Path) -> Any:
                          for f in _tool_functions(workdir)])
 
     async def handler(ctx: Any) -> Any:
+        api = scenario.get("api", "chat")
         if not scenario["streamed"]:
-            return (await run(ctx, agent, PROMPT)).final_output
-        stream = run_streamed(ctx, agent, PROMPT)
+            return (await run(ctx, agent, PROMPT, api=api)).final_output
+        stream = run_streamed(ctx, agent, PROMPT, api=api)
         async for _ in stream.stream_events():
             pass
         return stream.final_output
@@ -542,6 +547,7 @@ def check_scenario(scenario: dict, root: Path, *, pythons: tuple[str | None, str
     TOTALS.update(scenarios=1, kills=resumed.kills, steps=len(reference.steps),
                   **{f"framework_{scenario['framework']}": 1})
     TOTALS["streamed"] += scenario["streamed"]
+    TOTALS["responses_api"] += scenario.get("api") == "responses"
     TOTALS["approvals"] += sum(c["tool"] == "charge" for r in scenario["rounds"] for c in r)
     TOTALS["parallel_rounds"] += sum(len(r) > 1 for r in scenario["rounds"])
     TOTALS["rounds_resent"] += sum(resumed.by_round.values()) - len(scenario["rounds"]) - 1
@@ -573,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     chosen = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     pythons = tuple(args.cross.split(",")) if args.cross else (None, None)
-    print(f"framework fuzz: {args.examples} scenarios, seed {chosen}"
+    print(f"framework fuzz: {'1 given' if args.scenario else args.examples} scenarios, "
+          f"seed {chosen}"
           + (f", reference on {pythons[0]}, resumed on {pythons[1]}" if args.cross else ""),
           flush=True)
     root = Path(args.dir or tempfile.mkdtemp(prefix="durable-nb-framework-fuzz-"))
