@@ -17,29 +17,45 @@ import pytest
 pytest.importorskip("agents")
 pytest.importorskip("pydantic_ai")
 
-from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, example, given, seed, settings  # noqa: E402
 
 from tests.fuzz.framework_fuzz import TOTALS, check_scenario, scenarios  # noqa: E402
 
 SEED = int(os.environ.get("FRAMEWORK_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
-EXAMPLES = 2
+EXAMPLES = 2  # generated, plus the explicit one below
 
 
-@pytest.mark.parametrize("framework", ["agents", "pydantic"])
-def test_killed_and_resumed_framework_runs_end_as_an_uninterrupted_run(tmp_path, framework):
+def _busy(framework: str, streamed: bool) -> dict:
+    """Three calls in parallel, the first called finishing last, then an approved charge
+    beside a booking, then a rejected charge; killed after the third step, then mid-run."""
+    calls = [[("find", 40), ("note", 0), ("find", 15)], [("charge", 5), ("book", 20)],
+             [("charge", 0)]]
+    return {"framework": framework, "streamed": streamed, "api": "chat",
+            "rounds": [[{"tool": t, "wait_ms": w, "call": f"r{r}c{i}",
+                         **({"amount": 4 - r} if t == "charge" else {})}
+                        for i, (t, w) in enumerate(round_)] for r, round_ in enumerate(calls)],
+            "delays_ms": [10, 0, 5, 0], "final": "Trip planned in 3 rounds.",
+            "kills": [{"after_steps": 3}, {"after_seconds": 0.15}]}
+
+
+@pytest.mark.parametrize("framework,streamed", [("agents", True), ("pydantic", False)])
+def test_killed_and_resumed_framework_runs_end_as_an_uninterrupted_run(tmp_path, framework,
+                                                                        streamed):
     print(f"framework fuzz seed {SEED} (rerun with FRAMEWORK_FUZZ_SEED={SEED})")
     counter = iter(range(EXAMPLES * 10))
     TOTALS.clear()
 
     @seed(SEED)
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
     @given(scenario=scenarios((framework,), max_rounds=3))
+    @example(scenario=_busy(framework, streamed))
     def trial(scenario):
         problems = check_scenario(scenario, tmp_path / str(next(counter)))
         assert not problems, "\n".join(problems) + f"\nscenario: {json.dumps(scenario)}"
 
     trial()
     print(dict(TOTALS))
-    assert TOTALS["scenarios"] == EXAMPLES
-    assert TOTALS["kills"] >= 1, f"no kill landed: {dict(TOTALS)}"
+    assert TOTALS["scenarios"] == EXAMPLES + 1
+    assert TOTALS["kills"] >= 2, f"too few kills landed: {dict(TOTALS)}"
+    assert TOTALS["approvals"] >= 2 and TOTALS["parallel_rounds"] >= 2
