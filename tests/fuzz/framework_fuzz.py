@@ -80,11 +80,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Children fork from the forkserver: with the frameworks imported there once, a child starts
 # in milliseconds instead of seconds (only if no earlier test started the forkserver).
-if agent_process._fork_context is None:
-    agent_process._PRELOAD.extend(["agents", "pydantic_ai", "pydantic_ai.models.openai",
-                                   "durable_nb.integrations.openai_agents",
-                                   "durable_nb.integrations.pydantic_ai",
-                                   "tests.fuzz.framework_fuzz"])
+agent_process.preload(["agents", "pydantic_ai", "pydantic_ai.models.openai",
+                       "durable_nb.integrations.openai_agents",
+                       "durable_nb.integrations.pydantic_ai", "tests.fuzz.framework_fuzz"])
 
 
 # -- scenarios -------------------------------------------------------------------------------
@@ -395,8 +393,7 @@ def execute(scenario: dict, workdir: Path, kills: list[dict], *,
                                point.get("after_steps"))
                 attempt = Attempt(child.pid, before, rounds_before=rounds)
                 attempts.append(attempt)
-                if not child.ready():
-                    pass  # it exited (or was killed by itself) before it was ready
+                child.ready()  # False when it exited first: the loop below just reaps it
                 deadline = time.monotonic() + CHILD_TIMEOUT
                 kill_at = (time.monotonic() + point["after_seconds"]
                            if "after_seconds" in point else None)
