@@ -30,7 +30,7 @@ def _busy(framework: str, streamed: bool) -> dict:
     beside a booking, then a rejected charge; killed after the third step, then mid-run."""
     calls = [[("find", 40), ("note", 0), ("find", 15)], [("charge", 5), ("book", 20)],
              [("charge", 0)]]
-    return {"framework": framework, "streamed": streamed, "api": "chat",
+    return {"framework": framework, "streamed": streamed, "api": "chat", "handoff": False,
             "rounds": [[{"tool": t, "wait_ms": w, "call": f"r{r}c{i}",
                          **({"amount": 4 - r} if t == "charge" else {})}
                         for i, (t, w) in enumerate(round_)] for r, round_ in enumerate(calls)],

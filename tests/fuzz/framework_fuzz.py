@@ -3,7 +3,7 @@ points and resumed, must end as an uninterrupted reference run of the same scena
 
 A scenario (:func:`scenarios`, a hypothesis strategy) is a framework (``agents``: the SDK
 through :mod:`durable_nb.integrations.openai_agents`, over Chat Completions or the
-Responses API; ``pydantic``: Pydantic AI through :mod:`durable_nb.integrations.pydantic_ai`),
+Responses API, maybe starting with a handoff to the agent with the tools; ``pydantic``: Pydantic AI through :mod:`durable_nb.integrations.pydantic_ai`),
 streamed or not, and the rounds the loopback server scripts: each round 1-4 tool calls
 (parallel when more than one) of the tools ``find``, ``book``, ``note`` and ``charge``
 (which needs approval: approved when its amount
@@ -97,8 +97,8 @@ _kill = st.one_of(st.builds(lambda n: {"after_steps": n}, st.integers(1, 10)),
                   st.builds(lambda s: {"after_seconds": round(s, 3)}, st.floats(0.0, 0.6)))
 
 
-def _scenario(framework: str, streamed: bool, api: str, rounds: list, delays: list,
-              kills: list) -> dict:
+def _scenario(framework: str, streamed: bool, api: str, handoff: bool, rounds: list,
+              delays: list, kills: list) -> dict:
     if framework == "pydantic" and streamed:
         # agent.run_stream leaves approvals to the caller (the integration answers them in
         # run() only): no charge there.
@@ -108,7 +108,8 @@ def _scenario(framework: str, streamed: bool, api: str, rounds: list, delays: li
         for i, c in enumerate(calls):
             c["call"] = f"r{r}c{i}"
     return {"framework": framework, "streamed": streamed,
-            "api": api if framework == "agents" else "chat", "rounds": rounds,
+            "api": api if framework == "agents" else "chat",
+            "handoff": handoff and framework == "agents", "rounds": rounds,
             "delays_ms": delays[:len(rounds) + 1] + [0] * (len(rounds) + 1 - len(delays)),
             "final": f"Trip planned in {len(rounds)} rounds.", "kills": kills}
 
@@ -117,18 +118,25 @@ def scenarios(frameworks: tuple[str, ...] = ("agents", "pydantic"), max_rounds: 
               max_kills: int = 3) -> st.SearchStrategy[dict]:
     """Random framework runs (see the module docstring)."""
     return st.builds(_scenario, st.sampled_from(frameworks), st.booleans(),
-                     st.sampled_from(["chat", "responses"]),
+                     st.sampled_from(["chat", "responses"]), st.booleans(),
                      st.lists(_calls, min_size=1, max_size=max_rounds),
                      st.lists(st.integers(0, 60), max_size=max_rounds + 1),
                      st.lists(_kill, min_size=1, max_size=max_kills))
 
 
 def script(scenario: dict) -> list[Reply]:
-    """The loopback server's replies: one per round, then the final text."""
+    """The loopback server's replies: the handoff (if any), one per round, the final text."""
     delays = [d / 1000 for d in scenario["delays_ms"]]
+    handoff = [Reply(tool_calls=[ToolCall("transfer_to_booker", {})])] \
+        if scenario.get("handoff") else []
     replies = [Reply(tool_calls=[ToolCall(c["tool"], _arguments(c)) for c in calls],
                      delay=delays[r]) for r, calls in enumerate(scenario["rounds"])]
-    return replies + [Reply(content=scenario["final"], delay=delays[-1])]
+    return handoff + replies + [Reply(content=scenario["final"], delay=delays[-1])]
+
+
+def model_rounds(scenario: dict) -> int:
+    """How many model calls the run makes: the handoff, the rounds, the final text."""
+    return scenario.get("handoff", False) + len(scenario["rounds"]) + 1
 
 
 def _arguments(call: dict) -> dict:
@@ -212,9 +220,12 @@ def _agents_handler(scenario: dict, workdir: Path) -> Any:
 
     from durable_nb.integrations.openai_agents import run, run_streamed
 
-    agent = Agent(name="planner", instructions="Plan the trip.", model=MODEL,
-                  tools=[function_tool(f, needs_approval=f.__name__ == "charge")
-                         for f in _tool_functions(workdir)])
+    tools = [function_tool(f, needs_approval=f.__name__ == "charge")
+             for f in _tool_functions(workdir)]
+    agent = Agent(name="planner", instructions="Plan the trip.", model=MODEL, tools=tools)
+    if scenario.get("handoff"):
+        booker = Agent(name="booker", instructions="Book it.", model=MODEL, tools=tools)
+        agent = Agent(name="triage", instructions="Hand off.", model=MODEL, handoffs=[booker])
 
     async def handler(ctx: Any) -> Any:
         api = scenario.get("api", "chat")
@@ -446,7 +457,7 @@ def check_reference(scenario: dict, reference: Outcome) -> list[str]:
     if calls != Counter(expected_calls(scenario)):
         problems.append(f"reference effects {dict(calls)} != once each of "
                         f"{sorted(expected_calls(scenario))}")
-    rounds = len(scenario["rounds"]) + 1
+    rounds = model_rounds(scenario)
     if reference.by_round != {str(r): 1 for r in range(rounds)}:
         problems.append(f"reference rounds {reference.by_round}, not once each of {rounds}")
     return problems
@@ -505,7 +516,7 @@ def _check_effects(scenario: dict, outcome: Outcome) -> list[str]:
 
 def _check_rounds(scenario: dict, outcome: Outcome) -> list[str]:
     problems = []
-    for r in range(len(scenario["rounds"]) + 1):
+    for r in range(model_rounds(scenario)):
         count = outcome.by_round.get(str(r), 0)
         # A round's request lost with its process: sent by a killed attempt that had not
         # journaled it (at most `r` model steps journaled when it died).
@@ -545,9 +556,10 @@ def check_scenario(scenario: dict, root: Path, *, pythons: tuple[str | None, str
                   **{f"framework_{scenario['framework']}": 1})
     TOTALS["streamed"] += scenario["streamed"]
     TOTALS["responses_api"] += scenario.get("api") == "responses"
+    TOTALS["handoffs"] += scenario.get("handoff", False)
     TOTALS["approvals"] += sum(c["tool"] == "charge" for r in scenario["rounds"] for c in r)
     TOTALS["parallel_rounds"] += sum(len(r) > 1 for r in scenario["rounds"])
-    TOTALS["rounds_resent"] += sum(resumed.by_round.values()) - len(scenario["rounds"]) - 1
+    TOTALS["rounds_resent"] += sum(resumed.by_round.values()) - model_rounds(scenario)
     TOTALS["tools_rerun_in_flight"] += len(resumed.effects) - len(reference.effects)
     return check_resumed(scenario, reference, resumed)
 
