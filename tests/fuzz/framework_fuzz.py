@@ -14,7 +14,8 @@ delay; then a final text. Every tool call appends ``pid step-key tool call-id`` 
 ``effects.log`` before it returns. The kills are a list of points, one per attempt: "after
 the n-th step this process journaled" (the child kills itself from the run's observer) or
 "s seconds after the child was ready" (the driver kills it: in the middle of a request, a
-stream, a tool, an approval wait).
+stream, a tool, an approval wait) or "once the server received round r's request" (the
+driver kills it while the reply is delayed or streamed: the round in flight).
 
 A trial runs the scenario uninterrupted (the reference), then again in a fresh journal and
 server, killed at each point in turn and resumed until DONE. Children run with
@@ -94,7 +95,8 @@ def _call(tool: str, wait_ms: int, amount: int) -> dict:
 _calls = st.lists(st.builds(_call, st.sampled_from(TOOLS), st.integers(0, 40), st.integers(1, 9)),
                   min_size=1, max_size=4)
 _kill = st.one_of(st.builds(lambda n: {"after_steps": n}, st.integers(1, 10)),
-                  st.builds(lambda s: {"after_seconds": round(s, 3)}, st.floats(0.0, 0.6)))
+                  st.builds(lambda s: {"after_seconds": round(s, 3)}, st.floats(0.0, 0.6)),
+                  st.builds(lambda r: {"during_round": r}, st.integers(0, 4)))
 
 
 def _scenario(framework: str, streamed: bool, api: str, handoff: bool, rounds: list,
@@ -408,8 +410,11 @@ def execute(scenario: dict, workdir: Path, kills: list[dict], *,
                 deadline = time.monotonic() + CHILD_TIMEOUT
                 kill_at = (time.monotonic() + point["after_seconds"]
                            if "after_seconds" in point else None)
+                during = str(point.get("during_round"))
                 while child.alive():
-                    if kill_at is not None and time.monotonic() >= kill_at:
+                    if kill_at is not None and time.monotonic() >= kill_at or \
+                            server.count(round=point.get("during_round", -1)) > \
+                            rounds.get(during, 0):
                         child.kill()
                         break
                     _decide_pending(journal)
