@@ -129,7 +129,7 @@ def scenarios(frameworks: tuple[str, ...] = ("agents", "pydantic"), max_rounds: 
 def script(scenario: dict) -> list[Reply]:
     """The loopback server's replies: the handoff (if any), one per round, the final text."""
     delays = [d / 1000 for d in scenario["delays_ms"]]
-    handoff = [Reply(tool_calls=[ToolCall("transfer_to_booker", {})])] \
+    handoff = [Reply(tool_calls=[ToolCall("transfer_to_planner", {})])] \
         if scenario.get("handoff") else []
     replies = [Reply(tool_calls=[ToolCall(c["tool"], _arguments(c)) for c in calls],
                      delay=delays[r]) for r, calls in enumerate(scenario["rounds"])]
@@ -226,8 +226,7 @@ def _agents_handler(scenario: dict, workdir: Path) -> Any:
              for f in _tool_functions(workdir)]
     agent = Agent(name="planner", instructions="Plan the trip.", model=MODEL, tools=tools)
     if scenario.get("handoff"):
-        booker = Agent(name="booker", instructions="Book it.", model=MODEL, tools=tools)
-        agent = Agent(name="triage", instructions="Hand off.", model=MODEL, handoffs=[booker])
+        agent = Agent(name="triage", instructions="Hand off.", model=MODEL, handoffs=[agent])
 
     async def handler(ctx: Any) -> Any:
         api = scenario.get("api", "chat")
