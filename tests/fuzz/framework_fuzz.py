@@ -2,20 +2,20 @@
 points and resumed, must end as an uninterrupted reference run of the same scenario.
 
 A scenario (:func:`scenarios`, a hypothesis strategy) is a framework (``agents``: the SDK
-through :mod:`durable_nb.integrations.openai_agents`, over Chat Completions or the
-Responses API, maybe starting with a handoff to the agent with the tools; ``pydantic``: Pydantic AI through :mod:`durable_nb.integrations.pydantic_ai`),
-streamed or not, and the rounds the loopback server scripts: each round 1-4 tool calls
-(parallel when more than one) of the tools ``find``, ``book``, ``note`` and ``charge``
-(which needs approval: approved when its amount
-is even, rejected when odd, by the driver through :func:`durable_nb.approve` /
+through :mod:`durable_nb.integrations.openai_agents`, over Chat Completions or the Responses
+API, maybe starting with a handoff to the agent with the tools; ``pydantic``: Pydantic AI
+through :mod:`durable_nb.integrations.pydantic_ai`), streamed or not, and the rounds the
+loopback server scripts: each round 1-4 tool calls (parallel when more than one) of the
+tools ``find``, ``book``, ``note`` and ``charge`` (which needs approval: approved when its
+amount is even, rejected when odd, by the driver through :func:`durable_nb.approve` /
 :func:`~durable_nb.reject` while the child waits), each call sleeping a random time so that
 the framework's tool tasks finish in a random order, each round answered after a random
 delay; then a final text. Every tool call appends ``pid step-key tool call-id`` to
-``effects.log`` before it returns. The kills are a list of points, one per attempt: "after
-the n-th step this process journaled" (the child kills itself from the run's observer) or
-"s seconds after the child was ready" (the driver kills it: in the middle of a request, a
-stream, a tool, an approval wait) or "once the server received round r's request" (the
-driver kills it while the reply is delayed or streamed: the round in flight).
+``effects.log``. The kills are a list of points, one per attempt: "after the n-th step
+this process journaled" (the child kills itself from the run's observer), "s seconds after
+the child was ready" (the driver kills it: in the middle of a request, a stream, a tool,
+an approval wait) or "once the server received round r's request" (the driver kills it
+while the reply is delayed or streamed: the round in flight).
 
 A trial runs the scenario uninterrupted (the reference), then again in a fresh journal and
 server, killed at each point in turn and resumed until DONE. Children run with
@@ -36,13 +36,14 @@ and must not need anything live. It passes when:
 - no more invalid requests reached the server than there were kills (a request cut by a
   kill arrives truncated).
 
-``--cross A,B`` runs a scenario's reference under interpreter A, and the killed run under A
-(killed) then B (resumed): the keys must be equal across Python versions.
+``--cross A,B`` runs the reference under interpreter A and again under B (the keys must be
+equal), and the killed run under A (killed after steps only: a subprocess's clock starts
+before its imports) then B (resumed): a journal written by one Python version resumes on
+another with the same keys. Each interpreter needs the frameworks at the same versions.
 
 Usage: ``python tests/fuzz/framework_fuzz.py --examples 100 [--seed N] [--framework
-pydantic]`` (and
-``--cross /tmp/venv-3.12/bin/python,/tmp/venv-3.13/bin/python``). The quick variant in the
-suite is ``tests/test_framework_fuzz.py``.
+pydantic] [--cross A,B] [--scenario JSON]`` (``--scenario``: one scenario, as a failure
+prints it). The quick variant in the suite is ``tests/test_framework_fuzz.py``.
 """
 
 from __future__ import annotations
