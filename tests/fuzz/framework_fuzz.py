@@ -52,6 +52,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -582,7 +583,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="A,B: reference and kills under interpreter A, resumed under B")
     parser.add_argument("--scenario", default=None,
                         help="run this one scenario (JSON, as a failure prints it) instead")
-    parser.add_argument("--dir", default=None, help="keep trial directories here")
+    parser.add_argument("--dir", default=None,
+                        help="trial directories here, kept (default: a temp dir, removed "
+                             "when every scenario passed)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:  # a cross-version child: python framework_fuzz.py --child '[args]'
@@ -593,11 +596,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     chosen = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     pythons = tuple(args.cross.split(",")) if args.cross else (None, None)
+    root = Path(args.dir or tempfile.mkdtemp(prefix="durable-nb-framework-fuzz-"))
     print(f"framework fuzz: {'1 given' if args.scenario else args.examples} scenarios, "
-          f"seed {chosen}"
+          f"seed {chosen}, dir {root}"
           + (f", reference on {pythons[0]}, resumed on {pythons[1]}" if args.cross else ""),
           flush=True)
-    root = Path(args.dir or tempfile.mkdtemp(prefix="durable-nb-framework-fuzz-"))
     examples = iter(range(10**9))
     failures: list[str] = []
     if args.scenario:
@@ -624,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     print(" ".join(f"{k}={v}" for k, v in sorted(TOTALS.items()))
           + f" failures={len(failures)} seconds={time.monotonic() - started:.0f} seed={chosen}",
           flush=True)
+    if not failures and not args.dir:
+        shutil.rmtree(root)
     return 1 if failures else 0
 
 
