@@ -79,6 +79,14 @@ def _context() -> Any:
         return _fork_context
 
 
+def preload(modules: list[str]) -> None:
+    """Have the forkserver import ``modules`` too, if it has not started yet: a child then
+    starts without importing them itself (once it runs, children import them as usual)."""
+    with _fork_lock:
+        if _fork_context is None:
+            _PRELOAD.extend(m for m in modules if m not in _PRELOAD)
+
+
 def start(target: Callable[..., None], *args: Any) -> multiprocessing.Process:
     """Start ``target(*args)`` in a new child process (forked from the forkserver)."""
     process = _context().Process(target=target, args=args, daemon=True)
