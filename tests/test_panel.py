@@ -355,3 +355,34 @@ def test_a_loop_of_fast_steps_redraws_the_timeline_once_a_second_and_the_last_re
     panel.refresh(force=True)
     assert f"step {position - 1}<" in panel.timeline.value
     assert f"0</b> replayed, <b>{position:,}</b> executed" in panel.stats.value
+
+
+def test_a_redraw_with_no_new_step_does_not_build_the_timeline_again() -> None:
+    """The elapsed time's tick redraws the counts; the timeline, the costly part, only when a
+    step came since it was drawn."""
+    panel = RunPanel(RunRecord(run_id="r", status=Status.RUNNING, created_at=time.time()))
+    panel.on_step(StepEntry(0, "0", "step 0", "run"), False)
+    panel.refresh(force=True)
+    built = []
+    timeline_html = panel._timeline_html
+    panel._timeline_html = lambda: built.append(1) or timeline_html()
+    panel._last_refresh = panel._last_timeline = 0.0  # as if a second had passed
+    panel.refresh()
+    assert built == []
+    panel.on_step(StepEntry(1, "1", "step 1", "run"), False)
+    panel._last_refresh = panel._last_timeline = 0.0
+    panel.refresh()
+    assert built == [1] and "step 1<" in panel.timeline.value
+
+
+def test_the_status_badge_is_sent_after_the_counts_it_ends() -> None:
+    """Each widget's change reaches the page as a message of its own: at the end the stats
+    go first, so the page never shows DONE over the counts of before the end."""
+    panel = RunPanel(RunRecord(run_id="r", status=Status.RUNNING, created_at=time.time()))
+    order: list[str] = []
+    panel.header.observe(lambda _: order.append("header"), "value")
+    panel.stats.observe(lambda _: order.append("stats"), "value")
+    panel.on_step(StepEntry(0, "0", "step 0", "run"), False)
+    order.clear()
+    panel.on_record(RunRecord(run_id="r", status=Status.DONE, created_at=time.time()))
+    assert "DONE" in panel.header.value and order[-1] == "header" and "stats" in order

@@ -256,7 +256,7 @@ class RunPanel:
 
     def __init__(self, record: RunRecord, *,
                  on_decide: Callable[[bool, str, str | None], None] | None = None,
-                 on_cancel: Callable[[], None] | None = None, refresh_interval: float = 0.25,
+                 on_cancel: Callable[[], None] | None = None, refresh_interval: float = 0.5,
                  note: str | None = None, journal: Journal | None = None,
                  starting: bool = False) -> None:
         self._lock = threading.RLock()
@@ -279,6 +279,7 @@ class RunPanel:
         self._refresh_interval = refresh_interval
         self._last_refresh = 0.0
         self._last_timeline = 0.0
+        self._timeline_steps = -1  # steps counted when the timeline was drawn last
         # (entry, replayed); replayed None: journaled before, see load()
         self._recent: deque[tuple[StepEntry, bool | None]] = deque(maxlen=_TIMELINE_ROWS)
         self._replayed = 0
@@ -463,11 +464,13 @@ class RunPanel:
                 and self._error is None and not self._starting
 
     def _tick(self) -> None:
+        # Not forced: a redraw for a step less than the refresh interval ago already moved
+        # the elapsed time, and the timeline is redrawn only when a step came since.
         while True:
             time.sleep(_TICK)
             if not self._running():
                 return
-            self.refresh(force=True)
+            self.refresh()
 
     def on_text(self, delta: str) -> None:
         """Streamed reply text (``ctx.chat(stream=True)``), shown in the log as it arrives."""
@@ -543,9 +546,11 @@ class RunPanel:
             log, self._log_buffer = "".join(self._log_buffer), []
             header, stats = self._header_html(record, attempts=False), self._stats_html(record)
             tried = _attempts_live_html(record, self._token)
-            timeline = None  # None: the timeline drawn last stays (the ticker draws it next)
-            if force or now - self._last_timeline >= _TICK:
+            timeline = None  # None: the timeline drawn last stays (a later redraw draws it)
+            steps = self._replayed + self._executed + self._journaled
+            if force or (now - self._last_timeline >= _TICK and steps != self._timeline_steps):
                 timeline, self._last_timeline = self._timeline_html(), now
+                self._timeline_steps = steps
             pending = record.pending_approval
             result = self._result_html
             finished = record.status in (Status.DONE, Status.FAILED, Status.CANCELLED) \
@@ -564,8 +569,9 @@ class RunPanel:
 
     def _paint(self, header: str, stats: str, timeline: str | None, result: str,
                pending: dict | None, finished: bool, in_cell: bool) -> None:
+        # Each widget's change is a message of its own, shown as it arrives: the header (the
+        # status badge) goes last, so a page never shows DONE over counts of before the end.
         with self.widget.hold_sync() if hasattr(self.widget, "hold_sync") else _nothing():
-            self.header.value = header
             self.stats.value = stats
             if timeline is not None:
                 self.timeline.value = timeline
@@ -580,6 +586,7 @@ class RunPanel:
                 self.approval_box.layout.display = "none"
             self.cancel_button.layout.display = "none" if finished or in_cell else None
             self.stop_hint.layout.display = None if in_cell and not finished else "none"
+            self.header.value = header
 
     def _approval_html(self, pending: dict, in_cell: bool = False) -> str:
         details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
