@@ -293,10 +293,10 @@ def test_the_sidebar_says_when_the_server_extension_is_missing_or_of_another_ver
             page.page.locator(".dnr-sidebar").screenshot(
                 path=str(shots / f"sidebar-version-{answer['status']}.png"))
     with LabPage(lab, timeout=60) as page:  # the real server: the same version, nothing said
-        with page.page.expect_response(lambda r: "/durable-nb/api/version" in r.url):
-            _open_lab(page)
+        with page.page.expect_response(lambda r: "/durable-nb/api/version" in r.url), \
+                page.page.expect_response(lambda r: "/durable-nb/api/runs" in r.url):
+            _open_lab(page)  # the listing: fetched on the stream's first summary
         page.page.locator(".dnr-sidebar[data-dnr-live='stream']").wait_for(state="attached")
-        page.page.wait_for_event("response", lambda r: "/durable-nb/api/runs" in r.url)
         assert not page.page.locator(".dnr-version-problem").count()
 
 
