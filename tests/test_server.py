@@ -639,18 +639,43 @@ def test_a_listing_reads_again_only_the_journals_written_since_the_last_one(inde
         before[journal_id(str(busy.directory))]
 
 
-def test_a_journal_with_running_runs_is_read_again_after_the_reuse_time_unchanged(
+_HOLD_A_LEASE = """
+import sys, time
+from durable_nb.journal import RunRecord, Status, open_journal
+from durable_nb.execution.lease import Lease
+journal = open_journal(sys.argv[1])
+now = time.time()
+journal.create_run(RunRecord(run_id="alive", status=Status.RUNNING, created_at=now,
+                             updated_at=now))
+lease = Lease.acquire(journal, "alive")
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_whose_process_dies_turns_interrupted_from_its_lease_read_alone(
         index, api, tmp_path, monkeypatch):
-    """A process that dies writes nothing: its run must turn interrupted all the same."""
-    running = _journal_in_index(tmp_path, "running")
-    _interrupted(running, "crashed")
-    _age(running.directory)
+    """A process that dies writes nothing: its run must turn interrupted all the same. Past
+    the reuse time an unchanged journal's RUNNING runs have their leases read again, and the
+    journal is read whole only when one of them changed."""
+    journal = _journal_in_index(tmp_path, "running")
+    jid = journal_id(str(journal.directory))
+    child = subprocess.Popen([sys.executable, "-c", _HOLD_A_LEASE, str(journal.directory)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "holding"
+        _age(journal.directory)
+        assert api("runs", params={"status": "running"})["total"] == 1
+        cached = views._facts[jid]
+        monkeypatch.setattr(views, "SUMMARY_REUSE", 0.0)
+        api("summary")
+        assert views._facts[jid] is cached  # its holder lives: nothing read but the lease
+    finally:
+        child.kill()
+        child.wait()  # reaped: its pid is gone
     assert api("runs", params={"status": "interrupted"})["total"] == 1
-    cached = views._facts[journal_id(str(running.directory))]
-    assert api("summary") and views._facts[journal_id(str(running.directory))] is cached
-    monkeypatch.setattr(views, "SUMMARY_REUSE", 0.0)
-    api("summary")
-    assert views._facts[journal_id(str(running.directory))] is not cached
+    assert api("runs", params={"status": "running"})["total"] == 0
+    assert views._facts[jid] is not cached
 
 
 def test_the_index_is_read_again_only_when_it_changes_and_gone_journals_are_dropped(
