@@ -353,7 +353,8 @@ class EventsHandler(_Handler):
                 closed = asyncio.ensure_future(self._closed.wait())
                 done, _ = await asyncio.wait({changed, closed}, timeout=KEEPALIVE,
                                              return_when=asyncio.FIRST_COMPLETED)
-                changed.cancel(), closed.cancel()
+                changed.cancel()
+                closed.cancel()
                 latest = watcher.latest
                 if changed in done and latest is not None and latest["version"] != sent:
                     sent = latest["version"]
@@ -368,7 +369,9 @@ class EventsHandler(_Handler):
             watcher.unsubscribe(stream)
 
     def on_connection_close(self) -> None:
-        self._closed.set()
+        closed = getattr(self, "_closed", None)  # None: it closed before the stream began
+        if closed is not None:
+            closed.set()
         super().on_connection_close()
 
 
