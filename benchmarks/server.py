@@ -10,8 +10,11 @@ interrupted, 3 % failed, 0.6 % cancelled, the rest done. A real ``jupyter server
 subprocess, the extension enabled, ``$DURABLE_NB_JOURNAL`` pointing at the journal) answers
 ``GET durable-nb/api/runs`` (first page, 50 runs), ``GET runs?q=...`` (a search, which reads
 every record) and ``GET summary``; the times are wall-clock of each request over loopback
-(an upper bound of the server's own time), after one warm-up request. The server's CPU time
-over ``--idle`` seconds of a 1 s summary poll is what an idle sidebar costs.
+(an upper bound of the server's own time), after one warm-up request. What an idle sidebar
+costs is the server's CPU time over ``--idle`` seconds, measured three times: with nothing open (the server's own floor), with ``--streams``
+open event streams (``GET events``, what the sidebar uses: the server's one watcher looks at
+the journals each second and sends nothing while nothing changes) and with one 1 s poll of
+``summary`` (the sidebar's fallback).
 ``--journal postgresql://...?schema=NAME`` measures an (empty) PostgreSQL journal instead.
 ``--journals N`` adds N more directory journals of 5 runs each to the server's journal index,
 as a user's index looks after a few months of notebooks (each kernel's journal is noted
@@ -30,6 +33,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from durable_nb.journal import Journal, RunRecord, Status, StepEntry, open_journal
@@ -139,6 +143,30 @@ def timed(base: str, path: str, repeat: int) -> dict:
             "p95_ms": times[int(len(times) * 0.95) - 1], "max_ms": times[-1]}
 
 
+def open_streams(base: str, n: int) -> list[socket.socket]:
+    """``n`` open ``GET events`` streams, each past its first summary event."""
+    host, port = base.split("/")[2].split(":")
+    streams = []
+    for _ in range(n):
+        sock = socket.create_connection((host, int(port)), timeout=60)
+        sock.sendall(f"GET /durable-nb/api/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                     f"Authorization: token {TOKEN}\r\n\r\n".encode())
+        received = b""
+        while b"event: summary" not in received:
+            received += sock.recv(65536)
+        streams.append(sock)
+    return streams
+
+
+def idle_cost(server: subprocess.Popen, seconds: float, step: Callable[[], None]) -> float:
+    """The server's CPU seconds over ``seconds`` of calling ``step`` each second."""
+    before, t0 = cpu_seconds(server.pid), time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        step()
+        time.sleep(1.0)
+    return cpu_seconds(server.pid) - before
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -149,10 +177,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--idle", type=float, default=20.0,
-                        help="seconds of a 1 s summary poll to measure the server's CPU over")
+                        help="seconds to measure the server's CPU over, with the streams open "
+                             "and then with a 1 s summary poll")
     parser.add_argument("--journal", metavar="URL",
                         help="an empty postgresql://...?schema=NAME journal to fill and measure "
                              "instead of a temporary directory")
+    parser.add_argument("--streams", type=int, default=1,
+                        help="open event streams (sidebars) during the idle measurement")
     parser.add_argument("--journals", type=int, default=0,
                         help="more directory journals (5 runs each) in the server's index")
     args = parser.parse_args(argv)
@@ -181,14 +212,12 @@ def main(argv: list[str] | None = None) -> None:
                                                    max(5, args.repeat // 3)),
                 "summary": timed(base, "durable-nb/api/summary", args.repeat),
             }
-            before, t0 = cpu_seconds(server.pid), time.monotonic()
-            polls = 0
-            while time.monotonic() - t0 < args.idle:
-                get(base, "durable-nb/api/summary")
-                polls += 1
-                time.sleep(1.0)
-            used = cpu_seconds(server.pid) - before
-            elapsed = time.monotonic() - t0
+            nothing = idle_cost(server, args.idle, lambda: None)
+            streams = open_streams(base, args.streams)
+            streamed = idle_cost(server, args.idle, lambda: None)
+            for stream in streams:
+                stream.close()
+            polled = idle_cost(server, args.idle, lambda: get(base, "durable-nb/api/summary"))
         finally:
             server.terminate()
             server.wait(30)
@@ -202,8 +231,11 @@ def main(argv: list[str] | None = None) -> None:
     for name, r in results.items():
         print(f"{name:<30} {r['median_ms']:8.1f}ms {r['min_ms']:8.1f}ms {r['p95_ms']:8.1f}ms "
               f"{r['max_ms']:8.1f}ms")
-    print(f"idle sidebar: {polls} summary polls in {elapsed:.0f} s cost the server "
-          f"{used * 1000:.0f} ms CPU ({used / elapsed * 100:.1f} % of one core)")
+    for what, used in (("no sidebar (the server alone)", nothing),
+                       (f"{args.streams} open event stream(s)", streamed),
+                       ("a 1 s poll of summary (the fallback)", polled)):
+        print(f"idle sidebar, {what}: {used * 1000:.0f} ms CPU in {args.idle:.0f} s "
+              f"({used / args.idle * 100:.2f} % of one core)")
     target = results["runs first page (50)"]["median_ms"]
     print(f"target: first page < 200 ms: {target:.1f} ms, {'met' if target < 200 else 'MISSED'}")
 

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -36,8 +37,9 @@ from durable_nb.journal.index import (  # noqa: E402
     known_locations,
     record_opened,
 )
-from durable_nb.server import views  # noqa: E402
+from durable_nb.server import live, views  # noqa: E402
 from tests.conftest import run_python  # noqa: E402
+from tests.harness import wait_until  # noqa: E402
 from tests.test_approvals import _drop  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -482,6 +484,128 @@ def test_summary_version_changes_when_a_run_changes(shared, api):
     assert third["pending_approvals"] == 0 and third["version"] != second["version"]
 
 
+# -- the summary pushed: GET events (server-sent events) -------------------------------------
+
+class EventStream:
+    """``GET durable-nb/api/events`` read over a raw socket, as a browser's EventSource does:
+    :meth:`next` is the next ``summary`` event's data, :meth:`close` ends the connection."""
+
+    def __init__(self, loop, port: int, base_url: str, headers: dict) -> None:
+        self._loop = loop
+        self._reader, self._writer = loop.run_until_complete(
+            asyncio.open_connection("127.0.0.1", port))
+        lines = [f"GET {base_url}durable-nb/api/events HTTP/1.1", f"Host: 127.0.0.1:{port}",
+                 "Accept: text/event-stream", *(f"{k}: {v}" for k, v in headers.items())]
+        self._writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        self.head = loop.run_until_complete(asyncio.wait_for(
+            self._reader.readuntil(b"\r\n\r\n"), 60)).decode()
+
+    def next(self) -> dict:
+        """The next summary event (a 60 s guard against a hang, not a margin)."""
+        return self._loop.run_until_complete(asyncio.wait_for(self._next(), 60))
+
+    async def _next(self) -> dict:
+        while True:  # chunked transfer: the events' lines arrive between chunk sizes
+            line = (await self._reader.readline()).decode().strip()
+            if line.startswith("data: "):
+                return json.loads(line[len("data: "):])
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+@pytest.fixture
+def events(jp_asyncio_loop, jp_http_port, jp_base_url, jp_auth_header, http_server):
+    """``events()`` opens an event stream (``headers=`` instead of the token's); all closed
+    at the end of the test."""
+    opened: list[EventStream] = []
+
+    def open_stream(headers=None):
+        stream = EventStream(jp_asyncio_loop, jp_http_port, jp_base_url,
+                             jp_auth_header if headers is None else headers)
+        opened.append(stream)
+        return stream
+
+    yield open_stream
+    for stream in opened:
+        stream.close()
+
+
+def _watcher(jp_serverapp):
+    return jp_serverapp.web_app.settings.get("durable_nb_watcher")
+
+
+def _cli(journal_location: str, *args: str) -> None:
+    """``durable-nb --journal LOCATION ARGS`` in another process."""
+    proc = subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal", journal_location,
+                           *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_approval_from_the_cli_is_pushed_to_every_open_stream_by_one_watcher(
+        shared, events, jp_serverapp):
+    dropped: list[str] = []
+    _park(shared, "r", dropped)
+    first, second = events(), events()
+    assert "200 OK" in first.head and "text/event-stream" in first.head
+    assert first.next()["pending_approvals"] == 1 == second.next()["pending_approvals"]
+    _cli(str(shared.directory), "approve", "r", "from a terminal")
+    pushed = first.next()
+    assert pushed["pending_approvals"] == 0 and second.next() == pushed
+    watcher = _watcher(jp_serverapp)  # the server's one watcher serves both streams
+    assert watcher.running and len(watcher._streams) == 2
+
+
+def test_no_open_stream_no_watcher_and_it_stops_with_the_last_stream(
+        shared, events, api, jp_serverapp, jp_asyncio_loop):
+    api("summary")
+    assert _watcher(jp_serverapp) is None  # requests alone start nothing
+    stream = events()
+    stream.next()
+    watcher = _watcher(jp_serverapp)
+    assert watcher.running and watcher.checks >= 1
+    stream.close()
+    jp_asyncio_loop.run_until_complete(asyncio.wait_for(watcher._task, 60))
+    assert not watcher.running and watcher.latest is None
+    checks = watcher.checks
+    api("summary")  # the server keeps answering; nothing looks at the journals on its own
+    assert watcher.checks == checks and not watcher.running
+    again = events()  # a new stream starts it again, with the current summary
+    assert again.next()["pending_approvals"] == 0 and watcher.running
+
+
+def test_an_event_stream_without_a_token_is_refused(shared, events):
+    stream = events(headers={})
+    assert stream.head.split()[1] == "403"
+
+
+@pytest.mark.postgres
+def test_a_decision_on_a_postgresql_journal_is_pushed_by_its_notify_not_by_the_period(
+        postgres_server, index, monkeypatch, events, jp_serverapp):
+    url = f"{postgres_server.password_url}?schema=server_events"
+    monkeypatch.setenv("DURABLE_NB_JOURNAL", url)
+    journal = dn.open_journal(url)
+    dropped: list[str] = []
+    pending = _park(journal, "waiting", dropped)
+    monkeypatch.setattr(live, "PERIOD", 3600.0)  # a look by the period would come in an hour
+    stream = events()
+    assert stream.next()["pending_approvals"] == 1
+    watcher = _watcher(jp_serverapp)
+    wait_until(lambda: any(h._listener is not None and h._listener.listening.is_set()
+                           for h in _server_handles()), what="the server's LISTEN", timeout=60)
+    checks = watcher.checks
+    run_python("import sys, durable_nb as dn; dn.approve('waiting', expect=sys.argv[2], "
+               "journal=dn.open_journal(sys.argv[1]))", url, pending["digest"])
+    assert stream.next()["pending_approvals"] == 0
+    assert watcher.checks <= checks + 2  # woken by the notification (and the LISTEN's start)
+
+
+def _server_handles():
+    from durable_nb.server import journals as server_journals
+
+    return [h for h in server_journals._handles.values() if getattr(h, "notifies", False)]
+
+
 # -- what listings cost -----------------------------------------------------------------------
 
 def _age(folder: Path) -> None:
@@ -515,18 +639,43 @@ def test_a_listing_reads_again_only_the_journals_written_since_the_last_one(inde
         before[journal_id(str(busy.directory))]
 
 
-def test_a_journal_with_running_runs_is_read_again_after_the_reuse_time_unchanged(
+_HOLD_A_LEASE = """
+import sys, time
+from durable_nb.journal import RunRecord, Status, open_journal
+from durable_nb.execution.lease import Lease
+journal = open_journal(sys.argv[1])
+now = time.time()
+journal.create_run(RunRecord(run_id="alive", status=Status.RUNNING, created_at=now,
+                             updated_at=now))
+lease = Lease.acquire(journal, "alive")
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_whose_process_dies_turns_interrupted_from_its_lease_read_alone(
         index, api, tmp_path, monkeypatch):
-    """A process that dies writes nothing: its run must turn interrupted all the same."""
-    running = _journal_in_index(tmp_path, "running")
-    _interrupted(running, "crashed")
-    _age(running.directory)
+    """A process that dies writes nothing: its run must turn interrupted all the same. Past
+    the reuse time an unchanged journal's RUNNING runs have their leases read again, and the
+    journal is read whole only when one of them changed."""
+    journal = _journal_in_index(tmp_path, "running")
+    jid = journal_id(str(journal.directory))
+    child = subprocess.Popen([sys.executable, "-c", _HOLD_A_LEASE, str(journal.directory)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "holding"
+        _age(journal.directory)
+        assert api("runs", params={"status": "running"})["total"] == 1
+        cached = views._facts[jid]
+        monkeypatch.setattr(views, "SUMMARY_REUSE", 0.0)
+        api("summary")
+        assert views._facts[jid] is cached  # its holder lives: nothing read but the lease
+    finally:
+        child.kill()
+        child.wait()  # reaped: its pid is gone
     assert api("runs", params={"status": "interrupted"})["total"] == 1
-    cached = views._facts[journal_id(str(running.directory))]
-    assert api("summary") and views._facts[journal_id(str(running.directory))] is cached
-    monkeypatch.setattr(views, "SUMMARY_REUSE", 0.0)
-    api("summary")
-    assert views._facts[journal_id(str(running.directory))] is not cached
+    assert api("runs", params={"status": "running"})["total"] == 0
+    assert views._facts[jid] is not cached
 
 
 def test_the_index_is_read_again_only_when_it_changes_and_gone_journals_are_dropped(

@@ -13,8 +13,10 @@ built into durable_nb/labextension/.
   run with the tool run once.
 - The sidebar says when the server extension is missing or of another version; the sidebar,
   a run view and the inbox come back after a page reload.
-- An idle sidebar asks only `GET summary`; the count on the sidebar's tab follows approvals
-  made from the CLI and from another notebook; a hostile title is shown as text.
+- An idle sidebar asks nothing: the server pushes the summary (`GET events`, server-sent
+  events) and the sidebar fetches the listing when it changed; where the stream cannot be
+  opened it polls `GET summary`. The count on the sidebar's tab follows approvals made from
+  the CLI and from another notebook through the stream; a hostile title is shown as text.
 - A decision on a request that changed since its card was drawn is refused (nothing written),
   and the inbox says so and shows the new request; a run is cancelled from its view.
 - A batch with 12 pending approvals is approved from the inbox with "Approve all shown",
@@ -291,9 +293,10 @@ def test_the_sidebar_says_when_the_server_extension_is_missing_or_of_another_ver
             page.page.locator(".dnr-sidebar").screenshot(
                 path=str(shots / f"sidebar-version-{answer['status']}.png"))
     with LabPage(lab, timeout=60) as page:  # the real server: the same version, nothing said
-        with page.page.expect_response(lambda r: "/durable-nb/api/version" in r.url):
-            _open_lab(page)
-        page.page.wait_for_event("response", lambda r: "/durable-nb/api/summary" in r.url)
+        with page.page.expect_response(lambda r: "/durable-nb/api/version" in r.url), \
+                page.page.expect_response(lambda r: "/durable-nb/api/runs" in r.url):
+            _open_lab(page)  # the listing: fetched on the stream's first summary
+        page.page.locator(".dnr-sidebar[data-dnr-live='stream']").wait_for(state="attached")
         assert not page.page.locator(".dnr-version-problem").count()
 
 
@@ -336,15 +339,45 @@ def test_the_sidebar_the_run_views_and_the_inbox_come_back_after_a_reload(
     dn.cancel("restored", journal=journal)
 
 
-def test_an_idle_sidebar_asks_only_the_summary(lab: JupyterLab, journal: DiskJournal) -> None:
+def _api_paths(page: LabPage) -> list[str]:
+    """The paths of the API requests the page sends from now on (GETs carry a query)."""
+    asked: list[str] = []
+    page.page.on("request", lambda request: asked.append(urlsplit(request.url).path)
+                 if "/durable-nb/api/" in request.url else None)
+    return asked
+
+
+def test_an_idle_sidebar_listens_to_the_stream_and_fetches_only_what_changed(
+    lab: JupyterLab, journal: DiskJournal
+) -> None:
     sent: list[str] = []
     _park(journal, "idle", "Parked while nobody looks", sent)
     with LabPage(lab, timeout=60) as page:
         _open_lab(page)
-        page.page.locator(".dnr-run[data-run='idle']").wait_for()
-        asked: list[str] = []  # API paths (GETs carry a cache-busting query)
-        page.page.on("request", lambda request: asked.append(urlsplit(request.url).path)
-                     if "/durable-nb/api/" in request.url else None)
+        page.page.locator(".dnr-sidebar[data-dnr-live='stream'] .dnr-run[data-run='idle']") \
+            .wait_for()
+        asked = _api_paths(page)
+        _park(journal, "idle-2", "Parked from another process", sent)  # pushed by the server
+        page.page.locator(".dnr-run[data-run='idle-2']").wait_for()
+    # the listing and the inbox fetched once the summary changed; never the summary itself
+    assert asked and all(path.endswith("/durable-nb/api/runs") for path in asked), asked
+    for run_id in ("idle", "idle-2"):
+        dn.cancel(run_id, journal=journal)
+
+
+def test_a_sidebar_whose_stream_is_refused_polls_only_the_summary(
+    lab: JupyterLab, journal: DiskJournal
+) -> None:
+    sent: list[str] = []
+    _park(journal, "idle", "Parked while nobody looks", sent)
+    with LabPage(lab, timeout=60) as page:
+        # a server extension without the stream (or a proxy refusing it)
+        page.page.route("**/durable-nb/api/events*",
+                        _answer_with({"status": 404, "body": '{"message": "Not Found"}'}))
+        _open_lab(page)
+        page.page.locator(".dnr-sidebar[data-dnr-live='poll'] .dnr-run[data-run='idle']") \
+            .wait_for()
+        asked = _api_paths(page)
         for _ in range(3):  # three polls while nothing changes
             page.page.wait_for_event("request", lambda request: urlsplit(
                 request.url).path.endswith("/durable-nb/api/summary"))
@@ -367,6 +400,8 @@ def test_the_tab_count_follows_approvals_from_the_cli_and_from_another_notebook(
     with LabPage(lab, timeout=60) as page:
         _open_lab(page)
         _tab_count(page, 3)
+        page.page.locator(".dnr-sidebar[data-dnr-live='stream']").wait_for(state="attached")
+        asked = _api_paths(page)
         title = page.page.locator(".dnr-run[data-run='hostile'] .dnr-run-title")
         assert title.inner_text() == HOSTILE
         assert page.page.evaluate("() => window.dnbPwned") is None
@@ -381,6 +416,8 @@ def test_the_tab_count_follows_approvals_from_the_cli_and_from_another_notebook(
         page.run_cell(0)
         page.wait_for_text("True", cell_index=0)
         _tab_count(page, 1)
+        # both counts came through the stream: the summary was never asked
+        assert not [path for path in asked if path.endswith("/api/summary")], asked
         # The last one is cancelled from its run view.
         _show_sidebar(page)
         page.page.locator(".dnr-run[data-run='hostile']").click()
@@ -412,7 +449,10 @@ def test_a_decision_on_a_request_that_changed_since_it_was_shown_is_refused_and_
     def answers(route: Any) -> None:
         """Pass the API's GETs through, or once frozen, answer what the page saw last."""
         url = route.request.url
-        if route.request.method != "GET" or not (frozen and url in seen):
+        if urlsplit(url).path.endswith("/durable-nb/api/events"):
+            # a stream never ends, so it cannot be replayed: the page polls instead
+            route.fulfill(status=404, content_type="application/json", body="{}")
+        elif route.request.method != "GET" or not (frozen and url in seen):
             response = route.fetch()
             if route.request.method == "GET":
                 seen[url] = response.text()

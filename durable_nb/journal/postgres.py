@@ -1009,6 +1009,15 @@ class PostgresJournal(Journal):
         with self._current_listener().watching(run_id, event):
             return self._await_request(kind, run_id, until, accept, wake, event, recheck)
 
+    @contextmanager
+    def watch_changes(self, wake: Any) -> Iterator[None]:
+        """While in the block, ``wake.set()`` is called (from the listener's thread) on
+        every notification of this schema (a request put) and whenever the ``LISTEN``
+        connection is (re)established, since what was sent while it was down is lost: a
+        watcher of the whole journal (the server's summary) reads again then."""
+        with self._current_listener().watching(None, wake):
+            yield
+
     def _current_listener(self) -> "_Listener":
         self._current_pool()  # a forked child drops the parent's listener there
         with self._pool_lock:
@@ -1022,7 +1031,8 @@ class PostgresJournal(Journal):
 class _Listener:
     """One ``LISTEN`` connection of a journal in this process, open while runs wait.
 
-    Waiters register an Event under their run id; a NOTIFY for that run sets it. When the
+    Waiters register an Event under their run id (None: every run); a NOTIFY for that run
+    sets it. When the
     connection is (re)established every waiter is woken, since what was sent while nobody
     listened is lost: each reads its request once more."""
 
@@ -1032,14 +1042,14 @@ class _Listener:
         self._kwargs = kwargs
         self._channel = channel
         self._lock = threading.Lock()
-        self._waiters: dict[str, list[threading.Event]] = {}
+        self._waiters: dict[str | None, list[threading.Event]] = {}
         self._thread: threading.Thread | None = None
         self._stopped = False
         #: Set while the LISTEN is in place (for tests and benchmarks).
         self.listening = threading.Event()
 
     @contextmanager
-    def watching(self, run_id: str, event: threading.Event) -> Iterator[None]:
+    def watching(self, run_id: str | None, event: threading.Event) -> Iterator[None]:
         with self._lock:
             self._waiters.setdefault(run_id, []).append(event)
             if self._thread is None and not self._stopped:
@@ -1067,7 +1077,7 @@ class _Listener:
             if run_id is None:
                 events = [e for waiting in self._waiters.values() for e in waiting]
             else:
-                events = list(self._waiters.get(run_id, ()))
+                events = [*self._waiters.get(run_id, ()), *self._waiters.get(None, ())]
         for event in events:
             event.set()
 

@@ -22,13 +22,14 @@ from typing import Any, TypeVar
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
+from tornado.iostream import StreamClosedError
 
 from .. import registry
 from ..registry import batch_rows, recorded_decision
 from ..errors import JournalError, NoJournal, NoPendingApproval, RunLeased, UnknownRun
 from ..execution.approvals import decision_kind, pending_digest
 from ..journal import Journal, Status
-from . import views
+from . import live, views
 from .journals import KnownJournal, NotAllowed, UnknownJournal, allowed_journals, resolve
 
 __all__ = ["handlers"]
@@ -39,6 +40,13 @@ T = TypeVar("T")
 #: kernel still watches resumes at once); past it the run waits for its cell to be re-run.
 TAKEN_WITHIN = 1.0
 _MAX_LIMIT = 500
+#: Seconds between the comments an idle event stream gets (proxies close silent
+#: connections after a minute or so).
+KEEPALIVE = 20.0
+#: What an event stream tells the browser to wait before reconnecting (milliseconds).
+RETRY_MS = 2000
+#: The key of the server's one summary watcher in the web application's settings.
+_WATCHER = "durable_nb_watcher"
 
 #: The extension's own threads for journal calls: a journal that hangs (a database that went
 #: away: each call waits for its connect timeout) ties up these, never the threads Jupyter
@@ -303,6 +311,70 @@ class SummaryHandler(_Handler):
         return {**answer, "unavailable": failed + answer["unavailable"]}
 
 
+def _summary_of_all() -> tuple[dict, list[Journal]]:
+    """``GET summary``'s answer over every allowed journal, and the journals read
+    (blocking)."""
+    journals, failed = _open_allowed()
+    answer = views.summary(journals)
+    return ({**answer, "unavailable": failed + answer["unavailable"]},
+            [opened for _, opened in journals])
+
+
+async def _check() -> tuple[dict, list[Journal]]:
+    return await asyncio.get_running_loop().run_in_executor(_workers, _summary_of_all)
+
+
+class EventsHandler(_Handler):
+    """``GET events``: ``GET summary``'s answer as server-sent events (``event: summary``),
+    one when the stream opens and one each time its version changes, from the server's one
+    :class:`~.live.Watcher`; a comment every :data:`KEEPALIVE` seconds keeps proxies from
+    closing an idle stream and finds the streams whose browser went away."""
+
+    #: An open tab is not a person's activity: a hub's idle culler still sees the server idle.
+    _track_activity = False
+    _closed: asyncio.Event
+
+    @web.authenticated
+    async def get(self) -> None:
+        self._closed = asyncio.Event()
+        watcher = self.settings.get(_WATCHER)
+        if watcher is None:
+            watcher = self.settings[_WATCHER] = live.Watcher(_check)
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")  # nginx (a hub's proxy): do not buffer
+        stream = watcher.subscribe()
+        sent = None
+        try:
+            self.write(f"retry: {RETRY_MS}\n\n")  # the browser's delay before reconnecting
+            await self.flush()
+            while not self._closed.is_set():
+                changed = asyncio.ensure_future(stream.wait())
+                closed = asyncio.ensure_future(self._closed.wait())
+                done, _ = await asyncio.wait({changed, closed}, timeout=KEEPALIVE,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                changed.cancel()
+                closed.cancel()
+                latest = watcher.latest
+                if changed in done and latest is not None and latest["version"] != sent:
+                    sent = latest["version"]
+                    self.write(live.event("summary", latest))
+                elif not done:
+                    self.write(": keep-alive\n\n")
+                stream.clear()
+                await self.flush()
+        except StreamClosedError:
+            pass
+        finally:
+            watcher.unsubscribe(stream)
+
+    def on_connection_close(self) -> None:
+        closed = getattr(self, "_closed", None)  # None: it closed before the stream began
+        if closed is not None:
+            closed.set()
+        super().on_connection_close()
+
+
 class VersionHandler(_Handler):
     @web.authenticated
     async def get(self) -> None:
@@ -318,6 +390,6 @@ def handlers(base_url: str) -> list[tuple[str, type]]:
     routes = {"journals": JournalsHandler, "runs": RunsHandler, "run": RunHandler,
               "run/decision": DecisionHandler, "run/cancel": CancelHandler,
               "batch": BatchHandler, "batches": BatchesHandler, "summary": SummaryHandler,
-              "version": VersionHandler}
+              "events": EventsHandler, "version": VersionHandler}
     return [(url_path_join(base_url, "durable-nb", "api", path), handler)
             for path, handler in routes.items()]

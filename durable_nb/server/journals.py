@@ -87,15 +87,25 @@ def _normal(location: str) -> str:
     return str(Path(location).expanduser().resolve())
 
 
+#: The last answer of :func:`allowed_journals`, with the locations it was built from.
+_allowed: tuple[tuple[str, ...], list[KnownJournal]] = ((), [])
+
+
 def allowed_journals() -> list[KnownJournal]:
-    """The journals this server shows, the environment's first, each once."""
-    locations = [os.environ.get(name) for name in ("DURABLE_NB_JOURNAL", "DURABLE_NB_DIR")]
+    """The journals this server shows, the environment's first, each once (built again only
+    when the locations changed: a summary of hundreds of journals asks every second)."""
+    global _allowed
+    environment = [os.environ.get(name) for name in ("DURABLE_NB_JOURNAL", "DURABLE_NB_DIR")]
+    locations = tuple([_normal(v) for v in environment if v] + known_locations())
+    if locations == _allowed[0]:
+        return list(_allowed[1])
     found: dict[str, KnownJournal] = {}
-    for location in [_normal(v) for v in locations if v] + known_locations():
+    for location in locations:
         key = journal_id(location)
         if key not in found:
             found[key] = KnownJournal(key, location,
                                       "postgres" if is_postgres_url(location) else "disk")
+    _allowed = (locations, list(found.values()))
     return list(found.values())
 
 

@@ -135,9 +135,10 @@ class Facts:
     the summary's part, and the newest runs of each status as pages asked for them.
 
     Kept per journal while its files do not change (a directory journal: its SQLite database
-    and write-ahead log, size and time) and, when it has RUNNING runs, at most
-    :data:`SUMMARY_REUSE` seconds: a listing or summary of hundreds of journals reads only
-    those that changed. A PostgreSQL journal has no such marker and is read every time."""
+    and write-ahead log, size and time); when it has RUNNING runs, their leases are read
+    again every :data:`SUMMARY_REUSE` seconds and the whole journal only if one of them turned
+    interrupted (or came back): a listing or summary of hundreds of journals reads only those
+    that changed. A PostgreSQL journal has no such marker and is read every time."""
 
     mark: tuple | None
     read_at: float
@@ -169,6 +170,10 @@ def facts(known: KnownJournal, opened: Journal) -> Facts:
     cached = _facts.get(known.id)
     if cached is not None and cached.fresh(mark, now):
         return cached
+    if cached is not None and mark is not None and mark == cached.mark \
+            and _liveness_unchanged(cached, opened):
+        cached.read_at = now
+        return cached
     counts = opened.count_runs()
     active = opened.list_runs(status=(Status.RUNNING, Status.WAITING_APPROVAL))
     running = [(r, is_interrupted(r, opened)) for r in active if r.status is Status.RUNNING]
@@ -186,6 +191,13 @@ def facts(known: KnownJournal, opened: Journal) -> Facts:
     else:
         _facts.pop(known.id, None)
     return read
+
+
+def _liveness_unchanged(read: Facts, opened: Journal) -> bool:
+    """Whether each RUNNING run of ``read`` is as live or as interrupted as when read (one
+    lease read each): in a journal whose files did not change, that is all that can have
+    changed (a process that died, or stalled past its heartbeat, writes nothing)."""
+    return all(is_interrupted(record, opened) == dead for record, dead in read.running)
 
 
 def _quiet(mark: tuple | None, read_at_ns: int) -> bool:
@@ -327,11 +339,23 @@ def summary(journals: list[tuple[KnownJournal, Journal]]) -> dict:
     What the sidebar polls every second or two: built from each journal's :class:`Facts`,
     so it reads only the journals written since the last poll (and those with RUNNING runs
     every :data:`SUMMARY_REUSE` seconds)."""
+    global _last_version
     answering, failed = _answering(journals)
     pending = sum(read.pending for _, _, read in answering)
-    parts: list[Any] = [pending, failed] + [read.part for _, _, read in answering]
-    return {"pending_approvals": pending, "unavailable": failed,
-            "version": hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]}
+    reads = [read for _, _, read in answering]
+    if not failed and len(reads) == len(_last_version[0]) and all(
+            a is b for a, b in zip(reads, _last_version[0])):
+        return {"pending_approvals": pending, "unavailable": failed,
+                "version": _last_version[1]}
+    parts: list[Any] = [pending, failed] + [read.part for read in reads]
+    version = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+    _last_version = ([] if failed else reads, version)
+    return {"pending_approvals": pending, "unavailable": failed, "version": version}
+
+
+#: The facts the last summary was built from (the same objects: nothing was read again)
+#: and its version.
+_last_version: tuple[list[Facts], str] = ([], "")
 
 
 # -- one run, one batch ----------------------------------------------------------------------

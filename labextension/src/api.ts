@@ -164,6 +164,18 @@ function post<T>(endpoint: string, body: unknown): Promise<T> {
   return request<T>(endpoint, { method: 'POST', body: JSON.stringify(body) });
 }
 
+/**
+ * The URL of the summary's event stream (`GET events`, server-sent events) for an
+ * EventSource, which sends the page's cookies but no header: the token goes in the query
+ * where JupyterLab's own websockets put it (a server on another host than the page's).
+ */
+export function eventsUrl(): string {
+  const url = URLExt.join(settings.baseUrl, 'durable-nb/api/events');
+  return settings.token && settings.appendToken
+    ? url + query({ token: settings.token })
+    : url;
+}
+
 export const api = {
   /** The durable_nb version of the server extension (404: the extension is not loaded). */
   version: (): Promise<{ version: string }> => request('version'),

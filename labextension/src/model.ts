@@ -1,17 +1,23 @@
 /**
- * What the sidebar, the inbox and the run views show, kept fresh by one poll.
+ * What the sidebar, the inbox and the run views show, kept fresh by the server.
  *
- * The poll asks only `GET summary` (a count and a version) every POLL_MS while the
- * page is visible; the listings are fetched again only when the version changed or the
- * search changed, so an idle Lab costs the server one small request a second and a half.
+ * The summary (a count and a version) is pushed: an EventSource on `GET events`, whose
+ * server sends it when it changes (one watcher per server, whatever the number of open
+ * tabs), so an idle Lab asks nothing. The listings are fetched again only when the version
+ * changed or the search changed. Where the stream cannot be opened (a server extension
+ * without it, a proxy that refuses it) the model falls back to asking `GET summary` every
+ * POLL_MS while the page is visible.
  */
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { api, APIError, FRONTEND_VERSION, IRunSummary } from './api';
+import { api, APIError, eventsUrl, FRONTEND_VERSION, IRunSummary, ISummary } from './api';
 
-/** How often the summary is asked (the issue allows a poll of at most a second or two). */
+/** How often the fallback poll asks the summary (the issue allows a second or two). */
 export const POLL_MS = 1500;
+
+/** How the summary arrives: pushed by the server, or asked by the fallback poll. */
+export type Transport = 'stream' | 'poll' | null;
 /** How many runs the sidebar lists (the server sorts: pending approvals first). */
 export const LIST_LIMIT = 200;
 /** How many pending approvals the inbox lists. */
@@ -29,16 +35,26 @@ export class RunsModel {
   private _mismatch: string | null = null;
   private _changed = new Signal<this, void>(this);
   private _poll: Poll;
+  private _source: EventSource | null = null;
+  private _transport: Transport = null;
+  private _applying: Promise<void> = Promise.resolve();
+  private _disposed = false;
 
   constructor() {
     this._poll = new Poll({
-      auto: true,
+      auto: false,
       factory: () => this._tick(),
       frequency: { interval: POLL_MS, backoff: true, max: 30 * 1000 },
       name: 'durable-nb:summary',
       standby: 'when-hidden'
     });
+    this._openStream();
     void this._checkVersion();
+  }
+
+  /** How the summary arrives now: 'stream', 'poll' (the fallback), null before either. */
+  get transport(): Transport {
+    return this._transport;
   }
 
   /**
@@ -105,12 +121,84 @@ export class RunsModel {
   /** Fetch the summary and the listings now (after a decision, say). */
   async refresh(): Promise<void> {
     this._version = null;
-    await this._poll.refresh();
+    if (this._transport === 'poll') {
+      await this._poll.refresh();
+      return;
+    }
+    try {
+      await this._apply(await api.summary());
+    } catch {
+      // said in `error`; the stream's next summary fetches again
+    }
   }
 
   dispose(): void {
+    this._disposed = true;
+    this._source?.close();
     this._poll.dispose();
     Signal.clearData(this);
+  }
+
+  /**
+   * Listen to the server's summary events. The browser reconnects a stream that broke by
+   * itself (after the delay the server asks); a stream refused or never opened (an answer
+   * that is not an event stream: 404, 403, a proxy) gives way to the poll.
+   */
+  private _openStream(): void {
+    if (typeof EventSource === 'undefined') {
+      this._usePoll();
+      return;
+    }
+    const source = new EventSource(eventsUrl());
+    this._source = source;
+    source.addEventListener('summary', event =>
+      this._pushed(JSON.parse((event as MessageEvent).data) as ISummary)
+    );
+    source.onopen = () => {
+      if (this._transport !== 'stream') {
+        this._transport = 'stream';
+        this._changed.emit();
+      }
+    };
+    source.onerror = () => {
+      if (source.readyState === EventSource.CLOSED) {
+        source.close();
+        this._source = null;
+        this._usePoll();
+      } else if (this._transport === 'stream') {
+        // The browser reconnects; the server's first event then fetches the listings again.
+        this._error = 'the Jupyter server did not answer: reconnecting';
+        this._changed.emit();
+      }
+    };
+  }
+
+  /** A summary the stream brought, shown in order; a fetch that failed is tried again. */
+  private _pushed(summary: ISummary): void {
+    this._applying = this._applying
+      .then(() => this._apply(summary))
+      .catch(() => {
+        setTimeout(() => {
+          if (!this._disposed && this._error !== null && this._source !== null) {
+            void api.summary().then(
+              latest => this._pushed(latest),
+              () => this._pushed(summary)
+            );
+          }
+        }, POLL_MS);
+      });
+  }
+
+  /** The fallback: ask `GET summary` every POLL_MS. */
+  private _usePoll(): void {
+    if (this._disposed || this._transport === 'poll') {
+      return;
+    }
+    this._transport = 'poll';
+    this._changed.emit();
+    if (this._mismatch === null) {
+      void this._poll.start();
+    }
   }
 
   /** Compare the server extension's version with this frontend's, once. */
@@ -133,14 +221,24 @@ export class RunsModel {
         "The Jupyter server has no durable_nb extension, so nothing can be listed: install " +
         "durable-nb in the server's environment (or enable it: jupyter server extension " +
         'enable durable_nb.server), restart the server and reload this page.';
-      this._poll.stop(); // nothing to ask until then
+      this._source?.close(); // nothing to ask until then
+      this._source = null;
+      void this._poll.stop();
     }
     this._changed.emit();
   }
 
   private async _tick(): Promise<void> {
+    await this._apply(await api.summary().catch(error => {
+      this._error = String((error as Error).message ?? error);
+      this._changed.emit();
+      throw error; // the poll backs off while the server does not answer
+    }));
+  }
+
+  /** Show `summary`: the listings fetched again if its version is not the one shown. */
+  private async _apply(summary: ISummary): Promise<void> {
     try {
-      const summary = await api.summary();
       if (summary.version !== this._version || this._error !== null) {
         await this._fetch(summary.pending_approvals);
         this._version = summary.version;
@@ -153,7 +251,7 @@ export class RunsModel {
     } catch (error) {
       this._error = String((error as Error).message ?? error);
       this._changed.emit();
-      throw error; // the poll backs off while the server does not answer
+      throw error;
     }
     this._changed.emit();
   }

@@ -68,6 +68,8 @@ export class RunsSidebar extends Widget {
     this.title.caption = `Durable runs: ${count} pending approval${count === 1 ? '' : 's'}`;
     this._inboxButton.textContent = `Approvals inbox (${count})`;
     this._inboxButton.classList.toggle('dnr-has-pending', count > 0);
+    // How the count stays live ('stream', or 'poll' where the stream could not be opened).
+    this.node.dataset.dnrLive = model.transport ?? '';
     const shown = model.runs.length;
     this._status.textContent = model.error
       ? `The server did not answer: ${model.error}`
