@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .tokens import model_entry
+
 __all__ = ["PRICES", "Price", "cost", "price_for"]
 
 
@@ -54,12 +56,9 @@ PRICES: dict[str, Price] = {
 
 
 def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price | None:
-    """The price of ``model`` (overrides first), or None when it is not known."""
-    name = model.strip().lower().removeprefix("openai/").removeprefix("ft:")
-    table = {**PRICES, **{k.lower(): v for k, v in overrides.items()}} if overrides else PRICES
-    matches = [key for key in table
-               if name == key or (name.startswith(key) and name[len(key)] in "-:")]
-    return table[max(matches, key=len)] if matches else None
+    """The price of ``model`` (overrides first; see :func:`~.tokens.model_entry`), or None
+    when it is not known."""
+    return model_entry(PRICES, model, overrides)
 
 
 def cost(model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,

