@@ -1,0 +1,186 @@
+"""The documentation says what the code does: the tutorial and the README's example run as
+written, the README stays short and its links resolve, the API reference lists every public
+name, and the CLI reference covers every command.
+
+The convention for code blocks (docs/pages/development.md): a ``python`` block is a notebook
+cell, run in a real kernel in order; a ``bash`` block is a terminal command, run in the
+notebook's folder; a ``console`` block is a command for the reader that no test runs (installs,
+starting Jupyter); a ``text`` block is what the block before it prints, each of its lines
+expected in that output. Two comments steer the tutorial's run:
+``<!-- docs-test: the kernel dies -->`` before a block that kills its kernel (it is restarted,
+as JupyterLab does), and ``<!-- docs-test: run the python blocks above again -->``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import durable_nb
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs" / "pages"
+README = REPO / "README.md"
+LANGUAGES = {"python", "bash", "console", "text"}
+README_MAX_LINES = 250
+
+_FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
+_DIRECTIVE = re.compile(r"^<!-- docs-test: (.+?) -->[ \t]*$", re.M)
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@dataclass
+class Block:
+    """A fenced code block, or a docs-test directive (``lang == "directive"``)."""
+
+    lang: str
+    code: str
+
+
+def blocks(markdown: str) -> list[Block]:
+    """The page's code blocks and docs-test directives, in page order."""
+    found = [(m.start(), Block(m.group(1), m.group(2))) for m in _FENCE.finditer(markdown)]
+    found += [(m.start(), Block("directive", m.group(1))) for m in _DIRECTIVE.finditer(markdown)]
+    return [block for _, block in sorted(found, key=lambda pair: pair[0])]
+
+
+def _clean_env() -> dict[str, str]:
+    """The reader's environment: no API key, no journal chosen, this checkout importable and
+    its ``durable-nb`` on PATH."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "DURABLE_NB_DIR",
+                        "DURABLE_NB_JOURNAL", "DURABLE_NB_MODEL")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def _shell(code: str, folder: Path, env: dict[str, str]) -> str:
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{code!r} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def _expect(output: str, expected: str, code: str) -> None:
+    missing = [line for line in expected.splitlines() if line.strip() and line not in output]
+    assert not missing, f"{code!r} printed no {missing!r}; it printed:\n{output}"
+
+
+def run_page(markdown: str, folder: Path) -> list[str]:
+    """Run a page's blocks as a reader would; return the outputs of the blocks that ran."""
+    from tests.harness import start_kernel, wait_until
+
+    env = _clean_env()
+    outputs: list[str] = []
+    ran: list[str] = []
+    dies = False
+    with start_kernel(folder, env=env) as kernel:
+        def cell(code: str) -> str:
+            result = kernel.execute(code, timeout=120)
+            assert result.status == "ok", f"cell failed:\n{code}\n{result.traceback}"
+            return result.stdout + result.text
+
+        last = ""
+        for block in blocks(markdown):
+            assert block.lang in LANGUAGES | {"directive"}, (
+                f"a ```{block.lang} block: use one of {sorted(LANGUAGES)}")
+            if block.lang == "directive":
+                if block.code == "the kernel dies":
+                    dies = True
+                elif block.code == "run the python blocks above again":
+                    outputs += [cell(code) for code in ran]
+                else:
+                    raise AssertionError(f"unknown docs-test directive {block.code!r}")
+            elif block.lang == "python" and dies:
+                kernel.execute_async(block.code)
+                wait_until(lambda: not kernel.is_alive, 120, "the kernel's death")
+                kernel.restart()
+                ran.append(block.code)
+                dies, last = False, ""
+            elif block.lang == "python":
+                last = cell(block.code)
+                ran.append(block.code)
+                outputs.append(last)
+            elif block.lang == "bash":
+                last = _shell(block.code, folder, env)
+                outputs.append(last)
+            elif block.lang == "text":
+                _expect(last, block.code, "the block before it")
+    return outputs
+
+
+@pytest.mark.kernel
+def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
+    """Every block of the tutorial, crash and approval included, ends with each tool run once."""
+    run_page((DOCS / "tutorial.md").read_text(), tmp_path)
+    run = durable_nb.get_run("weekly-report", journal=str(tmp_path / ".durable_nb"))
+    assert run.status is durable_nb.Status.DONE
+    assert len(list((tmp_path / "outbox").iterdir())) == 1
+    assert (tmp_path / "crashed-once").exists()  # the kernel did die in the middle
+
+
+@pytest.mark.kernel
+def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
+    """The README's cells park at the email; approved as the README says, it is sent once."""
+    markdown = README.read_text()
+    python = "".join(f"```python\n{b.code}```\n" for b in blocks(markdown) if b.lang == "python")
+    approve = "```bash\ndurable-nb approve q3-email\n```\n"
+    wait = "```python\n%durable wait q3-email --timeout 60\n```\n"
+    assert "durable-nb approve q3-email" in markdown
+    run_page(python + approve + wait, tmp_path)
+    run = durable_nb.get_run("q3-email", journal=str(tmp_path / ".durable_nb"))
+    assert run.status is durable_nb.Status.DONE
+    assert len(list((tmp_path / "outbox").iterdir())) == 1
+
+
+def test_code_blocks_say_what_they_are() -> None:
+    """Every fenced block of the README and the docs names one of the convention's languages
+    (or another language shown but never run: sql, json, a Python fragment ```py)."""
+    shown = LANGUAGES | {"sql", "json", "py", "toml", "yaml"}
+    for page in [README, *DOCS.rglob("*.md")]:
+        for block in blocks(page.read_text()):
+            assert block.lang in shown | {"directive"}, (
+                f"{page.relative_to(REPO)}: a ```{block.lang} block; use one of {sorted(shown)}")
+
+
+def test_the_readme_is_short() -> None:
+    lines = len(README.read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move the depth to docs/"
+
+
+def test_the_readmes_links_resolve() -> None:
+    """Every relative link of the README names a file of the repository (a page of the site)."""
+    links = [link for link in _LINK.findall(README.read_text())
+             if not re.match(r"[a-z]+:", link)]
+    assert links, "the README links into docs/"
+    for link in links:
+        path = link.split("#", 1)[0]
+        assert (REPO / path).is_file(), f"README.md links to {link}, which does not exist"
+
+
+def test_the_api_reference_shows_every_public_name_once() -> None:
+    text = (DOCS / "reference" / "api.md").read_text()
+    shown = re.findall(r"^::: durable_nb\.(\w+)$", text, re.M)
+    assert sorted(shown) == sorted(durable_nb.__all__)
+
+
+def test_the_cli_reference_covers_every_command() -> None:
+    sys.path.insert(0, str(REPO / "docs" / "hooks"))
+    try:
+        import cli_reference
+    finally:
+        sys.path.remove(str(REPO / "docs" / "hooks"))
+    from durable_nb.cli import _parser
+
+    rendered = cli_reference.cli_reference()
+    for name in cli_reference._subparsers(_parser()):
+        assert f"## `durable-nb {name}`" in rendered
+    assert "usage: durable-nb show [-h] [--json] RUN" in rendered
+    assert "--max-iterations N" in cli_reference.magics_reference()
