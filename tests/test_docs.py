@@ -184,3 +184,22 @@ def test_the_cli_reference_covers_every_command() -> None:
         assert f"## `durable-nb {name}`" in rendered
     assert "usage: durable-nb show [-h] [--json] RUN" in rendered
     assert "--max-iterations N" in cli_reference.magics_reference()
+
+
+@pytest.mark.kernel
+def test_the_notebook_guides_example_runs_as_written(tmp_path: Path) -> None:
+    """guide/notebook.md's cells, offline as the page says (the bundled server's default
+    script is the demo agent's): the run parks at the email and ends DONE once approved."""
+    server = ("```python\nimport os\nfrom durable_nb.testing import LoopbackServer\n"
+              "server = LoopbackServer().start()\nos.environ['OPENAI_BASE_URL'] = server.url\n"
+              "os.environ['OPENAI_API_KEY'] = 'offline'\n```\n")
+    page = (DOCS / "guide" / "notebook.md").read_text()
+    python = [b.code for b in blocks(page) if b.lang == "python"][:4]
+    assert python[2].startswith("%%durable_agent sales-report")
+    cells = "".join(f"```python\n{code}```\n" for code in python)
+    tail = ("```bash\ndurable-nb approve sales-report\n```\n"
+            "```python\n%durable wait sales-report --timeout 60\n```\n")
+    run_page(server + cells + tail, tmp_path)
+    run = durable_nb.get_run("sales-report", journal=str(tmp_path / ".durable_nb"))
+    assert run.status is durable_nb.Status.DONE
+    assert (tmp_path / "side_effects.log").read_text().count("send_email") == 1
