@@ -17,7 +17,7 @@ CLI_MARKER = "<!-- durable-nb:cli -->"
 MAGICS_MARKER = "<!-- durable-nb:magics -->"
 #: argparse wraps help to the terminal's width (COLUMNS): fixed, so the page does not depend on
 #: the terminal that built it.
-WIDTH = "96"
+WIDTH = "80"
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -37,11 +37,11 @@ def cli_reference() -> str:
 
     os.environ["COLUMNS"] = WIDTH
     parser = cli._parser()
-    parts = [_block("durable-nb", parser.format_help(), 2)]
+    parts = [_block("durable-nb", parser.format_help(), 3)]
     for name, sub in _subparsers(parser).items():
-        parts.append(_block(f"durable-nb {name}", sub.format_help(), 2))
+        parts.append(_block(f"durable-nb {name}", sub.format_help(), 3))
         for verb, subsub in _subparsers(sub).items():
-            parts.append(_block(f"durable-nb {name} {verb}", subsub.format_help(), 3))
+            parts.append(_block(f"durable-nb {name} {verb}", subsub.format_help(), 4))
     return "\n".join(parts)
 
 
@@ -52,7 +52,7 @@ def magics_reference() -> str:
     os.environ["COLUMNS"] = WIDTH
     agent = DurableMagics.durable_agent.parser.format_help()  # what %%durable_agent? prints
     durable = inspect.cleandoc(DurableMagics.durable.__doc__ or "")
-    return "\n".join([_block("%%durable_agent", agent, 2), _block("%durable", durable, 2)])
+    return "\n".join([_block("%%durable_agent", agent, 3), _block("%durable", durable, 3)])
 
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
