@@ -203,3 +203,57 @@ def test_the_notebook_guides_example_runs_as_written(tmp_path: Path) -> None:
     run = durable_nb.get_run("sales-report", journal=str(tmp_path / ".durable_nb"))
     assert run.status is durable_nb.Status.DONE
     assert (tmp_path / "side_effects.log").read_text().count("send_email") == 1
+
+
+def test_the_outside_a_notebook_script_runs_as_written(tmp_path: Path) -> None:
+    """guide/python.md's script against a model server: it waits for the approval, which
+    another process gives, then sends the email once and prints the model's summary."""
+    import time
+
+    from durable_nb.demo import SALES_CSV
+    from durable_nb.testing import LoopbackServer
+
+    script = [b.code for b in blocks((DOCS / "guide" / "python.md").read_text())
+              if b.lang == "python"][0]
+    (tmp_path / "agent.py").write_text(script)
+    (tmp_path / "sales.csv").write_text(SALES_CSV)
+    with LoopbackServer(["Q3 revenue rose in every region."]) as server:
+        env = {**_clean_env(), "OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "offline"}
+        proc = subprocess.Popen([sys.executable, "agent.py"], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            journal = str(tmp_path / ".durable_nb")
+            deadline = time.monotonic() + 60
+            while not (tmp_path / ".durable_nb").exists() or not durable_nb.runs(
+                    status="waiting_approval", journal=journal):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the script never asked for the approval"
+                time.sleep(0.1)
+            durable_nb.approve("sales-report", by="test", journal=journal)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, err
+    assert "Q3 revenue rose in every region." in out
+    assert len(list((tmp_path / "outbox").iterdir())) == 1
+
+
+@pytest.mark.kernel
+def test_the_batch_guides_example_runs_as_written(tmp_path: Path) -> None:
+    """guide/batches.md's cells, against a model scripted to answer "billing": every item
+    parks at its refund, and once each is approved from a terminal each refund is made once."""
+    server = ("```python\nimport os\nfrom durable_nb.testing import LoopbackServer\n"
+              "server = LoopbackServer(['billing']).start()\n"
+              "os.environ['OPENAI_BASE_URL'] = server.url\n"
+              "os.environ['OPENAI_API_KEY'] = 'offline'\n%load_ext durable_nb\n```\n")
+    page = (DOCS / "guide" / "batches.md").read_text()
+    python = [b.code for b in blocks(page) if b.lang == "python"][:2]
+    assert python[1].startswith("%%durable_agent triage --over tickets")
+    cells = "".join(f"```python\n{code}```\n" for code in python)
+    approve = "".join(f"```bash\ndurable-nb approve triage/{key}\n```\n"
+                      for key in ("T-101", "T-102", "T-103"))
+    wait = "```python\n%durable batch wait triage --timeout 60\n```\n"
+    run_page(server + cells + approve + wait, tmp_path)
+    refunds = (tmp_path / "refunds.log").read_text().split()[::2]
+    assert sorted(refunds) == ["T-101", "T-102", "T-103"]
