@@ -257,3 +257,27 @@ def test_the_batch_guides_example_runs_as_written(tmp_path: Path) -> None:
     run_page(server + cells + approve + wait, tmp_path)
     refunds = (tmp_path / "refunds.log").read_text().split()[::2]
     assert sorted(refunds) == ["T-101", "T-102", "T-103"]
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("framework, run_id, first", [
+    ("agents", "oslo-flight", 0), ("pydantic_ai", "oslo-flight-pydantic", 2)])
+def test_the_framework_guides_examples_run_as_written(tmp_path: Path, framework: str,
+                                                      run_id: str, first: int) -> None:
+    """guide/frameworks.md's two agents, against a model scripted to call the flight tool and
+    answer: each run ends DONE with the answer, the tool's step journaled."""
+    pytest.importorskip(framework)
+    server = ("```python\nimport os\n"
+              "from durable_nb.testing import LoopbackServer, Reply, ToolCall\n"
+              "server = LoopbackServer([Reply(tool_calls=[ToolCall('find_flights', "
+              "{'city': 'Oslo'})]), 'SK4035 at 07:10.']).start()\n"
+              "os.environ['OPENAI_BASE_URL'] = server.url\n"
+              "os.environ['OPENAI_API_KEY'] = 'offline'\n%load_ext durable_nb\n```\n")
+    page = (DOCS / "guide" / "frameworks.md").read_text()
+    python = [b.code for b in blocks(page) if b.lang == "python"][first:first + 2]
+    assert python[1].startswith(f"%%durable_agent {run_id}\n")
+    outputs = run_page(server + "".join(f"```python\n{c}```\n" for c in python), tmp_path)
+    assert "SK4035 at 07:10." in outputs[-1]
+    run = durable_nb.get_run(run_id, journal=str(tmp_path / ".durable_nb"))
+    assert run.status is durable_nb.Status.DONE
+    assert "find_flights" in [step.name for step in run.steps]
