@@ -281,3 +281,18 @@ def test_the_framework_guides_examples_run_as_written(tmp_path: Path, framework:
     run = durable_nb.get_run(run_id, journal=str(tmp_path / ".durable_nb"))
     assert run.status is durable_nb.Status.DONE
     assert "find_flights" in [step.name for step in run.steps]
+
+
+@pytest.mark.kernel
+def test_the_batch_guides_map_example_runs_as_written(tmp_path: Path) -> None:
+    """guide/batches.md's `durable_nb.map` with its `classify`, over the page's tickets."""
+    server = ("```python\nimport os\nfrom durable_nb.testing import LoopbackServer\n"
+              "server = LoopbackServer(['question']).start()\n"
+              "os.environ['OPENAI_BASE_URL'] = server.url\n"
+              "os.environ['OPENAI_API_KEY'] = 'offline'\n```\n")
+    python = [b.code for b in blocks((DOCS / "guide" / "batches.md").read_text())
+              if b.lang == "python"]
+    mapped = next(code for code in python if "durable_nb.map(classify" in code)
+    cells = f"```python\n{python[0]}```\n```python\n{mapped}```\n"
+    check = "```python\nprint(batch.results())\n```\n```text\n['question', 'question', 'question']\n```\n"
+    run_page(server + cells + check, tmp_path)
