@@ -370,7 +370,7 @@ def refuse_workers(ref: JournalRef, reports: dict[str, dict], host: str,
     else:
         advice = ("Every worker must reach the same database: use a host name the workers "
                   "resolve to the server (not localhost, unless they run on its machine), "
-                  "and check the role's grants (see the README, Past one machine).")
+                  "and check the role's grants (see the docs: PostgreSQL and Dask, Grants).")
     raise JournalError(f"the batch's journal at {ref.location} is not shared with the Dask "
                        f"cluster's workers: {'; '.join(problems)}. {advice}")
 

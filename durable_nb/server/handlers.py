@@ -1,5 +1,5 @@
 """The REST handlers under ``{base_url}durable-nb/api/`` (the contract: API.md in the repo's
-issue notes, summarised in the README).
+issue notes, described in docs/pages/guide/server.md).
 
 Every handler is a Jupyter Server :class:`APIHandler` with ``@tornado.web.authenticated``:
 token or login cookie as Jupyter's own APIs, and a POST authenticated by cookie must carry the
