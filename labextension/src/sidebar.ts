@@ -9,7 +9,7 @@ import { Widget } from '@lumino/widgets';
 
 import { IActions, asking, decisionNote, toResume } from './approval';
 import { IRunSummary } from './api';
-import { GROUPS, GroupKey, ago, button, cost, groupOf, h, plural } from './dom';
+import { GROUPS, GroupKey, button, clock, cost, groupOf, h, plural } from './dom';
 import { RunsModel } from './model';
 
 /** How many runs of one group are listed before "N more". */
@@ -178,7 +178,7 @@ export class RunsSidebar extends Widget {
       plural(run.steps, 'step'),
       tokens ? `${tokens.toLocaleString()} tok` : '',
       cost(run.cost),
-      ago(run.updated_at)
+      clock(run.updated_at)
     ].filter(Boolean);
     const row = h(
       'div',
