@@ -332,7 +332,7 @@ def test_the_sidebar_the_run_views_and_the_inbox_come_back_after_a_reload(
         page.page.goto(f"{lab.url}/lab?token={lab.token}")  # no ?reset: the layout is restored
         page.page.locator(".dnr-sidebar").wait_for(state="visible")
         page.page.locator("#jp-main-dock-panel .lm-TabBar-tab",
-                          has_text="Approvals inbox").wait_for()
+                          has_text="Approvals (").wait_for()
         page.page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text="restored").click()
         page.page.locator(".dnr-runview:visible").get_by_text("Open across a reload").first \
             .wait_for()

@@ -4,6 +4,7 @@ JupyterLab in headless Chromium over the real server extension and two directory
 
 - two runs both called "weather", from two notebooks of the same name and two journals, say
   which notebook and journal each is from (the full paths in the tooltip);
+- the inbox's tab title fits its tab: "Approvals (3)", the long form as its tooltip;
 - the sidebar, the run view and the inbox write dates as the CLI, the panel and the export do
   (``2026-12-01 08:45:07``, local time; the page's time zone is Asia/Kathmandu here).
 
@@ -124,6 +125,28 @@ def test_two_runs_of_one_name_say_which_notebook_and_journal_each_is_from(
     assert sorted(tooltips) == sorted(
         f"Notebook: {root / folder / 'weather.ipynb'}\nJournal: {places[folder]}"
         for folder in ("trips", "home"))
+
+
+def test_the_inbox_tab_title_fits_its_tab_among_many(lab: JupyterLab, tmp_path: Path) -> None:
+    with LabPage(lab, timeout=60) as page:
+        page.page.set_viewport_size({"width": 1024, "height": 768})  # a laptop's
+        _open_sidebar(page)
+        # Five tabs besides the inbox's (the launcher and four run views) share the bar.
+        for index in range(4):
+            page.page.locator(".dnr-sidebar .dnr-run .dnr-run-id").nth(index).click()
+            page.page.locator(".dnr-runview").nth(index).locator(".dnr-stats").wait_for(
+                state="attached")
+        page.page.locator(".dnr-inbox-button").click()
+        page.page.locator(".dnr-inbox .dnr-card").first.wait_for()
+        tab = page.page.locator("#jp-main-dock-panel .lm-TabBar-tab[data-id='durable-nb-inbox']")
+        label = tab.locator(".lm-TabBar-tabLabel")
+        text = label.inner_text()
+        clipped = label.evaluate("node => node.scrollWidth > node.clientWidth")
+        caption = tab.get_attribute("title")
+        page.page.locator("#jp-main-dock-panel .lm-TabBar").first.screenshot(
+            path=str(_shots(tmp_path) / "inbox-tab.png"))
+    assert (text, clipped) == ("Approvals (3)", False)
+    assert caption == "Approvals inbox: 3 pending approvals"
 
 
 def test_the_sidebar_run_view_and_inbox_write_dates_as_everywhere_else(
