@@ -87,7 +87,8 @@ def _updated(journal_dir: Path) -> str:
     """When the run was last written (the journal stamps it: not one of the known moments)."""
     journal = DiskJournal(journal_dir, read_only=True)
     try:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(journal.get_run("weather").updated_at))
+        updated = journal.get_run("weather").updated_at
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated))
     finally:
         journal.close()
 
