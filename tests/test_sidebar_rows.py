@@ -115,6 +115,10 @@ def test_two_runs_of_one_name_say_which_notebook_and_journal_each_is_from(
                     page.page.locator(".dnr-run[data-run='weather'] .dnr-origin").all()]
         page.page.locator(".dnr-sidebar").screenshot(path=str(_shots(tmp_path) /
                                                               "sidebar-origins.png"))
+        page.page.locator(".dnr-run[data-run='deploy'] .dnr-run-id").click()
+        header = page.page.locator(".dnr-runview:visible .dnr-run-header")
+        header.wait_for()
+        said = header.inner_text()
     # The notebooks by name, their folder only where two share a name; the journal too, as
     # the runs come from two.
     assert origins == {"weather trips/weather.ipynb · journal trips/journal",
@@ -125,6 +129,8 @@ def test_two_runs_of_one_name_say_which_notebook_and_journal_each_is_from(
     assert sorted(tooltips) == sorted(
         f"Notebook: {root / folder / 'weather.ipynb'}\nJournal: {places[folder]}"
         for folder in ("trips", "home"))
+    # The run view names the journal by its location (its id means nothing to a person).
+    assert f"notebook ops/deploy.ipynb · journal {places['trips']}" in said
 
 
 def test_the_inbox_tab_title_fits_its_tab_among_many(lab: JupyterLab, tmp_path: Path) -> None:
