@@ -68,7 +68,7 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
 
 
 def _decision_words(decision: dict) -> str:
-    """``approved by ana at 10:02:11 ("ship it")``."""
+    """``approved by ana at 2026-12-03 10:02:11 ("ship it")``."""
     verdict = "approved" if decision.get("approved") else "rejected"
     when = f" at {format_time(decision['at'])}" if decision.get("at") else ""
     note = f" ({one_line(decision['note'], 80)!r})" if decision.get("note") else ""

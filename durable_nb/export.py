@@ -548,8 +548,8 @@ def _step_md(step: dict[str, Any]) -> str:
             body = ["", _value_md(change["set"])]
     elif kind in ("now", "uuid", "random", "sleep") and step["ok"]:
         value = result.get("until") if kind == "sleep" and isinstance(result, dict) else result
-        shown = format_time(value) if kind in ("now", "sleep") and isinstance(value, (int, float)) \
-            else _code(str(value))
+        timed = kind in ("now", "sleep") and isinstance(value, (int, float))
+        shown = format_time(value) if timed else _code(str(value))
         head = f"**{kind.capitalize()}**: " + ("until " if kind == "sleep" else "") + shown
     else:  # a kind this exporter does not know yet: show what the journal holds
         head = f"**{kind} step {_code(name)}**"

@@ -155,8 +155,8 @@ def _timing(record: RunRecord) -> str:
                     f"{format_duration(max(0.0, time.time() - attempt['started_at']))})")
         return f"elapsed {format_duration(elapsed(record))}{this}"
     if record.status is Status.WAITING_APPROVAL:
-        asked = (record.pending_approval or {}).get("requested_at")
-        return f"waiting since {format_time(asked)}" if isinstance(asked, (int, float)) else "waiting"
+        asked = format_time((record.pending_approval or {}).get("requested_at"), "")
+        return f"waiting since {asked}" if asked else "waiting"
     return f"ran {format_duration(elapsed(record))}"
 
 
@@ -584,8 +584,8 @@ class RunPanel:
 
     def _approval_html(self, pending: dict, in_cell: bool = False) -> str:
         details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
-        asked = pending.get("requested_at")
-        since = (f" &middot; asked at {format_time(asked)}" if isinstance(asked, (int, float)) else "")
+        asked = format_time(pending.get("requested_at"), "")
+        since = f" &middot; asked at {asked}" if asked else ""
         run_id = html.escape(str(pending.get("run_id") or self._record.run_id))
         earlier = pending.get("replaces")
         changed = "" if not earlier else (
