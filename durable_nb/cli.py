@@ -17,7 +17,6 @@ import re
 import shlex
 import signal
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -33,11 +32,12 @@ from .journal import (Journal, RunRecord, Status, StepEntry, default_location, e
                       open_journal)
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
-from .summary import (age, cost_of, elapsed, format_cost, format_duration, one_line, plain,
+from .summary import (cost_of, elapsed, format_cost, format_duration, one_line, plain,
                       shown_value)
+from .timestamps import format_time
 
 __all__ = ["COMMANDS", "STEERING", "explain_usage", "format_batch", "format_batches",
-           "format_run", "format_runs", "format_time", "list_runs", "main", "near_runs",
+           "format_run", "format_runs", "list_runs", "main", "near_runs",
            "parse_item_status", "parse_status", "steer"]
 
 
@@ -55,7 +55,7 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
         status = "INTERRUPTED" if r.run_id in interrupted else str(r.status)
         rows.append((r.run_id, status, iters, f"{r.tokens:,}",
                      format_cost(r.cost) if r.cost else "-", str(r.step_count),
-                     age(r.updated_at), r.title))
+                     format_time(r.updated_at), r.title))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     table = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
                       for row in rows)
@@ -67,16 +67,8 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
     return "\n".join(lines)
 
 
-def format_time(ts: float) -> str:
-    """A moment as a person reads it, in local time: ``10:02:11`` today, else
-    ``2026-11-12 10:02:11``."""
-    moment = time.localtime(ts)
-    same_day = time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d")
-    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", moment)
-
-
 def _decision_words(decision: dict) -> str:
-    """``approved by ana at 10:02:11 ("ship it")``."""
+    """``approved by ana at 2026-12-03 10:02:11 ("ship it")``."""
     verdict = "approved" if decision.get("approved") else "rejected"
     when = f" at {format_time(decision['at'])}" if decision.get("at") else ""
     note = f" ({one_line(decision['note'], 80)!r})" if decision.get("note") else ""
@@ -253,7 +245,7 @@ def format_batches(rows: list[dict[str, Any]]) -> str:
                       f"{c.get('WAITING_APPROVAL', 0):,}", f"{c.get('RUNNING', 0):,}",
                       f"{c.get('PENDING', 0):,}", f"{row['tokens']:,}",
                       format_cost(row["cost"]) if row["cost"] else "-",
-                      age(row["updated_at"]), row["title"]))
+                      format_time(row["updated_at"]), row["title"]))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "  " + r[-1]
              for r in table]

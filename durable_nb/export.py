@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +49,7 @@ from .summary import (
     replay_savings,
     request_items,
 )
+from .timestamps import format_time, utc_offset
 
 if TYPE_CHECKING:
     import nbformat
@@ -394,7 +394,7 @@ def _attempts_md(history: dict[str, Any]) -> str:
 
 
 def _code_change_md(part: dict[str, Any]) -> str:
-    when = f", {_time(part['started_at'])}" if part.get("started_at") else ""
+    when = f", {format_time(part['started_at'])}" if part.get("started_at") else ""
     who = f" (attempt {part['attempt']}{when})" if part.get("attempt") else ""
     return (f"**The code changed here**{who}: the steps from step {part['from_step']} on "
             f"were made by the cell below (not executed here).")
@@ -408,7 +408,8 @@ def _title_md(run: dict[str, Any], result: dict[str, Any], code_parts: int = 1) 
         goal = run["goal"] if isinstance(run["goal"], str) else _json(run["goal"])
         lines += ["**Goal** (the first user message):", "", _quote(goal), ""]
     lines += [f"- status: **{run['status']}**",
-              f"- created: {_time(run['created_at'])}, last update: {_time(run['updated_at'])}",
+              f"- created: {format_time(run['created_at'])}, last update: "
+              f"{format_time(run['updated_at'])} (local time, {utc_offset(run['created_at'])})",
               f"- LLM calls: {run['iteration']}"
               + (f" (limit {run['max_iterations']})" if run["max_iterations"] else ""),
               f"- tokens: {run['prompt_tokens']} prompt + {run['completion_tokens']} completion"
@@ -547,8 +548,8 @@ def _step_md(step: dict[str, Any]) -> str:
             body = ["", _value_md(change["set"])]
     elif kind in ("now", "uuid", "random", "sleep") and step["ok"]:
         value = result.get("until") if kind == "sleep" and isinstance(result, dict) else result
-        shown = _time(value) if kind in ("now", "sleep") and isinstance(value, (int, float)) \
-            else _code(str(value))
+        timed = kind in ("now", "sleep") and isinstance(value, (int, float))
+        shown = format_time(value) if timed else _code(str(value))
         head = f"**{kind.capitalize()}**: " + ("until " if kind == "sleep" else "") + shown
     else:  # a kind this exporter does not know yet: show what the journal holds
         head = f"**{kind} step {_code(name)}**"
@@ -613,12 +614,6 @@ def _code(text: Any) -> str:
     ticks = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
-
-
-def _time(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
 
 
 def _duration(seconds: float) -> str:

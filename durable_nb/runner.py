@@ -58,6 +58,7 @@ from .execution.lease import Lease
 from .options import RunOptions
 from .redact import redact_source
 from .telemetry import attempt_begun, traced
+from .timestamps import format_time
 
 __all__ = ["RunOptions", "RunOutcome", "Runner", "execute", "live_execution", "source_hash",
            "validate_run_id"]
@@ -223,7 +224,7 @@ class Runner:
         if record.status is not Status.DONE and record.deadline is not None \
                 and time.time() > record.deadline:
             record.status = Status.FAILED
-            record.error = (f"expired on resume: the deadline {time.ctime(record.deadline)} "
+            record.error = (f"expired on resume: the deadline {format_time(record.deadline)} "
                             f"passed before the run finished")
             self.journal.put_run(record)
             raise RunExpired(f"run {self.run_id!r} {record.error}; it is marked FAILED and will "

@@ -14,7 +14,7 @@ from .journal import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 from .journal.blobs import expand_list
 from .llm.responses import response_messages
 
-__all__ = ["age", "cost_of", "elapsed", "format_cost", "format_duration", "item_messages",
+__all__ = ["cost_of", "elapsed", "format_cost", "format_duration", "item_messages",
            "llm_reply", "load_chat_request", "one_line", "plain", "replay_savings", "request_items",
            "shown_value", "stored_digests"]
 
@@ -34,14 +34,6 @@ def plain(data: Any) -> Any:
             return dict(pairs)
         return [list(pair) for pair in pairs]
     return plain(data.get("v"))
-
-
-def age(ts: float) -> str:
-    seconds = max(0, time.time() - ts)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit} ago"
-    return f"{seconds:.0f}s ago"
 
 
 def format_cost(dollars: float | None, *, estimated: bool = False) -> str:

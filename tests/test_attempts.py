@@ -24,6 +24,7 @@ from durable_nb.notebook import describe_unfinished
 from durable_nb.notebook.panel import RunPanel
 
 REPO = Path(__file__).resolve().parents[1]
+WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"  # local time, as every view writes it
 
 # A run of 6 steps in a child process that dies (SIGKILL) or is interrupted (SIGINT, as the
 # stop button does) inside step 3, after steps 0-2 were journaled.
@@ -100,9 +101,9 @@ def test_an_interrupt_is_an_interrupted_attempt_and_load_ext_lists_the_run(
     _resume(journal)
     assert describe_unfinished(journal) == []
     shown = format_run(get_run("r", journal=journal))
-    assert re.search(r"attempts   2\n  attempt 1  \S+  python \(pid \d+ on \S+\): replayed 0, "
-                     r"executed 3; interrupted \(KeyboardInterrupt\) at step 3\n"
-                     r"  attempt 2  \S+  \S+ \(pid \d+ on \S+\): replayed 3, executed 4; "
+    assert re.search(rf"attempts   2\n  attempt 1  {WHEN}  python \(pid \d+ on \S+\): "
+                     r"replayed 0, executed 3; interrupted \(KeyboardInterrupt\) at step 3\n"
+                     rf"  attempt 2  {WHEN}  \S+ \(pid \d+ on \S+\): replayed 3, executed 4; "
                      r"completed at step 7\n", shown), shown
 
 
@@ -323,9 +324,9 @@ def test_a_reset_is_in_the_history_show_runs_and_the_panel_say_what_it_did(
     capsys.readouterr()
     assert main(["--journal", str(tmp_path / "j"), "show", "r"]) == 0
     shown = capsys.readouterr().out
-    assert re.search(r"status     RUNNING: reset to step 4 at \S+, 3 steps forgotten; re-run "
-                     r"its cell \(or execute it again\) to execute from there", shown), shown
-    assert re.search(r"  attempt 1 .*completed at step 7; then reset to step 4 at \S+ "
+    assert re.search(rf"status     RUNNING: reset to step 4 at {WHEN}, 3 steps forgotten; "
+                     r"re-run its cell \(or execute it again\) to execute from there", shown), shown
+    assert re.search(rf"  attempt 1 .*completed at step 7; then reset to step 4 at {WHEN} "
                      r"\(3 steps forgotten\)", shown), shown
     assert main(["--journal", str(tmp_path / "j"), "runs"]) == 0
     listed = capsys.readouterr().out

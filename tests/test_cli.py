@@ -366,7 +366,7 @@ def test_batch_inspection_creates_no_journal(tmp_path: Path) -> None:
 
 # -- text a person reads: words and times, one message per mistake --------------------------------
 
-CLOCK = r"\d\d:\d\d:\d\d"  # a local time of today, as show prints it
+CLOCK = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"  # local time, as every view writes it
 
 
 def test_an_option_value_with_a_space_is_explained_about_that_option(tmp_path: Path,

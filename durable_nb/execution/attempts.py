@@ -48,6 +48,7 @@ from typing import Any
 
 from ..errors import JournalError, JournalMismatch, RunCancelled, RunLeased
 from ..journal import Journal, RunRecord, Status, this_host
+from ..timestamps import format_time
 from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
@@ -215,7 +216,7 @@ def describe(attempt: dict, where: bool = True) -> str:
            else str(attempt.get("program") or attempt.get("via") or "process"))
     if where:
         ran += f" (pid {attempt.get('pid')} on {attempt.get('host')})"
-    head = f"attempt {attempt['n']}  {_clock(attempt.get('started_at'))}  {ran}"
+    head = f"attempt {attempt['n']}  {format_time(attempt.get('started_at'), '?')}  {ran}"
     end = attempt.get("end")
     if end is None:
         return f"{head}: running"  # its counts are written when it ends
@@ -231,7 +232,7 @@ def describe(attempt: dict, where: bool = True) -> str:
     if attempt.get("error") and end in ("failed", "input-changed", "cancelled"):
         how += f": {attempt['error']}"
     for reset in attempt.get("resets", ()):
-        how += (f"; then reset to step {reset['to_step']} at {_clock(reset.get('at'))} "
+        how += (f"; then reset to step {reset['to_step']} at {format_time(reset.get('at'), '?')} "
                 f"({reset['forgot']} step{'' if reset['forgot'] == 1 else 's'} forgotten)")
     return f"{head}: {done}; {how}"
 
@@ -316,14 +317,6 @@ def _kernel_id() -> str | None:
         return None
     name = Path(str(app_module.IPKernelApp.instance().connection_file or "")).stem
     return name.removeprefix("kernel-") or None
-
-
-def _clock(ts: Any) -> str:
-    if not isinstance(ts, (int, float)):
-        return "?"
-    moment = time.localtime(ts)
-    same_day = time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d")
-    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", moment)
 
 
 def _keep_referenced_sources(record: RunRecord) -> None:

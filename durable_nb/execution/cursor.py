@@ -46,6 +46,7 @@ from ..errors import (
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
 from ..options import RunOptions
 from ..llm.retry import NO_RETRY, RetryPolicy
+from ..timestamps import format_time
 from .approvals import applies, decision_kind, find_decision, pending_digest, request_digest
 from .inputs import canonical, first_difference, fingerprint, load_request, store_request
 from .replay import ReplayLog
@@ -223,7 +224,7 @@ class Execution:
     def _check_deadline(self, key: str) -> None:
         deadline = self.record.deadline
         if deadline is not None and time.time() > deadline:
-            raise RunExpired(f"run {self.run_id!r} passed its deadline ({time.ctime(deadline)}) "
+            raise RunExpired(f"run {self.run_id!r} passed its deadline ({format_time(deadline)}) "
                              f"before step {key}; it is marked FAILED and will not resume. "
                              f"Start a new run id for a new attempt.")
 

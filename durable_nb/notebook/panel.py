@@ -45,6 +45,7 @@ from ..summary import (
     request_items,
     stored_digests,
 )
+from ..timestamps import format_time
 
 __all__ = ["RunPanel"]
 
@@ -140,13 +141,6 @@ def _open_in_lab(escaped_run_id: str) -> str:
             f"style='text-decoration: underline'>Durable runs</a>")
 
 
-def _clock(ts: float) -> str:
-    """A wall-clock time: ``14:03:12``, with the date when it is not today."""
-    moment = time.localtime(ts)
-    same_day = time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d")
-    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M", moment)
-
-
 def _timing(record: RunRecord) -> str:
     """How long the run took (DONE), ran (FAILED, CANCELLED), has run (RUNNING, redrawn every
     second while it runs; with the time of this attempt when it is not the first), or since
@@ -161,8 +155,8 @@ def _timing(record: RunRecord) -> str:
                     f"{format_duration(max(0.0, time.time() - attempt['started_at']))})")
         return f"elapsed {format_duration(elapsed(record))}{this}"
     if record.status is Status.WAITING_APPROVAL:
-        asked = (record.pending_approval or {}).get("requested_at")
-        return f"waiting since {_clock(asked)}" if isinstance(asked, (int, float)) else "waiting"
+        asked = format_time((record.pending_approval or {}).get("requested_at"), "")
+        return f"waiting since {asked}" if asked else "waiting"
     return f"ran {format_duration(elapsed(record))}"
 
 
@@ -240,7 +234,7 @@ def saved_view(body: str, what: str, log: str = "") -> str:
     HTML, with its own CSS), a note saying it is a saved view of ``what`` and when, and the
     log's text."""
     note = (f"<div class='dnb-saved-note'>Saved view of {html.escape(what)} as of "
-            f"{_clock(time.time())}: the live panel needs the kernel that drew it; re-run the "
+            f"{format_time(time.time())}: the live panel needs the kernel that drew it; re-run the "
             f"cell for it.</div>")
     shown = f"<pre class='dnb-log'>{html.escape(log)}</pre>" if log else ""
     return (f"{_SAVED_CSS}<div class='dnb-panel dnb-saved'>{note}{body}{shown}</div>")
@@ -590,8 +584,8 @@ class RunPanel:
 
     def _approval_html(self, pending: dict, in_cell: bool = False) -> str:
         details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
-        asked = pending.get("requested_at")
-        since = (f" &middot; asked at {_clock(asked)}" if isinstance(asked, (int, float)) else "")
+        asked = format_time(pending.get("requested_at"), "")
+        since = f" &middot; asked at {asked}" if asked else ""
         run_id = html.escape(str(pending.get("run_id") or self._record.run_id))
         earlier = pending.get("replaces")
         changed = "" if not earlier else (

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from .. import registry
 from ..execution import attempts
 from ..journal import Journal, RunRecord, Status, this_host
+from ..timestamps import format_time
 
 __all__ = ["describe_unfinished"]
 
@@ -33,7 +34,7 @@ def describe_unfinished(journal: Journal) -> list[str]:
             record.status = Status.FAILED
             record.error = "expired on resume: the deadline passed while it was interrupted"
             journal.put_run(record)
-            lines.append(f"{record.run_id}: expired (deadline {time.ctime(record.deadline)}), "
+            lines.append(f"{record.run_id}: expired (deadline {format_time(record.deadline)}), "
                          f"marked FAILED")
         elif batch_id in batches:
             left.setdefault(batch_id, Counter())[record.status] += 1

@@ -29,7 +29,9 @@ export interface IDecision {
 
 /** One run in a listing. */
 export interface IRunSummary {
+  /** The journal's id, and its location as shown (a PostgreSQL URL without its password). */
   journal: string;
+  journal_location: string;
   run_id: string;
   title: string | null;
   status: string;
@@ -42,7 +44,9 @@ export interface IRunSummary {
   completion_tokens: number;
   cost: number | null;
   steps: number;
+  /** The notebook under the server's root (what Lab opens), and as its kernel recorded it. */
   notebook: string | null;
+  notebook_path: string | null;
   cell_id: string | null;
   pending_approval: IPending | null;
   decision: IDecision | null;

@@ -108,32 +108,20 @@ export function plural(count: number, noun: string): string {
   return `${count.toLocaleString()} ${noun}${count === 1 ? '' : 's'}`;
 }
 
-/** A time as the local clock shows it, or '' when unknown. */
+/**
+ * A moment (seconds since the epoch) as every view writes it, in the browser's time zone:
+ * "2026-12-03 09:41:07", the format of durable_nb's Python side (durable_nb/timestamps.py,
+ * which says why); '' when unknown. Never relative: a listing redrawn only when something
+ * changes would keep "12 s ago" for hours.
+ */
 export function clock(ts: number | null | undefined): string {
-  if (typeof ts !== 'number') {
+  if (typeof ts !== 'number' || !Number.isFinite(ts)) {
     return '';
   }
-  return new Date(ts * 1000).toLocaleString();
-}
-
-/** How long ago `ts` was, shortly ("12 s ago", "3 min ago", "2 d ago"). */
-export function ago(ts: number | null | undefined): string {
-  if (typeof ts !== 'number') {
-    return '';
-  }
-  const seconds = Math.max(0, Date.now() / 1000 - ts);
-  const units: [number, string][] = [
-    [86400, 'd'],
-    [3600, 'h'],
-    [60, 'min'],
-    [1, 's']
-  ];
-  for (const [size, unit] of units) {
-    if (seconds >= size) {
-      return `${Math.floor(seconds / size)} ${unit} ago`;
-    }
-  }
-  return 'just now';
+  const moment = new Date(ts * 1000);
+  const two = (n: number) => String(n).padStart(2, '0');
+  const day = `${moment.getFullYear()}-${two(moment.getMonth() + 1)}-${two(moment.getDate())}`;
+  return `${day} ${two(moment.getHours())}:${two(moment.getMinutes())}:${two(moment.getSeconds())}`;
 }
 
 /** A duration in seconds as people read it. */

@@ -27,7 +27,8 @@ export class ApprovalsInbox extends Widget {
     super();
     this.id = 'durable-nb-inbox';
     this.addClass('dnr-inbox');
-    this.title.label = 'Approvals inbox';
+    this.title.label = 'Approvals';
+    this.title.caption = 'Approvals inbox';
     this.title.closable = true;
     this._filter = h('input', {
       class: 'dnr-search',
@@ -83,7 +84,10 @@ export class ApprovalsInbox extends Widget {
       return;
     }
     this._shownKey = key;
-    this.title.label = `Approvals inbox (${this._model.pendingCount})`;
+    // Short, for the tab keeps its whole label (style/index.css); the long form as tooltip.
+    const count = this._model.pendingCount;
+    this.title.label = `Approvals (${count})`;
+    this.title.caption = `Approvals inbox: ${plural(count, 'pending approval')}`;
     if (this._model.error) {
       this._body.replaceChildren(h('div', { class: 'dnr-error' }, this._model.error));
       return;

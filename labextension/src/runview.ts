@@ -124,7 +124,7 @@ export class RunView extends Widget {
       record.batch_id ? `batch ${record.batch_id}` : '',
       record.parent ? `child of ${record.parent}` : '',
       record.forked_from ? `forked from ${record.forked_from}` : '',
-      `journal ${record.journal}`
+      `journal ${record.journal_location || record.journal}`
     ].filter(Boolean);
     return h(
       'header',

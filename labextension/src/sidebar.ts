@@ -9,8 +9,9 @@ import { Widget } from '@lumino/widgets';
 
 import { IActions, asking, decisionNote, toResume } from './approval';
 import { IRunSummary } from './api';
-import { GROUPS, GroupKey, ago, button, cost, groupOf, h, plural } from './dom';
+import { GROUPS, GroupKey, button, clock, cost, groupOf, h, plural } from './dom';
 import { RunsModel } from './model';
+import { Origins } from './origin';
 
 /** How many runs of one group are listed before "N more". */
 const GROUP_ROWS = 50;
@@ -21,6 +22,8 @@ export class RunsSidebar extends Widget {
   private _inboxButton: HTMLButtonElement;
   /** The batches folded open (kept across the redraws of a poll). */
   private _openBatches = new Set<string>();
+  /** Where the listed runs come from, said as shortly as they stay told apart. */
+  private _origins = new Origins([]);
 
   constructor(
     private readonly _model: RunsModel,
@@ -84,6 +87,7 @@ export class RunsSidebar extends Widget {
     if (mismatch) {
       this._status.replaceChildren();
     }
+    this._origins = new Origins(model.runs);
     this._list.replaceChildren(
       ...(mismatch ? [mismatch] : []),
       ...missing,
@@ -177,40 +181,54 @@ export class RunsSidebar extends Widget {
     const facts = [
       plural(run.steps, 'step'),
       tokens ? `${tokens.toLocaleString()} tok` : '',
-      cost(run.cost),
-      ago(run.updated_at)
+      cost(run.cost)
     ].filter(Boolean);
+    const when = clock(run.updated_at);
     const row = h(
       'div',
       { class: 'dnr-run', 'data-run': run.run_id, title: `Open the run view of ${run.run_id}` },
       // The group says the status; the row says which run, what it asks, how far it got.
       h('div', { class: 'dnr-run-id' }, run.run_id),
       run.title ? h('div', { class: 'dnr-run-title' }, run.title) : null,
+      this._origin(run),
       h(
         'div',
         { class: 'dnr-muted' },
         pending ? h('span', { class: 'dnr-asks' }, `asks ${pending.name} · `) : null,
-        facts.join(' · ')
+        facts.join(' · '),
+        when ? ' · ' : null,
+        when ? h('span', { class: 'dnr-when', title: 'last updated' }, when) : null
       )
     );
     const decision = toResume(run);
     if (decision) {
       row.append(decisionNote(run, decision, this._actions, undefined, true));
     }
+    row.addEventListener('click', () => this._actions.openRun(run));
+    return row;
+  }
+
+  /**
+   * Which notebook (a link that opens it at the run's cell, when it is under the server's
+   * root) and, where the listing spans journals, which journal; the full paths as tooltip.
+   */
+  private _origin(run: IRunSummary): HTMLElement {
+    const origin = this._origins.of(run);
+    const line = h('div', { class: 'dnr-origin dnr-muted', title: origin.tooltip });
     if (run.notebook) {
-      const link = h(
-        'a',
-        { class: 'dnr-notebook', href: '#', title: `Open ${run.notebook}` },
-        run.notebook
-      );
+      const link = h('a', { class: 'dnr-notebook', href: '#' }, origin.notebook!);
       link.addEventListener('click', event => {
         event.preventDefault();
         event.stopPropagation();
         void this._actions.openNotebook(run.notebook!, run.cell_id);
       });
-      row.append(link);
+      line.append(link);
+    } else {
+      line.append(origin.notebook ?? 'outside a notebook');
     }
-    row.addEventListener('click', () => this._actions.openRun(run));
-    return row;
+    if (origin.journal) {
+      line.append(' · ', h('span', { class: 'dnr-journal' }, `journal ${origin.journal}`));
+    }
+    return line;
   }
 }

@@ -239,11 +239,14 @@ class LabPage:
     """A headless Chromium tab on a running `JupyterLab`; closes the browser on exit.
 
     All selectors are scoped to the visible notebook panel; `timeout` (s) is the default wait.
+    `timezone_id` (e.g. "Asia/Kathmandu"): the page's time zone, else the machine's.
     """
 
-    def __init__(self, lab: JupyterLab, timeout: float = 30) -> None:
+    def __init__(self, lab: JupyterLab, timeout: float = 30,
+                 timezone_id: str | None = None) -> None:
         self.lab = lab
         self.timeout_ms = timeout * 1000
+        self.timezone_id = timezone_id
         self._pw: Any = None
         self._browser: Any = None
         self.page: Any = None
@@ -256,7 +259,8 @@ class LabPage:
             self._browser = self._pw.chromium.launch(
                 executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
             )
-            self.page = self._browser.new_page(viewport={"width": 1400, "height": 1000})
+            self.page = self._browser.new_page(viewport={"width": 1400, "height": 1000},
+                                               timezone_id=self.timezone_id)
             self.page.set_default_timeout(self.timeout_ms)
         except BaseException:
             self._pw.stop()
