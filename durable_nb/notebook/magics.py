@@ -332,8 +332,8 @@ def cell_syntax_error(exc: SyntaxError, shell: Any) -> CellSyntaxError:
     # The body starts on the cell's second line, after the magic's.
     shift = 1 if where is not None else 0
     located = SyntaxError(exc.msg, (
-        where or exc.filename, (exc.lineno or 0) + shift if exc.lineno else None, exc.offset,
-        exc.text, (exc.end_lineno or 0) + shift if exc.end_lineno else None, exc.end_offset))
+        where or exc.filename, exc.lineno + shift if exc.lineno else None, exc.offset,
+        exc.text, exc.end_lineno + shift if exc.end_lineno else None, exc.end_offset))
     error = CellSyntaxError(located)
     error._render_traceback_ = (  # type: ignore[attr-defined]
         lambda: shell.SyntaxTB.structured_traceback(SyntaxError, located, []))
