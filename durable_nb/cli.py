@@ -36,12 +36,27 @@ from .summary import (cost_of, elapsed, format_cost, format_duration, one_line, 
                       shown_value)
 from .timestamps import format_time
 
-__all__ = ["COMMANDS", "STEERING", "explain_usage", "format_batch", "format_batches",
-           "format_run", "format_runs", "list_runs", "main", "near_runs",
-           "parse_item_status", "parse_status", "steer"]
+__all__ = ["COMMANDS", "INTERRUPTED", "ITEM_STATUSES", "RUN_STATUSES", "STEERING",
+           "explain_usage", "format_batch", "format_batches", "format_run", "format_runs",
+           "list_runs", "main", "near_runs", "parse_item_status", "parse_status",
+           "statuses_help", "steer"]
 
 
 # -- showing runs ----------------------------------------------------------------------------------
+
+#: A run that stopped before it finished and that nothing executes now (see
+#: :func:`durable_nb.registry.is_interrupted`), as listings show it.
+INTERRUPTED = "INTERRUPTED"
+#: Every status a run listing shows, which ``--status`` accepts (in any case).
+RUN_STATUSES: tuple[str, ...] = (*(s.value for s in Status), INTERRUPTED)
+#: Every status a batch's items show: a run's, or PENDING (an item never started).
+ITEM_STATUSES: tuple[str, ...] = (*RUN_STATUSES, "PENDING")
+
+
+def statuses_help(choices: tuple[str, ...]) -> str:
+    """``running, waiting_approval, ... (any case)``, for an option's help."""
+    return f"{', '.join(c.lower() for c in choices)} (any case)"
+
 
 def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> str:
     """The run table shown by ``durable-nb runs`` and ``%durable runs``; runs listed in
@@ -210,9 +225,16 @@ def list_runs(journal: Journal, *, status: str | None = None, prefix: str | None
               limit: int | None = 50) -> tuple[list[RunRecord], bool]:
     """The runs a listing shows, newest first: the first ``limit`` of them (all with
     ``limit`` None or 0), and whether more match. Reads ``limit + 1`` records from the
-    journal's index, not every run."""
-    page = registry.runs(status, journal=journal, prefix=prefix or "",
-                         limit=limit + 1 if limit else None, newest_first=True)
+    journal's index, not every run; for ``status`` INTERRUPTED, the RUNNING and FAILED
+    runs."""
+    if status == INTERRUPTED:  # RUNNING or FAILED in the journal, and stopped
+        page = [r for r in registry.runs((Status.RUNNING.value, Status.FAILED.value),
+                                         journal=journal, prefix=prefix or "",
+                                         newest_first=True)
+                if is_interrupted(r, journal)]
+    else:
+        page = registry.runs(status, journal=journal, prefix=prefix or "",
+                             limit=limit + 1 if limit else None, newest_first=True)
     more = bool(limit) and len(page) > limit
     return (page[:limit] if more else page), more
 
@@ -226,10 +248,9 @@ def more_runs_note(shown: int, more: bool, command: str) -> str:
 
 
 def parse_item_status(text: str) -> str:
-    """An argparse type: a status in any case, or ``pending`` (an item never started)."""
-    if str(text).strip().upper() == "PENDING":
-        return "PENDING"
-    return parse_status(text)
+    """An argparse type: a status a batch's items show (:data:`ITEM_STATUSES`), in any
+    case."""
+    return _parse_choice(text, ITEM_STATUSES)
 
 
 def format_batches(rows: list[dict[str, Any]]) -> str:
@@ -260,7 +281,7 @@ def format_batch(batch: Any, *, status: str | None = None, limit: int | None = 5
     the first ``limit``), items whose process died as INTERRUPTED."""
     interrupted = set(interrupted)
     items = list(batch)
-    counts = Counter("INTERRUPTED" if i.run_id in interrupted else i.state for i in items)
+    counts = Counter(INTERRUPTED if i.run_id in interrupted else i.state for i in items)
     order = ["DONE", "FAILED", "CANCELLED", "WAITING_APPROVAL", "RUNNING", "INTERRUPTED",
              "PENDING"]
     by_status = ", ".join(f"{counts[s]:,} {s}" for s in order if counts[s])
@@ -280,7 +301,7 @@ def format_batch(batch: Any, *, status: str | None = None, limit: int | None = 5
         lines.append("INTERRUPTED: RUNNING in the journal, but the process executing it is "
                      "gone; re-run the batch's cell (or map) to resume them.")
     chosen = [i for i in items if status is None or i.state == status
-              or (status == "RUNNING" and i.run_id in interrupted)]
+              or (status in ("RUNNING", INTERRUPTED) and i.run_id in interrupted)]
     shown_items = chosen[:limit] if limit else chosen
     table = [("#", "KEY", "STATUS", "ITER", "TOKENS", "COST", "RESULT / ERROR")]
     for item in shown_items:
@@ -370,12 +391,18 @@ def command_list(prog: str, names: Iterable[str]) -> str:
                         else f"`{prog}?` tells more."])
 
 
+def _parse_choice(text: str, choices: tuple[str, ...]) -> str:
+    name = str(text).strip().upper()
+    if name not in choices:
+        raise argparse.ArgumentTypeError(f"unknown status {str(text)!r}: use one of "
+                                         f"{', '.join(choices)} (any case)")
+    return name
+
+
 def parse_status(text: str) -> str:
-    """An argparse type: a status name in any case (``done``) -> its value (``DONE``)."""
-    try:
-        return Status.parse(text).value
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    """An argparse type: a status a run listing shows (:data:`RUN_STATUSES`), in any case
+    (``done``, ``interrupted``) -> its name (``DONE``, ``INTERRUPTED``)."""
+    return _parse_choice(text, RUN_STATUSES)
 
 
 def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
@@ -510,8 +537,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("runs", help=COMMANDS["runs"])
     p.add_argument("--status", type=parse_status, metavar="STATUS",
-                   help="only runs in this status: running, waiting_approval, done, failed, "
-                        "cancelled (any case)")
+                   help=f"only runs in this status: {statuses_help(RUN_STATUSES)}")
     p.add_argument("--prefix", metavar="P",
                    help="only runs whose id starts with P (a batch's items: --prefix BATCH/)")
     p.add_argument("--limit", type=_count, default=50, metavar="N",
@@ -526,7 +552,8 @@ def _parser() -> argparse.ArgumentParser:
     b = batch.add_parser("show", help="the batch's totals and its items")
     b.add_argument("batch_id", metavar="ID")
     b.add_argument("--status", type=parse_item_status, metavar="STATUS",
-                   help="only items in this status (any case; pending: never started)")
+                   help=f"only items in this status: {statuses_help(ITEM_STATUSES)}; "
+                        f"pending: never started")
     b.add_argument("--limit", type=_count, default=50, metavar="N",
                    help="at most N items (default 50; 0: all)")
     b.add_argument("--json", action="store_true", help="print JSON (every item)")

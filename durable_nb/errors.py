@@ -18,6 +18,7 @@
     │   └── InputChanged              ... the same step, asked with other inputs (an edited cell)
     ├── ReplayDiverged                a pure replay (verify_replay) did not reproduce the run
     ├── ContextNotActive              ctx used outside its run's execution (a later cell, a thread)
+    ├── CellSyntaxError               a %%durable_agent cell's body is not valid Python
     ├── RunLeased                     another live executor holds the run (or took it over)
     ├── RunExpired                    the run passed its deadline (timeout)
     ├── RunCancelled                  the run was cancelled
@@ -40,6 +41,7 @@ import time
 __all__ = [
     "ApprovalChanged",
     "BudgetExhausted",
+    "CellSyntaxError",
     "ContextNotActive",
     "CorruptEntry",
     "DatabaseError",
@@ -235,6 +237,17 @@ class ReplayDiverged(DurableError):
 class ContextNotActive(DurableError):
     """``ctx`` was used where no execution of its run is active: after the cell or handler
     ended, from a later cell, or from a thread or task durable_nb does not number."""
+
+
+class CellSyntaxError(DurableError):
+    """The body of a ``%%durable_agent`` cell is not valid Python: nothing ran. A notebook
+    shows it as Python shows a syntax error in a plain cell, the line and a caret.
+    ``syntax_error`` is the :class:`SyntaxError`, its line numbered as in the cell (the
+    magic's line is line 1)."""
+
+    def __init__(self, syntax_error: SyntaxError) -> None:
+        super().__init__(f"line {syntax_error.lineno} of the cell: {syntax_error.msg}")
+        self.syntax_error = syntax_error
 
 
 class RunLeased(DurableError):

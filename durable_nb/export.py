@@ -322,7 +322,7 @@ def _result(info: RunInfo) -> dict[str, Any]:
                        "total": info.tokens},
             "cost": {"dollars": round(info.cost or dollars, 8), "estimated": estimated,
                      "unpriced_models": unpriced, "max": info.max_cost},
-            "replay": replay_savings(info.steps, "journaled", "not spent again"),
+            "replay": replay_savings(info.steps, "from the journal", "not spent again"),
             "timing": {"created_at": info.created_at, "updated_at": info.updated_at,
                        "finished_at": info.finished_at,
                        "elapsed": round(max(0.0, end - info.created_at), 6),
@@ -339,7 +339,7 @@ def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
     """The notebook telling the run in ``data`` (from :func:`export_data`); valid under
     ``nbformat.validate``, without outputs."""
     nbf = _nbformat()
-    markdown_cell, code_cell = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
+    markdown_cell, code_cell = _markdown_cell, nbf.v4.new_code_cell
     run = data["run"]
     parts = [part for part in data.get("code", _legacy_code(run)) if part["source"]]
     cells = [markdown_cell(_title_md(run, data["result"], len(parts)),
@@ -416,8 +416,7 @@ def _title_md(run: dict[str, Any], result: dict[str, Any], code_parts: int = 1) 
               + (f" (limit {run['max_tokens']})" if run["max_tokens"] else ""),
               f"- cost: {money}" + (f" (limit {format_cost(run['max_cost'])})"
                                     if run.get("max_cost") else ""),
-              f"- steps: {result['timing']['steps']}; a re-run replays from the journal "
-              f"{result['replay']}"]
+              f"- steps: {result['timing']['steps']}; a re-run replays {result['replay']}"]
     if run["parent"]:
         lines.append(f"- child of run {_code(run['parent'])}")
     if code_parts > 1:
@@ -570,7 +569,7 @@ def _result_md(result: dict[str, Any]) -> str:
              f"- tokens: {tokens['prompt']} prompt + {tokens['completion']} completion "
              f"= {tokens['total']}",
              f"- cost: {_money(cost)}",
-             f"- a re-run replays from the journal {result['replay']}",
+             f"- a re-run replays {result['replay']}",
              f"- time: {_duration(timing['elapsed'])} from creation to "
              f"{'the end' if timing.get('finished_at') else 'last update'}; "
              f"model {_duration(timing['model'])}, tools {_duration(timing['tools'])}, "
@@ -599,6 +598,34 @@ def _value_md(value: Any) -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+# A fenced code block as _fence writes it, or a code span as _code writes it: their text is
+# shown as it is, so a dollar sign in it stays as it is.
+_CODE = re.compile(r"^(`{3,})[^\n]*\n(?s:.*?)\n\1$|(?<!`)(`+)(?!`)[^\n]*?(?<!`)\2(?!`)",
+                   re.MULTILINE)
+
+
+_DOLLAR = "<span>\\$</span>"
+
+
+def _escape_dollars(markdown: str) -> str:
+    """``markdown`` with every ``$`` outside code written ``<span>\\$</span>`` (inline HTML
+    that JupyterLab 4.6 shows as a dollar sign, measured). JupyterLab renders the text between two dollar
+    signs as maths (a cost line and the next became one formula); ``\\$`` alone stops its
+    Markdown step from taking it for maths, but MathJax then still pairs two dollar signs of
+    one paragraph ("it costs $5, or $7"): it never pairs them across an element."""
+    parts, end = [], 0
+    for match in _CODE.finditer(markdown):
+        parts += [markdown[end:match.start()].replace("$", _DOLLAR), match.group(0)]
+        end = match.end()
+    parts.append(markdown[end:].replace("$", _DOLLAR))
+    return "".join(parts)
+
+
+def _markdown_cell(source: str, **fields: Any) -> Any:
+    """A markdown cell of ``source``, its dollar signs escaped (:func:`_escape_dollars`)."""
+    return _nbformat().v4.new_markdown_cell(_escape_dollars(source), **fields)
 
 
 def _fence(text: str, lang: str = "") -> str:
@@ -663,7 +690,7 @@ def batch_notebook(batch: Any, pending: dict[str, dict] | None = None) -> nbform
     ``nbformat.validate``, without outputs. ``pending`` maps item run ids to their pending
     approvals (name, details)."""
     nbf = _nbformat()
-    markdown_cell, code_cell = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
+    markdown_cell, code_cell = _markdown_cell, nbf.v4.new_code_cell
     pending = pending or {}
     items = list(batch)
     counts = batch.counts

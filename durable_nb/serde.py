@@ -6,7 +6,9 @@ are. Other values are wrapped in a tagged object ``{"$t": TAG, "v": ...}``:
 - ``tuple``, ``set``, ``frozenset``, ``bytes``, ``datetime``, ``date``, ``Decimal``;
 - pydantic models (openai's response types among them), stored with ``model_dump(mode="json")``
   and the class's name, rebuilt with ``model_validate`` of the class of that name when it is
-  loaded in the process that reads (see below). :func:`encode` refuses a model that would not
+  loaded in the process that reads (see below); openai's types are rebuilt the way the openai
+  client builds a reply, without validation (``construct``), so a reply replays as it was
+  received whatever the installed openai requires. :func:`encode` refuses a model that would not
   come back equal: one whose class cannot be found by its name (defined inside a function,
   redefined since), or whose dump does not validate back to an equal model; register such a
   class with :func:`register_type`;
@@ -19,8 +21,8 @@ Guarantees of the decoding side (:func:`decode`, :func:`loads`, :func:`decode_er
 - it never unpickles, never imports a module and never calls a module's ``__getattr__``:
   classes named by a journal are looked up only in modules already in ``sys.modules``, by
   reading their ``__dict__``. Loading a journal cannot make this process import anything; the
-  code it may run is a loaded pydantic model's validation, or a loaded exception class's
-  constructor;
+  code it may run is a loaded pydantic model's validation (openai's ``construct`` for its
+  types), or a loaded exception class's constructor;
 - any bad input (unknown tags, wrong shapes, nesting deeper than :data:`MAX_DEPTH`, values a
   registered decoder or pydantic refuses) raises :class:`DecodeError` and nothing else.
 
@@ -43,7 +45,7 @@ from typing import Any, Callable
 
 # openai is a hard dependency; importing it here loads every openai.types module, so its
 # response types resolve from sys.modules when a journal names them.
-import openai  # noqa: F401
+import openai
 import pydantic
 
 from .errors import SerializationError, StepFailed
@@ -349,6 +351,8 @@ def _decode_tagged(data: dict, depth: int) -> Any:
         cls = _model_class(data.get("cls"))
         if _depth_exceeds(payload, depth):
             raise DecodeError(f"the data is nested more than MAX_DEPTH={MAX_DEPTH} containers deep")
+        if _is_openai_model(cls):
+            return _constructed(cls, payload)
         return cls.model_validate(payload)
     codec = _codecs_by_tag.get(tag) if type(tag) is str else None
     if codec is None:
@@ -381,6 +385,24 @@ def _depth_exceeds(data: Any, depth: int) -> bool:
             if t is dict or t is list:
                 push((child, level))
     return False
+
+
+_OpenAIModel = openai.BaseModel
+
+
+def _is_openai_model(cls: type) -> bool:
+    return type.__subclasscheck__(_OpenAIModel, cls)
+
+
+def _constructed(cls: type, payload: Any) -> Any:
+    """An openai response type rebuilt from its dump as the openai client builds a reply
+    (``construct``, recursive, without validation): a server's reply that leaves out fields
+    the installed openai requires, or holds values it does not list, comes back as it was
+    received instead of failing every replay."""
+    if type(payload) is not dict:
+        raise DecodeError(f"an openai model must be stored as a JSON object, not "
+                          f"{_brief(payload)}")
+    return cls.construct(**payload)
 
 
 def _model_class(qualified: Any) -> type[pydantic.BaseModel]:

@@ -51,9 +51,11 @@ Quirks of real OpenAI-compatible servers, each an explicit switch of :class:`Qui
 off by default, so the default server behaves like OpenAI): ``no_stream_usage``,
 ``repeat_tool_call_ids``, ``require_content``, ``require_string_content`` and
 ``ignore_completion_caps`` (llama-cpp-python), ``loading_for`` and
-``final_empty_choices_usage`` (llama-server), ``extra_prompt_tokens`` (both), and
-``chunk_per_token`` (streamed text one token per chunk, as all of them send it). They apply to
-chat completions; of them only ``loading_for`` and ``extra_prompt_tokens`` apply to
+``final_empty_choices_usage`` (llama-server), ``extra_prompt_tokens`` (both),
+``chunk_per_token`` (streamed text one token per chunk, as all of them send it),
+``sparse_replies`` (fields a client can do without left out, as llama-server leaves them
+out of Responses replies) and ``no_usage``. They apply to chat completions; of them only
+``loading_for``, ``extra_prompt_tokens``, ``sparse_replies`` and ``no_usage`` apply to
 ``/v1/responses`` too. Requests are answered at ``/v1/...`` and at Azure OpenAI's paths
 (``/openai/deployments/NAME/chat/completions?api-version=...``, ``/openai/responses``).
 
@@ -190,8 +192,8 @@ class Quirks:
 
     ``Quirks()`` is OpenAI's own behaviour. Measured on llama-cpp-python 0.3.36 (its
     ``llama_cpp.server``) and on llama.cpp's ``llama-server`` (see
-    ``shared/real-llm/README.md``). All but ``loading_for`` and ``extra_prompt_tokens``
-    affect chat completions only.
+    ``shared/real-llm/README.md``). All but ``loading_for``, ``extra_prompt_tokens``,
+    ``sparse_replies`` and ``no_usage`` affect chat completions only.
     """
 
     no_stream_usage: bool = False
@@ -245,6 +247,21 @@ class Quirks:
     (OpenAI and llama-server), every other chunk with ``"usage": null``. On by default since
     it is OpenAI's behaviour; ``False`` puts the usage on the finish-reason chunk instead,
     as some other servers do."""
+
+    sparse_replies: bool = False
+    """Replies leave out fields OpenAI always sends and a client can do without, some of
+    which the openai client's types mark required (it builds replies without validating
+    them, so they work). Responses (as llama.cpp's llama-server answers, measured): a
+    response holds only ``id``, ``object``, ``created_at``, ``completed_at``, ``status``,
+    ``model``, ``output`` and ``usage``, whose ``input_tokens_details`` holds
+    ``cached_tokens`` alone (openai 3.57 requires ``cache_write_tokens`` too) and which has
+    no ``output_tokens_details``; streamed events carry such responses. Chat completions and
+    their chunks: no ``created``, ``system_fingerprint``, ``refusal`` or ``logprobs``, and a
+    usage without ``*_details``."""
+
+    no_usage: bool = False
+    """The server reports no usage at all: chat completions and chunks have no ``usage``
+    (whatever ``stream_options`` says), Responses replies and events ``"usage": null``."""
 
     def __post_init__(self) -> None:
         for name in ("loading_for", "extra_prompt_tokens"):
@@ -958,11 +975,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_events((None, c) for c in _chunks(answer, model, include_usage, lb.quirks))
             self._send_done()
         elif chat:
-            self._send_json(200, _completion(answer, model))
+            self._send_json(200, _completion(answer, model, lb.quirks))
         elif body.get("stream"):
-            self._send_events((e["type"], e) for e in _response_events(answer, body))
+            self._send_events((e["type"], e) for e in _response_events(answer, body, lb.quirks))
         else:
-            self._send_json(200, _response(answer, body, int(time.time()), _output_items(answer)))
+            self._send_json(200, _response(answer, body, int(time.time()),
+                                           _output_items(answer), lb.quirks))
 
     # responses
 
@@ -1027,23 +1045,39 @@ class _Handler(BaseHTTPRequestHandler):
 
 # --- chat completions -------------------------------------------------------------------
 
-def _completion(a: _Answer, model: str) -> dict:
+# What a chat reply (and each of its chunks) leaves out under Quirks.sparse_replies.
+_SPARSE_CHAT_FIELDS = ("created", "system_fingerprint", "refusal", "logprobs")
+
+
+def _sparse(data: dict) -> dict:
+    """``data`` (a completion, a chunk, or a part of one) without the fields
+    ``Quirks.sparse_replies`` leaves out, at every depth."""
+    return {k: _sparse(v) if isinstance(v, dict) else
+            [_sparse(x) if isinstance(x, dict) else x for x in v] if isinstance(v, list) else v
+            for k, v in data.items() if k not in _SPARSE_CHAT_FIELDS}
+
+
+def _completion(a: _Answer, model: str, quirks: Quirks) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": a.reply.content, "refusal": None}
     if a.reply.tool_calls:
         message["tool_calls"] = [
             {"id": cid, "type": "function",
              "function": {"name": call.name, "arguments": call.arguments_json}}
             for cid, call in zip(a.call_ids, a.reply.tool_calls)]
-    return {"id": f"chatcmpl-{a.digest}", "object": "chat.completion", "created": int(time.time()),
-            "model": model, "system_fingerprint": "loopback",
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": a.finish_reason}],
-            "usage": a.usage}
+    completion = {
+        "id": f"chatcmpl-{a.digest}", "object": "chat.completion", "created": int(time.time()),
+        "model": model, "system_fingerprint": "loopback",
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": a.finish_reason}],
+        "usage": a.usage}
+    if quirks.no_usage:
+        del completion["usage"]
+    return _sparse(completion) if quirks.sparse_replies else completion
 
 
 def _chunks(a: _Answer, model: str, include_usage: bool, quirks: Quirks) -> Iterator[dict]:
     created = int(time.time())
-    include_usage = include_usage and not quirks.no_stream_usage
+    include_usage = include_usage and not (quirks.no_stream_usage or quirks.no_usage)
     separate_usage = quirks.final_empty_choices_usage
 
     def chunk(delta: dict, finish_reason: str | None = None) -> dict:
@@ -1054,7 +1088,7 @@ def _chunks(a: _Answer, model: str, include_usage: bool, quirks: Quirks) -> Iter
                          "finish_reason": finish_reason}]}
         if include_usage:
             c["usage"] = a.usage if finish_reason and not separate_usage else None
-        return c
+        return _sparse(c) if quirks.sparse_replies else c
 
     # Like the real API: the role chunk has content "" for text replies, null for tool calls.
     yield chunk({"role": "assistant", "content": "" if a.reply.content is not None else None,
@@ -1097,16 +1131,25 @@ def _output_items(a: _Answer) -> list[dict]:
     return items
 
 
-def _response(a: _Answer, body: dict, created: int, output: list[dict] | None) -> dict:
+# What a response holds under Quirks.sparse_replies (llama-server's Responses replies).
+_SPARSE_RESPONSE_FIELDS = ("id", "object", "created_at", "completed_at", "status", "model",
+                           "output", "usage")
+
+
+def _response(a: _Answer, body: dict, created: int, output: list[dict] | None,
+              quirks: Quirks) -> dict:
     """The response object; ``output=None`` gives the in-progress one streams start with."""
     status = "in_progress" if output is None else "incomplete" if a.truncated else "completed"
-    usage = None if output is None else {
+    usage = None if output is None or quirks.no_usage else {
         "input_tokens": a.prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": a.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": a.prompt_tokens + a.completion_tokens}
-    return {
+    if usage is not None and quirks.sparse_replies:
+        usage["input_tokens_details"] = {"cached_tokens": 0}
+        del usage["output_tokens_details"]
+    response = {
         "id": f"resp_{a.digest}", "object": "response", "created_at": created,
         "status": status, "completed_at": created if status == "completed" else None,
         "error": None,
@@ -1119,9 +1162,12 @@ def _response(a: _Answer, body: dict, created: int, output: list[dict] | None) -
         "top_p": body.get("top_p", 1.0), "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools") or [], "text": {"format": {"type": "text"}},
         "truncation": "disabled", "metadata": body.get("metadata") or {}, "usage": usage}
+    if quirks.sparse_replies:
+        return {k: v for k, v in response.items() if k in _SPARSE_RESPONSE_FIELDS}
+    return response
 
 
-def _response_events(a: _Answer, body: dict) -> Iterator[dict]:
+def _response_events(a: _Answer, body: dict, quirks: Quirks) -> Iterator[dict]:
     """The Responses streaming events, in the real API's order."""
     created = int(time.time())
     sequence = itertools.count()
@@ -1129,7 +1175,7 @@ def _response_events(a: _Answer, body: dict) -> Iterator[dict]:
     def event(type_: str, **fields: Any) -> dict:
         return {"type": type_, "sequence_number": next(sequence), **fields}
 
-    pending = _response(a, body, created, None)
+    pending = _response(a, body, created, None, quirks)
     yield event("response.created", response=pending)
     yield event("response.in_progress", response=pending)
     items = _output_items(a)
@@ -1155,7 +1201,7 @@ def _response_events(a: _Answer, body: dict) -> Iterator[dict]:
             yield event("response.function_call_arguments.done", **ref, name=item["name"],
                         arguments=item["arguments"])
         yield event("response.output_item.done", output_index=index, item=item)
-    final = _response(a, body, created, items)
+    final = _response(a, body, created, items, quirks)
     yield event(f"response.{final['status']}", response=final)
 
 

@@ -154,6 +154,36 @@ def test_a_run_whose_process_died_shows_as_interrupted(tmp_path: Path, run) -> N
     assert data["status"] == "RUNNING" and data["interrupted"] is True
 
 
+def test_every_status_runs_shows_can_be_asked_for(tmp_path: Path, run) -> None:
+    _done_run(tmp_path / "j", "finished")
+    journal = DiskJournal(tmp_path / "j")
+    now = time.time()
+    record = RunRecord(run_id="crashed", status=Status.RUNNING, iteration=1, step_count=1,
+                       created_at=now - 60, updated_at=now - 5,
+                       owner={"pid": _dead_pid(), "host": this_host()})
+    assert journal.create_run(record)
+    journal.append_step("crashed", StepEntry(0, "0", "s", "run", result=1))
+    journal.close()
+    shown = {line.split()[1] for line in run("--journal", str(tmp_path / "j"), "runs")
+             .stdout.splitlines()[1:3]}
+    assert shown == {"DONE", "INTERRUPTED"}
+
+    for status in ("interrupted", "Interrupted", "INTERRUPTED"):
+        proc = run("--journal", str(tmp_path / "j"), "runs", "--status", status)
+        assert proc.returncode == 0, proc.stderr
+        rows = proc.stdout.splitlines()[1:]
+        assert rows[0].split()[:2] == ["crashed", "INTERRUPTED"]
+        assert not any(row.startswith("finished") for row in rows)
+    done = run("--journal", str(tmp_path / "j"), "runs", "--status", "done").stdout
+    assert [row.split()[0] for row in done.splitlines()[1:]] == ["finished"]
+    refused = run("--journal", str(tmp_path / "j"), "runs", "--status", "stopped")
+    assert refused.returncode == 2 and (
+        "unknown status 'stopped': use one of RUNNING, WAITING_APPROVAL, DONE, FAILED, "
+        "CANCELLED, INTERRUPTED (any case)") in refused.stderr
+    assert "running, waiting_approval, done, failed, cancelled, interrupted (any case)" in \
+        " ".join(run("runs", "--help").stdout.split())
+
+
 def test_show_tells_cost_replay_savings_and_approval_wait(tmp_path: Path, run) -> None:
     journal = DiskJournal(tmp_path / "j")
     now = time.time()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -280,9 +281,47 @@ def test_export_tells_cost_and_what_replay_saves(demo_run, tmp_path):
     # The loopback model has no price: the cost is said to be unknown, not $0.
     assert data["result"]["cost"]["unpriced_models"] == ["loopback-1"]
     assert "- cost: unknown (no price known for loopback-1)" in text
-    assert data["result"]["replay"] == (f"{len(info.steps)} steps journaled: {info.tokens:,} "
-                                        f"tokens")
-    assert f"a re-run replays from the journal {len(info.steps)} steps journaled" in text
+    assert data["result"]["replay"] == (f"{len(info.steps)} steps from the journal: "
+                                        f"{info.tokens:,} tokens")
+    assert (f"a re-run replays {len(info.steps)} steps from the journal: {info.tokens:,} "
+            f"tokens") in text
+
+
+def _priced_run(journal: DiskJournal, text: str = "The answer is 42.") -> None:
+    from durable_nb.llm.pricing import Price
+
+    with LoopbackServer([text]) as server:
+        client = openai.OpenAI(base_url=server.url, api_key=SECRET, max_retries=0)
+        durable_nb.execute("priced", lambda ctx: ctx.chat(
+            client=client, model="loopback-1",
+            messages=[{"role": "user", "content": "What is the answer?"}]
+        ).choices[0].message.content, journal=journal, title="Price check",
+            prices={"loopback-1": Price(input=1000.0, cached_input=0.0, output=2000.0)})
+
+
+def test_dollars_in_the_markdown_are_escaped_and_the_replay_line_reads(tmp_path):
+    # JupyterLab renders the text between two dollar signs as maths: the cost and the replay
+    # line of one cell became one formula. Code keeps its dollar signs as they are.
+    # (What JupyterLab shows: the next test.)
+    journal = DiskJournal(tmp_path / "journal")
+    _priced_run(journal, "It costs $5, or $7 with `$HOME` set.")
+    info = durable_nb.get_run("priced", journal=journal)
+    nb = nbformat.read(export_run("priced", tmp_path / "run.ipynb", journal=journal),
+                       as_version=4)
+    journal.close()
+    cost = export_data(info)["result"]["cost"]["dollars"]
+    money = (f"<span>\\$</span>{cost:.3f}" if cost >= 0.01 else
+             f"<span>\\$</span>{cost:.4f}")
+    title = nb.cells[0].source
+    assert f"- cost: {money}" in title
+    assert (f"- steps: 1; a re-run replays 1 step from the journal: {info.tokens:,} tokens, "
+            f"{money} not spent again") in title
+    reply = next(c.source for c in nb.cells if c.source.startswith("## Round"))
+    assert "It costs <span>\\$</span>5, or <span>\\$</span>7 with `$HOME` set." in reply
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            outside_code = re.sub(r"(?ms)^(`{3,}).*?^\1$|`[^`\n]*`", "", cell.source)
+            assert "$" not in outside_code.replace("<span>\\$</span>", ""), cell.source
 
 
 def test_export_of_a_priced_run_shows_dollars(tmp_path):
@@ -320,3 +359,28 @@ def test_the_exported_notebook_names_its_kernel_and_validates_without_warnings(d
     # The name is the one Jupyter resolves where ipykernel is installed: no kernel dialog.
     spec = KernelSpecManager().get_kernel_spec(nb.metadata.kernelspec.name)
     assert spec.language == "python"
+
+
+def test_jupyterlab_shows_the_exported_dollars_as_text_not_maths(tmp_path):
+    from tests.harness.lab import JupyterLab, LabPage, require_chromium
+
+    require_chromium()
+    journal = DiskJournal(tmp_path / "journal")
+    _priced_run(journal, "It costs $5, or $7 with a coupon.")  # two in one paragraph
+    root = tmp_path / "lab"
+    root.mkdir()
+    export_run("priced", root / "run.ipynb", journal=journal)
+    journal.close()
+    with JupyterLab(root) as lab, LabPage(lab, timeout=60) as page:
+        page.open_notebook("run.ipynb")
+        rendered = page.panel.locator(".jp-RenderedMarkdown")
+        rendered.filter(has_text="It costs").first.wait_for(state="visible")
+        page.screenshot(tmp_path / "export.png")
+        title = rendered.first.inner_text()
+        reply = rendered.filter(has_text="It costs").first.inner_text()
+        formulas = page.panel.locator("mjx-container, .MathJax, .jp-RenderedLatex").count()
+    assert formulas == 0
+    assert "It costs $5, or $7 with a coupon." in reply
+    cost = re.search(r"cost: (\$[0-9.]+)", title)
+    assert cost and f"a re-run replays 1 step from the journal" in title
+    assert f"tokens, {cost.group(1)} not spent again" in title

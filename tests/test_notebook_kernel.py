@@ -390,6 +390,32 @@ def _one_line(result: Any) -> str:
     return " ".join(shown.splitlines())
 
 
+def test_a_syntax_error_in_the_cell_shows_its_line_and_caret_as_python_shows_it(
+        tmp_path: Path) -> None:
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        plain = k.execute("total = 1\nprices = (1, 2\n")
+        cells = {"run": k.execute("%%durable_agent syntax\ntotal = 1\nprices = (1, 2\n"),
+                 "batch": k.execute("%%durable_agent b --over [1, 2]\nprices = (item,\n")}
+    assert plain.error["ename"] == "SyntaxError" and plain.traceback.startswith("  Cell In[")
+    for kind, cell in cells.items():
+        assert cell.status == "error", kind
+        shown = cell.traceback
+        lines = shown.strip("\n").splitlines()
+        # As IPython shows a syntax error in a plain cell: where, the line, a caret, what.
+        assert re.fullmatch(r"  Cell In\[\d+\], line \d+", lines[0]), shown
+        assert lines[-1] == "SyntaxError: '(' was never closed", shown
+        assert lines[-2].strip() == "^", shown
+        assert "Traceback" not in shown and "File " not in shown
+        assert not any(name in shown for name in ("durable_nb", "magics.py", "cell.py",
+                                                  "ast.py", "interactiveshell")), shown
+    # Numbered as in the cell, the magic's line being line 1.
+    run, batch = (cells[kind].traceback.splitlines() for kind in ("run", "batch"))
+    assert run[0].endswith(", line 3") and run[1] == "    prices = (1, 2"
+    assert batch[0].endswith(", line 2") and batch[1] == "    prices = (item,"
+    assert _status(tmp_path, "syntax") is None  # nothing ran
+
+
 def test_durable_errors_show_as_their_message_with_what_to_do_and_the_badge_stops(
         tmp_path: Path) -> None:
     with start_kernel(tmp_path, env=_env()) as k:

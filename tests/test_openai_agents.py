@@ -18,7 +18,7 @@ import durable_nb  # noqa: E402
 from durable_nb import InputChanged, NotJournaled, RunOptions, Status, approve, reject  # noqa: E402
 from durable_nb.integrations.openai_agents import run  # noqa: E402
 from durable_nb.runner import Runner  # noqa: E402
-from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402
+from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall  # noqa: E402
 
 from tests import agent_process, openai_agents_process as travel  # noqa: E402
 
@@ -342,4 +342,29 @@ def test_the_responses_model_makes_respond_steps_that_replay(tmp_path, journal, 
         stats = server.stats()
     assert stats["responses"] == 3 and stats["by_round"] == {"0": 1, "1": 1, "2": 1}
     assert [e.kind for e in journal.steps("resp")].count("respond") == 3
+    assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_a_run_over_a_server_that_leaves_fields_out_replays(tmp_path, journal, api, streamed):
+    from durable_nb.integrations.openai_agents import run_streamed
+
+    agent = travel.travel_agent(tmp_path)
+
+    async def handler(ctx):
+        if not streamed:
+            return (await run(ctx, agent, "Book.", api=api)).final_output
+        stream = run_streamed(ctx, agent, "Book.", api=api)
+        async for _ in stream.stream_events():
+            pass
+        return stream.final_output
+
+    with LoopbackServer(travel.script(), quirks=Quirks(sparse_replies=True)) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        for _ in range(2):
+            assert durable_nb.execute("trip", handler, journal=journal,
+                                      client=client) == travel.FINAL
+        stats = server.stats()
+    assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
     assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]

@@ -16,7 +16,7 @@ import durable_nb  # noqa: E402
 from durable_nb import RunOptions, Status, approve, reject  # noqa: E402
 from durable_nb.integrations.pydantic_ai import run  # noqa: E402
 from durable_nb.runner import Runner  # noqa: E402
-from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402
+from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall  # noqa: E402
 from tests import agent_process, openai_agents_process as travel  # noqa: E402
 from tests.pydantic_ai_process import pydantic_child, travel_agent  # noqa: E402
 
@@ -156,6 +156,29 @@ def test_run_stream_with_the_durable_model_and_journaled_tools_replays(tmp_path,
         client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
         for _ in range(2):
             assert durable_nb.execute("stream", handler, journal=journal,
+                                      client=client) == travel.FINAL
+        stats = server.stats()
+    assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
+    assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_stream"])
+def test_a_run_over_a_server_that_leaves_fields_out_replays(tmp_path, journal, streamed):
+    from durable_nb.integrations.pydantic_ai import JournaledTools, durable_model
+
+    agent = travel_agent(tmp_path)
+
+    async def handler(ctx):
+        if not streamed:
+            return (await run(ctx, agent, "Book.", model=travel.MODEL)).output
+        async with agent.run_stream("Book.", model=durable_model(ctx, travel.MODEL),
+                                    capabilities=[JournaledTools(ctx)]) as result:
+            return "".join([piece async for piece in result.stream_text(delta=True)])
+
+    with LoopbackServer(travel.script(), quirks=Quirks(sparse_replies=True)) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        for _ in range(2):
+            assert durable_nb.execute("trip", handler, journal=journal,
                                       client=client) == travel.FINAL
         stats = server.stats()
     assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}

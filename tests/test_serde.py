@@ -195,7 +195,9 @@ def test_fuzz_decode_error_returns_an_exception_or_raises_decode_error(data):
     {"$t": "dict", "v": {"a": 1}},
     {"$t": "dict", "v": [[1, 2, 3]]},
     {"$t": "dict", "v": [[[1], 2]]},                   # unhashable key
-    {"$t": "model", "cls": "openai.types.chat.ChatCompletion", "v": {"id": 1}},
+    {"$t": "model", "cls": "openai.types.chat.ChatCompletion", "v": [1]},  # not an object
+    # a model of the user's is validated; openai's reply types are built as received
+    {"$t": "model", "cls": "tests.test_serde.Invoice", "v": {"number": "F-1"}},
     {"$t": "model", "cls": 7, "v": {}},
     {"$t": "tests.Point", "v": [1, 2, 3]},             # the registered decoder raises TypeError
     {1: "non-str key"},

@@ -131,11 +131,14 @@ def response_events(response: Response) -> list[dict]:
 
 
 def _typed_events(response: Response) -> list[Any]:
+    """The events of :func:`response_events` as the openai client builds the events it
+    receives (``construct_type``, without validation): the journaled reply is replayed as it
+    was received, even when it lacks fields the installed openai requires."""
+    from openai._models import construct_type
     from openai.types.responses import ResponseStreamEvent
-    from pydantic import TypeAdapter
 
-    adapter = TypeAdapter(ResponseStreamEvent)
-    return [adapter.validate_python(event) for event in response_events(response)]
+    return [construct_type(type_=ResponseStreamEvent, value=event)
+            for event in response_events(response)]
 
 
 _loop_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

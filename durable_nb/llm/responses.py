@@ -168,6 +168,14 @@ def _generated(response: Any) -> list[str]:
     return texts
 
 
+def _zero_counts(details: type) -> Any:
+    """A usage details object with every count the installed openai requires set to 0: the
+    required ones differ between releases (openai 3.57 added ``cache_write_tokens`` to the
+    input details)."""
+    return details.construct(**{name: 0 for name, field in details.model_fields.items()
+                                if field.is_required()})
+
+
 class _RespondCall:
     """The live side of one ``ctx.respond`` step; ``on_event`` is handed each event of a
     streamed reply as it arrives (the durable client's live stream)."""
@@ -219,9 +227,9 @@ class _RespondCall:
         prompt = calibration(self.execution).best_guess(self.model, estimate)
         output = completion_tokens(self.model, _generated(response))
         self.estimated = True
-        usage = ResponseUsage.model_construct(
-            input_tokens=prompt, input_tokens_details=InputTokensDetails(cached_tokens=0),
-            output_tokens=output, output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+        usage = ResponseUsage.construct(
+            input_tokens=prompt, input_tokens_details=_zero_counts(InputTokensDetails),
+            output_tokens=output, output_tokens_details=_zero_counts(OutputTokensDetails),
             total_tokens=prompt + output)
         return response.model_copy(update={"usage": usage})
 

@@ -255,7 +255,9 @@ class ChatAssembler:
                 data[field] = self.head[field]
         if self.usage is not None:
             data["usage"] = _plain(self.usage)
-        return ChatCompletion.model_validate(data)
+        # Built as the openai client builds a non-streamed reply (without validation): a
+        # server's finish reason or usage that the installed openai does not list is kept.
+        return ChatCompletion.construct(**data)
 
     def generated_texts(self) -> list[str]:
         """Everything the model generated, for estimating completion tokens."""
@@ -278,7 +280,9 @@ def completion_chunks(completion: ChatCompletion, *, include_usage: bool = False
     per choice, one chunk with the whole message (role, text, refusal, tool calls) and one
     with its finish reason; then, with ``include_usage``, the usage chunk without choices,
     as servers send it for ``stream_options={"include_usage": True}``. For a replayed
-    stream, which has no chunks of its own."""
+    stream, which has no chunks of its own; built without validation, as the openai client
+    builds the chunks it receives, so a reply replays whatever the installed openai
+    requires."""
     head = {"id": completion.id, "object": "chat.completion.chunk",
             "created": completion.created, "model": completion.model}
     for field in ("system_fingerprint", "service_tier"):
@@ -302,7 +306,7 @@ def completion_chunks(completion: ChatCompletion, *, include_usage: bool = False
                                            "finish_reason": choice.finish_reason}]))
     if include_usage and completion.usage is not None:
         chunks.append(dict(head, choices=[], usage=_plain(completion.usage)))
-    return [ChatCompletionChunk.model_validate(chunk) for chunk in chunks]
+    return [ChatCompletionChunk.construct(**chunk) for chunk in chunks]
 
 
 class ResponseAssembler:

@@ -45,6 +45,7 @@ from ..cli import (
     steer,
 )
 from ..errors import (
+    CellSyntaxError,
     ContextNotActive,
     DurableError,
     SerializationError,
@@ -311,6 +312,34 @@ def _message_only(exc: BaseException, text: str | None = None) -> list[str]:
     return [f"\x1b[0;31m{name}\x1b[0m{message[len(name):]}"]
 
 
+def _cell_file(shell: Any) -> str | None:
+    """The name IPython compiled the running cell under (it shows as ``Cell In[N]``): the
+    file of the nearest calling frame that IPython knows as a cell's."""
+    known = getattr(shell.compile, "format_code_name", None)
+    frame = sys._getframe(1)
+    while frame is not None and callable(known):
+        if known(frame.f_code.co_filename) is not None:
+            return frame.f_code.co_filename
+        frame = frame.f_back
+    return None
+
+
+def cell_syntax_error(exc: SyntaxError, shell: Any) -> CellSyntaxError:
+    """``exc``, raised compiling a ``%%durable_agent`` cell's body, as the error the cell
+    shows: the line and a caret, numbered as in the cell, the way IPython shows a syntax
+    error in a plain cell; no frames of IPython's or durable_nb's."""
+    where = _cell_file(shell)
+    # The body starts on the cell's second line, after the magic's.
+    shift = 1 if where is not None else 0
+    located = SyntaxError(exc.msg, (
+        where or exc.filename, exc.lineno + shift if exc.lineno else None, exc.offset,
+        exc.text, exc.end_lineno + shift if exc.end_lineno else None, exc.end_offset))
+    error = CellSyntaxError(located)
+    error._render_traceback_ = (  # type: ignore[attr-defined]
+        lambda: shell.SyntaxTB.structured_traceback(SyntaxError, located, []))
+    return error
+
+
 def shorten(exc: BaseException, shell: Any, interrupted: str | None = None) -> None:
     """Make IPython show ``exc`` short: durable_nb's errors as their message, the user's
     exceptions with the user's frames only (IPython's ``_render_traceback_`` protocol)."""
@@ -458,7 +487,10 @@ class DurableMagics(Magics):
                 source=cell, on_approval="wait" if args.wait else "park",
                 on_change=args.on_change, on_journal_error=args.on_journal_error,
                 notebook=self._notebook_path(), cell_id=self.cell_id)
-            handler = compile_cell(cell, run_id, self.shell.user_ns)
+            try:
+                handler = compile_cell(cell, run_id, self.shell.user_ns)
+            except SyntaxError as exc:
+                raise cell_syntax_error(exc, self.shell) from None
             run = NotebookRun(run_id, handler, options, journal)
             run.show()
             outcome = run.start()
@@ -484,7 +516,10 @@ class DurableMagics(Magics):
         batch = None
         try:
             journal = open_journal(args.journal)
-            body = compile_item_cell(cell, batch_id, namespace, items)
+            try:
+                body = compile_item_cell(cell, batch_id, namespace, items)
+            except SyntaxError as exc:
+                raise cell_syntax_error(exc, self.shell) from None
             batch = NotebookBatch(
                 batch_id, lambda ctx, index: body(ctx, index), keys, journal=journal,
                 concurrency=args.concurrency or 8, retry_failed=args.retry_failed != "no",
