@@ -365,7 +365,7 @@ COMMANDS = {
     "wait": "wait until the run finishes (headless notebooks)",
     "demo": "the offline crash-and-resume demo",
     "enable": "load durable_nb in every IPython kernel (writes your IPython profile)",
-    "disable": "undo `enable`",
+    "disable": "undo `enable` (also `durable-nb enable --undo`)",
 }
 
 
@@ -596,6 +596,9 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=COMMANDS[name])
         p.add_argument("--profile", default="default",
                        help="the IPython profile (default: default)")
+        if name == "enable":
+            p.add_argument("--undo", action="store_true",
+                           help="remove what `enable` added (the same as `disable`)")
     return parser
 
 
@@ -603,7 +606,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return run_demo(args.dir)
     if args.command in ("enable", "disable"):
-        print(enable(args.profile) if args.command == "enable" else disable(args.profile))
+        on = args.command == "enable" and not getattr(args, "undo", False)
+        print(enable(args.profile) if on else disable(args.profile))
         return 0
     if args.command == "copy":
         record = registry.copy_run(args.run_id, args.to, journal=args.source or args.journal,
