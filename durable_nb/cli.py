@@ -29,12 +29,11 @@ from .demo import run_demo
 from .errors import DurableError, NoJournal, UnknownRun
 from .execution.approvals import pending_digest, short
 from .export import export_batch, export_run
-from .journal import (Journal, RunRecord, Status, StepEntry, default_location, entry_cost,
-                      open_journal)
+from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
-from .summary import (age, cost_of, elapsed, format_cost, format_duration, one_line, plain,
-                      shown_value)
+from .summary import (age, cost_of, elapsed, format_cost, format_duration, is_free, one_line,
+                      plain, price_sources, shown_value, step_cost)
 
 __all__ = ["COMMANDS", "STEERING", "explain_usage", "format_batch", "format_batches",
            "format_run", "format_runs", "format_time", "list_runs", "main", "near_runs",
@@ -120,9 +119,9 @@ def _step_line(entry: StepEntry) -> str:
     extra = ""
     if entry.prompt_tokens or entry.completion_tokens:
         extra = f"  {entry.prompt_tokens:,}+{entry.completion_tokens:,} tok"
-        if isinstance((entry.meta or {}).get("cost"), (int, float)):
-            estimated = bool(entry.meta.get("estimated"))
-            extra += f"  {format_cost(entry_cost(entry), estimated=estimated)}"
+        money = step_cost(entry)
+        if money:
+            extra += f"  {money}"
     return (f"  {entry.position:>4}  {entry.kind:<8} {entry.name:<28} "
             f"{entry.duration * 1000:8.1f} ms  {outcome}{extra}")
 
@@ -138,8 +137,8 @@ def _replay_line(info: registry.RunInfo) -> str | None:
     tokens = sum(e.tokens for e in kept)
     if not tokens:
         return line
-    dollars, estimated, unpriced = cost_of(kept)
-    money = f" and {format_cost(dollars, estimated=estimated)}" if dollars or not unpriced else ""
+    dollars, estimated, _ = cost_of(kept)
+    money = f" and {format_cost(dollars, estimated=estimated)}" if dollars else ""
     return f"{line}: {tokens:,} tokens{money} not spent again"
 
 
@@ -159,10 +158,15 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
     cost = format_cost(info.cost or dollars, estimated=estimated)
     if unpriced and not (info.cost or dollars):
         cost = "unknown"
+    if is_free(info.steps):
+        cost = "free"
     if info.max_cost:
         cost += f" of {format_cost(info.max_cost)}"
     if unpriced:
         cost += f" (no price known for {', '.join(sorted(set(unpriced)))})"
+    sources = price_sources(info.steps)
+    if sources:
+        cost += f" (prices: {'; '.join(sources)})"
     lines.append(f"cost       {cost}")
     lines.append(f"created    {format_time(info.created_at)}; "
                  f"{'took' if info.status is Status.DONE else 'elapsed'} "
