@@ -5,6 +5,7 @@ and exports."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -46,14 +47,14 @@ def age(ts: float) -> str:
 
 
 def format_cost(dollars: float | None, *, estimated: bool = False) -> str:
-    """``$0.0021``, ``$1.23``; ``-`` for None."""
+    """``$0.0021``, ``$1.23``, ``$0.000031``; ``-`` for None."""
     if dollars is None:
         return "-"
     prefix = "~" if estimated else ""
     if dollars == 0:
         return f"{prefix}$0"
-    if dollars < 0.0001:  # four decimals would show "$0.0000"
-        return f"{prefix}<$0.0001"
+    if dollars < 0.0001:  # two significant digits: four decimals would show "$0.0000"
+        return f"{prefix}${dollars:.{1 - math.floor(math.log10(dollars))}f}"
     if dollars < 0.01:
         return f"{prefix}${dollars:.4f}"
     if dollars < 100:

@@ -167,5 +167,6 @@ def test_an_unpriced_model_shows_no_cost_per_step_and_unknown_for_the_run(tmp_pa
 
 
 def test_a_tiny_cost_is_not_shown_as_zero():
-    assert format_cost(0.000015) == "<$0.0001"
+    assert format_cost(0.000015) == "$0.000015" and format_cost(0.0000031) == "$0.0000031"
+    assert format_cost(0.00009) == "$0.000090"
     assert format_cost(0.00021) == "$0.0002" and format_cost(0) == "$0"
