@@ -36,11 +36,11 @@ def _dollars(value: Any) -> float | None:
     return float(value) if isinstance(value, (Decimal, int, float)) else None
 
 
-@functools.lru_cache(maxsize=1024)
 def lookup(model: str, endpoint: str | None = None) -> DatabasePrice | None:
     """The price of ``model`` today, as genai-prices knows it: from the provider ``endpoint``
     (a base URL) belongs to when it is one genai-prices knows, else from the provider whose
-    models match the name; None when it knows neither or has no token price for the model."""
+    models match the name; None when it knows neither or has no token price for the model.
+    :func:`~durable_nb.llm.pricing.quote_for` remembers the answers."""
     version = database_version()
     if version is None or not model:
         return None

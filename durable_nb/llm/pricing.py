@@ -19,6 +19,7 @@ table``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -90,6 +91,12 @@ def quote_for(model: str, overrides: Mapping[str, Price] | None = None,
         price = model_entry({}, model, overrides)
         if price is not None:
             return PriceQuote(price, OVERRIDE)
+    return _published_quote(model, endpoint)
+
+
+@functools.lru_cache(maxsize=1024)
+def _published_quote(model: str, endpoint: str | None) -> PriceQuote | None:
+    """genai-prices', else the built-in table's; remembered, as every LLM call asks."""
     found = lookup(model, endpoint)
     if found is not None:
         return PriceQuote(Price(*found[:3]), found[3])
