@@ -16,6 +16,10 @@ from .quirks import Quirks
 from .requests import text_of
 from .scripts import Reply, ToolCall
 
+__all__ = ["CONTENT_VALIDATION_FAILURE", "LOADING_BODY", "TEMPLATE_FAILURE", "Answer",
+           "cap_reply", "chunks", "completion", "default_failure", "digest_of", "error_body",
+           "output_items", "response", "response_events", "summary_text"]
+
 # --- token counting -------------------------------------------------------------------
 
 def _encode(model: str, text: str) -> list[int]:
@@ -87,6 +91,9 @@ def _token_pieces(text: str, model: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Answer:
+    """What one request is answered with, before it is put in the endpoint's shape; the ids
+    are derived from the request (``digest``), so the same request gets the same answer."""
+
     kind: str  # "chat" or "summary"
     round: int
     reply: Reply  # cut to the cap when truncated
