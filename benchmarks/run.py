@@ -203,8 +203,8 @@ def chat_cost(plan: Plan, results: Results, log: Any) -> None:
     """Section 3: ctx.chat against the bare client, same loopback server in another process."""
     # Without TCP_NODELAY the server's separate header and body writes meet the client's
     # delayed ACK: every reply stalled ~40 ms, hiding what is measured (reported to the lead).
-    serve = ("import durable_nb.testing as t; t._Handler.disable_nagle_algorithm = True; "
-             "t.main()")
+    serve = ("import durable_nb.testing as t; t.server._Handler.disable_nagle_algorithm = True; "
+             "t.main(['--script', 'demo'])")
     with _loopback(serve) as url:
         for r in range(plan.chat_repeats):
             for variant in _rotated(["bare", "ctx.chat"], r):

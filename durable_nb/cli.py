@@ -28,12 +28,11 @@ from .demo import run_demo
 from .errors import DurableError, NoJournal, UnknownRun
 from .execution.approvals import pending_digest, short
 from .export import export_batch, export_run
-from .journal import (Journal, RunRecord, Status, StepEntry, default_location, entry_cost,
-                      open_journal)
+from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
-from .summary import (cost_of, elapsed, format_cost, format_duration, one_line, plain,
-                      shown_value)
+from .summary import (cost_of, elapsed, format_cost, format_duration, is_free, one_line, plain,
+                      price_sources, shown_value, step_cost)
 from .timestamps import format_time
 
 __all__ = ["COMMANDS", "INTERRUPTED", "ITEM_STATUSES", "RUN_STATUSES", "STEERING",
@@ -127,9 +126,9 @@ def _step_line(entry: StepEntry) -> str:
     extra = ""
     if entry.prompt_tokens or entry.completion_tokens:
         extra = f"  {entry.prompt_tokens:,}+{entry.completion_tokens:,} tok"
-        if isinstance((entry.meta or {}).get("cost"), (int, float)):
-            estimated = bool(entry.meta.get("estimated"))
-            extra += f"  {format_cost(entry_cost(entry), estimated=estimated)}"
+        money = step_cost(entry)
+        if money:
+            extra += f"  {money}"
     return (f"  {entry.position:>4}  {entry.kind:<8} {entry.name:<28} "
             f"{entry.duration * 1000:8.1f} ms  {outcome}{extra}")
 
@@ -145,8 +144,8 @@ def _replay_line(info: registry.RunInfo) -> str | None:
     tokens = sum(e.tokens for e in kept)
     if not tokens:
         return line
-    dollars, estimated, unpriced = cost_of(kept)
-    money = f" and {format_cost(dollars, estimated=estimated)}" if dollars or not unpriced else ""
+    dollars, estimated, _ = cost_of(kept)
+    money = f" and {format_cost(dollars, estimated=estimated)}" if dollars else ""
     return f"{line}: {tokens:,} tokens{money} not spent again"
 
 
@@ -166,10 +165,15 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
     cost = format_cost(info.cost or dollars, estimated=estimated)
     if unpriced and not (info.cost or dollars):
         cost = "unknown"
+    if is_free(info.steps):
+        cost = "free"
     if info.max_cost:
         cost += f" of {format_cost(info.max_cost)}"
     if unpriced:
         cost += f" (no price known for {', '.join(sorted(set(unpriced)))})"
+    sources = price_sources(info.steps)
+    if sources:
+        cost += f" (prices: {'; '.join(sources)})"
     lines.append(f"cost       {cost}")
     lines.append(f"created    {format_time(info.created_at)}; "
                  f"{'took' if info.status is Status.DONE else 'elapsed'} "
@@ -378,7 +382,7 @@ COMMANDS = {
     "wait": "wait until the run finishes (headless notebooks)",
     "demo": "the offline crash-and-resume demo",
     "enable": "load durable_nb in every IPython kernel (writes your IPython profile)",
-    "disable": "undo `enable`",
+    "disable": "undo `enable` (also `durable-nb enable --undo`)",
 }
 
 
@@ -615,6 +619,9 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=COMMANDS[name])
         p.add_argument("--profile", default="default",
                        help="the IPython profile (default: default)")
+        if name == "enable":
+            p.add_argument("--undo", action="store_true",
+                           help="remove what `enable` added (the same as `disable`)")
     return parser
 
 
@@ -622,7 +629,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return run_demo(args.dir)
     if args.command in ("enable", "disable"):
-        print(enable(args.profile) if args.command == "enable" else disable(args.profile))
+        on = args.command == "enable" and not getattr(args, "undo", False)
+        print(enable(args.profile) if on else disable(args.profile))
         return 0
     if args.command == "copy":
         record = registry.copy_run(args.run_id, args.to, journal=args.source or args.journal,

@@ -42,10 +42,12 @@ from .llm.streaming import tool_names
 from .summary import (
     cost_of,
     format_cost,
+    is_free,
     item_messages,
     llm_reply,
     load_chat_request,
     plain,
+    price_sources,
     replay_savings,
     request_items,
 )
@@ -234,7 +236,8 @@ def _base(entry: Any) -> dict[str, Any]:
         data["tokens"] = {"prompt": entry.prompt_tokens, "completion": entry.completion_tokens}
         dollars, estimated, unpriced = cost_of([entry])
         if not unpriced:
-            data["cost"] = {"dollars": round(dollars, 8), "estimated": estimated}
+            data["cost"] = {"dollars": round(dollars, 8), "estimated": estimated,
+                            "source": (entry.meta or {}).get("price_source")}
     if not entry.ok:
         data["error"] = entry.error
     return data
@@ -321,7 +324,8 @@ def _result(info: RunInfo) -> dict[str, Any]:
             "tokens": {"prompt": info.prompt_tokens, "completion": info.completion_tokens,
                        "total": info.tokens},
             "cost": {"dollars": round(info.cost or dollars, 8), "estimated": estimated,
-                     "unpriced_models": unpriced, "max": info.max_cost},
+                     "unpriced_models": unpriced, "max": info.max_cost,
+                     "free": is_free(info.steps), "sources": price_sources(info.steps)},
             "replay": replay_savings(info.steps, "from the journal", "not spent again"),
             "timing": {"created_at": info.created_at, "updated_at": info.updated_at,
                        "finished_at": info.finished_at,
@@ -432,8 +436,10 @@ def _money(cost: dict[str, Any]) -> str:
     unpriced = cost["unpriced_models"]
     if unpriced and not cost["dollars"]:
         return f"unknown (no price known for {', '.join(unpriced)})"
-    text = format_cost(cost["dollars"], estimated=cost["estimated"])
-    return text + (f" (no price known for {', '.join(unpriced)})" if unpriced else "")
+    text = "free" if cost.get("free") else format_cost(cost["dollars"],
+                                                         estimated=cost["estimated"])
+    text += f" (no price known for {', '.join(unpriced)})" if unpriced else ""
+    return text + (f" (prices: {'; '.join(cost['sources'])})" if cost.get("sources") else "")
 
 
 def _quote(text: str) -> str:
@@ -466,7 +472,8 @@ def _round_md(round_: dict[str, Any]) -> str:
              f"Model {_code(chat['model'])}, step {chat['position']}, {_duration(chat['duration'])}"
              + (f", {chat['tokens']['prompt']} + {chat['tokens']['completion']} tokens"
                 if "tokens" in chat else "")
-             + (f", {format_cost(cost['dollars'], estimated=cost['estimated'])}" if cost else "")]
+             + (f", {format_cost(cost['dollars'], estimated=cost['estimated'])}"
+                if cost and cost["dollars"] else "")]
     request = chat.get("request")
     if request:
         new = request["new_messages"]

@@ -1,4 +1,5 @@
-"""``durable-nb enable`` / ``%durable enable``: load durable_nb in every IPython kernel.
+"""``durable-nb enable`` / ``%durable enable``: load durable_nb in every IPython kernel
+(``durable-nb enable --undo``, ``durable-nb disable`` or ``%durable disable`` removes it).
 
 It adds ``c.InteractiveShellApp.extensions.append("durable_nb")`` to the profile's
 ``ipython_config.py`` (read by terminal IPython and by every ipykernel started with that
@@ -43,7 +44,8 @@ def enable(profile: str = "default") -> str:
         ("" if text.endswith("\n") else "\n") + "\n"
     path.write_text(text + prefix + _BLOCK)
     return (f"enabled durable_nb in {path}: every IPython kernel of profile {profile!r} started "
-            f"from now on loads it (restart running kernels). `durable-nb disable` undoes it.")
+            f"from now on loads it (restart running kernels). `durable-nb enable --undo` undoes "
+            f"it.")
 
 
 def disable(profile: str = "default") -> str:

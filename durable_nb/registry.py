@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import itertools
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -40,8 +41,8 @@ from .execution import attempts
 from .execution.lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .runner import live_execution
 
-__all__ = ["RunInfo", "approve", "batch_rows", "cancel", "copy_run", "delete", "get_run",
-           "is_interrupted", "lease_holder", "recorded_decision", "reject", "rerun_from", "reset",
+__all__ = ["APPROVER_VARIABLE", "RunInfo", "approve", "approver_name", "batch_rows", "cancel",
+           "copy_run", "delete", "get_run", "is_interrupted", "lease_holder", "recorded_decision", "reject", "rerun_from", "reset",
            "runs", "stopped_by_interrupt"]
 
 
@@ -108,6 +109,20 @@ def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:
     return info
 
 
+#: The environment variable naming who decides approvals from this machine (the CLI, a
+#: notebook's panel, a Jupyter Server whose users are anonymous); the OS user without it.
+APPROVER_VARIABLE = "DURABLE_NB_USER"
+
+
+def approver_name(*, host: bool = True) -> str:
+    """Who decides here when nobody is named: ``$DURABLE_NB_USER``, else the OS user
+    (``user@host``, or ``user`` with ``host=False``)."""
+    configured = os.environ.get(APPROVER_VARIABLE, "").strip()
+    if configured:
+        return configured
+    return f"{getpass.getuser()}@{this_host()}" if host else getpass.getuser()
+
+
 def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             journal: JournalSpec, expect: str | None) -> Decision:
     """Leave a decision on the run's pending approval, bound to the request as read here
@@ -133,7 +148,7 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             f"request {expect!r} that was seen: nothing was decided. Look at it with "
             f"`durable-nb show {run_id}` and decide again.")
     target = pending.get("run_id", run_id)
-    by = by or f"{getpass.getuser()}@{this_host()}"
+    by = by or approver_name()
     journal.put_request(decision_kind(pending), target, {
         "key": pending.get("key"), "digest": digest, "name": pending.get("name"),
         "approved": approved, "note": note, "by": by, "at": time.time()})

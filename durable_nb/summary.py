@@ -5,6 +5,7 @@ and exports."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -14,9 +15,9 @@ from .journal import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 from .journal.blobs import expand_list
 from .llm.responses import response_messages
 
-__all__ = ["cost_of", "elapsed", "format_cost", "format_duration", "item_messages",
-           "llm_reply", "load_chat_request", "one_line", "plain", "replay_savings", "request_items",
-           "shown_value", "stored_digests"]
+__all__ = ["cost_of", "elapsed", "format_cost", "format_duration", "is_free", "item_messages",
+           "llm_reply", "load_chat_request", "one_line", "plain", "price_sources",
+           "replay_savings", "request_items", "shown_value", "step_cost", "stored_digests"]
 
 
 def plain(data: Any) -> Any:
@@ -37,12 +38,14 @@ def plain(data: Any) -> Any:
 
 
 def format_cost(dollars: float | None, *, estimated: bool = False) -> str:
-    """``$0.0021``, ``$1.23``; ``-`` for None."""
+    """``$0.0021``, ``$1.23``, ``$0.000031``; ``-`` for None."""
     if dollars is None:
         return "-"
     prefix = "~" if estimated else ""
     if dollars == 0:
         return f"{prefix}$0"
+    if dollars < 0.0001:  # two significant digits: four decimals would show "$0.0000"
+        return f"{prefix}${dollars:.{1 - math.floor(math.log10(dollars))}f}"
     if dollars < 0.01:
         return f"{prefix}${dollars:.4f}"
     if dollars < 100:
@@ -91,18 +94,49 @@ def cost_of(entries: Iterable[StepEntry]) -> tuple[float, bool, list[str]]:
     return total, estimated, unpriced
 
 
+def price_sources(entries: Iterable[StepEntry]) -> list[str]:
+    """Where the prices of these LLM entries came from (``meta["price_source"]``: override,
+    genai-prices with its version and provider, built-in table), each once, in order."""
+    sources: dict[str, None] = {}
+    for entry in entries:
+        source = (entry.meta or {}).get("price_source")
+        if entry.kind in LLM_KINDS or entry.kind == "compact":
+            if isinstance(source, str) and source:
+                sources[source] = None
+    return list(sources)
+
+
+def is_free(entries: Sequence[StepEntry]) -> bool:
+    """Whether these entries made LLM calls and every one had a known price of zero (a local
+    model): what a run's cost line says once as "free" rather than "$0" per step."""
+    dollars, _, unpriced = cost_of(entries)
+    return not unpriced and dollars == 0 and any(
+        isinstance((e.meta or {}).get("cost"), (int, float)) for e in entries
+        if e.kind in LLM_KINDS or e.kind == "compact")
+
+
+def step_cost(entry: StepEntry) -> str:
+    """What one step cost, for a timeline: empty when its price is not known or is zero (a
+    free model says so once, on the run's cost line; see :func:`is_free`)."""
+    meta = entry.meta or {}
+    if not isinstance(meta.get("cost"), (int, float)) or not entry_cost(entry):
+        return ""
+    return format_cost(entry_cost(entry), estimated=bool(meta.get("estimated")))
+
+
 def replay_savings(entries: Sequence[StepEntry], verb: str = "replayed",
                    saved: str = "saved", count: int | None = None) -> str:
     """``7 steps replayed: 1,427 tokens, $0.0021 saved`` for entries answered by the
     journal (tokens and dollars not spent again); ``count`` steps (default: the entries)."""
     tokens = sum(e.tokens for e in entries)
-    dollars, estimated, unpriced = cost_of(entries)
+    dollars, estimated, _ = cost_of(entries)
     count = len(entries) if count is None else count
     steps = f"{count:,} step{'s' if count != 1 else ''} {verb}"
     if not tokens:
         return steps
-    money = f", {format_cost(dollars, estimated=estimated)} {saved}" \
-        if dollars or not unpriced else ""
+    # Nothing said of money when none was saved: a free model is said "free" once, on the
+    # run's cost line.
+    money = f", {format_cost(dollars, estimated=estimated)} {saved}" if dollars else ""
     return f"{steps}: {tokens:,} tokens{money}"
 
 

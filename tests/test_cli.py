@@ -280,6 +280,12 @@ def test_enable_writes_the_profile_once_and_disable_removes_it(tmp_path: Path) -
     assert "already" in cli("enable", env=env).stdout
     disabled = cli("disable", env=env)
     assert disabled.returncode == 0 and "durable_nb" not in config.read_text()
+    assert "enabled durable_nb in" in cli("enable", env=env).stdout
+    undone = cli("enable", "--undo", env=env)
+    assert undone.returncode == 0, undone.stderr
+    assert f"disabled durable_nb in {config}" in undone.stdout
+    assert "durable_nb" not in config.read_text()
+    assert "was not enabled" in cli("enable", "--undo", env=env).stdout
 
 
 # -- runs at scale, batches ---------------------------------------------------------------------

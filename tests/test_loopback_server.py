@@ -326,14 +326,86 @@ def test_cli_prints_its_url_and_answers_from_a_script_file(tmp_path):
         stop_cli(proc)
 
 
-def test_cli_without_script_serves_the_demo_script():
-    proc = start_cli()
+def test_cli_with_the_demo_script_named_serves_it():
+    proc = start_cli("--script", "demo")
     try:
         url = proc.stdout.readline().strip().split("=", 1)[1]
+        assert proc.stdout.readline().startswith("scripted replies, not a model (demo): ")
         completion = client_for(url).chat.completions.create(model=MODEL, messages=[USER])
         assert completion.choices[0].message.tool_calls[0].function.name == "read_csv"
     finally:
         stop_cli(proc)
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "required": ["city", "unit", "days", "where"],
+                   "properties": {
+                       "city": {"type": "string"},
+                       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                       "days": {"type": "integer"},
+                       "detailed": {"type": "boolean"},  # not required: not sent
+                       "where": {"$ref": "#/$defs/Place"}},
+                   "$defs": {"Place": {"type": "object", "required": ["lat"],
+                                       "properties": {"lat": {"type": "number"}}}}}}}
+
+
+def test_cli_without_script_echoes_says_it_is_scripted_and_calls_only_offered_tools():
+    """Your own cell against the bundled server: no sales demo. Without tools your message
+    comes back; with tools the first one is called with its required arguments, and its result
+    gets a final answer."""
+    proc = start_cli()
+    try:
+        url = proc.stdout.readline().strip().split("=", 1)[1]
+        said = proc.stdout.readline()
+        assert said.startswith("scripted replies, not a model (echo): it echoes your last "
+                               "message")
+        client = client_for(url)
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[USER])
+        assert raw.headers["x-loopback-script"] == "echo"
+        assert raw.parse().choices[0].message.content == "echo: Prepare the Q3 sales report."
+        assert raw.parse().choices[0].message.tool_calls is None
+
+        messages = [SYSTEM, {"role": "user", "content": "Weather in Paris?"}]
+        called = client.chat.completions.create(model=MODEL, messages=messages,
+                                                tools=[WEATHER_TOOL])
+        call = called.choices[0].message.tool_calls[0]
+        assert call.function.name == "get_weather"
+        assert json.loads(call.function.arguments) == {
+            "city": "example", "unit": "celsius", "days": 1, "where": {"lat": 1}}
+        messages = messages + [called.choices[0].message.model_dump(exclude_none=True),
+                               {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+        final = client.chat.completions.create(model=MODEL, messages=messages,
+                                               tools=[WEATHER_TOOL])
+        assert final.choices[0].message.content == "echo: get_weather returned 'sunny'"
+        assert final.choices[0].finish_reason == "stop"
+        none = client.chat.completions.create(model=MODEL, messages=messages[:2],
+                                              tools=[WEATHER_TOOL], tool_choice="none")
+        assert none.choices[0].message.content == "echo: Weather in Paris?"
+        assert client.models.list().data[0].owned_by == \
+            "durable_nb loopback server, scripted (echo)"
+    finally:
+        stop_cli(proc)
+
+
+def test_echo_mode_on_the_responses_api_streamed_with_an_agent_loop():
+    tool = {"type": "function", "name": "lookup", "parameters": {
+        "type": "object", "required": ["query"], "properties": {"query": {"type": "string"}}}}
+    with LoopbackServer("echo") as srv:
+        client = client_for(srv)
+        first = client.responses.create(model=MODEL, input="find it", tools=[tool])
+        call = first.output[0]
+        assert (call.type, call.name, json.loads(call.arguments)) == (
+            "function_call", "lookup", {"query": "example"})
+        items = [{"role": "user", "content": "find it"},
+                 {"type": "function_call", "call_id": call.call_id, "name": call.name,
+                  "arguments": call.arguments},
+                 {"type": "function_call_output", "call_id": call.call_id, "output": "42"}]
+        with client.responses.stream(model=MODEL, input=items, tools=[tool]) as stream:
+            final = stream.get_final_response()
+        assert final.output_text == "echo: lookup returned '42'"
+        assert client.responses.create(model=MODEL, input="hi").output_text == "echo: hi"
 
 
 def test_invalid_token_cap_is_refused_with_400(server):
@@ -854,7 +926,7 @@ def test_invalid_responses_requests_are_refused_with_400(server, body, fragment,
 
 
 def test_cli_serves_with_quirks():
-    proc = start_cli("--quirks", "loading_for=1,repeat_tool_call_ids")
+    proc = start_cli("--script", "demo", "--quirks", "loading_for=1,repeat_tool_call_ids")
     try:
         url = proc.stdout.readline().strip().split("=", 1)[1]
         client = client_for(url)

@@ -502,14 +502,24 @@ def test_an_unwritable_journal_is_reported_as_not_writable(tmp_path: Path) -> No
 
 def test_durable_nb_enable_makes_the_magic_exist_after_every_restart(tmp_path: Path) -> None:
     env = {**_env(), "IPYTHONDIR": str(tmp_path / "ipython")}
-    enabled = subprocess.run([sys.executable, "-m", "durable_nb.cli", "enable"], env={
-        **os.environ, **env}, capture_output=True, text=True, timeout=60)
-    assert enabled.returncode == 0, enabled.stderr
+
+    def durable_nb(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "durable_nb.cli", *args], env={
+            **os.environ, **env}, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert str(tmp_path / "ipython" / "profile_default" / "ipython_config.py") in \
+        durable_nb("enable")
     cell = "%%durable_agent enabled\nctx.run('a', lambda: 41) + 1"
     with start_kernel(tmp_path, env=env) as k:
         assert k.execute(cell).raise_for_error().text == "42"  # no %load_ext
         k.restart()
         assert k.execute(cell).raise_for_error().text == "42"  # only the agent cell, replayed
+        assert "disabled durable_nb in" in durable_nb("enable", "--undo")
+        k.restart()
+        gone = k.execute(cell)
+        assert "Cell magic `%%durable_agent` not found" in gone.stderr + gone.traceback
     assert [e.name for e in _journal(tmp_path).steps("enabled")] == ["a"]
 
 

@@ -137,6 +137,16 @@ def test_every_notebook_has_a_test() -> None:
                      "quickstart"]
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_notebook_says_first_how_every_kernel_gets_the_magic(name: str) -> None:
+    """Forgetting ``%load_ext durable_nb`` gives IPython's bare "Cell magic not found": the
+    first cell says what the magic needs and the one command that puts it in every kernel."""
+    first = _read(name, headless=False).cells[0]
+    assert first.cell_type == "markdown"
+    assert "`%load_ext durable_nb`" in first.source
+    assert "`durable-nb enable`" in first.source and "`durable-nb enable --undo`" in first.source
+
+
 def test_quickstart_runs_the_agent_to_done_after_approval(tmp_path: Path, offline) -> None:
     nb = _run("quickstart", tmp_path)
     work = _work(tmp_path, "quickstart")

@@ -9,10 +9,12 @@ through :func:`api`, which runs ``jp_fetch`` on the fixtures' loop.
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +30,8 @@ pytest.importorskip("jupyter_server")
 from pytest_jupyter.jupyter_server import *  # noqa: E402,F401,F403 - fixtures for this module
 
 import durable_nb as dn  # noqa: E402
+from jupyter_server.auth.identity import IdentityProvider, User  # noqa: E402
+
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry  # noqa: E402
 from durable_nb.execution.approvals import decision_kind  # noqa: E402
 from durable_nb.journal import index as index_module  # noqa: E402
@@ -222,6 +226,46 @@ def test_approve_with_the_digest_shown_and_the_run_goes_on_when_resumed(shared, 
     assert listed["runs"][0]["decision"]["approved"] is True
     assert dn.execute("r", _drop("staging", dropped), journal=shared) == "dropped staging"
     assert dropped == ["staging"]
+
+
+def _decide_by(shared, api, run_id: str) -> str:
+    """Park ``run_id``, approve it through the API; who the journal says decided."""
+    pending = _park(shared, run_id, [])
+    digest = api("runs")["runs"][0]["pending_approval"]["digest"]
+    answer = api("run/decision", method="POST", body={
+        "journal": journal_id(str(shared.directory)), "id": run_id, "approved": True,
+        "digest": digest})
+    recorded = shared.get_request(decision_kind(pending), run_id)["by"]
+    assert answer["by"] == recorded
+    return recorded
+
+
+def test_a_token_logins_anonymous_user_is_recorded_as_the_configured_approver(
+        shared, api, monkeypatch):
+    """A token login makes Jupyter invent "Anonymous <moon>" per browser: the journal gets
+    $DURABLE_NB_USER instead, else the OS user who runs the server."""
+    monkeypatch.setenv("DURABLE_NB_USER", "Ada Lovelace")
+    assert _decide_by(shared, api, "named") == "Ada Lovelace"
+    monkeypatch.delenv("DURABLE_NB_USER")
+    by = _decide_by(shared, api, "os-user")
+    assert by == f"{getpass.getuser()}@{socket.gethostname()}" and "Anonymous" not in by
+
+
+class _NamedIdentity(IdentityProvider):
+    """An identity provider that knows its users (as JupyterHub's does): the token still
+    authenticates the request, the user is named."""
+
+    async def get_user(self, handler):
+        anonymous = await super().get_user(handler)
+        return User("gh-1815", name="Grace Hopper") if anonymous else None
+
+
+@pytest.mark.parametrize("jp_server_config", [{"ServerApp": {
+    "jpserver_extensions": {"durable_nb.server": True},
+    "identity_provider_class": _NamedIdentity}}])
+def test_a_named_identity_providers_user_stays_the_approver(shared, api, monkeypatch):
+    monkeypatch.setenv("DURABLE_NB_USER", "Ada Lovelace")
+    assert _decide_by(shared, api, "hub") == "Grace Hopper"
 
 
 def test_the_saved_panels_decide_here_markup_decides_through_the_server_bound_to_its_digest(

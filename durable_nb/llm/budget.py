@@ -24,7 +24,8 @@ price is not known stops the run before its first call, since the budget could n
 
 Each chat, respond and compact entry's meta (:func:`llm_meta`) records ``model`` (the
 response's), ``prompt_estimate`` (the offline estimate, for calibration), ``cost`` (dollars,
-when the price is known), ``cached`` (cached prompt tokens, when reported), ``reasoning``
+when the price is known) and ``price_source`` (where the price came from: see
+:mod:`durable_nb.llm.pricing`), ``cached`` (cached prompt tokens, when reported), ``reasoning``
 (reasoning tokens, when reported), ``endpoint`` (the client's base URL, without credentials
 or query) and ``estimated: True`` when the server sent no usage and the tokens are estimates.
 """
@@ -40,7 +41,7 @@ import tiktoken
 
 from ..errors import BudgetExhausted
 from .endpoints import endpoint_url
-from .pricing import cost, price_for
+from .pricing import cost, price_for, quote_for
 from .tokens import context_window, count_message_tokens
 
 __all__ = ["DEFAULT_COMPLETION_RESERVE", "Calibration", "calibration", "chat_estimate",
@@ -242,12 +243,13 @@ def llm_meta(execution: Any, *, requested: str, model: str | None, prompt: int, 
         meta["endpoint"] = endpoint_url(client.base_url)
     if prompt_estimate is not None:
         meta["prompt_estimate"] = prompt_estimate
-    prices = execution.options.prices
-    price = price_for(model, prices)
-    if price is None and requested != model:
-        price = price_for(requested, prices)
-    if price is not None:
-        meta["cost"] = price.dollars(prompt, completion, cached or 0)
+    prices, endpoint = execution.options.prices, meta.get("endpoint")
+    quote = quote_for(model, prices, endpoint)
+    if quote is None and requested != model:
+        quote = quote_for(requested, prices, endpoint)
+    if quote is not None:
+        meta["cost"] = quote.price.dollars(prompt, completion, cached or 0)
+        meta["price_source"] = quote.source
     if cached is not None:
         meta["cached"] = cached
     if reasoning:

@@ -22,7 +22,6 @@ batch's latest state, not the state when the cell returned.
 
 from __future__ import annotations
 
-import getpass
 import os
 import sys
 import threading
@@ -294,8 +293,8 @@ class NotebookBatch:
 
     def decide(self, run_id: str, approved: bool, note: str, digest: str | None) -> None:
         decide = registry.approve if approved else registry.reject
-        decide(run_id, note or None, by=f"{getpass.getuser()} (notebook)", expect=digest,
-               journal=self.journal)
+        decide(run_id, note or None, by=f"{registry.approver_name(host=False)} (notebook)",
+               expect=digest, journal=self.journal)
         self._wake.set()
 
     def cancel(self, run_id: str) -> None:

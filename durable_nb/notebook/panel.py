@@ -30,10 +30,9 @@ from ..execution import attempts
 from ..errors import InputChanged, JournalMismatch, RunLeased
 from ..execution import load_request
 from ..execution.approvals import pending_digest, short
-from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
+from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
 from ..llm.streaming import tool_names
 from ..summary import (
-    cost_of,
     elapsed,
     format_cost,
     format_duration,
@@ -43,6 +42,7 @@ from ..summary import (
     plain,
     replay_savings,
     request_items,
+    step_cost,
     stored_digests,
 )
 from ..timestamps import format_time
@@ -279,6 +279,10 @@ class RunPanel:
         self._replayed = 0
         self._executed = 0
         self._replayed_entries: list[StepEntry] = []  # LLM ones only: for the savings line
+        # Where the LLM steps' prices came from (the cost line's tooltip), and whether any
+        # had none: a run whose every call was priced at zero says "free" once.
+        self._price_sources: dict[str, None] = {}
+        self._priced = self._unpriced = False
         self._replayed_steps = 0
         # Positions already in the timeline: a run resumed after an approval replays its
         # steps again, and those must not show twice or count as replayed twice.
@@ -399,6 +403,14 @@ class RunPanel:
     def _count(self, entry: StepEntry, replayed: bool | None) -> None:
         """Put a step in the timeline and count it by how it was got (see _origin_badge)."""
         self._recent.append((entry, replayed))
+        if entry.tokens and (entry.kind in LLM_KINDS or entry.kind == "compact"):
+            source = (entry.meta or {}).get("price_source")
+            if isinstance((entry.meta or {}).get("cost"), (int, float)):
+                self._priced = True
+                if isinstance(source, str):  # older entries have none
+                    self._price_sources[source] = None
+            else:
+                self._unpriced = True
         if replayed is None:
             self._journaled += 1
         elif replayed:
@@ -641,13 +653,19 @@ class RunPanel:
         return (f"{_CSS}{dead}<b>{html.escape(record.run_id)}</b>{title} "
                 f"{badge}{state}{_attempts_html(record) if attempts else ''}{note}{degraded}")
 
+    def _free(self, record: RunRecord) -> bool:
+        return not record.cost and self._priced and not self._unpriced
+
     def _cost_text(self, record: RunRecord) -> str:
-        if not record.cost and not record.max_cost:
+        free = self._free(record)
+        if not record.cost and not record.max_cost and not free:
             return ""
-        text = format_cost(record.cost)
+        text = "free" if free else format_cost(record.cost)
         if record.max_cost:
             text += f" of {format_cost(record.max_cost)}"
-        return f"cost <b>{text}</b>"
+        sources = "; ".join(self._price_sources)
+        title = f" title='prices: {html.escape(sources, quote=True)}'" if sources else ""
+        return f"cost <b{title}>{text}</b>"
 
     def _stats_html(self, record: RunRecord) -> str:
         iters = f"{record.iteration}" + (f" / {record.max_iterations}"
@@ -724,9 +742,12 @@ class RunPanel:
             extra = f"{entry.prompt_tokens:,}+{entry.completion_tokens:,} tok"
             if meta.get("estimated"):  # the server sent no usage: our count
                 extra = f"<span title='{_ESTIMATED}'>~{extra} (estimated)</span>"
-            if isinstance(meta.get("cost"), (int, float)):
-                extra += " &middot; " + format_cost(entry_cost(entry),
-                                                    estimated=bool(meta.get("estimated")))
+            money = step_cost(entry)
+            if money:
+                source = meta.get("price_source")
+                if isinstance(source, str):
+                    money = f"<span title='price: {html.escape(source, quote=True)}'>{money}</span>"
+                extra += f" &middot; {money}"
         if entry.kind == "compact" and meta:
             extra = f"{meta.get('tokens_before')} &rarr; {meta.get('tokens_after')} tok"
             if meta.get("skipped"):
@@ -806,9 +827,11 @@ class RunPanel:
                 facts.append(f"{meta['cached']:,} cached")
             if meta.get("estimated"):
                 facts.append(_ESTIMATED)
-            dollars, estimated, unpriced = cost_of([entry])
-            facts.append(format_cost(dollars, estimated=estimated) if not unpriced
-                         else "cost unknown (no price for this model)")
+            money = step_cost(entry)  # none for a free model or one with no known price
+            if money:
+                source = meta.get("price_source")
+                facts.append(money + (f" (price: {html.escape(source)})"
+                                      if isinstance(source, str) else ""))
         if entry.kind == "compact":
             facts += [html.escape(str(note)) for note in (
                 (entry.meta or {}).get("note"),
@@ -906,8 +929,8 @@ class RunPanel:
         facts = [f"iteration {iters}",
                  f"tokens {record.prompt_tokens:,} prompt + {record.completion_tokens:,} "
                  f"completion"]
-        if record.cost or record.max_cost:
-            facts.append(f"cost {format_cost(record.cost)}"
+        if record.cost or record.max_cost or self._free(record):
+            facts.append(f"cost {'free' if self._free(record) else format_cost(record.cost)}"
                          + (f" of {format_cost(record.max_cost)}" if record.max_cost else ""))
         facts.append(f"steps {self._replayed:,} replayed, {self._executed:,} executed"
                      + self._journaled_text())

@@ -15,7 +15,6 @@ the panel and keeps trying; any other error that ends it is shown there with wha
 
 from __future__ import annotations
 
-import getpass
 import os
 import threading
 import time
@@ -235,8 +234,8 @@ class NotebookRun:
 
     def decide(self, approved: bool, note: str, digest: str | None) -> None:
         decide = registry.approve if approved else registry.reject
-        decide(self.run_id, note or None, by=f"{getpass.getuser()} (notebook)", expect=digest,
-               journal=self.journal)
+        decide(self.run_id, note or None, by=f"{registry.approver_name(host=False)} (notebook)",
+               expect=digest, journal=self.journal)
         self._wake.set()
 
     def cancel(self) -> None:

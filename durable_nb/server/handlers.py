@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar
 
+from jupyter_server.auth.utils import moons_of_jupyter
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
@@ -58,12 +60,32 @@ _summaries_in_flight: dict[tuple[str, ...], asyncio.Future] = {}
 
 
 def _user_name(user: Any) -> str:
-    """Who decided: the Jupyter user's name (JupyterHub's user on a hub)."""
+    """Who decided: the Jupyter user's name (JupyterHub's user, or any identity provider's
+    named user); for the anonymous user a token login gets, ``$DURABLE_NB_USER`` or the OS
+    user that runs the server (:func:`~durable_nb.registry.approver_name`)."""
+    if _is_anonymous(user):
+        return registry.approver_name()
     for attribute in ("name", "username"):
         value = getattr(user, attribute, None)
         if isinstance(value, str) and value:
             return value
-    return str(user) if isinstance(user, str) and user else "jupyter user"
+    return str(user) if isinstance(user, str) and user else registry.approver_name()
+
+
+_UUID_HEX = re.compile(r"[0-9a-f]{32}")
+
+
+def _is_anonymous(user: Any) -> bool:
+    """Whether ``user`` is one Jupyter Server made up for a login that names nobody (a shared
+    token, or no auth): ``IdentityProvider.generate_anonymous_user`` gives a random uuid as
+    username and "Anonymous <a moon of Jupyter>" as name; it has no flag to say so."""
+    if user is None or user == "anonymous":
+        return True
+    name, username = getattr(user, "name", None), getattr(user, "username", None)
+    if not isinstance(name, str) or not isinstance(username, str):
+        return False
+    moon = name.removeprefix("Anonymous ")
+    return moon != name and moon in moons_of_jupyter and bool(_UUID_HEX.fullmatch(username))
 
 
 class _Handler(APIHandler):
