@@ -46,6 +46,7 @@ from ..errors import (
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
 from ..options import RunOptions
 from ..llm.retry import NO_RETRY, RetryPolicy
+from . import attempts
 from .approvals import applies, decision_kind, find_decision, pending_digest, request_digest
 from .inputs import canonical, first_difference, fingerprint, load_request, store_request
 from .replay import ReplayLog
@@ -498,6 +499,9 @@ class Execution:
                 self.record.completion_tokens = self.completion_tokens
                 self.record.cost = self.cost
                 self.record.iteration = self.iteration
+                record_changed = True
+            # The attempt's replays so far go with the record, for the case it dies.
+            if attempts.note_replayed(self.record, self.replay_log.taken):
                 record_changed = True
             self.live_steps += 1
             try:
