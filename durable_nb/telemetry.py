@@ -274,11 +274,18 @@ def _chosen_ids(tracer: Any) -> _ChosenIds | None:
     return ids
 
 
-def _step_span_id(attempt_key: bytes, position: int) -> int:
-    """The span id of the step at ``position`` of the attempt whose span's ids are
-    ``attempt_key``: the same each time it is sent, so a collector can keep it once."""
-    digest = hashlib.blake2b(attempt_key + position.to_bytes(8, "big"), digest_size=8)
-    return int.from_bytes(digest.digest(), "big") or 1
+def _step_ids_seed(trace_id: int, span_id: int) -> int:
+    """What the span ids of an attempt's steps are derived from: a digest of its span's ids
+    (once per attempt: a step's id then costs an addition)."""
+    digest = hashlib.blake2b(trace_id.to_bytes(16, "big") + span_id.to_bytes(8, "big"),
+                             digest_size=8)
+    return int.from_bytes(digest.digest(), "big")
+
+
+def _step_span_id(seed: int, position: int) -> int:
+    """The span id of the step at ``position`` of the attempt whose steps' ``seed`` it is:
+    the same each time it is sent, so a collector can keep it once; distinct per position."""
+    return (seed + (position + 1) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF or 1
 
 
 def _executors(record: Any, before: int) -> list[tuple[int, int, int]]:
@@ -368,7 +375,7 @@ class TraceObserver:
         # Choosing the ids of the spans it starts (None: the tracer is not the SDK's), and
         # the attempt span's ids that its steps' span ids are derived from.
         self._ids = _chosen_ids(tracer)
-        self._attempt_key = b""
+        self._steps_seed = 0
         self._lock = threading.Lock()
         self._replayed = [0, 0, 0.0, False]  # steps, tokens, dollars, any priced
         # The earlier attempts that executed what this one replays, and their spans.
@@ -437,8 +444,7 @@ class TraceObserver:
             if ids is not None:
                 self._ids.clear()
         opened = self.attempt_span.get_span_context()
-        self._attempt_key = opened.trace_id.to_bytes(16, "big") \
-            + opened.span_id.to_bytes(8, "big")
+        self._steps_seed = _step_ids_seed(opened.trace_id, opened.span_id)
 
     def _make_current(self) -> None:
         """The attempt's span is current in the thread that executes it until it ends: spans
@@ -523,7 +529,7 @@ class TraceObserver:
         from opentelemetry.trace import Status, StatusCode
         ids = self._ids
         if ids is not None:  # the same id each time this step's span is sent
-            ids.choose(_step_span_id(self._attempt_key, entry.position))
+            ids.choose(_step_span_id(self._steps_seed, entry.position))
         try:
             span = self._tracer.start_span(
                 name, context=trace.set_span_in_context(self.attempt_span),

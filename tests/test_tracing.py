@@ -587,6 +587,56 @@ def test_a_dead_attempts_spans_are_sent_once_whatever_resumes_after(otel, journa
     assert spans[-1].attributes["durable_nb.attempt"] == 3
 
 
+RESUME_KILLED_AFTER_SENDING = """
+import os, sys, openai, durable_nb as dn
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from tests.test_tracing import KEY, agent
+
+class SendThenDie(OTLPSpanExporter):
+    def export(self, spans):
+        sent = super().export(spans)
+        if any(span.name.startswith("invoke_agent") for span in spans):
+            os._exit(7)  # the dead attempt's spans sent, the record saying so not written
+        return sent
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(SendThenDie(endpoint=sys.argv[3])))
+dn.tracing(provider)
+client = openai.OpenAI(base_url=sys.argv[1], api_key=KEY)
+dn.execute("r", agent(client), journal=sys.argv[2])
+"""
+
+
+def test_a_resume_killed_after_sending_a_dead_attempts_spans_sends_the_same_ids_again(
+        otel, journal, collector):
+    exporter, _ = otel
+    journal.close()
+    path = str(journal.location)
+    with LoopbackServer(script()) as server:
+        die_after_the_tool_call(server, path, collector)
+        killed = subprocess.run([sys.executable, "-c", RESUME_KILLED_AFTER_SENDING, server.url,
+                                 path, collector.url + "/v1/traces"],
+                                env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60)
+        assert killed.returncode == 7
+        reopened = dn.open_journal(path)
+        assert [a.get("end") for a in reopened.get_run("r").attempts] == [None]  # not noted
+        reopened.close()
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        assert dn.execute("r", agent(client), journal=path) == "three"
+    first = sorted((span.name, span.span_id) for _, span in collector.spans)
+    assert [name for name, _ in first] == ["chat gpt-4o-mini", "execute_tool add",
+                                          "invoke_agent r"]
+    again = sorted((span.name, span.context.span_id.to_bytes(8, "big"))
+                   for span in exporter.get_finished_spans()[:3])
+    assert again == first  # the same spans, the same ids: a collector keeps each once
+    reopened = dn.open_journal(path)
+    died, resumed = reopened.get_run("r").attempts
+    reopened.close()
+    assert (died["end"], died["spans_resent"] > 0, resumed["n"]) == ("died", True, 2)
+
+
 @pytest.fixture
 def openai_v2(monkeypatch):
     """Tracing on, and the official openai instrumentation too, both to one in-memory
