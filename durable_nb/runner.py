@@ -286,7 +286,8 @@ class Runner:
         self._attempt = attempts.begin(
             record, size, redact_source(source) if source is not None else None,
             source_hash(source) if source is not None else None, journal_size=size)
-        attempt_begun(self.observer, record, self._attempt)  # its span's ids go in it
+        # Its span's ids go in it; the spans of an attempt that died are sent again.
+        attempt_begun(self.observer, record, self._attempt, self.journal)
 
     def _note_rerun(self, execution: Execution) -> None:
         position = execution.restart_from or 0

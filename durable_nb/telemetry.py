@@ -32,11 +32,28 @@ journal's. Message content goes in chat spans (``gen_ai.input.messages``,
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for it; API keys never (the
 journal does not hold them). A child run's attempt is a child span of its parent's
 attempt. The spans of an executed step are emitted when the step has finished
-(the journal has it): a process that dies loses its open attempt span with it.
+(the journal has it).
+
+A process that dies (SIGKILL, a crash, a kernel restarted while busy) takes with it its
+attempt's span, never ended, and the spans of its finished steps the exporter had not sent
+yet (a batch processor holds them for up to 5 s). The attempt that resumes the run closes
+the dead one as ``died`` (:mod:`durable_nb.execution.attempts`) and sends them again from the
+journal: the dead attempt's ``invoke_agent`` span under the ids it journaled when it began,
+status ERROR, ended at its last step's end; the span of each step it executed, never of one
+it replayed. A step's span id is derived from its attempt's span id and its position, alike
+live and sent again, so a collector that keeps one span per id (Phoenix does) holds each
+step once, whichever copy reached it first. They are sent, the exporter flushed, and only
+then noted on the dead attempt (``spans_resent``) in the record that opens the new attempt:
+a resume killed in between sends them again under the same ids, never loses them; once
+noted, no resume sends them again. Not sent again: the GenAI metrics of those calls (a
+metric has no id to keep it once) and, with the official openai instrumentation on, the
+chat spans it made (their ids are its own). Choosing ids needs the OpenTelemetry SDK's
+tracer; with another, spans keep the provider's ids and nothing is sent again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import threading
@@ -74,6 +91,7 @@ def tracing(tracer_provider: Any = None, meter_provider: Any = None, *,
     from . import __version__
     tracer = trace.get_tracer("durable_nb", __version__, tracer_provider,
                               schema_url=SCHEMA_URL)
+    _chosen_ids(tracer)
     meter = metrics.get_meter("durable_nb", __version__, meter_provider, schema_url=SCHEMA_URL)
     _state = (tracer, _Metrics(meter))
 
@@ -130,18 +148,74 @@ def traced(observer: Any, run_id: str, journal: Any) -> Any:
     return TraceObserver(observer, run_id, tracer, meter, None, content)
 
 
-def attempt_begun(observer: Any, record: Any, attempt: dict) -> None:
+def attempt_begun(observer: Any, record: Any, attempt: dict, journal: Any) -> None:
     """An attempt of the run begins (before the record that opens it is written): while
     traced, its span starts, and its ids go in the attempt (so that a later attempt can
-    link to it from its trace)."""
-    if isinstance(observer, TraceObserver):
-        with observer._lock:
-            observer._open(record, attempt, _traced_attempts(record))
-            observer._make_current()
-            observer._openai_spans = _openai_instrumented()
-        context = observer.attempt_span.get_span_context()
-        if context.is_valid and context.trace_flags.sampled:
-            attempts.note_trace(attempt, f"{context.trace_id:032x}", f"{context.span_id:016x}")
+    link to it from its trace); the spans of earlier attempts that died are sent again
+    from ``journal`` (see the module docstring), and noted on them."""
+    if not isinstance(observer, TraceObserver):
+        return
+    with observer._lock:
+        observer._open(record, attempt, _traced_attempts(record))
+        observer._make_current()
+        observer._openai_spans = _openai_instrumented()
+    context = observer.attempt_span.get_span_context()
+    if context.is_valid and context.trace_flags.sampled:
+        parent = getattr(observer.attempt_span, "parent", None)
+        attempts.note_trace(attempt, f"{context.trace_id:032x}", f"{context.span_id:016x}",
+                            f"{parent.span_id:016x}" if parent is not None else None)
+        if observer._openai_spans:
+            attempt["chat_spans_by"] = "openai-v2"
+    _resend_died(observer, record, attempt, journal)
+
+
+#: How long a resume waits for the exporter to send the spans of an attempt that died.
+_FLUSH_MILLIS = 10_000
+
+
+def _resend_died(observer: "TraceObserver", record: Any, attempt: dict, journal: Any) -> None:
+    """Send the spans of the record's attempts that died traced and were not sent again yet,
+    flush the exporter, and note them sent (the caller writes the record)."""
+    due = [a for a in record.attempts or () if a is not attempt and a.get("end") == "died"
+           and _recorded_ids(a) is not None and not a.get("spans_resent")]
+    if not due or observer._ids is None:
+        return
+    from opentelemetry.metrics import NoOpMeter
+    owners = _executors(record, attempt["n"])
+    dead = {a["n"] for a in due}
+    stop = max((end for _, end, n in owners if n in dead), default=0)
+    entries = []
+    for entry in journal.steps(record.run_id) if stop else ():
+        if entry.position >= stop:
+            break
+        entries.append(entry)
+    contexts = _traced_attempts(record)
+    for died in due:
+        sender = TraceObserver(NullObserver(), record.run_id, observer._tracer,
+                               _Metrics(NoOpMeter("-")), None)
+        sender._openai_spans = died.get("chat_spans_by") == "openai-v2"
+        _send_attempt(sender, record, died, entries, contexts,
+                      [(first, end) for first, end, n in owners if n == died["n"]])
+    if _flush(observer._tracer):
+        for died in due:
+            attempts.note_spans_resent(died)
+
+
+def _flush(tracer: Any) -> bool:
+    """Export what the tracer's span processors hold; whether they say they did."""
+    flush = getattr(getattr(tracer, "span_processor", None), "force_flush", None)
+    return bool(flush(_FLUSH_MILLIS)) if callable(flush) else False
+
+
+def _recorded_ids(attempt: dict) -> tuple[int, int, int | None] | None:
+    """The trace id, span id and parent span id an attempt journaled; None if it has none
+    (or the journal holds something else there)."""
+    try:
+        parent = attempt.get("parent_span_id")
+        return (int(attempt["trace_id"], 16), int(attempt["span_id"], 16),
+                int(parent, 16) if parent else None)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _traced_attempts(record: Any) -> dict[int, Any]:
@@ -149,11 +223,69 @@ def _traced_attempts(record: Any) -> dict[int, Any]:
     from opentelemetry.trace import SpanContext, TraceFlags
     contexts = {}
     for attempt in record.attempts or ():
-        if attempt.get("trace_id") and attempt.get("span_id"):
-            contexts[attempt["n"]] = SpanContext(
-                int(attempt["trace_id"], 16), int(attempt["span_id"], 16), is_remote=True,
-                trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        ids = _recorded_ids(attempt)
+        if ids is not None:
+            contexts[attempt["n"]] = SpanContext(ids[0], ids[1], is_remote=True,
+                                                 trace_flags=TraceFlags(TraceFlags.SAMPLED))
     return contexts
+
+
+class _ChosenIds:
+    """The id generator of durable_nb's tracer: the provider's own, except for a span whose
+    ids durable_nb chose just before starting it, in the same thread (a step's span, or the
+    span of an attempt sent again under its journaled ids)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._chosen = threading.local()
+
+    def choose(self, span_id: int, trace_id: int | None = None) -> None:
+        """The ids of the next span this thread starts (``trace_id`` for a root span)."""
+        self._chosen.ids = (span_id, trace_id)
+
+    def clear(self) -> None:
+        """Forget a choice the tracer did not take (it started no span)."""
+        self._chosen.ids = None
+
+    def generate_trace_id(self) -> int:
+        ids = getattr(self._chosen, "ids", None)
+        return ids[1] if ids is not None and ids[1] is not None \
+            else self.inner.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        ids = getattr(self._chosen, "ids", None)
+        if ids is None:
+            return self.inner.generate_span_id()
+        self._chosen.ids = None
+        return ids[0]
+
+    def is_trace_id_random(self) -> bool:
+        random = getattr(self.inner, "is_trace_id_random", None)
+        return bool(random()) if callable(random) else False
+
+
+def _chosen_ids(tracer: Any) -> _ChosenIds | None:
+    """The tracer's id generator, made one durable_nb can choose ids with (once per tracer);
+    None for a tracer that is not the OpenTelemetry SDK's (it has no id generator)."""
+    ids = getattr(tracer, "id_generator", None)
+    if ids is None or isinstance(ids, _ChosenIds):
+        return ids
+    tracer.id_generator = ids = _ChosenIds(ids)
+    return ids
+
+
+def _step_ids_seed(trace_id: int, span_id: int) -> int:
+    """What the span ids of an attempt's steps are derived from: a digest of its span's ids
+    (once per attempt: a step's id then costs an addition)."""
+    digest = hashlib.blake2b(trace_id.to_bytes(16, "big") + span_id.to_bytes(8, "big"),
+                             digest_size=8)
+    return int.from_bytes(digest.digest(), "big")
+
+
+def _step_span_id(seed: int, position: int) -> int:
+    """The span id of the step at ``position`` of the attempt whose steps' ``seed`` it is:
+    the same each time it is sent, so a collector can keep it once; distinct per position."""
+    return (seed + (position + 1) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF or 1
 
 
 def _executors(record: Any, before: int) -> list[tuple[int, int, int]]:
@@ -240,6 +372,10 @@ class TraceObserver:
         self._parent_span = parent_span
         self.attempt_span: Any = None
         self._attempt_n: int | None = None
+        # Choosing the ids of the spans it starts (None: the tracer is not the SDK's), and
+        # the attempt span's ids that its steps' span ids are derived from.
+        self._ids = _chosen_ids(tracer)
+        self._steps_seed = 0
         self._lock = threading.Lock()
         self._replayed = [0, 0, 0.0, False]  # steps, tokens, dollars, any priced
         # The earlier attempts that executed what this one replays, and their spans.
@@ -279,24 +415,36 @@ class TraceObserver:
                 and attempt["n"] == self._attempt_n and attempt.get("end") is not None:
             self._close(attempt)
 
-    def _open(self, record: Any, attempt: dict, contexts: dict[int, Any]) -> None:
+    def _open(self, record: Any, attempt: dict, contexts: dict[int, Any],
+              again: bool = False) -> None:
         """Start the attempt's span; ``contexts``: the spans of earlier attempts, by number,
-        for the links of the steps it replays."""
+        for the links of the steps it replays. ``again``: the attempt ran before; its span
+        keeps the ids (and parent) it journaled, if it did."""
         from opentelemetry import trace
         name = record.title or record.run_id
         context = trace.set_span_in_context(self._parent_span) \
             if self._parent_span is not None else None
+        ids = _recorded_ids(attempt) if again and self._ids is not None else None
+        if ids is not None:
+            context = _parent_context(ids)
+            self._ids.choose(ids[1], ids[0])
         self._attempt_n = attempt["n"]
         self._replayed = [0, 0, 0.0, False]
         self._executors, self._contexts, self._linked = (
             _executors(record, attempt["n"]), contexts, set())
-        self.attempt_span = self._tracer.start_span(
-            f"invoke_agent {name}", context=context, kind=trace.SpanKind.INTERNAL,
-            start_time=_ns(attempt["started_at"]), attributes={
-                "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
-                "gen_ai.conversation.id": record.run_id, "durable_nb.run_id": record.run_id,
-                "durable_nb.attempt": attempt["n"],
-                "durable_nb.attempt.from_step": attempt.get("from_step", 0)})
+        try:
+            self.attempt_span = self._tracer.start_span(
+                f"invoke_agent {name}", context=context, kind=trace.SpanKind.INTERNAL,
+                start_time=_ns(attempt["started_at"]), attributes={
+                    "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
+                    "gen_ai.conversation.id": record.run_id,
+                    "durable_nb.run_id": record.run_id, "durable_nb.attempt": attempt["n"],
+                    "durable_nb.attempt.from_step": attempt.get("from_step", 0)})
+        finally:
+            if ids is not None:
+                self._ids.clear()
+        opened = self.attempt_span.get_span_context()
+        self._steps_seed = _step_ids_seed(opened.trace_id, opened.span_id)
 
     def _make_current(self) -> None:
         """The attempt's span is current in the thread that executes it until it ends: spans
@@ -306,7 +454,8 @@ class TraceObserver:
         token = context.attach(trace.set_span_in_context(self.attempt_span))
         self._current = (token, threading.get_ident())
 
-    def _close(self, attempt: dict) -> None:
+    def _close(self, attempt: dict, end_time: float | None = None) -> None:
+        """End the attempt's span at ``end_time``, else when the attempt ended."""
         from opentelemetry import context
         from opentelemetry.trace import Status, StatusCode
         span, self.attempt_span = self.attempt_span, None
@@ -322,9 +471,11 @@ class TraceObserver:
                              "durable_nb.attempt.end": str(attempt["end"])})
         if priced:
             span.set_attribute("durable_nb.replayed_cost", dollars)
-        if attempt["end"] not in ("completed", "parked"):
+        if attempt["end"] == "died":
+            span.set_status(Status(StatusCode.ERROR, f"died: {attempts.END_WORDS['died']}"))
+        elif attempt["end"] not in ("completed", "parked"):
             span.set_status(Status(StatusCode.ERROR, attempt.get("error") or attempt["end"]))
-        span.end(end_time=_ns(attempt.get("ended_at") or attempt["started_at"]))
+        span.end(end_time=_ns(end_time or attempt.get("ended_at") or attempt["started_at"]))
 
     def _count_replayed(self, entry: Any) -> None:
         counts = self._replayed
@@ -376,11 +527,19 @@ class TraceObserver:
     def _span(self, entry: Any, name: str, attributes: dict, kind: Any = None) -> Any:
         from opentelemetry import trace
         from opentelemetry.trace import Status, StatusCode
-        span = self._tracer.start_span(
-            name, context=trace.set_span_in_context(self.attempt_span),
-            kind=kind or trace.SpanKind.INTERNAL, start_time=_ns(entry.started_at),
-            attributes={"durable_nb.step.key": entry.key, "durable_nb.step.kind": entry.kind,
-                        "durable_nb.step.position": entry.position, **attributes})
+        ids = self._ids
+        if ids is not None:  # the same id each time this step's span is sent
+            ids.choose(_step_span_id(self._steps_seed, entry.position))
+        try:
+            span = self._tracer.start_span(
+                name, context=trace.set_span_in_context(self.attempt_span),
+                kind=kind or trace.SpanKind.INTERNAL, start_time=_ns(entry.started_at),
+                attributes={"durable_nb.step.key": entry.key,
+                            "durable_nb.step.kind": entry.kind,
+                            "durable_nb.step.position": entry.position, **attributes})
+        finally:
+            if ids is not None:
+                ids.clear()
         if not entry.ok:
             error = entry.error or {}
             span.set_attribute("error.type", str(error.get("type") or "error"))
@@ -519,8 +678,10 @@ def _message_parts(message: dict) -> dict[str, Any]:
 def export_run(record: Any, entries: list, tracer: Any) -> int:
     """Send a run's finished attempts to ``tracer`` as the spans tracing would have made
     when they ran (the same names, attributes and journal timestamps; no metrics): for runs
-    from before tracing was on, or from a machine without a collector. An attempt still
-    open (running, or whose process died before the next attempt closed it) is left out.
+    from before tracing was on, or from a machine without a collector. An attempt that was
+    traced keeps its ids, and its steps' spans the ids they had, so a collector that keeps
+    one span per id holds each once however often it is sent. An attempt still open
+    (running, or whose process died before the next attempt closed it) is left out.
     Returns the number of attempts sent."""
     from opentelemetry.metrics import NoOpMeter
     sent = 0
@@ -530,16 +691,44 @@ def export_run(record: Any, entries: list, tracer: Any) -> int:
             continue
         observer = TraceObserver(NullObserver(), record.run_id, tracer, _Metrics(NoOpMeter("-")),
                                  None)
-        observer._open(record, attempt, dict(exported))
-        exported[attempt["n"]] = observer.attempt_span.get_span_context()
         start, stop = attempt.get("from_step", 0), attempt.get("at_step", len(entries))
-        for entry in entries[:min(start, attempt.get("replayed", start))]:
-            observer._count_replayed(entry)
-        for entry in entries[start:stop]:
-            observer._emit(entry)
-        observer._close(attempt)
+        exported[attempt["n"]] = _send_attempt(observer, record, attempt, entries,
+                                               dict(exported), [(start, stop)])
         sent += 1
     return sent
+
+
+def _send_attempt(observer: TraceObserver, record: Any, attempt: dict, entries: list,
+                  contexts: dict[int, Any], executed: list[tuple[int, int]]) -> Any:
+    """Send a finished attempt's spans through ``observer`` after the fact (its journaled
+    ids kept): its span, and a span per step it executed at the positions ``executed``
+    (``(first, stop)`` ranges) of ``entries``; one that died ends at its last step's end.
+    Returns its span's context."""
+    observer._open(record, attempt, contexts, again=True)
+    start = attempt.get("from_step", 0)
+    for entry in entries[:min(start, attempt.get("replayed", start))]:
+        observer._count_replayed(entry)
+    last_end = None
+    for first, stop in executed:
+        for entry in entries[first:stop]:
+            observer._emit(entry)
+            last_end = max(last_end or 0.0, entry.finished_at)
+    context = observer.attempt_span.get_span_context()
+    observer._close(attempt, last_end if attempt["end"] == "died" else None)
+    return context
+
+
+def _parent_context(ids: tuple[int, int, int | None]) -> Any:
+    """The context to start an attempt's span in again: its journaled parent's, else an
+    empty one (a root span, whatever span is current here)."""
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import SpanContext, TraceFlags
+    trace_id, _, parent = ids
+    if parent is None:
+        return Context()
+    return trace.set_span_in_context(trace.NonRecordingSpan(SpanContext(
+        trace_id, parent, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))))
 
 
 

@@ -166,3 +166,29 @@ def test_sigkill_then_rerun_closes_the_dead_attempt_and_shows_running(
     _running_then_done(headers, f"attempt 2: resumed after its process died at step {stopped_at}")
     assert _ends(journal) == [("died", stopped_at), ("completed", 12)]
     assert journal.get_run("slow").status is Status.DONE
+
+
+def test_an_attempt_killed_after_replaying_keeps_the_count_of_steps_it_replayed(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    journal = DiskJournal(tmp_path / ".durable_nb")
+    with start_kernel(tmp_path, env=_env()) as k:
+        k.execute("%load_ext durable_nb").raise_for_error()
+        _start_and_wait(k, journal, 3)
+        k.kill()
+        first_stop = _steps(journal)
+        k.restart()
+        k.execute("%load_ext durable_nb").raise_for_error()
+        _start_and_wait(k, journal, first_stop + 2)  # it replayed, then executed two steps
+        k.kill()
+        second_stop = _steps(journal)
+        k.restart()
+        k.execute("%load_ext durable_nb").raise_for_error()
+        k.execute(CELL, timeout=60).raise_for_error()
+
+    died = journal.get_run("slow").attempts[1]
+    assert (died["end"], died["from_step"], died["at_step"]) == ("died", first_stop, second_stop)
+    assert died["replayed"] == first_stop  # every step attempt 1 journaled
+    capsys.readouterr()
+    assert main(["--journal", str(tmp_path / ".durable_nb"), "show", "slow"]) == 0
+    assert (f"replayed {first_stop}, executed {second_stop - first_stop}; its process died"
+            in capsys.readouterr().out)

@@ -196,3 +196,124 @@ def test_phoenix_shows_each_attempt_as_a_trace_and_no_llm_span_for_a_replayed_ca
             spans[0]["context"]["trace_id"], spans[0]["context"]["span_id"])
     # Phoenix groups both attempts in one session: the run.
     assert {s["attributes"].get("session.id") for s in (first[0], second[0])} == {"adder-run"}
+
+
+CRASH_PROJECT = "durable-nb-crash"
+
+SETUP = """
+import os, time, openai, durable_nb as dn
+
+@dn.tool
+def slow_add(a: int, b: int) -> int:
+    \"\"\"Add two numbers (held while the test says so).\"\"\"
+    while os.path.exists(f"hold-{a}"):
+        time.sleep(0.05)
+    return a + b
+
+client = openai.OpenAI(base_url=%r, api_key="sk-test-not-a-key")
+"""
+
+AGENT_CELL = """%%durable_agent sums --title sums
+messages = [{"role": "user", "content": "add them up"}]
+while True:
+    reply = ctx.chat(client=client, model="gpt-4o-mini", messages=messages,
+                     tools=[slow_add.schema])
+    message = reply.choices[0].message
+    messages.append(message.model_dump(exclude_none=True))
+    if not message.tool_calls:
+        break
+    messages += ctx.call_tools(message, [slow_add])
+print("answer:", message.content)
+"""
+
+
+def _kernel_env(phoenix) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(),
+                                                        os.environ.get("PYTHONPATH")])),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": phoenix.url, "OTEL_SERVICE_NAME": "sums-agent",
+            "OTEL_RESOURCE_ATTRIBUTES": f"openinference.project.name={CRASH_PROJECT}"}
+
+
+def test_phoenix_holds_every_step_of_attempts_killed_twice_once_as_the_journal_does(
+        phoenix, tmp_path):
+    from durable_nb import DiskJournal
+    from durable_nb.testing import Reply, ToolCall
+    from tests.harness import start_kernel, wait_until
+
+    journal = DiskJournal(tmp_path / ".durable_nb")
+
+    def journaled() -> int:
+        return len(list(journal.steps("sums"))) if journal.find_run("sums") else 0
+
+    def start(k, url: str) -> None:
+        k.execute("%load_ext durable_nb").raise_for_error()
+        k.execute(SETUP % url).raise_for_error()
+        k.execute_async(AGENT_CELL)
+
+    # Six rounds of a chat asking for slow_add(i, 1), then the answer: 13 steps.
+    rounds = [Reply(tool_calls=[ToolCall("slow_add", {"a": i, "b": 1})]) for i in range(6)]
+    with LoopbackServer([*rounds, "done"]) as llm, \
+            start_kernel(tmp_path, env=_kernel_env(phoenix)) as k:
+        # Attempt 1 is SIGKILLed in its second tool call (steps 0-2 journaled): its batch
+        # processor held every span.
+        (tmp_path / "hold-1").touch()
+        start(k, llm.url)
+        wait_until(lambda: journaled() == 3, 60, "attempt 1's three steps")
+        k.kill()
+        (tmp_path / "hold-1").unlink()
+        # Attempt 2 is SIGKILLed in its fourth tool call (steps 3-6 executed), after its
+        # exporter sent some of its spans: the same spans, sent again, must count once.
+        (tmp_path / "hold-3").touch()
+        k.restart()
+        start(k, llm.url)
+        wait_until(lambda: journaled() == 7, 60, "attempt 2's four steps")
+        second = journal.get_run("sums").attempts[1]
+        wait_until(lambda: any(s["context"]["trace_id"] == second["trace_id"]
+                               for s in phoenix.spans(CRASH_PROJECT)), 120,
+                   "a span of attempt 2 in Phoenix (its batch processor sends every 5 s)")
+        k.kill()
+        (tmp_path / "hold-3").unlink()
+        # Attempt 3 resumes and finishes.
+        k.restart()
+        start(k, llm.url)
+        wait_until(lambda: journal.get_run("sums").status.value == "DONE", 60, "the run DONE")
+        k.execute("from opentelemetry import trace\n"  # before the harness kills the kernel
+                  "trace.get_tracer_provider().force_flush()").raise_for_error()
+        assert llm.count() == 7  # each call once: the dead attempts' calls were not made again
+
+    entries = list(journal.steps("sums"))
+    attempts = journal.get_run("sums").attempts
+    journal.close()
+    chats = [e for e in entries if e.kind == "chat"]
+    tools = [e for e in entries if e.kind == "run" and e.name == "slow_add"]
+    assert (len(entries), len(chats), len(tools)) == (13, 7, 6)
+    assert [(a["end"], a["from_step"], a["at_step"]) for a in attempts] == [
+        ("died", 0, 3), ("died", 3, 7), ("completed", 7, 13)]
+
+    spans = phoenix.wait_spans(CRASH_PROJECT, 3 + len(chats) + len(tools))
+    kinds = [s["span_kind"] for s in spans]
+    llm_spans = [s for s in spans if s["span_kind"] == "LLM"]
+    # Phoenix holds what the journal holds: every LLM call, its tokens and every tool call,
+    # once, and no span for a replayed step.
+    assert (kinds.count("AGENT"), len(llm_spans), kinds.count("TOOL")) == (3, 7, 6)
+    assert sum(s["attributes"]["gen_ai.usage.input_tokens"]
+               + s["attributes"]["gen_ai.usage.output_tokens"] for s in llm_spans) == sum(
+        e.tokens for e in chats)
+    assert sorted(s["attributes"]["durable_nb.step.position"] for s in spans
+                  if s["span_kind"] in ("LLM", "TOOL")) == list(range(13))
+    agents = sorted((s for s in spans if s["span_kind"] == "AGENT"),
+                    key=lambda s: s["attributes"]["durable_nb.attempt"])
+    for attempt, span in zip(attempts, agents):
+        # Each attempt's span under the ids it journaled; the dead ones closed as died.
+        assert (span["context"]["trace_id"], span["context"]["span_id"]) == (
+            attempt["trace_id"], attempt["span_id"])
+        children = [s for s in spans if s["parent_id"] == span["context"]["span_id"]]
+        assert len(children) == attempt["at_step"] - attempt["from_step"]
+    for span in agents[:2]:
+        assert span["status_code"] == "ERROR"
+        assert span["attributes"]["durable_nb.attempt.end"] == "died"
+    assert agents[2]["status_code"] == "UNSET"
+    assert [s["attributes"]["durable_nb.replayed_steps"] for s in agents] == [0, 3, 7]
+    assert all(a.get("spans_resent") for a in attempts[:2])
+    # The attempt killed after replaying three steps says so, in the journal and its span.
+    assert [a["replayed"] for a in attempts] == [0, 3, 7]

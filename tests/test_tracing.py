@@ -454,8 +454,15 @@ def test_message_content_only_when_the_environment_asks_for_it(otel, journal, mo
 
 KILLED_RUN = """
 import os, sys, openai, durable_nb as dn
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from tests.test_tracing import KEY, add
 client = openai.OpenAI(base_url=sys.argv[1], api_key=KEY)
+if sys.argv[3] == "sent":  # each span sent as it ends: the collector gets the steps' spans
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[4])))
+    dn.tracing(provider)
 
 def handler(ctx):
     messages = [{"role": "user", "content": "1+2?"}]
@@ -467,47 +474,167 @@ dn.execute("r", handler, journal=sys.argv[2])
 """
 
 
+def die_after_the_tool_call(server, path, collector, how="batched"):
+    """Attempt 1 of run "r" in a process that dies after its chat and tool steps, traced to
+    ``collector``: ``batched`` (the environment's batch processor: nothing reaches it) or
+    ``sent`` (each span as it ends)."""
+    died = subprocess.run([sys.executable, "-c", KILLED_RUN, server.url, path, how,
+                           collector.url + "/v1/traces"],
+                          env={**os.environ, "PYTHONPATH": os.getcwd(),
+                               "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url},
+                          timeout=60)
+    assert died.returncode == 9
+
+
 def test_a_run_whose_process_died_resumes_with_no_client_span_for_what_replay_answers(
         otel, journal, monkeypatch, collector):
     exporter, _ = otel
     journal.close()
     path = str(journal.location)
     with LoopbackServer(script()) as server:
-        died = subprocess.run([sys.executable, "-c", KILLED_RUN, server.url, path],
-                              env={**os.environ, "PYTHONPATH": os.getcwd(),
-                                   "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url},
-                              timeout=60)
-        assert died.returncode == 9
+        die_after_the_tool_call(server, path, collector)
         client = openai.OpenAI(base_url=server.url, api_key=KEY)
         assert dn.execute("r", agent(client), journal=path) == "three"
         assert server.count() == 2  # the first call was not made again
+    assert collector.spans == []  # the batch processor died holding them
     spans = exporter.get_finished_spans()
-    assert [(s.name, s.kind) for s in spans] == [("chat gpt-4o-mini", SpanKind.CLIENT),
-                                                 ("invoke_agent r", SpanKind.INTERNAL)]
-    assert spans[-1].attributes["durable_nb.attempt"] == 2
-    assert spans[-1].attributes["durable_nb.replayed_steps"] == 2
-    # The process died with its spans unsent, but its attempt's ids were journaled when it
-    # began: the resumed attempt links to the trace it started.
     reopened = dn.open_journal(path)
-    died_attempt = reopened.get_run("r").attempts[0]
+    died_attempt, resumed_attempt = reopened.get_run("r").attempts
+    entries = list(reopened.steps("r"))
     reopened.close()
-    (link,) = spans[-1].links
-    assert f"{link.context.trace_id:032x}" == died_attempt["trace_id"]
-    assert f"{link.context.span_id:016x}" == died_attempt["span_id"]
+    # The resume sent the dead attempt's spans again first, under its journaled ids ...
+    assert [(s.name, s.kind) for s in spans] == [
+        ("chat gpt-4o-mini", SpanKind.CLIENT), ("execute_tool add", SpanKind.INTERNAL),
+        ("invoke_agent r", SpanKind.INTERNAL),
+        ("chat gpt-4o-mini", SpanKind.CLIENT), ("invoke_agent r", SpanKind.INTERNAL)]
+    chat, tool, died, _, resumed = spans
+    assert (f"{died.context.trace_id:032x}", f"{died.context.span_id:016x}") == (
+        died_attempt["trace_id"], died_attempt["span_id"])
+    assert died.parent is None
+    assert died.attributes["durable_nb.attempt"] == 1
+    assert died.attributes["durable_nb.attempt.end"] == "died"
+    assert died.status.status_code is StatusCode.ERROR
+    assert died.status.description.startswith("died")
+    assert round(died.end_time / 1e9, 4) == entries[1].finished_at  # its last step's end
+    assert {chat.parent.span_id, tool.parent.span_id} == {died.context.span_id}
+    assert tool.attributes["gen_ai.tool.call.id"] == server_call_id(entries[0])
+    assert died_attempt["spans_resent"] > 0  # and noted it, with the record that opened 2
+    # ... then its own, with no client span for what replay answered.
+    assert resumed.attributes["durable_nb.attempt"] == 2
+    assert resumed.attributes["durable_nb.replayed_steps"] == 2
+    assert resumed.context.trace_id != died.context.trace_id
+    (link,) = resumed.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        died.context.trace_id, died.context.span_id)
     assert link.attributes["durable_nb.attempt"] == 1
-    # After the fact, the attempt that died is in the run's trace too, ended as died.
+    # Every LLM call of the journal is one client span, its tokens once.
+    clients = [s for s in spans if s.kind is SpanKind.CLIENT]
+    assert len(clients) == sum(e.kind == "chat" for e in entries) == 2
+    assert sum(s.attributes["gen_ai.usage.input_tokens"]
+               + s.attributes["gen_ai.usage.output_tokens"] for s in clients) == sum(
+        e.tokens for e in entries)
+    # After the fact, the attempt that died is sent with the very same ids.
     monkeypatch.setattr(tracing_module, "_state", False)
-    exporter.clear()
+    after = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(SimpleSpanProcessor(after))
     reopened = dn.open_journal(path)
     assert tracing_module.export_run(reopened.get_run("r"), list(reopened.steps("r")),
                                      provider.get_tracer("t")) == 2
     reopened.close()
-    died_span = by_name(exporter.get_finished_spans()[:3])["invoke_agent r"]
-    assert died_span.attributes["durable_nb.attempt.end"] == "died"
-    assert died_span.status.status_code is StatusCode.ERROR
+    assert [(s.name, s.context.span_id) for s in after.get_finished_spans()] == [
+        (s.name, s.context.span_id) for s in spans]
 
+
+def test_a_dead_attempts_steps_are_sent_again_under_the_span_ids_they_had_live(
+        otel, journal, collector):
+    exporter, _ = otel
+    journal.close()
+    path = str(journal.location)
+    with LoopbackServer(script()) as server:
+        die_after_the_tool_call(server, path, collector, how="sent")
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        assert dn.execute("r", agent(client), journal=path) == "three"
+    live = {span.name: span for _, span in collector.spans}
+    assert sorted(live) == ["chat gpt-4o-mini", "execute_tool add"]  # no attempt span
+    again = by_name(exporter.get_finished_spans()[:3])
+    for name, span in live.items():  # the same ids: a collector keeps each once
+        assert span.span_id == again[name].context.span_id.to_bytes(8, "big")
+        assert span.trace_id == again[name].context.trace_id.to_bytes(16, "big")
+        assert span.parent_span_id == again["invoke_agent r"].context.span_id.to_bytes(8, "big")
+
+
+def test_a_dead_attempts_spans_are_sent_once_whatever_resumes_after(otel, journal, collector):
+    exporter, _ = otel
+    journal.close()
+    path = str(journal.location)
+    with LoopbackServer(script() + ["three"]) as server:
+        die_after_the_tool_call(server, path, collector)
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        assert dn.execute("r", agent(client, approve=True), journal=path,
+                          on_approval="park") is None
+        first_resume = [s.name for s in exporter.get_finished_spans()]
+        exporter.clear()
+        dn.approve("r", "fine", by="alice", journal=path)
+        assert dn.execute("r", agent(client, approve=True), journal=path,
+                          on_approval="park") == "three"
+    assert first_resume == ["chat gpt-4o-mini", "execute_tool add", "invoke_agent r",
+                            "invoke_agent r"]
+    # Attempt 3 resumes after the approval: attempt 1's spans are not sent again.
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["approval send the answer", "chat gpt-4o-mini",
+                                       "invoke_agent r"]
+    assert spans[-1].attributes["durable_nb.attempt"] == 3
+
+
+RESUME_KILLED_AFTER_SENDING = """
+import os, sys, openai, durable_nb as dn
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from tests.test_tracing import KEY, agent
+
+class SendThenDie(OTLPSpanExporter):
+    def export(self, spans):
+        sent = super().export(spans)
+        if any(span.name.startswith("invoke_agent") for span in spans):
+            os._exit(7)  # the dead attempt's spans sent, the record saying so not written
+        return sent
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(SendThenDie(endpoint=sys.argv[3])))
+dn.tracing(provider)
+client = openai.OpenAI(base_url=sys.argv[1], api_key=KEY)
+dn.execute("r", agent(client), journal=sys.argv[2])
+"""
+
+
+def test_a_resume_killed_after_sending_a_dead_attempts_spans_sends_the_same_ids_again(
+        otel, journal, collector):
+    exporter, _ = otel
+    journal.close()
+    path = str(journal.location)
+    with LoopbackServer(script()) as server:
+        die_after_the_tool_call(server, path, collector)
+        killed = subprocess.run([sys.executable, "-c", RESUME_KILLED_AFTER_SENDING, server.url,
+                                 path, collector.url + "/v1/traces"],
+                                env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60)
+        assert killed.returncode == 7
+        reopened = dn.open_journal(path)
+        assert [a.get("end") for a in reopened.get_run("r").attempts] == [None]  # not noted
+        reopened.close()
+        client = openai.OpenAI(base_url=server.url, api_key=KEY)
+        assert dn.execute("r", agent(client), journal=path) == "three"
+    first = sorted((span.name, span.span_id) for _, span in collector.spans)
+    assert [name for name, _ in first] == ["chat gpt-4o-mini", "execute_tool add",
+                                          "invoke_agent r"]
+    again = sorted((span.name, span.context.span_id.to_bytes(8, "big"))
+                   for span in exporter.get_finished_spans()[:3])
+    assert again == first  # the same spans, the same ids: a collector keeps each once
+    reopened = dn.open_journal(path)
+    died, resumed = reopened.get_run("r").attempts
+    reopened.close()
+    assert (died["end"], died["spans_resent"] > 0, resumed["n"]) == ("died", True, 2)
 
 
 @pytest.fixture

@@ -14,8 +14,15 @@ an export and a Jupyter Server extension read the history without a kernel::
      "trace_id": "4bf92f35...", "span_id": "00f067aa..."}  # when traced, from its start
 
 ``trace_id`` and ``span_id`` (W3C hex) name the attempt's span when tracing was on
-(:mod:`durable_nb.telemetry`): a later attempt's trace links to the attempt that executed
-each step it replays.
+(:mod:`durable_nb.telemetry`), with ``parent_span_id`` when that span had a parent: a later
+attempt's trace links to the attempt that executed each step it replays. An attempt that
+``died`` traced has its spans sent again by the attempt that closed it (its process took the
+spans it had not exported yet with it); ``spans_resent`` (when) says they were, and
+``chat_spans_by: "openai-v2"`` that the official openai instrumentation made its chat spans.
+
+``replayed`` is kept up to date while the attempt runs: the record written with a step's
+entry holds the replays made before it, so an attempt that dies keeps the count of the
+steps it replayed before its last executed step.
 
 How an attempt ended (``end``): ``completed`` (DONE), ``parked`` (waiting for an approval),
 ``interrupted`` (the kernel's stop button: KeyboardInterrupt), ``kernel-restarted`` (it was
@@ -52,8 +59,9 @@ from ..timestamps import format_time
 from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
-           "history_lines", "last_reset", "note_interrupted", "note_rerun", "note_reset",
-           "note_trace", "resumed_words", "source_of", "step_sources"]
+           "history_lines", "last_reset", "note_interrupted", "note_replayed", "note_rerun",
+           "note_reset", "note_spans_resent", "note_trace", "resumed_words", "source_of",
+           "step_sources"]
 
 #: Attempts a record keeps (the older ones are counted in ``attempts_dropped``).
 KEEP = 20
@@ -156,9 +164,31 @@ def note_rerun(attempt: dict, position: int, executed: int) -> None:
     attempt["executed"] += executed
 
 
-def note_trace(attempt: dict, trace_id: str, span_id: str) -> None:
-    """The attempt is traced: its span's ids, written with the record that opens it."""
+def note_trace(attempt: dict, trace_id: str, span_id: str,
+               parent_span_id: str | None = None) -> None:
+    """The attempt is traced: its span's ids (and its parent's, if it has one), written with
+    the record that opens it."""
     attempt.update(trace_id=trace_id, span_id=span_id)
+    if parent_span_id:
+        attempt["parent_span_id"] = parent_span_id
+
+
+def note_spans_resent(attempt: dict) -> None:
+    """The spans of an attempt that died were sent again (written with the record of the
+    attempt that sent them: they are sent once a record says so, never again)."""
+    attempt["spans_resent"] = time.time()
+
+
+def note_replayed(record: RunRecord, replayed: int) -> bool:
+    """The record's open attempt has replayed ``replayed`` steps so far; True when that
+    changed its count (the caller writes the record with its next entry, so that an attempt
+    that dies keeps it)."""
+    attempt = record.attempts[-1] if record.attempts else None
+    if attempt is None or attempt.get("end") is not None \
+            or attempt.get("replayed") == replayed:
+        return False
+    attempt["replayed"] = replayed
+    return True
 
 
 def finish(attempt: dict, end: str, at_step: int, replayed: int, executed: int,
@@ -220,7 +250,8 @@ def describe(attempt: dict, where: bool = True) -> str:
     end = attempt.get("end")
     if end is None:
         return f"{head}: running"  # its counts are written when it ends
-    if end == "died":
+    if end == "died" and not attempt.get("replayed") and attempt.get("from_step"):
+        # Journaled before an attempt kept its replays as it went (or it died replaying).
         done = f"executed {attempt.get('executed', 0)} (its replays were not counted)"
     else:
         done = f"replayed {attempt.get('replayed', 0)}, executed {attempt.get('executed', 0)}"

@@ -47,6 +47,7 @@ from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_co
 from ..options import RunOptions
 from ..llm.retry import NO_RETRY, RetryPolicy
 from ..timestamps import format_time
+from . import attempts
 from .approvals import applies, decision_kind, find_decision, pending_digest, request_digest
 from .inputs import canonical, first_difference, fingerprint, load_request, store_request
 from .replay import ReplayLog
@@ -153,6 +154,9 @@ class Execution:
         # execution: the runner finds the step whose failure failed the run among them.
         self.failures: list[tuple[int, str, BaseException]] = []
         self.live_steps = 0
+        # Until everything journaled was replayed, each live step notes the attempt's
+        # replays so far in the record it writes: an attempt that dies keeps the count.
+        self._replays_counting = size > 0
 
     # -- where the code is ---------------------------------------------------------------
 
@@ -500,6 +504,8 @@ class Execution:
                 self.record.cost = self.cost
                 self.record.iteration = self.iteration
                 record_changed = True
+            if self._replays_counting:  # the attempt's replays go with the record
+                record_changed = self._note_replays() or record_changed
             self.live_steps += 1
             try:
                 self.writer.append(entry, record_changed=record_changed, blobs=blobs)
@@ -512,6 +518,13 @@ class Execution:
         if record_changed:
             self.observer.on_record(self.record)
         return entry
+
+    def _note_replays(self) -> bool:
+        """Note the attempt's replays so far on the record; whether that changed it."""
+        drained = self.replay_log.drained  # read first: nothing is replayed after it
+        changed = attempts.note_replayed(self.record, self.replay_log.taken)
+        self._replays_counting = not drained
+        return changed
 
     def save_record(self) -> None:
         """Write the run record (a status change), fenced, after the queued entries."""
