@@ -27,7 +27,11 @@ open when it takes the lease), ``input-changed`` (a step's kind, name or inputs 
 ``cancelled``, ``failed``. An attempt that executes the run again from a changed step
 (``on_change="rerun"``) keeps going and notes ``rerun_from``. A reset after an attempt
 (``registry.reset``: its steps from a position on forgotten) is noted on it in ``resets``
-(``{"at", "to_step", "forgot"}``), so that the history says what the reset did.
+(``{"at", "to_step", "forgot"}``), so that the history says what the reset did. The
+decisions an attempt took are noted on it in ``decisions`` (``{"name", "approved", "by",
+"via", "at"}``, with ``replaced``: the decisions it replaced, when it was given with
+``replace=True``): an attempt after one that parked "resumed after the approval" only if it
+took one; otherwise it executed again while the approval still waited.
 
 The record keeps the last :data:`KEEP` attempts and counts the rest in
 ``attempts_dropped``; a source that differs from the record's own (``RunRecord.source``, the
@@ -51,7 +55,8 @@ from ..journal import Journal, RunRecord, Status, this_host
 from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
-           "history_lines", "last_reset", "note_interrupted", "note_rerun", "note_reset",
+           "history_lines", "last_reset", "note_decision", "note_interrupted", "note_rerun",
+           "note_reset",
            "note_trace", "resumed_words", "source_of", "step_sources"]
 
 #: Attempts a record keeps (the older ones are counted in ``attempts_dropped``).
@@ -155,6 +160,20 @@ def note_rerun(attempt: dict, position: int, executed: int) -> None:
     attempt["executed"] += executed
 
 
+def note_decision(record: RunRecord, name: str, decision: dict,
+                  replaced: list[dict] | None = None) -> None:
+    """The record's open attempt took ``decision`` on approval ``name`` (the caller writes
+    the record with the approval step); ``replaced``: the decisions it replaced."""
+    last = current(record)
+    if last is None or last.get("end") is not None:
+        return
+    noted = {"name": name, **{k: decision.get(k) for k in ("approved", "by", "via", "at")
+                              if decision.get(k) is not None}}
+    if replaced:
+        noted["replaced"] = replaced
+    last["decisions"] = [*last.get("decisions", ()), noted]
+
+
 def note_trace(attempt: dict, trace_id: str, span_id: str) -> None:
     """The attempt is traced: its span's ids, written with the record that opens it."""
     attempt.update(trace_id=trace_id, span_id=span_id)
@@ -201,6 +220,10 @@ def resumed_words(record: RunRecord, attempt: dict | None = None) -> str | None:
     if before is not None:
         after = ("resumed after an interrupt" if _interrupted_outside_kernel(before)
                  else _AFTER.get(str(before.get("end")), "resumed"))
+        if before.get("end") == "parked" and not attempt.get("decisions"):
+            # It took no decision (yet): not "after the approval".
+            after = ("resumed after it parked for an approval" if attempt.get("end") is None
+                     else "executed again while its approval waited for a decision")
         at = before.get("at_step")
         return f"attempt {attempt['n']}: {after} at step {at if at is not None else step}"
     if attempt["n"] > 1 or step:
@@ -230,10 +253,25 @@ def describe(attempt: dict, where: bool = True) -> str:
         how += f" at step {attempt['at_step']}"
     if attempt.get("error") and end in ("failed", "input-changed", "cancelled"):
         how += f": {attempt['error']}"
+    for taken in attempt.get("decisions", ()):
+        how += f"; took {_decision_line(taken)}"
     for reset in attempt.get("resets", ()):
         how += (f"; then reset to step {reset['to_step']} at {_clock(reset.get('at'))} "
                 f"({reset['forgot']} step{'' if reset['forgot'] == 1 else 's'} forgotten)")
     return f"{head}: {done}; {how}"
+
+
+def _decision_line(decision: dict) -> str:
+    """``'deploy' approved by ana via panel at 10:02:11 (replacing rejected by bo via
+    durable-nb at 10:01:05)``."""
+    def words(d: dict) -> str:
+        verdict = "approved" if d.get("approved") else "rejected"
+        how = f" via {d['via']}" if d.get("via") else ""
+        return f"{verdict} by {d.get('by') or 'someone'}{how} at {_clock(d.get('at'))}"
+    line = f"{decision.get('name')!r} {words(decision)}"
+    if decision.get("replaced"):
+        line += " (replacing " + ", then ".join(words(r) for r in decision["replaced"]) + ")"
+    return line
 
 
 def _interrupted_outside_kernel(attempt: dict) -> bool:
