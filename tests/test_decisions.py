@@ -307,3 +307,25 @@ def test_load_ext_lists_a_run_decided_elsewhere_as_decided(tmp_path):
     assert "r: 'drop database' approved by ana via durable-nb, re-run its cell to continue" \
         in listed, listed
     assert journal.get_run("r").status is Status.WAITING_APPROVAL
+
+
+def test_a_timeout_decides_once_like_anyone_and_a_late_decision_is_refused(journal):
+    def short_wait(ctx):
+        return ctx.approval("deploy", {"env": "prod"}, timeout=0.2).approved
+
+    assert dn.execute("t", short_wait, journal=journal) is False  # waited, timed out
+    late = _cli(str(journal.directory), "approve", "t", "--by", "ana", "--replace")
+    assert late.returncode == 1
+    assert re.search(rf"'deploy' was already rejected by timeout via timeout at {_WHEN}; the "
+                     rf"run has taken that decision", late.stderr), late.stderr
+
+
+def test_run_all_stops_for_a_decision_only_until_one_is_given(journal):
+    from durable_nb.errors import DecisionNeeded
+    from durable_nb.notebook.session import stop_for_decision
+
+    _park(journal)
+    with pytest.raises(DecisionNeeded, match="waits for your decision on 'drop database'"):
+        stop_for_decision("r", journal=journal)
+    assert _cli(str(journal.directory), "approve", "r", "--by", "ana").returncode == 0
+    stop_for_decision("r", journal=journal)  # decided: Run All goes on

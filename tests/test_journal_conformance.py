@@ -914,6 +914,8 @@ def test_read_only_reads_everything_and_writes_nothing(backend: Backend):
         "renew_lease": lambda: reader.renew_lease("r", "t", time.time()),
         "release_lease": lambda: reader.release_lease("r", "t"),
         "put_request": lambda: reader.put_request("decision", "r", {}),
+        "add_request": lambda: reader.add_request("decision", "r", {}),
+        "swap_request": lambda: reader.swap_request("cancel", "r", {"at": 1}, {"at": 2}),
         "delete_request": lambda: reader.delete_request("cancel", "r"),
     }
     for name, write in writes.items():
