@@ -339,9 +339,10 @@ def steer(command: str, run_id: str, journal: Journal, *, note: str | None = Non
     (``expect``: only if it is the request with that digest), once: DecisionExists if it
     was decided already, unless ``replace`` (before the run took it)."""
     if command in ("approve", "reject"):
-        pending = journal.get_run(run_id).pending_approval or {}
+        record = journal.get_run(run_id)
+        pending = record.pending_approval or {}
         digest = pending_digest(pending) if pending else None
-        earlier = recorded_decision(journal.get_run(run_id), journal) if replace else None
+        earlier = recorded_decision(record, journal) if replace else None
         decide = registry.approve if command == "approve" else registry.reject
         decision = decide(run_id, note, by=by, expect=expect or digest, replace=replace,
                           via=via, journal=journal)

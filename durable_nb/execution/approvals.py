@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import DecisionExists
@@ -145,7 +146,7 @@ def take_decision(journal: Journal, run_id: str, pending: dict, decision: dict) 
     return decision
 
 
-def taken_decision(steps: list[StepEntry] | Any, digest: str | None = None) -> StepEntry | None:
+def taken_decision(steps: Iterable[StepEntry], digest: str | None = None) -> StepEntry | None:
     """The journaled approval step (a decision its run took) for the request whose digest
     starts with ``digest``, or the last approval step without ``digest``; None if none."""
     found = None
