@@ -26,6 +26,7 @@ import durable_nb as dn
 from durable_nb import Status
 from durable_nb.execution import attempts
 from durable_nb.execution.approvals import find_decision
+from durable_nb.export import export_run
 from durable_nb.notebook.panel import RunPanel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,6 +159,10 @@ def test_replace_changes_a_decision_not_yet_taken_and_the_history_keeps_both(jou
                      r"\(replacing approved by ana via durable-nb at [\d:]+\)", shown), shown
     taken = journal.get_run("r").attempts[-1]["decisions"]
     assert [(d["by"], [r["by"] for r in d["replaced"]]) for d in taken] == [("bo", ["ana"])]
+    exported = Path(export_run("r", journal.directory.parent / "r.ipynb", journal=journal))
+    text = exported.read_text()
+    assert "rejected by bo via durable-nb: not today" in text
+    assert "Replacing: approved by ana via durable-nb" in text
 
 
 def test_a_decision_the_run_took_never_changes(journal):
