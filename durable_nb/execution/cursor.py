@@ -31,6 +31,7 @@ from ..errors import (
     BudgetExhausted,
     ContextNotActive,
     CorruptEntry,
+    DecisionExists,
     DurableError,
     InputChanged,
     JournalMismatch,
