@@ -27,11 +27,12 @@ open when it takes the lease), ``input-changed`` (a step's kind, name or inputs 
 ``cancelled``, ``failed``. An attempt that executes the run again from a changed step
 (``on_change="rerun"``) keeps going and notes ``rerun_from``. A reset after an attempt
 (``registry.reset``: its steps from a position on forgotten) is noted on it in ``resets``
-(``{"at", "to_step", "forgot"}``), so that the history says what the reset did. The
-decisions an attempt took are noted on it in ``decisions`` (``{"name", "approved", "by",
-"via", "at"}``, with ``replaced``: the decisions it replaced, when it was given with
-``replace=True``): an attempt after one that parked "resumed after the approval" only if it
-took one; otherwise it executed again while the approval still waited.
+(``{"at", "to_step", "forgot"}``), so that the history says what the reset did. How many
+decisions an attempt took is ``decided``: an attempt after one that parked "resumed after the
+approval" only if it took one; otherwise it executed again while the approval still waited.
+A decision given with ``replace=True`` is noted in ``decisions`` (``{"name", "approved",
+"by", "via", "at", "replaced"}``), so that the history keeps both (each approval step has
+its own decision; the record, written with every step, stays small).
 
 The record keeps the last :data:`KEEP` attempts and counts the rest in
 ``attempts_dropped``; a source that differs from the record's own (``RunRecord.source``, the
@@ -163,15 +164,16 @@ def note_rerun(attempt: dict, position: int, executed: int) -> None:
 def note_decision(record: RunRecord, name: str, decision: dict,
                   replaced: list[dict] | None = None) -> None:
     """The record's open attempt took ``decision`` on approval ``name`` (the caller writes
-    the record with the approval step); ``replaced``: the decisions it replaced."""
+    the record with the approval step): counted, and kept with ``replaced`` (the decisions
+    it replaced) when there are any."""
     last = current(record)
     if last is None or last.get("end") is not None:
         return
-    noted = {"name": name, **{k: decision.get(k) for k in ("approved", "by", "via", "at")
-                              if decision.get(k) is not None}}
+    last["decided"] = last.get("decided", 0) + 1
     if replaced:
-        noted["replaced"] = replaced
-    last["decisions"] = [*last.get("decisions", ()), noted]
+        noted = {"name": name, **{k: decision.get(k) for k in ("approved", "by", "via", "at")
+                                  if decision.get(k) is not None}, "replaced": replaced}
+        last["decisions"] = [*last.get("decisions", ()), noted]
 
 
 def note_trace(attempt: dict, trace_id: str, span_id: str) -> None:
@@ -220,7 +222,7 @@ def resumed_words(record: RunRecord, attempt: dict | None = None) -> str | None:
     if before is not None:
         after = ("resumed after an interrupt" if _interrupted_outside_kernel(before)
                  else _AFTER.get(str(before.get("end")), "resumed"))
-        if before.get("end") == "parked" and not attempt.get("decisions"):
+        if before.get("end") == "parked" and not attempt.get("decided"):
             # It took no decision (yet): not "after the approval".
             after = ("resumed after it parked for an approval" if attempt.get("end") is None
                      else "executed again while its approval waited for a decision")
@@ -253,7 +255,7 @@ def describe(attempt: dict, where: bool = True) -> str:
         how += f" at step {attempt['at_step']}"
     if attempt.get("error") and end in ("failed", "input-changed", "cancelled"):
         how += f": {attempt['error']}"
-    for taken in attempt.get("decisions", ()):
+    for taken in attempt.get("decisions", ()):  # those that replaced a decision
         how += f"; took {_decision_line(taken)}"
     for reset in attempt.get("resets", ()):
         how += (f"; then reset to step {reset['to_step']} at {_clock(reset.get('at'))} "
