@@ -81,12 +81,19 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
     return "\n".join(lines)
 
 
-def _decision_words(decision: dict) -> str:
-    """``approved by ana at 2026-12-03 10:02:11 ("ship it")``."""
+def _decision_words(decision: dict, replaced: bool = True) -> str:
+    """``approved by ana via panel at 2026-12-03 10:02:11 ("ship it")``, and (with
+    ``replaced``) the decisions it replaced: ``, replacing rejected by bo via durable-nb at
+    2026-12-03 10:01:05``."""
     verdict = "approved" if decision.get("approved") else "rejected"
+    how = f" via {decision['via']}" if decision.get("via") else ""
     when = f" at {format_time(decision['at'])}" if decision.get("at") else ""
     note = f" ({one_line(decision['note'], 80)!r})" if decision.get("note") else ""
-    return f"{verdict} by {decision.get('by') or 'someone'}{when}{note}"
+    words = f"{verdict} by {decision.get('by') or 'someone'}{how}{when}{note}"
+    if replaced and decision.get("replaced"):
+        words += ", replacing " + ", then ".join(_decision_words(r, False)
+                                                  for r in decision["replaced"])
+    return words
 
 
 def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | None) -> str:
@@ -116,6 +123,8 @@ def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | Non
 def _step_line(entry: StepEntry) -> str:
     if entry.kind == "approval":
         decided = plain(entry.result) if entry.ok else None
+        if isinstance(decided, dict) and (entry.meta or {}).get("replaced"):
+            decided = dict(decided, replaced=entry.meta["replaced"])
         outcome = (_decision_words(decided) if isinstance(decided, dict) else
                    f"FAILED {entry.error.get('type') if entry.error else ''}")
         if isinstance(decided, dict) and decided.get("digest"):
@@ -210,9 +219,13 @@ def _pending_lines(pending: dict) -> list[str]:
              + (f": {shown_value(details, 300)}" if plain(details) else "")]
     earlier = pending.get("replaces")
     if earlier:
-        lines.append(f"           the request at this step changed: a decision given for "
-                     f"{earlier.get('name')!r} ({shown_value(earlier.get('details'), 200)}, "
-                     f"request {short(earlier.get('digest'))}) is not applied to it")
+        was = (f"{earlier.get('name')!r} ({shown_value(earlier.get('details'), 200)}, "
+               f"request {short(earlier.get('digest'))})")
+        lines.append(f"           the request at this step changed: the decision given for "
+                     f"{was} ({earlier['decided']}) is not applied to it"
+                     if earlier.get("decided") else
+                     f"           the request at this step changed since it was shown: it "
+                     f"was {was}")
     return lines
 
 
@@ -337,17 +350,23 @@ STEERING = ("approve", "reject", "cancel", "reset", "delete")
 
 
 def steer(command: str, run_id: str, journal: Journal, *, note: str | None = None,
-          by: str | None = None, from_step: int = 0, expect: str | None = None) -> str:
-    """One of :data:`STEERING` on a run, for ``durable-nb`` and ``%durable``; returns the
-    line to print. ``approve``/``reject`` decide the request the line names (``expect``:
-    only if it is the request with that digest)."""
+          by: str | None = None, from_step: int = 0, expect: str | None = None,
+          replace: bool = False, via: str = "durable-nb") -> str:
+    """One of :data:`STEERING` on a run, for ``durable-nb`` and ``%durable`` (``via``);
+    returns the line to print. ``approve``/``reject`` decide the request the line names
+    (``expect``: only if it is the request with that digest), once: DecisionExists if it
+    was decided already, unless ``replace`` (before the run took it)."""
     if command in ("approve", "reject"):
-        pending = journal.get_run(run_id).pending_approval or {}
+        record = journal.get_run(run_id)
+        pending = record.pending_approval or {}
         digest = pending_digest(pending) if pending else None
+        earlier = recorded_decision(record, journal) if replace else None
         decide = registry.approve if command == "approve" else registry.reject
-        decision = decide(run_id, note, by=by, expect=expect or digest, journal=journal)
+        decision = decide(run_id, note, by=by, expect=expect or digest, replace=replace,
+                          via=via, journal=journal)
         done = "approved" if command == "approve" else "rejected"
-        return (f"{done} run {run_id} (by {decision.by}): {pending.get('name')!r} "
+        replaced = f", replacing {_decision_words(earlier)}" if earlier else ""
+        return (f"{done} run {run_id} (by {decision.by}{replaced}): {pending.get('name')!r} "
                 f"{json.dumps(pending.get('details'))} (request {short(digest)})")
     if command == "cancel":
         record = registry.cancel(run_id, journal=journal)
@@ -578,6 +597,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--expect", metavar="DIGEST",
                        help="decide only if the pending request is the one with this digest "
                             "(`show` prints it; 8 or more characters): for scripts")
+        p.add_argument("--replace", action="store_true",
+                       help="change a decision already given that the run has not taken yet "
+                            "(the run's history keeps both); without it a second decision "
+                            "is refused")
 
     p = sub.add_parser("cancel", help=COMMANDS["cancel"])
     p.add_argument("run_id", metavar="RUN")
@@ -674,7 +697,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),
-                    expect=getattr(args, "expect", None)))
+                    expect=getattr(args, "expect", None),
+                    replace=getattr(args, "replace", False)))
     elif args.command == "export":
         path = export_run(args.run_id, args.to, format=args.format, journal=journal)
         print(f"wrote {path}")

@@ -24,7 +24,8 @@
     ├── RunCancelled                  the run was cancelled
     ├── BudgetExhausted               max_iterations, max_tokens or the context window would be passed
     ├── NoPendingApproval             approve/reject on a run that waits for nothing
-    │   └── ApprovalChanged           ... for the request that was seen: it waits for another
+    │   ├── ApprovalChanged           ... for the request that was seen: it waits for another
+    │   └── DecisionExists            ... more: its request was decided already (who, when, how)
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
     ├── NotJournaled                  refused: it would reach the world without a journaled step
@@ -45,6 +46,7 @@ __all__ = [
     "ContextNotActive",
     "CorruptEntry",
     "DatabaseError",
+    "DecisionExists",
     "DurableError",
     "EndpointError",
     "IncompatibleJournal",
@@ -285,6 +287,41 @@ class NoPendingApproval(DurableError):
 class ApprovalChanged(NoPendingApproval):
     """approve() or reject() was given the digest of a request the run no longer waits for
     (its cell was edited, or it went on): nothing was decided."""
+
+
+class DecisionExists(NoPendingApproval):
+    """approve() or reject() on a request that was decided already: a decision is written
+    once, and the first one stands. ``decision`` is the one that stands (``approved``,
+    ``by``, ``via``: how it was given, ``at``, ``note``); ``taken`` is True once the run
+    took it (went on past the approval), after which it can never change; before that
+    ``replace=True`` (``--replace``) changes it on purpose."""
+
+    def __init__(self, run_id: str, name: str, decision: dict, *, taken: bool) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.decision = decision
+        self.taken = taken
+        verdict = "approved" if decision.get("approved") else "rejected"
+        how = f" via {decision['via']}" if decision.get("via") else ""
+        at = decision.get("at")
+        when = (f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(at))}"
+                if isinstance(at, (int, float)) else "")
+        head = (f"run {run_id!r}: {name!r} was already {verdict} by "
+                f"{decision.get('by') or 'someone'}{how}{when}")
+        if taken:
+            tail = ("; the run has taken that decision and went on, so it can never change. "
+                    "Nothing was changed.")
+        else:
+            tail = ("; nothing was changed. To change it before the run takes it, decide "
+                    "again with --replace (replace=True in Python).")
+        super().__init__(head + tail)
+
+    @property
+    def words(self) -> str:
+        """``approved by ana via panel``: who decided and how, for a short refusal."""
+        verdict = "approved" if self.decision.get("approved") else "rejected"
+        how = f" via {self.decision['via']}" if self.decision.get("via") else ""
+        return f"{verdict} by {self.decision.get('by') or 'someone'}{how}"
 
 
 class DecisionNeeded(DurableError):

@@ -515,11 +515,16 @@ def _step_md(step: dict[str, Any]) -> str:
         head = f"**Approval {_code(name)}**"
         if step["ok"] and isinstance(result, dict):
             verdict = "approved" if result.get("approved") else "rejected"
+            via = f" via {result['via']}" if result.get("via") else ""
             note = f": {result['note']}" if result.get("note") else ""
-            head += f": {verdict} by {result.get('by') or 'unknown'}{note}"
+            head += f": {verdict} by {result.get('by') or 'unknown'}{via}{note}"
         details = (step.get("meta") or {}).get("details")
         if details is not None:
             body = ["", "Details:", "", _fence(_json(details), "json")]
+        for earlier in (step.get("meta") or {}).get("replaced") or ():  # --replace, in order
+            body += ["", f"Replacing: {'approved' if earlier.get('approved') else 'rejected'} "
+                         f"by {earlier.get('by') or 'unknown'}"
+                         + (f" via {earlier['via']}" if earlier.get("via") else "")]
         when = f"step {step['position']}, waited {_duration(step['duration'])}"
     elif kind == "compact":
         meta = step.get("meta") or {}

@@ -21,8 +21,10 @@ from typing import Any
 
 from . import serde
 from .context import Decision
-from .errors import ApprovalChanged, JournalError, NoPendingApproval, RunLeased
-from .execution.approvals import decision_kind, find_decision, pending_digest, short
+from .errors import (ApprovalChanged, DecisionExists, JournalError, NoPendingApproval,
+                     RunLeased)
+from .execution.approvals import (decision_kind, find_decision, leave_decision,
+                                  pending_digest, short, taken_decision)
 from .journal import (
     Journal,
     JournalSpec,
@@ -124,23 +126,30 @@ def approver_name(*, host: bool = True) -> str:
 
 
 def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
-            journal: JournalSpec, expect: str | None) -> Decision:
-    """Leave a decision on the run's pending approval, bound to the request as read here
+            journal: JournalSpec, expect: str | None, via: str, replace: bool) -> Decision:
+    """Decide the run's pending approval, bound to the request as read here
     (:mod:`~durable_nb.execution.approvals`): if the run asks something else by the time
     it looks, the decision is not applied. ``expect``: the digest (or its first 8 or more
     characters) of the request the person saw; ApprovalChanged, nothing written, if the
-    pending request is another."""
+    pending request is another. Written once (:func:`leave_decision`): DecisionExists,
+    nothing written, if it was decided already (unless ``replace``, before the run took it),
+    or if the request ``expect`` names was decided and taken."""
     journal = open_journal(journal)
     record = journal.get_run(run_id)
     pending = record.pending_approval
+    if expect is not None and len(expect) < 8:
+        raise ValueError(f"expect={expect!r} is too short to name a request: give 8 or more "
+                         f"characters of its digest (`durable-nb show {run_id}` prints it).")
+    digest = pending_digest(pending) if pending is not None else None
+    if pending is None or (expect is not None and not digest.startswith(expect.lower())):
+        # The request seen is not the one pending (or none is): was it decided and taken?
+        taken = taken_decision(journal.steps(run_id), expect)
+        if taken is not None:
+            raise DecisionExists(run_id, taken.name, taken.result, taken=True)
     if pending is None:
         raise NoPendingApproval(
             f"run {run_id!r} is not waiting for an approval (status {record.status}). "
             f"See `durable-nb show {run_id}`.")
-    digest = pending_digest(pending)
-    if expect is not None and len(expect) < 8:
-        raise ValueError(f"expect={expect!r} is too short to name a request: give 8 or more "
-                         f"characters of its digest (`durable-nb show {run_id}` prints it).")
     if expect is not None and not digest.startswith(expect.lower()):
         raise ApprovalChanged(
             f"run {run_id!r} now waits for approval of {pending.get('name')!r} "
@@ -148,14 +157,12 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             f"request {expect!r} that was seen: nothing was decided. Look at it with "
             f"`durable-nb show {run_id}` and decide again.")
     target = pending.get("run_id", run_id)
-    by = by or approver_name()
-    journal.put_request(decision_kind(pending), target, {
-        "key": pending.get("key"), "digest": digest, "name": pending.get("name"),
-        "approved": approved, "note": note, "by": by, "at": time.time()})
+    decision = leave_decision(journal, run_id, pending, approved=approved, note=note,
+                              by=by or approver_name(), via=via, replace=replace)
     for waiting in (live_execution(target), live_execution(run_id)):
         if waiting is not None:
             waiting.wake_event.set()
-    return Decision(approved, note, by)
+    return Decision(approved, note, decision["by"])
 
 
 def _details_text(details: Any) -> str:
@@ -164,20 +171,29 @@ def _details_text(details: Any) -> str:
 
 
 def approve(run_id: str, note: str | None = None, *, by: str | None = None,
-            expect: str | None = None, journal: JournalSpec = None) -> Decision:
+            expect: str | None = None, replace: bool = False, via: str = "Python",
+            journal: JournalSpec = None) -> Decision:
     """Approve the run's pending approval, as it reads now, or only if it is the request
     whose digest is ``expect`` (what the person saw: ``durable-nb show``, the panel). The
     waiting run goes on (a parked one when it is resumed: by the notebook that parked it,
     or by executing it again); if by then it asks something else, the decision is kept in
-    the journal but not applied, and the new request waits for its own."""
-    return _decide(run_id, True, note, by, journal, expect)
+    the journal but not applied, and the new request waits for its own.
+
+    A decision is written once: a request decided already (anywhere: a panel, the CLI, the
+    Jupyter server, another process racing this one) is refused with
+    :class:`~durable_nb.errors.DecisionExists`, which names who decided, how and when.
+    ``replace=True`` changes a decision the run has not taken yet (the run's history keeps
+    both); one the run took never changes. ``via``: how it was given, as the history and a
+    refusal say it (``"Python"``; the CLI, a panel, the server say their own)."""
+    return _decide(run_id, True, note, by, journal, expect, via, replace)
 
 
 def reject(run_id: str, note: str | None = None, *, by: str | None = None,
-           expect: str | None = None, journal: JournalSpec = None) -> Decision:
-    """Reject the run's pending approval (``expect`` as for :func:`approve`);
-    ``ctx.approval`` returns ``approved=False``."""
-    return _decide(run_id, False, note, by, journal, expect)
+           expect: str | None = None, replace: bool = False, via: str = "Python",
+           journal: JournalSpec = None) -> Decision:
+    """Reject the run's pending approval (``expect``, ``replace`` and ``via`` as for
+    :func:`approve`: written once); ``ctx.approval`` returns ``approved=False``."""
+    return _decide(run_id, False, note, by, journal, expect, via, replace)
 
 
 def cancel(run_id: str, *, journal: JournalSpec = None) -> RunRecord:
@@ -378,7 +394,8 @@ def stopped_by_interrupt(record: RunRecord) -> bool:
 def recorded_decision(info: RunRecord, journal: Journal) -> dict | None:
     """The decision given (``durable-nb approve``, a panel, another notebook) on the run's
     pending approval that the run has not taken yet, because no execution of it has
-    resumed since: ``{"approved", "by", "at", "note"}``; None when there is none."""
+    resumed since: ``{"approved", "by", "via", "at", "note"}`` (and ``replaced``: the
+    decisions it replaced); None when there is none."""
     pending = info.pending_approval
     if info.status is not Status.WAITING_APPROVAL or not pending:
         return None

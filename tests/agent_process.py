@@ -155,8 +155,8 @@ def drive(process: multiprocessing.Process, journal: Journal, run_id: str, *,
 
 def _undecided(journal: Journal, run_id: str) -> bool:
     """Whether the run waits for an approval nobody decided. The record is read again after
-    the decision: a consumed decision is deleted only after the record left that pending
-    approval, so this never approves twice."""
+    the decision: a decision the run took stays in the journal (stamped ``taken_at``), so
+    this never approves twice (a second approval would be refused: DecisionExists)."""
     record = journal.find_run(run_id)
     if record is None or record.status is not Status.WAITING_APPROVAL:
         return False

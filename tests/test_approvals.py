@@ -15,7 +15,8 @@ import pytest
 
 import durable_nb as dn
 from durable_nb import Status
-from durable_nb.execution.approvals import decision_kind, find_decision, request_digest
+from durable_nb.execution.approvals import (decision_kind, find_decision, leave_decision,
+                                           request_digest)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,7 +106,7 @@ def test_the_cli_shows_and_decides_the_request_it_names(journal):
     assert dn.execute("r", _drop("production", dropped), journal=journal) == \
         "dropped production"
     listing = _cli(journal, "show", "r").stdout
-    assert re.search(rf"approved by ana at [\d:]+ \(.ok.\) for request {production[:12]}", listing), listing
+    assert re.search(rf"approved by ana via durable-nb at [\d:]+ \(.ok.\) for request {production[:12]}", listing), listing
 
 
 def test_concurrent_approvals_never_take_or_remove_each_others_decisions(journal):
@@ -122,15 +123,17 @@ def test_concurrent_approvals_never_take_or_remove_each_others_decisions(journal
     assert dn.execute("r", handler, journal=journal, on_approval="park") is None
     second = journal.get_run("r").pending_approval
     assert second["name"] == "b" and second["id"] != first["id"]
-    assert journal.get_request(decision_kind(first), "r") is None  # a's, taken by a
+    taken = journal.get_request(decision_kind(first), "r")  # a's, taken by a, kept
+    assert taken["note"] == "for a" and taken["taken_at"] >= taken["at"]
     dn.approve("r", "for b", journal=journal)
     # A late decision on a (from someone who read the run while a was pending) goes to a's
-    # own place: b's decision is neither replaced nor removed.
-    journal.put_request(decision_kind(first), "r", {
-        "key": first["key"], "digest": first["digest"], "approved": False, "note": "late"})
+    # own place, where a's taken decision refuses it: b's is neither replaced nor removed.
+    with pytest.raises(dn.DecisionExists, match="has taken that decision"):
+        leave_decision(journal, "r", first, approved=False, note="late", by="bo", via="test",
+                       replace=True)
     assert find_decision(journal, "r", second)["note"] == "for b"
     assert dn.execute("r", handler, journal=journal) == ["a:for a", "b:for b"]
-    assert journal.get_request(decision_kind(first), "r")["note"] == "late"  # not b's to take
+    assert journal.get_request(decision_kind(first), "r")["note"] == "for a"
     dn.delete("r", journal=journal)
     assert journal.get_request(decision_kind(first), "r") is None  # deleted with the run
 

@@ -14,7 +14,7 @@ import durable_nb as dn
 from durable_nb import Status
 from durable_nb.batches.batch import BatchObserver, prepare
 from durable_nb.notebook.batch_panel import BatchPanel
-from durable_nb.execution.approvals import request_digest
+from durable_nb.execution.approvals import find_decision, request_digest
 
 
 def _text(fragment: str) -> str:
@@ -346,3 +346,23 @@ def test_the_saved_view_leaves_out_the_answer_to_the_last_click(journal) -> None
     panel.approval_rows.children[0].children[1].click()
     assert "approved p/0" in _text(panel.summary_html.value)
     assert "approved p/0" not in _text(panel.static_html())
+
+
+def test_approve_all_leaves_items_decided_elsewhere_as_they_are_and_says_so(journal) -> None:
+    from durable_nb.notebook.batch import NotebookBatch
+
+    cell = NotebookBatch("p", lambda ctx, x: None, [], journal=journal, concurrency=1,
+                         retry_failed=False, wait=False, title=None, limits={}, options={})
+    _parked(journal, n=3, observer=cell.panel)
+    dn.reject("p/1", "not this one", by="bo", via="durable-nb", journal=journal)
+    cell.panel.approve_all_button.click()
+    cell.panel.confirm_button.click()
+    told = _text(cell.panel.summary_html.value)
+    assert ("approved 2 items; 1 had been decided already, left as they were (p/1: rejected "
+            "by bo via durable-nb)") in told, told
+    decisions = {}
+    for key in ("0", "1", "2"):
+        pending = journal.get_run(f"p/{key}").pending_approval
+        decisions[key] = find_decision(journal, f"p/{key}", pending)
+    assert {k: (d["approved"], d["via"]) for k, d in decisions.items()} == {
+        "0": (True, "Approve all"), "1": (False, "durable-nb"), "2": (True, "Approve all")}

@@ -478,17 +478,18 @@ def test_a_decision_given_with_no_kernel_running_shows_until_the_run_resumes(
     assert approved.returncode == 0 and "approved" in approved.stdout
 
     shown = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
-    assert re.search(rf"^status     WAITING_APPROVAL: approved by ana at {CLOCK}, waiting for "
-                     rf"the run to resume: re-run its cell \(or execute it again\)$", shown,
-                     re.M), shown
+    assert re.search(rf"^status     WAITING_APPROVAL: approved by ana via durable-nb at {CLOCK}, "
+                     rf"waiting for the run to resume: re-run its cell \(or execute it "
+                     rf"again\)$", shown, re.M), shown
     data = json.loads(cli("--journal", str(tmp_path / "j"), "show", "mail", "--json").stdout)
     assert (data["decision"]["approved"], data["decision"]["by"]) == (True, "ana")
 
     assert dn.execute("mail", handler, journal=str(tmp_path / "j")) is True  # the run resumes
     after = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
     assert "status     DONE\n" in after and "waiting for the run" not in after
-    assert re.search(rf"approval send_email +waited [\d.]+ s  approved by ana at {CLOCK} "
-                     rf"for request [0-9a-f]{{12}}$", after, re.M), after
+    assert re.search(rf"approval send_email +waited (?:\d+ min )?[\d.]+ s  approved by ana "
+                     rf"via durable-nb at {CLOCK} for request [0-9a-f]{{12}}$", after,
+                     re.M), after
 
 
 def test_no_journal_here_points_to_the_journals_below(tmp_path: Path) -> None:

@@ -610,6 +610,68 @@ def test_decisions_on_different_approvals_are_kept_apart_and_deleted_with_their_
         store.put_request("decision.not-an-id", "job:2", {})
 
 
+def test_add_request_writes_once_and_answers_with_what_is_there(store: Journal):
+    kind = "decision." + "c" * 32
+    assert store.add_request(kind, "r", {"approved": True, "by": "ana"}) is None
+    assert store.add_request(kind, "r", {"approved": False, "by": "bo"}) == \
+        {"approved": True, "by": "ana"}
+    # The same value again (a call made again after a lost connection) is not a refusal.
+    assert store.add_request(kind, "r", {"approved": True, "by": "ana"}) is None
+    assert store.get_request(kind, "r") == {"approved": True, "by": "ana"}
+    store.delete_request(kind, "r")
+    assert store.add_request(kind, "r", {"approved": False, "by": "bo"}) is None
+
+
+def test_swap_request_replaces_only_the_value_it_was_given(store: Journal):
+    kind = "decision." + "d" * 32
+    assert not store.swap_request(kind, "r", {"v": 1}, {"v": 2})  # nothing there
+    assert store.get_request(kind, "r") is None
+    store.add_request(kind, "r", {"v": 1, "at": 1.5})
+    assert not store.swap_request(kind, "r", {"v": 9}, {"v": 2})
+    assert store.swap_request(kind, "r", {"at": 1.5, "v": 1}, {"v": 2})  # equal as JSON data
+    assert store.swap_request(kind, "r", {"v": 1, "at": 1.5}, {"v": 2})  # is {"v": 2} already
+    assert store.get_request(kind, "r") == {"v": 2}
+
+
+def test_writers_racing_to_add_one_request_exactly_one_wins(backend: Backend):
+    journals = [backend.open() for _ in range(4)]
+    kind = "decision." + "e" * 32
+    barrier = threading.Barrier(len(journals))
+    won: list[int] = []
+
+    def add(index: int, journal: Journal) -> None:
+        barrier.wait()
+        if journal.add_request(kind, "r", {"by": index}) is None:
+            won.append(index)
+
+    threads = [threading.Thread(target=add, args=(i, j)) for i, j in enumerate(journals)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1 and journals[0].get_request(kind, "r") == {"by": won[0]}
+
+
+def test_swappers_racing_from_one_value_exactly_one_wins(backend: Backend):
+    journals = [backend.open() for _ in range(4)]
+    kind = "decision." + "f" * 32
+    journals[0].add_request(kind, "r", {"v": 0})
+    barrier = threading.Barrier(len(journals))
+    won: list[int] = []
+
+    def swap(index: int, journal: Journal) -> None:
+        barrier.wait()
+        if journal.swap_request(kind, "r", {"v": 0}, {"v": index + 1}):
+            won.append(index)
+
+    threads = [threading.Thread(target=swap, args=(i, j)) for i, j in enumerate(journals)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1 and journals[0].get_request(kind, "r") == {"v": won[0] + 1}
+
+
 # --- whole-run edits ----------------------------------------------------------------------
 
 def _fill(journal: Journal, run_id: str, steps: int = 4) -> RunRecord:
@@ -852,6 +914,8 @@ def test_read_only_reads_everything_and_writes_nothing(backend: Backend):
         "renew_lease": lambda: reader.renew_lease("r", "t", time.time()),
         "release_lease": lambda: reader.release_lease("r", "t"),
         "put_request": lambda: reader.put_request("decision", "r", {}),
+        "add_request": lambda: reader.add_request("decision", "r", {}),
+        "swap_request": lambda: reader.swap_request("cancel", "r", {"at": 1}, {"at": 2}),
         "delete_request": lambda: reader.delete_request("cancel", "r"),
     }
     for name, write in writes.items():

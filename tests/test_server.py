@@ -370,6 +370,41 @@ def test_concurrent_decisions_one_wins_per_request_and_each_run_gets_its_own(sha
     assert dropped.count("main") == (winner == "approved")
 
 
+def test_a_second_decision_is_refused_naming_the_first_and_replace_changes_it(shared, api):
+    """Decided in a terminal first: the server refuses another decision (409) with who, how
+    and when, in words and as data; ``"replace": true`` changes it until the run takes it,
+    never after."""
+    dropped: list[str] = []
+    pending = _park(shared, "r", dropped)
+    _cli(str(shared.directory), "approve", "r", "fine", "--by", "ana")
+    body = {"journal": journal_id(str(shared.directory)), "id": "r", "digest": pending["digest"]}
+    refused = api("run/decision", method="POST", expect=409, body={**body, "approved": False})
+    assert re.fullmatch(r"run 'r': 'drop database' was already approved by ana via durable-nb "
+                        r"at \d{4}-\d\d-\d\d [\d:]+; nothing was changed\. To change it before "
+                        r"the run takes it, decide again with --replace \(replace=True in "
+                        r"Python\)\.", refused["message"]), refused["message"]
+    assert refused["taken"] is False
+    assert {k: refused["decision"][k] for k in ("approved", "by", "via", "note")} == \
+        {"approved": True, "by": "ana", "via": "durable-nb", "note": "fine"}
+    assert shared.get_request(decision_kind(pending), "r")["by"] == "ana"
+
+    api("run/decision", method="POST", expect=400, body={**body, "approved": False,
+                                                          "replace": "yes"})
+    replaced = api("run/decision", method="POST", body={**body, "approved": False,
+                                                         "note": "not now", "replace": True})
+    assert replaced["ok"]
+    decision = shared.get_request(decision_kind(pending), "r")
+    assert (decision["approved"], decision["via"]) == (False, "Jupyter server")
+    assert [(d["by"], d["via"]) for d in decision["replaced"]] == [("ana", "durable-nb")]
+    assert api("runs")["runs"][0]["decision"]["via"] == "Jupyter server"
+
+    assert dn.execute("r", _drop("staging", dropped), journal=shared) == "kept"
+    taken = api("run/decision", method="POST", expect=409, body={**body, "approved": True,
+                                                                  "replace": True})
+    assert taken["taken"] is True and "can never change" in taken["message"]
+    assert dropped == []
+
+
 def test_cancel_a_waiting_run_and_refuse_to_cancel_a_done_one(shared, api):
     dropped: list[str] = []
     _park(shared, "r", dropped)

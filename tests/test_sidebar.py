@@ -10,7 +10,8 @@ built into durable_nb/labextension/.
 - A run parks for approval and its kernel is shut down: the notebook's panel output gives way
   to its saved view, whose Approve goes through the server ("approved by NAME; re-run its cell
   to continue", also once the notebook is saved and reopened); re-running the cell finishes the
-  run with the tool run once.
+  run with the tool run once. Decided in a terminal while that saved view shows its buttons,
+  a click there is refused and the view shows the decision that stands.
 - The sidebar says when the server extension is missing or of another version; the sidebar,
   a run view and the inbox come back after a page reload.
 - An idle sidebar asks nothing: the server pushes the summary (`GET events`, server-sent
@@ -268,6 +269,42 @@ def test_a_dead_kernels_panel_approves_through_the_server_and_the_rerun_cell_fin
         page.wait_for_text("DONE", cell_index=1)
     assert (folder / "side_effects.log").read_text() == "applied\n"
     assert journal.get_run("panel-deploy").status is Status.DONE
+
+
+def test_a_saved_view_whose_request_was_decided_elsewhere_shows_that_decision(
+    lab: JupyterLab, journal: DiskJournal, tmp_path: Path
+) -> None:
+    """A decision is written once: the dead kernel's saved view still offers the buttons,
+    the request is approved in a terminal meanwhile; Reject there is refused and the view
+    shows the approval that stands, not an error beside live-looking buttons."""
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "elsewhere"
+    folder.mkdir()
+    write_notebook(folder / "elsewhere.ipynb",
+                   [_SETUP_CELL, _AGENT_CELL.replace("deploy --title", "elsewhere --title")])
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("elsewhere/elsewhere.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("Approval needed", cell_index=1)
+        _shut_down_kernel(page)
+        here = page.cell(1).locator(".dnb-decide-here")
+        here.locator(".dnr-reject").wait_for(state="visible")
+        approved = subprocess.run(
+            [sys.executable, "-m", "durable_nb.cli", "--journal", str(journal.directory),
+             "approve", "elsewhere", "--by", "ana"], capture_output=True, text=True,
+            timeout=120, cwd=REPO)
+        assert approved.returncode == 0, approved.stderr
+        here.locator(".dnr-reject").click()
+        here.locator(".dnr-decided").wait_for(state="visible")
+        page.cell(1).screenshot(path=str(shots / "saved-view-decided-elsewhere.png"))
+        assert "approved by ana; re-run its cell to continue" in here.inner_text()
+        assert not here.locator(".dnr-reject").count() and not here.locator(".dnr-error").count()
+    pending = journal.get_run("elsewhere").pending_approval
+    decision = find_decision(journal, "elsewhere", pending)
+    assert (decision["approved"], decision["by"], decision["via"]) == (True, "ana", "durable-nb")
 
 
 def _answer_with(answer: dict) -> Any:

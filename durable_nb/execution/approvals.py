@@ -15,18 +15,33 @@ takes only a decision under its own id with its own digest. So:
 Decisions written by durable_nb versions before digests (request kind ``decision``, no
 digest) are taken only by the pending approval they were given for, still showing the same
 name and details (kept, without an id, when the run resumes).
+
+**A decision is written once.** :func:`leave_decision` is the one place every path decides
+through (``durable-nb approve``, ``durable_nb.approve``, a panel, the Jupyter server, a
+batch's Approve all, an approval's timeout): the journal's atomic
+:meth:`~durable_nb.journal.Journal.add_request`, so of processes racing to decide one
+request exactly one wins, and every other is refused with
+:class:`~durable_nb.errors.DecisionExists` naming who decided, how and when. The executor
+takes a decision with :func:`take_decision`, an atomic compare-and-set that stamps it
+``taken_at`` and leaves it in the journal: from then on it can never change. Before that,
+``replace=True`` changes it on purpose (a compare-and-set too), and the new decision keeps
+the ones it replaced in ``replaced``, which the approval step journals with it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Iterable
 from typing import Any
 
-from ..journal import Journal
+from ..errors import DecisionExists
+from ..journal import Journal, StepEntry
 
-__all__ = ["LEGACY_KIND", "applies", "decision_kind", "find_decision", "pending_digest",
-           "request_digest", "short"]
+__all__ = ["LEGACY_KIND", "applies", "decision_kind", "decision_words", "find_decision",
+           "leave_decision", "pending_digest", "request_digest", "short", "take_decision",
+           "taken_decision"]
 
 #: The request kind of decisions given before approvals had ids.
 LEGACY_KIND = "decision"
@@ -71,3 +86,89 @@ def find_decision(journal: Journal, run_id: str, pending: dict) -> dict | None:
     """The decision left for ``pending`` of run ``run_id`` (the run that asked), or None."""
     decision = journal.get_request(decision_kind(pending), run_id)
     return decision if decision is not None and applies(decision, pending) else None
+
+
+def leave_decision(journal: Journal, run_id: str, pending: dict, *, approved: bool,
+                   note: str | None, by: str, via: str, replace: bool = False) -> dict:
+    """Decide ``pending`` (the pending approval of run ``run_id`` as read), once: the decision
+    written, as the journal holds it.
+
+    :class:`~durable_nb.errors.DecisionExists` (nothing written) when the request was decided
+    already: always once the run took that decision; without ``replace``, before too. With
+    ``replace`` a decision the run has not taken is replaced, the new one listing it (and any
+    it replaced) in ``replaced``. Racing deciders: exactly one wins, and with ``replace`` the
+    replacement and the executor's take are one after the other, never both."""
+    kind = decision_kind(pending)
+    target = pending.get("run_id", run_id)
+    decision = {"key": pending.get("key"), "digest": pending_digest(pending),
+                "name": pending.get("name"), "approved": approved, "note": note, "by": by,
+                "via": via, "at": time.time()}
+    while True:
+        earlier = journal.add_request(kind, target, decision)
+        if earlier is None:
+            return decision
+        if not applies(earlier, pending):
+            # Left for another request at this step by a version without ids: not a decision
+            # on this one, so it is not kept in its way.
+            if journal.swap_request(kind, target, earlier, decision):
+                return decision
+            continue
+        if earlier.get("taken_at") is not None or not replace:
+            raise DecisionExists(target, str(pending.get("name")), earlier,
+                                 taken=earlier.get("taken_at") is not None)
+        replacing = dict(decision, replaced=[
+            *earlier.get("replaced", ()),
+            {k: v for k, v in earlier.items() if k in _KEPT_OF_REPLACED}])
+        if journal.swap_request(kind, target, earlier, replacing):
+            return replacing
+        # Taken or replaced meanwhile: look at it again.
+
+
+#: What a replaced decision keeps in ``replaced``.
+_KEPT_OF_REPLACED = ("approved", "note", "by", "via", "at")
+
+
+def take_decision(journal: Journal, run_id: str, pending: dict, decision: dict) -> dict:
+    """The executor of run ``run_id`` takes ``decision`` on ``pending``: stamped ``taken_at``
+    in the journal, atomically, so that nothing replaces it from then on. Returns the
+    decision taken: a replacement written since ``decision`` was read, if there is one. A
+    decision taken already (by an executor that died before journaling the approval) is
+    taken as it is."""
+    kind = decision_kind(pending)
+    while decision.get("taken_at") is None:
+        taken = dict(decision, taken_at=time.time())
+        if journal.swap_request(kind, run_id, decision, taken):
+            return taken
+        current = find_decision(journal, run_id, pending)
+        if current is None:
+            return decision  # removed by hand: the one read stands
+        decision = current
+    return decision
+
+
+def taken_decision(steps: Iterable[StepEntry], digest: str | None = None) -> StepEntry | None:
+    """The journaled approval step (a decision its run took) for the request whose digest
+    starts with ``digest``, or the last approval step without ``digest``; None if none."""
+    found = None
+    for entry in steps:
+        if entry.kind != "approval" or not entry.ok or not isinstance(entry.result, dict):
+            continue
+        if digest is None or str(entry.result.get("digest") or "").startswith(digest.lower()):
+            found = entry
+    return found
+
+
+def decision_words(decision: dict) -> str:
+    """``approved by ana via panel``, and what it replaced: ``(replacing rejected by bo via
+    durable-nb)``."""
+    words = _verdict_words(decision)
+    replaced = decision.get("replaced") or ()
+    if replaced:
+        words += " (replacing " + ", then ".join(_verdict_words(r) for r in replaced) + ")"
+    return words
+
+
+def _verdict_words(decision: dict) -> str:
+    verdict = "approved" if decision.get("approved") else "rejected"
+    how = f" via {decision['via']}" if decision.get("via") else ""
+    return f"{verdict} by {decision.get('by') or 'someone'}{how}"

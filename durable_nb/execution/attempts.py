@@ -34,7 +34,12 @@ open when it takes the lease), ``input-changed`` (a step's kind, name or inputs 
 ``cancelled``, ``failed``. An attempt that executes the run again from a changed step
 (``on_change="rerun"``) keeps going and notes ``rerun_from``. A reset after an attempt
 (``registry.reset``: its steps from a position on forgotten) is noted on it in ``resets``
-(``{"at", "to_step", "forgot"}``), so that the history says what the reset did.
+(``{"at", "to_step", "forgot"}``), so that the history says what the reset did. How many
+decisions an attempt took is ``decided``: an attempt after one that parked "resumed after the
+approval" only if it took one; otherwise it executed again while the approval still waited.
+A decision given with ``replace=True`` is noted in ``decisions`` (``{"name", "approved",
+"by", "via", "at", "replaced"}``), so that the history keeps both (each approval step has
+its own decision; the record, written with every step, stays small).
 
 The record keeps the last :data:`KEEP` attempts and counts the rest in
 ``attempts_dropped``; a source that differs from the record's own (``RunRecord.source``, the
@@ -59,9 +64,9 @@ from ..timestamps import format_time
 from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
-           "history_lines", "last_reset", "note_interrupted", "note_replayed", "note_rerun",
-           "note_reset", "note_spans_resent", "note_trace", "resumed_words", "source_of",
-           "step_sources"]
+           "history_lines", "last_reset", "note_decision", "note_interrupted", "note_replayed",
+           "note_rerun", "note_reset", "note_spans_resent", "note_trace", "resumed_words",
+           "source_of", "step_sources"]
 
 #: Attempts a record keeps (the older ones are counted in ``attempts_dropped``).
 KEEP = 20
@@ -164,6 +169,21 @@ def note_rerun(attempt: dict, position: int, executed: int) -> None:
     attempt["executed"] += executed
 
 
+def note_decision(record: RunRecord, name: str, decision: dict,
+                  replaced: list[dict] | None = None) -> None:
+    """The record's open attempt took ``decision`` on approval ``name`` (the caller writes
+    the record with the approval step): counted, and kept with ``replaced`` (the decisions
+    it replaced) when there are any."""
+    last = current(record)
+    if last is None or last.get("end") is not None:
+        return
+    last["decided"] = last.get("decided", 0) + 1
+    if replaced:
+        noted = {"name": name, **{k: decision.get(k) for k in ("approved", "by", "via", "at")
+                                  if decision.get(k) is not None}, "replaced": replaced}
+        last["decisions"] = [*last.get("decisions", ()), noted]
+
+
 def note_trace(attempt: dict, trace_id: str, span_id: str,
                parent_span_id: str | None = None) -> None:
     """The attempt is traced: its span's ids (and its parent's, if it has one), written with
@@ -232,6 +252,10 @@ def resumed_words(record: RunRecord, attempt: dict | None = None) -> str | None:
     if before is not None:
         after = ("resumed after an interrupt" if _interrupted_outside_kernel(before)
                  else _AFTER.get(str(before.get("end")), "resumed"))
+        if before.get("end") == "parked" and not attempt.get("decided"):
+            # It took no decision (yet): not "after the approval".
+            after = ("resumed after it parked for an approval" if attempt.get("end") is None
+                     else "executed again while its approval waited for a decision")
         at = before.get("at_step")
         return f"attempt {attempt['n']}: {after} at step {at if at is not None else step}"
     if attempt["n"] > 1 or step:
@@ -262,10 +286,25 @@ def describe(attempt: dict, where: bool = True) -> str:
         how += f" at step {attempt['at_step']}"
     if attempt.get("error") and end in ("failed", "input-changed", "cancelled"):
         how += f": {attempt['error']}"
+    for taken in attempt.get("decisions", ()):  # those that replaced a decision
+        how += f"; took {_decision_line(taken)}"
     for reset in attempt.get("resets", ()):
         how += (f"; then reset to step {reset['to_step']} at {format_time(reset.get('at'), '?')} "
                 f"({reset['forgot']} step{'' if reset['forgot'] == 1 else 's'} forgotten)")
     return f"{head}: {done}; {how}"
+
+
+def _decision_line(decision: dict) -> str:
+    """``'deploy' approved by ana via panel at 2026-12-03 10:02:11 (replacing rejected by bo
+    via durable-nb at 2026-12-03 10:01:05)``."""
+    def words(d: dict) -> str:
+        verdict = "approved" if d.get("approved") else "rejected"
+        how = f" via {d['via']}" if d.get("via") else ""
+        return f"{verdict} by {d.get('by') or 'someone'}{how} at {format_time(d.get('at'), '?')}"
+    line = f"{decision.get('name')!r} {words(decision)}"
+    if decision.get("replaced"):
+        line += " (replacing " + ", then ".join(words(r) for r in decision["replaced"]) + ")"
+    return line
 
 
 def _interrupted_outside_kernel(attempt: dict) -> bool:

@@ -31,6 +31,7 @@ from ..errors import (
     BudgetExhausted,
     ContextNotActive,
     CorruptEntry,
+    DecisionExists,
     DurableError,
     InputChanged,
     JournalMismatch,
@@ -47,11 +48,12 @@ from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_co
 from ..options import RunOptions
 from ..llm.retry import NO_RETRY, RetryPolicy
 from ..timestamps import format_time
-from . import attempts
-from .approvals import applies, decision_kind, find_decision, pending_digest, request_digest
+from .approvals import (applies, decision_kind, decision_words, find_decision, leave_decision,
+                        pending_digest, request_digest, take_decision)
 from .inputs import canonical, first_difference, fingerprint, load_request, store_request
 from .replay import ReplayLog
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
+from . import attempts
 from .writer import JournalWriter
 
 __all__ = ["ChildStarter", "Execution", "NullObserver", "Observer", "Restart",
@@ -584,20 +586,31 @@ class Execution:
         pending = self._claim_pending(key, name, details, digest, timeout)
         decision = self._wait_for_decision(pending)
         if decision is None:
-            decision = {"approved": False, "note": f"no decision within {timeout:g} s",
-                        "by": "timeout"}
+            try:  # the timeout decides like anyone else: once, unless a person was first
+                decision = leave_decision(self.journal, self.run_id, pending, approved=False,
+                                          note=f"no decision within {timeout:g} s",
+                                          by="timeout", via="timeout")
+            except DecisionExists as exc:
+                decision = exc.decision
+        # Stamped taken in the journal (and left there) before the step: from here on the
+        # decision can never change, and a second one is refused naming this one.
+        decision = take_decision(self.journal, self.run_id, pending, decision)
         result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
                   "by": decision.get("by"), "at": decision.get("at", time.time()),
                   "digest": digest}
+        if decision.get("via"):
+            result["via"] = decision["via"]
+        meta: dict[str, Any] = {"details": details}
+        if decision.get("replaced"):
+            meta["replaced"] = decision["replaced"]
         with self.lock:
             self._set_pending(None)
+            attempts.note_decision(self.record, name, result, decision.get("replaced"))
             self._append(StepEntry(-1, key, name, "approval", fp, result=result,
                                    started_at=pending["requested_at"], finished_at=time.time(),
-                                   meta={"details": details}), inputs, record_changed=True)
+                                   meta=meta), inputs, record_changed=True)
         self.wake_event.set()  # a concurrent approval waiting for the slot takes it now
         self._save_ancestors()
-        # Only the decision taken: another approval's is under another id.
-        self.journal.delete_request(decision_kind(pending), self.run_id)
         return result
 
     def _claim_pending(self, key: str, name: str, details: Any, digest: str,
@@ -612,7 +625,10 @@ class Execution:
                 pending = self.record.pending_approval
                 if not pending or (pending.get("key") == key
                                    and pending.get("run_id", self.run_id) == self.run_id):
-                    pending = self._pending_for(pending, key, name, details, digest, timeout)
+                    decided = (find_decision(self.journal, self.run_id, pending)
+                               if pending and pending_digest(pending) != digest else None)
+                    pending = self._pending_for(pending, key, name, details, digest, timeout,
+                                                decided)
                     self._set_pending(pending)
                     break
             if self.options.on_approval == "park":
@@ -627,7 +643,7 @@ class Execution:
 
     @staticmethod
     def _pending_for(earlier: dict | None, key: str, name: str, details: Any, digest: str,
-                     timeout: float | None) -> dict:
+                     timeout: float | None, decided: dict | None = None) -> dict:
         if earlier and pending_digest(earlier) == digest:
             kept = {k: v for k, v in earlier.items() if k != "run_id"}
             return dict(kept, digest=digest)  # one written before digests gets its digest
@@ -636,10 +652,12 @@ class Execution:
                    "id": uuid.uuid4().hex, "requested_at": now,
                    "timeout_at": now + timeout if timeout else None}
         if earlier:
-            # Shown with the request, so that a person knows a decision they gave at this
-            # step was for something else and is not applied.
+            # Shown with the request, so that a person knows the request at this step changed,
+            # and that a decision they gave (``decided``, if one was) is not applied to it.
             pending["replaces"] = {"name": earlier.get("name"), "details": earlier.get("details"),
                                    "digest": pending_digest(earlier)}
+            if decided is not None:
+                pending["replaces"]["decided"] = decision_words(decided)
         return pending
 
     def _set_pending(self, pending: dict | None) -> None:

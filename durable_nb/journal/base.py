@@ -284,6 +284,22 @@ class Journal(abc.ABC):
         """Leave a request (``"decision"`` or ``"cancel"``) for the run's executor."""
 
     @abc.abstractmethod
+    def add_request(self, kind: str, run_id: str, value: dict) -> dict | None:
+        """Leave ``value`` as the request of ``kind`` unless there is one already, in one
+        atomic step (diskcache's ``add``; in PostgreSQL an ``INSERT ... ON CONFLICT DO
+        NOTHING``): of processes racing to add, exactly one writes. None when the request
+        is ``value`` now (written by this call, or by this same call made again after a
+        lost connection); else the request that was there, unchanged. How a decision is
+        written once (:func:`durable_nb.execution.approvals.leave_decision`)."""
+
+    @abc.abstractmethod
+    def swap_request(self, kind: str, run_id: str, old: dict, new: dict) -> bool:
+        """Replace the request of ``kind`` with ``new`` only if it is ``old`` (equal as
+        JSON data), in one atomic step (compare and set). True when the request is ``new``
+        now (swapped by this call, or by this same call made again after a lost
+        connection); False, and nothing changed, when it is anything else or absent."""
+
+    @abc.abstractmethod
     def get_request(self, kind: str, run_id: str) -> dict | None:
         """The pending request of ``kind``, or None."""
 

@@ -844,8 +844,8 @@ class DiskJournal(Journal):
                                         self._step_keys(sql, run_id, from_position))
             self._delete_rows(sql, cleanup, [
                 *(f"blob:{run_id}:{digest}" for digest in drop_blobs),
-                *((_request_key(kind, run_id) for kind in REQUEST_KINDS)
-                  if drop_requests else ())])
+                *((*(_request_key(kind, run_id) for kind in REQUEST_KINDS),
+                   *self._decision_keys(sql, run_id)) if drop_requests else ())])
             now = time.time()
             for key, columns in rows:
                 self._insert_if_absent(sql, key, columns, now)
@@ -894,6 +894,32 @@ class DiskJournal(Journal):
 
     def put_request(self, kind: str, run_id: str, value: dict) -> None:
         self._set_json(_request_key(kind, run_id), value)
+
+    def add_request(self, kind: str, run_id: str, value: dict) -> dict | None:
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        key = _request_key(kind, run_id)
+        while True:
+            # Cache.add is one SQLite transaction: of writers racing, exactly one adds.
+            if self._cache.add(key, json.dumps(value, separators=(",", ":")), retry=True):
+                return None
+            there = self.get_request(kind, run_id)
+            if there is not None:
+                return None if there == value else there
+            # deleted between the add and the read (its run reset): add again
+
+    def swap_request(self, kind: str, run_id: str, old: dict, new: dict) -> bool:
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        key = _request_key(kind, run_id)
+        with self._cache.transact(retry=True):
+            there = self._read_json(key)
+            if there == new:
+                return True
+            if there != old:
+                return False
+            self._set_json(key, new)
+        return True
 
     def get_request(self, kind: str, run_id: str) -> dict | None:
         value = self._read_json(_request_key(kind, run_id))

@@ -595,6 +595,19 @@ class PostgresJournal(Journal):
                            f"SET value = EXCLUDED.value RETURNING run_id, kind) "
                            f"SELECT pg_notify(%s, json_build_object('run_id', run_id, "
                            f"'kind', kind)::text) FROM written",
+            # Write-once: of writers racing, exactly one inserts (the others wait for its
+            # commit and then do nothing); the NOTIFY goes with the one insert.
+            "add_request": f"WITH written AS (INSERT INTO {s}.requests (run_id, kind, value) "
+                           f"VALUES (%s, %s, %s) ON CONFLICT (run_id, kind) DO NOTHING "
+                           f"RETURNING run_id, kind) "
+                           f"SELECT pg_notify(%s, json_build_object('run_id', run_id, "
+                           f"'kind', kind)::text) FROM written",
+            # Compare and set, in one statement: the row is locked while it is compared.
+            "swap_request": f"WITH written AS (UPDATE {s}.requests SET value = %s "
+                            f"WHERE run_id = %s AND kind = %s AND value::jsonb = %s::jsonb "
+                            f"RETURNING run_id, kind) "
+                            f"SELECT pg_notify(%s, json_build_object('run_id', run_id, "
+                            f"'kind', kind)::text) FROM written",
             "get_request": f"SELECT value FROM {s}.requests WHERE run_id = %s AND kind = %s",
             "delete_request": f"DELETE FROM {s}.requests WHERE run_id = %s AND kind = %s",
             **{f"delete_{table}": f"DELETE FROM {s}.{table} WHERE run_id = %s"
@@ -973,6 +986,34 @@ class PostgresJournal(Journal):
         with self._conn("leaving a request") as conn:
             conn.execute(self._sql["put_request"],
                          (run_id, kind, json.dumps(value, separators=(",", ":")), self._channel))
+
+    @_retried
+    def add_request(self, kind: str, run_id: str, value: dict) -> dict | None:
+        check_request_kind(kind)
+        self._writable("leave a request")
+        text = json.dumps(value, separators=(",", ":"))
+        while True:
+            with self._conn("leaving a request") as conn:
+                added = conn.execute(self._sql["add_request"],
+                                     (run_id, kind, text, self._channel)).fetchone()
+            if added is not None:
+                return None
+            # Read in a statement of its own: under READ COMMITTED it sees the row that won,
+            # which the insert's snapshot may not.
+            there = self.get_request(kind, run_id)
+            if there is not None:
+                return None if there == value else there
+            # deleted between the insert and the read (its run reset): add again
+
+    @_retried
+    def swap_request(self, kind: str, run_id: str, old: dict, new: dict) -> bool:
+        check_request_kind(kind)
+        self._writable("replace a request")
+        with self._conn("replacing a request") as conn:
+            swapped = conn.execute(self._sql["swap_request"], (
+                json.dumps(new, separators=(",", ":")), run_id, kind,
+                json.dumps(old, separators=(",", ":")), self._channel)).fetchone()
+        return swapped is not None or self.get_request(kind, run_id) == new
 
     @_retried
     def get_request(self, kind: str, run_id: str) -> dict | None:

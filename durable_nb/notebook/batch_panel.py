@@ -33,7 +33,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..batches.batch import Batch, BatchObserver, ItemResult
-from ..errors import DurableError
+from ..errors import DecisionExists, DurableError
 from ..execution.approvals import pending_digest
 from ..journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import _CSS as _RUN_CSS
@@ -131,12 +131,13 @@ def _close_tree(widget: Any) -> None:
 
 class BatchPanel(BatchObserver):
     """A live view of one batch. ``on_decide(run_id, approved, note, digest)`` (``digest``:
-    of the approval request shown) and ``on_cancel(run_id)`` are called from its buttons;
+    of the approval request shown; Approve all adds ``via="Approve all"`` as a fifth
+    argument) and ``on_cancel(run_id)`` are called from its buttons;
     ``journal`` is where the items are (for pending approvals' details and the item
     panels)."""
 
     def __init__(self, batch_id: str, *, title: str = "", journal: Journal | None = None,
-                 on_decide: Callable[[str, bool, str, str | None], None] | None = None,
+                 on_decide: Callable[..., None] | None = None,
                  on_cancel: Callable[[str], None] | None = None,
                  max_total_tokens: int | None = None, max_total_cost: float | None = None,
                  refresh_interval: float = 0.5) -> None:
@@ -420,7 +421,11 @@ class BatchPanel(BatchObserver):
         if self._on_decide is None:
             return
         note = self.approval_note.value.strip()
-        self._on_decide(run_id, approved, note, digest)
+        try:
+            self._on_decide(run_id, approved, note, digest)
+        except DecisionExists as exc:  # its buttons stay off: the first decision stands
+            self.tell(f"{run_id} was {exc.words} already; nothing was changed")
+            return
         self.tell(f"{'approved' if approved else 'rejected'} {run_id}")
 
     def _ask_approve_all(self) -> None:
@@ -446,15 +451,24 @@ class BatchPanel(BatchObserver):
         if self._on_decide is None or not runs:
             return
         note = self.approval_note.value.strip()
-        done, skipped = 0, 0
+        done, skipped, decided = 0, 0, []
         for run_id, digest in runs:
             try:
-                self._on_decide(run_id, True, note, digest)
+                self._on_decide(run_id, True, note, digest, "Approve all")
                 done += 1
-            except DurableError:  # decided meanwhile (elsewhere), or no longer waiting
+            except DecisionExists as exc:  # decided meanwhile, elsewhere: that one stands
+                decided.append(exc)
+            except DurableError:  # no longer waiting
                 skipped += 1
-        self.tell(f"approved {done:,} item{'s' if done != 1 else ''}"
-                  + (f" ({skipped:,} no longer waited)" if skipped else ""))
+        told = f"approved {done:,} item{'s' if done != 1 else ''}"
+        if decided:
+            first = decided[0]
+            told += (f"; {len(decided):,} had been decided already, left as they were ("
+                     f"{first.run_id}: {first.words}"
+                     + (" ..." if len(decided) > 1 else "") + ")")
+        if skipped:
+            told += f"; {skipped:,} no longer waited"
+        self.tell(told)
 
     def _cancel_confirm(self) -> None:
         with self._lock:

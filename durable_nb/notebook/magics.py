@@ -561,7 +561,8 @@ class DurableMagics(Magics):
 
         %durable runs [--status STATUS]     list runs (status in any case: done, DONE)
         %durable show RUN                   one run: status, tokens, cost, its steps
-        %durable approve RUN [NOTE]         approve the pending approval
+        %durable approve RUN [NOTE]         approve the pending approval (once; --replace
+                                            changes a decision the run has not taken)
         %durable reject RUN [NOTE]          reject it
         %durable cancel RUN                 stop the run at its next step (status CANCELLED)
         %durable reset RUN --from N         forget steps N and later, so they run again
@@ -633,7 +634,9 @@ class DurableMagics(Magics):
         command("show", "run_id")
         for verb in ("approve", "reject"):
             # default=[]: without it argparse reports the optional note as required (fix).
-            command(verb, "run_id").add_argument("note", nargs="*", default=[])
+            decide = command(verb, "run_id")
+            decide.add_argument("note", nargs="*", default=[])
+            decide.add_argument("--replace", action="store_true")
         command("cancel", "run_id")
         command("reset", "run_id").add_argument("--from", dest="from_step", type=int,
                                                 required=True)
@@ -672,7 +675,8 @@ class DurableMagics(Magics):
         elif args.command in STEERING:
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,
-                        from_step=getattr(args, "from_step", 0)))
+                        from_step=getattr(args, "from_step", 0),
+                        replace=getattr(args, "replace", False), via="%durable"))
             # A parked run (or batch item) of this kernel resumes without waiting for its poll.
             for watcher in (active_run(args.run_id), batch_of_run(args.run_id)):
                 if watcher is not None:

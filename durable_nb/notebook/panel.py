@@ -27,9 +27,9 @@ from typing import Any, Callable
 import ipywidgets as w
 
 from ..execution import attempts
-from ..errors import InputChanged, JournalMismatch, RunLeased
+from ..errors import DecisionExists, InputChanged, JournalError, JournalMismatch, RunLeased
 from ..execution import load_request
-from ..execution.approvals import pending_digest, short
+from ..execution.approvals import find_decision, pending_digest, short
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
 from ..llm.streaming import tool_names
 from ..summary import (
@@ -268,6 +268,9 @@ class RunPanel:
         self._journal = journal
         self._on_decide = on_decide
         self._shown_digest: str | None = None  # of the approval request shown
+        # A decision on it that refused this panel's (given elsewhere first): shown even
+        # without a journal to read it from.
+        self._refused: dict | None = None
         self._on_cancel = on_cancel
         self._in_cell = False  # executing in the foreground of its cell: see executing_in_cell
         self._refresh_interval = refresh_interval
@@ -369,6 +372,10 @@ class RunPanel:
         self.approve_button.disabled = self.reject_button.disabled = True
         try:
             self._on_decide(approved, self.approval_note.value.strip(), self._shown_digest)
+        except DecisionExists as exc:  # decided elsewhere first: that decision is shown
+            with self._lock:
+                self._refused = exc.decision
+            self.refresh(force=True)
         except Exception as exc:  # shown, never raised into the comm handler
             self.approve_button.disabled = self.reject_button.disabled = False
             self.append_log(f"durable_nb: could not record the decision: {exc}\n")
@@ -564,17 +571,34 @@ class RunPanel:
             in_cell = self._in_cell
             self._drawn += 1
             drawn = self._drawn
+        decided = self._decision_on(pending) if pending else None
         with self._paint_lock:
             if drawn > self._painted:
                 self._painted = drawn
-                self._paint(header, stats, timeline, result, pending, finished, in_cell)
+                self._paint(header, stats, timeline, result, pending, finished, in_cell,
+                            decided)
                 self.attempts.value = tried  # unchanged: nothing is sent, nothing redrawn
                 self.attempts.layout.display = None if tried else "none"
             if log:
                 self.log.append_stdout(log)
 
+    def _decision_on(self, pending: dict) -> dict | None:
+        """The decision given on ``pending`` (anywhere: a terminal, the Jupyter server, this
+        panel) that its run has not gone on with yet, or None: read from the journal."""
+        refused = self._refused
+        if refused is not None and refused.get("digest") == pending_digest(pending):
+            return refused
+        if self._journal is None:
+            return None
+        try:
+            return find_decision(self._journal, pending.get("run_id", self._record.run_id),
+                                 pending)
+        except (JournalError, OSError):
+            return None  # not known now: the buttons stay, and a click is refused if need be
+
     def _paint(self, header: str, stats: str, timeline: str | None, result: str,
-               pending: dict | None, finished: bool, in_cell: bool) -> None:
+               pending: dict | None, finished: bool, in_cell: bool,
+               decided: dict | None = None) -> None:
         # Each widget's change is a message of its own, shown as it arrives: the header (the
         # status badge) goes last, so a page never shows DONE over counts of before the end.
         with self.widget.hold_sync() if hasattr(self.widget, "hold_sync") else _nothing():
@@ -583,38 +607,39 @@ class RunPanel:
                 self.timeline.value = timeline
             self.result.value = result
             if pending:
-                self.approval_text.value = self._approval_html(pending, in_cell)
+                self.approval_text.value = self._approval_html(pending, in_cell, decided)
                 self._shown_digest = pending_digest(pending)
                 self.approval_box.layout.display = "flex"
-                self.approval_buttons.layout.display = "none" if in_cell else "flex"
-                self.approve_button.disabled = self.reject_button.disabled = False
+                # Decided (here or elsewhere): the decision is shown, not live buttons.
+                self.approval_buttons.layout.display = ("none" if in_cell or decided
+                                                        else "flex")
+                self.approve_button.disabled = self.reject_button.disabled = bool(decided)
             else:
                 self.approval_box.layout.display = "none"
             self.cancel_button.layout.display = "none" if finished or in_cell else None
             self.stop_hint.layout.display = None if in_cell and not finished else "none"
             self.header.value = header
 
-    def _approval_html(self, pending: dict, in_cell: bool = False) -> str:
+    def _approval_html(self, pending: dict, in_cell: bool = False,
+                       decided: dict | None = None) -> str:
         details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
         asked = format_time(pending.get("requested_at"), "")
         since = f" &middot; asked at {asked}" if asked else ""
         run_id = html.escape(str(pending.get("run_id") or self._record.run_id))
-        earlier = pending.get("replaces")
-        changed = "" if not earlier else (
-            f"<div><b>The request at this step changed</b>: a decision given for "
-            f"{html.escape(str(earlier.get('name')))} "
-            f"<code>{html.escape(_clip(json.dumps(earlier.get('details'), default=str)))}</code> "
-            f"(request {short(earlier.get('digest'))}) is not applied to this one.</div>")
+        changed = _changed_html(pending.get("replaces"))
+        head = (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
+                f"(step {html.escape(str(pending.get('key')))}, request "
+                f"{short(pending_digest(pending))}){since}"
+                f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>{changed}")
+        if decided:
+            return head + _decided_html(decided)
         # The cell waits for a decision from outside (--wait): no buttons, see executing_in_cell.
         outside = "" if not in_cell else (
             f"<div>This cell waits for a decision from outside; a click cannot reach the busy "
             f"kernel. Decide with <code>durable-nb approve {run_id}</code> (or "
             f"<code>reject</code>) in a terminal, or in {_open_in_lab(run_id)} (JupyterLab)."
             f"</div>")
-        return (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
-                f"(step {html.escape(str(pending.get('key')))}, request "
-                f"{short(pending_digest(pending))}){since}"
-                f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>{changed}{outside}"
+        return (f"{head}{outside}"
                 f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
                 f"drew them stopped. Re-run the cell for live buttons, decide in "
                 f"{_open_in_lab(run_id)} (JupyterLab, no kernel needed), or from anywhere: "
@@ -889,20 +914,26 @@ class RunPanel:
         A pending approval carries an empty ``dnb-decide-here`` element naming the run and
         the digest of the request shown: JupyterLab's Durable runs extension turns it into
         Approve / Reject buttons that decide through the Jupyter server (no kernel needed),
-        bound to that digest; elsewhere it shows nothing."""
+        bound to that digest; elsewhere it shows nothing. A request decided already (here or
+        elsewhere: a terminal, the Jupyter server) shows that decision instead."""
         with self._lock:
             record = self._record
             body = [self._header_html(record), f"<div>{self._stats_html(record)}</div>"]
-            if record.pending_approval:
-                run_id = html.escape(record.run_id, quote=True)
-                digest = html.escape(pending_digest(record.pending_approval), quote=True)
-                body.append("<div style='border:1px solid #bf8700;padding:6px'>"
-                            f"{self._approval_html(record.pending_approval)}"
-                            f"Decide from anywhere: <code>durable-nb approve {run_id}</code>."
-                            f"<div class='dnb-decide-here' data-durable-nb-decide='{run_id}' "
-                            f"data-durable-nb-digest='{digest}'></div></div>")
-            body += [self._timeline_html(), f"<div>{self._result_html}</div>"]
-            log = self._log_kept
+            pending = record.pending_approval
+            timeline, result, log = self._timeline_html(), self._result_html, self._log_kept
+        decided = self._decision_on(pending) if pending else None
+        if pending and decided:  # decided elsewhere: the decision, not buttons
+            body.append("<div style='border:1px solid #bf8700;padding:6px'>"
+                        f"{self._approval_html(pending, decided=decided)}</div>")
+        elif pending:
+            run_id = html.escape(record.run_id, quote=True)
+            digest = html.escape(pending_digest(pending), quote=True)
+            body.append("<div style='border:1px solid #bf8700;padding:6px'>"
+                        f"{self._approval_html(pending)}"
+                        f"Decide from anywhere: <code>durable-nb approve {run_id}</code>."
+                        f"<div class='dnb-decide-here' data-durable-nb-decide='{run_id}' "
+                        f"data-durable-nb-digest='{digest}'></div></div>")
+        body += [timeline, f"<div>{result}</div>"]
         return saved_view("".join(body), f"run {record.run_id}", log)
 
     # -- text ----------------------------------------------------------------------------
@@ -946,11 +977,47 @@ class RunPanel:
             lines.append(f"waiting for approval of {p.get('name')!r}: "
                          f"{json.dumps(p.get('details'), default=str)[:300]} (request "
                          f"{short(pending_digest(p))})")
+            decided = self._decision_on(p)
+            if decided:
+                lines.append(f"{'approved' if decided.get('approved') else 'rejected'} by "
+                             f"{decided.get('by') or 'someone'}"
+                             + (f" via {decided['via']}" if decided.get("via") else "")
+                             + "; re-run its cell to continue")
         if record.error and not result.startswith("error"):
             lines.append(f"error: {record.error}")
         if result:
             lines.append(result)
         return "\n".join(lines)
+
+
+def _changed_html(earlier: dict | None) -> str:
+    """What a request that replaced another at its step says of the one it replaced: that
+    a decision given for it is not applied (only when one was given)."""
+    if not earlier:
+        return ""
+    was = (f"{html.escape(str(earlier.get('name')))} "
+           f"<code>{html.escape(_clip(json.dumps(earlier.get('details'), default=str)))}</code> "
+           f"(request {short(earlier.get('digest'))})")
+    if earlier.get("decided"):
+        return (f"<div><b>The request at this step changed</b>: the decision given for "
+                f"{was} ({html.escape(str(earlier['decided']))}) is not applied to this one."
+                f"</div>")
+    return f"<div><b>The request at this step changed</b> since it was shown: it was {was}.</div>"
+
+
+def _decided_html(decision: dict) -> str:
+    """A decision given on the pending request that its run has not gone on with yet."""
+    verdict = "approved" if decision.get("approved") else "rejected"
+    at = decision.get("at")
+    when = f" at {format_time(at)}" if isinstance(at, (int, float)) else ""
+    note = (f": &ldquo;{html.escape(_clip(str(decision['note']), 300))}&rdquo;"
+            if decision.get("note") else "")
+    colour = "#1a7f37" if decision.get("approved") else "#cf222e"
+    how = f" via {html.escape(str(decision['via']))}" if decision.get("via") else ""
+    return (f"<div class='dnb-decided' style='color:{colour}'><b>{verdict.capitalize()}</b> by "
+            f"{html.escape(str(decision.get('by') or 'someone'))}{how}{when}{note}. The run "
+            f"goes on with this decision when it resumes (re-run its cell if no kernel "
+            f"watches it).</div>")
 
 
 def _attempt_number(record: RunRecord) -> int:

@@ -39,7 +39,7 @@ def describe_unfinished(journal: Journal) -> list[str]:
         elif batch_id in batches:
             left.setdefault(batch_id, Counter())[record.status] += 1
         else:
-            lines.append(_describe_run(record))
+            lines.append(_describe_run(record, journal))
     for record, how in _interrupted(journal):
         batch_id = record.run_id.rpartition("/")[0]
         if batch_id in batches:
@@ -81,9 +81,15 @@ def _interrupted(journal: Journal) -> Iterator[tuple[RunRecord, str]]:
         yield record, how
 
 
-def _describe_run(record: RunRecord) -> str:
+def _describe_run(record: RunRecord, journal: Journal) -> str:
     if record.status is Status.WAITING_APPROVAL:
         name = (record.pending_approval or {}).get("name")
+        decided = registry.recorded_decision(record, journal)
+        if decided is not None:  # decided elsewhere (a terminal, the Jupyter server)
+            verdict = "approved" if decided.get("approved") else "rejected"
+            how = f" via {decided['via']}" if decided.get("via") else ""
+            return (f"{record.run_id}: {name!r} {verdict} by {decided.get('by') or 'someone'}"
+                    f"{how}, re-run its cell to continue")
         return (f"{record.run_id}: waiting for approval of {name!r} at iteration "
                 f"{record.iteration}; re-run its cell to show the buttons, or "
                 f"`%durable approve {record.run_id}`")

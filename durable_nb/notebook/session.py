@@ -233,9 +233,11 @@ class NotebookRun:
     # -- buttons -----------------------------------------------------------------------
 
     def decide(self, approved: bool, note: str, digest: str | None) -> None:
+        """The panel's Approve / Reject: written once (DecisionExists, shown by the panel,
+        when the request was decided already)."""
         decide = registry.approve if approved else registry.reject
         decide(self.run_id, note or None, by=f"{registry.approver_name(host=False)} (notebook)",
-               expect=digest, journal=self.journal)
+               expect=digest, via="panel", journal=self.journal)
         self._wake.set()
 
     def cancel(self) -> None:
@@ -263,8 +265,7 @@ def stop_for_decision(run_id: str, *, journal: JournalSpec = None) -> None:
     pending = record.pending_approval if record is not None else None
     if record is None or record.status is not Status.WAITING_APPROVAL or not pending:
         return
-    decision = journal.get_request("decision", pending.get("run_id", run_id))
-    if decision is not None and decision.get("key") == pending.get("key"):
+    if find_decision(journal, pending.get("run_id", run_id), pending) is not None:
         return  # decided; the run resumes in the background
     raise DecisionNeeded(
         f"run {run_id!r} waits for your decision on {pending.get('name')!r}: click Approve or "

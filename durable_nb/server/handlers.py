@@ -13,7 +13,6 @@ import asyncio
 import functools
 import json
 import re
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +26,10 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from .. import registry
-from ..registry import batch_rows, recorded_decision
-from ..errors import JournalError, NoJournal, NoPendingApproval, RunLeased, UnknownRun
-from ..execution.approvals import decision_kind, pending_digest
+from ..registry import batch_rows
+from ..errors import (DecisionExists, JournalError, NoJournal, NoPendingApproval, RunLeased,
+                      UnknownRun)
+from ..execution.approvals import decision_kind
 from ..journal import Journal, Status
 from . import live, views
 from .journals import KnownJournal, NotAllowed, UnknownJournal, allowed_journals, resolve
@@ -215,21 +215,32 @@ class DecisionHandler(_Handler):
     @web.authenticated
     async def post(self) -> None:
         data = self.body()
-        run_id, approved, note, digest = (data.get("id"), data.get("approved"),
-                                          data.get("note"), data.get("digest"))
+        run_id, approved, note, digest, replace = (data.get("id"), data.get("approved"),
+                                                   data.get("note"), data.get("digest"),
+                                                   data.get("replace", False))
         if not isinstance(run_id, str) or not run_id:
             raise web.HTTPError(400, "'id' (the run id) is missing")
         if not isinstance(approved, bool):
             raise web.HTTPError(400, "'approved' must be true or false")
         if note is not None and not isinstance(note, str):
             raise web.HTTPError(400, "'note' must be a string or null")
+        if not isinstance(replace, bool):
+            raise web.HTTPError(400, "'replace' must be true or false (default false)")
         if not isinstance(digest, str) or len(digest) < 8:
             raise web.HTTPError(400, "'digest' (of the pending request as shown, 8 or more "
                                      "characters) is missing: a decision is bound to what "
                                      "the person saw")
         known, opened = await self.one_journal(data.get("journal"), write=True)
         by = _user_name(self.current_user)
-        await self.blocking(_decide, opened, run_id, approved, note, by, digest)
+        refused = await self.blocking(_decide, opened, run_id, approved, note, by, digest,
+                                      replace)
+        if refused is not None:  # decided already: who, how and when, in words and as data
+            self.set_status(409)
+            decision = {k: refused.decision.get(k)
+                        for k in ("approved", "by", "via", "at", "note", "digest")}
+            self.finish({"message": str(refused), "reason": "decided already",
+                         "taken": refused.taken, "decision": decision})
+            return
         taken = await self.blocking(_taken, opened, run_id, TAKEN_WITHIN)
         verdict = "approved" if approved else "rejected"
         self.finish({"ok": True, "taken": taken, "by": by, "status": (await self.blocking(
@@ -238,39 +249,32 @@ class DecisionHandler(_Handler):
                        f"{verdict}; re-run its cell to continue"})
 
 
-_deciding = threading.Lock()
-
-
 def _decide(journal: Journal, run_id: str, approved: bool, note: str | None, by: str,
-            digest: str) -> None:
-    """Decide the run's pending approval if it is the request ``digest`` names and nobody
-    decided it yet: the first of concurrent decisions (in this server) wins, the others are
-    refused with what was decided (409), never silently replaced."""
-    with _deciding:
-        record = journal.get_run(run_id)
-        earlier = recorded_decision(record, journal)
-        if earlier is not None and pending_digest(record.pending_approval).startswith(
-                digest.lower()):
-            verdict = "approved" if earlier.get("approved") else "rejected"
-            raise NoPendingApproval(
-                f"run {run_id!r}: this request was already {verdict} by "
-                f"{earlier.get('by') or 'someone'}; the run takes that decision when it "
-                f"resumes. Nothing was changed.")
-        decide = registry.approve if approved else registry.reject
-        decide(run_id, note, by=by, expect=digest, journal=journal)
+            digest: str, replace: bool) -> DecisionExists | None:
+    """Decide the run's pending approval if it is the request ``digest`` names: written
+    once (:func:`~durable_nb.execution.approvals.leave_decision`), so of concurrent decisions
+    anywhere the first wins; the refusal of a later one (what was decided) is returned."""
+    decide = registry.approve if approved else registry.reject
+    try:
+        decide(run_id, note, by=by, expect=digest, replace=replace, via="Jupyter server",
+               journal=journal)
+    except DecisionExists as exc:
+        return exc
+    return None
 
 
 def _taken(journal: Journal, run_id: str, within: float) -> bool:
     """Whether an executor (a kernel watching the parked run, or one waiting in it) took the
-    decision just left for ``run_id`` within ``within`` seconds: it deletes the decision and
-    the run stops waiting."""
+    decision just left for ``run_id`` within ``within`` seconds: it stamps the decision
+    taken and the run stops waiting."""
     until = time.monotonic() + within
     while True:
         record = journal.get_run(run_id)
         pending = record.pending_approval
         if record.status is not Status.WAITING_APPROVAL or not pending:
             return True
-        if journal.get_request(decision_kind(pending), pending.get("run_id", run_id)) is None:
+        decision = journal.get_request(decision_kind(pending), pending.get("run_id", run_id))
+        if decision is None or decision.get("taken_at") is not None:
             return True
         if time.monotonic() >= until:
             return False

@@ -106,7 +106,7 @@ def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
         "pending_approval": _pending(record),
         "decision": None if decision is None else {
             "approved": decision.get("approved"), "by": decision.get("by"),
-            "at": decision.get("at"), "note": decision.get("note"),
+            "via": decision.get("via"), "at": decision.get("at"), "note": decision.get("note"),
             "digest": decision.get("digest")},
         "batch_id": batch or None,
         "parent": record.parent if isinstance(record.parent, str) else None,

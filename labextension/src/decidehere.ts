@@ -6,7 +6,8 @@
  * (`data-durable-nb-decide`) and the digest of the request it shows
  * (`data-durable-nb-digest`). Each such element gets a note, Approve and Reject that
  * decide through the server extension, bound to that digest: a request that changed since
- * the view was drawn is refused (409) and said, never decided in its place. After a
+ * the view was drawn is refused (409) and said, never decided in its place; one decided
+ * elsewhere meanwhile (a decision is written once) shows that decision instead. After a
  * decision it says who decided and that the cell must be re-run for the run to continue
  * (or that the kernel took it, when a live kernel watches the parked run).
  *
@@ -18,7 +19,7 @@ import { JupyterFrontEnd } from '@jupyterlab/application';
 import { ISignal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { api, IDecision, IRunSummary } from './api';
+import { api, APIError, IDecision, IRunSummary } from './api';
 import { button, h } from './dom';
 
 /** What is read of a notebook panel's session (structural: no notebook dependency). */
@@ -107,6 +108,16 @@ async function mount(host: HTMLElement): Promise<void> {
     return;
   }
   const journal = run.journal;
+  /** The decision given on the request shown since it was mounted, or null. */
+  const standing = async (): Promise<IDecision | null> => {
+    try {
+      const now = await waitingRun(id);
+      const given = now && asksShown(now, digest) ? now.decision : null;
+      return given && (!given.digest || given.digest.startsWith(digest)) ? given : null;
+    } catch {
+      return null;
+    }
+  };
   const note = h('input', {
     class: 'dnr-note',
     type: 'text',
@@ -122,6 +133,13 @@ async function mount(host: HTMLElement): Promise<void> {
       );
       showDecided(host, { approved, by: reply.by }, reply.taken);
     } catch (error) {
+      // Refused because it was decided elsewhere meanwhile: that decision stands, and is
+      // shown in place of the buttons.
+      const stands = error instanceof APIError && error.status === 409 ? await standing() : null;
+      if (stands) {
+        showDecided(host, stands, false);
+        return;
+      }
       host.querySelector('.dnr-error')?.remove();
       host.append(
         h('div', { class: 'dnr-error' }, `Nothing was decided: ${(error as Error).message}`)
