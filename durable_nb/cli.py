@@ -31,6 +31,7 @@ from .execution.approvals import pending_digest, short
 from .export import export_batch, export_run
 from .journal import (Journal, RunRecord, Status, StepEntry, default_location, entry_cost,
                       open_journal)
+from .devsetup import dev_setup
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
 from .summary import (age, cost_of, elapsed, format_cost, format_duration, one_line, plain,
@@ -366,6 +367,7 @@ COMMANDS = {
     "demo": "the offline crash-and-resume demo",
     "enable": "load durable_nb in every IPython kernel (writes your IPython profile)",
     "disable": "undo `enable`",
+    "dev-setup": "a checkout installed with pip install -e: its Lab and server extensions",
 }
 
 
@@ -596,6 +598,7 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=COMMANDS[name])
         p.add_argument("--profile", default="default",
                        help="the IPython profile (default: default)")
+    sub.add_parser("dev-setup", help=COMMANDS["dev-setup"])
     return parser
 
 
@@ -604,6 +607,9 @@ def _run(args: argparse.Namespace) -> int:
         return run_demo(args.dir)
     if args.command in ("enable", "disable"):
         print(enable(args.profile) if args.command == "enable" else disable(args.profile))
+        return 0
+    if args.command == "dev-setup":
+        print(dev_setup())
         return 0
     if args.command == "copy":
         record = registry.copy_run(args.run_id, args.to, journal=args.source or args.journal,

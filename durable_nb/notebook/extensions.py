@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..devsetup import checkout_root
+
 __all__ = ["Missing", "missing_extensions", "start_check"]
 
 #: Seconds one request to the server may take (it runs on this machine).
@@ -39,26 +41,19 @@ _WIDGETS = "lab/extensions/@jupyter-widgets/jupyterlab-manager/package.json"
 
 @dataclass(frozen=True)
 class Missing:
-    """What the server that started this kernel lacks, and the command that fixes each."""
+    """What the server that started this kernel lacks, and the one command that fixes it."""
 
     server: bool
     lab: bool
-    editable: bool  # durable_nb runs from a checkout: the contributor's commands
+    editable: bool  # durable_nb runs from a checkout: the contributor's command
 
     def __bool__(self) -> bool:
         return self.server or self.lab
 
-    def fixes(self) -> list[str]:
-        """The command that fixes what is missing: one for a package install; for a checkout
-        (editable), one per missing part, run from the checkout."""
-        if not self.editable:
-            return ['pip install "durable-nb[lab]"']
-        fixes = []
-        if self.lab:
-            fixes.append("jupyter labextension develop --overwrite .")
-        if self.server:
-            fixes.append("jupyter server extension enable durable_nb.server")
-        return fixes
+    @property
+    def fix(self) -> str:
+        """The one command that fixes what is missing."""
+        return "durable-nb dev-setup" if self.editable else 'pip install "durable-nb[lab]"'
 
     def text(self) -> str:
         """One paragraph: what is missing, what it costs, the command, and what then."""
@@ -71,24 +66,15 @@ class Missing:
     def _said(self, text: Callable[[str], str], code: Callable[[str], str]) -> str:
         parts = [name for name, gone in (("JupyterLab extension", self.lab),
                                          ("server extension", self.server)) if gone]
-        where = ("from the checkout, in the environment that runs JupyterLab" if self.editable
-                 else "in the environment that runs JupyterLab")
         disabled = "" if not self.server or self.editable else (
             text("; if it is installed already: ")
             + code("jupyter server extension enable durable_nb.server"))
         return (text(f"This Jupyter server has no durable_nb {' and no '.join(parts)}: the "
                      f"\"Durable runs\" link does nothing, and once the kernel is shut down "
                      f"this panel's Approve and Reject do nothing. Fix: ")
-                + text(" and ").join(code(fix) for fix in self.fixes())
-                + text(f" ({where}") + disabled
+                + code(self.fix) + text(" (in the environment that runs JupyterLab")
+                + disabled
                 + text("), then restart JupyterLab and reload the page."))
-
-
-def _from_checkout() -> bool:
-    """Whether this durable_nb is a source checkout (an editable install, or the tree on
-    sys.path) rather than an installed wheel: its Lab extension then needs ``develop``."""
-    root = Path(__file__).resolve().parents[2]
-    return (root / "pyproject.toml").is_file() and (root / "labextension").is_dir()
 
 
 def _server_url() -> str | None:
@@ -135,7 +121,7 @@ def _ask_server() -> Missing | None:
         return None
     lab = _status(url + "lab/extensions/durable-nb/package.json") == 404 \
         and _status(url + _WIDGETS) == 200
-    missing = Missing(server=api == 404, lab=lab, editable=_from_checkout())
+    missing = Missing(server=api == 404, lab=lab, editable=checkout_root() is not None)
     return missing if missing else None
 
 

@@ -64,7 +64,7 @@ _STOP_HINT = ("<div style='color:#6e7781'>Running in this cell: stop it with the
               "button (&#9632;); the run keeps its journal and resumes when the cell runs "
               "again.</div>")
 _SETUP_STYLE = ("background:#fff8c5;border:1px solid #d4a72c;color:#4d2d00;padding:4px 8px;"
-                "margin:2px 0 6px 0;border-radius:4px")
+                "margin:2px 0 6px 0;border-radius:4px;line-height:1.4")
 _TIMELINE_ROWS = 30
 _LOG_KEPT = 20_000  # characters of the log the saved view keeps
 _TEXT_LIMIT = 2000  # characters of one message, argument or result shown in a step's details
