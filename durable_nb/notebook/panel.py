@@ -339,9 +339,9 @@ class RunPanel:
         self.approve_button.on_click(lambda _: self._decide(True))
         self.reject_button.on_click(lambda _: self._decide(False))
         self.cancel_button.on_click(lambda _: self._cancel())
-        self.widget = w.VBox([self.setup, self.header, self.attempts, self.stats, self.approval_box,
-                              self.timeline, self.log, self.result, self.cancel_button,
-                              self.stop_hint])
+        self.widget = w.VBox([self.setup, self.header, self.attempts, self.stats,
+                              self.approval_box, self.timeline, self.log, self.result,
+                              self.cancel_button, self.stop_hint])
         self.widget.add_class("dnb-panel")
         self.widget.add_class("dnb-live")  # tells the saved view (static_html) to hide
         self.refresh(force=True)

@@ -189,8 +189,8 @@ class JupyterLab:
             env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", "")])
         env.update(self.env)
         cmd = [
-            self.python or sys.executable, "-m", "jupyter", self.app, "--no-browser", "--allow-root",
-            f"--port={self.port}", "--port-retries=0", "--ServerApp.ip=127.0.0.1",
+            self.python or sys.executable, "-m", "jupyter", self.app, "--no-browser",
+            "--allow-root", f"--port={self.port}", "--port-retries=0", "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={self.root_dir}",
         ]  # fmt: skip
         with self.log_path.open("wb") as log:
