@@ -133,3 +133,11 @@ def unload_ipython_extension(ipython):
     from .notebook.magics import unload_ipython_extension as unload
 
     unload(ipython)
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where ``jupyter labextension develop --overwrite .`` finds the prebuilt JupyterLab
+    extension in a checkout (``durable_nb/labextension``, built from ``labextension/``) and
+    the name JupyterLab knows it by (``durable-nb dev-setup`` links the same build and adds
+    the server config; a wheel installs both without either)."""
+    return [{"src": "labextension", "dest": "durable-nb"}]

@@ -28,6 +28,7 @@ from .demo import run_demo
 from .errors import DurableError, NoJournal, UnknownRun
 from .execution.approvals import pending_digest, short
 from .export import export_batch, export_run
+from .devsetup import dev_setup
 from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
@@ -402,6 +403,7 @@ COMMANDS = {
     "demo": "the offline crash-and-resume demo",
     "enable": "load durable_nb in every IPython kernel (writes your IPython profile)",
     "disable": "undo `enable` (also `durable-nb enable --undo`)",
+    "dev-setup": "a checkout installed with pip install -e: its Lab and server extensions",
 }
 
 
@@ -645,6 +647,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "enable":
             p.add_argument("--undo", action="store_true",
                            help="remove what `enable` added (the same as `disable`)")
+    sub.add_parser("dev-setup", help=COMMANDS["dev-setup"])
     return parser
 
 
@@ -654,6 +657,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("enable", "disable"):
         on = args.command == "enable" and not getattr(args, "undo", False)
         print(enable(args.profile) if on else disable(args.profile))
+        return 0
+    if args.command == "dev-setup":
+        print(dev_setup())
         return 0
     if args.command == "copy":
         record = registry.copy_run(args.run_id, args.to, journal=args.source or args.journal,

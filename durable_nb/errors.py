@@ -30,7 +30,9 @@
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
     ├── NotJournaled                  refused: it would reach the world without a journaled step
     │   └── UnsupportedClientCall     ... a durable openai client method durable_nb does not journal
-    └── TerminalError                 raise it from a step: journaled, never retried
+    ├── TerminalError                 raise it from a step: journaled, never retried
+    ├── DecisionNeeded                a notebook stops until a person decides (Run All halts)
+    └── MissingExtra                  a feature's extra is not installed (also an ImportError)
 
 This module imports nothing else from the package, so any module can import it.
 """
@@ -327,6 +329,14 @@ class DecisionExists(NoPendingApproval):
 class DecisionNeeded(DurableError):
     """A notebook stops here until a person decides a pending approval
     (:func:`durable_nb.notebook.stop_for_decision`): Run All halts with this one message."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython: the message, no traceback
+        return [f"\x1b[0;33m{type(self).__name__}\x1b[0m: {self}"]
+
+
+class MissingExtra(DurableError, ImportError):
+    """A feature needs packages of an extra that is not installed
+    (:func:`durable_nb.integrations.require`): one line naming the ``pip install``."""
 
     def _render_traceback_(self) -> list[str]:  # IPython: the message, no traceback
         return [f"\x1b[0;33m{type(self).__name__}\x1b[0m: {self}"]

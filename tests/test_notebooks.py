@@ -204,6 +204,79 @@ def test_framework_notebook_resumes_the_agent_with_each_tool_once(
     assert lines == ["get_weather Tokyo", "send_message team: It is sunny in Tokyo."]
 
 
+# A package made unimportable by a sitecustomize on the kernel's PYTHONPATH (the kernel and
+# the notebook's child process both inherit it): ``sys.modules[name] = None`` makes every
+# import of it fail with ModuleNotFoundError, as in an environment without the extra; with
+# ``only_in`` it fails only in a process whose script is that file.
+_BLOCK = """\
+import sys
+class _Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == {package!r} and sys.argv[0].endswith({only_in!r}):
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+sys.meta_path.insert(0, _Blocked())
+"""
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, folder: Path, package: str,
+             only_in: str = "") -> None:
+    site = folder / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_BLOCK.format(package=package, only_in=only_in))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ["PYTHONPATH"]]))
+
+
+def _error_of(nb: nbformat.NotebookNode) -> tuple[int, dict]:
+    """The index of the cell that stopped Run All, and its error output."""
+    for index, cell in enumerate(nb.cells):
+        errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+        if errors:
+            return index, errors[0]
+    raise AssertionError("no cell failed")
+
+
+@pytest.mark.parametrize("name,extra,package", [("openai_agents", "agents", "agents"),
+                                                ("pydantic_ai", "pydantic-ai", "pydantic_ai")])
+def test_a_framework_notebook_without_its_extra_stops_first_saying_what_to_install(
+        tmp_path: Path, offline, monkeypatch: pytest.MonkeyPatch, name: str, extra: str,
+        package: str) -> None:
+    _without(monkeypatch, tmp_path, package)
+    nb = _read(name)
+    with pytest.raises(CellExecutionError):
+        _client(nb, tmp_path).execute()
+    index, error = _error_of(nb)
+    assert nb.cells[index].source.startswith("import os")  # the set-up cell, before any other
+    assert error.ename == "MissingExtra"
+    assert f'pip install "durable-nb[{extra}]"' in error.evalue
+    assert len(error.traceback) == 1  # one line, no frames
+    later = [c for c in nb.cells[index + 1:] if c.cell_type == "code"]
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in later)
+
+
+@pytest.mark.parametrize("name,package", [("openai_agents", "agents"),
+                                          ("pydantic_ai", "pydantic_ai"),
+                                          ("crash_and_resume", "durable_nb.demo")])
+def test_a_child_process_that_fails_to_import_stops_the_notebook_with_its_error(
+        tmp_path: Path, offline, monkeypatch: pytest.MonkeyPatch, name: str,
+        package: str) -> None:
+    """Never read as "the journal already held this run ... only replayed it"."""
+    # crash_and_resume's child is `python -m durable_nb.demo`: its argv[0] is demo.py's path
+    # once it runs, and its imports of durable_nb's modules from there fail.
+    child = "demo.py" if name == "crash_and_resume" else "weather_agent.py"
+    _without(monkeypatch, tmp_path, package.split(".")[0], only_in=child)
+    nb = _read(name)
+    with pytest.raises(CellExecutionError):
+        _client(nb, tmp_path).execute()
+    index, error = _error_of(nb)
+    cell = nb.cells[index]
+    assert cell.source.startswith("import subprocess, sys")
+    assert error.ename == "RuntimeError" and "failed with exit code 1" in error.evalue
+    assert "ModuleNotFoundError" in error.evalue
+    assert "ModuleNotFoundError" in _text(cell)  # the child's own error, printed above
+    assert "only replayed" not in _text(cell)
+
+
 def test_approvals_notebook_shows_approval_rejection_and_timeout(tmp_path: Path,
                                                                  offline) -> None:
     nb = _run("approvals", tmp_path)

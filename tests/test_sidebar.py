@@ -204,15 +204,6 @@ def test_approved_in_the_inbox_with_the_kernel_gone_then_the_rerun_cell_finishes
     assert journal.get_run("deploy").status is Status.DONE
 
 
-def _shut_down_kernel(page: LabPage) -> None:
-    """Shut the notebook's kernel down as a person does: Kernel menu, Shut Down Kernel."""
-    page.page.locator("#jp-MainMenu").get_by_text("Kernel", exact=True).first.click()
-    page.page.locator(".lm-Menu-content").get_by_text("Shut Down Kernel", exact=True).click()
-    confirm = page.page.locator(".jp-Dialog button.jp-mod-accept")
-    if confirm.count():
-        confirm.click()
-
-
 def test_a_dead_kernels_panel_approves_through_the_server_and_the_rerun_cell_finishes_once(
     lab: JupyterLab, journal: DiskJournal, tmp_path: Path
 ) -> None:
@@ -230,7 +221,7 @@ def test_a_dead_kernels_panel_approves_through_the_server_and_the_rerun_cell_fin
         page.wait_for_text("Approval needed", cell_index=1)
         here = page.cell(1).locator(".dnb-decide-here")
         assert not here.is_visible()  # the kernel is alive: its panel's own buttons decide
-        _shut_down_kernel(page)
+        page.shut_down_kernel()
         # The dead panel gives way to its saved view, whose buttons go through the server.
         here.locator(".dnr-approve").wait_for(state="visible")
         assert not page.cell(1).locator(".dnb-live").is_visible()

@@ -5,3 +5,32 @@
 - :mod:`durable_nb.integrations.pydantic_ai`: Pydantic AI (``pip install
   durable-nb[pydantic-ai]``).
 """
+
+from __future__ import annotations
+
+import importlib
+
+from ..errors import MissingExtra
+
+__all__ = ["EXTRAS", "require"]
+
+#: Each extra of an integration, and the modules it must make importable.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "agents": ("agents",),
+    "pydantic-ai": ("pydantic_ai", "pydantic_ai.models.openai"),
+}
+
+
+def require(extra: str) -> None:
+    """Return when the packages of ``extra`` (a key of :data:`EXTRAS`) import; else raise
+    :class:`~durable_nb.errors.MissingExtra`, one line saying what to install (a notebook's
+    first cell calls it, so Run All stops there rather than in a child process)."""
+    if extra not in EXTRAS:
+        raise ValueError(f"unknown extra {extra!r}: one of {', '.join(sorted(EXTRAS))}")
+    for module in EXTRAS[extra]:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise MissingExtra(
+                f"pip install \"durable-nb[{extra}]\" in this kernel's environment, then "
+                f"restart the kernel: this needs the {extra!r} extra ({exc})") from None

@@ -65,6 +65,7 @@ from . import (
     describe_unfinished,
     wait_for_batch,
 )
+from .extensions import start_check
 from ..profile import disable, enable
 from ..registry import batch_rows, is_interrupted, recorded_decision
 from ..runner import RunOptions, validate_run_id
@@ -740,6 +741,7 @@ _no_abbrev(DurableMagics.durable_agent.parser)
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext durable_nb``: register the magics; report runs a dead kernel left behind."""
+    start_check()  # what the Jupyter server lacks, asked once, before a panel needs it
     magics = DurableMagics(ipython)
     ipython.register_magics(magics)
     ipython.events.register("pre_run_cell", magics.pre_run_cell)

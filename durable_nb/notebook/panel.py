@@ -64,6 +64,8 @@ _TICK = 1.0
 _STOP_HINT = ("<div style='color:#6e7781'>Running in this cell: stop it with the kernel's stop "
               "button (&#9632;); the run keeps its journal and resumes when the cell runs "
               "again.</div>")
+_SETUP_STYLE = ("background:#fff8c5;border:1px solid #d4a72c;color:#4d2d00;padding:4px 8px;"
+                "margin:2px 0 6px 0;border-radius:4px;line-height:1.4")
 _TIMELINE_ROWS = 30
 _LOG_KEPT = 20_000  # characters of the log the saved view keeps
 _TEXT_LIMIT = 2000  # characters of one message, argument or result shown in a step's details
@@ -246,13 +248,14 @@ class RunPanel:
     ``on_decide(approved, note, digest)`` and ``on_cancel()`` are called from the buttons;
     ``digest`` is that of the approval request the panel shows (the decision is for it).
     ``journal`` (where the run is) lets step details show what each step was asked.
+    ``setup_html`` (HTML) says what the Jupyter server lacks, shown live and saved.
     """
 
     def __init__(self, record: RunRecord, *,
                  on_decide: Callable[[bool, str, str | None], None] | None = None,
                  on_cancel: Callable[[], None] | None = None, refresh_interval: float = 0.5,
                  note: str | None = None, journal: Journal | None = None,
-                 starting: bool = False) -> None:
+                 starting: bool = False, setup_html: str = "") -> None:
         self._lock = threading.RLock()
         self._record = record
         # ``starting``: an execution is about to take the run; until it reports (on_record),
@@ -304,6 +307,11 @@ class RunPanel:
         self._new_messages: dict[int, list[str]] = {}
         self._details: dict[int, str] = {}
 
+        # What this Jupyter server lacks for the panel's link and dead-kernel buttons to work
+        # (notebook/extensions.py): shown live and in the saved view.
+        self._setup_html = "" if not setup_html else (
+            f"<div class='dnb-setup' style='{_SETUP_STYLE}'>{setup_html}</div>")
+        self.setup = w.HTML(self._setup_html)
         self.header = w.HTML()
         # The attempts apart from the header, which is redrawn every second: their content
         # changes only with the attempts. Opened by a click, they stay open across redraws
@@ -332,9 +340,9 @@ class RunPanel:
         self.approve_button.on_click(lambda _: self._decide(True))
         self.reject_button.on_click(lambda _: self._decide(False))
         self.cancel_button.on_click(lambda _: self._cancel())
-        self.widget = w.VBox([self.header, self.attempts, self.stats, self.approval_box,
-                              self.timeline, self.log, self.result, self.cancel_button,
-                              self.stop_hint])
+        self.widget = w.VBox([self.setup, self.header, self.attempts, self.stats,
+                              self.approval_box, self.timeline, self.log, self.result,
+                              self.cancel_button, self.stop_hint])
         self.widget.add_class("dnb-panel")
         self.widget.add_class("dnb-live")  # tells the saved view (static_html) to hide
         self.refresh(force=True)
@@ -918,7 +926,8 @@ class RunPanel:
         elsewhere: a terminal, the Jupyter server) shows that decision instead."""
         with self._lock:
             record = self._record
-            body = [self._header_html(record), f"<div>{self._stats_html(record)}</div>"]
+            body = [self._setup_html, self._header_html(record),
+                    f"<div>{self._stats_html(record)}</div>"]
             pending = record.pending_approval
             timeline, result, log = self._timeline_html(), self._result_html, self._log_kept
         decided = self._decision_on(pending) if pending else None

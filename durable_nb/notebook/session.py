@@ -24,6 +24,7 @@ from .. import registry
 from ..journal import Journal, JournalSpec, RunRecord, Status, open_journal, this_host
 from ..errors import DecisionNeeded, JournalError, RunLeased
 from ..execution.approvals import applies, decision_kind, find_decision
+from .extensions import missing_extensions
 from .panel import RunPanel
 from ..runner import RunOptions, RunOutcome, Runner, live_execution
 from .output import CellDisplays, route_output
@@ -58,8 +59,10 @@ class NotebookRun:
         self._displays: CellDisplays | None = None
         self.executing = False
         record = journal.find_run(run_id) or RunRecord(run_id=run_id, title=options.title or "")
+        missing = missing_extensions()
         self.panel = RunPanel(record, on_decide=self.decide, on_cancel=self.cancel,
-                              journal=journal, starting=True)
+                              journal=journal, starting=True,
+                              setup_html=missing.html() if missing else "")
 
     def show(self) -> None:
         """Display the panel under the cell, and its saved view (:class:`CellDisplays`)."""

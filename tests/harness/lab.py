@@ -71,8 +71,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _write_jupyter_dirs(base: Path) -> dict[str, str]:
-    """Private Jupyter dirs: no user settings, no old workspaces, kernel = this interpreter."""
+def _write_jupyter_dirs(base: Path, python: str | None = None,
+                        checkout: bool = True) -> dict[str, str]:
+    """Private Jupyter dirs: no user settings, no old workspaces, kernel = this interpreter,
+    durable_nb's extensions as this checkout has them (``checkout``).
+
+    With ``python`` (another environment's interpreter, e.g. a venv a test installed
+    durable-nb into): nothing of this checkout is added; the kernel is that environment's own
+    python3 kernel and durable_nb is what that environment installed, or nothing."""
     dirs = {
         "JUPYTER_CONFIG_DIR": base / "config",
         "JUPYTER_DATA_DIR": base / "data",
@@ -81,6 +87,13 @@ def _write_jupyter_dirs(base: Path) -> dict[str, str]:
     }
     for path in dirs.values():
         path.mkdir(parents=True)
+    # No news/update fetches (no network) and no toasts covering the notebook.
+    notify = dirs["JUPYTER_CONFIG_DIR"] / "lab/user-settings/@jupyterlab/apputils-extension"
+    notify.mkdir(parents=True)
+    settings = {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True}
+    (notify / "notification.jupyterlab-settings").write_text(json.dumps(settings))
+    if python is not None:
+        return {key: str(path) for key, path in dirs.items()}
     kernel_dir = dirs["JUPYTER_DATA_DIR"] / "kernels" / "python3"
     kernel_dir.mkdir(parents=True)
     spec = {
@@ -89,12 +102,8 @@ def _write_jupyter_dirs(base: Path) -> dict[str, str]:
         "language": "python",
     }
     (kernel_dir / "kernel.json").write_text(json.dumps(spec))
-    # No news/update fetches (no network) and no toasts covering the notebook.
-    notify = dirs["JUPYTER_CONFIG_DIR"] / "lab/user-settings/@jupyterlab/apputils-extension"
-    notify.mkdir(parents=True)
-    settings = {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True}
-    (notify / "notification.jupyterlab-settings").write_text(json.dumps(settings))
-    _install_durable_nb(dirs["JUPYTER_CONFIG_DIR"], dirs["JUPYTER_DATA_DIR"])
+    if checkout:
+        _install_durable_nb(dirs["JUPYTER_CONFIG_DIR"], dirs["JUPYTER_DATA_DIR"])
     return {key: str(path) for key, path in dirs.items()}
 
 
@@ -139,13 +148,19 @@ class JupyterLab:
     `env` is added to the server's environment, which kernels it starts inherit (e.g.
     DURABLE_NB_DIR). On exit all kernel sessions are deleted and the server is terminated.
     `app="notebook"` runs Jupyter Notebook 7 instead (the same front-end components).
+    `python` runs the server (and its python3 kernel) with another environment's interpreter,
+    with that environment's bin first on PATH, no PYTHONPATH and nothing of this checkout.
+    `checkout=False`: this interpreter without durable_nb's extensions (an editable install's
+    server, which has neither unless its environment was set up for them).
     """
 
     def __init__(
         self, root_dir: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 60,
-        app: str = "lab",
+        app: str = "lab", python: str | os.PathLike[str] | None = None, checkout: bool = True,
     ) -> None:
         self.app = app
+        self.checkout = checkout
+        self.python = None if python is None else str(python)
         self.root_dir = Path(root_dir)
         self.env = env or {}
         self.timeout = timeout
@@ -156,11 +171,26 @@ class JupyterLab:
         self.log_path = self._base / "server.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int:
+        """The server's process id (``python -m jupyter`` execs ``jupyter-lab`` in place)."""
+        assert self._proc is not None
+        return self._proc.pid
+
+    @property
+    def runtime_dir(self) -> Path:
+        """The server's Jupyter runtime directory (its ``jpserver-PID.json``)."""
+        return self._base / "runtime"
+
     def __enter__(self) -> JupyterLab:
-        env = {**os.environ, **_write_jupyter_dirs(self._base), **self.env}
+        env = {**os.environ, **_write_jupyter_dirs(self._base, self.python, self.checkout)}
+        if self.python is not None:
+            env.pop("PYTHONPATH", None)
+            env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", "")])
+        env.update(self.env)
         cmd = [
-            sys.executable, "-m", "jupyter", self.app, "--no-browser", "--allow-root",
-            f"--port={self.port}", "--port-retries=0", "--ServerApp.ip=127.0.0.1",
+            self.python or sys.executable, "-m", "jupyter", self.app, "--no-browser",
+            "--allow-root", f"--port={self.port}", "--port-retries=0", "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={self.root_dir}",
         ]  # fmt: skip
         with self.log_path.open("wb") as log:
@@ -345,6 +375,14 @@ class LabPage:
         """Wait until `text` appears in cell outputs (never matches cell source code)."""
         found = self._outputs(cell_index).filter(has_text=text).first
         found.wait_for(state="visible", timeout=timeout * 1000)
+
+    def shut_down_kernel(self) -> None:
+        """Shut the notebook's kernel down as a person does: Kernel menu, Shut Down Kernel."""
+        self.page.locator("#jp-MainMenu").get_by_text("Kernel", exact=True).first.click()
+        self.page.locator(".lm-Menu-content").get_by_text("Shut Down Kernel", exact=True).click()
+        confirm = self.page.locator(".jp-Dialog button.jp-mod-accept")
+        if confirm.count():
+            confirm.click()
 
     def restart_kernel(self) -> None:
         """Restart the kernel as a person does: Kernel menu, Restart Kernel..., confirm."""
