@@ -280,7 +280,7 @@ def test_a_saved_view_whose_request_was_decided_elsewhere_shows_that_decision(
         page.wait_for_text("setup ok", cell_index=0)
         page.run_cell(1)
         page.wait_for_text("Approval needed", cell_index=1)
-        _shut_down_kernel(page)
+        page.shut_down_kernel()
         here = page.cell(1).locator(".dnb-decide-here")
         here.locator(".dnr-reject").wait_for(state="visible")
         approved = subprocess.run(
