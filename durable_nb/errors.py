@@ -55,6 +55,7 @@ __all__ = [
     "NoJournal",
     "NoPendingApproval",
     "NotJournaled",
+    "NotifyConfigError",
     "ReplayDiverged",
     "RunCancelled",
     "RunExpired",
@@ -280,6 +281,11 @@ class DecisionNeeded(DurableError):
 
     def _render_traceback_(self) -> list[str]:  # IPython: the message, no traceback
         return [f"\x1b[0;33m{type(self).__name__}\x1b[0m: {self}"]
+
+
+class NotifyConfigError(DurableError, ValueError):
+    """The notification configuration (a notify.toml, DURABLE_NB_NOTIFY_*, a run's
+    ``notify=``) is wrong: the message names the file or field."""
 
 
 class StepFailed(DurableError):
