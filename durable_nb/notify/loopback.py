@@ -54,12 +54,13 @@ class WebhookReceiver:
     """An HTTP server on loopback, in a thread, that keeps every request it gets (its
     ``headers`` with lower-case names).
 
-    ``status``: what it answers (200; 500 to fail every delivery); ``hang``: never answer
-    (until :meth:`stop`), so that the sender's read times out. ``secret``: each request's
+    ``status``: what it answers (200; 500 to fail every delivery); ``hang``: how many of
+    the first requests it never answers (until :meth:`stop`), so that their sender's read
+    times out. ``secret``: each request's
     ``verified`` says whether :func:`verify` accepted it."""
 
     def __init__(self, secret: str | None = None, *, status: int = 200,
-                 hang: bool = False) -> None:
+                 hang: int = 0) -> None:
         self.secret = secret
         self.status = status
         self.hang = hang
@@ -80,7 +81,8 @@ class WebhookReceiver:
                         "refused": refused, "delivery": headers.get(DELIVERY_HEADER.lower()),
                         "at": time.time()})
                     receiver._seen.notify_all()
-                if receiver.hang:
+                    hangs = len(receiver.requests) <= receiver.hang
+                if hangs:
                     receiver._stopped.wait()
                     return
                 self.send_response(receiver.status)
