@@ -392,3 +392,34 @@ def _park_on(location: str) -> None:
     subprocess.run([sys.executable, "-c", _PARKER, location], check=True, timeout=60,
                    env={**os.environ, "PYTHONPATH": str(REPO),
                         "DURABLE_NB_NOTIFY_CONFIG": "/nonexistent/notify.toml"})
+
+
+# --- %%durable_agent --notify ------------------------------------------------------------------
+
+@pytest.fixture
+def ip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import IPython
+    from IPython.testing.globalipapp import start_ipython
+    monkeypatch.setenv("DURABLE_NB_DIR", str(tmp_path / "journal"))
+    monkeypatch.setenv("DURABLE_NB_NOTIFY_CONFIG", str(tmp_path / "none.toml"))
+    start_ipython()
+    shell = IPython.get_ipython()
+    shell.run_line_magic("load_ext", "durable_nb")
+    return shell
+
+
+def test_the_magic_takes_notify(ip, tmp_path: Path, monkeypatch) -> None:
+    from IPython.core.error import UsageError
+    with pytest.raises(UsageError, match="unknown channel 'pager'"):
+        ip.run_cell_magic("durable_agent", "r --notify pager", "ctx.approval('x')")
+    with WebhookReceiver(SECRET) as hook, WebhookReceiver() as slack:
+        monkeypatch.setenv("DURABLE_NB_NOTIFY_WEBHOOK", hook.url)
+        monkeypatch.setenv("DURABLE_NB_NOTIFY_WEBHOOK_SECRET", SECRET)
+        monkeypatch.setenv("DURABLE_NB_NOTIFY_SLACK_WEBHOOK", slack.url)
+        ip.run_cell_magic("durable_agent", "nb-run --notify webhook",
+                          "ctx.approval('send_report', {'to': 'board'})")
+        request = hook.wait_for(1)[0]
+        rows = _finished(str(tmp_path / "journal"), "nb-run", 2)
+    assert request["verified"] and request["json"]["details"] == {"to": "board"}
+    assert {r["channel"]: r["state"] for r in rows} == {"webhook": "sent", "slack": "skipped"}
+    assert slack.requests == []
