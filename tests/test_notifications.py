@@ -423,3 +423,29 @@ def test_the_magic_takes_notify(ip, tmp_path: Path, monkeypatch) -> None:
     assert request["verified"] and request["json"]["details"] == {"to": "board"}
     assert {r["channel"]: r["state"] for r in rows} == {"webhook": "sent", "slack": "skipped"}
     assert slack.requests == []
+
+
+# --- the docs' receiver ----------------------------------------------------------------------
+
+class _Headers(dict):
+    """Headers looked up in any case, as a web framework's are."""
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+
+def test_the_docs_receiver_snippet_accepts_a_real_delivery_once(tmp_path: Path) -> None:
+    import re
+    page = (REPO / "docs" / "pages" / "guide" / "notifications.md").read_text()
+    snippet = re.search(r"```py\n(.*?)```", page, re.S).group(1)
+    namespace: dict = {}
+    exec(snippet, namespace)
+    docs_verify = namespace["verify"]
+    with WebhookReceiver(SECRET) as hook:
+        _park("r", str(tmp_path / "j"), NotifyConfig(webhook=WebhookConfig(hook.url, SECRET)))
+        request = hook.wait_for(1)[0]
+    headers, body, seen = _Headers(request["headers"]), request["body"], set()
+    assert docs_verify(SECRET, headers, body, seen)
+    assert not docs_verify(SECRET, headers, body, seen)  # the same delivery again
+    assert not docs_verify(SECRET, headers, body + b"x", set())
+    assert not docs_verify("another secret", headers, body, set())
