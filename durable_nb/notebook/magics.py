@@ -54,6 +54,7 @@ from ..errors import (
 )
 from ..export import export_batch, export_run
 from ..journal import Journal, Status, default_location, open_journal
+from ..notify.audit import notifications
 from ..notify.config import check_selection
 from . import (
     NotebookBatch,
@@ -649,7 +650,8 @@ class DurableMagics(Magics):
         elif args.command == "show":
             info = registry.get_run(args.run_id, journal=journal)
             print(format_run(info, is_interrupted(info, journal),
-                             recorded_decision(info, journal)))
+                             recorded_decision(info, journal),
+                             notifications(journal, args.run_id)))
         elif args.command in STEERING:
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,
