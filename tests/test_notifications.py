@@ -24,18 +24,17 @@ import durable_nb as dn
 from durable_nb.errors import NotifyConfigError
 from durable_nb.journal import Status, open_journal
 from durable_nb.llm.retry import RetryPolicy
-from durable_nb.notify import EmailConfig, NotifyConfig, SlackConfig, WebhookConfig, load_config
+from durable_nb.notify import EmailConfig, NotifyConfig, WebhookConfig, load_config
 from durable_nb.notify.audit import notifications
 from durable_nb.notify.delivery import drain, sweep
 from durable_nb.notify.loopback import WebhookReceiver, free_port, verify
 from durable_nb.cli import main as cli
 from durable_nb.export import export_run
 from tests.harness.kernel import wait_until
-from tests.test_journal_conformance import Backend, pg_backend  # noqa: F401 (fixture)
+from tests.test_journal_conformance import Backend, backend, pg_backend  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "s3cret-for-the-hook"
-FAST = RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=0.02, jitter=0.0)
 
 
 def _ask(ctx: dn.Context) -> dict:
@@ -58,6 +57,40 @@ def _show(journal: str, run_id: str, capsys: pytest.CaptureFixture) -> str:
     capsys.readouterr()
     assert cli(["--journal", journal, "show", run_id]) == 0
     return capsys.readouterr().out
+
+
+# --- the journal's claim, on both backends -------------------------------------------------------
+
+def test_a_delivery_is_claimed_by_exactly_one_and_swapped_only_from_what_is_stored(
+        backend: Backend) -> None:
+    import threading
+    from durable_nb.journal import RunRecord
+    journal = backend.open()
+    for run_id in ("a", "a:2", "a/b"):
+        journal.create_run(RunRecord(run_id=run_id, created_at=1.0, updated_at=1.0))
+    wins: list[bool] = []
+    barrier = threading.Barrier(8)
+
+    def claim(i: int) -> None:
+        barrier.wait()
+        wins.append(backend.open().add_delivery("a", "req/webhook", {"state": "claimed", "i": i}))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wins) == [False] * 7 + [True]
+    held = journal.deliveries("a")["req/webhook"]
+    assert not journal.swap_delivery("a", "req/webhook", dict(held, state="other"), {"x": 1})
+    assert journal.swap_delivery("a", "req/webhook", held, dict(held, state="sent"))
+    assert not journal.swap_delivery("a", "req/webhook", held, dict(held, state="lost"))
+    journal.add_delivery("a:2", "req/webhook", {"state": "sent"})
+    journal.add_delivery("a/b", "req/email", {"state": "sent"})
+    assert list(journal.deliveries("a")) == ["req/webhook"]
+    assert journal.deliveries("a")["req/webhook"]["state"] == "sent"
+    journal.delete_run("a")
+    assert journal.deliveries("a") == {} and list(journal.deliveries("a:2")) == ["req/webhook"]
 
 
 # --- the webhook ----------------------------------------------------------------------------
