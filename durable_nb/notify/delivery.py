@@ -106,8 +106,15 @@ def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
                    "name": pending.get("name"), "at": now(), "attempts": []}
         if journal.add_delivery(run_id, delivery_key(pending["id"], channel), skipped):
             outcome[channel] = "skipped"
+    # Read once: a sweep over many parked runs, all notified, writes nothing (a disk
+    # journal's add takes its write lock, which the runs' steps need too).
+    existing = journal.deliveries(run_id) if config.channels() else {}
     for channel, channel_config in config.channels().items():
         key = delivery_key(pending["id"], channel)
+        found = existing.get(key)
+        if found is not None and not (found.get("state") == "claimed" and
+                                      now() - float(found.get("heartbeat", 0)) > config.lease):
+            continue  # sent, failed, skipped, or being sent by a live claimant
         fresh = {"channel": channel, "state": "claimed", "digest": pending_digest(pending),
                  "name": pending.get("name"), "token": uuid.uuid4().hex, "by": _me(),
                  "claimed_at": now(), "heartbeat": now(), "attempts": []}
