@@ -11,7 +11,7 @@ from ..journal import Journal
 from .config import CHANNELS, NotifyConfig, NotifySelection, choose, load_config, user_config_path
 from .delivery import sweep
 
-__all__ = ["for_journal", "for_run", "sweep_once_in_background"]
+__all__ = ["for_directory", "for_journal", "for_run", "sweep_once_in_background"]
 
 _cache: dict[Any, NotifyConfig] = {}
 _swept: set[str] = set()
@@ -21,7 +21,11 @@ _swept_lock = threading.Lock()
 def for_journal(journal: Journal) -> NotifyConfig:
     """The configuration for runs of ``journal`` (the user's file, the journal's, the
     environment), read again only when one of them changed."""
-    directory = getattr(journal, "directory", None)
+    return for_directory(getattr(journal, "directory", None))
+
+
+def for_directory(directory: str | os.PathLike | None) -> NotifyConfig:
+    """:func:`for_journal` by the journal's directory (None: a database), without opening it."""
     paths = [user_config_path()] + ([os.path.join(directory, "notify.toml")] if directory else [])
     stamp = (tuple(_mtime(p) for p in paths), tuple(str(p) for p in paths),
              tuple(sorted((k, v) for k, v in os.environ.items()

@@ -1,7 +1,8 @@
 """The server extension as a sender of notifications: every :data:`PERIOD` seconds, each
 journal the server shows is swept for parked runs whose requests no process notified (the
 kernel that parked one died, or exited before its delivery finished), with that journal's
-configuration (:func:`durable_nb.notify.start.for_journal`). A delivery claimed elsewhere is
+configuration (:func:`durable_nb.notify.start.for_directory`); a journal without channels is
+not opened. A delivery claimed elsewhere is
 left to its claimant (:mod:`durable_nb.notify.delivery`)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import threading
 
 from ..errors import DurableError
 from ..notify.delivery import sweep
-from ..notify.start import for_journal
+from ..notify.start import for_directory
 from .journals import allowed_journals
 
 __all__ = ["PERIOD", "start_sweeper", "sweep_allowed"]
@@ -28,12 +29,12 @@ def sweep_allowed() -> dict[str, dict]:
     done = {}
     for known in allowed_journals():
         try:
-            journal = known.open(write=True)
-            config = for_journal(journal)
-            if config.channels():
-                sent = sweep(journal, config)
-                if sent:
-                    done[known.display] = sent
+            config = for_directory(known.location if known.kind == "disk" else None)
+            if not config.channels():
+                continue  # nothing to send: the journal is not even opened
+            sent = sweep(known.open(write=True), config)
+            if sent:
+                done[known.display] = sent
         except DurableError as exc:
             _log.warning("durable_nb: notifications for %s: %s", known.display, exc)
     return done
