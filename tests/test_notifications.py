@@ -482,3 +482,21 @@ def test_the_docs_receiver_snippet_accepts_a_real_delivery_once(tmp_path: Path) 
     assert not docs_verify(SECRET, headers, body, seen)  # the same delivery again
     assert not docs_verify(SECRET, headers, body + b"x", set())
     assert not docs_verify("another secret", headers, body, set())
+
+
+def test_parking_never_waits_for_a_delivery(tmp_path: Path) -> None:
+    """The run parks (execute returns) while the receiver still holds the request unanswered:
+    the send is on a thread of its own, and its timeout (60 s) is not the run's business."""
+    journal = str(tmp_path / "j")
+    hook = WebhookReceiver(SECRET, hang=1)
+    try:
+        _park("r", journal, NotifyConfig(webhook=WebhookConfig(hook.url, SECRET, timeout=60.0),
+                                         retry=RetryPolicy(max_attempts=1)))
+        hook.wait_for(1)  # the request is at the receiver, which has not answered
+        rows = notifications(open_journal(journal), "r")
+        assert [(r["state"], r["attempts"]) for r in rows] == [("claimed", [])]
+        assert open_journal(journal).get_run("r").status is Status.WAITING_APPROVAL
+    finally:
+        hook.stop()  # the connection closes: the attempt ends, recorded as failed
+    rows = _finished(journal, "r", 1)
+    assert rows[0]["state"] == "failed" and len(rows[0]["attempts"]) == 1
