@@ -30,6 +30,7 @@ from .execution.approvals import pending_digest, short
 from .export import export_batch, export_run
 from .devsetup import dev_setup
 from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
+from .notify.audit import notification_lines, notifications
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
 from .summary import (cost_of, elapsed, format_cost, format_duration, is_free, one_line, plain,
@@ -160,10 +161,11 @@ def _replay_line(info: registry.RunInfo) -> str | None:
 
 
 def format_run(info: registry.RunInfo, interrupted: bool = False,
-               decision: dict | None = None) -> str:
+               decision: dict | None = None, notified: list[dict] | None = None) -> str:
     """The detail view shown by ``durable-nb show`` and ``%durable show``: words and local
     times, no raw records. ``decision``: one given but not taken yet
-    (:func:`recorded_decision`)."""
+    (:func:`recorded_decision`); ``notified``: the run's notifications
+    (:func:`~durable_nb.notify.audit.notifications`)."""
     budget = f" of {info.max_tokens:,}" if info.max_tokens else ""
     lines = [f"run        {info.run_id}" + (f"  ({info.title})" if info.title else ""),
              f"status     {_status_line(info, interrupted, decision)}",
@@ -198,6 +200,7 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
                      f"{source} was executed again from step {step}")
     if info.pending_approval:
         lines.extend(_pending_lines(info.pending_approval))
+    lines += notification_lines(notified or [])
     if info.error:
         lines.append(f"error      {info.error}")
     if info.status is Status.DONE:
@@ -695,11 +698,12 @@ def _run(args: argparse.Namespace) -> int:
         info = registry.get_run(args.run_id, journal=journal)
         interrupted = is_interrupted(info, journal)
         decision = recorded_decision(info, journal)
+        notified = notifications(journal, args.run_id)
         if args.json:
-            print(json.dumps(dict(info.to_dict(), interrupted=interrupted, decision=decision),
-                             indent=2))
+            print(json.dumps(dict(info.to_dict(), interrupted=interrupted, decision=decision,
+                                  notifications=notified), indent=2))
         else:
-            print(format_run(info, interrupted, decision))
+            print(format_run(info, interrupted, decision, notified))
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),

@@ -32,7 +32,8 @@
     │   └── UnsupportedClientCall     ... a durable openai client method durable_nb does not journal
     ├── TerminalError                 raise it from a step: journaled, never retried
     ├── DecisionNeeded                a notebook stops until a person decides (Run All halts)
-    └── MissingExtra                  a feature's extra is not installed (also an ImportError)
+    ├── MissingExtra                  a feature's extra is not installed (also an ImportError)
+    └── NotifyConfigError             the notification configuration is wrong (also a ValueError)
 
 This module imports nothing else from the package, so any module can import it.
 """
@@ -58,9 +59,11 @@ __all__ = [
     "JournalNotWritable",
     "JournalUnavailable",
     "JournalWriteError",
+    "MissingExtra",
     "NoJournal",
     "NoPendingApproval",
     "NotJournaled",
+    "NotifyConfigError",
     "ReplayDiverged",
     "RunCancelled",
     "RunExpired",
@@ -340,6 +343,11 @@ class MissingExtra(DurableError, ImportError):
 
     def _render_traceback_(self) -> list[str]:  # IPython: the message, no traceback
         return [f"\x1b[0;33m{type(self).__name__}\x1b[0m: {self}"]
+
+
+class NotifyConfigError(DurableError, ValueError):
+    """The notification configuration (a notify.toml, DURABLE_NB_NOTIFY_*, a run's
+    ``notify=``) is wrong: the message names the file or field."""
 
 
 class StepFailed(DurableError):

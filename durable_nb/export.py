@@ -37,6 +37,7 @@ from . import serde
 from .execution import attempts
 from .batches.batch import batch as read_batch
 from .journal import LLM_KINDS, Journal, open_journal
+from .notify.audit import notifications
 from .registry import RunInfo, get_run
 from .llm.streaming import tool_names
 from .summary import (
@@ -149,7 +150,8 @@ def _write_whole(path: Path, text: str) -> None:
 
 def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, Any]:
     """The run as JSON data: ``{"export_version", "run", "rounds", "result", "attempts",
-    "code"}``.
+    "code", "notifications"}`` (the deliveries of its requests for approval, without where
+    their senders ran).
 
     ``journal`` (the one ``info`` came from) lets child steps name their child run's status.
     """
@@ -177,7 +179,9 @@ def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, A
     run["status"] = str(info.status)
     run["goal"] = goal if isinstance(goal, str) else (_plain(goal) if goal is not None else None)
     return {"export_version": EXPORT_VERSION, "run": run, "rounds": rounds,
-            "result": _result(info), "attempts": _attempts(info), "code": _code_parts(info)}
+            "result": _result(info), "attempts": _attempts(info), "code": _code_parts(info),
+            "notifications": (notifications(journal, info.run_id, private=False)
+                              if journal is not None else [])}
 
 
 # Where an attempt ran (host, pid, kernel) stays out of shared files, as the owner does.
@@ -377,6 +381,10 @@ def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
             cells.append(markdown_cell(_step_md(step), metadata={"durable_nb": step}))
     cells.append(markdown_cell(_result_md(data["result"]),
                                metadata={"durable_nb": data["result"]}))
+    if data.get("notifications"):
+        cells.append(markdown_cell(_notifications_md(data["notifications"]),
+                                   metadata={"durable_nb": {"notifications":
+                                                            data["notifications"]}}))
     nb = nbf.v4.new_notebook(cells=cells, metadata={
         **_KERNEL_METADATA,
         "durable_nb": {"export_version": data["export_version"], "run_id": run["run_id"]}})
@@ -595,6 +603,18 @@ def _result_md(result: dict[str, Any]) -> str:
                      f"{_code(str(result['pending_approval'].get('name')))}")
     if result["result"] is not None:
         lines += ["", _value_md(result["result"])]
+    return "\n".join(lines)
+
+
+def _notifications_md(rows: list[dict[str, Any]]) -> str:
+    lines = ["## Notifications", ""]
+    for row in rows:
+        attempts = row.get("attempts") or []
+        errors = [a.get("error") for a in attempts if not a.get("ok")]
+        lines.append(f"- {row.get('channel')}: **{row.get('state')}**, request "
+                     f"{_code(str(row.get('digest', ''))[:12])} ({_code(str(row.get('name')))}), "
+                     f"{len(attempts)} attempt{'' if len(attempts) == 1 else 's'}"
+                     + (f"; last error: {errors[-1]}" if errors else ""))
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ from typing import Any, Literal, Protocol
 
 from .execution.lease import DEFAULT_STALE_AFTER
 from .llm.pricing import Price
+from .notify.config import NotifySelection, check_selection
 
 __all__ = ["CallGate", "OnApproval", "OnChange", "OnJournalError", "RunOptions",
            "verify_replay_default"]
@@ -65,6 +66,11 @@ class RunOptions:
     execute the handler once more in pure replay and raise
     :class:`~durable_nb.errors.ReplayDiverged` if it does not reproduce the same steps,
     inputs and result (Restate's always-replay check; the test suite runs with it on).
+
+    ``notify``: where a request for approval is sent when the run starts waiting (see
+    :mod:`durable_nb.notify`): None, every channel configured for the journal or the user;
+    False or ``"none"``, none; channel names (``"webhook,email"`` or a list); or a
+    :class:`~durable_nb.notify.NotifyConfig` of its own.
     """
 
     title: str | None = None
@@ -90,8 +96,10 @@ class RunOptions:
     #: the Jupyter Server's listing: open the run's notebook at its cell).
     notebook: str | None = None
     cell_id: str | None = None
+    notify: NotifySelection = None
 
     def __post_init__(self) -> None:
+        check_selection(self.notify)
         for name, allowed in (("on_change", ("error", "rerun", "replay")),
                               ("on_journal_error", ("continue", "stop")),
                               ("on_approval", ("wait", "park"))):

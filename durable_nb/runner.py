@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -55,6 +56,8 @@ from .journal import (
     this_host,
 )
 from .execution.lease import Lease
+from .notify.delivery import notify_in_background
+from .notify.start import for_run, sweep_once_in_background
 from .options import RunOptions
 from .redact import redact_source
 from .telemetry import attempt_begun, traced
@@ -166,6 +169,9 @@ class Runner:
         # Traced (durable_nb.telemetry) here, so that every execution is, children too.
         self.observer = traced(observer or NullObserver(), run_id, self.journal)
         self.parent = parent
+        # Where a request for approval is sent (a wrong configuration is refused here,
+        # before the run starts).
+        self._notify, self._notify_skip = for_run(self.journal, self.options.notify)
         self.execution: Execution | None = None
         self._heartbeat_error: BaseException | None = None
         self._attempt: dict | None = None  # this execution's, in the record's attempts
@@ -340,6 +346,11 @@ class Runner:
             self.execution = execution
             with _live_lock:
                 _live[self.run_id] = execution
+            if self._notify.channels() or self._notify_skip:
+                execution.on_waiting = functools.partial(
+                    notify_in_background, self.journal, config=self._notify,
+                    skip=self._notify_skip)
+                sweep_once_in_background(self.journal, self._notify)
         return execution
 
     def _call_handler(self, execution: Execution) -> Any:

@@ -35,6 +35,14 @@ os.environ["DURABLE_NB_VERIFY_REPLAY"] = "1"
 # the suite's thousands of temporary journals go to an index of its own, not the user's.
 os.environ.setdefault("DURABLE_NB_INDEX", tempfile.mkdtemp(prefix="dnb-index-"))
 
+# A developer's own notification channels (~/.config/durable-nb/notify.toml,
+# DURABLE_NB_NOTIFY_*) never hear of the suite's parked runs: the tests that notify configure
+# their own loopback receivers.
+for _name in [n for n in os.environ if n.startswith("DURABLE_NB_NOTIFY_")]:
+    del os.environ[_name]
+os.environ["DURABLE_NB_NOTIFY_CONFIG"] = os.path.join(tempfile.mkdtemp(prefix="dnb-notify-"),
+                                                      "notify.toml")
+
 
 # --- PostgreSQL: a real server for the session (tests/postgres.py) -----------------------
 

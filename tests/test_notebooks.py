@@ -29,7 +29,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 ALL_TOOLS_ONCE = Counter(read_csv=1, analyse=1, write_report=1, send_email=1)
 #: What each notebook's tools did, once each, however often and in whatever order it ran.
 EFFECTS = {"quickstart": ALL_TOOLS_ONCE, "crash_and_resume": ALL_TOOLS_ONCE,
-           "batch": Counter(send_reply=12),
+           "batch": Counter(send_reply=12), "notifications": ALL_TOOLS_ONCE,
            "openai_agents": Counter(get_weather=1, send_message=1),
            "pydantic_ai": Counter(get_weather=1, send_message=1)}
 TICKETS = [f"T-{n}" for n in range(101, 113)]
@@ -133,8 +133,8 @@ def _effects(workdir: Path) -> Counter:
 
 
 def test_every_notebook_has_a_test() -> None:
-    assert NAMES == ["approvals", "batch", "crash_and_resume", "openai_agents", "pydantic_ai",
-                     "quickstart"]
+    assert NAMES == ["approvals", "batch", "crash_and_resume", "notifications", "openai_agents",
+                     "pydantic_ai", "quickstart"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -169,6 +169,24 @@ def test_quickstart_runs_the_agent_to_done_after_approval(tmp_path: Path, offlin
     record = DiskJournal(work / ".durable_nb").get_run("quickstart")
     assert record.status is Status.DONE and record.title == "Q3 sales report"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing outside work/
+
+
+def test_notifications_notebook_shows_the_signed_webhook_and_the_email(tmp_path: Path,
+                                                                       offline) -> None:
+    pytest.importorskip("aiosmtpd")
+    nb = _run("notifications", tmp_path)
+    work = _work(tmp_path, "notifications")
+    shown = _text(_cell(nb, "import email, json"))
+    assert shown.startswith("webhook: signature verified, delivery notify-demo/"), shown
+    assert '"name": "send_email"' in shown and "team@example.com" in shown
+    assert "e-mail to oncall@example.org: Approval needed: send_email (run notify-demo)" in shown
+    history = _text(_cell(nb, "%durable show notify-demo"))
+    assert "notified   2 deliveries" in history
+    assert "webhook  sent" in history and "email    sent" in history
+    assert "The Q3 sales report is done" in _text(_cell(nb, "%durable wait notify-demo"))
+    assert _effects(work) == ALL_TOOLS_ONCE
+    rows = DiskJournal(work / ".durable_nb").deliveries("notify-demo")
+    assert sorted(r["state"] for r in rows.values()) == ["sent", "sent"]
 
 
 def test_crash_and_resume_repeats_no_tool_after_the_sigkill(tmp_path: Path, offline) -> None:

@@ -148,6 +148,9 @@ class Execution:
         self.interrupted = False
         self.finished = False
         self.parking = False
+        #: Called with the run's record once a pending approval is written (the runner
+        #: sends notifications from it); None: nothing to call.
+        self.on_waiting: Callable[[RunRecord], None] | None = None
         self.restart_from: int | None = None
         # The journal mismatch found in one flow: every other flow stops at its next step.
         self.mismatch: JournalMismatch | None = None
@@ -639,6 +642,8 @@ class Execution:
             self.wake_event.clear()
         self.save_record()
         self._save_ancestors()
+        if self.on_waiting is not None:
+            self.on_waiting(self.record)
         return pending
 
     @staticmethod

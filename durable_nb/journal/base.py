@@ -22,6 +22,7 @@ a run (the registry, ``durable-nb``, the runner's re-run) hold the run's lease w
 from __future__ import annotations
 
 import abc
+import json
 import re
 import threading
 import time
@@ -31,7 +32,7 @@ from typing import Union
 from ..errors import JournalError, UnknownRun
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
-__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "StatusFilter", "check_request_kind",
+__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "delivery_text", "StatusFilter", "check_request_kind",
            "position_taken_advice", "read_only_error", "select_runs", "wanted_statuses"]
 
 #: What :class:`~durable_nb.errors.RunLeased` tells an executor whose write was refused
@@ -79,6 +80,12 @@ def select_runs(records: Iterable[RunRecord], wanted: tuple[Status, ...] | None,
     chosen = [r for r in records if wanted is None or r.status in wanted]
     chosen.sort(key=lambda r: (r.created_at, r.run_id), reverse=newest_first)
     return chosen if limit is None else chosen[:max(limit, 0)]
+
+
+def delivery_text(value: dict) -> str:
+    """A delivery record as stored: JSON with sorted keys, so that the same record is the same
+    text (:meth:`Journal.swap_delivery` compares stored text)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def check_request_kind(kind: str) -> None:
@@ -348,6 +355,24 @@ class Journal(abc.ABC):
             if left is not None and left <= 0:
                 return None
             event.wait(interval if left is None else min(interval, left))
+
+    # -- deliveries of notifications -------------------------------------------------------
+
+    def add_delivery(self, run_id: str, key: str, value: dict) -> bool:
+        """Store the delivery record ``value`` under ``(run_id, key)`` unless one is there:
+        whether it was stored. Atomic: of processes racing to add the same key, exactly one
+        gets True (how a notification is claimed: :mod:`durable_nb.notify.delivery`)."""
+        raise JournalError(f"the journal at {self.location} does not record deliveries")
+
+    def swap_delivery(self, run_id: str, key: str, expected: dict, value: dict) -> bool:
+        """Replace the delivery record under ``(run_id, key)`` by ``value`` only if it is
+        still ``expected`` (compared as stored): whether it was replaced. Atomic, like
+        :meth:`add_delivery`: of processes swapping the same record, one wins."""
+        raise JournalError(f"the journal at {self.location} does not record deliveries")
+
+    def deliveries(self, run_id: str) -> dict[str, dict]:
+        """The run's delivery records by key (none: ``{}``)."""
+        return {}
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ from .base import (
     Journal,
     StatusFilter,
     check_request_kind,
+    delivery_text,
     position_taken_advice,
     read_only_error,
     select_runs,
@@ -667,7 +668,7 @@ class DiskJournal(Journal):
                 keys = [*self._step_keys(sql, gone, 0), *self._blob_keys(sql, gone),
                         f"run:{gone}", f"lease:{gone}",
                         *(_request_key(kind, gone) for kind in REQUEST_KINDS),
-                        *self._decision_keys(sql, gone)]
+                        *self._decision_keys(sql, gone), *self._delivery_keys(sql, gone)]
                 self._delete_rows(sql, cleanup, keys)
 
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
@@ -927,6 +928,50 @@ class DiskJournal(Journal):
 
     def delete_request(self, kind: str, run_id: str) -> None:
         self._cache.delete(_request_key(kind, run_id), retry=True)
+
+    # -- deliveries -----------------------------------------------------------------------
+
+    def add_delivery(self, run_id: str, key: str, value: dict) -> bool:
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        return bool(self._cache.add(_delivery_key(run_id, key), delivery_text(value),
+                                    retry=True))
+
+    def swap_delivery(self, run_id: str, key: str, expected: dict, value: dict) -> bool:
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        with self._cache.transact(retry=True):
+            if self._get(_delivery_key(run_id, key)) != delivery_text(expected):
+                return False
+            self._cache.set(_delivery_key(run_id, key), delivery_text(value), retry=True)
+        return True
+
+    def deliveries(self, run_id: str) -> dict[str, dict]:
+        prefix = _delivery_key(run_id, "")
+        found = {}
+        for key, text in self._range(prefix):
+            if _DELIVERY_SEP in key[len(prefix):]:
+                continue  # a run whose id starts with this one's and the separator
+            try:
+                found[key[len(prefix):]] = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                raise CorruptEntry(key, f"not JSON ({exc})", run_id=run_id) from None
+        return found
+
+    def _delivery_keys(self, sql: Callable, run_id: str) -> list[str]:
+        prefix = _delivery_key(run_id, "")
+        rows = sql("SELECT key FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
+                   (prefix, _prefix_end(prefix))).fetchall()
+        return [key for key, in rows if _DELIVERY_SEP not in key[len(prefix):]]
+
+
+#: Between a run's id and a delivery's key (``delivery:RUN<US>KEY``): a character no run id
+#: or delivery key holds.
+_DELIVERY_SEP = "\x1f"
+
+
+def _delivery_key(run_id: str, key: str) -> str:
+    return f"delivery:{run_id}{_DELIVERY_SEP}{key}"
 
 
 def _request_key(kind: str, run_id: str) -> str:

@@ -100,6 +100,7 @@ from .base import (
     Journal,
     StatusFilter,
     check_request_kind,
+    delivery_text,
     position_taken_advice,
     read_only_error,
     select_runs,
@@ -305,6 +306,12 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
                 FOR EACH ROW EXECUTE PROCEDURE {s}.run_status()""",
             f"UPDATE {s}.runs SET record = record",
             f"CREATE INDEX runs_by_status ON {s}.runs (status, created_at, run_id)",
+        ]),
+        ("notification deliveries", [
+            # One row per (run, request, channel): claimed by INSERT ... ON CONFLICT DO
+            # NOTHING, its outcome written by a compare-and-swap on the text.
+            f"""CREATE TABLE {s}.deliveries (run_id text COLLATE "C" NOT NULL,
+                key text NOT NULL, value text NOT NULL, PRIMARY KEY (run_id, key))""",
         ]),
     ]
 
@@ -610,8 +617,13 @@ class PostgresJournal(Journal):
                             f"'kind', kind)::text) FROM written",
             "get_request": f"SELECT value FROM {s}.requests WHERE run_id = %s AND kind = %s",
             "delete_request": f"DELETE FROM {s}.requests WHERE run_id = %s AND kind = %s",
+            "add_delivery": f"INSERT INTO {s}.deliveries (run_id, key, value) VALUES (%s, %s, %s) "
+                            f"ON CONFLICT DO NOTHING",
+            "swap_delivery": f"UPDATE {s}.deliveries SET value = %s "
+                             f"WHERE run_id = %s AND key = %s AND value = %s",
+            "deliveries": f"SELECT key, value FROM {s}.deliveries WHERE run_id = %s ORDER BY key",
             **{f"delete_{table}": f"DELETE FROM {s}.{table} WHERE run_id = %s"
-               for table in ("steps", "blobs", "leases", "requests", "runs")},
+               for table in ("steps", "blobs", "leases", "requests", "deliveries", "runs")},
         }
 
     def _schema_version(self, conn: Any) -> int | None:
@@ -792,7 +804,7 @@ class PostgresJournal(Journal):
                 for gone in () if fenced else (*children, run_id):
                     # The lease row first, as appends lock it first: no deadlock with a
                     # late append.
-                    for table in ("leases", "requests", "steps", "blobs", "runs"):
+                    for table in ("leases", "requests", "deliveries", "steps", "blobs", "runs"):
                         conn.execute(self._sql[f"delete_{table}"], (gone,))
         if fenced:
             raise RunLeased(run_id, self.lease(run_id) or {}, advice=FENCED_ADVICE)
@@ -1034,6 +1046,35 @@ class PostgresJournal(Journal):
         self._writable("delete a request")
         with self._conn("deleting a request") as conn:
             conn.execute(self._sql["delete_request"], (run_id, kind))
+
+    # -- deliveries ---------------------------------------------------------------------------
+
+    @_retried
+    def add_delivery(self, run_id: str, key: str, value: dict) -> bool:
+        self._writable("record a delivery")
+        with self._conn("recording a delivery") as conn:
+            return conn.execute(self._sql["add_delivery"],
+                                (run_id, key, delivery_text(value))).rowcount == 1
+
+    @_retried
+    def swap_delivery(self, run_id: str, key: str, expected: dict, value: dict) -> bool:
+        self._writable("record a delivery")
+        with self._conn("recording a delivery") as conn:
+            return conn.execute(self._sql["swap_delivery"],
+                                (delivery_text(value), run_id, key,
+                                 delivery_text(expected))).rowcount == 1
+
+    @_retried
+    def deliveries(self, run_id: str) -> dict[str, dict]:
+        with self._conn("reading deliveries") as conn:
+            rows = conn.execute(self._sql["deliveries"], (run_id,)).fetchall()
+        found = {}
+        for key, text in rows:
+            try:
+                found[key] = json.loads(text)
+            except (ValueError, RecursionError):
+                raise CorruptEntry(f"delivery:{run_id}:{key}", "not JSON", run_id=run_id) from None
+        return found
 
     def wait_for_request(self, kind: str, run_id: str, timeout: float | None, *,
                          accept: Callable[[dict], bool] | None = None,

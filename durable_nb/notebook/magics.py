@@ -48,12 +48,15 @@ from ..errors import (
     CellSyntaxError,
     ContextNotActive,
     DurableError,
+    NotifyConfigError,
     SerializationError,
     TerminalError,
     UnknownRun,
 )
 from ..export import export_batch, export_run
 from ..journal import Journal, Status, default_location, open_journal
+from ..notify.audit import notifications
+from ..notify.config import check_selection
 from . import (
     NotebookBatch,
     NotebookRun,
@@ -190,6 +193,15 @@ def _positive_number(text: str) -> float:
 
 
 #: ``%%durable_agent`` options that only a batch (``--over``) takes.
+def _notify_channels(text: str) -> str:
+    """``--notify``'s value, checked (an unknown channel name is refused at once)."""
+    try:
+        check_selection(text)
+    except NotifyConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return text
+
+
 _BATCH_OPTIONS = ("key", "concurrency", "retry_failed", "max_total_tokens", "max_total_cost",
                   "requests_per_minute", "tokens_per_minute")
 
@@ -405,6 +417,11 @@ class DurableMagics(Magics):
                    "from outside (durable-nb approve, another notebook). For headless runs "
                    "(nbclient, papermill); without it the cell ends and the panel's buttons "
                    "resume the run")
+    @argument("--notify", type=_notify_channels, metavar="CHANNELS",
+              help="where a request for approval is sent when the run starts waiting: "
+                   "channel names (webhook, slack, email; comma-separated) or none; "
+                   "default: every channel configured for the journal or the user "
+                   "(notify.toml, DURABLE_NB_NOTIFY_*)")
     @argument("--on-change", choices=["error", "rerun", "replay"], default="error",
               help="when a step is asked differently than the journal holds it (an edited "
                    "prompt, other arguments, another step): stop before returning a stale "
@@ -487,7 +504,7 @@ class DurableMagics(Magics):
                 max_tokens=args.max_tokens, max_cost=args.max_cost, model=args.model,
                 source=cell, on_approval="wait" if args.wait else "park",
                 on_change=args.on_change, on_journal_error=args.on_journal_error,
-                notebook=self._notebook_path(), cell_id=self.cell_id)
+                notebook=self._notebook_path(), cell_id=self.cell_id, notify=args.notify)
             try:
                 handler = compile_cell(cell, run_id, self.shell.user_ns)
             except SyntaxError as exc:
@@ -533,7 +550,7 @@ class DurableMagics(Magics):
                          "max_tokens": args.max_tokens, "max_cost": args.max_cost,
                          "model": args.model, "source": cell,
                          "on_change": args.on_change,
-                         "on_journal_error": args.on_journal_error,
+                         "on_journal_error": args.on_journal_error, "notify": args.notify,
                          "notebook": self._notebook_path(), "cell_id": self.cell_id})
             batch.show()
             return batch.start()
@@ -672,7 +689,8 @@ class DurableMagics(Magics):
         elif args.command == "show":
             info = registry.get_run(args.run_id, journal=journal)
             print(format_run(info, is_interrupted(info, journal),
-                             recorded_decision(info, journal)))
+                             recorded_decision(info, journal),
+                             notifications(journal, args.run_id)))
         elif args.command in STEERING:
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,

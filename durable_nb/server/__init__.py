@@ -23,6 +23,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Add the API's routes to the server's web application."""
     from .handlers import handlers
 
+    from .notify import start_sweeper
+
     web_app = serverapp.web_app
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
     serverapp.log.info("durable_nb: REST API at %sdurable-nb/api/", web_app.settings["base_url"])
+    start_sweeper()  # parked runs' requests no kernel notified

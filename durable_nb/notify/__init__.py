@@ -1,0 +1,16 @@
+"""Notifications when a run starts waiting for an approval: a signed webhook, a Slack
+message, an e-mail, each sent once per request by whichever process sees it first.
+
+:mod:`.config` says where they go, :mod:`.channels` what each sends, :mod:`.delivery` how a
+delivery is claimed, retried and recorded in the journal (the audit trail ``durable-nb
+show`` prints). :mod:`.start` is what the runner asks when a run starts.
+"""
+
+from __future__ import annotations
+
+from ..llm.retry import RetryPolicy
+from .config import (CHANNELS, EmailConfig, NotifyConfig, NotifySelection, SlackConfig,
+                     WebhookConfig, load_config, user_config_path)
+
+__all__ = ["CHANNELS", "EmailConfig", "NotifyConfig", "NotifySelection", "RetryPolicy",
+           "SlackConfig", "WebhookConfig", "load_config", "user_config_path"]

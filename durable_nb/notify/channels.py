@@ -1,0 +1,168 @@
+"""The three channels: what each sends for a parked run's request, and how.
+
+Every message carries the delivery's id (``RUN/REQUEST/CHANNEL``): the webhook in the
+``X-Durable-NB-Delivery`` header, the e-mail in the same header and its ``Message-ID``. A
+delivery is sent at least once; a receiver that dedupes by that id sees it once (see
+:mod:`durable_nb.notify.delivery`).
+
+The webhook is signed: ``X-Durable-NB-Signature: sha256=HEX`` is the HMAC-SHA256, with the
+shared secret, of ``TIMESTAMP.BODY`` (the ``X-Durable-NB-Timestamp`` header's text, a dot,
+the raw body), so a receiver can verify it and refuse an old one replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import smtplib
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from email.message import EmailMessage
+from typing import Any
+
+from .config import EmailConfig, SlackConfig, WebhookConfig
+
+__all__ = ["Notice", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "DELIVERY_HEADER", "email_message",
+           "send", "sign", "slack_payload", "webhook_body"]
+
+SIGNATURE_HEADER = "X-Durable-NB-Signature"
+TIMESTAMP_HEADER = "X-Durable-NB-Timestamp"
+DELIVERY_HEADER = "X-Durable-NB-Delivery"
+_DETAILS_SHOWN = 2500  # characters of the details a Slack message or a subject line shows
+
+
+@dataclass(frozen=True)
+class Notice:
+    """What a notification says: a run waits for a decision on a request."""
+    delivery_id: str  # RUN/REQUEST/CHANNEL
+    run_id: str
+    request_id: str
+    digest: str
+    name: str  # the tool or action the approval is for
+    details: Any
+    requested_at: float
+    timeout_at: float | None
+    title: str
+    notebook: str | None
+    journal: str  # where the run is (a database URL without its password)
+
+    def as_json(self) -> dict:
+        return {"event": "approval.requested", "delivery": self.delivery_id,
+                "run_id": self.run_id, "request_id": self.request_id, "digest": self.digest,
+                "name": self.name, "details": self.details, "requested_at": self.requested_at,
+                "timeout_at": self.timeout_at, "title": self.title, "notebook": self.notebook,
+                "journal": self.journal}
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The signature header's value for ``body`` sent at ``timestamp``."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def webhook_body(notice: Notice) -> bytes:
+    return json.dumps(notice.as_json(), sort_keys=True, default=repr).encode()
+
+
+def _details_text(details: Any) -> str:
+    text = details if isinstance(details, str) else json.dumps(
+        details, indent=2, sort_keys=True, ensure_ascii=False, default=repr)
+    return text if len(text) <= _DETAILS_SHOWN else text[:_DETAILS_SHOWN] + " …"
+
+
+def slack_payload(notice: Notice) -> dict:
+    """A Block Kit message: a header, the run's fields, the request's details, the ids."""
+    def field(label: str, value: str) -> dict:
+        return {"type": "mrkdwn", "text": f"*{label}*\n{value}"}
+
+    fields = [field("Run", f"`{notice.run_id}`"), field("Tool", f"`{notice.name}`")]
+    if notice.notebook:
+        fields.append(field("Notebook", notice.notebook))
+    if notice.title:
+        fields.append(field("Title", notice.title))
+    return {
+        "text": f"Run {notice.run_id} waits for approval of {notice.name}",
+        "blocks": [
+            {"type": "header", "text": {"type": "plain_text", "emoji": False,
+                                        "text": f"Approval needed: {notice.name}"[:150]}},
+            {"type": "section", "fields": fields},
+            {"type": "section", "text": {"type": "mrkdwn",
+                                         "text": "```" + _details_text(notice.details) + "```"}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": (
+                f"request {notice.digest[:12]} · approve with `durable-nb approve "
+                f"{notice.run_id}` or in JupyterLab · journal {notice.journal}")}]},
+        ],
+    }
+
+
+def email_message(notice: Notice, config: EmailConfig) -> EmailMessage:
+    message = EmailMessage()
+    message["Subject"] = f"Approval needed: {notice.name} (run {notice.run_id})"
+    message["From"] = config.sender
+    message["To"] = ", ".join(config.to)
+    message["Message-ID"] = f"<{notice.delivery_id.replace('/', '.')}@durable-nb>"
+    message[DELIVERY_HEADER] = notice.delivery_id
+    lines = [f"Run {notice.run_id} waits for a decision on {notice.name}.", ""]
+    if notice.title:
+        lines.append(f"Title:    {notice.title}")
+    if notice.notebook:
+        lines.append(f"Notebook: {notice.notebook}")
+    lines += [f"Request:  {notice.digest[:12]}", f"Journal:  {notice.journal}", "",
+              "Details:", _details_text(notice.details), "",
+              f"Approve with `durable-nb approve {notice.run_id}` (or reject), "
+              f"in the notebook's panel or in JupyterLab's approvals inbox."]
+    message.set_content("\n".join(lines))
+    return message
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            answer.read()
+    except urllib.error.HTTPError as exc:
+        raise DeliveryFailed(f"HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise DeliveryFailed(f"cannot connect: {exc.reason}") from None
+    except (TimeoutError, OSError) as exc:
+        raise DeliveryFailed(f"{type(exc).__name__}: {exc or 'timed out'}") from None
+
+
+class DeliveryFailed(Exception):
+    """One attempt failed; its message is short and holds no secret (what is recorded)."""
+
+
+def send(channel: str, config: Any, notice: Notice) -> None:
+    """Send ``notice`` over ``channel`` once; :class:`DeliveryFailed` if it did not arrive."""
+    if channel == "webhook":
+        assert isinstance(config, WebhookConfig)
+        body = webhook_body(notice)
+        headers = {DELIVERY_HEADER: notice.delivery_id}
+        if config.secret:
+            timestamp = str(int(time.time()))
+            headers[TIMESTAMP_HEADER] = timestamp
+            headers[SIGNATURE_HEADER] = sign(config.secret, timestamp, body)
+        _post(config.url, body, headers, config.timeout)
+    elif channel == "slack":
+        assert isinstance(config, SlackConfig)
+        _post(config.url, json.dumps(slack_payload(notice), default=repr).encode(), {},
+              config.timeout)
+    elif channel == "email":
+        assert isinstance(config, EmailConfig)
+        try:
+            with smtplib.SMTP(config.host, config.port, timeout=config.timeout) as smtp:
+                if config.starttls:
+                    smtp.starttls()
+                if config.username:
+                    smtp.login(config.username, config.password or "")
+                smtp.send_message(email_message(notice, config))
+        except smtplib.SMTPResponseException as exc:
+            raise DeliveryFailed(f"SMTP {exc.smtp_code}") from None
+        except (smtplib.SMTPException, OSError) as exc:
+            raise DeliveryFailed(f"{type(exc).__name__}: {exc or 'failed'}"[:200]) from None
+    else:
+        raise ValueError(f"unknown channel {channel!r}")

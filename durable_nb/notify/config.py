@@ -1,0 +1,272 @@
+"""Where notifications go: the channels configured for a journal or a user, and a run's choice.
+
+Read, each later one overriding the earlier per field: the user's file
+(``$XDG_CONFIG_HOME/durable-nb/notify.toml``, by default ``~/.config/durable-nb/notify.toml``,
+or the file ``$DURABLE_NB_NOTIFY_CONFIG`` names), the journal's (``notify.toml`` in a disk
+journal's directory), then the environment (``DURABLE_NB_NOTIFY_*``)::
+
+    [webhook]
+    url = "https://example.org/hooks/durable-nb"
+    secret = "a shared secret"          # signs each request (HMAC-SHA256)
+
+    [slack]
+    url = "https://hooks.slack.com/services/..."
+
+    [email]
+    host = "smtp.example.org"
+    port = 587
+    starttls = true
+    username = "bot"
+    password = "..."
+    from = "durable-nb@example.org"
+    to = ["oncall@example.org"]
+
+    [retry]
+    attempts = 5            # per channel and request, then the delivery is "failed"
+    first_delay = 1.0       # seconds before the second attempt, doubling up to max_delay
+    max_delay = 30.0
+    lease = 120.0           # a claim left unfinished this long (its process died) is taken over
+
+Secrets (the webhook's secret, the SMTP password, the Slack URL, which holds its token) stay
+in this object: its ``repr`` leaves them out, and nothing of them is written to a journal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Union
+
+from ..errors import NotifyConfigError
+from ..llm.retry import RetryPolicy
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - 3.10 only
+    import tomli as tomllib
+
+__all__ = ["CHANNELS", "EmailConfig", "NotifyConfig", "NotifySelection", "SlackConfig",
+           "WebhookConfig", "choose", "load_config", "user_config_path"]
+
+#: The channel names, as ``notify=`` and the delivery records name them.
+CHANNELS = ("webhook", "slack", "email")
+
+#: A run's ``notify=``: None (every configured channel), False or ``"none"`` (none), channel
+#: names (a list, or one string with commas), or a :class:`NotifyConfig` of its own.
+NotifySelection = Union[None, bool, str, Sequence[str], "NotifyConfig"]
+
+DEFAULT_TIMEOUT = 10.0  # seconds for one attempt's connect and answer
+DEFAULT_RETRY = RetryPolicy(max_attempts=5, initial_delay=1.0, max_delay=30.0)
+
+
+@dataclass(frozen=True)
+class WebhookConfig:
+    """A JSON POST to ``url``, signed with ``secret`` when there is one."""
+    url: str
+    secret: str | None = field(default=None, repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+
+
+@dataclass(frozen=True)
+class SlackConfig:
+    """A Slack-compatible incoming webhook (its URL is a secret: it holds the token)."""
+    url: str = field(repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+
+
+@dataclass(frozen=True)
+class EmailConfig:
+    """E-mail over SMTP to ``to`` from ``sender``; STARTTLS and login when asked."""
+    host: str
+    sender: str
+    to: tuple[str, ...]
+    port: int = 25
+    starttls: bool = False
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """The channels a parked run's request is sent to, and how deliveries are retried."""
+    webhook: WebhookConfig | None = None
+    slack: SlackConfig | None = None
+    email: EmailConfig | None = None
+    #: How a failed delivery is tried again: ``max_attempts`` in all, then it is failed.
+    retry: RetryPolicy = field(default_factory=lambda: DEFAULT_RETRY)
+    #: Seconds after which a claimed delivery nobody finished (its sender died) may be
+    #: taken over by another process. Longer than one attempt plus the longest backoff.
+    lease: float = 120.0
+
+    def channels(self) -> dict[str, Any]:
+        """The configured channels by name."""
+        return {name: getattr(self, name) for name in CHANNELS if getattr(self, name)}
+
+    def only(self, names: Sequence[str]) -> "NotifyConfig":
+        """This configuration with only the channels ``names`` (each must be configured)."""
+        for name in names:
+            if name not in CHANNELS:
+                raise NotifyConfigError(f"notify names an unknown channel {name!r}: use "
+                                        f"{', '.join(CHANNELS)} or 'none'.")
+            if getattr(self, name) is None:
+                raise NotifyConfigError(
+                    f"notify names the channel {name!r}, but none is configured: set it in "
+                    f"{user_config_path()} or with DURABLE_NB_NOTIFY_* (see the docs' "
+                    f"Notifications page).")
+        return replace(self, **{name: None for name in CHANNELS if name not in names})
+
+
+def user_config_path(env: Mapping[str, str] = os.environ) -> Path:
+    """The user's notification config file."""
+    if env.get("DURABLE_NB_NOTIFY_CONFIG"):
+        return Path(env["DURABLE_NB_NOTIFY_CONFIG"]).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "durable-nb" / "notify.toml"
+
+
+def load_config(journal_dir: str | os.PathLike | None = None,
+                env: Mapping[str, str] = os.environ) -> NotifyConfig:
+    """The configuration from the user's file, the journal's (``journal_dir/notify.toml``)
+    and the environment; :class:`NotifyConfigError` naming the file and field that is wrong."""
+    merged: dict[str, dict[str, Any]] = {}
+    files = [user_config_path(env)]
+    if journal_dir is not None:
+        files.append(Path(journal_dir) / "notify.toml")
+    for path in files:
+        for section, values in _read_file(path).items():
+            merged.setdefault(section, {}).update(values)
+    for section, values in _from_env(env).items():
+        merged.setdefault(section, {}).update(values)
+    return _build(merged, " + ".join(str(p) for p in files) + " + DURABLE_NB_NOTIFY_*")
+
+
+def choose(config: NotifyConfig, selection: NotifySelection) -> NotifyConfig:
+    """A run's ``notify=`` applied to ``config``: the channels it is sent to."""
+    if selection is None or selection is True:
+        return config
+    if isinstance(selection, NotifyConfig):
+        return selection
+    if selection is False:
+        return config.only(())
+    names = selection.split(",") if isinstance(selection, str) else list(selection)
+    names = [n.strip().lower() for n in names if n.strip()]
+    if names in (["none"], ["off"]):
+        return config.only(())
+    if names in (["all"], ["on"]):
+        return config
+    return config.only(names)
+
+
+def check_selection(selection: Any) -> None:
+    """Refuse a ``notify=`` that is not one of :data:`NotifySelection`'s forms."""
+    if selection is None or isinstance(selection, (bool, NotifyConfig)):
+        return
+    names = selection.split(",") if isinstance(selection, str) else selection
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise NotifyConfigError(f"notify must be channel names ({', '.join(CHANNELS)}), "
+                                f"'none', True/False or a NotifyConfig, not {selection!r}.")
+    for name in (n.strip().lower() for n in names if n.strip()):
+        if name not in (*CHANNELS, "none", "off", "all", "on"):
+            raise NotifyConfigError(f"notify names an unknown channel {name!r}: use "
+                                    f"{', '.join(CHANNELS)}, 'all' or 'none'.")
+
+
+def _read_file(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise NotifyConfigError(f"the notification config {path} cannot be read: {exc}. "
+                                f"Fix the file (TOML) or remove it.") from None
+    for section, values in data.items():
+        if section not in (*CHANNELS, "retry") or not isinstance(values, dict):
+            raise NotifyConfigError(f"the notification config {path} has an unknown section "
+                                    f"[{section}]: use [webhook], [slack], [email], [retry].")
+    return data
+
+
+_ENV = {  # variable suffix -> (section, field)
+    "WEBHOOK": ("webhook", "url"), "WEBHOOK_SECRET": ("webhook", "secret"),
+    "SLACK_WEBHOOK": ("slack", "url"),
+    "SMTP_HOST": ("email", "host"), "SMTP_PORT": ("email", "port"),
+    "SMTP_STARTTLS": ("email", "starttls"), "SMTP_USER": ("email", "username"),
+    "SMTP_PASSWORD": ("email", "password"), "SMTP_FROM": ("email", "from"),
+    "SMTP_TO": ("email", "to"),
+}
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for suffix, (section, name) in _ENV.items():
+        value = env.get(f"DURABLE_NB_NOTIFY_{suffix}")
+        if value:
+            found.setdefault(section, {})[name] = value
+    return found
+
+
+def _build(data: dict[str, dict[str, Any]], where: str) -> NotifyConfig:
+    def need(section: str, name: str) -> Any:
+        if not data[section].get(name):
+            raise NotifyConfigError(f"[{section}] needs {name!r} (in {where}).")
+        return data[section][name]
+
+    def number(section: str, name: str, default: float, kind: type = float) -> Any:
+        value = data.get(section, {}).get(name, default)
+        try:
+            value = kind(value)
+        except (TypeError, ValueError):
+            raise NotifyConfigError(f"[{section}] {name} must be a number, not {value!r} "
+                                    f"(in {where}).") from None
+        if value <= 0:
+            raise NotifyConfigError(f"[{section}] {name} must be positive (in {where}).")
+        return value
+
+    config: dict[str, Any] = {}
+    if "webhook" in data:
+        config["webhook"] = WebhookConfig(
+            url=_url(need("webhook", "url"), "webhook", where),
+            secret=data["webhook"].get("secret") or None,
+            timeout=number("webhook", "timeout", DEFAULT_TIMEOUT))
+    if "slack" in data:
+        config["slack"] = SlackConfig(url=_url(need("slack", "url"), "slack", where),
+                                      timeout=number("slack", "timeout", DEFAULT_TIMEOUT))
+    if "email" in data:
+        to = need("email", "to")
+        to = tuple(a.strip() for a in (to.split(",") if isinstance(to, str) else to)
+                   if a.strip())
+        config["email"] = EmailConfig(
+            host=need("email", "host"), sender=need("email", "from"), to=to,
+            port=number("email", "port", 25, int),
+            starttls=_flag(data["email"].get("starttls", False)),
+            username=data["email"].get("username") or None,
+            password=data["email"].get("password") or None,
+            timeout=number("email", "timeout", DEFAULT_TIMEOUT))
+    known = ("attempts", "first_delay", "max_delay", "lease")
+    for name in data.get("retry", {}):
+        if name not in known:
+            raise NotifyConfigError(f"[retry] has no field {name!r}: use "
+                                    f"{', '.join(known)} (in {where}).")
+    config["retry"] = replace(
+        DEFAULT_RETRY, max_attempts=number("retry", "attempts", DEFAULT_RETRY.max_attempts, int),
+        initial_delay=number("retry", "first_delay", DEFAULT_RETRY.initial_delay),
+        max_delay=number("retry", "max_delay", DEFAULT_RETRY.max_delay))
+    config["lease"] = number("retry", "lease", NotifyConfig.lease)
+    return NotifyConfig(**config)
+
+
+def _url(value: Any, section: str, where: str) -> str:
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise NotifyConfigError(f"[{section}] url must be an http(s) URL (in {where}).")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)

@@ -1,0 +1,240 @@
+"""Sending a parked run's request to each channel, once, whoever sees it first.
+
+A delivery is ``(run, request, channel)``: the run that asked, the pending approval's ``id``
+(new each time a request is shown anew; the digest of what it shows goes with it) and the
+channel. Its record in the journal (:meth:`~durable_nb.journal.Journal.add_delivery`) is
+the claim and the audit trail:
+
+- **Claim.** A process that sees the request adds the record ``state="claimed"``; the
+  journal lets exactly one of any number of racing processes (kernels, the server
+  extension, ``durable-nb notify``) add it. Only that one sends.
+- **Outcome.** After each attempt the claimant writes it into the record (when, how long,
+  the error's short text), by compare-and-swap on the record it wrote last; at the end the
+  state is ``sent`` or, after the config's ``retry.max_attempts`` (waits with exponential
+  backoff between them), ``failed``. Nothing
+  retries a failed delivery by itself; the run stays parked either way: a delivery never
+  decides, resumes or blocks a run.
+- **Takeover.** A claim whose record has not changed for the config's ``lease`` seconds
+  (its process died) is taken over, by compare-and-swap, by the next process that sees it.
+
+**At least once.** A claimant killed after its message left and before it wrote the outcome
+is taken over, and the message is sent again: the receiver gets one extra. Each message
+carries the delivery id (``X-Durable-NB-Delivery: RUN/REQUEST/CHANNEL``; the e-mail's
+``Message-ID`` too), the same on every attempt and every takeover, so a receiver that keeps
+the ids it saw gets each request exactly once. Without takeover a dead sender's request
+would never be sent; the honest alternative to at-least-once is at-most-once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..journal import Journal, RunRecord, Status
+from ..execution.approvals import pending_digest
+from .channels import DeliveryFailed, Notice, send
+from .config import NotifyConfig
+
+__all__ = ["delivery_key", "deliver", "drain", "notice_for", "notify_in_background",
+           "pending_of", "sweep"]
+
+_ERROR_CHARS = 200
+
+
+def delivery_key(request_id: str, channel: str) -> str:
+    """The key of a delivery record under its run."""
+    return f"{request_id}/{channel}"
+
+
+def pending_of(record: RunRecord) -> tuple[str, dict] | None:
+    """``(run that asked, pending approval)`` of a record waiting for a decision (a parent
+    shows its child's), or None. A request written before approvals had ids has none, and
+    is not notified."""
+    pending = record.pending_approval
+    if record.status is not Status.WAITING_APPROVAL or not pending or not pending.get("id"):
+        return None
+    return pending.get("run_id", record.run_id), pending
+
+
+def notice_for(journal: Journal, record: RunRecord, run_id: str, pending: dict,
+               channel: str) -> Notice:
+    return Notice(delivery_id=f"{run_id}/{pending['id']}/{channel}", run_id=run_id,
+                  request_id=pending["id"], digest=pending_digest(pending),
+                  name=str(pending.get("name", "")), details=pending.get("details"),
+                  requested_at=float(pending.get("requested_at") or 0.0),
+                  timeout_at=pending.get("timeout_at"), title=record.title or "",
+                  notebook=record.notebook, journal=journal.location)
+
+
+def _me() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def _claim(journal: Journal, run_id: str, key: str, fresh: dict, lease: float,
+           now: Callable[[], float]) -> dict | None:
+    """The record this process now holds for the delivery, or None (someone else's)."""
+    if journal.add_delivery(run_id, key, fresh):
+        return fresh
+    current = journal.deliveries(run_id).get(key)
+    if current is None or current.get("state") != "claimed" \
+            or now() - float(current.get("heartbeat", 0)) <= lease:
+        return None
+    taken = dict(current, token=fresh["token"], by=fresh["by"], heartbeat=now(),
+                 takeovers=int(current.get("takeovers", 0)) + 1)
+    return taken if journal.swap_delivery(run_id, key, current, taken) else None
+
+
+def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
+            skip: Iterable[str] = (), now: Callable[[], float] = time.time) -> dict[str, str]:
+    """Claim and send each of ``config``'s channels' delivery of ``record``'s pending
+    request (blocking: the retries' waits, ``config.retry.sleep``, included); record the
+    channels ``skip`` as skipped (a run's ``notify=`` left them out). The states this process wrote, by channel
+    (a channel another process holds is left out)."""
+    found = pending_of(record)
+    if found is None:
+        return {}
+    run_id, pending = found
+    outcome: dict[str, str] = {}
+    for channel in skip:
+        skipped = {"channel": channel, "state": "skipped", "digest": pending_digest(pending),
+                   "name": pending.get("name"), "at": now(), "attempts": []}
+        if journal.add_delivery(run_id, delivery_key(pending["id"], channel), skipped):
+            outcome[channel] = "skipped"
+    # Read once: a sweep over many parked runs, all notified, writes nothing (a disk
+    # journal's add takes its write lock, which the runs' steps need too).
+    existing = journal.deliveries(run_id) if config.channels() else {}
+    for channel, channel_config in config.channels().items():
+        key = delivery_key(pending["id"], channel)
+        found = existing.get(key)
+        if found is not None and not (found.get("state") == "claimed" and
+                                      now() - float(found.get("heartbeat", 0)) > config.lease):
+            continue  # sent, failed, skipped, or being sent by a live claimant
+        fresh = {"channel": channel, "state": "claimed", "digest": pending_digest(pending),
+                 "name": pending.get("name"), "token": uuid.uuid4().hex, "by": _me(),
+                 "claimed_at": now(), "heartbeat": now(), "attempts": []}
+        held = _claim(journal, run_id, key, fresh, config.lease, now)
+        if held is None:
+            continue
+        notice = notice_for(journal, record, run_id, pending, channel)
+        outcome[channel] = _send_claimed(journal, run_id, key, held, channel, channel_config,
+                                         notice, config, now)
+    return outcome
+
+
+def _send_claimed(journal: Journal, run_id: str, key: str, held: dict, channel: str,
+                  channel_config: Any, notice: Notice, config: NotifyConfig,
+                  now: Callable[[], float]) -> str:
+    policy = config.retry
+    attempt_number = 0
+    while True:
+        attempt_number += 1
+        started = now()
+        try:
+            send(channel, channel_config, notice)
+            error = None
+        except DeliveryFailed as exc:
+            error = _scrubbed(str(exc), channel_config)
+        except Exception as exc:  # a bug or an odd library error: recorded, never raised
+            error = _scrubbed(f"{type(exc).__name__}: {exc}", channel_config)
+        attempt = {"at": started, "took": round(now() - started, 3), "ok": error is None}
+        if error is not None:
+            attempt["error"] = error
+        last = attempt_number >= policy.max_attempts
+        state = "sent" if error is None else ("failed" if last else "claimed")
+        updated = dict(held, attempts=[*held["attempts"], attempt], state=state,
+                       heartbeat=now())
+        if state != "claimed":
+            updated["finished_at"] = now()
+        if not journal.swap_delivery(run_id, key, held, updated):
+            return "lost"  # taken over while this process stalled: the other one goes on
+        held = updated
+        if state != "claimed":
+            return state
+        policy.sleep(policy.delay(attempt_number))
+
+
+def _scrubbed(text: str, channel_config: Any) -> str:
+    """An error's text without any secret of the channel's (a URL holding a token)."""
+    for name in ("url", "secret", "password", "username"):
+        value = getattr(channel_config, name, None)
+        if isinstance(value, str) and len(value) >= 4:
+            text = text.replace(value, f"<{name}>")
+    return text[:_ERROR_CHARS]
+
+
+def sweep(journal: Journal, config: NotifyConfig, **kwargs: Any) -> dict[str, dict[str, str]]:
+    """:func:`deliver` for every run of ``journal`` that waits for a decision with a
+    delivery not yet sent or claimed (or claimed by a process that died): what was done,
+    by run. Blocking; the server extension and ``durable-nb notify`` call it."""
+    done = {}
+    if not config.channels():
+        return done
+    for record in journal.list_runs(status=Status.WAITING_APPROVAL):
+        if pending_of(record) is not None:
+            outcome = deliver(journal, record, config, **kwargs)
+            if outcome:
+                done[record.run_id] = outcome
+    return done
+
+
+# -- from a process that parks a run ---------------------------------------------------------
+
+_threads: set[threading.Thread] = set()
+_threads_lock = threading.Lock()
+_busy: set[tuple[str, str, str]] = set()  # (journal, run, request) being delivered here
+
+
+def notify_in_background(journal: Journal, record: RunRecord, config: NotifyConfig,
+                         skip: Iterable[str] = ()) -> None:
+    """:func:`deliver` on a thread of its own: returns at once, never raises, never touches
+    the run. A request already being delivered by this process is not started again."""
+    found = pending_of(record)
+    if found is None or not (config.channels() or skip):
+        return
+    busy = (journal.location, found[0], found[1]["id"])
+    with _threads_lock:
+        if busy in _busy:
+            return
+        _busy.add(busy)
+    snapshot = RunRecord.from_json(record.to_json())  # the run goes on changing its own
+    skip = tuple(skip)
+
+    def work() -> None:
+        try:
+            deliver(journal, snapshot, config, skip=skip)
+        except Exception:  # a journal that failed: the next process that looks sends it
+            pass
+        finally:
+            with _threads_lock:
+                _busy.discard(busy)
+                _threads.discard(thread)
+
+    thread = threading.Thread(target=work, name=f"durable-nb-notify-{found[0]}", daemon=True)
+    with _threads_lock:
+        _threads.add(thread)
+    thread.start()
+
+
+def drain(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for this process's deliveries in flight; whether
+    none is left. At exit a process waits for them this long (a first attempt's timeout);
+    a delivery cut short by exit is taken over by the next process after the lease."""
+    until = time.monotonic() + timeout
+    while True:
+        with _threads_lock:
+            left = list(_threads)
+        if not left:
+            return True
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            return False
+        left[0].join(remaining)
+
+
+atexit.register(drain, 10.0)

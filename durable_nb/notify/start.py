@@ -1,0 +1,74 @@
+"""What a run asks of notifications when it starts: its channels, and a first sweep of the
+journal for requests nobody notified."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from ..journal import Journal
+from .config import CHANNELS, NotifyConfig, NotifySelection, choose, load_config, user_config_path
+from .delivery import sweep
+
+__all__ = ["for_directory", "for_journal", "for_run", "sweep_once_in_background"]
+
+_cache: dict[Any, NotifyConfig] = {}
+_swept: set[str] = set()
+_swept_lock = threading.Lock()
+
+
+def for_journal(journal: Journal) -> NotifyConfig:
+    """The configuration for runs of ``journal`` (the user's file, the journal's, the
+    environment), read again only when one of them changed."""
+    return for_directory(getattr(journal, "directory", None))
+
+
+def for_directory(directory: str | os.PathLike | None) -> NotifyConfig:
+    """:func:`for_journal` by the journal's directory (None: a database), without opening it."""
+    paths = [user_config_path()] + ([os.path.join(directory, "notify.toml")] if directory else [])
+    stamp = (tuple(_mtime(p) for p in paths), tuple(str(p) for p in paths),
+             tuple(sorted((k, v) for k, v in os.environ.items()
+                          if k.startswith("DURABLE_NB_NOTIFY"))))
+    config = _cache.get(stamp)
+    if config is None:
+        config = _cache[stamp] = load_config(directory)
+        if len(_cache) > 32:
+            _cache.clear()
+    return config
+
+
+def for_run(journal: Journal, selection: NotifySelection) -> tuple[NotifyConfig, tuple[str, ...]]:
+    """The channels a run of ``journal`` with ``notify=selection`` notifies, and the
+    configured ones it leaves out (recorded as skipped, so no other process sends them)."""
+    base = NotifyConfig() if isinstance(selection, NotifyConfig) else for_journal(journal)
+    chosen = choose(base, selection)
+    skip = tuple(name for name in CHANNELS
+                 if getattr(base, name) is not None and getattr(chosen, name) is None)
+    return chosen, skip
+
+
+def sweep_once_in_background(journal: Journal, config: NotifyConfig) -> None:
+    """The first time this process opens ``journal`` with channels configured: send, on a
+    thread of its own, what no process sent for the runs already waiting."""
+    if not config.channels():
+        return
+    with _swept_lock:
+        if journal.location in _swept:
+            return
+        _swept.add(journal.location)
+
+    def work() -> None:
+        try:
+            sweep(journal, config)
+        except Exception:
+            pass  # the next process that opens the journal tries again
+
+    threading.Thread(target=work, name="durable-nb-notify-sweep", daemon=True).start()
+
+
+def _mtime(path: Any) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
