@@ -10,6 +10,7 @@ executor's is changed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -20,9 +21,9 @@ from pathlib import Path
 import pytest
 
 import durable_nb as dn
-from durable_nb import Status
+from durable_nb import RunRecord, Status
 from durable_nb.errors import InputChanged, RunLeased
-from durable_nb.journal import StepEntry, cut_at_key
+from durable_nb.journal import StepEntry, cut_at_key, rewind
 from durable_nb.execution.lease import Lease
 from tests.test_journal_conformance import Backend, backend  # noqa: F401 (fixture)
 
@@ -211,6 +212,99 @@ def test_two_changes_in_one_execution_keep_one_fork(backend: Backend):  # noqa: 
     assert sorted(calls) == ["a1", "a2", "b1"]  # b0 replayed
     assert [r.run_id for r in store.list_runs()] == ["r", "r@1"]
     assert [e.name for e in store.steps("r@1")] == ["b0", "a1", "b1", "a2"]
+
+
+# --- tasks that existed before the change ---------------------------------------------------
+
+def _payments(charges: list[tuple[str, int]], bob_amount: int):
+    """alice and bob pay at once; bob starts a receipt before paying and a thank-you after."""
+    async def agent(ctx):
+        bob_paid = asyncio.Event()
+
+        async def charge(who: str, amount: int) -> str:
+            await asyncio.sleep(0)
+            charges.append((who, amount))
+            return f"{who} paid {amount}"
+
+        async def alice():
+            await bob_paid.wait()  # running all along; its charge completes after bob's
+            return await ctx.run_async("charge", charge, "alice", 10)
+
+        async def receipt():
+            await bob_paid.wait()
+            return await ctx.run_async("receipt", charge, "receipt", 1)
+
+        async def thanks():
+            return await ctx.run_async("thanks", charge, "thanks", 0)
+
+        async def bob():
+            printing = asyncio.ensure_future(receipt())  # created before bob pays
+            paid = await ctx.run_async("charge", charge, "bob", bob_amount)
+            bob_paid.set()
+            thanked = await asyncio.create_task(thanks())  # created after: it may depend on it
+            return [paid, await printing, thanked]
+
+        return await asyncio.gather(alice(), bob())
+    return agent
+
+
+def test_a_rerun_replays_the_tasks_that_existed_before_the_changed_step(
+        backend: Backend):  # noqa: F811
+    store = backend.open()
+    charges: list[tuple[str, int]] = []
+    dn.execute("pay", _payments(charges, 20), journal=store)
+    first = [e.key for e in store.steps("pay")]
+    assert first[0] == "bob#0.0" and "alice#0.0" in first[1:]
+    charges.clear()
+    result = dn.execute("pay", _payments(charges, 25), journal=store, on_change="rerun")
+    assert result == ["alice paid 10", ["bob paid 25", "receipt paid 1", "thanks paid 0"]]
+    # alice's charge and bob's receipt existed before bob's charge completed: replayed, not
+    # charged again; the thank-you task was created after it: executed again.
+    assert charges == [("bob", 25), ("thanks", 0)]
+    # each entry journals when its tasks were created
+    assert {e.key: e.spawned for e in store.steps("pay@1")} == {
+        "bob#0.0": [0], "alice#0.0": [0], "bob#0.receipt#0.0": [0, 0],
+        "bob#0.thanks#0.0": [0, 1]}  # created once bob's charge was in
+    assert [(e.key, e.position) for e in store.steps("pay")][:2] == [
+        ("alice#0.0", 0), ("bob#0.receipt#0.0", 1)]
+    assert [e.key for e in store.steps("pay@1")] == first
+    charges.clear()
+    assert dn.execute("pay", _payments(charges, 25), journal=store) == result
+    assert charges == []
+
+
+def test_cut_at_key_keeps_the_tasks_journaled_as_created_before_the_change():
+    def entry(position: int, key: str, spawned: list[int] | None = None) -> StepEntry:
+        return dataclasses.replace(_entry(position, key), spawned=spawned)
+
+    journal = [
+        entry(0, "bob#0.0", [0]),              # the changed step
+        entry(1, "alice#0.0", [0]),            # created before it, completed after: stays
+        entry(2, "bob#0.tip#0.0", [0, 0]),     # created by bob before it: stays
+        entry(3, "carol#0.0", [1]),            # created after it: goes
+        entry(4, "alice#0.late#0.0", [0, 2]),  # created later by a task that was there: stays
+        entry(5, "bob#0.1", [0]),              # bob's own later step: goes
+        entry(6, "dave#0.0"),                  # journaled before creations were: as before,
+    ]                                          # its first entry after the change: goes
+    assert [e.key for e in cut_at_key(journal, journal[0])] == [
+        "alice#0.0", "bob#0.tip#0.0", "alice#0.late#0.0"]
+    # one entry of a task says it was created after the change (another execution's): the
+    # latest creation counts, the whole task goes
+    again = journal[:2] + [entry(2, "alice#0.1", [1])]
+    assert [e.key for e in cut_at_key(again, again[0])] == []
+
+
+def test_a_rewind_renumbers_when_the_kept_tasks_were_created(backend: Backend):  # noqa: F811
+    store = backend.open()
+    store.create_run(RunRecord(run_id="r"))
+    for position, (key, spawned) in enumerate([("0", None), ("1", None), ("t#0.0", [2]),
+                                               ("t#0.1", [2]), ("2", None)]):
+        store.append_step("r", dataclasses.replace(_entry(position, key), spawned=spawned))
+    lease = Lease.acquire(store, "r")
+    kept = [e for e in store.steps("r") if e.key != "1"]
+    rewind(store, store.get_run("r"), kept, token=lease.token)
+    assert [(e.key, e.position, e.spawned) for e in store.steps("r")] == [
+        ("0", 0, None), ("t#0.0", 1, [1]), ("t#0.1", 2, [1]), ("2", 3, None)]
 
 
 # --- child runs ---------------------------------------------------------------------------

@@ -25,13 +25,15 @@ blobs and requests in one transaction that checks the caller's lease token
 changes nothing.
 
 **Cuts by key.** :func:`cut_at_key` says which entries a changed step invalidates: its own
-scope from that step on, what ran inside them, what completed after it in its ancestors and
-descendants, and tasks that did not exist yet when it completed. Other tasks' steps stay
-(they replay), whatever their completion order.
+scope from that step on, what ran inside them, what completed after it in the scopes
+enclosing it, and tasks created after it completed (each entry journals when the tasks it
+was made in were created). The steps of tasks that existed before it completed stay (they
+replay), whatever their completion order.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 import time
@@ -218,6 +220,29 @@ def _scope_parts(key: str) -> list[str]:
     return key.split(".")
 
 
+def _task_spawns(entries: list[StepEntry]) -> dict[tuple[str, ...], int]:
+    """When each task (by scope path) existed: the highest position its entries journaled for
+    its creation (``StepEntry.spawned``), or, for a task whose entries were journaled before
+    that was, where it first completed a step (it existed by then). A task's earliest
+    possible creation is not trusted: over executions, the latest one counts."""
+    recorded: dict[tuple[str, ...], int] = {}
+    first_seen: dict[tuple[str, ...], int] = {}
+    for entry in entries:
+        path = _scope_parts(entry.key)[:-1]
+        spawned = iter(entry.spawned or ())
+        for depth, part in enumerate(path):
+            if "#" not in part:
+                continue
+            task = tuple(path[:depth + 1])
+            at = next(spawned, None)
+            if at is None:
+                first_seen.setdefault(task, entry.position)
+            elif at > recorded.get(task, -1):
+                recorded[task] = at
+    return {task: max(recorded.get(task, -1), first_seen.get(task, -1))
+            for task in recorded.keys() | first_seen.keys()}
+
+
 def dropped_by_change(entries: list[StepEntry], changed: StepEntry,
                       live_from: int | None = None) -> Callable[[str, float], bool]:
     """Whether a step (key, position; an unfinished one: ``inf``) is invalidated when step
@@ -228,11 +253,7 @@ def dropped_by_change(entries: list[StepEntry], changed: StepEntry,
     its result (K's scope was waiting at K, and a replayed K never returned its old one)."""
     parts = _scope_parts(changed.key)
     scope, index, p = parts[:-1], int(parts[-1]), changed.position
-    first_seen: dict[tuple[str, ...], int] = {}
-    for entry in entries:  # where each task family first completed a step
-        path = _scope_parts(entry.key)[:-1]
-        for depth in range(1, len(path) + 1):
-            first_seen.setdefault(tuple(path[:depth]), entry.position)
+    spawns = _task_spawns(entries)
 
     def dropped(key: str, position: float) -> bool:
         path = _scope_parts(key)
@@ -242,18 +263,16 @@ def dropped_by_change(entries: list[StepEntry], changed: StepEntry,
                 return True  # K, S's later steps and everything under them
         if live_from is not None and live_from <= position < float("inf"):
             return False  # made by this execution, without K's result
-        if path[:len(scope)] == scope and len(path) > len(scope):
-            return position > p  # a descendant of S (an earlier step's, or a task's)
         own = path[:-1]
         if scope[:len(own)] == own:
-            return position > p  # a step of an ancestor scope
+            return position > p  # a step of S or of a scope enclosing it: after K, it waits
         common = 0
         while common < min(len(own), len(scope)) and own[common] == scope[common]:
             common += 1
-        branch = own[common]
-        if "#" in branch:  # another task: it stays if it existed before the change
-            return first_seen.get(tuple(own[:common + 1]), p + 1) > p
-        return position > p  # inside a step of an ancestor scope
+        for depth in range(common, len(own)):
+            if "#" in own[depth]:  # the task it runs in, apart from K's: did it exist before K?
+                return spawns.get(tuple(own[:depth + 1]), p + 1) > p
+        return position > p  # inside a step of S or of a scope enclosing it
 
     return dropped
 
@@ -264,11 +283,14 @@ def cut_at_key(entries: list[StepEntry], changed: StepEntry,
 
     For a changed step with key K, in scope S at index n, completed at position p, this
     drops: K and S's later steps (index >= n) and everything under them; the entries of
-    S's ancestor scopes and of S's descendants that completed after p; and the entries of
-    other task scopes that did not exist yet at p (their first entry is after p: they may
-    have been started because of K). The unchanged steps of other, concurrent asyncio tasks
-    stay, even when they completed after p: they replay instead of executing again; and so
-    do the entries from ``live_from`` on (see :func:`dropped_by_change`)."""
+    S's scope and of the scopes enclosing it that completed after p (their flow may have
+    waited for K's result), and of steps of those scopes; and every entry of a task created
+    after p (it may have been started because of K: its creation is journaled with its
+    steps, ``StepEntry.spawned``; for entries journaled before that, a task's first entry
+    stands for it). The entries of tasks that already existed when K completed stay,
+    whatever their completion order and wherever they were created (beside K's task, inside
+    it, inside another): they replay instead of executing again. So do the entries from
+    ``live_from`` on (see :func:`dropped_by_change`)."""
     dropped = dropped_by_change(entries, changed, live_from)
     return [e for e in entries if not dropped(e.key, e.position)]
 
@@ -301,16 +323,25 @@ def rewind(journal: Journal, record: RunRecord, kept: list[StepEntry], *,
     and reopen the run (RUNNING, no result, no pending approval or requests), writing its
     record - all in one transaction fenced by ``token``
     (:class:`~durable_nb.errors.RunLeased`, nothing changed, once the lease moved on).
-    Blobs only dropped entries used are deleted. Then the child runs of dropped child steps
-    are deleted, and, if ``child_dropped(key, inf)`` says so, unfinished child runs (no
-    entry yet) of a dropped key. Returns how many entries were removed."""
+    Blobs only dropped entries used are deleted; the positions of task creations
+    (``StepEntry.spawned``) are renumbered with the entries. Then the child runs of dropped
+    child steps are deleted, and, if ``child_dropped(key, inf)`` says so, unfinished child
+    runs (no entry yet) of a dropped key. Returns how many entries were removed."""
     run_id = record.run_id
     kept_positions = {e.position for e in kept}
     gone = [e for e in _readable(journal, run_id) if e.position not in kept_positions]
     first = 0
     while first < len(kept) and kept[first].position == first:
         first += 1
-    tail = [dataclasses.replace(e, position=first + i) for i, e in enumerate(kept[first:])]
+    old_positions = [e.position for e in kept]
+
+    def renumbered_spawns(entry: StepEntry) -> list[int] | None:
+        # A task's creation stays between the same kept entries.
+        return [bisect.bisect_left(old_positions, at) for at in entry.spawned] \
+            if entry.spawned else entry.spawned
+
+    tail = [dataclasses.replace(e, position=first + i, spawned=renumbered_spawns(e))
+            for i, e in enumerate(kept[first:])]
     drop_blobs = sorted(_blobs_of(journal, run_id, gone) - _blobs_of(journal, run_id, kept)) \
         if gone else []
     renumbered = {e.position: i for i, e in enumerate(kept)}
