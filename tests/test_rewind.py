@@ -18,12 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+import openai
 import pytest
 
 import durable_nb as dn
 from durable_nb import RunRecord, Status
 from durable_nb.errors import InputChanged, RunLeased
 from durable_nb.journal import StepEntry, cut_at_key, rewind
+from durable_nb.testing import LoopbackServer
 from durable_nb.execution.lease import Lease
 from tests.test_journal_conformance import Backend, backend  # noqa: F401 (fixture)
 
@@ -305,6 +307,71 @@ def test_a_rewind_renumbers_when_the_kept_tasks_were_created(backend: Backend): 
     rewind(store, store.get_run("r"), kept, token=lease.token)
     assert [(e.key, e.position, e.spawned) for e in store.steps("r")] == [
         ("0", 0, None), ("t#0.0", 1, [1]), ("t#0.1", 2, [1]), ("2", 3, None)]
+
+
+# --- the fork a re-run keeps ------------------------------------------------------------------
+
+def _chat_then_step(client, value: str):
+    def agent(ctx):
+        reply = ctx.chat(client=client, model="loopback-1",
+                         messages=[{"role": "user", "content": "hi"}])
+        return [reply.choices[0].message.content, ctx.run("step", lambda v: v, value)]
+    return agent
+
+
+def test_the_fork_of_a_rerun_keeps_the_done_run_as_it_was(backend: Backend):  # noqa: F811
+    store = backend.open()
+    with LoopbackServer(["hello"] * 3) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="loopback", max_retries=0)
+        assert dn.execute("r", _chat_then_step(client, "a"), journal=store) == ["hello", "a"]
+        done = store.get_run("r")
+        assert dn.execute("r", _chat_then_step(client, "b"), journal=store,
+                          on_change="rerun") == ["hello", "b"]
+        fork = store.get_run("r@1")
+        assert (fork.status, fork.result, fork.error, fork.finished_at) == \
+            (Status.DONE, done.result, None, done.finished_at)
+        assert (fork.step_count, fork.iteration, fork.prompt_tokens, fork.completion_tokens,
+                fork.cost) == (2, 1, done.prompt_tokens, done.completion_tokens, done.cost) \
+            and done.prompt_tokens > 0
+        assert fork.attempts == done.attempts and fork.forked_from["run_id"] == "r"
+        assert [e.result for e in store.steps("r@1")][1] == "a"
+        # the fork replays as the run did
+        assert dn.execute("r@1", _chat_then_step(client, "a"), journal=store) == ["hello", "a"]
+        assert server.stats()["total"] == 1
+
+
+def test_the_fork_of_a_rerun_keeps_a_failed_or_waiting_run_as_it_was(
+        backend: Backend):  # noqa: F811
+    store = backend.open()
+
+    def failing(value: str, fail: bool):
+        def agent(ctx):
+            ctx.run("step", lambda v: v, value)
+            if fail:
+                raise RuntimeError("the handler broke")
+            return "ok"
+        return agent
+
+    with pytest.raises(RuntimeError):
+        dn.execute("f", failing("a", True), journal=store)
+    failed = store.get_run("f")
+    assert dn.execute("f", failing("b", False), journal=store, on_change="rerun") == "ok"
+    fork = store.get_run("f@1")
+    assert (fork.status, fork.error, fork.step_count) == (Status.FAILED, failed.error, 1)
+
+    def parking(value: str):
+        def agent(ctx):
+            ctx.run("step", lambda v: v, value)
+            return ctx.approval("send", {"to": "bob"}).approved
+        return agent
+
+    assert dn.execute("w", parking("a"), journal=store, on_approval="park") is None
+    waiting = store.get_run("w")
+    assert dn.execute("w", parking("b"), journal=store, on_approval="park",
+                      on_change="rerun") is None
+    fork = store.get_run("w@1")
+    assert fork.status is Status.WAITING_APPROVAL and fork.step_count == 1
+    assert fork.pending_approval == dict(waiting.pending_approval, run_id="w@1")
 
 
 # --- child runs ---------------------------------------------------------------------------

@@ -135,9 +135,9 @@ def _placeholder(record: RunRecord, staging: str, source: Journal, new_id: str) 
 
 
 def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: str,
-               new_root: str, staged: StagedCopy) -> None:
-    """Copy one run's entries and blobs under a staging id (its placeholder record
-    first), and add it to ``staged`` with the record to publish."""
+               new_root: str, staged: StagedCopy, steps: int | None = None) -> None:
+    """Copy one run's entries (its first ``steps``, or all) and blobs under a staging id
+    (its placeholder record first), and add it to ``staged`` with the record to publish."""
     run_id = record.run_id
     copy = RunRecord.from_json(record.to_json())
     copy.run_id = _renamed(run_id, old_root, new_root)
@@ -147,6 +147,8 @@ def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: st
     copied: set[str] = set()
     count = 0
     for entry in source.steps(run_id):
+        if steps is not None and entry.position >= steps:
+            break
         blobs = {}
         for digest in referenced_blobs(entry.request, lambda d: source.get_blob(run_id, d),
                                        copied):
@@ -172,15 +174,21 @@ def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: st
 
 
 def stage_copy(source: Journal, run_id: str, target: Journal, new_id: str, *,
-               changes: dict[str, Any] | None = None) -> StagedCopy:
+               changes: dict[str, Any] | None = None, record: RunRecord | None = None,
+               steps: int | None = None) -> StagedCopy:
     """Write run ``run_id`` and its child runs to ``target`` under staging ids, as the
     unpublished copy ``new_id`` (its record updated with ``changes``). Leases and pending
     requests are not copied. ``source`` and ``target`` may be journals of different backends.
-    The caller holds the run's lease, so that nothing is appended while it is read."""
+    The caller holds the run's lease, so that nothing is appended while it is read.
+
+    ``record`` and ``steps``: copy the run as it was earlier (that record, its first
+    ``steps`` entries) instead of as the journal holds it now."""
     staged = StagedCopy(target)
     try:
-        for record in [source.get_run(run_id), *child_runs(source, run_id)]:
-            _stage_one(source, record, target, run_id, new_id, staged)
+        _stage_one(source, record or source.get_run(run_id), target, run_id, new_id, staged,
+                   steps)
+        for child in child_runs(source, run_id):
+            _stage_one(source, child, target, run_id, new_id, staged)
     except BaseException:
         staged.discard()
         raise
@@ -391,20 +399,35 @@ def _fork_id(journal: Journal, run_id: str) -> str:
 
 def rerun(journal: Journal, record: RunRecord, kept: list[StepEntry], from_position: int, *,
           token: str,
-          child_dropped: Callable[[str, float], bool] | None = None) -> str:
-    """Keep the run as it is now as a new run ``RUN@N`` (with its child runs; marked as a
-    fork taken where the run goes on from ``from_position``), then :func:`rewind` it to
-    ``kept`` under ``token``. The fork is published only once the rewind is written: an
-    executor fenced out leaves no fork (its staged copy is deleted). Returns its id."""
-    changes = {"forked_from": {"run_id": record.run_id, "position": from_position,
-                               "at": time.time()},
-               "pending_approval": None}
-    if record.status in (Status.RUNNING, Status.WAITING_APPROVAL):
-        changes.update(status=Status.CANCELLED,
-                       error=f"kept as a fork when run {record.run_id!r} was executed again "
-                             f"from step {from_position}")
+          child_dropped: Callable[[str, float], bool] | None = None,
+          as_taken: RunRecord | None = None, taken_steps: int | None = None) -> str:
+    """Keep the run as a new run ``RUN@N`` (with its child runs; marked as a fork taken where
+    the run goes on from ``from_position``), then :func:`rewind` it to ``kept`` under
+    ``token``. The fork is published only once the rewind is written: an executor fenced
+    out leaves no fork (its staged copy is deleted). Returns its id.
+
+    An execution that found a changed step passes the run as it took it: ``as_taken``, the
+    record before the execution changed it, and ``taken_steps``, how many entries the
+    journal held then. The fork is that run, with its status (DONE with its result, FAILED,
+    WAITING_APPROVAL with its request, RUNNING when an executor died in it), counts and
+    entries; what the execution did since stays in the run only. Without them the fork is
+    the run as the journal holds it now, an unfinished run marked CANCELLED ("kept as a
+    fork") with no pending approval."""
+    changes: dict[str, Any] = {"forked_from": {"run_id": record.run_id,
+                                               "position": from_position, "at": time.time()}}
+    if as_taken is not None:
+        if as_taken.failed_step is not None and taken_steps is not None \
+                and as_taken.failed_step >= taken_steps:
+            changes["failed_step"] = None  # removed, to be tried again, before the fork
+    else:
+        changes["pending_approval"] = None
+        if record.status in (Status.RUNNING, Status.WAITING_APPROVAL):
+            changes.update(status=Status.CANCELLED,
+                           error=f"kept as a fork when run {record.run_id!r} was executed "
+                                 f"again from step {from_position}")
     fork_id = _fork_id(journal, record.run_id)
-    staged = stage_copy(journal, record.run_id, journal, fork_id, changes=changes)
+    staged = stage_copy(journal, record.run_id, journal, fork_id, changes=changes,
+                        record=as_taken, steps=taken_steps)
     try:
         rewind(journal, record, kept, token=token, child_dropped=child_dropped)
     except BaseException:
