@@ -25,6 +25,7 @@ import durable_nb as dn
 from durable_nb import RunRecord, Status
 from durable_nb.errors import InputChanged, RunLeased
 from durable_nb.journal import StepEntry, cut_at_key, rewind
+from durable_nb.registry import is_interrupted
 from durable_nb.testing import LoopbackServer
 from durable_nb.execution.lease import Lease
 from tests.test_journal_conformance import Backend, backend  # noqa: F401 (fixture)
@@ -372,6 +373,42 @@ def test_the_fork_of_a_rerun_keeps_a_failed_or_waiting_run_as_it_was(
     fork = store.get_run("w@1")
     assert fork.status is Status.WAITING_APPROVAL and fork.step_count == 1
     assert fork.pending_approval == dict(waiting.pending_approval, run_id="w@1")
+
+
+# Executes run "k" until its second step has started, then waits to be SIGKILLed.
+_DYING = """
+import sys, time
+import durable_nb as dn
+location, started = sys.argv[1:3]
+
+def agent(ctx):
+    ctx.run("step", lambda v: v, "a")
+    ctx.run("hang", lambda: open(started, "w").close() or time.sleep(3600))
+
+dn.execute("k", agent, journal=location)
+"""
+
+
+def test_the_fork_of_a_rerun_keeps_a_run_whose_executor_died_interrupted(
+        backend: Backend, tmp_path: Path):  # noqa: F811
+    store = backend.open()
+    started = tmp_path / "started"
+    child = subprocess.Popen([sys.executable, "-c", _DYING, backend.location, str(started)],
+                             cwd=REPO)
+    try:
+        while not started.exists():
+            assert child.poll() is None, "the executor ended before its second step"
+            time.sleep(0.01)
+    finally:
+        child.kill()
+        child.wait()
+    assert store.get_run("k").status is Status.RUNNING
+    assert dn.execute("k", lambda ctx: [ctx.run("step", lambda v: v, "b"),
+                                        ctx.run("hang", lambda: "done")],
+                      journal=store, on_change="rerun") == ["b", "done"]
+    fork = store.get_run("k@1")
+    assert (fork.status, fork.error, fork.step_count) == (Status.RUNNING, None, 1)
+    assert is_interrupted(fork, store)  # listed as interrupted, not cancelled
 
 
 # --- child runs ---------------------------------------------------------------------------
