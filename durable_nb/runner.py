@@ -175,6 +175,7 @@ class Runner:
         self.execution: Execution | None = None
         self._heartbeat_error: BaseException | None = None
         self._attempt: dict | None = None  # this execution's, in the record's attempts
+        self._taken: RunRecord | None = None
 
     def load_or_create(self) -> RunRecord:
         """The run record, created if new, with this execution's options applied."""
@@ -237,6 +238,9 @@ class Runner:
                              f"not resume. Start a new run id for a new attempt.")
         lease = Lease.acquire(self.journal, self.run_id, self.options.stale_after)
         try:
+            # The run as this execution takes it: what a fork keeps if a step changed.
+            self._taken = (RunRecord.from_json(record.to_json())
+                           if self.options.on_change == "rerun" else None)
             self._prepare(record, lease.token)
             _heartbeats.add(self, lease)
             fork_id: str | None = None
@@ -468,10 +472,11 @@ class Runner:
             note(text)
 
     def _rerun_from(self, execution: Execution, fork_id: str | None) -> str:
-        """After a step changed (``on_change="rerun"``): keep the run as it is as a fork
-        (unless this execution kept one already: ``fork_id``), drop the entries the changed
-        step invalidates (by key and scope, :func:`~durable_nb.journal.dropped_by_change`:
-        other tasks' unchanged steps stay and replay), and go on from there - all under this
+        """After a step changed (``on_change="rerun"``): keep the run as this execution took
+        it as a fork (unless this execution kept one already: ``fork_id``), drop the entries
+        the changed step invalidates (by key and scope,
+        :func:`~durable_nb.journal.dropped_by_change`: the unchanged steps of tasks that
+        existed before it stay and replay), and go on from there - all under this
         execution's lease token. Returns the fork's id."""
         record = execution.record
         position = execution.restart_from or 0
@@ -485,9 +490,10 @@ class Runner:
         else:  # a new step after the end of a DONE run: every step stays, the run reopens
             kept = entries
         token = execution.writer.token
-        if fork_id is None:
+        if fork_id is None:  # the first execution: the fork is the run as it took it
             fork_id = rerun(self.journal, record, kept, position, token=token,
-                            child_dropped=dropped)
+                            child_dropped=dropped, as_taken=self._taken,
+                            taken_steps=execution.replay_log.size)
         else:  # a second change in this execution: the run as it was is in the fork already
             rewind(self.journal, record, kept, token=token, child_dropped=dropped)
         note = getattr(self.observer, "on_note", None)

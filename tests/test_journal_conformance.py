@@ -465,6 +465,23 @@ def test_entries_round_trip_byte_for_byte(backend: Backend, value: Any):
     assert backend.open().get_step("r", 0) == entry  # a fresh connection reads it the same
 
 
+
+def test_an_entry_keeps_when_its_tasks_were_created(backend: Backend):
+    """``StepEntry.spawned`` is part of the entry's JSON text (no schema change): kept as
+    written, absent from an entry made outside tasks (as entries were before it existed)."""
+    store = backend.open()
+    store.create_run(_record("r"))
+    in_tasks = _entry(0)
+    in_tasks.key, in_tasks.spawned = "fetch#0.sub#1.0", [0, 3]
+    outside = _entry(1)
+    store.append_step("r", in_tasks)
+    store.append_step("r", outside)
+    assert '"sp":[0,3]' in backend.raw_entry(store, "r", 0)
+    assert '"sp"' not in backend.raw_entry(store, "r", 1)
+    assert [e.spawned for e in backend.open().steps("r")] == [[0, 3], None]
+    with pytest.raises(ValueError, match="wrong types"):
+        StepEntry.from_json(2, in_tasks.to_json().replace("[0,3]", '"0"'))
+
 # --- fencing -------------------------------------------------------------------------------
 
 def test_fenced_executor_writes_nothing_after_its_lease_moved(backend: Backend):

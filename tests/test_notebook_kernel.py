@@ -233,6 +233,39 @@ def test_changed_cell_stops_with_mismatch_and_on_change_rerun_reruns_from_diverg
     assert [e.name for e in fork.steps] == ["load", "clean", "save"]
 
 
+
+_CHAT_CELL = """%%durable_agent forked {options}
+reply = ctx.chat(model="loopback-1", messages=[{{"role": "user", "content": "hi"}}])
+[reply.choices[0].message.content, ctx.run("step", lambda v: v, {value!r})]
+"""
+
+
+def test_a_done_cell_edited_and_rerun_keeps_its_fork_done_not_cancelled(tmp_path: Path) -> None:
+    from durable_nb.server import views
+    from durable_nb.server.journals import KnownJournal
+
+    with LoopbackServer(["hello"] * 3) as server, start_kernel(tmp_path, env=_env(server)) as k:
+        _load(k)
+        done = k.execute(_CHAT_CELL.format(options="", value="a")).raise_for_error()
+        assert done.text == "['hello', 'a']" and _status(tmp_path, "forked") is Status.DONE
+        before = _journal(tmp_path).get_run("forked")
+        rerun = k.execute(_CHAT_CELL.format(options="--on-change rerun", value="b"))
+        assert rerun.raise_for_error().text == "['hello', 'b']"
+        assert server.stats()["total"] == 1  # the chat replayed
+    journal = _journal(tmp_path)
+    fork = journal.get_run("forked@1")
+    assert (fork.status, fork.result, fork.error, fork.finished_at) == \
+        (Status.DONE, before.result, None, before.finished_at)
+    assert (fork.step_count, fork.iteration, fork.prompt_tokens, fork.completion_tokens) == \
+        (2, 1, before.prompt_tokens, before.completion_tokens) and before.prompt_tokens > 0
+    assert [e.result for e in journal.steps("forked@1")][1] == "a"
+    # the sidebar's listing: the fork is with the DONE runs, nothing is cancelled
+    known = KnownJournal(id="j", location=str(journal.directory), kind="disk")
+    listing = views.list_runs([(known, known.open())], groups=views.GROUPS)
+    assert {(r["run_id"], r["status"], r["interrupted"]) for r in listing.runs} == {
+        ("forked", "DONE", False), ("forked@1", "DONE", False)}
+    assert views.list_runs([(known, known.open())], groups=("CANCELLED",)).total == 0
+
 # -- cancel, interrupt ----------------------------------------------------------------------------
 
 _PARKING_CELL = """%%durable_agent {run_id}

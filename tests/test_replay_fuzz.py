@@ -2,8 +2,10 @@
 uninterrupted reference run: every observed value, every journaled step, the tokens; no
 journaled step executed again. Resumed with a changed program, they end as the changed
 program uninterrupted or stop with a divergence error, and no step journaled before the
-kill runs again. (Short runs of ``tests/fuzz/replay_fuzz.py``, which runs thousands of
-programs.) ``REPLAY_FUZZ_SEED`` picks the seed (default: random, printed)."""
+kill runs again. Re-run with a step inside a gather branch edited (``on_change="rerun"``),
+they end as the edited program uninterrupted, and the other branches' steps replay. (Short
+runs of ``tests/fuzz/replay_fuzz.py``, which runs thousands of programs.)
+``REPLAY_FUZZ_SEED`` picks the seed (default: random, printed)."""
 
 from __future__ import annotations
 
@@ -19,13 +21,16 @@ from tests.fuzz.replay_fuzz import (
     TOTALS,
     changed_programs,
     check_changed_program,
+    check_edited_program,
     check_program,
+    edited_programs,
     programs,
 )
 
 SEED = int(os.environ.get("REPLAY_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
 EXAMPLES = 25
 CHANGED_EXAMPLES = 30
+EDITED_EXAMPLES = 20
 
 
 def test_killed_and_resumed_programs_replay_what_an_uninterrupted_run_observed(tmp_path):
@@ -70,3 +75,28 @@ def test_programs_resumed_after_a_change_end_as_the_changed_program_or_are_refus
     print(dict(TOTALS))
     assert TOTALS["changed_programs"] >= CHANGED_EXAMPLES
     assert TOTALS["refused"] and TOTALS["equal"], f"one outcome never happened: {TOTALS}"
+
+
+def test_programs_rerun_after_an_edit_in_a_concurrent_task_replay_the_other_tasks(tmp_path):
+    print(f"replay fuzz seed {SEED} (rerun with REPLAY_FUZZ_SEED={SEED})")
+    counter = iter(range(EDITED_EXAMPLES * 10))
+    TOTALS.clear()
+    with LoopbackServer(["first"]) as server:
+
+        @seed(SEED)
+        @settings(max_examples=EDITED_EXAMPLES, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=edited_programs())
+        def trial(case):
+            program, edited, uid, kill_at = case
+            problems = check_edited_program(program, edited, uid, kill_at,
+                                            tmp_path / str(next(counter)), server.url)
+            assert not problems, "\n".join(problems) + (
+                f"\nP: {json.dumps(program)}\nedited step {uid}\nP': {json.dumps(edited)}"
+                f"\nkilled at step {kill_at}")
+
+        trial()
+    print(dict(TOTALS))
+    assert TOTALS["edited_programs"] >= EDITED_EXAMPLES
+    assert TOTALS["forks"] and TOTALS["replayed_in_other_tasks"], \
+        f"no re-run kept another task's steps: {TOTALS}"

@@ -10,6 +10,7 @@ executor's is changed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,12 +18,15 @@ import sys
 import time
 from pathlib import Path
 
+import openai
 import pytest
 
 import durable_nb as dn
-from durable_nb import Status
+from durable_nb import RunRecord, Status
 from durable_nb.errors import InputChanged, RunLeased
-from durable_nb.journal import StepEntry, cut_at_key
+from durable_nb.journal import StepEntry, cut_at_key, rewind
+from durable_nb.registry import is_interrupted
+from durable_nb.testing import LoopbackServer
 from durable_nb.execution.lease import Lease
 from tests.test_journal_conformance import Backend, backend  # noqa: F401 (fixture)
 
@@ -211,6 +215,200 @@ def test_two_changes_in_one_execution_keep_one_fork(backend: Backend):  # noqa: 
     assert sorted(calls) == ["a1", "a2", "b1"]  # b0 replayed
     assert [r.run_id for r in store.list_runs()] == ["r", "r@1"]
     assert [e.name for e in store.steps("r@1")] == ["b0", "a1", "b1", "a2"]
+
+
+# --- tasks that existed before the change ---------------------------------------------------
+
+def _payments(charges: list[tuple[str, int]], bob_amount: int):
+    """alice and bob pay at once; bob starts a receipt before paying and a thank-you after."""
+    async def agent(ctx):
+        bob_paid = asyncio.Event()
+
+        async def charge(who: str, amount: int) -> str:
+            await asyncio.sleep(0)
+            charges.append((who, amount))
+            return f"{who} paid {amount}"
+
+        async def alice():
+            await bob_paid.wait()  # running all along; its charge completes after bob's
+            return await ctx.run_async("charge", charge, "alice", 10)
+
+        async def receipt():
+            await bob_paid.wait()
+            return await ctx.run_async("receipt", charge, "receipt", 1)
+
+        async def thanks():
+            return await ctx.run_async("thanks", charge, "thanks", 0)
+
+        async def bob():
+            printing = asyncio.ensure_future(receipt())  # created before bob pays
+            paid = await ctx.run_async("charge", charge, "bob", bob_amount)
+            bob_paid.set()
+            thanked = await asyncio.create_task(thanks())  # created after: it may depend on it
+            return [paid, await printing, thanked]
+
+        return await asyncio.gather(alice(), bob())
+    return agent
+
+
+def test_a_rerun_replays_the_tasks_that_existed_before_the_changed_step(
+        backend: Backend):  # noqa: F811
+    store = backend.open()
+    charges: list[tuple[str, int]] = []
+    dn.execute("pay", _payments(charges, 20), journal=store)
+    first = [e.key for e in store.steps("pay")]
+    assert first[0] == "bob#0.0" and "alice#0.0" in first[1:]
+    charges.clear()
+    result = dn.execute("pay", _payments(charges, 25), journal=store, on_change="rerun")
+    assert result == ["alice paid 10", ["bob paid 25", "receipt paid 1", "thanks paid 0"]]
+    # alice's charge and bob's receipt existed before bob's charge completed: replayed, not
+    # charged again; the thank-you task was created after it: executed again.
+    assert charges == [("bob", 25), ("thanks", 0)]
+    # each entry journals when its tasks were created
+    assert {e.key: e.spawned for e in store.steps("pay@1")} == {
+        "bob#0.0": [0], "alice#0.0": [0], "bob#0.receipt#0.0": [0, 0],
+        "bob#0.thanks#0.0": [0, 1]}  # created once bob's charge was in
+    assert [(e.key, e.position) for e in store.steps("pay")][:2] == [
+        ("alice#0.0", 0), ("bob#0.receipt#0.0", 1)]
+    assert [e.key for e in store.steps("pay@1")] == first
+    charges.clear()
+    assert dn.execute("pay", _payments(charges, 25), journal=store) == result
+    assert charges == []
+
+
+def test_cut_at_key_keeps_the_tasks_journaled_as_created_before_the_change():
+    def entry(position: int, key: str, spawned: list[int] | None = None) -> StepEntry:
+        return dataclasses.replace(_entry(position, key), spawned=spawned)
+
+    journal = [
+        entry(0, "bob#0.0", [0]),              # the changed step
+        entry(1, "alice#0.0", [0]),            # created before it, completed after: stays
+        entry(2, "bob#0.tip#0.0", [0, 0]),     # created by bob before it: stays
+        entry(3, "carol#0.0", [1]),            # created after it: goes
+        entry(4, "alice#0.late#0.0", [0, 2]),  # created later by a task that was there: stays
+        entry(5, "bob#0.1", [0]),              # bob's own later step: goes
+        entry(6, "dave#0.0"),                  # journaled before creations were: as before,
+    ]                                          # its first entry after the change: goes
+    assert [e.key for e in cut_at_key(journal, journal[0])] == [
+        "alice#0.0", "bob#0.tip#0.0", "alice#0.late#0.0"]
+    # one entry of a task says it was created after the change (another execution's): the
+    # latest creation counts, the whole task goes
+    again = journal[:2] + [entry(2, "alice#0.1", [1])]
+    assert [e.key for e in cut_at_key(again, again[0])] == []
+
+
+def test_a_rewind_renumbers_when_the_kept_tasks_were_created(backend: Backend):  # noqa: F811
+    store = backend.open()
+    store.create_run(RunRecord(run_id="r"))
+    for position, (key, spawned) in enumerate([("0", None), ("1", None), ("t#0.0", [2]),
+                                               ("t#0.1", [2]), ("2", None)]):
+        store.append_step("r", dataclasses.replace(_entry(position, key), spawned=spawned))
+    lease = Lease.acquire(store, "r")
+    kept = [e for e in store.steps("r") if e.key != "1"]
+    rewind(store, store.get_run("r"), kept, token=lease.token)
+    assert [(e.key, e.position, e.spawned) for e in store.steps("r")] == [
+        ("0", 0, None), ("t#0.0", 1, [1]), ("t#0.1", 2, [1]), ("2", 3, None)]
+
+
+# --- the fork a re-run keeps ------------------------------------------------------------------
+
+def _chat_then_step(client, value: str):
+    def agent(ctx):
+        reply = ctx.chat(client=client, model="loopback-1",
+                         messages=[{"role": "user", "content": "hi"}])
+        return [reply.choices[0].message.content, ctx.run("step", lambda v: v, value)]
+    return agent
+
+
+def test_the_fork_of_a_rerun_keeps_the_done_run_as_it_was(backend: Backend):  # noqa: F811
+    store = backend.open()
+    with LoopbackServer(["hello"] * 3) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="loopback", max_retries=0)
+        assert dn.execute("r", _chat_then_step(client, "a"), journal=store) == ["hello", "a"]
+        done = store.get_run("r")
+        assert dn.execute("r", _chat_then_step(client, "b"), journal=store,
+                          on_change="rerun") == ["hello", "b"]
+        fork = store.get_run("r@1")
+        assert (fork.status, fork.result, fork.error, fork.finished_at) == \
+            (Status.DONE, done.result, None, done.finished_at)
+        assert (fork.step_count, fork.iteration, fork.prompt_tokens, fork.completion_tokens,
+                fork.cost) == (2, 1, done.prompt_tokens, done.completion_tokens, done.cost) \
+            and done.prompt_tokens > 0
+        assert fork.attempts == done.attempts and fork.forked_from["run_id"] == "r"
+        assert [e.result for e in store.steps("r@1")][1] == "a"
+        # the fork replays as the run did
+        assert dn.execute("r@1", _chat_then_step(client, "a"), journal=store) == ["hello", "a"]
+        assert server.stats()["total"] == 1
+
+
+def test_the_fork_of_a_rerun_keeps_a_failed_or_waiting_run_as_it_was(
+        backend: Backend):  # noqa: F811
+    store = backend.open()
+
+    def failing(value: str, fail: bool):
+        def agent(ctx):
+            ctx.run("step", lambda v: v, value)
+            if fail:
+                raise RuntimeError("the handler broke")
+            return "ok"
+        return agent
+
+    with pytest.raises(RuntimeError):
+        dn.execute("f", failing("a", True), journal=store)
+    failed = store.get_run("f")
+    assert dn.execute("f", failing("b", False), journal=store, on_change="rerun") == "ok"
+    fork = store.get_run("f@1")
+    assert (fork.status, fork.error, fork.step_count) == (Status.FAILED, failed.error, 1)
+
+    def parking(value: str):
+        def agent(ctx):
+            ctx.run("step", lambda v: v, value)
+            return ctx.approval("send", {"to": "bob"}).approved
+        return agent
+
+    assert dn.execute("w", parking("a"), journal=store, on_approval="park") is None
+    waiting = store.get_run("w")
+    assert dn.execute("w", parking("b"), journal=store, on_approval="park",
+                      on_change="rerun") is None
+    fork = store.get_run("w@1")
+    assert fork.status is Status.WAITING_APPROVAL and fork.step_count == 1
+    assert fork.pending_approval == dict(waiting.pending_approval, run_id="w@1")
+
+
+# Executes run "k" until its second step has started, then waits to be SIGKILLed.
+_DYING = """
+import sys, time
+import durable_nb as dn
+location, started = sys.argv[1:3]
+
+def agent(ctx):
+    ctx.run("step", lambda v: v, "a")
+    ctx.run("hang", lambda: open(started, "w").close() or time.sleep(3600))
+
+dn.execute("k", agent, journal=location)
+"""
+
+
+def test_the_fork_of_a_rerun_keeps_a_run_whose_executor_died_interrupted(
+        backend: Backend, tmp_path: Path):  # noqa: F811
+    store = backend.open()
+    started = tmp_path / "started"
+    child = subprocess.Popen([sys.executable, "-c", _DYING, backend.location, str(started)],
+                             cwd=REPO)
+    try:
+        while not started.exists():
+            assert child.poll() is None, "the executor ended before its second step"
+            time.sleep(0.01)
+    finally:
+        child.kill()
+        child.wait()
+    assert store.get_run("k").status is Status.RUNNING
+    assert dn.execute("k", lambda ctx: [ctx.run("step", lambda v: v, "b"),
+                                        ctx.run("hang", lambda: "done")],
+                      journal=store, on_change="rerun") == ["b", "done"]
+    fork = store.get_run("k@1")
+    assert (fork.status, fork.error, fork.step_count) == (Status.RUNNING, None, 1)
+    assert is_interrupted(fork, store)  # listed as interrupted, not cancelled
 
 
 # --- child runs ---------------------------------------------------------------------------

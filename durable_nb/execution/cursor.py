@@ -135,6 +135,10 @@ class Execution:
         # The scopes open now, by path, while the journal holds entries to replay: where a
         # held entry could still be asked for (see _reachable).
         self.open_scopes: dict[str, Scope] = {}
+        # When each task of this execution was created, by scope path: journaled with its
+        # steps (StepEntry.spawned), so that a re-run keeps the tasks that existed before the
+        # step that changed (journal.cut_at_key).
+        self.task_spawned: dict[str, int] = {}
         self.root = Scope(self, "", current_flow())
         self.opened(self.root)
         self.iteration = 0
@@ -178,6 +182,30 @@ class Execution:
 
     def ended(self, scope: Scope) -> None:
         self.open_scopes.pop(scope.path, None)
+
+    def task_created(self, scope: Scope) -> None:
+        """The task of ``scope`` was just created: note the journal position every step
+        whose outcome this execution has handed out so far is below - the next position once
+        it has journaled a step, else one past the highest entry it replayed (a task created
+        while replaying could have seen no later one)."""
+        writer = self.writer
+        live = writer.next_position
+        self.task_spawned[scope.path] = (live if live > self.replay_log.size
+                                         else self.replay_log.reached)
+
+    def _spawned(self, key: str) -> list[int] | None:
+        """``StepEntry.spawned`` for a step with key ``key`` made in this execution."""
+        if "#" not in key:
+            return None
+        parts = key.split(".")
+        spawned = []
+        for depth in range(len(parts) - 1):
+            if "#" in parts[depth]:
+                at = self.task_spawned.get(".".join(parts[:depth + 1]))
+                if at is None:
+                    return None
+                spawned.append(at)
+        return spawned
 
     def scope(self) -> Scope:
         """The scope the running flow takes steps in; ContextNotActive if it has none here."""
@@ -501,6 +529,7 @@ class Execution:
         blobs = None
         if inputs:
             entry.request, blobs = store_request(canonical(inputs))
+        entry.spawned = self._spawned(entry.key)
         with self.lock:
             self._count(entry)
             if entry.prompt_tokens or entry.completion_tokens or entry.kind in LLM_KINDS:

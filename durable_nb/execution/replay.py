@@ -38,6 +38,9 @@ class ReplayLog:
         self._alike: dict[tuple[str, str, str], dict[str, StepEntry]] = {}
         self._inside: dict[str, list[str]] = {}  # held keys by the step they were made in
         self._lock = threading.Lock()
+        #: One past the highest position a step has taken: every entry this execution has
+        #: answered a step with is below it.
+        self.reached = 0
 
     @property
     def drained(self) -> bool:
@@ -55,8 +58,10 @@ class ReplayLog:
                     if entry.key == key:
                         break
                     self._hold(entry)
-            if entry is not None and self._inside:
-                self._drop_inside(key)
+            if entry is not None:
+                self.reached = max(self.reached, entry.position + 1)
+                if self._inside:
+                    self._drop_inside(key)
             return entry
 
     def alike(self, kind: str, name: str, fingerprint: str) -> list[StepEntry]:

@@ -176,6 +176,7 @@ def task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> a
     if transparent:
         _lend(scope, task)
     else:
+        scope.execution.task_created(scope)
         scope.execution.opened(scope)
         task.add_done_callback(lambda _: scope.execution.ended(scope))
     return task

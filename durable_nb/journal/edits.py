@@ -25,13 +25,15 @@ blobs and requests in one transaction that checks the caller's lease token
 changes nothing.
 
 **Cuts by key.** :func:`cut_at_key` says which entries a changed step invalidates: its own
-scope from that step on, what ran inside them, what completed after it in its ancestors and
-descendants, and tasks that did not exist yet when it completed. Other tasks' steps stay
-(they replay), whatever their completion order.
+scope from that step on, what ran inside them, what completed after it in the scopes
+enclosing it, and tasks created after it completed (each entry journals when the tasks it
+was made in were created). The steps of tasks that existed before it completed stay (they
+replay), whatever their completion order.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 import time
@@ -133,9 +135,9 @@ def _placeholder(record: RunRecord, staging: str, source: Journal, new_id: str) 
 
 
 def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: str,
-               new_root: str, staged: StagedCopy) -> None:
-    """Copy one run's entries and blobs under a staging id (its placeholder record
-    first), and add it to ``staged`` with the record to publish."""
+               new_root: str, staged: StagedCopy, steps: int | None = None) -> None:
+    """Copy one run's entries (its first ``steps``, or all) and blobs under a staging id
+    (its placeholder record first), and add it to ``staged`` with the record to publish."""
     run_id = record.run_id
     copy = RunRecord.from_json(record.to_json())
     copy.run_id = _renamed(run_id, old_root, new_root)
@@ -145,6 +147,8 @@ def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: st
     copied: set[str] = set()
     count = 0
     for entry in source.steps(run_id):
+        if steps is not None and entry.position >= steps:
+            break
         blobs = {}
         for digest in referenced_blobs(entry.request, lambda d: source.get_blob(run_id, d),
                                        copied):
@@ -170,15 +174,21 @@ def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: st
 
 
 def stage_copy(source: Journal, run_id: str, target: Journal, new_id: str, *,
-               changes: dict[str, Any] | None = None) -> StagedCopy:
+               changes: dict[str, Any] | None = None, record: RunRecord | None = None,
+               steps: int | None = None) -> StagedCopy:
     """Write run ``run_id`` and its child runs to ``target`` under staging ids, as the
     unpublished copy ``new_id`` (its record updated with ``changes``). Leases and pending
     requests are not copied. ``source`` and ``target`` may be journals of different backends.
-    The caller holds the run's lease, so that nothing is appended while it is read."""
+    The caller holds the run's lease, so that nothing is appended while it is read.
+
+    ``record`` and ``steps``: copy the run as it was earlier (that record, its first
+    ``steps`` entries) instead of as the journal holds it now."""
     staged = StagedCopy(target)
     try:
-        for record in [source.get_run(run_id), *child_runs(source, run_id)]:
-            _stage_one(source, record, target, run_id, new_id, staged)
+        _stage_one(source, record or source.get_run(run_id), target, run_id, new_id, staged,
+                   steps)
+        for child in child_runs(source, run_id):
+            _stage_one(source, child, target, run_id, new_id, staged)
     except BaseException:
         staged.discard()
         raise
@@ -218,6 +228,29 @@ def _scope_parts(key: str) -> list[str]:
     return key.split(".")
 
 
+def _task_spawns(entries: list[StepEntry]) -> dict[tuple[str, ...], int]:
+    """When each task (by scope path) existed: the highest position its entries journaled for
+    its creation (``StepEntry.spawned``), or, for a task whose entries were journaled before
+    that was, where it first completed a step (it existed by then). A task's earliest
+    possible creation is not trusted: over executions, the latest one counts."""
+    recorded: dict[tuple[str, ...], int] = {}
+    first_seen: dict[tuple[str, ...], int] = {}
+    for entry in entries:
+        path = _scope_parts(entry.key)[:-1]
+        spawned = iter(entry.spawned or ())
+        for depth, part in enumerate(path):
+            if "#" not in part:
+                continue
+            task = tuple(path[:depth + 1])
+            at = next(spawned, None)
+            if at is None:
+                first_seen.setdefault(task, entry.position)
+            elif at > recorded.get(task, -1):
+                recorded[task] = at
+    return {task: max(recorded.get(task, -1), first_seen.get(task, -1))
+            for task in recorded.keys() | first_seen.keys()}
+
+
 def dropped_by_change(entries: list[StepEntry], changed: StepEntry,
                       live_from: int | None = None) -> Callable[[str, float], bool]:
     """Whether a step (key, position; an unfinished one: ``inf``) is invalidated when step
@@ -228,11 +261,7 @@ def dropped_by_change(entries: list[StepEntry], changed: StepEntry,
     its result (K's scope was waiting at K, and a replayed K never returned its old one)."""
     parts = _scope_parts(changed.key)
     scope, index, p = parts[:-1], int(parts[-1]), changed.position
-    first_seen: dict[tuple[str, ...], int] = {}
-    for entry in entries:  # where each task family first completed a step
-        path = _scope_parts(entry.key)[:-1]
-        for depth in range(1, len(path) + 1):
-            first_seen.setdefault(tuple(path[:depth]), entry.position)
+    spawns = _task_spawns(entries)
 
     def dropped(key: str, position: float) -> bool:
         path = _scope_parts(key)
@@ -242,18 +271,16 @@ def dropped_by_change(entries: list[StepEntry], changed: StepEntry,
                 return True  # K, S's later steps and everything under them
         if live_from is not None and live_from <= position < float("inf"):
             return False  # made by this execution, without K's result
-        if path[:len(scope)] == scope and len(path) > len(scope):
-            return position > p  # a descendant of S (an earlier step's, or a task's)
         own = path[:-1]
         if scope[:len(own)] == own:
-            return position > p  # a step of an ancestor scope
+            return position > p  # a step of S or of a scope enclosing it: after K, it waits
         common = 0
         while common < min(len(own), len(scope)) and own[common] == scope[common]:
             common += 1
-        branch = own[common]
-        if "#" in branch:  # another task: it stays if it existed before the change
-            return first_seen.get(tuple(own[:common + 1]), p + 1) > p
-        return position > p  # inside a step of an ancestor scope
+        for depth in range(common, len(own)):
+            if "#" in own[depth]:  # the task it runs in, apart from K's: did it exist before K?
+                return spawns.get(tuple(own[:depth + 1]), p + 1) > p
+        return position > p  # inside a step of S or of a scope enclosing it
 
     return dropped
 
@@ -264,11 +291,14 @@ def cut_at_key(entries: list[StepEntry], changed: StepEntry,
 
     For a changed step with key K, in scope S at index n, completed at position p, this
     drops: K and S's later steps (index >= n) and everything under them; the entries of
-    S's ancestor scopes and of S's descendants that completed after p; and the entries of
-    other task scopes that did not exist yet at p (their first entry is after p: they may
-    have been started because of K). The unchanged steps of other, concurrent asyncio tasks
-    stay, even when they completed after p: they replay instead of executing again; and so
-    do the entries from ``live_from`` on (see :func:`dropped_by_change`)."""
+    S's scope and of the scopes enclosing it that completed after p (their flow may have
+    waited for K's result), and of steps of those scopes; and every entry of a task created
+    after p (it may have been started because of K: its creation is journaled with its
+    steps, ``StepEntry.spawned``; for entries journaled before that, a task's first entry
+    stands for it). The entries of tasks that already existed when K completed stay,
+    whatever their completion order and wherever they were created (beside K's task, inside
+    it, inside another): they replay instead of executing again. So do the entries from
+    ``live_from`` on (see :func:`dropped_by_change`)."""
     dropped = dropped_by_change(entries, changed, live_from)
     return [e for e in entries if not dropped(e.key, e.position)]
 
@@ -301,16 +331,25 @@ def rewind(journal: Journal, record: RunRecord, kept: list[StepEntry], *,
     and reopen the run (RUNNING, no result, no pending approval or requests), writing its
     record - all in one transaction fenced by ``token``
     (:class:`~durable_nb.errors.RunLeased`, nothing changed, once the lease moved on).
-    Blobs only dropped entries used are deleted. Then the child runs of dropped child steps
-    are deleted, and, if ``child_dropped(key, inf)`` says so, unfinished child runs (no
-    entry yet) of a dropped key. Returns how many entries were removed."""
+    Blobs only dropped entries used are deleted; the positions of task creations
+    (``StepEntry.spawned``) are renumbered with the entries. Then the child runs of dropped
+    child steps are deleted, and, if ``child_dropped(key, inf)`` says so, unfinished child
+    runs (no entry yet) of a dropped key. Returns how many entries were removed."""
     run_id = record.run_id
     kept_positions = {e.position for e in kept}
     gone = [e for e in _readable(journal, run_id) if e.position not in kept_positions]
     first = 0
     while first < len(kept) and kept[first].position == first:
         first += 1
-    tail = [dataclasses.replace(e, position=first + i) for i, e in enumerate(kept[first:])]
+    old_positions = [e.position for e in kept]
+
+    def renumbered_spawns(entry: StepEntry) -> list[int] | None:
+        # A task's creation stays between the same kept entries.
+        return [bisect.bisect_left(old_positions, at) for at in entry.spawned] \
+            if entry.spawned else entry.spawned
+
+    tail = [dataclasses.replace(e, position=first + i, spawned=renumbered_spawns(e))
+            for i, e in enumerate(kept[first:])]
     drop_blobs = sorted(_blobs_of(journal, run_id, gone) - _blobs_of(journal, run_id, kept)) \
         if gone else []
     renumbered = {e.position: i for i, e in enumerate(kept)}
@@ -360,20 +399,35 @@ def _fork_id(journal: Journal, run_id: str) -> str:
 
 def rerun(journal: Journal, record: RunRecord, kept: list[StepEntry], from_position: int, *,
           token: str,
-          child_dropped: Callable[[str, float], bool] | None = None) -> str:
-    """Keep the run as it is now as a new run ``RUN@N`` (with its child runs; marked as a
-    fork taken where the run goes on from ``from_position``), then :func:`rewind` it to
-    ``kept`` under ``token``. The fork is published only once the rewind is written: an
-    executor fenced out leaves no fork (its staged copy is deleted). Returns its id."""
-    changes = {"forked_from": {"run_id": record.run_id, "position": from_position,
-                               "at": time.time()},
-               "pending_approval": None}
-    if record.status in (Status.RUNNING, Status.WAITING_APPROVAL):
-        changes.update(status=Status.CANCELLED,
-                       error=f"kept as a fork when run {record.run_id!r} was executed again "
-                             f"from step {from_position}")
+          child_dropped: Callable[[str, float], bool] | None = None,
+          as_taken: RunRecord | None = None, taken_steps: int | None = None) -> str:
+    """Keep the run as a new run ``RUN@N`` (with its child runs; marked as a fork taken where
+    the run goes on from ``from_position``), then :func:`rewind` it to ``kept`` under
+    ``token``. The fork is published only once the rewind is written: an executor fenced
+    out leaves no fork (its staged copy is deleted). Returns its id.
+
+    An execution that found a changed step passes the run as it took it: ``as_taken``, the
+    record before the execution changed it, and ``taken_steps``, how many entries the
+    journal held then. The fork is that run, with its status (DONE with its result, FAILED,
+    WAITING_APPROVAL with its request, RUNNING when an executor died in it), counts and
+    entries; what the execution did since stays in the run only. Without them the fork is
+    the run as the journal holds it now, an unfinished run marked CANCELLED ("kept as a
+    fork") with no pending approval."""
+    changes: dict[str, Any] = {"forked_from": {"run_id": record.run_id,
+                                               "position": from_position, "at": time.time()}}
+    if as_taken is not None:
+        if as_taken.failed_step is not None and taken_steps is not None \
+                and as_taken.failed_step >= taken_steps:
+            changes["failed_step"] = None  # removed, to be tried again, before the fork
+    else:
+        changes["pending_approval"] = None
+        if record.status in (Status.RUNNING, Status.WAITING_APPROVAL):
+            changes.update(status=Status.CANCELLED,
+                           error=f"kept as a fork when run {record.run_id!r} was executed "
+                                 f"again from step {from_position}")
     fork_id = _fork_id(journal, record.run_id)
-    staged = stage_copy(journal, record.run_id, journal, fork_id, changes=changes)
+    staged = stage_copy(journal, record.run_id, journal, fork_id, changes=changes,
+                        record=as_taken, steps=taken_steps)
     try:
         rewind(journal, record, kept, token=token, child_dropped=child_dropped)
     except BaseException:

@@ -26,8 +26,13 @@ With ``--changes``, each program is killed once and executed again as a changed 
 (see *program changes* below): it must end as the changed program uninterrupted or be
 refused with a divergence error, and no step journaled before the kill may run again.
 
-Usage: ``python tests/fuzz/replay_fuzz.py --examples 2000 [--seed N] [--changes]``. The quick
-variants in the suite are in ``tests/test_replay_fuzz.py``.
+With ``--edits``, each program is executed again (after a kill, or after it finished) with
+``on_change="rerun"`` and one step inside a branch of a gather edited (see *edits inside
+concurrent tasks* below): it must end as the edited program uninterrupted, and the steps of
+the other branches, whose tasks existed before the edited step completed, replay.
+
+Usage: ``python tests/fuzz/replay_fuzz.py --examples 2000 [--seed N] [--changes | --edits]``.
+The quick variants in the suite are in ``tests/test_replay_fuzz.py``.
 """
 
 from __future__ import annotations
@@ -322,7 +327,7 @@ def _effect_args(op: dict) -> tuple[tuple, dict]:
 
 
 def program_child(program_json: str, journal_dir: str, workdir: str, url: str,
-                  kill_at: int | None = None) -> None:
+                  kill_at: int | None = None, on_change: str = "error") -> None:
     """Process target: execute the program as run ``program`` (result.json / error.txt),
     SIGKILLed as its ``kill_at``-th step starts."""
     import durable_nb as dn
@@ -331,7 +336,7 @@ def program_child(program_json: str, journal_dir: str, workdir: str, url: str,
     handler = interpreter.handler(json.loads(program_json))
     try:
         _run_child(workdir, lambda: dn.execute(RUN_ID, handler, journal=journal_dir,
-                                               poll_interval=0.02))
+                                               poll_interval=0.02, on_change=on_change))
     except Exception:
         sys.exit(1)  # error.txt has the traceback; the driver reads it
 
@@ -657,13 +662,13 @@ def mutate(program: dict, rng: random.Random, count: int) -> tuple[dict, list[st
 
 
 def _run_once(program: dict, workdir: Path, journal: DiskJournal, url: str,
-              kill_at: int | None) -> tuple[Any, str | None]:
+              kill_at: int | None, on_change: str = "error") -> tuple[Any, str | None]:
     """One execution of the program in its own process: (result, None), (None, the error's
     traceback), or (None, None) when it was killed."""
     for name in ("result.json", "error.txt"):
         (workdir / name).unlink(missing_ok=True)
     process = start(program_child, json.dumps(program), str(journal.directory), str(workdir),
-                    url, kill_at)
+                    url, kill_at, on_change)
     drive(process, journal, RUN_ID, timeout=CHILD_TIMEOUT)
     if process.exitcode == -9:
         return None, None
@@ -732,6 +737,132 @@ def check_changed_program(program: dict, changed: dict, kill_at: int, root: Path
         journal.close()
 
 
+# -- edits inside concurrent tasks, re-run -------------------------------------------------
+#
+# Run program P (SIGKILLed as a random step starts, or to its end), then execute the run
+# again with on_change="rerun" and P', P with the argument of one step inside a branch of a
+# gather changed. It must end as P' uninterrupted (result and journal), and no step that P
+# journaled in another branch of a gather around the changed step (reached in that branch
+# without a task or gather of its own, so its task existed before the changed step
+# completed) may be executed again: it is unchanged, and it replays.
+
+def edited_programs() -> st.SearchStrategy[tuple[dict, dict, int, int]]:
+    """``(P, P', the id of the step edited, kill_at)``; P is SIGKILLed as its kill_at-th
+    step starts (when it has that many)."""
+    def build(ops: list, seed: int, kill: int) -> tuple:
+        program = {"mode": "async", "ops": ops}
+        _number(program["ops"], iter(range(10**6)))
+        rng = random.Random(seed)
+        candidates = _in_branches(program["ops"])
+        first = [op for op in candidates if _first_in_branch(program["ops"], op)]
+        # Half the time a branch's first step: the other branches' steps then often
+        # complete after it, where a cut by completion order went wrong.
+        leaf = rng.choice(first if first and rng.random() < 0.5 else candidates)
+        edited = json.loads(json.dumps(program))
+        target = next(op for op in _leaves(edited["ops"], LOGGED) if op["uid"] == leaf["uid"])
+        if rng.random() < 0.5:
+            target["arg"] = (target["arg"] + 1) % 10
+        else:
+            target["extra"] = target.get("extra", 0) + 1
+        return program, edited, leaf["uid"], 2 + kill % len(_leaves(ops, LOGGED))
+    return st.builds(build, _changing_async.filter(lambda ops: bool(_in_branches(ops))),
+                     st.integers(0, 2**32), st.integers(0, 10**6))
+
+
+def _gathers_above(ops: list, above: tuple = (), out: dict | None = None) -> dict[int, tuple]:
+    """For each leaf step (by ``id()`` of its op): the gathers it is in, as ``(gather,
+    branch, direct)``; ``direct``: no task or gather of its own between that branch and the
+    step."""
+    out = {} if out is None else out
+    for op in ops:
+        if op["op"] in LOGGED:
+            out[id(op)] = above
+        if op["op"] == "gather":
+            for j, branch in enumerate(op["branches"]):
+                inner = tuple((g, b, False) for g, b, _ in above) + ((id(op), j, True),)
+                _gathers_above(branch, inner, out)
+        elif op["op"] == "task":
+            _gathers_above(op["ops"], tuple((g, b, False) for g, b, _ in above), out)
+        else:
+            for inner in _inner_lists(op):
+                _gathers_above(inner, above, out)
+    return out
+
+
+def _first_in_branch(ops: list, leaf: dict) -> bool:
+    """Whether ``leaf`` is the first op of a branch of a gather."""
+    for op in ops:
+        if op["op"] == "gather" and any(branch and branch[0] is leaf
+                                        for branch in op["branches"]):
+            return True
+        if any(_first_in_branch(inner, leaf) for inner in _inner_lists(op)):
+            return True
+    return False
+
+
+def _in_branches(ops: list) -> list[dict]:
+    """The leaf steps inside a branch of a gather."""
+    above = _gathers_above(ops)
+    return [op for op in _leaves(ops, LOGGED) if above[id(op)]]
+
+
+def _kept_by_edit(program: dict, edited: int) -> set[int]:
+    """The ids of the steps whose tasks existed before step ``edited`` completed: in another
+    branch of a gather around it, reached there directly."""
+    above = _gathers_above(program["ops"])
+    leaves = {op["uid"]: above[id(op)] for op in _leaves(program["ops"], LOGGED)}
+    branch_of = {gather: branch for gather, branch, _ in leaves[edited]}
+    return {uid for uid, gathers in leaves.items() if uid != edited and any(
+        direct and gather in branch_of and branch_of[gather] != branch
+        for gather, branch, direct in gathers)}
+
+
+def check_edited_program(program: dict, edited: dict, uid: int, kill_at: int, root: Path,
+                         url: str) -> list[str]:
+    """One trial: P' uninterrupted (the reference); P killed at step ``kill_at`` (or run to
+    its end), then P' on its journal with on_change="rerun". The problems found."""
+    root.mkdir(parents=True, exist_ok=True)
+    reference = execute_program(edited, root / "reference", url, [])
+    if reference.problems:
+        return [f"reference run of P': {p}" for p in reference.problems]
+    workdir = root / "edited"
+    workdir.mkdir()
+    journal = DiskJournal(workdir / "journal")
+    try:
+        result, error = _run_once(program, workdir, journal, url, kill_at)
+        if error is not None:
+            return [f"P failed: {error[-2000:]}"]
+        killed = result is None
+        kept = _kept_by_edit(program, uid)
+        journaled = _journaled_keys(journal)
+        done = {effect for key, effect in _logged(workdir) if key in journaled
+                and int(effect.split(":")[0]) in kept}
+        mark = len(_logged(workdir))
+        result, error = _run_once(edited, workdir, journal, url, None, on_change="rerun")
+        problems = []
+        again = sorted({effect for _, effect in _logged(workdir)[mark:]} & done)
+        if again:
+            problems.append(f"steps (id:arg:extra) {again}, unchanged in tasks that existed "
+                            f"before step {uid} completed, were executed again by the re-run")
+        if error is not None:
+            problems.append(f"P' re-run failed: {error[-2000:]}")
+        elif result != reference.result:
+            problems.append(f"P' returned another result than uninterrupted:\n  {result}"
+                            f"\n  {reference.result}")
+        else:
+            steps, _ = _journal_view(journal)
+            if steps != reference.steps:
+                differing = sorted(k for k in set(steps) | set(reference.steps)
+                                   if steps.get(k) != reference.steps.get(k))
+                problems.append(f"P' journaled other steps than uninterrupted at {differing[:8]}")
+        TOTALS.update(edited_programs=1, kills=int(killed),
+                      forks=int(journal.find_run(f"{RUN_ID}@1") is not None),
+                      replayed_in_other_tasks=len(done))
+        return problems
+    finally:
+        journal.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -741,9 +872,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--changes", action="store_true",
                         help="resume each killed program with a changed program")
+    parser.add_argument("--edits", action="store_true",
+                        help="re-run each program (on_change='rerun') with one step inside a "
+                             "gather branch edited")
     args = parser.parse_args(argv)
     chosen = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    what = "changed programs" if args.changes else "programs"
+    what = ("edited programs" if args.edits else "changed programs" if args.changes
+            else "programs")
     print(f"replay fuzz: {args.examples} {what}, seed {chosen}", flush=True)
     examples = iter(range(10**9))
     with LoopbackServer(["first", "second", "third", "fourth", "fifth"]) as server, \
@@ -769,9 +904,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"\nP: {json.dumps(program)}\nchanges: {made}\nP': {json.dumps(changed)}"
                 f"\nkilled at step {kill_at}")
 
+        @hypothesis_seed(chosen)
+        @settings(max_examples=args.examples, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=edited_programs())
+        def edited_trial(case: tuple) -> None:
+            program, edited, uid, kill_at = case
+            problems = check_edited_program(program, edited, uid, kill_at,
+                                            Path(tmp) / str(next(examples)), server.url)
+            assert not problems, "\n".join(problems) + (
+                f"\nP: {json.dumps(program)}\nedited step {uid}\nP': {json.dumps(edited)}"
+                f"\nkilled at step {kill_at}")
+
         started = time.monotonic()
         try:
-            (changed_trial if args.changes else trial)()
+            (edited_trial if args.edits else changed_trial if args.changes else trial)()
         finally:
             print(" ".join(f"{k}={v}" for k, v in sorted(TOTALS.items()))
                   + f" seconds={time.monotonic() - started:.0f} seed={chosen}", flush=True)
