@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -28,21 +27,12 @@ from durable_nb.execution import attempts
 from durable_nb.execution.approvals import find_decision
 from durable_nb.export import export_run
 from durable_nb.notebook.panel import RunPanel
+from tests.test_approvals import _drop
 
 REPO = Path(__file__).resolve().parents[1]
 _ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                                    os.environ.get("PYTHONPATH")]))}
 _WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-
-
-def _drop(db: str, dropped: list[str]):
-    """A cell that drops the database named in its approval, once approved."""
-    def handler(ctx):
-        if ctx.approval("drop database", {"db": db}).approved:
-            ctx.run("drop", lambda: dropped.append(db))
-            return f"dropped {db}"
-        return "kept"
-    return handler
 
 
 def _cli(location: str, *args: str) -> subprocess.CompletedProcess:
@@ -140,8 +130,8 @@ def test_replace_changes_a_decision_not_yet_taken_and_the_history_keeps_both(jou
         replaced.stdout
 
     waiting = _cli(where, "show", "r").stdout
-    assert re.search(rf"status     WAITING_APPROVAL: rejected by bo via durable-nb at [\d:]+ "
-                     rf"\('not today'\), replacing approved by ana via durable-nb at [\d:]+, "
+    assert re.search(rf"status     WAITING_APPROVAL: rejected by bo via durable-nb at {_WHEN} "
+                     rf"\('not today'\), replacing approved by ana via durable-nb at {_WHEN}, "
                      rf"waiting for the run to resume", waiting), waiting
 
     assert dn.execute("r", _drop("staging", dropped), journal=journal) == "kept"
@@ -152,11 +142,11 @@ def test_replace_changes_a_decision_not_yet_taken_and_the_history_keeps_both(jou
     assert [(d["approved"], d["by"], d["via"]) for d in step.meta["replaced"]] == \
         [(True, "ana", "durable-nb")]
     shown = _cli(where, "show", "r").stdout
-    assert re.search(r"approval drop database .* rejected by bo via durable-nb at [\d:]+ "
-                     r"\('not today'\), replacing approved by ana via durable-nb at [\d:]+ "
+    assert re.search(rf"approval drop database .* rejected by bo via durable-nb at {_WHEN} "
+                     rf"\('not today'\), replacing approved by ana via durable-nb at {_WHEN} "
                      r"for request", shown), shown
-    assert re.search(r"took 'drop database' rejected by bo via durable-nb at [\d:]+ "
-                     r"\(replacing approved by ana via durable-nb at [\d:]+\)", shown), shown
+    assert re.search(rf"took 'drop database' rejected by bo via durable-nb at {_WHEN} "
+                     rf"\(replacing approved by ana via durable-nb at {_WHEN}\)", shown), shown
     taken = journal.get_run("r").attempts[-1]["decisions"]
     assert [(d["by"], [r["by"] for r in d["replaced"]]) for d in taken] == [("bo", ["ana"])]
     exported = Path(export_run("r", journal.directory.parent / "r.ipynb", journal=journal))
@@ -266,7 +256,7 @@ def test_the_saved_view_of_a_request_decided_elsewhere_shows_the_decision(journa
     assert _cli(str(journal.directory), "reject", "r", "too risky", "--by", "ana").returncode == 0
     saved = panel.static_html()
     assert "dnb-decide-here" not in saved and "Approve and Reject do nothing here" not in saved
-    assert re.search(r"<b>Rejected</b> by ana via durable-nb at [\d:]+: &ldquo;too "
+    assert re.search(rf"<b>Rejected</b> by ana via durable-nb at {_WHEN}: &ldquo;too "
                      r"risky&rdquo;\. The run goes on with this decision when it resumes", saved)
     assert "rejected by ana via durable-nb; re-run its cell to continue" in panel.summary()
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ..journal import Journal
+from ..timestamps import format_time
 
 __all__ = ["notification_lines", "notifications"]
 
@@ -42,7 +42,7 @@ def notification_lines(rows: list[dict]) -> list[str]:
             line += f", taken over {row['takeovers']}x from a sender that stopped"
         lines.append(line)
         for attempt in attempts:
-            when = time.strftime("%H:%M:%S", time.localtime(attempt.get("at", 0)))
+            when = format_time(attempt.get("at"), "?")
             outcome = "ok" if attempt.get("ok") else f"failed: {attempt.get('error')}"
             lines.append(f"    {when} {outcome} ({attempt.get('took', 0):.2f} s)")
     return lines
