@@ -134,3 +134,29 @@ def test_the_frontend_says_the_version_of_the_package_it_ships_in() -> None:
     package = json.loads((REPO / "labextension" / "package.json").read_text())["version"]
     python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert frontend == package == python
+
+
+def test_the_sidebar_writes_a_cost_as_the_cli_and_the_panel_do() -> None:
+    """The sidebar's and run view's cost (dom.ts ``cost``) is ``format_cost``'s text: a tiny
+    cost keeps two significant digits instead of reading "$0.0000"; a zero cost shows none
+    (a free model says "free" once, on the run's cost line, not beside every row)."""
+    import os
+    import shutil
+
+    from durable_nb.summary import format_cost
+
+    built = REPO / "labextension" / "lib" / "dom.js"
+    node = shutil.which("node")
+    if not built.exists() or node is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{built} or node missing: .ci/run's labextension phase builds it")
+        pytest.skip("the Lab extension's TypeScript is not built (cd labextension && jlpm build)")
+    values = [0.000015, 0.0000031, 0.00012, 0.0021, 0.0099, 0.5, 1.234, 42.5]
+    script = (f"import {{cost}} from {json.dumps(built.as_uri())};"
+              f"console.log(JSON.stringify({json.dumps([0, *values])}.map(cost)))")
+    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    shown = json.loads(out)
+    assert shown[0] == ""
+    assert shown[1:] == [format_cost(v) for v in values]
+    assert "$0.0000" not in shown

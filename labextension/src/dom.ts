@@ -135,8 +135,22 @@ export function duration(seconds: number): string {
   return `${Math.round(seconds / 60)} min`;
 }
 
+/** Dollars as durable_nb.summary.format_cost writes them (no cost shown for none or zero; two
+ * significant digits under $0.0001, where four decimals would read "$0.0000"). */
 export function cost(value: number | null | undefined): string {
-  return typeof value === 'number' && value > 0 ? `$${value.toFixed(4)}` : '';
+  if (typeof value !== 'number' || !(value > 0)) {
+    return '';
+  }
+  if (value < 0.0001) {
+    return `$${value.toFixed(1 - Math.floor(Math.log10(value)))}`;
+  }
+  if (value < 0.01) {
+    return `$${value.toFixed(4)}`;
+  }
+  if (value < 1) {
+    return `$${value.toFixed(3)}`;
+  }
+  return value < 100 ? `$${value.toFixed(2)}` : `$${Math.round(value).toLocaleString('en')}`;
 }
 
 /** JSON data shown as indented text (a string stays as it is). */
