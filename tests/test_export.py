@@ -89,7 +89,7 @@ def test_notebook_export_validates_and_tells_tools_approval_tokens_and_result(de
     for name in ("read_csv", "analyse", "write_report", "send_email"):
         assert f"`{name}`" in text
     assert '"to": "team@example.com"' in text  # tool-call arguments as JSON
-    assert "approved by ana: ok to send" in text
+    assert "approved by ana via Python: ok to send" in text
     assert f"{info.prompt_tokens} prompt + {info.completion_tokens} completion = {info.tokens}" \
         in text
     assert info.result.startswith("The Q3 sales report is done")
@@ -244,7 +244,7 @@ def test_a_rejection_names_who_rejected_it(tmp_path):
     journal.close()
 
     assert decision is False
-    assert "**Approval `deploy`**: rejected by bob: not today" in _text(nb)
+    assert "**Approval `deploy`**: rejected by bob via Python: not today" in _text(nb)
     assert '"env": "prod"' in _text(nb)
 
 
