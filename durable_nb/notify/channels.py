@@ -15,15 +15,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import smtplib
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from email.message import EmailMessage
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import EmailConfig, SlackConfig, WebhookConfig
+
+if TYPE_CHECKING:
+    from email.message import EmailMessage
 
 __all__ = ["Notice", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "DELIVERY_HEADER", "email_message",
            "send", "sign", "slack_payload", "webhook_body"]
@@ -99,6 +100,7 @@ def slack_payload(notice: Notice) -> dict:
 
 
 def email_message(notice: Notice, config: EmailConfig) -> EmailMessage:
+    from email.message import EmailMessage
     message = EmailMessage()
     message["Subject"] = f"Approval needed: {notice.name} (run {notice.run_id})"
     message["From"] = config.sender
@@ -153,6 +155,9 @@ def send(channel: str, config: Any, notice: Notice) -> None:
               config.timeout)
     elif channel == "email":
         assert isinstance(config, EmailConfig)
+        # Imported here: a journaled smtplib error replays as its nearest loaded base in a
+        # process that never imported smtplib, and importing durable_nb must not load it.
+        import smtplib
         try:
             with smtplib.SMTP(config.host, config.port, timeout=config.timeout) as smtp:
                 if config.starttls:
