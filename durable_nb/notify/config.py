@@ -45,8 +45,8 @@ from ..llm.retry import RetryPolicy
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover - 3.10 only
-    import tomli as tomllib
+else:  # pragma: no cover - 3.10 only: tomli (a dependency there), imported when a file is read
+    tomllib = None
 
 __all__ = ["CHANNELS", "EmailConfig", "NotifyConfig", "NotifySelection", "SlackConfig",
            "WebhookConfig", "choose", "load_config", "user_config_path"]
@@ -176,12 +176,21 @@ def check_selection(selection: Any) -> None:
 
 
 def _read_file(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    toml = tomllib
+    if toml is None:
+        try:
+            import tomli as toml
+        except ImportError:
+            raise NotifyConfigError(f"reading {path} needs the TOML reader tomli on Python "
+                                    f"3.10: pip install tomli") from None
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            data = toml.load(f)
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, toml.TOMLDecodeError) as exc:
         raise NotifyConfigError(f"the notification config {path} cannot be read: {exc}. "
                                 f"Fix the file (TOML) or remove it.") from None
     for section, values in data.items():
