@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import DecisionExists
 from ..journal import Journal, StepEntry
+from ..timestamps import format_time
 
 __all__ = ["LEGACY_KIND", "applies", "decision_kind", "decision_words", "find_decision",
            "leave_decision", "pending_digest", "request_digest", "short", "take_decision",
@@ -158,17 +159,19 @@ def taken_decision(steps: Iterable[StepEntry], digest: str | None = None) -> Ste
     return found
 
 
-def decision_words(decision: dict) -> str:
+def decision_words(decision: dict, *, timed: bool = False) -> str:
     """``approved by ana via panel``, and what it replaced: ``(replacing rejected by bo via
-    durable-nb)``."""
-    words = _verdict_words(decision)
+    durable-nb)``; with ``timed``, each followed by when (``at 2026-12-03 10:02:11``)."""
+    words = _verdict_words(decision, timed)
     replaced = decision.get("replaced") or ()
     if replaced:
-        words += " (replacing " + ", then ".join(_verdict_words(r) for r in replaced) + ")"
+        words += " (replacing " + ", then ".join(_verdict_words(r, timed)
+                                                 for r in replaced) + ")"
     return words
 
 
-def _verdict_words(decision: dict) -> str:
+def _verdict_words(decision: dict, timed: bool) -> str:
     verdict = "approved" if decision.get("approved") else "rejected"
     how = f" via {decision['via']}" if decision.get("via") else ""
-    return f"{verdict} by {decision.get('by') or 'someone'}{how}"
+    when = f" at {format_time(decision.get('at'), '?')}" if timed else ""
+    return f"{verdict} by {decision.get('by') or 'someone'}{how}{when}"

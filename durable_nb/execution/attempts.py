@@ -61,6 +61,7 @@ from typing import Any
 from ..errors import JournalError, JournalMismatch, RunCancelled, RunLeased
 from ..journal import Journal, RunRecord, Status, this_host
 from ..timestamps import format_time
+from .approvals import decision_words
 from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
@@ -297,14 +298,7 @@ def describe(attempt: dict, where: bool = True) -> str:
 def _decision_line(decision: dict) -> str:
     """``'deploy' approved by ana via panel at 2026-12-03 10:02:11 (replacing rejected by bo
     via durable-nb at 2026-12-03 10:01:05)``."""
-    def words(d: dict) -> str:
-        verdict = "approved" if d.get("approved") else "rejected"
-        how = f" via {d['via']}" if d.get("via") else ""
-        return f"{verdict} by {d.get('by') or 'someone'}{how} at {format_time(d.get('at'), '?')}"
-    line = f"{decision.get('name')!r} {words(decision)}"
-    if decision.get("replaced"):
-        line += " (replacing " + ", then ".join(words(r) for r in decision["replaced"]) + ")"
-    return line
+    return f"{decision.get('name')!r} {decision_words(decision, timed=True)}"
 
 
 def _interrupted_outside_kernel(attempt: dict) -> bool:
