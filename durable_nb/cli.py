@@ -30,6 +30,7 @@ from .execution.approvals import pending_digest, short
 from .export import export_batch, export_run
 from .devsetup import dev_setup
 from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
+from .execution.history import history, history_lines
 from .notify.audit import notification_lines, notifications
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
@@ -161,7 +162,8 @@ def _replay_line(info: registry.RunInfo) -> str | None:
 
 
 def format_run(info: registry.RunInfo, interrupted: bool = False,
-               decision: dict | None = None, notified: list[dict] | None = None) -> str:
+               decision: dict | None = None, notified: list[dict] | None = None,
+               events: list[dict] | None = None) -> str:
     """The detail view shown by ``durable-nb show`` and ``%durable show``: words and local
     times, no raw records. ``decision``: one given but not taken yet
     (:func:`recorded_decision`); ``notified``: the run's notifications
@@ -201,6 +203,7 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
     if info.pending_approval:
         lines.extend(_pending_lines(info.pending_approval))
     lines += notification_lines(notified or [])
+    lines += history_lines(events or [])
     if info.error:
         lines.append(f"error      {info.error}")
     if info.status is Status.DONE:
@@ -699,11 +702,12 @@ def _run(args: argparse.Namespace) -> int:
         interrupted = is_interrupted(info, journal)
         decision = recorded_decision(info, journal)
         notified = notifications(journal, args.run_id)
+        events = history(journal, args.run_id)
         if args.json:
             print(json.dumps(dict(info.to_dict(), interrupted=interrupted, decision=decision,
-                                  notifications=notified), indent=2))
+                                  notifications=notified, history=events), indent=2))
         else:
-            print(format_run(info, interrupted, decision, notified))
+            print(format_run(info, interrupted, decision, notified, events))
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),

@@ -37,6 +37,7 @@ from . import serde
 from .execution import attempts
 from .batches.batch import batch as read_batch
 from .journal import LLM_KINDS, Journal, open_journal
+from .execution.history import history
 from .notify.audit import notifications
 from .registry import RunInfo, get_run
 from .llm.streaming import tool_names
@@ -150,8 +151,9 @@ def _write_whole(path: Path, text: str) -> None:
 
 def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, Any]:
     """The run as JSON data: ``{"export_version", "run", "rounds", "result", "attempts",
-    "code", "notifications"}`` (the deliveries of its requests for approval, without where
-    their senders ran).
+    "code", "notifications", "history"}``: ``notifications`` are the deliveries of its
+    requests for approval, without where their senders ran; ``history`` what people and
+    policies did about them (:mod:`durable_nb.execution.history`).
 
     ``journal`` (the one ``info`` came from) lets child steps name their child run's status.
     """
@@ -181,7 +183,8 @@ def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, A
     return {"export_version": EXPORT_VERSION, "run": run, "rounds": rounds,
             "result": _result(info), "attempts": _attempts(info), "code": _code_parts(info),
             "notifications": (notifications(journal, info.run_id, private=False)
-                              if journal is not None else [])}
+                              if journal is not None else []),
+            "history": history(journal, info.run_id, private=False) if journal is not None else []}
 
 
 # Where an attempt ran (host, pid, kernel) stays out of shared files, as the owner does.
@@ -379,12 +382,16 @@ def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
         for step in round_["steps"]:
             cells += code_changed(step["position"])
             cells.append(markdown_cell(_step_md(step), metadata={"durable_nb": step}))
-    cells.append(markdown_cell(_result_md(data["result"]),
-                               metadata={"durable_nb": data["result"]}))
+    # What was done about its approvals, then how the run ended: the result cell is last.
     if data.get("notifications"):
         cells.append(markdown_cell(_notifications_md(data["notifications"]),
                                    metadata={"durable_nb": {"notifications":
                                                             data["notifications"]}}))
+    if data.get("history"):
+        cells.append(markdown_cell(_history_md(data["history"]),
+                                   metadata={"durable_nb": {"history": data["history"]}}))
+    cells.append(markdown_cell(_result_md(data["result"]),
+                               metadata={"durable_nb": data["result"]}))
     nb = nbf.v4.new_notebook(cells=cells, metadata={
         **_KERNEL_METADATA,
         "durable_nb": {"export_version": data["export_version"], "run_id": run["run_id"]}})
@@ -615,6 +622,13 @@ def _notifications_md(rows: list[dict[str, Any]]) -> str:
                      f"{_code(str(row.get('digest', ''))[:12])} ({_code(str(row.get('name')))}), "
                      f"{len(attempts)} attempt{'' if len(attempts) == 1 else 's'}"
                      + (f"; last error: {errors[-1]}" if errors else ""))
+    return "\n".join(lines)
+
+
+def _history_md(events: list[dict[str, Any]]) -> str:
+    lines = ["## History", ""]
+    lines += [f"- {format_time(e.get('at'), '?')} **{e.get('kind')}**: {e.get('text', '')}"
+              for e in events]
     return "\n".join(lines)
 
 

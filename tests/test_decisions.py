@@ -71,6 +71,22 @@ def test_a_second_decision_from_the_cli_is_refused_and_the_run_goes_on_with_the_
     assert dropped == ["staging"]
 
 
+def test_the_runs_history_shows_the_decision_and_the_refused_second_one(journal):
+    _park(journal)
+    where = str(journal.directory)
+    assert _cli(where, "approve", "r", "--by", "ana").returncode == 0
+    assert _cli(where, "reject", "r", "--by", "bo").returncode == 1
+    kinds = [(e["kind"], e["by"], e["via"]) for e in journal.events("r")]
+    assert kinds == [("decided", "ana", "durable-nb"), ("refused", "bo", "durable-nb")]
+    shown = _cli(where, "show", "r").stdout
+    assert re.search(rf"{_WHEN} decided +approved by ana via durable-nb", shown), shown
+    assert re.search(rf"{_WHEN} refused +rejected by bo via durable-nb refused: the request "
+                     rf"was approved by ana via durable-nb already", shown), shown
+    export = journal.directory.parent / "r.ipynb"
+    export_run("r", str(export), journal=journal)
+    assert "**refused**: rejected by bo" in export.read_text()
+
+
 def test_a_decision_from_the_notebook_panel_is_not_replaced_by_the_cli(journal):
     """What the issue saw: approved in the notebook, then `durable-nb reject` flipped it."""
     from durable_nb.notebook.session import NotebookRun

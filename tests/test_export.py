@@ -117,8 +117,10 @@ def test_json_export_is_the_notebooks_data(demo_run, tmp_path):
     data = json.loads(export_run(RUN, tmp_path / "run.json", journal=journal).read_text())
 
     assert set(data) == {"export_version", "run", "rounds", "result", "attempts", "code",
-                         "notifications"}
+                         "notifications", "history"}
     assert data["notifications"] == []  # no channel configured: nothing was sent
+    assert [(e["kind"], e["by"], e["via"]) for e in data["history"]] == \
+        [("decided", "ana", "Python")]
     assert data == json.loads(json.dumps(export_data(info, journal=journal)))
     assert [r["round"] for r in data["rounds"]] == [1, 2, 3, 4, 5]
     assert data["result"]["tokens"] == {"prompt": info.prompt_tokens,

@@ -358,6 +358,21 @@ def test_delete_run_removes_its_steps_blobs_lease_and_requests_only(store: Journ
     assert store.get_request("cancel", "kept") == {"at": 1}
 
 
+def test_a_runs_history_is_kept_in_order_apart_from_its_deliveries_and_deleted_with_it(
+        store: Journal):
+    for run_id in ("gone", "gone:2"):  # a run whose id extends another's keeps its own
+        store.create_run(_record(run_id))
+        store.add_delivery(run_id, "req/webhook", {"state": "sent"})
+        for i in range(3):
+            store.add_event(run_id, {"kind": "decided", "i": i, "run": run_id})
+    assert [e["i"] for e in store.events("gone")] == [0, 1, 2]
+    assert {e["run"] for e in store.events("gone")} == {"gone"}
+    assert list(store.deliveries("gone")) == ["req/webhook"]
+    store.delete_run("gone")
+    assert store.events("gone") == [] and store.deliveries("gone") == {}
+    assert len(store.events("gone:2")) == 3
+
+
 # --- steps and blobs ---------------------------------------------------------------------
 
 def test_append_get_has_and_count_steps(store: Journal):

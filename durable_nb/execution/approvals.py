@@ -39,6 +39,7 @@ from typing import Any
 from ..errors import DecisionExists
 from ..journal import Journal, StepEntry
 from ..timestamps import format_time
+from .history import record_event
 
 __all__ = ["LEGACY_KIND", "applies", "decision_kind", "decision_words", "find_decision",
            "leave_decision", "pending_digest", "request_digest", "short", "take_decision",
@@ -107,22 +108,35 @@ def leave_decision(journal: Journal, run_id: str, pending: dict, *, approved: bo
     while True:
         earlier = journal.add_request(kind, target, decision)
         if earlier is None:
-            return decision
+            return _recorded(journal, target, pending, decision)
         if not applies(earlier, pending):
             # Left for another request at this step by a version without ids: not a decision
             # on this one, so it is not kept in its way.
             if journal.swap_request(kind, target, earlier, decision):
-                return decision
+                return _recorded(journal, target, pending, decision)
             continue
         if earlier.get("taken_at") is not None or not replace:
+            if via != "timeout":  # a deadline that lost to a person refused nobody
+                record_event(journal, target, "refused",
+                             f"{_verdict_words(decision, False)} refused: the request was "
+                             f"{decision_words(earlier)} already", pending=pending, by=by,
+                             via=via)
             raise DecisionExists(target, str(pending.get("name")), earlier,
                                  taken=earlier.get("taken_at") is not None)
         replacing = dict(decision, replaced=[
             *earlier.get("replaced", ()),
             {k: v for k, v in earlier.items() if k in _KEPT_OF_REPLACED}])
         if journal.swap_request(kind, target, earlier, replacing):
-            return replacing
+            return _recorded(journal, target, pending, replacing)
         # Taken or replaced meanwhile: look at it again.
+
+
+def _recorded(journal: Journal, run_id: str, pending: dict, decision: dict) -> dict:
+    """``decision``, written, after adding it to the run's history."""
+    record_event(journal, run_id, "decided", decision_words(decision), pending=pending,
+                 by=decision.get("by"), via=decision.get("via"),
+                 approved=bool(decision.get("approved")), note=decision.get("note"))
+    return decision
 
 
 #: What a replaced decision keeps in ``replaced``.

@@ -26,6 +26,7 @@ import json
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Union
 
@@ -46,6 +47,10 @@ FENCED_ADVICE = ("this executor was fenced out: it lost the run's lease (it stal
 #: (:mod:`durable_nb.execution.approvals`); ``decision`` alone is what older versions wrote.
 REQUEST_KINDS = ("decision", "cancel")
 _DECISION_KIND = re.compile(r"decision\.[0-9a-f]{32}")
+
+
+#: The key prefix of a run's history events among its keyed records.
+HISTORY_PREFIX = "history/"
 
 
 def position_taken_advice(position: int) -> str:
@@ -371,8 +376,30 @@ class Journal(abc.ABC):
         raise JournalError(f"the journal at {self.location} does not record deliveries")
 
     def deliveries(self, run_id: str) -> dict[str, dict]:
-        """The run's delivery records by key (none: ``{}``)."""
+        """The run's delivery records by key (none: ``{}``), its history's events left out."""
+        return {k: v for k, v in self._run_records(run_id).items()
+                if not k.startswith(HISTORY_PREFIX)}
+
+    def _run_records(self, run_id: str) -> dict[str, dict]:
+        """Every keyed record of the run in the store deliveries are kept in: deliveries and
+        the run's history (:meth:`add_event`)."""
         return {}
+
+    # -- a run's history (its audit trail) ----------------------------------------------------
+
+    def add_event(self, run_id: str, event: dict) -> None:
+        """Append ``event`` (JSON data) to the history of run ``run_id``: kept, never changed,
+        deleted with the run (:mod:`durable_nb.execution.history` writes and reads them)."""
+        # Kept in the deliveries' store, under a key no delivery has (their keys start with a
+        # request's hex id): a history needs the same per-run, add-once records, and no
+        # PostgreSQL migration.
+        key = f"{HISTORY_PREFIX}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        self.add_delivery(run_id, key, event)
+
+    def events(self, run_id: str) -> list[dict]:
+        """The history of run ``run_id``, oldest first."""
+        return [value for key, value in sorted(self._run_records(run_id).items())
+                if key.startswith(HISTORY_PREFIX)]
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -946,7 +946,7 @@ class DiskJournal(Journal):
             self._cache.set(_delivery_key(run_id, key), delivery_text(value), retry=True)
         return True
 
-    def deliveries(self, run_id: str) -> dict[str, dict]:
+    def _run_records(self, run_id: str) -> dict[str, dict]:
         prefix = _delivery_key(run_id, "")
         found = {}
         for key, text in self._range(prefix):

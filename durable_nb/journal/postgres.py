@@ -1065,7 +1065,7 @@ class PostgresJournal(Journal):
                                  delivery_text(expected))).rowcount == 1
 
     @_retried
-    def deliveries(self, run_id: str) -> dict[str, dict]:
+    def _run_records(self, run_id: str) -> dict[str, dict]:
         with self._conn("reading deliveries") as conn:
             rows = conn.execute(self._sql["deliveries"], (run_id,)).fetchall()
         found = {}

@@ -55,6 +55,7 @@ from ..errors import (
 )
 from ..export import export_batch, export_run
 from ..journal import Journal, Status, default_location, open_journal
+from ..execution.history import history
 from ..notify.audit import notifications
 from ..notify.config import check_selection
 from . import (
@@ -690,7 +691,8 @@ class DurableMagics(Magics):
             info = registry.get_run(args.run_id, journal=journal)
             print(format_run(info, is_interrupted(info, journal),
                              recorded_decision(info, journal),
-                             notifications(journal, args.run_id)))
+                             notifications(journal, args.run_id),
+                             history(journal, args.run_id)))
         elif args.command in STEERING:
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,
