@@ -28,20 +28,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-
-from . import serde
-from .execution import attempts
-from .batches.batch import batch as read_batch
-from .journal import LLM_KINDS, Journal, open_journal
-from .execution.history import history
-from .notify.audit import notifications
-from .registry import RunInfo, get_run
-from .llm.streaming import tool_names
-from .summary import (
+from ..execution import attempts
+from ..execution.history import history
+from ..journal import LLM_KINDS, Journal, open_journal
+from ..llm.streaming import tool_names
+from ..notify.audit import notifications
+from ..registry import RunInfo, get_run
+from ..summary import (
     cost_of,
     format_cost,
     is_free,
@@ -53,25 +49,15 @@ from .summary import (
     replay_savings,
     request_items,
 )
-from .timestamps import format_time, utc_offset
+from ..timestamps import format_time, utc_offset
+from . import markdown as md
+from .markdown import EXPORT_VERSION
 
 if TYPE_CHECKING:
     import nbformat
 
+__all__ = ["EXPORT_VERSION", "FORMATS", "export_data", "export_notebook", "export_run"]
 
-def _nbformat() -> Any:
-    """nbformat with its v4 builders, imported when a notebook is made: importing it loads its
-    JSON-schema validators (seconds on a small machine), which ``%load_ext durable_nb`` and
-    every ``durable-nb`` command would otherwise pay without exporting anything."""
-    import nbformat.v4
-
-    return nbformat
-
-
-__all__ = ["BATCH_FORMATS", "EXPORT_VERSION", "FORMATS", "batch_notebook", "export_batch",
-           "export_data", "export_notebook", "export_run", "plain"]
-
-EXPORT_VERSION = 1
 FORMATS = ("ipynb", "json")
 
 # The run record fields an export shows; ``owner`` (pid, host) is left out of shared files.
@@ -79,18 +65,6 @@ _RUN_FIELDS = ("run_id", "title", "status", "parent", "source", "created_at", "u
                "deadline", "iteration", "max_iterations", "prompt_tokens", "completion_tokens",
                "max_tokens", "cost", "max_cost", "step_count", "context_summary",
                "pending_approval", "forked_from", "finished_at")
-
-
-#: An exported notebook's kernel: the one ``pip install ipykernel`` registers, as Jupyter
-#: writes it, so that JupyterLab, Notebook 7 and nbclient open and run it without asking
-#: for a kernel (no version: the reader's kernel fills that in).
-_KERNEL_METADATA = {
-    "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                   "language": "python"},
-    "language_info": {"name": "python", "mimetype": "text/x-python", "file_extension": ".py",
-                      "pygments_lexer": "ipython3", "nbconvert_exporter": "python",
-                      "codemirror_mode": {"name": "ipython", "version": 3}},
-}
 
 
 def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = None,
@@ -108,8 +82,8 @@ def export_run(run_id: str, path: str | os.PathLike, *, format: str | None = Non
     if fmt == "json":
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     else:
-        text = _nbformat().writes(export_notebook(data))
-    _write_whole(path, text)
+        text = md.nbformat().writes(export_notebook(data))
+    md.write_whole(path, text)
     return path
 
 
@@ -124,27 +98,6 @@ def _format_for(path: Path, format: str | None) -> str:
                          f"name it .ipynb or .json, or pass the format "
                          f"(--format ipynb|json, format='ipynb'|'json')")
     return suffix
-
-
-def _write_whole(path: Path, text: str) -> None:
-    # A half-written notebook would not open: write beside it, then rename over it.
-    folder = path.parent
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        raise FileNotFoundError(f"cannot write {path}: the folder {folder} {what}. Create it "
-                                f"first, or export to a path in an existing folder.")
-    if path.is_dir():
-        raise IsADirectoryError(f"cannot write {path}: it is a folder. Name the file to "
-                                f"write, e.g. {path / 'run.ipynb'}.")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise OSError(f"cannot write {path}: {exc.strerror or exc}. Check that the folder is "
-                      f"writable, or export to another path.") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # -- the structured data ----------------------------------------------------------------------
@@ -349,8 +302,8 @@ _plain = plain  # the name used below
 def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
     """The notebook telling the run in ``data`` (from :func:`export_data`); valid under
     ``nbformat.validate``, without outputs."""
-    nbf = _nbformat()
-    markdown_cell, code_cell = _markdown_cell, nbf.v4.new_code_cell
+    nbf = md.nbformat()
+    markdown_cell, code_cell = md.markdown_cell, nbf.v4.new_code_cell
     run = data["run"]
     parts = [part for part in data.get("code", _legacy_code(run)) if part["source"]]
     cells = [markdown_cell(_title_md(run, data["result"], len(parts)),
@@ -393,7 +346,7 @@ def export_notebook(data: dict[str, Any]) -> nbformat.NotebookNode:
     cells.append(markdown_cell(_result_md(data["result"]),
                                metadata={"durable_nb": data["result"]}))
     nb = nbf.v4.new_notebook(cells=cells, metadata={
-        **_KERNEL_METADATA,
+        **md.KERNEL_METADATA,
         "durable_nb": {"export_version": data["export_version"], "run_id": run["run_id"]}})
     nbf.validate(nb)
     return nb
@@ -422,9 +375,9 @@ def _code_change_md(part: dict[str, Any]) -> str:
 def _title_md(run: dict[str, Any], result: dict[str, Any], code_parts: int = 1) -> str:
     money = _money(result["cost"])
     lines = [f"# {run['title'] or run['run_id']}", "",
-             f"Durable run {_code(run['run_id'])}, exported from its journal.", ""]
+             f"Durable run {md.code(run['run_id'])}, exported from its journal.", ""]
     if run.get("goal"):
-        goal = run["goal"] if isinstance(run["goal"], str) else _json(run["goal"])
+        goal = run["goal"] if isinstance(run["goal"], str) else md.json_text(run["goal"])
         lines += ["**Goal** (the first user message):", "", _quote(goal), ""]
     lines += [f"- status: **{run['status']}**",
               f"- created: {format_time(run['created_at'])}, last update: "
@@ -437,7 +390,7 @@ def _title_md(run: dict[str, Any], result: dict[str, Any], code_parts: int = 1) 
                                     if run.get("max_cost") else ""),
               f"- steps: {result['timing']['steps']}; a re-run replays {result['replay']}"]
     if run["parent"]:
-        lines.append(f"- child of run {_code(run['parent'])}")
+        lines.append(f"- child of run {md.code(run['parent'])}")
     if code_parts > 1:
         lines += ["", "The code changed while the run went on: each code cell stands before "
                       "the steps it made (not executed here)."]
@@ -463,18 +416,18 @@ def _quote(text: str) -> str:
 
 def _message_md(message: Any) -> list[str]:
     if not isinstance(message, dict):
-        return [_fence(_json(message), "json"), ""]
+        return [md.fence(md.json_text(message), "json"), ""]
     role = str(message.get("role", "?"))
     content = message.get("content")
-    lines = [f"*{role}*" + (f" (answering {_code(message['tool_call_id'])})"
+    lines = [f"*{role}*" + (f" (answering {md.code(message['tool_call_id'])})"
                             if message.get("tool_call_id") else "") + ":", ""]
     if isinstance(content, str) and content:
-        lines += [_quote(content) if role in ("system", "user") else _fence(content, "text"), ""]
+        lines += [_quote(content) if role in ("system", "user") else md.fence(content, "text"), ""]
     elif content:
-        lines += [_fence(_json(content), "json"), ""]
+        lines += [md.fence(md.json_text(content), "json"), ""]
     for call in message.get("tool_calls") or []:
         function = (call or {}).get("function") or {}
-        lines += [f"- calls {_code(function.get('name'))}", ""]
+        lines += [f"- calls {md.code(function.get('name'))}", ""]
     return lines
 
 
@@ -484,7 +437,7 @@ def _round_md(round_: dict[str, Any]) -> str:
         return "## Before the first model call"
     cost = chat.get("cost")
     lines = [f"## Round {round_['round']}", "",
-             f"Model {_code(chat['model'])}, step {chat['position']}, {_duration(chat['duration'])}"
+             f"Model {md.code(chat['model'])}, step {chat['position']}, {md.duration(chat['duration'])}"
              + (f", {chat['tokens']['prompt']} + {chat['tokens']['completion']} tokens"
                 if "tokens" in chat else "")
              + (f", {format_cost(cost['dollars'], estimated=cost['estimated'])}"
@@ -495,7 +448,7 @@ def _round_md(round_: dict[str, Any]) -> str:
         earlier = request["messages"] - len(new)
         lines += ["", f"**Prompt**: {request['messages']} messages"
                   + (f" ({earlier} sent before, {len(new)} new)" if earlier else "")
-                  + (f"; tools {', '.join(_code(t) for t in request['tools'])}"
+                  + (f"; tools {', '.join(md.code(t) for t in request['tools'])}"
                      if request["tools"] else "") + ".", ""]
         for message in new:
             lines += _message_md(message)
@@ -504,30 +457,30 @@ def _round_md(round_: dict[str, Any]) -> str:
     if chat.get("content"):
         content = chat["content"]
         lines += ["", "**Assistant:**", "",
-                  content if isinstance(content, str) else _fence(_json(content), "json")]
+                  content if isinstance(content, str) else md.fence(md.json_text(content), "json")]
     if chat.get("refusal"):
         lines += ["", f"**Refusal:** {chat['refusal']}"]
     if chat.get("tool_calls"):
         lines += ["", "**Tool calls:**", ""]
         for call in chat["tool_calls"]:
-            lines += [f"- {_code(call['name'])} ({_code(call['id'])})", "",
-                      _fence(_json(call["arguments"]), "json"), ""]
+            lines += [f"- {md.code(call['name'])} ({md.code(call['id'])})", "",
+                      md.fence(md.json_text(call["arguments"]), "json"), ""]
     if "response" in chat:
-        lines += ["", "**Response:**", "", _fence(_json(chat["response"]), "json")]
+        lines += ["", "**Response:**", "", md.fence(md.json_text(chat["response"]), "json")]
     return "\n".join(lines).rstrip()
 
 
 def _step_md(step: dict[str, Any]) -> str:
     kind, name = step["kind"], step["name"]
-    when = f"step {step['position']}, {_duration(step['duration'])}"
+    when = f"step {step['position']}, {md.duration(step['duration'])}"
     result = step.get("result")
     body: list[str] = []
     if kind == "run":
-        head = (f"**Tool {_code(name)}** (call {_code(step['tool_call_id'])})"
-                if "tool_call_id" in step else f"**Step {_code(name)}**")
-        body = ["", _value_md(result)] if step["ok"] else []
+        head = (f"**Tool {md.code(name)}** (call {md.code(step['tool_call_id'])})"
+                if "tool_call_id" in step else f"**Step {md.code(name)}**")
+        body = ["", md.value_md(result)] if step["ok"] else []
     elif kind == "approval":
-        head = f"**Approval {_code(name)}**"
+        head = f"**Approval {md.code(name)}**"
         if step["ok"] and isinstance(result, dict):
             verdict = "approved" if result.get("approved") else "rejected"
             via = f" via {result['via']}" if result.get("via") else ""
@@ -535,12 +488,12 @@ def _step_md(step: dict[str, Any]) -> str:
             head += f": {verdict} by {result.get('by') or 'unknown'}{via}{note}"
         details = (step.get("meta") or {}).get("details")
         if details is not None:
-            body = ["", "Details:", "", _fence(_json(details), "json")]
+            body = ["", "Details:", "", md.fence(md.json_text(details), "json")]
         for earlier in (step.get("meta") or {}).get("replaced") or ():  # --replace, in order
             body += ["", f"Replacing: {'approved' if earlier.get('approved') else 'rejected'} "
                          f"by {earlier.get('by') or 'unknown'}"
                          + (f" via {earlier['via']}" if earlier.get("via") else "")]
-        when = f"step {step['position']}, waited {_duration(step['duration'])}"
+        when = f"step {step['position']}, waited {md.duration(step['duration'])}"
     elif kind == "compact":
         meta = step.get("meta") or {}
         sizes = f"{meta.get('tokens_before', '?')} → {meta.get('tokens_after', '?')} tokens"
@@ -556,31 +509,31 @@ def _step_md(step: dict[str, Any]) -> str:
         summary = result.get("summary") if isinstance(result, dict) else result
         if summary is not None:
             body = ["", "Summary:", "", summary if isinstance(summary, str)
-                    else _fence(_json(summary), "json")]
+                    else md.fence(md.json_text(summary), "json")]
     elif kind == "child":
         child = step.get("child") or {}
-        head = f"**Child run {_code(child.get('run_id', name))}** ({_code(name)})"
+        head = f"**Child run {md.code(child.get('run_id', name))}** ({md.code(name)})"
         if "status" in child:
             head += f": {child['status']}, {child['steps']} steps, {child['tokens']} tokens"
         if child:
             body = ["", f"Its own story: `durable-nb export {child['run_id']} --to child.ipynb`"]
         if step["ok"]:
-            body += ["", _value_md(result)]
+            body += ["", md.value_md(result)]
     elif kind == "state":
         change = result if isinstance(result, dict) else {}
-        head = (f"**State** {_code(name)} deleted" if "delete" in change and "set" not in change
-                else f"**State** {_code(name)} set")
+        head = (f"**State** {md.code(name)} deleted" if "delete" in change and "set" not in change
+                else f"**State** {md.code(name)} set")
         if "set" in change:
-            body = ["", _value_md(change["set"])]
+            body = ["", md.value_md(change["set"])]
     elif kind in ("now", "uuid", "random", "sleep") and step["ok"]:
         value = result.get("until") if kind == "sleep" and isinstance(result, dict) else result
         timed = kind in ("now", "sleep") and isinstance(value, (int, float))
-        shown = format_time(value) if timed else _code(str(value))
+        shown = format_time(value) if timed else md.code(str(value))
         head = f"**{kind.capitalize()}**: " + ("until " if kind == "sleep" else "") + shown
     else:  # a kind this exporter does not know yet: show what the journal holds
-        head = f"**{kind} step {_code(name)}**"
-        body = (["", _value_md(result)] if step["ok"] else []) + (
-            ["", "Meta:", "", _fence(_json(step["meta"]), "json")] if step.get("meta") else [])
+        head = f"**{kind} step {md.code(name)}**"
+        body = (["", md.value_md(result)] if step["ok"] else []) + (
+            ["", "Meta:", "", md.fence(md.json_text(step["meta"]), "json")] if step.get("meta") else [])
     lines = [f"{head} — {when}" + (f", {step['tokens']['prompt']} + "
                                    f"{step['tokens']['completion']} tokens"
                                    if "tokens" in step else "")]
@@ -597,19 +550,19 @@ def _result_md(result: dict[str, Any]) -> str:
              f"= {tokens['total']}",
              f"- cost: {_money(cost)}",
              f"- a re-run replays {result['replay']}",
-             f"- time: {_duration(timing['elapsed'])} from creation to "
+             f"- time: {md.duration(timing['elapsed'])} from creation to "
              f"{'the end' if timing.get('finished_at') else 'last update'}; "
-             f"model {_duration(timing['model'])}, tools {_duration(timing['tools'])}, "
-             f"waiting for approval {_duration(timing['approval_wait'])}"]
+             f"model {md.duration(timing['model'])}, tools {md.duration(timing['tools'])}, "
+             f"waiting for approval {md.duration(timing['approval_wait'])}"]
     if result["error"]:
         lines.append(f"- error: {result['error']}"
                      + (f" (step {result['failed_step']})" if result["failed_step"] is not None
                         else ""))
     if result["pending_approval"]:
         lines.append(f"- waiting for approval of "
-                     f"{_code(str(result['pending_approval'].get('name')))}")
+                     f"{md.code(str(result['pending_approval'].get('name')))}")
     if result["result"] is not None:
-        lines += ["", _value_md(result["result"])]
+        lines += ["", md.value_md(result["result"])]
     return "\n".join(lines)
 
 
@@ -619,7 +572,7 @@ def _notifications_md(rows: list[dict[str, Any]]) -> str:
         attempts = row.get("attempts") or []
         errors = [a.get("error") for a in attempts if not a.get("ok")]
         lines.append(f"- {row.get('channel')}: **{row.get('state')}**, request "
-                     f"{_code(str(row.get('digest', ''))[:12])} ({_code(str(row.get('name')))}), "
+                     f"{md.code(str(row.get('digest', ''))[:12])} ({md.code(str(row.get('name')))}), "
                      f"{len(attempts)} attempt{'' if len(attempts) == 1 else 's'}"
                      + (f"; last error: {errors[-1]}" if errors else ""))
     return "\n".join(lines)
@@ -634,201 +587,5 @@ def _history_md(events: list[dict[str, Any]]) -> str:
 
 def _error_md(error: dict | None) -> str:
     error = error or {}
-    return (f"**Failed**: {_code(str(error.get('type', 'error')))}: {error.get('message', '')}"
+    return (f"**Failed**: {md.code(str(error.get('type', 'error')))}: {error.get('message', '')}"
             + (" (terminal)" if error.get("terminal") else ""))
-
-
-def _value_md(value: Any) -> str:
-    return _fence(value, "text") if isinstance(value, str) else _fence(_json(value), "json")
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
-
-
-# A fenced code block as _fence writes it, or a code span as _code writes it: their text is
-# shown as it is, so a dollar sign in it stays as it is.
-_CODE = re.compile(r"^(`{3,})[^\n]*\n(?s:.*?)\n\1$|(?<!`)(`+)(?!`)[^\n]*?(?<!`)\2(?!`)",
-                   re.MULTILINE)
-
-
-_DOLLAR = "<span>\\$</span>"
-
-
-def _escape_dollars(markdown: str) -> str:
-    """``markdown`` with every ``$`` outside code written ``<span>\\$</span>`` (inline HTML
-    that JupyterLab 4.6 shows as a dollar sign, measured). JupyterLab renders the text between two dollar
-    signs as maths (a cost line and the next became one formula); ``\\$`` alone stops its
-    Markdown step from taking it for maths, but MathJax then still pairs two dollar signs of
-    one paragraph ("it costs $5, or $7"): it never pairs them across an element."""
-    parts, end = [], 0
-    for match in _CODE.finditer(markdown):
-        parts += [markdown[end:match.start()].replace("$", _DOLLAR), match.group(0)]
-        end = match.end()
-    parts.append(markdown[end:].replace("$", _DOLLAR))
-    return "".join(parts)
-
-
-def _markdown_cell(source: str, **fields: Any) -> Any:
-    """A markdown cell of ``source``, its dollar signs escaped (:func:`_escape_dollars`)."""
-    return _nbformat().v4.new_markdown_cell(_escape_dollars(source), **fields)
-
-
-def _fence(text: str, lang: str = "") -> str:
-    """A fenced code block that the text's own backticks cannot close."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    ticks = "`" * max(3, longest + 1)
-    return f"{ticks}{lang}\n{text}\n{ticks}"
-
-
-def _code(text: Any) -> str:
-    text = str(text)
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    ticks = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:.1f} ms"
-    if seconds < 120:
-        return f"{seconds:.2f} s"
-    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
-
-
-# -- batches -------------------------------------------------------------------------------------
-
-BATCH_FORMATS = ("jsonl", "ipynb")
-_REPORT_ROWS = 1000  # items listed in a notebook report's table (the JSON lines hold all)
-
-
-def export_batch(batch_id: str, path: str | os.PathLike, *, format: str | None = None,
-                 journal: Journal | str | None = None) -> Path:
-    """Write batch ``batch_id`` to ``path``: one JSON line per item (``"jsonl"``: the item's
-    index, key, run, status, result as journaled JSON data, error, iterations, tokens,
-    cost) or a notebook report (``"ipynb"``: counts, tokens and cost, the items as a table,
-    the failures and pending approvals, and a cell that loads the batch). By default the
-    format comes from the file extension. Only reads the journal; the file is replaced
-    whole or not at all."""
-
-    path = Path(path)
-    fmt = format or path.suffix.lower().lstrip(".")
-    if fmt not in BATCH_FORMATS:
-        raise ValueError(f"cannot tell the export format from the file name {str(path)!r}: "
-                         f"name it .jsonl (one line per item) or .ipynb (a report)")
-    source = open_journal(journal, read_only=True)
-    batch = read_batch(batch_id, journal=source)
-    if fmt == "jsonl":
-        text = "".join(json.dumps({**item.to_dict(), "result": serde.encode(item.result)},
-                                  ensure_ascii=False) + "\n" for item in batch)
-    else:
-        pending = {item.run_id: (source.find_run(item.run_id).pending_approval or {})
-                   for item in batch if item.status is not None
-                   and item.status.value == "WAITING_APPROVAL"}
-        text = _nbformat().writes(batch_notebook(batch, pending))
-    _write_whole(path, text)
-    return path
-
-
-def batch_notebook(batch: Any, pending: dict[str, dict] | None = None) -> nbformat.NotebookNode:
-    """A notebook report of a :class:`~durable_nb.batches.batch.Batch`: valid under
-    ``nbformat.validate``, without outputs. ``pending`` maps item run ids to their pending
-    approvals (name, details)."""
-    nbf = _nbformat()
-    markdown_cell, code_cell = _markdown_cell, nbf.v4.new_code_cell
-    pending = pending or {}
-    items = list(batch)
-    counts = batch.counts
-    total = {"items": len(items), "counts": counts, "tokens": batch.tokens,
-             "prompt_tokens": sum(i.prompt_tokens for i in items),
-             "completion_tokens": sum(i.completion_tokens for i in items), "cost": batch.cost}
-    cells = [markdown_cell(_batch_title_md(batch, total), metadata={"durable_nb": total})]
-    cells.append(markdown_cell(_batch_table_md(items)))
-    failed = [i for i in items if i.state in ("FAILED", "CANCELLED")]
-    if failed:
-        cells.append(markdown_cell(_failures_md(failed)))
-    waiting = [i for i in items if i.state == "WAITING_APPROVAL"]
-    if waiting:
-        cells.append(markdown_cell(_waiting_md(waiting, pending)))
-    cells.append(markdown_cell("## Load it\n\nThe batch as data (not executed here): "
-                                   "`records()` gives plain dicts, `to_pandas()` a DataFrame "
-                                   "when pandas is installed."))
-    cells.append(code_cell(f"import durable_nb\n\nbatch = durable_nb.batch({batch.batch_id!r})"
-                               f"\nbatch.records()[:5]"))
-    nb = nbf.v4.new_notebook(cells=cells, metadata={
-        **_KERNEL_METADATA,
-        "durable_nb": {"export_version": EXPORT_VERSION, "batch_id": batch.batch_id}})
-    nbf.validate(nb)
-    return nb
-
-
-def _batch_title_md(batch: Any, total: dict[str, Any]) -> str:
-    order = ["DONE", "FAILED", "CANCELLED", "WAITING_APPROVAL", "RUNNING", "PENDING"]
-    rows = [f"| {status} | {total['counts'][status]:,} |" for status in order
-            if total["counts"].get(status)]
-    done = total["counts"].get("DONE", 0)
-    lines = [f"# Batch {batch.title or batch.batch_id}", "",
-             f"Durable batch {_code(batch.batch_id)}, exported from its journal: "
-             f"{total['items']:,} items, each the run {_code(batch.batch_id + '/KEY')}.", "",
-             "| status | items |", "| --- | ---: |", *rows, "",
-             f"- tokens: {total['prompt_tokens']:,} prompt + {total['completion_tokens']:,} "
-             f"completion = {total['tokens']:,}",
-             (f"- cost: {format_cost(total['cost'])}"
-              + (f" ({format_cost(total['cost'] / done)} per DONE item)" if done else ""))
-             if total["cost"] else "- cost: none known (no LLM call with a known price)"]
-    if batch.removed:
-        lines.append(f"- {len(batch.removed):,} items no longer in the batch's list, their runs "
-                     f"kept: {', '.join(_code(k) for k in batch.removed[:10])}"
-                     + (" ..." if len(batch.removed) > 10 else ""))
-    return "\n".join(lines)
-
-
-def _cell_text(text: Any, limit: int = 80) -> str:
-    text = " ".join(str(text).split())
-    if len(text) > limit:
-        text = text[:limit - 1] + "\u2026"
-    return text.replace("|", "\\|")
-
-
-def _batch_table_md(items: list[Any]) -> str:
-    lines = ["## Items", "", "| # | key | status | iterations | tokens | cost | result / error |",
-             "| ---: | --- | --- | ---: | ---: | ---: | --- |"]
-    for item in items[:_REPORT_ROWS]:
-        if item.state == "DONE":
-            outcome = item.result if isinstance(item.result, str) else \
-                json.dumps(plain(item.result), ensure_ascii=False, default=str)
-        else:
-            outcome = item.error or ""
-        lines.append(f"| {item.index} | {_cell_text(item.key, 40)} | {item.state} | "
-                     f"{item.iterations} | {item.tokens:,} | "
-                     f"{format_cost(item.cost) if item.cost else '-'} | {_cell_text(outcome)} |")
-    if len(items) > _REPORT_ROWS:
-        lines += ["", f"The first {_REPORT_ROWS:,} of {len(items):,} items; the JSON lines export "
-                      f"(`durable-nb batch export ID --to items.jsonl`) holds all."]
-    return "\n".join(lines)
-
-
-def _failures_md(failed: list[Any]) -> str:
-    lines = ["## Failures", "",
-             f"{len(failed):,} items did not finish. Re-running the batch tries FAILED items "
-             f"again (unless `--retry-failed no`); `durable-nb show RUN` tells one item's steps.",
-             ""]
-    for item in failed[:200]:
-        lines += [f"### {item.run_id} ({item.state})", "", _fence(item.error or "(no message)",
-                                                                  "text"), ""]
-    if len(failed) > 200:
-        lines.append(f"... and {len(failed) - 200:,} more: `durable-nb batch show ID --status "
-                     f"failed --limit 0`")
-    return "\n".join(lines)
-
-
-def _waiting_md(waiting: list[Any], pending: dict[str, dict]) -> str:
-    lines = ["## Waiting for approval", "",
-             "Decide from anywhere, e.g. `durable-nb approve RUN` or `durable-nb reject RUN "
-             "NOTE`; the batch's cell (re-run, or still watching) resumes them.", ""]
-    for item in waiting[:200]:
-        p = pending.get(item.run_id) or {}
-        lines.append(f"- {_code(item.run_id)}: {_code(str(p.get('name')))} "
-                     f"{_code(json.dumps(p.get('details'), ensure_ascii=False, default=str))}")
-    return "\n".join(lines)
