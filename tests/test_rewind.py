@@ -371,8 +371,34 @@ def test_the_fork_of_a_rerun_keeps_a_failed_or_waiting_run_as_it_was(
     assert dn.execute("w", parking("b"), journal=store, on_approval="park",
                       on_change="rerun") is None
     fork = store.get_run("w@1")
-    assert fork.status is Status.WAITING_APPROVAL and fork.step_count == 1
+    # A fork asks nobody: kept CANCELLED, with the request it waited for.
+    assert fork.status is Status.CANCELLED and fork.step_count == 1
     assert fork.pending_approval == dict(waiting.pending_approval, run_id="w@1")
+    assert "while it waited for approval of 'send'" in fork.error
+
+
+def test_the_fork_of_a_waiting_run_and_its_waiting_child_run_asks_nobody(
+        backend: Backend):  # noqa: F811
+    store = backend.open()
+
+    def helper(ctx, to):
+        return ctx.approval("send", {"to": to}).approved
+
+    def agent(to: str):
+        return lambda ctx: ctx.child("helper", helper, ctx.run("to", lambda v: v, to))
+
+    assert dn.execute("p", agent("bob"), journal=store, on_approval="park") is None
+    asked = store.get_run("p/helper-1").pending_approval
+    assert dn.rerun_from("p", 0, journal=store) == "p@1"
+    fork, fork_child = store.get_run("p@1"), store.get_run("p@1/helper-1")
+    assert (fork.status, fork_child.status) == (Status.CANCELLED, Status.CANCELLED)
+    assert fork.pending_approval == dict(asked, run_id="p@1/helper-1")
+    assert fork_child.pending_approval == dict(asked, run_id="p@1/helper-1")
+    assert dn.runs("waiting_approval", journal=store) == []
+    # Executing the fork again resumes it: then it asks again, its own request.
+    assert dn.execute("p@1", agent("bob"), journal=store, on_approval="park") is None
+    assert [r.run_id for r in dn.runs("waiting_approval", journal=store)] == \
+        ["p@1", "p@1/helper-1"]
 
 
 # Executes run "k" until its second step has started, then waits to be SIGKILLed.
@@ -389,8 +415,9 @@ dn.execute("k", agent, journal=location)
 """
 
 
+@pytest.mark.parametrize("fork_by", ["edit", "rerun_from"])
 def test_the_fork_of_a_rerun_keeps_a_run_whose_executor_died_interrupted(
-        backend: Backend, tmp_path: Path):  # noqa: F811
+        backend: Backend, tmp_path: Path, fork_by: str):  # noqa: F811
     store = backend.open()
     started = tmp_path / "started"
     child = subprocess.Popen([sys.executable, "-c", _DYING, backend.location, str(started)],
@@ -403,9 +430,12 @@ def test_the_fork_of_a_rerun_keeps_a_run_whose_executor_died_interrupted(
         child.kill()
         child.wait()
     assert store.get_run("k").status is Status.RUNNING
-    assert dn.execute("k", lambda ctx: [ctx.run("step", lambda v: v, "b"),
-                                        ctx.run("hang", lambda: "done")],
-                      journal=store, on_change="rerun") == ["b", "done"]
+    if fork_by == "rerun_from":  # the same fork as an execution that found a change keeps
+        assert dn.rerun_from("k", 0, journal=store) == "k@1"
+    else:
+        assert dn.execute("k", lambda ctx: [ctx.run("step", lambda v: v, "b"),
+                                            ctx.run("hang", lambda: "done")],
+                          journal=store, on_change="rerun") == ["b", "done"]
     fork = store.get_run("k@1")
     assert (fork.status, fork.error, fork.step_count) == (Status.RUNNING, None, 1)
     assert is_interrupted(fork, store)  # listed as interrupted, not cancelled
