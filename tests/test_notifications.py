@@ -130,6 +130,27 @@ def test_webhook_is_signed_sent_once_and_shown(tmp_path: Path, capsys) -> None:
             assert SECRET.encode() not in path.read_bytes(), path
 
 
+def test_the_sweep_never_notifies_the_fork_of_a_waiting_run(tmp_path: Path) -> None:
+    journal = str(tmp_path / "j")
+
+    def ask(table: str):
+        def handler(ctx: dn.Context) -> dict:
+            return ctx.approval("drop_table", {"table": ctx.run("pick", lambda v: v, table)})
+        return handler
+
+    assert dn.execute("w", ask("users"), journal=journal, on_approval="park") is None
+    # The cell edited: executed again from its changed step, the run as it was kept as w@1.
+    assert dn.execute("w", ask("orders"), journal=journal, on_approval="park",
+                      on_change="rerun") is None
+    assert open_journal(journal).find_run("w@1") is not None
+    with WebhookReceiver(SECRET) as hook:
+        done = sweep(open_journal(journal), NotifyConfig(webhook=WebhookConfig(hook.url,
+                                                                               secret=SECRET)))
+        assert list(done) == ["w"]
+        assert [r["json"]["run_id"] for r in hook.wait_for(1)] == ["w"]
+    assert notifications(open_journal(journal), "w@1") == []
+
+
 def _failing_target(kind: str) -> tuple[WebhookReceiver | None, str]:
     if kind == "refused":
         return None, f"http://127.0.0.1:{free_port()}/hook"

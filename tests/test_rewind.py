@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ import openai
 import pytest
 
 import durable_nb as dn
-from durable_nb import RunRecord, Status
+from durable_nb import DiskJournal, RunRecord, Status
 from durable_nb.errors import InputChanged, RunLeased
 from durable_nb.journal import StepEntry, cut_at_key, rewind
 from durable_nb.registry import is_interrupted
@@ -371,8 +372,34 @@ def test_the_fork_of_a_rerun_keeps_a_failed_or_waiting_run_as_it_was(
     assert dn.execute("w", parking("b"), journal=store, on_approval="park",
                       on_change="rerun") is None
     fork = store.get_run("w@1")
-    assert fork.status is Status.WAITING_APPROVAL and fork.step_count == 1
+    # A fork asks nobody: kept CANCELLED, with the request it waited for.
+    assert fork.status is Status.CANCELLED and fork.step_count == 1
     assert fork.pending_approval == dict(waiting.pending_approval, run_id="w@1")
+    assert "while it waited for approval of 'send'" in fork.error
+
+
+def test_the_fork_of_a_waiting_run_and_its_waiting_child_run_asks_nobody(
+        backend: Backend):  # noqa: F811
+    store = backend.open()
+
+    def helper(ctx, to):
+        return ctx.approval("send", {"to": to}).approved
+
+    def agent(to: str):
+        return lambda ctx: ctx.child("helper", helper, ctx.run("to", lambda v: v, to))
+
+    assert dn.execute("p", agent("bob"), journal=store, on_approval="park") is None
+    asked = store.get_run("p/helper-1").pending_approval
+    assert dn.rerun_from("p", 0, journal=store) == "p@1"
+    fork, fork_child = store.get_run("p@1"), store.get_run("p@1/helper-1")
+    assert (fork.status, fork_child.status) == (Status.CANCELLED, Status.CANCELLED)
+    assert fork.pending_approval == dict(asked, run_id="p@1/helper-1")
+    assert fork_child.pending_approval == dict(asked, run_id="p@1/helper-1")
+    assert dn.runs("waiting_approval", journal=store) == []
+    # Executing the fork again resumes it: then it asks again, its own request.
+    assert dn.execute("p@1", agent("bob"), journal=store, on_approval="park") is None
+    assert [r.run_id for r in dn.runs("waiting_approval", journal=store)] == \
+        ["p@1", "p@1/helper-1"]
 
 
 # Executes run "k" until its second step has started, then waits to be SIGKILLed.
@@ -389,8 +416,9 @@ dn.execute("k", agent, journal=location)
 """
 
 
+@pytest.mark.parametrize("fork_by", ["edit", "rerun_from"])
 def test_the_fork_of_a_rerun_keeps_a_run_whose_executor_died_interrupted(
-        backend: Backend, tmp_path: Path):  # noqa: F811
+        backend: Backend, tmp_path: Path, fork_by: str):  # noqa: F811
     store = backend.open()
     started = tmp_path / "started"
     child = subprocess.Popen([sys.executable, "-c", _DYING, backend.location, str(started)],
@@ -403,9 +431,12 @@ def test_the_fork_of_a_rerun_keeps_a_run_whose_executor_died_interrupted(
         child.kill()
         child.wait()
     assert store.get_run("k").status is Status.RUNNING
-    assert dn.execute("k", lambda ctx: [ctx.run("step", lambda v: v, "b"),
-                                        ctx.run("hang", lambda: "done")],
-                      journal=store, on_change="rerun") == ["b", "done"]
+    if fork_by == "rerun_from":  # the same fork as an execution that found a change keeps
+        assert dn.rerun_from("k", 0, journal=store) == "k@1"
+    else:
+        assert dn.execute("k", lambda ctx: [ctx.run("step", lambda v: v, "b"),
+                                            ctx.run("hang", lambda: "done")],
+                          journal=store, on_change="rerun") == ["b", "done"]
     fork = store.get_run("k@1")
     assert (fork.status, fork.error, fork.step_count) == (Status.RUNNING, None, 1)
     assert is_interrupted(fork, store)  # listed as interrupted, not cancelled
@@ -481,3 +512,48 @@ def test_reset_deletes_the_child_run_of_a_failed_child_step(backend: Backend):  
     dn.reset("job", 0, journal=store)
     assert dn.execute("job", agent(False), journal=store) == "42"
     assert calls == ["answer", "answer"]
+
+
+# --- a journal written before task creations were journaled ---------------------------------
+
+def test_a_journal_written_by_4099b3e_replays_and_reruns_counting_tasks_from_their_first_step(
+        tmp_path: Path):
+    from tests.fixtures.old_journal import FIXTURE, RUN_ID, payments, restore
+    written = json.loads(FIXTURE.read_text())
+    restore(written["rows"], tmp_path / "old")
+    location = str(tmp_path / "old")
+    store = DiskJournal(location)
+    assert [e.spawned for e in store.steps(RUN_ID)] == [None] * 5
+    charges: list[tuple[str, int]] = []
+    before = [["alice paid 10", "tip paid 1"], ["bob paid 20", "receipt paid 1", "thanks paid 0"]]
+    assert dn.execute(RUN_ID, payments(charges, 20), journal=location) == before
+    assert charges == []  # replayed whole
+
+    # bob's charge edited: executed again from it (step 1)
+    after = dn.execute(RUN_ID, payments(charges, 25), journal=location, on_change="rerun")
+    assert after == [["alice paid 10", "tip paid 1"],
+                     ["bob paid 25", "receipt paid 1", "thanks paid 0"]]
+    # alice's task completed a step before bob's charge, so it existed: her charge and her
+    # tip (completed after bob's) replay. The receipt's task, created before bob paid but
+    # without a journaled creation, counts as created when its first step completed, after
+    # bob's charge: it is charged again, as the thank-you created after it is.
+    assert charges[0] == ("bob", 25) and sorted(charges[1:]) == [("receipt", 1), ("thanks", 0)]
+    fork = {e.key: e for e in store.steps(RUN_ID + "@1")}
+    assert [(k, e.result, e.spawned) for k, e in fork.items()] == [
+        (json.loads(row["value"])["id"], json.loads(row["value"])["r"], None)
+        for row in written["rows"] if row["key"].startswith("step:")]
+    assert store.get_run(RUN_ID + "@1").status is Status.DONE
+    # the kept entries stay as the old code wrote them; those executed again journal their
+    # tasks' creations
+    spawned = {e.key: e.spawned for e in store.steps(RUN_ID)}
+    assert spawned["alice#0.0"] is None and spawned["alice#0.1"] is None
+    assert spawned["bob#0.receipt#0.0"] is not None and spawned["bob#0.thanks#0.0"] is not None
+
+    # edited again: now the receipt's creation is journaled (before bob's charge): it replays
+    charges.clear()
+    again = dn.execute(RUN_ID, payments(charges, 30), journal=location, on_change="rerun")
+    assert again[1] == ["bob paid 30", "receipt paid 1", "thanks paid 0"]
+    assert charges == [("bob", 30), ("thanks", 0)]
+    charges.clear()
+    assert dn.execute(RUN_ID, payments(charges, 30), journal=location) == again
+    assert charges == []

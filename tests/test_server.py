@@ -121,6 +121,32 @@ def _park(journal, run_id: str, dropped: list[str], db: str = "staging"):
 
 # -- listing -----------------------------------------------------------------------------------
 
+def _ask_to_drop(db: str):
+    def handler(ctx):
+        picked = ctx.run("pick", lambda v: v, db)
+        return ctx.approval("drop database", {"db": picked}).approved
+    return handler
+
+
+def test_the_fork_of_a_waiting_run_is_listed_with_its_request_and_never_in_the_inbox(
+        shared, api):
+    assert dn.execute("w", _ask_to_drop("staging"), journal=shared, on_approval="park") is None
+    asked = shared.get_run("w").pending_approval
+    # The cell edited: executed again from its changed step, the run as it was kept as w@1.
+    assert dn.execute("w", _ask_to_drop("scratch"), journal=shared, on_approval="park",
+                      on_change="rerun") is None
+    assert shared.get_run("w").pending_approval["details"] == {"db": "scratch"}
+
+    inbox = api("runs", params={"status": "waiting_approval"})
+    assert [r["run_id"] for r in inbox["runs"]] == ["w"]
+    assert inbox["total"] == 1 and inbox["pending_approvals"] == 1
+    assert api("summary")["pending_approvals"] == 1
+    [fork] = [r for r in api("runs")["runs"] if r["run_id"] == "w@1"]
+    assert fork["status"] == "CANCELLED"  # what it waited for is shown, as a cancelled run's
+    assert fork["pending_approval"]["digest"] == asked["digest"]
+    assert fork["pending_approval"]["run_id"] == "w@1"
+
+
 def test_runs_are_listed_waiting_first_then_running_interrupted_failed_done_and_paged(shared, api):
     dropped: list[str] = []
     dn.execute("done-1", _done, journal=shared)

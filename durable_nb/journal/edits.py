@@ -397,6 +397,21 @@ def _fork_id(journal: Journal, run_id: str) -> str:
     return f"{run_id}@{number}"
 
 
+def _asking_nobody(record: RunRecord, run_id: str, from_position: int) -> None:
+    """A fork's record that waited for an approval: CANCELLED, its request kept as what it
+    waited for. A fork is a record of the past: nobody is asked to decide it, and every
+    place that asks (the approvals inbox and its count, notifications, deadlines, the
+    listings of waiting runs) selects runs by their status WAITING_APPROVAL. Executing the
+    fork again resumes it, as for any cancelled run: then it asks again."""
+    if record.status is not Status.WAITING_APPROVAL:
+        return
+    name = (record.pending_approval or {}).get("name")
+    record.status = Status.CANCELLED
+    record.error = (f"kept as a fork when run {run_id!r} was executed again from step "
+                    f"{from_position}, while it waited for approval of {name!r}: a fork asks "
+                    f"nobody (executing it again resumes it)")
+
+
 def rerun(journal: Journal, record: RunRecord, kept: list[StepEntry], from_position: int, *,
           token: str,
           child_dropped: Callable[[str, float], bool] | None = None,
@@ -408,26 +423,22 @@ def rerun(journal: Journal, record: RunRecord, kept: list[StepEntry], from_posit
 
     An execution that found a changed step passes the run as it took it: ``as_taken``, the
     record before the execution changed it, and ``taken_steps``, how many entries the
-    journal held then. The fork is that run, with its status (DONE with its result, FAILED,
-    WAITING_APPROVAL with its request, RUNNING when an executor died in it), counts and
-    entries; what the execution did since stays in the run only. Without them the fork is
-    the run as the journal holds it now, an unfinished run marked CANCELLED ("kept as a
-    fork") with no pending approval."""
+    journal held then; without them (``rerun_from``) the fork is the run as the journal
+    holds it now. Either way the fork is that run, with its status (DONE with its result,
+    FAILED, CANCELLED, RUNNING when an executor died in it), counts and entries; what an
+    execution did since stays in the run only. A fork asks nobody: a run (or child run)
+    that waited for an approval is kept CANCELLED with its request
+    (:func:`_asking_nobody`)."""
     changes: dict[str, Any] = {"forked_from": {"run_id": record.run_id,
                                                "position": from_position, "at": time.time()}}
-    if as_taken is not None:
-        if as_taken.failed_step is not None and taken_steps is not None \
-                and as_taken.failed_step >= taken_steps:
-            changes["failed_step"] = None  # removed, to be tried again, before the fork
-    else:
-        changes["pending_approval"] = None
-        if record.status in (Status.RUNNING, Status.WAITING_APPROVAL):
-            changes.update(status=Status.CANCELLED,
-                           error=f"kept as a fork when run {record.run_id!r} was executed "
-                                 f"again from step {from_position}")
+    if as_taken is not None and as_taken.failed_step is not None \
+            and taken_steps is not None and as_taken.failed_step >= taken_steps:
+        changes["failed_step"] = None  # removed, to be tried again, before the fork
     fork_id = _fork_id(journal, record.run_id)
     staged = stage_copy(journal, record.run_id, journal, fork_id, changes=changes,
                         record=as_taken, steps=taken_steps)
+    for _, kept_record in staged.runs:
+        _asking_nobody(kept_record, record.run_id, from_position)
     try:
         rewind(journal, record, kept, token=token, child_dropped=child_dropped)
     except BaseException:

@@ -28,44 +28,62 @@ read here, values inline or from their files, pickles refused. Nothing is create
 written: a missing journal is an error, write methods raise, and a read-only copy (files
 without write permission) is read as it is. In a writable directory SQLite may add its
 ``-wal``/``-shm`` companion files to read alongside live writers; they hold no data.
+
+**Where each part is.** This module holds the journal's runs, batches, steps and blobs;
+:mod:`.disk_cache` the diskcache that stores JSON text only and the read-only reader;
+:mod:`.disk_layout` the keys, the statements on the Cache table and the run index;
+:mod:`.disk_coordination` leases, requests and a run's keyed records (deliveries, history
+events).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import os.path as op
-import re
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-import diskcache
-from diskcache.core import MODE_PICKLE, MODE_RAW, MODE_TEXT
+from diskcache.core import MODE_RAW
 
-from ..errors import (
-    CorruptEntry,
-    IncompatibleJournal,
-    JournalNotWritable,
-    NoJournal,
-    RunLeased,
-)
+from ..errors import CorruptEntry, IncompatibleJournal, JournalNotWritable, RunLeased
 from .base import (
     FENCED_ADVICE,
     REQUEST_KINDS,
     Journal,
     StatusFilter,
-    check_request_kind,
-    delivery_text,
     position_taken_advice,
     read_only_error,
     select_runs,
     wanted_statuses,
+)
+from .disk_cache import (
+    _DIR_MODE,
+    _Cache,
+    _JsonOnlyDisk,
+    _not_writable,
+    _ReadOnlyCache,
+    _retry_locked,
+)
+from .disk_coordination import _RunCoordination
+from .disk_layout import (
+    _IN_RUNS,
+    _INSERT_IF_ABSENT,
+    _INSERT_IF_LEASED,
+    _READ_AHEAD,
+    _RUNS_INDEX,
+    _SELECT_STEPS,
+    _SELECT_VALUE,
+    _STATUS_NAMES,
+    _UPDATE_INLINE,
+    _prefix_end,
+    _record_tag,
+    _request_key,
+    _run_tag,
+    _step_key,
 )
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
@@ -74,288 +92,14 @@ __all__ = ["DiskJournal", "Durability", "FORMAT_VERSION"]
 #: 2 added step keys, input fingerprints and blobs; format 1 journals are read as they are.
 FORMAT_VERSION = 2
 Durability = Literal["process", "power"]
-_DIR_MODE = 0o700
-_FILE_MODE = 0o600
 _SYNCHRONOUS = {"process": 1, "power": 2}  # SQLite NORMAL, FULL
 
-
-class _JsonOnlyDisk(diskcache.Disk):
-    """A diskcache Disk that stores and loads str keys and str values only (never pickle),
-    and writes value files owner-only, fsynced when ``fsync`` is set."""
-
-    fsync = False
-
-    def put(self, key: Any) -> tuple:
-        if type(key) is not str:
-            raise TypeError(f"journal keys are str, not {type(key).__name__}")
-        return super().put(key)
-
-    def get(self, key: Any, raw: bool) -> Any:
-        if not raw:
-            raise CorruptEntry("<pickled key>", "the journal holds a pickled key; refusing to load it")
-        return super().get(key, raw)
-
-    def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> tuple:
-        if type(value) is not str:
-            raise TypeError(f"journal values are JSON text, not {type(value).__name__}")
-        return super().store(value, read, key)
-
-    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
-        if mode == MODE_PICKLE:
-            raise CorruptEntry("<pickled value>", "the journal holds a pickled value; refusing to load it")
-        return super().fetch(mode, filename, value, read)
-
-    def _write(self, full_path: str, iterator: Any, mode: str, encoding: str | None = None) -> int:
-        # diskcache's own _write creates folders and files with the process umask (0755/0644).
-        full_dir = op.dirname(full_path)
-        for attempt in range(10):
-            # makedirs gives `mode` to the leaf only: make the outer folder first.
-            os.makedirs(op.dirname(full_dir), mode=_DIR_MODE, exist_ok=True)
-            os.makedirs(full_dir, mode=_DIR_MODE, exist_ok=True)
-            try:
-                fd = os.open(full_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
-                break
-            except FileNotFoundError:  # another process removed the folder meanwhile
-                if attempt == 9:
-                    raise
-        with open(fd, "wb" if "b" in mode else "w", encoding=encoding) as writer:
-            size = 0
-            for chunk in iterator:
-                size += len(chunk)
-                writer.write(chunk)
-            if self.fsync:
-                writer.flush()
-                os.fsync(fd)
-        if self.fsync:
-            _fsync_directory(full_dir)
-        return size
-
-
-def _fsync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class _Cache(diskcache.Cache):
-    """A diskcache Cache whose SQLite connections (one per thread) use this object's
-    ``synchronous`` level: diskcache keeps pragmas in the shared database, where another
-    process opening the same journal with another durability would change them."""
-
-    synchronous: int | None = None  # set once diskcache's own set-up is done
-
-    @property
-    def _con(self) -> sqlite3.Connection:
-        con = super()._con
-        if self.synchronous is not None and \
-                getattr(self._local, "synchronous", None) != self.synchronous:
-            _retry_locked(lambda: con.execute(f"PRAGMA synchronous = {self.synchronous}"))
-            self._local.synchronous = self.synchronous
-        return con
-
-
-def _retry_locked(action: Callable[[], Any], seconds: float = 60.0) -> Any:
-    """``action()``, tried again while SQLite says the database is locked: another process
-    opening the same journal at the same moment holds it for a few milliseconds."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            return action()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
-                raise
-        time.sleep(0.005)
-
-
-class _ReadOnlyCache:
-    """The reads DiskJournal makes of a diskcache Cache, done on a SQLite connection opened
-    read-only (one per thread), never writing; the write methods raise."""
-
-    def __init__(self, directory: Path) -> None:
-        self._directory = str(directory)
-        self._location = str(directory)
-        self._disk = self  # DiskJournal._range calls self._cache._disk.fetch
-        self._local = threading.local()
-        database = directory / "cache.db"
-        if not database.is_file():
-            raise NoJournal(str(directory))
-        self._uri = database.as_uri() + "?mode=ro"
-        if not op.exists(f"{database}-wal"):
-            # No write-ahead log to read: a WAL database in a directory SQLite may not write
-            # (a read-only copy) opens only as immutable, and nothing is lost by it.
-            try:
-                self._connect().close()
-            except sqlite3.OperationalError:
-                self._uri = database.as_uri() + "?mode=ro&immutable=1"
-        self._con  # fail now, not at the first read
-
-    def _connect(self) -> sqlite3.Connection:
-        con = sqlite3.connect(self._uri, uri=True, isolation_level=None,
-                              check_same_thread=False)
-        try:
-            con.execute("SELECT 1 FROM Cache LIMIT 1").fetchall()
-        except sqlite3.Error:
-            con.close()
-            raise
-        return con
-
-    @property
-    def _con(self) -> sqlite3.Connection:
-        con = getattr(self._local, "con", None)
-        if con is None:
-            con = self._local.con = _retry_locked(self._connect)
-        return con
-
-    def _sql(self, query: str, params: tuple = ()) -> sqlite3.Cursor:
-        return _retry_locked(lambda: self._con.execute(query, params))
-
-    def _row(self, key: str) -> tuple | None:
-        return self._sql("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 "
-                         "AND (expire_time IS NULL OR expire_time > ?)",
-                         (key, time.time())).fetchone()
-
-    def get(self, key: str, retry: bool = True) -> str | None:
-        row = self._row(key)
-        if row is None:
-            return None
-        try:
-            return self.fetch(*row, False)
-        except FileNotFoundError:  # as diskcache: a row whose value file is gone reads as absent
-            return None
-
-    def __contains__(self, key: str) -> bool:
-        return self._row(key) is not None
-
-    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> str:
-        if mode == MODE_RAW and type(value) is str:
-            return value
-        if mode == MODE_TEXT and filename:
-            with open(op.join(self._directory, filename), encoding="UTF-8") as reader:
-                return reader.read()
-        if mode == MODE_PICKLE:
-            raise CorruptEntry("<pickled value>", "the journal holds a pickled value; refusing to load it")
-        raise CorruptEntry("<value>", f"the journal holds a value of storage mode {mode} that is "
-                                      f"not JSON text; refusing to load it")
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
-        raise read_only_error(self._location, "be written")
-
-    add = set = delete = transact = _refuse
-
-    def close(self) -> None:
-        con = getattr(self._local, "con", None)
-        if con is not None:
-            self._local.con = None
-            con.close()
-
-
-def _not_writable(directory: Path, exc: BaseException) -> str | None:
-    """Why opening the journal for writing failed when the cause is that it can be read but
-    not written (a read-only file system, mount or copy); None for other failures."""
-    if isinstance(exc, OSError) and exc.errno == errno.EROFS:
-        return exc.strerror or str(exc)
-    if "readonly" in str(exc) or "read-only" in str(exc):
-        return str(exc)
-    try:
-        path = directory
-        while not path.exists() and path != path.parent:
-            path = path.parent
-        for candidate in (path, directory / "cache.db"):
-            if candidate.exists() and os.access(candidate, os.R_OK) \
-                    and not os.access(candidate, os.W_OK):
-                return f"{candidate} is read-only"
-    except OSError:  # the path cannot even be looked at: not a matter of writing
-        pass
-    return None
-
-
-# Statements on the Cache table of diskcache 5 (its columns as ``Cache._row_insert`` writes
-# them; a str key is stored with raw = 1).
-_SELECT_VALUE = "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1"
-_INSERT_IF_ABSENT = (
-    "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
-    " tag, size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)")
-
-# _INSERT_IF_ABSENT, only while the lease row (inline) holds the given text.
-_INSERT_IF_LEASED = (
-    "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
-    " tag, size, mode, filename, value) SELECT ?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?"
-    " WHERE EXISTS (SELECT 1 FROM Cache WHERE key = ? AND raw = 1 AND mode = ? AND value = ?)")
-
-# diskcache's set() of an existing row whose value is inline, and stays so: its UPDATE
-# (store and access time, no expiry, access count 0, tag, size 0, mode, no file, value),
-# for a row that already has no expiry and the same tag. Neither is written then: an indexed
-# column named in SET costs its index a page in the step's commit, even for the same value.
-_UPDATE_INLINE = (
-    "UPDATE Cache SET store_time = ?, access_time = ?, access_count = 0, size = 0, mode = ?,"
-    " filename = NULL, value = ? WHERE key = ? AND raw = 1 AND filename IS NULL"
-    " AND expire_time IS NULL AND tag IS ?")
 
 #: Runs whose verified lease text a DiskJournal keeps (see DiskJournal._fenced).
 _HELD_KEPT = 1024
 
-#: Entries read per query by :meth:`DiskJournal.steps` (SQLite allows 999 parameters at least).
-_READ_AHEAD = 256
-_SELECT_STEPS = ("SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN ("
-                 + ", ".join("?" * _READ_AHEAD) + ")")
 
-
-# Run records are listed by status and creation time through the ``tag`` column of their rows
-# ("DONE|0001764590000.123456", see _run_tag) and an index of our own over the run records
-# only: steps and other rows stay out of it, so a step append pays nothing for it. (Not
-# diskcache's tag_index, which indexes every row, and which a journal opened by an older
-# durable_nb, passing tag_index=False, would drop.) A query must repeat the index's WHERE
-# literally for SQLite to use it: _IN_RUNS.
-_IN_RUNS = "key >= 'run:' AND key < 'run;'"
-_RUNS_INDEX = f"CREATE INDEX IF NOT EXISTS durable_nb_runs ON Cache(tag, key) WHERE {_IN_RUNS}"
-
-
-def _run_tag(status: Any, created_at: Any) -> str | None:
-    """``STATUS|CREATED`` (created_at zero-padded: tags of one status sort by creation)."""
-    name = status.value if isinstance(status, Status) else status
-    if name not in _STATUS_NAMES:
-        return None  # placed by parsing when listed
-    try:
-        created = min(max(float(created_at or 0.0), 0.0), 9_999_999_999_999.0)
-    except (TypeError, ValueError):
-        created = 0.0
-    return f"{name}|{created:020.6f}"
-
-
-# RunRecord.to_json starts with the two fields of the tag: read there, a step that rewrites
-# the record does not parse all of it (its source and attempts) again.
-_TAG_PREFIX = re.compile(r'\{"status":"([A-Z_]+)","created_at":(null|-?[0-9]+(?:\.[0-9]+)?'
-                         r'(?:[eE][-+]?[0-9]+)?),')
-
-
-def _record_tag(text: str) -> str | None:
-    """The tag of a run record given as JSON text (None if it is not one)."""
-    prefix = _TAG_PREFIX.match(text)
-    if prefix is not None:
-        status, created = prefix.groups()
-        return _run_tag(status, None if created == "null" else float(created))
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return _run_tag(data.get("status"), data.get("created_at")) if isinstance(data, dict) \
-        else None
-
-
-_STATUS_NAMES = frozenset(s.value for s in Status)
-
-
-def _step_key(run_id: str, position: int) -> str:
-    return f"step:{run_id}:{position}"
-
-
-def _prefix_end(prefix: str) -> str:
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
-
-
-class DiskJournal(Journal):
+class DiskJournal(_RunCoordination, Journal):
     """The journal in one directory (default ``./.durable_nb``) on this machine.
 
     Safe to share between threads and processes: every write is a SQLite transaction.
@@ -858,125 +602,6 @@ class DiskJournal(Journal):
 
     def get_blob(self, run_id: str, digest: str) -> str | None:
         return self._get(f"blob:{run_id}:{digest}")
-
-    # -- leases ---------------------------------------------------------------------------
-
-    def acquire_lease(self, run_id: str, holder: dict,
-                      holder_alive: Callable[[dict], bool]) -> None:
-        key = f"lease:{run_id}"
-        with self._cache.transact(retry=True):
-            current = self._read_json(key)
-            if isinstance(current, dict) and holder_alive(current):
-                raise RunLeased(run_id, current)
-            self._set_json(key, holder)
-
-    def renew_lease(self, run_id: str, token: str, heartbeat: float) -> bool:
-        key = f"lease:{run_id}"
-        with self._cache.transact(retry=True):
-            holder = self._read_json(key)
-            if not isinstance(holder, dict) or holder.get("token") != token:
-                return False
-            holder["heartbeat"] = heartbeat
-            self._set_json(key, holder)
-        return True
-
-    def release_lease(self, run_id: str, token: str) -> None:
-        key = f"lease:{run_id}"
-        with self._cache.transact(retry=True):
-            holder = self._read_json(key)
-            if isinstance(holder, dict) and holder.get("token") == token:
-                self._cache.delete(key, retry=True)
-
-    def lease(self, run_id: str) -> dict | None:
-        holder = self._read_json(f"lease:{run_id}")
-        return holder if isinstance(holder, dict) else None
-
-    # -- requests -------------------------------------------------------------------------
-
-    def put_request(self, kind: str, run_id: str, value: dict) -> None:
-        self._set_json(_request_key(kind, run_id), value)
-
-    def add_request(self, kind: str, run_id: str, value: dict) -> dict | None:
-        if self.read_only:
-            raise read_only_error(self.location, "be written")
-        key = _request_key(kind, run_id)
-        while True:
-            # Cache.add is one SQLite transaction: of writers racing, exactly one adds.
-            if self._cache.add(key, json.dumps(value, separators=(",", ":")), retry=True):
-                return None
-            there = self.get_request(kind, run_id)
-            if there is not None:
-                return None if there == value else there
-            # deleted between the add and the read (its run reset): add again
-
-    def swap_request(self, kind: str, run_id: str, old: dict, new: dict) -> bool:
-        if self.read_only:
-            raise read_only_error(self.location, "be written")
-        key = _request_key(kind, run_id)
-        with self._cache.transact(retry=True):
-            there = self._read_json(key)
-            if there == new:
-                return True
-            if there != old:
-                return False
-            self._set_json(key, new)
-        return True
-
-    def get_request(self, kind: str, run_id: str) -> dict | None:
-        value = self._read_json(_request_key(kind, run_id))
-        return value if isinstance(value, dict) else None
-
-    def delete_request(self, kind: str, run_id: str) -> None:
-        self._cache.delete(_request_key(kind, run_id), retry=True)
-
-    # -- deliveries -----------------------------------------------------------------------
-
-    def add_delivery(self, run_id: str, key: str, value: dict) -> bool:
-        if self.read_only:
-            raise read_only_error(self.location, "be written")
-        return bool(self._cache.add(_delivery_key(run_id, key), delivery_text(value),
-                                    retry=True))
-
-    def swap_delivery(self, run_id: str, key: str, expected: dict, value: dict) -> bool:
-        if self.read_only:
-            raise read_only_error(self.location, "be written")
-        with self._cache.transact(retry=True):
-            if self._get(_delivery_key(run_id, key)) != delivery_text(expected):
-                return False
-            self._cache.set(_delivery_key(run_id, key), delivery_text(value), retry=True)
-        return True
-
-    def _run_records(self, run_id: str) -> dict[str, dict]:
-        prefix = _delivery_key(run_id, "")
-        found = {}
-        for key, text in self._range(prefix):
-            if _DELIVERY_SEP in key[len(prefix):]:
-                continue  # a run whose id starts with this one's and the separator
-            try:
-                found[key[len(prefix):]] = json.loads(text)
-            except (ValueError, RecursionError) as exc:
-                raise CorruptEntry(key, f"not JSON ({exc})", run_id=run_id) from None
-        return found
-
-    def _delivery_keys(self, sql: Callable, run_id: str) -> list[str]:
-        prefix = _delivery_key(run_id, "")
-        rows = sql("SELECT key FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
-                   (prefix, _prefix_end(prefix))).fetchall()
-        return [key for key, in rows if _DELIVERY_SEP not in key[len(prefix):]]
-
-
-#: Between a run's id and a delivery's key (``delivery:RUN<US>KEY``): a character no run id
-#: or delivery key holds.
-_DELIVERY_SEP = "\x1f"
-
-
-def _delivery_key(run_id: str, key: str) -> str:
-    return f"delivery:{run_id}{_DELIVERY_SEP}{key}"
-
-
-def _request_key(kind: str, run_id: str) -> str:
-    check_request_kind(kind)
-    return f"{kind}:{run_id}"
 
 
 def _parse_entry(key: str, run_id: str, position: int, text: str) -> StepEntry:

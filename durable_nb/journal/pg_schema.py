@@ -1,0 +1,307 @@
+"""The PostgreSQL journal's schema: its tables and functions as an ordered list of migrations
+(:data:`MIGRATIONS`), applied when a journal is opened, under an advisory lock; the version
+checks that refuse a schema or format newer than this durable_nb; and the SQL of every query
+the journal makes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ..errors import CorruptEntry, IncompatibleJournal, JournalError
+from .pg_connection import DEFAULT_SCHEMA
+
+__all__ = ["FORMAT_VERSION", "MIGRATIONS"]
+
+_BATCH = 500  # entries fetched per query when a run's steps are read in order
+
+
+def _q(schema: str) -> str:
+    return f'"{schema}"'
+
+
+def _migrations(s: str) -> list[tuple[str, list[str]]]:
+    """The schema's migrations, in order: (name, statements). Append only; never edit one
+    that was released (a journal records which it applied by number)."""
+    return [
+        ("tables", [
+            f"CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)",
+            f"""INSERT INTO {s}.meta (key, value) VALUES ('format', '{{"version": 2}}')""",
+            f"""CREATE TABLE {s}.runs (run_id text COLLATE "C" PRIMARY KEY,
+                created_at double precision NOT NULL, record text NOT NULL)""",
+            f"CREATE INDEX runs_by_creation ON {s}.runs (created_at, run_id)",
+            f"""CREATE TABLE {s}.steps (run_id text COLLATE "C" NOT NULL,
+                position integer NOT NULL, entry text NOT NULL,
+                PRIMARY KEY (run_id, position))""",
+            f"""CREATE TABLE {s}.blobs (run_id text COLLATE "C" NOT NULL, digest text NOT NULL,
+                value text NOT NULL, PRIMARY KEY (run_id, digest))""",
+            f"""CREATE TABLE {s}.leases (run_id text COLLATE "C" PRIMARY KEY,
+                token text NOT NULL, holder text NOT NULL,
+                heartbeat_at timestamptz NOT NULL DEFAULT now())""",
+            f"""CREATE TABLE {s}.requests (run_id text COLLATE "C" NOT NULL, kind text NOT NULL,
+                value text NOT NULL, PRIMARY KEY (run_id, kind))""",
+        ]),
+        ("append_step and put_run in one statement each", [
+            # 0: written; 1: fenced (the lease is not held by p_token); 2: position taken.
+            f"""CREATE FUNCTION {s}.append_step(p_run text, p_position integer, p_entry text,
+                    p_record text, p_token text, p_digests text[], p_blobs text[])
+                RETURNS integer LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    held text;
+                    created double precision;
+                BEGIN
+                    IF p_token IS NOT NULL THEN
+                        SELECT token INTO held FROM {s}.leases WHERE run_id = p_run FOR SHARE;
+                        IF held IS DISTINCT FROM p_token THEN
+                            RETURN 1;
+                        END IF;
+                    END IF;
+                    INSERT INTO {s}.steps (run_id, position, entry)
+                        VALUES (p_run, p_position, p_entry) ON CONFLICT DO NOTHING;
+                    IF NOT FOUND THEN
+                        RETURN 2;
+                    END IF;
+                    IF p_digests IS NOT NULL THEN
+                        INSERT INTO {s}.blobs (run_id, digest, value)
+                            SELECT p_run, b.digest, b.value
+                            FROM unnest(p_digests, p_blobs) AS b(digest, value)
+                            ON CONFLICT DO NOTHING;
+                    END IF;
+                    IF p_record IS NOT NULL THEN
+                        UPDATE {s}.runs SET record = p_record WHERE run_id = p_run;
+                        IF NOT FOUND THEN
+                            BEGIN
+                                created := (p_record::json ->> 'created_at')::double precision;
+                            EXCEPTION WHEN others THEN
+                                created := 0;
+                            END;
+                            INSERT INTO {s}.runs (run_id, created_at, record)
+                                VALUES (p_run, coalesce(created, 0), p_record)
+                                ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record;
+                        END IF;
+                    END IF;
+                    RETURN 0;
+                END
+                $fn$""",
+            # 0: written; 1: fenced.
+            f"""CREATE FUNCTION {s}.put_run(p_run text, p_created double precision,
+                    p_record text, p_token text)
+                RETURNS integer LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    held text;
+                BEGIN
+                    IF p_token IS NOT NULL THEN
+                        SELECT token INTO held FROM {s}.leases WHERE run_id = p_run FOR SHARE;
+                        IF held IS DISTINCT FROM p_token THEN
+                            RETURN 1;
+                        END IF;
+                    END IF;
+                    INSERT INTO {s}.runs (run_id, created_at, record)
+                        VALUES (p_run, p_created, p_record)
+                        ON CONFLICT (run_id) DO UPDATE
+                        SET created_at = EXCLUDED.created_at, record = EXCLUDED.record;
+                    RETURN 0;
+                END
+                $fn$""",
+        ]),
+        ("batches", [
+            f"""CREATE TABLE {s}.batches (batch_id text COLLATE "C" PRIMARY KEY,
+                created_at double precision NOT NULL, record text NOT NULL)""",
+        ]),
+        ("runs listed by status", [
+            # The record's status in a column of its own, set by a trigger from the record
+            # text whoever writes it (create_run, put_run, append_step), so that listings
+            # filter and page on an index; a record that is not JSON gets NULL (listings
+            # read it, and report it as damaged). An update that keeps the status stays a
+            # HOT update.
+            f"ALTER TABLE {s}.runs ADD COLUMN status text",
+            f"""CREATE FUNCTION {s}.run_status() RETURNS trigger LANGUAGE plpgsql AS $fn$
+                BEGIN
+                    BEGIN
+                        NEW.status := coalesce(NEW.record::json ->> 'status', 'RUNNING');
+                    EXCEPTION WHEN others THEN
+                        NEW.status := NULL;
+                    END;
+                    RETURN NEW;
+                END
+                $fn$""",
+            f"""CREATE TRIGGER runs_status BEFORE INSERT OR UPDATE OF record ON {s}.runs
+                FOR EACH ROW EXECUTE PROCEDURE {s}.run_status()""",
+            f"UPDATE {s}.runs SET record = record",
+            f"CREATE INDEX runs_by_status ON {s}.runs (status, created_at, run_id)",
+        ]),
+        ("notification deliveries", [
+            # One row per (run, request, channel): claimed by INSERT ... ON CONFLICT DO
+            # NOTHING, its outcome written by a compare-and-swap on the text.
+            f"""CREATE TABLE {s}.deliveries (run_id text COLLATE "C" NOT NULL,
+                key text NOT NULL, value text NOT NULL, PRIMARY KEY (run_id, key))""",
+        ]),
+    ]
+
+
+#: The names of the schema migrations, in order (version N is ``MIGRATIONS[N - 1]``).
+MIGRATIONS = [name for name, _ in _migrations(_q(DEFAULT_SCHEMA))]
+#: The format version of the entries and records; the same wire format as the disk journal.
+FORMAT_VERSION = 2
+
+
+def _lock_key(schema: str) -> int:
+    digest = hashlib.sha256(f"durable_nb migrations {schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class _Schema:
+    """The schema part of :class:`~durable_nb.journal.postgres.PostgresJournal`: opening,
+    migrating and checking its schema, and its statements."""
+
+    @staticmethod
+    def _statements(s: str) -> dict[str, str]:
+        return {
+            "find_run": f"SELECT record FROM {s}.runs WHERE run_id = %s",
+            "create_run": f"INSERT INTO {s}.runs (run_id, created_at, record) VALUES (%s, %s, %s) "
+                          f"ON CONFLICT DO NOTHING",
+            "put_run": f"SELECT {s}.put_run(%s, %s, %s, %s)",
+            # Ids from a prefix to the end of its range (prefix_end): byte order, COLLATE "C".
+            # The start of a listing: _listing adds the status filter, order and limit.
+            "list_runs": f"SELECT r.run_id, r.record FROM {s}.runs AS r "
+                         f"WHERE r.run_id >= %s AND r.run_id < %s",
+            "list_runs_counted": f"SELECT r.run_id, r.record, (SELECT max(position) FROM {s}.steps "
+                                 f"WHERE run_id = r.run_id) FROM {s}.runs AS r "
+                                 f"WHERE r.run_id >= %s AND r.run_id < %s",
+            "count_runs": f"SELECT status, count(*) FROM {s}.runs WHERE run_id >= %s "
+                          f"AND run_id < %s GROUP BY status",
+            "put_batch": f"INSERT INTO {s}.batches (batch_id, created_at, record) VALUES (%s, %s, %s) "
+                         f"ON CONFLICT (batch_id) DO UPDATE SET record = EXCLUDED.record",
+            "find_batch": f"SELECT record FROM {s}.batches WHERE batch_id = %s",
+            "list_batches": f"SELECT batch_id, record FROM {s}.batches ORDER BY created_at, batch_id",
+            "get_step": f"SELECT entry FROM {s}.steps WHERE run_id = %s AND position = %s",
+            "has_step": f"SELECT 1 FROM {s}.steps WHERE run_id = %s AND position = %s",
+            "steps": f"SELECT position, entry FROM {s}.steps WHERE run_id = %s AND position >= %s "
+                     f"ORDER BY position LIMIT {_BATCH}",
+            "count_steps": f"SELECT max(position) FROM {s}.steps WHERE run_id = %s",
+            "append_step": f"SELECT {s}.append_step(%s, %s, %s, %s, %s, %s, %s)",
+            "truncate": f"DELETE FROM {s}.steps WHERE run_id = %s AND position >= %s",
+            "insert_step": f"INSERT INTO {s}.steps (run_id, position, entry) VALUES (%s, %s, %s)",
+            "drop_blobs": f"DELETE FROM {s}.blobs WHERE run_id = %s AND digest = ANY(%s)",
+            "update_record": f"UPDATE {s}.runs SET record = %s WHERE run_id = %s",
+            **{f"rename_{table}": f"UPDATE {s}.{table} SET run_id = %s WHERE run_id = %s"
+               for table in ("steps", "blobs")},
+            "get_blob": f"SELECT value FROM {s}.blobs WHERE run_id = %s AND digest = %s",
+            "lease": f"SELECT holder, extract(epoch FROM now() - heartbeat_at)::float8 "
+                     f"FROM {s}.leases WHERE run_id = %s",
+            "lease_for_share": f"SELECT token FROM {s}.leases WHERE run_id = %s FOR SHARE",
+            "lease_for_update": f"SELECT holder, extract(epoch FROM now() - heartbeat_at)::float8 "
+                                f"FROM {s}.leases WHERE run_id = %s FOR UPDATE",
+            "insert_lease": f"INSERT INTO {s}.leases (run_id, token, holder, heartbeat_at) "
+                            f"VALUES (%s, %s, %s, now()) ON CONFLICT DO NOTHING",
+            "replace_lease": f"UPDATE {s}.leases SET token = %s, holder = %s, heartbeat_at = now() "
+                             f"WHERE run_id = %s",
+            "renew_lease": f"UPDATE {s}.leases SET heartbeat_at = now() "
+                           f"WHERE run_id = %s AND token = %s",
+            "release_lease": f"DELETE FROM {s}.leases WHERE run_id = %s AND token = %s",
+            # One statement, one transaction: the NOTIFY is delivered when the request is
+            # committed, never before it can be read.
+            "put_request": f"WITH written AS (INSERT INTO {s}.requests (run_id, kind, value) "
+                           f"VALUES (%s, %s, %s) ON CONFLICT (run_id, kind) DO UPDATE "
+                           f"SET value = EXCLUDED.value RETURNING run_id, kind) "
+                           f"SELECT pg_notify(%s, json_build_object('run_id', run_id, "
+                           f"'kind', kind)::text) FROM written",
+            # Write-once: of writers racing, exactly one inserts (the others wait for its
+            # commit and then do nothing); the NOTIFY goes with the one insert.
+            "add_request": f"WITH written AS (INSERT INTO {s}.requests (run_id, kind, value) "
+                           f"VALUES (%s, %s, %s) ON CONFLICT (run_id, kind) DO NOTHING "
+                           f"RETURNING run_id, kind) "
+                           f"SELECT pg_notify(%s, json_build_object('run_id', run_id, "
+                           f"'kind', kind)::text) FROM written",
+            # Compare and set, in one statement: the row is locked while it is compared.
+            "swap_request": f"WITH written AS (UPDATE {s}.requests SET value = %s "
+                            f"WHERE run_id = %s AND kind = %s AND value::jsonb = %s::jsonb "
+                            f"RETURNING run_id, kind) "
+                            f"SELECT pg_notify(%s, json_build_object('run_id', run_id, "
+                            f"'kind', kind)::text) FROM written",
+            "get_request": f"SELECT value FROM {s}.requests WHERE run_id = %s AND kind = %s",
+            "delete_request": f"DELETE FROM {s}.requests WHERE run_id = %s AND kind = %s",
+            "add_delivery": f"INSERT INTO {s}.deliveries (run_id, key, value) VALUES (%s, %s, %s) "
+                            f"ON CONFLICT DO NOTHING",
+            "swap_delivery": f"UPDATE {s}.deliveries SET value = %s "
+                             f"WHERE run_id = %s AND key = %s AND value = %s",
+            "deliveries": f"SELECT key, value FROM {s}.deliveries WHERE run_id = %s ORDER BY key",
+            **{f"delete_{table}": f"DELETE FROM {s}.{table} WHERE run_id = %s"
+               for table in ("steps", "blobs", "leases", "requests", "deliveries", "runs")},
+        }
+
+    def _schema_version(self, conn: Any) -> int | None:
+        """How many migrations the schema has, or None if it has no journal."""
+        found = conn.execute("SELECT to_regclass(%s)", (f"{_q(self.schema)}.migrations",)).fetchone()
+        if found[0] is None:
+            return None
+        return conn.execute(f"SELECT coalesce(max(version), 0) FROM {_q(self.schema)}.migrations"
+                            ).fetchone()[0]
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > len(MIGRATIONS):
+            raise IncompatibleJournal(
+                f"the journal at {self.location} has schema version {version}, newer than this "
+                f"durable_nb understands ({len(MIGRATIONS)}). Upgrade durable_nb "
+                f"(pip install -U 'durable-nb[postgres]') or use another schema (?schema=...).")
+
+    def _open_schema(self, conn: Any) -> None:
+        """Check the server, apply pending migrations (not when read-only), check the format."""
+        encoding = conn.execute("SHOW server_encoding").fetchone()[0]
+        if encoding.upper() not in ("UTF8", "SQL_ASCII"):
+            raise JournalError(
+                f"the database of the journal at {self.location} has encoding {encoding}; the "
+                f"journal stores UTF-8 text. Use a database created with ENCODING 'UTF8'.")
+        version = self._schema_version(conn)
+        if version is None and self.read_only:
+            raise JournalError(
+                f"there is no journal at {self.location} (no schema {self.schema!r} with a "
+                f"migrations table). Check the URL's database and ?schema=; a read-only journal "
+                f"is never created.")
+        if version is not None:
+            self._refuse_newer(version)
+        if version != len(MIGRATIONS):
+            if self.read_only:
+                raise JournalError(
+                    f"the journal at {self.location} has schema version {version}, older than "
+                    f"this durable_nb's {len(MIGRATIONS)}; open it once without read_only=True "
+                    f"to migrate it.")
+            self._migrate(conn)
+        self._check_format(conn)
+
+    def _migrate(self, conn: Any) -> None:
+        s = _q(self.schema)
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
+            # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema
+            # is there: a role given only a schema of its own must not be asked for it.
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                            (self.schema,)).fetchone() is None:
+                conn.execute(f"CREATE SCHEMA {s}")
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS {s}.migrations (
+                version integer PRIMARY KEY, name text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now())""")
+            applied = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.migrations"
+                                   ).fetchone()[0]
+            self._refuse_newer(applied)
+            for version, (name, statements) in enumerate(_migrations(s), start=1):
+                if version <= applied:
+                    continue
+                for statement in statements:
+                    conn.execute(statement)
+                conn.execute(f"INSERT INTO {s}.migrations (version, name) VALUES (%s, %s)",
+                             (version, name))
+
+    def _check_format(self, conn: Any) -> None:
+        row = conn.execute(f"SELECT value FROM {_q(self.schema)}.meta WHERE key = 'format'"
+                           ).fetchone()
+        try:
+            version = json.loads(row[0])["version"] if row else None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptEntry("format", f"unreadable format marker ({exc})") from None
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise IncompatibleJournal(
+                f"the journal at {self.location} has format version {version!r}, newer than "
+                f"this durable_nb understands ({FORMAT_VERSION}). Upgrade durable_nb "
+                f"(pip install -U 'durable-nb[postgres]') or use another schema (?schema=...).")
