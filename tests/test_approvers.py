@@ -260,3 +260,28 @@ def test_a_request_written_before_approvers_existed_is_decided_by_anyone(journal
     record.started_by = None
     journal.put_run(record)
     assert dn.approve("r", by="cy", journal=journal).by == "cy"
+
+
+# -- in a notebook ----------------------------------------------------------------------------
+
+@pytest.mark.kernel
+def test_the_magics_list_and_four_eyes_hold_in_a_real_kernel(tmp_path: Path) -> None:
+    """``%%durable_agent --approvers --four-eyes`` in a kernel whose user is cy: the
+    starter's ``%durable approve`` is one line, no traceback; the panel says who may decide."""
+    from tests.harness import start_kernel
+    from tests.test_notebook_kernel import _env, _journal, _load, _one_line, _panel_html
+
+    with start_kernel(tmp_path, env={**_env(), "DURABLE_NB_USER": "cy"}) as k:
+        _load(k)
+        k.execute("%%durable_agent g --approvers ana,cy --four-eyes\n"
+                  "ctx.approval('deploy', {'env': 'prod'})").raise_for_error()
+        pending = _journal(tmp_path).get_run("g").pending_approval
+        assert (pending["approvers"], pending["four_eyes"], pending["started_by"]) == \
+            (["ana", "cy"], True, "cy")
+        assert "Who may decide: ana, cy but cy, who started the run (four-eyes)" in \
+            html.unescape(_panel_html(k, "Who may decide"))
+        assert _one_line(k.execute("%durable approve g")) == (
+            "NotAllowedToDecide: run 'g': 'deploy' was not decided: cy started the run, and "
+            "under four-eyes nobody decides a request of a run they started: ask ana. Nothing "
+            "was written.")
+        assert find_decision(_journal(tmp_path), "g", pending) is None

@@ -873,4 +873,3 @@ class BatchPanel(BatchObserver):
                 lines.append(f"  ... {len(waiting) - 10:,} more: durable-nb batch show "
                              f"{self.batch_id} --status waiting_approval")
         return "\n".join(lines)
-
