@@ -167,6 +167,17 @@ def test_four_eyes_refuses_the_person_who_started_the_run(journal):
     assert dn.execute("r", _drop("staging", dropped), journal=journal) == "dropped staging"
 
 
+def test_on_jupyterhub_the_hub_user_starts_and_decides_when_nobody_is_named(journal,
+                                                                             monkeypatch):
+    monkeypatch.delenv("DURABLE_NB_USER")
+    monkeypatch.setenv("JUPYTERHUB_USER", "ana")
+    assert _park(journal, four_eyes=True)["started_by"] == "ana"
+    with pytest.raises(NotAllowedToDecide, match="ana started the run"):
+        dn.approve("r", journal=journal)  # by: the hub user, as the run's starter was
+    monkeypatch.setenv("JUPYTERHUB_USER", "bo")
+    assert dn.approve("r", journal=journal).by == "bo"
+
+
 def test_four_eyes_with_a_list_names_the_others_who_may_decide(journal):
     _park(journal, approvers=["cy", "ana"], four_eyes=True)
     with pytest.raises(NotAllowedToDecide, match="four-eyes .* ask ana. Nothing") as refused:

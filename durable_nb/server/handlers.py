@@ -97,7 +97,7 @@ class _Handler(APIHandler):
         try:
             return await asyncio.get_running_loop().run_in_executor(
                 _workers, functools.partial(fn, *args, **kwargs))
-        except NotAllowed as exc:
+        except (NotAllowed, NotAllowedToDecide) as exc:  # a journal, a request not theirs
             raise web.HTTPError(403, str(exc)) from None
         except (UnknownJournal, UnknownRun, NoJournal) as exc:
             raise web.HTTPError(404, str(exc)) from None
