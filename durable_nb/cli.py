@@ -26,7 +26,7 @@ from .execution import attempts
 from .batches.batch import batch as read_batch
 from .demo import run_demo
 from .errors import DurableError, NoJournal, UnknownRun
-from .execution.approvals import pending_digest, short
+from .execution.approvals import decision_words, pending_digest, short
 from .export import export_batch, export_run
 from .devsetup import dev_setup
 from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
@@ -84,21 +84,6 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
     return "\n".join(lines)
 
 
-def _decision_words(decision: dict, replaced: bool = True) -> str:
-    """``approved by ana via panel at 2026-12-03 10:02:11 ("ship it")``, and (with
-    ``replaced``) the decisions it replaced: ``, replacing rejected by bo via durable-nb at
-    2026-12-03 10:01:05``."""
-    verdict = "approved" if decision.get("approved") else "rejected"
-    how = f" via {decision['via']}" if decision.get("via") else ""
-    when = f" at {format_time(decision['at'])}" if decision.get("at") else ""
-    note = f" ({one_line(decision['note'], 80)!r})" if decision.get("note") else ""
-    words = f"{verdict} by {decision.get('by') or 'someone'}{how}{when}{note}"
-    if replaced and decision.get("replaced"):
-        words += ", replacing " + ", then ".join(_decision_words(r, False)
-                                                  for r in decision["replaced"])
-    return words
-
-
 def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | None) -> str:
     if interrupted and info.status is Status.FAILED:  # by an interrupt: see is_interrupted
         last = attempts.current(info) or {}
@@ -118,8 +103,8 @@ def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | Non
                    f"{reset['forgot']} step{'' if reset['forgot'] == 1 else 's'} forgotten; "
                    f"re-run its cell (or execute it again) to execute from there")
     if decision is not None and not info.executing:
-        status += (f": {_decision_words(decision)}, waiting for the run to resume: re-run its "
-                   f"cell (or execute it again)")
+        status += (f": {decision_words(decision, timed=True, note=80)}, waiting for the run "
+                   f"to resume: re-run its cell (or execute it again)")
     return status
 
 
@@ -128,7 +113,7 @@ def _step_line(entry: StepEntry) -> str:
         decided = plain(entry.result) if entry.ok else None
         if isinstance(decided, dict) and (entry.meta or {}).get("replaced"):
             decided = dict(decided, replaced=entry.meta["replaced"])
-        outcome = (_decision_words(decided) if isinstance(decided, dict) else
+        outcome = (decision_words(decided, timed=True, note=80) if isinstance(decided, dict) else
                    f"FAILED {entry.error.get('type') if entry.error else ''}")
         if isinstance(decided, dict) and decided.get("digest"):
             outcome += f" for request {short(decided['digest'])}"
@@ -372,7 +357,7 @@ def steer(command: str, run_id: str, journal: Journal, *, note: str | None = Non
         decision = decide(run_id, note, by=by, expect=expect or digest, replace=replace,
                           via=via, journal=journal)
         done = "approved" if command == "approve" else "rejected"
-        replaced = f", replacing {_decision_words(earlier)}" if earlier else ""
+        replaced = f", replacing {decision_words(earlier, timed=True, note=80)}" if earlier else ""
         return (f"{done} run {run_id} (by {decision.by}{replaced}): {pending.get('name')!r} "
                 f"{json.dumps(pending.get('details'))} (request {short(digest)})")
     if command == "cancel":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random as _random
 import time
 import uuid as _uuid
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -21,6 +21,7 @@ from .llm.compaction import compact
 from .llm.durable_client import DurableAsyncOpenAI, DurableOpenAI
 from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
+from .execution.approvers import approvers_list
 from .llm.chat import chat, chat_async
 from .llm.responses import respond, respond_async
 from .llm.retry import RetryPolicy
@@ -295,15 +296,20 @@ class Context:
         """
         return call_tools(self._ex, self, message, tools, parallel=parallel)
 
-    def approval(self, name: str, details: Any = None, timeout: float | None = None) -> Decision:
+    def approval(self, name: str, details: Any = None, timeout: float | None = None, *,
+                 approvers: str | Iterable[str] | None = None) -> Decision:
         """Ask a person to approve ``name`` (``details`` is shown to them, JSON data).
 
         The run is WAITING_APPROVAL until someone decides: the panel's buttons,
         ``durable_nb.approve/reject``, ``%durable approve``, ``durable-nb approve`` from any
         process. The decision is journaled; on replay it is returned at once. With
         ``timeout`` (seconds) and no decision by then, it is a rejection by ``"timeout"``.
+        ``approvers`` (Jupyter user names or e-mail addresses) are the only people who may
+        decide this request, in place of the run's (``RunOptions.approvers``); anyone else
+        is refused with :class:`~durable_nb.errors.NotAllowedToDecide`.
         """
-        decision = self._ex.approval(name, serde.encode(details), timeout)
+        decision = self._ex.approval(name, serde.encode(details), timeout,
+                                     approvers_list(approvers))
         return Decision(bool(decision.get("approved")), decision.get("note"), decision.get("by"))
 
     def now(self) -> float:

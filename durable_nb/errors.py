@@ -26,6 +26,7 @@
     ├── NoPendingApproval             approve/reject on a run that waits for nothing
     │   ├── ApprovalChanged           ... for the request that was seen: it waits for another
     │   └── DecisionExists            ... more: its request was decided already (who, when, how)
+    ├── NotAllowedToDecide            this person may not decide this request (approvers, four-eyes)
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
     ├── NotJournaled                  refused: it would reach the world without a journaled step
@@ -62,6 +63,7 @@ __all__ = [
     "MissingExtra",
     "NoJournal",
     "NoPendingApproval",
+    "NotAllowedToDecide",
     "NotJournaled",
     "NotifyConfigError",
     "ReplayDiverged",
@@ -301,32 +303,63 @@ class DecisionExists(NoPendingApproval):
     took it (went on past the approval), after which it can never change; before that
     ``replace=True`` (``--replace``) changes it on purpose."""
 
-    def __init__(self, run_id: str, name: str, decision: dict, *, taken: bool) -> None:
+    def __init__(self, run_id: str, name: str, decision: dict, *, taken: bool, words: str,
+                 timed: str) -> None:
         self.run_id = run_id
         self.name = name
         self.decision = decision
         self.taken = taken
-        verdict = "approved" if decision.get("approved") else "rejected"
-        how = f" via {decision['via']}" if decision.get("via") else ""
-        at = decision.get("at")
-        when = (f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(at))}"
-                if isinstance(at, (int, float)) else "")
-        head = (f"run {run_id!r}: {name!r} was already {verdict} by "
-                f"{decision.get('by') or 'someone'}{how}{when}")
+        #: ``approved by ana via panel``: who decided and how, for a short refusal. ``words``
+        #: and ``timed`` (the same with when: ``... at 2026-12-03 10:02:11``) are written by
+        #: :func:`durable_nb.execution.approvals.decision_words` and passed by the raiser, so
+        #: that a decision has one wording and this module imports nothing of the package.
+        self.words = words
         if taken:
             tail = ("; the run has taken that decision and went on, so it can never change. "
                     "Nothing was changed.")
         else:
             tail = ("; nothing was changed. To change it before the run takes it, decide "
                     "again with --replace (replace=True in Python).")
-        super().__init__(head + tail)
+        super().__init__(f"run {run_id!r}: {name!r} was already {timed}{tail}")
+
+
+class NotAllowedToDecide(DurableError):
+    """approve() or reject() by someone the pending request does not allow: not on its
+    approvers' list, or, under four-eyes, the person who started the run. Nothing was decided;
+    the refusal is in the run's history. ``by`` is who tried, ``approvers`` who may decide
+    (None: anyone but the starter), ``started_by`` the starter when four-eyes refused them."""
+
+    def __init__(self, run_id: str, name: str, by: str, approvers: list[str] | None, *,
+                 started_by: str | None = None) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.by = by
+        self.approvers = approvers
+        self.started_by = started_by
+        if started_by is not None:
+            others = ("ask someone else to decide" if approvers is None else
+                      f"ask {' or '.join(approvers)}" if approvers else
+                      "nobody else is on its approvers' list")
+            why = (f"{by} started the run, and under four-eyes nobody decides a request of "
+                   f"a run they started: {others}")
+        else:
+            why = (f"{by} is not on its approvers' list; only {', '.join(approvers or ())} "
+                   f"may decide")
+        super().__init__(f"run {run_id!r}: {name!r} was not decided: {why}. Nothing was "
+                         f"written.")
 
     @property
-    def words(self) -> str:
-        """``approved by ana via panel``: who decided and how, for a short refusal."""
-        verdict = "approved" if self.decision.get("approved") else "rejected"
-        how = f" via {self.decision['via']}" if self.decision.get("via") else ""
-        return f"{verdict} by {self.decision.get('by') or 'someone'}{how}"
+    def reason(self) -> str:
+        """``"four-eyes"`` or ``"not an approver"``: why, as data."""
+        return "four-eyes" if self.started_by is not None else "not an approver"
+
+    @property
+    def brief(self) -> str:
+        """Why, in a few words: ``bo is not on the approvers' list (ana)``, ``ana started
+        the run (four-eyes)``."""
+        if self.started_by is not None:
+            return f"{self.by} started the run (four-eyes)"
+        return f"{self.by} is not on the approvers' list ({', '.join(self.approvers or ())})"
 
 
 class DecisionNeeded(DurableError):

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from .execution.approvers import approvers_list
 from .execution.lease import DEFAULT_STALE_AFTER
 from .llm.pricing import Price
 from .notify.config import NotifySelection, check_selection
@@ -71,6 +72,13 @@ class RunOptions:
     :mod:`durable_nb.notify`): None, every channel configured for the journal or the user;
     False or ``"none"``, none; channel names (``"webhook,email"`` or a list); or a
     :class:`~durable_nb.notify.NotifyConfig` of its own.
+
+    ``approvers``: who may decide the run's approvals (Jupyter user names or e-mail
+    addresses; a list, or one string of comma-separated names), unless a tool
+    (``@tool(approvers=...)``) or the request (``ctx.approval(..., approvers=...)``) names its
+    own; None, anyone. ``four_eyes``: the person who started the run may not decide its
+    approvals. Both are checked wherever a decision is given
+    (:mod:`durable_nb.execution.approvers`).
     """
 
     title: str | None = None
@@ -97,9 +105,12 @@ class RunOptions:
     notebook: str | None = None
     cell_id: str | None = None
     notify: NotifySelection = None
+    approvers: list[str] | None = None
+    four_eyes: bool = False
 
     def __post_init__(self) -> None:
         check_selection(self.notify)
+        self.approvers = approvers_list(self.approvers)
         for name, allowed in (("on_change", ("error", "rerun", "replay")),
                               ("on_journal_error", ("continue", "stop")),
                               ("on_approval", ("wait", "park"))):

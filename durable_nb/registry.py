@@ -7,7 +7,6 @@ process at once.
 
 from __future__ import annotations
 
-import getpass
 import itertools
 import json
 import os
@@ -21,10 +20,10 @@ from typing import Any
 
 from . import serde
 from .context import Decision
-from .errors import (ApprovalChanged, DecisionExists, JournalError, NoPendingApproval,
-                     RunLeased)
-from .execution.approvals import (decision_kind, find_decision, leave_decision,
-                                  pending_digest, short, taken_decision)
+from .errors import ApprovalChanged, JournalError, NoPendingApproval, RunLeased
+from .execution.approvals import (decided_already, decision_kind, find_decision,
+                                  leave_decision, pending_digest, short, taken_decision)
+from .execution.approvers import APPROVER_VARIABLE, approver_name
 from .journal import (
     Journal,
     JournalSpec,
@@ -35,7 +34,6 @@ from .journal import (
     open_journal,
     rerun,
     rewind,
-    this_host,
 )
 from .journal.base import StatusFilter
 from .journal.edits import child_runs
@@ -111,20 +109,6 @@ def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:
     return info
 
 
-#: The environment variable naming who decides approvals from this machine (the CLI, a
-#: notebook's panel, a Jupyter Server whose users are anonymous); the OS user without it.
-APPROVER_VARIABLE = "DURABLE_NB_USER"
-
-
-def approver_name(*, host: bool = True) -> str:
-    """Who decides here when nobody is named: ``$DURABLE_NB_USER``, else the OS user
-    (``user@host``, or ``user`` with ``host=False``)."""
-    configured = os.environ.get(APPROVER_VARIABLE, "").strip()
-    if configured:
-        return configured
-    return f"{getpass.getuser()}@{this_host()}" if host else getpass.getuser()
-
-
 def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             journal: JournalSpec, expect: str | None, via: str, replace: bool) -> Decision:
     """Decide the run's pending approval, bound to the request as read here
@@ -133,7 +117,8 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
     characters) of the request the person saw; ApprovalChanged, nothing written, if the
     pending request is another. Written once (:func:`leave_decision`): DecisionExists,
     nothing written, if it was decided already (unless ``replace``, before the run took it),
-    or if the request ``expect`` names was decided and taken."""
+    or if the request ``expect`` names was decided and taken. NotAllowedToDecide, nothing
+    written, if ``by`` may not decide it (its approvers' list, four-eyes)."""
     journal = open_journal(journal)
     record = journal.get_run(run_id)
     pending = record.pending_approval
@@ -145,7 +130,7 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
         # The request seen is not the one pending (or none is): was it decided and taken?
         taken = taken_decision(journal.steps(run_id), expect)
         if taken is not None:
-            raise DecisionExists(run_id, taken.name, taken.result, taken=True)
+            raise decided_already(run_id, taken.name, taken.result, taken=True)
     if pending is None:
         raise NoPendingApproval(
             f"run {run_id!r} is not waiting for an approval (status {record.status}). "
@@ -182,9 +167,12 @@ def approve(run_id: str, note: str | None = None, *, by: str | None = None,
     A decision is written once: a request decided already (anywhere: a panel, the CLI, the
     Jupyter server, another process racing this one) is refused with
     :class:`~durable_nb.errors.DecisionExists`, which names who decided, how and when.
-    ``replace=True`` changes a decision the run has not taken yet (the run's history keeps
-    both); one the run took never changes. ``via``: how it was given, as the history and a
-    refusal say it (``"Python"``; the CLI, a panel, the server say their own)."""
+    Only a person the request allows decides it (its approvers' list, four-eyes:
+    :mod:`~durable_nb.execution.approvers`): anyone else is refused with
+    :class:`~durable_nb.errors.NotAllowedToDecide`. ``by`` (default
+    :func:`approver_name`) is who decides. ``replace=True`` changes a decision the run has
+    not taken yet (the run's history keeps both); one the run took never changes. ``via``:
+    how it was given, as the history and a refusal say it (``"Python"``; the CLI, a panel, the server say their own)."""
     return _decide(run_id, True, note, by, journal, expect, via, replace)
 
 

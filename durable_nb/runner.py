@@ -55,6 +55,7 @@ from .journal import (
     staged_copies,
     this_host,
 )
+from .execution.approvers import approver_name
 from .execution.lease import Lease
 from .notify.delivery import notify_in_background
 from .notify.start import for_run, sweep_once_in_background
@@ -194,7 +195,9 @@ class Runner:
                 # The hash is of the cell as written, to tell an edited cell.
                 source=redact_source(opts.source) if opts.source is not None else None,
                 source_hash=source_hash(opts.source) if opts.source is not None else None,
-                notebook=opts.notebook, cell_id=opts.cell_id)
+                notebook=opts.notebook, cell_id=opts.cell_id,
+                started_by=(self.parent.record.started_by if self.parent else None)
+                or approver_name(host=False))
             if not self.journal.create_run(record):
                 record = self.journal.get_run(self.run_id)
         if opts.max_iterations is not None:
@@ -618,7 +621,8 @@ def execute(run_id: str, handler: Callable[[Any], Any], *, title: str | None = N
     result comes back all the same, with a warning that the run is not durable).
 
     Further keyword options are those of :class:`RunOptions` (``on_change="rerun"``,
-    ``on_journal_error="continue"``, ``client=``, ``model=``, ``verify_replay=`` ...).
+    ``on_journal_error="continue"``, ``client=``, ``model=``, ``verify_replay=``, who may
+    decide its approvals: ``approvers=["ana"]``, ``four_eyes=True`` ...).
     """
     opts = RunOptions(title=title, timeout=timeout, max_iterations=max_iterations,
                       max_tokens=max_tokens, **options)

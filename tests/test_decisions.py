@@ -147,7 +147,7 @@ def test_replace_changes_a_decision_not_yet_taken_and_the_history_keeps_both(jou
 
     waiting = _cli(where, "show", "r").stdout
     assert re.search(rf"status     WAITING_APPROVAL: rejected by bo via durable-nb at {_WHEN} "
-                     rf"\('not today'\), replacing approved by ana via durable-nb at {_WHEN}, "
+                     rf"\('not today'\) \(replacing approved by ana via durable-nb at {_WHEN}\), "
                      rf"waiting for the run to resume", waiting), waiting
 
     assert dn.execute("r", _drop("staging", dropped), journal=journal) == "kept"
@@ -159,7 +159,7 @@ def test_replace_changes_a_decision_not_yet_taken_and_the_history_keeps_both(jou
         [(True, "ana", "durable-nb")]
     shown = _cli(where, "show", "r").stdout
     assert re.search(rf"approval drop database .* rejected by bo via durable-nb at {_WHEN} "
-                     rf"\('not today'\), replacing approved by ana via durable-nb at {_WHEN} "
+                     rf"\('not today'\) \(replacing approved by ana via durable-nb at {_WHEN}\) "
                      r"for request", shown), shown
     assert re.search(rf"took 'drop database' rejected by bo via durable-nb at {_WHEN} "
                      rf"\(replacing approved by ana via durable-nb at {_WHEN}\)", shown), shown

@@ -296,3 +296,12 @@ def test_the_batch_guides_map_example_runs_as_written(tmp_path: Path) -> None:
     cells = f"```python\n{python[0]}```\n```python\n{mapped}```\n"
     check = "```python\nprint(batch.results())\n```\n```text\n['question', 'question', 'question']\n```\n"
     run_page(server + cells + check, tmp_path)
+
+
+@pytest.mark.kernel
+def test_the_who_may_approve_example_runs_as_written(tmp_path: Path) -> None:
+    """guide/approvals.md's "Who may approve": bo is refused, ana decides, as printed."""
+    page = (DOCS / "guide" / "approvals.md").read_text()
+    section = page.split("## Who may approve\n", 1)[1].split("\n## ", 1)[0]
+    outputs = run_page(section, tmp_path)
+    assert outputs and "only ana may decide" in outputs[-1]

@@ -208,7 +208,7 @@ def test_help_lists_every_option_and_command(ip) -> None:
     agent_help = ip.object_inspect_text("%%durable_agent")
     parser = ip.find_cell_magic("durable_agent").parser
     options = [s for a in parser._actions for s in a.option_strings if s not in ("-h", "--help")]
-    assert len(options) == 19
+    assert len(options) == 21  # --approvers and --four-eyes (issue 27) among them
     for option in options + ["RUN_ID"]:
         assert option in agent_help, option
     durable_help = ip.object_inspect_text("%durable")

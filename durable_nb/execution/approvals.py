@@ -26,6 +26,11 @@ takes a decision with :func:`take_decision`, an atomic compare-and-set that stam
 ``taken_at`` and leaves it in the journal: from then on it can never change. Before that,
 ``replace=True`` changes it on purpose (a compare-and-set too), and the new decision keeps
 the ones it replaced in ``replaced``, which the approval step journals with it.
+
+**Only a person the request allows decides it** (:mod:`~durable_nb.execution.approvers`:
+its approvers' list, four-eyes), checked by :func:`leave_decision` too, so on every path:
+anyone else is refused with :class:`~durable_nb.errors.NotAllowedToDecide`, nothing written,
+the refusal kept in the run's history.
 """
 
 from __future__ import annotations
@@ -39,11 +44,12 @@ from typing import Any
 from ..errors import DecisionExists
 from ..journal import Journal, StepEntry
 from ..timestamps import format_time
+from .approvers import allowed_approvers, refusal
 from .history import record_event
 
-__all__ = ["LEGACY_KIND", "applies", "decision_kind", "decision_words", "find_decision",
-           "leave_decision", "pending_digest", "request_digest", "short", "take_decision",
-           "taken_decision"]
+__all__ = ["LEGACY_KIND", "applies", "decided_already", "decision_kind", "decision_words",
+           "find_decision", "leave_decision", "pending_digest", "request_digest", "short",
+           "take_decision", "taken_decision"]
 
 #: The request kind of decisions given before approvals had ids.
 LEGACY_KIND = "decision"
@@ -95,6 +101,9 @@ def leave_decision(journal: Journal, run_id: str, pending: dict, *, approved: bo
     """Decide ``pending`` (the pending approval of run ``run_id`` as read), once: the decision
     written, as the journal holds it.
 
+    :class:`~durable_nb.errors.NotAllowedToDecide` (nothing written, the refusal in the run's
+    history) when ``by`` may not decide it (:mod:`~durable_nb.execution.approvers`: its
+    approvers' list, four-eyes; a deadline, ``via="timeout"``, always may).
     :class:`~durable_nb.errors.DecisionExists` (nothing written) when the request was decided
     already: always once the run took that decision; without ``replace``, before too. With
     ``replace`` a decision the run has not taken is replaced, the new one listing it (and any
@@ -105,6 +114,12 @@ def leave_decision(journal: Journal, run_id: str, pending: dict, *, approved: bo
     decision = {"key": pending.get("key"), "digest": pending_digest(pending),
                 "name": pending.get("name"), "approved": approved, "note": note, "by": by,
                 "via": via, "at": time.time()}
+    refused = refusal(target, pending, by, via)
+    if refused is not None:
+        record_event(journal, target, "refused",
+                     f"{_verdict_words(decision, False)} refused: {refused.brief}",
+                     pending=pending, by=by, via=via, approvers=allowed_approvers(pending))
+        raise refused
     while True:
         earlier = journal.add_request(kind, target, decision)
         if earlier is None:
@@ -121,14 +136,22 @@ def leave_decision(journal: Journal, run_id: str, pending: dict, *, approved: bo
                              f"{_verdict_words(decision, False)} refused: the request was "
                              f"{decision_words(earlier)} already", pending=pending, by=by,
                              via=via)
-            raise DecisionExists(target, str(pending.get("name")), earlier,
-                                 taken=earlier.get("taken_at") is not None)
+            raise decided_already(target, str(pending.get("name")), earlier,
+                                  taken=earlier.get("taken_at") is not None)
         replacing = dict(decision, replaced=[
             *earlier.get("replaced", ()),
             {k: v for k, v in earlier.items() if k in _KEPT_OF_REPLACED}])
         if journal.swap_request(kind, target, earlier, replacing):
             return _recorded(journal, target, pending, replacing)
         # Taken or replaced meanwhile: look at it again.
+
+
+def decided_already(run_id: str, name: str, decision: dict, *, taken: bool
+                    ) -> DecisionExists:
+    """The refusal of a decision on a request that ``decision`` decided already, in this
+    module's words."""
+    return DecisionExists(run_id, name, decision, taken=taken, words=decision_words(decision),
+                          timed=decision_words(decision, timed=True))
 
 
 def _recorded(journal: Journal, run_id: str, pending: dict, decision: dict) -> dict:
@@ -173,10 +196,16 @@ def taken_decision(steps: Iterable[StepEntry], digest: str | None = None) -> Ste
     return found
 
 
-def decision_words(decision: dict, *, timed: bool = False) -> str:
+def decision_words(decision: dict, *, timed: bool = False, note: int = 0) -> str:
     """``approved by ana via panel``, and what it replaced: ``(replacing rejected by bo via
-    durable-nb)``; with ``timed``, each followed by when (``at 2026-12-03 10:02:11``)."""
+    durable-nb)``; with ``timed``, each followed by when (``at 2026-12-03 10:02:11``); with
+    ``note``, the decision's note on one line, cut to ``note`` characters (``('ship it')``).
+    The one wording of a decision: the CLI, the panel, a refusal and the history use it."""
     words = _verdict_words(decision, timed)
+    if note and decision.get("note"):
+        text = " ".join(str(decision["note"]).split())
+        text = text if len(text) <= note else text[:note - 1] + "\u2026"
+        words += f" ({text!r})"
     replaced = decision.get("replaced") or ()
     if replaced:
         words += " (replacing " + ", then ".join(_verdict_words(r, timed)

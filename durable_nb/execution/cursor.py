@@ -604,9 +604,12 @@ class Execution:
 
     # -- approvals --------------------------------------------------------------------------
 
-    def approval(self, name: str, details: Any, timeout: float | None) -> dict:
+    def approval(self, name: str, details: Any, timeout: float | None,
+                 approvers: list[str] | None = None) -> dict:
         """Journaled approval: record it pending, wait for (or park until) a decision given
-        for what it shows (:mod:`~durable_nb.execution.approvals`)."""
+        for what it shows (:mod:`~durable_nb.execution.approvals`), by whom it allows:
+        ``approvers`` (a tool's or the request's), else the run's
+        (:mod:`~durable_nb.execution.approvers`)."""
         scope = self.scope()
         key = scope.next_key()
         inputs = {"details": details}
@@ -615,7 +618,7 @@ class Execution:
         if entry is not None:
             return self.outcome(entry)
         digest = request_digest(name, details)
-        pending = self._claim_pending(key, name, details, digest, timeout)
+        pending = self._claim_pending(key, name, details, digest, timeout, approvers)
         decision = self._wait_for_decision(pending)
         if decision is None:
             try:  # the timeout decides like anyone else: once, unless a person was first
@@ -646,7 +649,7 @@ class Execution:
         return result
 
     def _claim_pending(self, key: str, name: str, details: Any, digest: str,
-                       timeout: float | None) -> dict:
+                       timeout: float | None, approvers: list[str] | None = None) -> dict:
         """Make this approval the run's pending one; one waits at a time (a concurrent one
         parks, or waits for the slot). The pending approval left at this step by an earlier
         execution is kept (its id, its timeout running on) only if it shows the same name and
@@ -661,6 +664,12 @@ class Execution:
                                if pending and pending_digest(pending) != digest else None)
                     pending = self._pending_for(pending, key, name, details, digest, timeout,
                                                 decided)
+                    # Who may decide, as the code says now (also on a request kept from an
+                    # earlier execution: an edited list applies to it).
+                    pending.update(
+                        approvers=approvers if approvers is not None else self.options.approvers,
+                        four_eyes=bool(self.options.four_eyes),
+                        started_by=self.record.started_by)
                     self._set_pending(pending)
                     break
             if self.options.on_approval == "park":

@@ -16,11 +16,13 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, Union
 
 # typing_extensions (a pydantic dependency) also recognises its own TypedDict on Python 3.10.
 from typing_extensions import NotRequired, Required, is_typeddict
+
+from ..execution.approvers import approvers_list
 
 __all__ = ["Tool", "parse_arguments", "tool"]
 
@@ -43,6 +45,9 @@ class Tool:
     parameters: dict[str, Any]
     needs_approval: bool | Callable[[dict[str, Any]], bool] = False
     takes_ctx: bool = False
+    #: Who may approve a call of this tool (names or e-mail addresses), in place of the
+    #: run's approvers; None, the run's (``RunOptions.approvers``).
+    approvers: list[str] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -92,8 +97,13 @@ class Tool:
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None,
          needs_approval: bool | Callable[[dict[str, Any]], bool] = False,
+         approvers: str | Iterable[str] | None = None,
          ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a :class:`Tool`: ``@tool``, ``@tool(needs_approval=True)``, ...
+
+    ``approvers`` (with ``needs_approval``): who may approve its calls, in place of the run's
+    approvers (``@tool(needs_approval=True, approvers=["ana"])``); a refused person gets
+    :class:`~durable_nb.errors.NotAllowedToDecide`.
 
     The name defaults to the function's, the description to the docstring's first
     paragraph; parameter descriptions come from a Google-style ``Args:`` section or reST
@@ -103,8 +113,14 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
     is raised at decoration for signatures the model cannot call (``*args``, ``**kwargs``,
     positional-only parameters, unsupported annotations).
     """
+    names = approvers_list(approvers, "@tool(approvers=...)")
+    if names is not None and needs_approval is False:
+        raise ValueError("@tool(approvers=...) names who may approve its calls, but the tool "
+                         "asks for no approval: add needs_approval=True")
+
     def make(func: Callable[..., Any]) -> Tool:
-        return _build(func, name, description, needs_approval)
+        return dataclasses.replace(_build(func, name, description, needs_approval),
+                                   approvers=names)
 
     return make if fn is None else make(fn)
 

@@ -33,7 +33,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..batches.batch import Batch, BatchObserver, ItemResult
-from ..errors import DecisionExists, DurableError
+from ..errors import DecisionExists, DurableError, NotAllowedToDecide
 from ..execution.approvals import pending_digest
 from ..journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import _CSS as _RUN_CSS
@@ -426,6 +426,9 @@ class BatchPanel(BatchObserver):
         except DecisionExists as exc:  # its buttons stay off: the first decision stands
             self.tell(f"{run_id} was {exc.words} already; nothing was changed")
             return
+        except NotAllowedToDecide as exc:  # not this person's to decide: who may
+            self.tell(str(exc))
+            return
         self.tell(f"{'approved' if approved else 'rejected'} {run_id}")
 
     def _ask_approve_all(self) -> None:
@@ -451,13 +454,15 @@ class BatchPanel(BatchObserver):
         if self._on_decide is None or not runs:
             return
         note = self.approval_note.value.strip()
-        done, skipped, decided = 0, 0, []
+        done, skipped, decided, refused = 0, 0, [], []
         for run_id, digest in runs:
             try:
                 self._on_decide(run_id, True, note, digest, "Approve all")
                 done += 1
             except DecisionExists as exc:  # decided meanwhile, elsewhere: that one stands
                 decided.append(exc)
+            except NotAllowedToDecide as exc:  # not this person's: the others still are
+                refused.append(exc)
             except DurableError:  # no longer waiting
                 skipped += 1
         told = f"approved {done:,} item{'s' if done != 1 else ''}"
@@ -466,6 +471,10 @@ class BatchPanel(BatchObserver):
             told += (f"; {len(decided):,} had been decided already, left as they were ("
                      f"{first.run_id}: {first.words}"
                      + (" ..." if len(decided) > 1 else "") + ")")
+        if refused:
+            told += (f"; {len(refused):,} refused, not yours to decide: "
+                     + "; ".join(f"{r.run_id} ({r.brief})" for r in refused[:8])
+                     + (f" and {len(refused) - 8:,} more" if len(refused) > 8 else ""))
         if skipped:
             told += f"; {skipped:,} no longer waited"
         self.tell(told)

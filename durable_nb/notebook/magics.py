@@ -58,6 +58,7 @@ from ..journal import Journal, Status, default_location, open_journal
 from ..execution.history import history
 from ..notify.audit import notifications
 from ..notify.config import check_selection
+from ..execution.approvers import approvers_list
 from . import (
     NotebookBatch,
     NotebookRun,
@@ -201,6 +202,14 @@ def _notify_channels(text: str) -> str:
     except NotifyConfigError as exc:
         raise UsageError(str(exc)) from None
     return text
+
+
+def _approvers(text: str) -> list[str]:
+    """``--approvers``' value as names (an empty one is refused at once)."""
+    try:
+        return approvers_list(text, "--approvers")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 _BATCH_OPTIONS = ("key", "concurrency", "retry_failed", "max_total_tokens", "max_total_cost",
@@ -423,6 +432,12 @@ class DurableMagics(Magics):
                    "channel names (webhook, slack, email; comma-separated) or none; "
                    "default: every channel configured for the journal or the user "
                    "(notify.toml, DURABLE_NB_NOTIFY_*)")
+    @argument("--approvers", type=_approvers, metavar="NAMES",
+              help="who may decide the run's approvals: Jupyter user names or e-mail "
+                   "addresses, comma-separated (ana,bo@example.com); anyone else is refused. "
+                   "A tool's or a request's own approvers take their place")
+    @argument("--four-eyes", action="store_true",
+              help="whoever started the run may not decide its approvals")
     @argument("--on-change", choices=["error", "rerun", "replay"], default="error",
               help="when a step is asked differently than the journal holds it (an edited "
                    "prompt, other arguments, another step): stop before returning a stale "
@@ -505,7 +520,8 @@ class DurableMagics(Magics):
                 max_tokens=args.max_tokens, max_cost=args.max_cost, model=args.model,
                 source=cell, on_approval="wait" if args.wait else "park",
                 on_change=args.on_change, on_journal_error=args.on_journal_error,
-                notebook=self._notebook_path(), cell_id=self.cell_id, notify=args.notify)
+                notebook=self._notebook_path(), cell_id=self.cell_id, notify=args.notify,
+                approvers=args.approvers, four_eyes=args.four_eyes)
             try:
                 handler = compile_cell(cell, run_id, self.shell.user_ns)
             except SyntaxError as exc:
@@ -552,6 +568,7 @@ class DurableMagics(Magics):
                          "model": args.model, "source": cell,
                          "on_change": args.on_change,
                          "on_journal_error": args.on_journal_error, "notify": args.notify,
+                         "approvers": args.approvers, "four_eyes": args.four_eyes,
                          "notebook": self._notebook_path(), "cell_id": self.cell_id})
             batch.show()
             return batch.start()

@@ -27,9 +27,11 @@ from typing import Any, Callable
 import ipywidgets as w
 
 from ..execution import attempts
-from ..errors import DecisionExists, InputChanged, JournalError, JournalMismatch, RunLeased
+from ..errors import (DecisionExists, InputChanged, JournalError, JournalMismatch,
+                      NotAllowedToDecide, RunLeased)
 from ..execution import load_request
-from ..execution.approvals import find_decision, pending_digest, short
+from ..execution.approvals import decision_words, find_decision, pending_digest, short
+from ..execution.approvers import allowed_approvers
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
 from ..llm.streaming import tool_names
 from ..summary import (
@@ -274,6 +276,8 @@ class RunPanel:
         # A decision on it that refused this panel's (given elsewhere first): shown even
         # without a journal to read it from.
         self._refused: dict | None = None
+        # Why this panel's person may not decide the request (digest, reason): shown under it.
+        self._not_allowed: tuple[str | None, str] | None = None
         self._on_cancel = on_cancel
         self._in_cell = False  # executing in the foreground of its cell: see executing_in_cell
         self._refresh_interval = refresh_interval
@@ -383,6 +387,11 @@ class RunPanel:
         except DecisionExists as exc:  # decided elsewhere first: that decision is shown
             with self._lock:
                 self._refused = exc.decision
+            self.refresh(force=True)
+        except NotAllowedToDecide as exc:  # not theirs to decide: who may, under the request
+            with self._lock:
+                self._not_allowed = (self._shown_digest, str(exc))
+            self.approve_button.disabled = self.reject_button.disabled = False
             self.refresh(force=True)
         except Exception as exc:  # shown, never raised into the comm handler
             self.approve_button.disabled = self.reject_button.disabled = False
@@ -641,6 +650,11 @@ class RunPanel:
                 f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>{changed}")
         if decided:
             return head + _decided_html(decided)
+        head += _deciders_html(pending)
+        refused = self._not_allowed
+        if refused is not None and refused[0] == pending_digest(pending):
+            head += (f"<div class='dnb-not-allowed' style='color:#cf222e'>"
+                     f"{html.escape(refused[1])}</div>")
         # The cell waits for a decision from outside (--wait): no buttons, see executing_in_cell.
         outside = "" if not in_cell else (
             f"<div>This cell waits for a decision from outside; a click cannot reach the busy "
@@ -1016,17 +1030,27 @@ def _changed_html(earlier: dict | None) -> str:
 
 def _decided_html(decision: dict) -> str:
     """A decision given on the pending request that its run has not gone on with yet."""
-    verdict = "approved" if decision.get("approved") else "rejected"
-    at = decision.get("at")
-    when = f" at {format_time(at)}" if isinstance(at, (int, float)) else ""
+    words = decision_words(decision, timed=isinstance(decision.get("at"), (int, float)))
+    verdict, rest = words.split(" ", 1)
     note = (f": &ldquo;{html.escape(_clip(str(decision['note']), 300))}&rdquo;"
             if decision.get("note") else "")
     colour = "#1a7f37" if decision.get("approved") else "#cf222e"
-    how = f" via {html.escape(str(decision['via']))}" if decision.get("via") else ""
-    return (f"<div class='dnb-decided' style='color:{colour}'><b>{verdict.capitalize()}</b> by "
-            f"{html.escape(str(decision.get('by') or 'someone'))}{how}{when}{note}. The run "
-            f"goes on with this decision when it resumes (re-run its cell if no kernel "
-            f"watches it).</div>")
+    return (f"<div class='dnb-decided' style='color:{colour}'><b>{verdict.capitalize()}</b> "
+            f"{html.escape(rest)}{note}. The run goes on with this decision when it resumes "
+            f"(re-run its cell if no kernel watches it).</div>")
+
+
+def _deciders_html(pending: dict) -> str:
+    """Who may decide ``pending``, when not anyone: its approvers, and the starter excluded
+    under four-eyes."""
+    approvers = allowed_approvers(pending)
+    starter = pending.get("started_by") if pending.get("four_eyes") else None
+    if approvers is None and not starter:
+        return ""
+    who = ", ".join(approvers) if approvers else "anyone"
+    but = f" but {starter}, who started the run (four-eyes)" if starter else ""
+    return (f"<div class='dnb-deciders' style='color:#6e7781'>Who may decide: "
+            f"{html.escape(who + but)}</div>")
 
 
 def _attempt_number(record: RunRecord) -> int:

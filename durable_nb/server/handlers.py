@@ -27,8 +27,8 @@ from tornado.iostream import StreamClosedError
 
 from .. import registry
 from ..registry import batch_rows
-from ..errors import (DecisionExists, JournalError, NoJournal, NoPendingApproval, RunLeased,
-                      UnknownRun)
+from ..errors import (DecisionExists, JournalError, NoJournal, NoPendingApproval,
+                      NotAllowedToDecide, RunLeased, UnknownRun)
 from ..execution.approvals import decision_kind
 from ..journal import Journal, Status
 from . import live, views
@@ -97,7 +97,7 @@ class _Handler(APIHandler):
         try:
             return await asyncio.get_running_loop().run_in_executor(
                 _workers, functools.partial(fn, *args, **kwargs))
-        except NotAllowed as exc:
+        except (NotAllowed, NotAllowedToDecide) as exc:  # a journal, a request not theirs
             raise web.HTTPError(403, str(exc)) from None
         except (UnknownJournal, UnknownRun, NoJournal) as exc:
             raise web.HTTPError(404, str(exc)) from None
@@ -234,6 +234,11 @@ class DecisionHandler(_Handler):
         by = _user_name(self.current_user)
         refused = await self.blocking(_decide, opened, run_id, approved, note, by, digest,
                                       replace)
+        if isinstance(refused, NotAllowedToDecide):  # not this user's to decide: who may
+            self.set_status(403)
+            self.finish({"message": str(refused), "reason": refused.reason, "by": refused.by,
+                         "approvers": refused.approvers, "started_by": refused.started_by})
+            return
         if refused is not None:  # decided already: who, how and when, in words and as data
             self.set_status(409)
             decision = {k: refused.decision.get(k)
@@ -250,15 +255,16 @@ class DecisionHandler(_Handler):
 
 
 def _decide(journal: Journal, run_id: str, approved: bool, note: str | None, by: str,
-            digest: str, replace: bool) -> DecisionExists | None:
+            digest: str, replace: bool) -> DecisionExists | NotAllowedToDecide | None:
     """Decide the run's pending approval if it is the request ``digest`` names: written
     once (:func:`~durable_nb.execution.approvals.leave_decision`), so of concurrent decisions
-    anywhere the first wins; the refusal of a later one (what was decided) is returned."""
+    anywhere the first wins; the refusal of a later one (what was decided) is returned, as
+    is the refusal of a user the request does not allow (its approvers, four-eyes)."""
     decide = registry.approve if approved else registry.reject
     try:
         decide(run_id, note, by=by, expect=digest, replace=replace, via="Jupyter server",
                journal=journal)
-    except DecisionExists as exc:
+    except (DecisionExists, NotAllowedToDecide) as exc:
         return exc
     return None
 

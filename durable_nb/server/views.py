@@ -19,6 +19,7 @@ from typing import Any
 
 from ..registry import is_interrupted, recorded_decision
 from ..summary import shown_value
+from ..execution.approvers import allowed_approvers
 from ..execution.approvals import pending_digest
 from ..registry import lease_holder
 from ..errors import JournalError
@@ -77,7 +78,10 @@ def _pending(record: RunRecord) -> dict | None:
             "name": pending.get("name"), "details": pending.get("details"),
             "details_text": _text(pending.get("details")), "digest": pending_digest(pending),
             "id": pending.get("id"), "requested_at": pending.get("requested_at"),
-            "timeout_at": pending.get("timeout_at")}
+            "timeout_at": pending.get("timeout_at"),
+            # Who may decide (None: anyone), and the starter four-eyes refuses.
+            "approvers": allowed_approvers(pending), "four_eyes": bool(pending.get("four_eyes")),
+            "started_by": pending.get("started_by")}
 
 
 def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
