@@ -115,7 +115,7 @@ def test_the_responses_loop_runs_tools_and_replays_the_real_response(journal, se
     assert [m["role"] for m in second_round["chat"]["request"]["new_messages"]] == \
         ["assistant", "tool"]  # the function call and its output, new in that request
     # ... and so does the panel's step detail.
-    body = RunPanel.load(record, journal=journal)._render_body(steps[2])
+    body = RunPanel.load(record, journal=journal).steps.render(steps[2])
     assert "with 3 input items and tools get_weather; 2 new in this request" in body
     assert "1 earlier input items (sent before)" in body
     assert "It is 21 degrees in Oslo." in body and "(completed)" in body

@@ -110,7 +110,7 @@ def test_without_usage_from_the_server_the_usage_is_estimated_and_marked(journal
     assert f"~{first.prompt_tokens:,}+{first.completion_tokens:,} tok (estimated)" in \
         panel.timeline.value
     assert "tokens estimated by durable_nb: the server sent no usage" in \
-        panel._render_body(first)
+        panel.steps.render(first)
 
 
 @pytest.mark.parametrize("separate", [True, False])

@@ -37,7 +37,8 @@ from ..errors import DecisionExists, DurableError, NotAllowedToDecide
 from ..execution.approvals import pending_digest
 from ..journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import _CSS as _RUN_CSS
-from .panel import _LOG_KEPT, _STATUS_COLOURS, _STOPPED, RunPanel, _badge, saved_view
+from .panel import _LOG_KEPT, _STATUS_COLOURS, _STOPPED, RunPanel, saved_view
+from .step_view import badge as _badge
 from ..registry import get_run
 from ..summary import cost_of, format_cost, format_duration
 

@@ -29,25 +29,12 @@ import ipywidgets as w
 from ..execution import attempts
 from ..errors import (DecisionExists, InputChanged, JournalError, JournalMismatch,
                       NotAllowedToDecide, RunLeased)
-from ..execution import load_request
 from ..execution.approvals import decision_words, find_decision, pending_digest, short
 from ..execution.approvers import allowed_approvers
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
-from ..llm.streaming import tool_names
-from ..summary import (
-    elapsed,
-    format_cost,
-    format_duration,
-    item_messages,
-    llm_reply,
-    load_chat_request,
-    plain,
-    replay_savings,
-    request_items,
-    step_cost,
-    stored_digests,
-)
+from ..summary import elapsed, format_cost, format_duration, replay_savings
 from ..timestamps import format_time
+from .step_view import StepView, badge, clip
 
 __all__ = ["RunPanel"]
 
@@ -70,7 +57,6 @@ _SETUP_STYLE = ("background:#fff8c5;border:1px solid #d4a72c;color:#4d2d00;paddi
                 "margin:2px 0 6px 0;border-radius:4px;line-height:1.4")
 _TIMELINE_ROWS = 30
 _LOG_KEPT = 20_000  # characters of the log the saved view keeps
-_TEXT_LIMIT = 2000  # characters of one message, argument or result shown in a step's details
 
 # Scoped to the panel (class dnb-panel on its outer box). ipywidgets adds the class
 # jupyter-widgets-disconnected to every view of a model whose kernel connection is gone.
@@ -111,20 +97,6 @@ _CSS = """<style>
 </style>"""
 
 
-def _badge(text: str, colour: str) -> str:
-    return (f'<span style="background:{colour};color:white;border-radius:8px;padding:1px 8px;'
-            f'font-size:0.85em">{html.escape(text)}</span>')
-
-
-def _origin_badge(replayed: bool | None) -> str:
-    """How this panel's executions got a step: executed, replayed from the journal, or
-    neither (None: journaled by an earlier execution that this panel did not see)."""
-    if replayed is None:
-        return ('<span title="recorded by an earlier execution; none shown here touched it">'
-                + _badge("journaled", "#8c959f") + "</span>")
-    return _badge("replayed", "#6e7781") if replayed else _badge("executed", "#1a7f37")
-
-
 def _stopped_badge(error: BaseException) -> str:
     """The badge of an execution that stopped while the journal keeps the run's status."""
     if isinstance(error, InputChanged):
@@ -162,50 +134,6 @@ def _timing(record: RunRecord) -> str:
         asked = format_time((record.pending_approval or {}).get("requested_at"), "")
         return f"waiting since {asked}" if asked else "waiting"
     return f"ran {format_duration(elapsed(record))}"
-
-
-def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\u2026 ({len(text) - limit:,} more characters: `%durable show` / export)"
-
-
-def _pre(value: Any) -> str:
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            text = repr(value)
-    return f"<pre>{html.escape(_clip(text))}</pre>"
-
-
-_ESTIMATED = "tokens estimated by durable_nb: the server sent no usage"
-
-
-def _message_html(message: Any) -> str:
-    if not isinstance(message, dict):
-        return _pre(message)
-    role = html.escape(str(message.get("role", "?")))
-    parts = [f"<div class='dnb-role'>{role}</div>"]
-    content = message.get("content")
-    if content not in (None, ""):
-        parts.append(_pre(content))
-    for call in message.get("tool_calls") or []:
-        function = (call or {}).get("function") or {}
-        parts.append(f"<div>&rarr; calls <code>{html.escape(str(function.get('name')))}</code>"
-                     f"</div>{_pre(_arguments(function.get('arguments')))}")
-    return "".join(parts)
-
-
-def _arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
 
 
 def _degraded_text(record: RunRecord) -> str:
@@ -306,10 +234,7 @@ class RunPanel:
         self._log_ends_line = True
         self._journaled = 0  # steps a loaded panel shows that no execution it saw touched
         self._streaming = False
-        # Step details: the chat messages each request added, rendered rows (by position).
-        self._seen_messages: set[str] = set()
-        self._new_messages: dict[int, list[str]] = {}
-        self._details: dict[int, str] = {}
+        self.steps = StepView(journal, record.run_id)  # the timeline's rows and details
 
         # What this Jupyter server lacks for the panel's link and dead-kernel buttons to work
         # (notebook/extensions.py): shown live and in the saved view.
@@ -363,7 +288,7 @@ class RunPanel:
         panel = cls(info, **kwargs)
         origins = origins or {}
         for entry in info.steps:
-            panel._note_messages(entry)
+            panel.steps.note_messages(entry)
             panel._count(entry, origins.get(entry.position))
         panel._shown = {entry.position for entry in info.steps}
         panel.refresh(force=True)
@@ -425,7 +350,7 @@ class RunPanel:
     # -- observer ----------------------------------------------------------------------
 
     def _count(self, entry: StepEntry, replayed: bool | None) -> None:
-        """Put a step in the timeline and count it by how it was got (see _origin_badge)."""
+        """Put a step in the timeline and count it by how it was got (see origin_badge)."""
         self._recent.append((entry, replayed))
         if entry.tokens and (entry.kind in LLM_KINDS or entry.kind == "compact"):
             source = (entry.meta or {}).get("price_source")
@@ -449,7 +374,7 @@ class RunPanel:
             if replayed and entry.position in self._shown:
                 return  # already shown by an earlier execution of this run
             self._shown.add(entry.position)
-            self._note_messages(entry)
+            self.steps.note_messages(entry)
             self._count(entry, replayed)
             if self._streaming and entry.kind in LLM_KINDS:
                 self._streaming = False
@@ -552,8 +477,8 @@ class RunPanel:
                 except (TypeError, ValueError):
                     body = repr(value)
             text = (f"<b>Result:</b><div class='dnb-text' style='font-family:var(--jp-code-font-"
-                    f"family, monospace)'>{html.escape(_clip(body, 4000))}</div>")
-            plain = f"result: {_clip(body, 1000)}"
+                    f"family, monospace)'>{html.escape(clip(body, 4000))}</div>")
+            plain = f"result: {clip(body, 1000)}"
         else:
             plain = ""
         with self._lock:
@@ -647,7 +572,7 @@ class RunPanel:
         head = (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
                 f"(step {html.escape(str(pending.get('key')))}, request "
                 f"{short(pending_digest(pending))}){since}"
-                f"<pre class='dnb-text'>{html.escape(_clip(details))}</pre>{changed}")
+                f"<pre class='dnb-text'>{html.escape(clip(details))}</pre>{changed}")
         if decided:
             return head + _decided_html(decided)
         head += _deciders_html(pending)
@@ -674,17 +599,17 @@ class RunPanel:
         title = f" &middot; {html.escape(record.title)}" if record.title else ""
         error = self._error
         if self._starting and record.status is not Status.DONE:
-            badge = _badge("starting", _STARTING)
+            shown = badge("starting", _STARTING)
             state = (f"<div style='color:#6e7781'>Taking the run over; it was {record.status} "
                      f"when the last execution ended.</div>")
         elif error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
             # The journal keeps its status (a mismatch changes nothing); this execution stopped.
-            badge = _badge(_stopped_badge(error), _STOPPED)
+            shown = badge(_stopped_badge(error), _STOPPED)
             state = (f"<div style='color:#6e7781'>The run is {record.status} in the journal "
                      f"(unchanged); this execution of the cell stopped, see the error below."
                      f"</div>")
         else:
-            badge = _badge(str(record.status), _STATUS_COLOURS[record.status])
+            shown = badge(str(record.status), _STATUS_COLOURS[record.status])
             state = ""
         note = f"<div style='color:#bf8700'>{html.escape(self._note)}</div>" if self._note else ""
         degraded = ""
@@ -698,7 +623,7 @@ class RunPanel:
                 f"{_open_in_lab(html.escape(record.run_id))} (JupyterLab) shows it as it is "
                 "now.</div>")
         return (f"{_CSS}{dead}<b>{html.escape(record.run_id)}</b>{title} "
-                f"{badge}{state}{_attempts_html(record) if attempts else ''}{note}{degraded}")
+                f"{shown}{state}{_attempts_html(record) if attempts else ''}{note}{degraded}")
 
     def _free(self, record: RunRecord) -> bool:
         return not record.cost and self._priced and not self._unpriced
@@ -747,18 +672,10 @@ class RunPanel:
 
     # -- the timeline ------------------------------------------------------------------
 
-    def _note_messages(self, entry: StepEntry) -> None:
-        """Remember which chat messages this request added (by their blob digests)."""
-        digests = stored_digests(entry.kind, entry.request, self._get_blob)
-        if digests is None:
-            return
-        self._new_messages[entry.position] = [d for d in digests if d not in self._seen_messages]
-        self._seen_messages.update(str(d) for d in digests)
-
     def _timeline_html(self) -> str:
         if not self._recent:
             return ""
-        rows = [self._row(entry, replayed) for entry, replayed in self._recent]
+        rows = [self.steps.row(entry, replayed) for entry, replayed in self._recent]
         hidden = self._replayed + self._executed + self._journaled - len(self._recent)
         more = (f"<div style='color:#6e7781'>{hidden:,} earlier steps not shown "
                 f"(<code>%durable show {html.escape(self._record.run_id)}</code> lists all)</div>"
@@ -767,164 +684,6 @@ class RunPanel:
                 "<span>time</span><span>how</span><span>detail (click a step for more)</span>"
                 "</div>")
         return f"{more}<div class='dnb-steps'>{head}{''.join(rows)}</div>"
-
-    def _row(self, entry: StepEntry, replayed: bool | None) -> str:
-        mark = _origin_badge(replayed)
-        outcome = "" if entry.ok else _badge("failed", "#cf222e")
-        extra = ""
-        time_cell = f"{entry.duration * 1000:,.1f} ms"
-        if entry.kind == "approval":
-            time_cell = "&ndash;"  # a person's wait is not step time
-            waited = f"waited {format_duration(entry.duration)}"
-            if entry.ok and isinstance(entry.result, dict):
-                decided = entry.result
-                outcome = (_badge("approved", "#1a7f37") if decided.get("approved")
-                           else _badge("rejected", "#cf222e"))
-                note = f": {decided['note']}" if decided.get("note") else ""
-                extra = html.escape(f"by {decided.get('by')}{note} \u00b7 {waited}")
-            else:
-                extra = html.escape(waited)
-        meta = entry.meta or {}
-        if entry.prompt_tokens or entry.completion_tokens:
-            extra = f"{entry.prompt_tokens:,}+{entry.completion_tokens:,} tok"
-            if meta.get("estimated"):  # the server sent no usage: our count
-                extra = f"<span title='{_ESTIMATED}'>~{extra} (estimated)</span>"
-            money = step_cost(entry)
-            if money:
-                source = meta.get("price_source")
-                if isinstance(source, str):
-                    money = f"<span title='price: {html.escape(source, quote=True)}'>{money}</span>"
-                extra += f" &middot; {money}"
-        if entry.kind == "compact" and meta:
-            extra = f"{meta.get('tokens_before')} &rarr; {meta.get('tokens_after')} tok"
-            if meta.get("skipped"):
-                extra = f"skipped, would not shrink: {extra}"
-            if meta.get("summary_truncated"):
-                extra += " &middot; summary cut at its cap"
-        summary = (f"<summary><span>{entry.position}</span><span>{html.escape(entry.kind)}</span>"
-                   f"<span class='dnb-name' title='{html.escape(entry.name)}'>"
-                   f"{html.escape(entry.name)}</span><span>{time_cell}</span>"
-                   f"<span>{mark} {outcome}</span><span>{extra}</span></summary>")
-        return f"<details>{summary}<div class='dnb-step-body'>{self._body(entry)}</div></details>"
-
-    def _body(self, entry: StepEntry) -> str:
-        cached = self._details.get(entry.position)
-        if cached is None:
-            try:
-                cached = self._render_body(entry)
-            except Exception as exc:  # a detail view must never break the panel
-                cached = f"<i>cannot show this step: {html.escape(str(exc))}</i>"
-            self._details[entry.position] = cached
-        return cached
-
-    def _get_blob(self, digest: str) -> str | None:
-        if self._journal is None:
-            return None
-        return self._journal.get_blob(self._record.run_id, digest)
-
-    def _request(self, entry: StepEntry) -> tuple[Any, list[str] | None]:
-        """The entry's request loaded whole, and for an LLM step the digests of its
-        messages (see :func:`~durable_nb.summary.stored_digests`)."""
-        if entry.request is None or self._journal is None:
-            return None, None
-        if entry.kind in LLM_KINDS:
-            return load_chat_request(entry.kind, entry.request, self._get_blob)
-        return load_request(entry.request, self._get_blob), None
-
-    def _render_body(self, entry: StepEntry) -> str:
-        parts: list[str] = []
-        request, refs = self._request(entry)
-        result = plain(entry.result) if entry.ok else None
-        if entry.kind in LLM_KINDS and isinstance(request, dict):
-            parts.append(self._chat_request_html(entry, request, refs or []))
-        elif entry.kind == "approval":
-            details = (entry.meta or {}).get("details")
-            parts.append(f"<div><b>Asked</b> for approval of <code>{html.escape(entry.name)}"
-                         f"</code>:</div>{_pre(plain(details))}")
-        elif isinstance(request, dict) and request:
-            shown = request.get("arguments", request)
-            if set(request) <= {"args", "kwargs"}:
-                shown = {k: v for k, v in request.items() if v}
-            parts.append(f"<div><b>Asked</b> with:</div>{_pre(shown)}")
-        elif entry.kind not in ("now", "uuid", "random"):
-            parts.append("<div><b>Asked</b> with no arguments.</div>")
-        if not entry.ok:
-            error = entry.error or {}
-            parts.append(f"<div style='color:#cf222e'><b>Failed:</b> "
-                         f"{html.escape(str(error.get('type', 'error')))}: "
-                         f"{html.escape(str(error.get('message', '')))}</div>")
-        elif entry.kind in LLM_KINDS:
-            parts.append(self._reply_html(entry.kind, result))
-        elif entry.kind == "approval" and isinstance(result, dict):
-            verdict = "approved" if result.get("approved") else "rejected"
-            note = f": {result['note']}" if result.get("note") else ""
-            request = f", for request {short(result['digest'])}" if result.get("digest") else ""
-            parts.append(f"<div><b>Decision:</b> {verdict} by "
-                         f"{html.escape(str(result.get('by')))}{html.escape(note)}, after "
-                         f"{html.escape(format_duration(entry.duration))}{request}</div>")
-        else:
-            parts.append(f"<div><b>Result:</b></div>{_pre(result)}")
-        facts = [f"{entry.duration * 1000:,.1f} ms" if entry.kind != "approval"
-                 else f"waited {format_duration(entry.duration)}"]
-        if entry.tokens:
-            facts.append(f"{entry.prompt_tokens:,} prompt + {entry.completion_tokens:,} "
-                         f"completion tokens")
-            meta = entry.meta or {}
-            if meta.get("cached"):
-                facts.append(f"{meta['cached']:,} cached")
-            if meta.get("estimated"):
-                facts.append(_ESTIMATED)
-            money = step_cost(entry)  # none for a free model or one with no known price
-            if money:
-                source = meta.get("price_source")
-                facts.append(money + (f" (price: {html.escape(source)})"
-                                      if isinstance(source, str) else ""))
-        if entry.kind == "compact":
-            facts += [html.escape(str(note)) for note in (
-                (entry.meta or {}).get("note"),
-                "the summary was cut at its token cap (the server ignored max_completion_tokens)"
-                if (entry.meta or {}).get("summary_truncated") else None) if note]
-        facts.append(f"step key {html.escape(entry.key)}")
-        parts.append(f"<div style='color:#6e7781'>{' &middot; '.join(facts)}</div>")
-        return "".join(parts)
-
-    def _chat_request_html(self, entry: StepEntry, request: dict, refs: list[str]) -> str:
-        items = request_items(entry.kind, request)
-        new = set(self._new_messages.get(entry.position, refs))
-        fresh = [m for m, d in zip(items, refs) if d in new] if refs else items
-        earlier = [m for m, d in zip(items, refs) if d not in new] if refs else []
-        tools = request.get("tools")
-        names = tool_names(tools if isinstance(tools, list) else None)
-        what = "input items" if entry.kind == "respond" else "messages"
-        head = (f"<div><b>Asked</b> <code>{html.escape(str(request.get('model', entry.name)))}"
-                f"</code> with {len(items)} {what}"
-                + (f" and tools {html.escape(', '.join(names))}" if names else "")
-                + f"; {len(fresh)} new in this request:</div>")
-        instructions = request.get("instructions")
-        if isinstance(instructions, str) and instructions:
-            head += f"<div class='dnb-role'>instructions</div>{_pre(instructions)}"
-        body = "".join(_message_html(m) for item in fresh
-                       for m in item_messages(entry.kind, item))
-        if earlier:
-            listed = "".join(
-                f"<div><span class='dnb-role'>{html.escape(str(m.get('role', '?')))}</span>: "
-                f"{html.escape(_clip(str(m.get('content') or ''), 160))}</div>"
-                if isinstance(m, dict) else ""
-                for item in earlier for m in item_messages(entry.kind, item))
-            body = (f"<details><summary>{len(earlier)} earlier {what} (sent before)</summary>"
-                    f"{listed}</details>") + body
-        return head + body
-
-    def _reply_html(self, kind: str, response: Any) -> str:
-        reply = llm_reply(kind, response)
-        if reply is None:
-            return f"<div><b>Reply:</b></div>{_pre(response)}"
-        message = {"role": "assistant", "content": reply["content"] or reply["refusal"],
-                   "tool_calls": [{"id": c["id"], "function": {"name": c["name"],
-                                                                "arguments": c["arguments"]}}
-                                  for c in reply["tool_calls"]]}
-        return f"<div><b>Reply</b> ({html.escape(str(reply['finish_reason']))}):</div>" \
-               + _message_html(message)
 
     # -- the saved view ------------------------------------------------------------------
 
@@ -1019,7 +778,7 @@ def _changed_html(earlier: dict | None) -> str:
     if not earlier:
         return ""
     was = (f"{html.escape(str(earlier.get('name')))} "
-           f"<code>{html.escape(_clip(json.dumps(earlier.get('details'), default=str)))}</code> "
+           f"<code>{html.escape(clip(json.dumps(earlier.get('details'), default=str)))}</code> "
            f"(request {short(earlier.get('digest'))})")
     if earlier.get("decided"):
         return (f"<div><b>The request at this step changed</b>: the decision given for "
@@ -1032,7 +791,7 @@ def _decided_html(decision: dict) -> str:
     """A decision given on the pending request that its run has not gone on with yet."""
     words = decision_words(decision, timed=isinstance(decision.get("at"), (int, float)))
     verdict, rest = words.split(" ", 1)
-    note = (f": &ldquo;{html.escape(_clip(str(decision['note']), 300))}&rdquo;"
+    note = (f": &ldquo;{html.escape(clip(str(decision['note']), 300))}&rdquo;"
             if decision.get("note") else "")
     colour = "#1a7f37" if decision.get("approved") else "#cf222e"
     return (f"<div class='dnb-decided' style='color:{colour}'><b>{verdict.capitalize()}</b> "
