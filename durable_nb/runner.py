@@ -354,7 +354,7 @@ class Runner:
                 execution.on_waiting = functools.partial(
                     notify_in_background, self.journal, config=self._notify,
                     skip=self._notify_skip)
-                sweep_once_in_background(self.journal, self._notify)
+            sweep_once_in_background(self.journal, self._notify)  # deadlines due, too
         return execution
 
     def _call_handler(self, execution: Execution) -> Any:

@@ -31,7 +31,6 @@ from ..errors import (
     BudgetExhausted,
     ContextNotActive,
     CorruptEntry,
-    DecisionExists,
     DurableError,
     InputChanged,
     JournalMismatch,
@@ -48,8 +47,9 @@ from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_co
 from ..options import RunOptions
 from ..llm.retry import NO_RETRY, RetryPolicy
 from ..timestamps import format_time
-from .approvals import (applies, decision_kind, decision_words, find_decision, leave_decision,
-                        pending_digest, request_digest, take_decision)
+from .approvals import (applies, decision_kind, decision_words, find_decision, pending_digest,
+                        request_digest, take_decision)
+from .deadlines import ApprovalPolicy, apply_deadline, deadline_of
 from .inputs import canonical, first_difference, fingerprint, load_request, store_request
 from .replay import ReplayLog
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
@@ -604,9 +604,10 @@ class Execution:
 
     # -- approvals --------------------------------------------------------------------------
 
-    def approval(self, name: str, details: Any, timeout: float | None) -> dict:
+    def approval(self, name: str, details: Any, policy: ApprovalPolicy | None = None) -> dict:
         """Journaled approval: record it pending, wait for (or park until) a decision given
-        for what it shows (:mod:`~durable_nb.execution.approvals`)."""
+        for what it shows (:mod:`~durable_nb.execution.approvals`), or the one its deadline's
+        ``policy`` takes (:mod:`~durable_nb.execution.deadlines`)."""
         scope = self.scope()
         key = scope.next_key()
         inputs = {"details": details}
@@ -615,15 +616,8 @@ class Execution:
         if entry is not None:
             return self.outcome(entry)
         digest = request_digest(name, details)
-        pending = self._claim_pending(key, name, details, digest, timeout)
+        pending = self._claim_pending(key, name, details, digest, policy or ApprovalPolicy())
         decision = self._wait_for_decision(pending)
-        if decision is None:
-            try:  # the timeout decides like anyone else: once, unless a person was first
-                decision = leave_decision(self.journal, self.run_id, pending, approved=False,
-                                          note=f"no decision within {timeout:g} s",
-                                          by="timeout", via="timeout")
-            except DecisionExists as exc:
-                decision = exc.decision
         # Stamped taken in the journal (and left there) before the step: from here on the
         # decision can never change, and a second one is refused naming this one.
         decision = take_decision(self.journal, self.run_id, pending, decision)
@@ -646,7 +640,7 @@ class Execution:
         return result
 
     def _claim_pending(self, key: str, name: str, details: Any, digest: str,
-                       timeout: float | None) -> dict:
+                       policy: ApprovalPolicy) -> dict:
         """Make this approval the run's pending one; one waits at a time (a concurrent one
         parks, or waits for the slot). The pending approval left at this step by an earlier
         execution is kept (its id, its timeout running on) only if it shows the same name and
@@ -659,7 +653,7 @@ class Execution:
                                    and pending.get("run_id", self.run_id) == self.run_id):
                     decided = (find_decision(self.journal, self.run_id, pending)
                                if pending and pending_digest(pending) != digest else None)
-                    pending = self._pending_for(pending, key, name, details, digest, timeout,
+                    pending = self._pending_for(pending, key, name, details, digest, policy,
                                                 decided)
                     self._set_pending(pending)
                     break
@@ -677,14 +671,13 @@ class Execution:
 
     @staticmethod
     def _pending_for(earlier: dict | None, key: str, name: str, details: Any, digest: str,
-                     timeout: float | None, decided: dict | None = None) -> dict:
+                     policy: ApprovalPolicy, decided: dict | None = None) -> dict:
         if earlier and pending_digest(earlier) == digest:
             kept = {k: v for k, v in earlier.items() if k != "run_id"}
             return dict(kept, digest=digest)  # one written before digests gets its digest
         now = time.time()
         pending = {"key": key, "name": name, "details": details, "digest": digest,
-                   "id": uuid.uuid4().hex, "requested_at": now,
-                   "timeout_at": now + timeout if timeout else None}
+                   "id": uuid.uuid4().hex, "requested_at": now, **policy.pending_fields(now)}
         if earlier:
             # Shown with the request, so that a person knows the request at this step changed,
             # and that a decision they gave (``decided``, if one was) is not applied to it.
@@ -710,10 +703,11 @@ class Execution:
             execution.save_record()
             execution = execution.parent
 
-    def _wait_for_decision(self, pending: dict) -> dict | None:
-        """Wait for a decision on approval ``pending`` (one given for what it shows): the
-        decision, or None when its ``timeout_at`` passed; :class:`Suspend` when the run parks
-        instead of waiting.
+    def _wait_for_decision(self, pending: dict) -> dict:
+        """Wait for a decision on approval ``pending`` (one given for what it shows), or
+        for its deadline, whose policy decides or escalates it
+        (:func:`~durable_nb.execution.deadlines.apply_deadline`): the decision;
+        :class:`Suspend` when the run parks instead of waiting.
 
         The journal tells of a decision or a cancel given anywhere
         (:meth:`~durable_nb.journal.Journal.wait_for_request`: PostgreSQL's NOTIFY; the disk
@@ -722,13 +716,23 @@ class Execution:
         again at least every ``max(poll_interval, stale_after)`` seconds."""
         options = self.options
         kind = decision_kind(pending)
-        timeout_at = pending.get("timeout_at")
         decision = find_decision(self.journal, self.run_id, pending)
         while True:
             if decision is not None:
                 return decision
+            timeout_at = deadline_of(pending)
             if timeout_at is not None and time.time() >= timeout_at:
-                return None
+                applied = apply_deadline(self.journal, self.run_id, pending)
+                if applied is not None and applied[0] == "decided":
+                    return applied[1]
+                if applied is not None:  # escalated (here or elsewhere): a new deadline
+                    pending = applied[1]
+                    kind = decision_kind(pending)
+                    with self.lock:
+                        self._set_pending(pending)
+                    self.save_record()
+                    self._save_ancestors()
+                    continue
             if options.on_approval == "park":
                 self.parking = True
                 raise Suspend()

@@ -16,11 +16,13 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 # typing_extensions (a pydantic dependency) also recognises its own TypedDict on Python 3.10.
 from typing_extensions import NotRequired, Required, is_typeddict
+
+from ..execution.deadlines import ApprovalPolicy, Duration
 
 __all__ = ["Tool", "parse_arguments", "tool"]
 
@@ -43,6 +45,8 @@ class Tool:
     parameters: dict[str, Any]
     needs_approval: bool | Callable[[dict[str, Any]], bool] = False
     takes_ctx: bool = False
+    #: The deadline of this tool's approvals (``timeout=``, ``on_timeout=``, ...), or None.
+    approval_policy: ApprovalPolicy | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -92,6 +96,9 @@ class Tool:
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None,
          needs_approval: bool | Callable[[dict[str, Any]], bool] = False,
+         timeout: Duration | None = None, on_timeout: str = "reject",
+         escalate_to: str | Sequence[str] | None = None,
+         remind: Duration | Sequence[Duration] | None = None,
          ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a :class:`Tool`: ``@tool``, ``@tool(needs_approval=True)``, ...
 
@@ -102,9 +109,17 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
     schema (the runtime passes it; see ``Tool.takes_ctx``). ``TypeError``
     is raised at decoration for signatures the model cannot call (``*args``, ``**kwargs``,
     positional-only parameters, unsupported annotations).
+
+    ``timeout``, ``on_timeout``, ``escalate_to`` and ``remind`` are the deadline of the
+    call's approval, as for ``ctx.approval`` (checked here: :class:`ApprovalPolicyError`).
     """
+    policy = (None if timeout is None and on_timeout == "reject" and escalate_to is None
+              and remind is None
+              else ApprovalPolicy.of(timeout, on_timeout, escalate_to, remind))
+
     def make(func: Callable[..., Any]) -> Tool:
-        return _build(func, name, description, needs_approval)
+        built = _build(func, name, description, needs_approval)
+        return built if policy is None else dataclasses.replace(built, approval_policy=policy)
 
     return make if fn is None else make(fn)
 

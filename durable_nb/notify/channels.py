@@ -21,6 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..timestamps import format_time
 from .config import EmailConfig, SlackConfig, WebhookConfig
 
 if TYPE_CHECKING:
@@ -35,10 +36,17 @@ DELIVERY_HEADER = "X-Durable-NB-Delivery"
 _DETAILS_SHOWN = 2500  # characters of the details a Slack message or a subject line shows
 
 
+#: What a notice tells, by its ``event``: the words its subject line starts with.
+HEADLINES = {"approval.requested": "Approval needed",
+             "approval.reminder": "Reminder: approval needed",
+             "approval.escalated": "Escalated: approval needed"}
+
+
 @dataclass(frozen=True)
 class Notice:
-    """What a notification says: a run waits for a decision on a request."""
-    delivery_id: str  # RUN/REQUEST/CHANNEL
+    """What a notification says: a run waits for a decision on a request (``event``: asked,
+    a reminder before its deadline, or escalated to other approvers)."""
+    delivery_id: str  # RUN/REQUEST/CHANNEL, then /remind-N or /escalated for a follow-up
     run_id: str
     request_id: str
     digest: str
@@ -49,9 +57,18 @@ class Notice:
     title: str
     notebook: str | None
     journal: str  # where the run is (a database URL without its password)
+    event: str = "approval.requested"
+    #: E-mail addresses this notice goes to instead of the channel's (an escalation's).
+    recipients: tuple[str, ...] = ()
+    approvers: tuple[str, ...] = ()  # who may decide now, once escalated
+
+    @property
+    def headline(self) -> str:
+        return f"{HEADLINES.get(self.event, 'Approval needed')}: {self.name}"
 
     def as_json(self) -> dict:
-        return {"event": "approval.requested", "delivery": self.delivery_id,
+        extra = {"approvers": list(self.approvers)} if self.approvers else {}
+        return {**extra, "event": self.event, "delivery": self.delivery_id,
                 "run_id": self.run_id, "request_id": self.request_id, "digest": self.digest,
                 "name": self.name, "details": self.details, "requested_at": self.requested_at,
                 "timeout_at": self.timeout_at, "title": self.title, "notebook": self.notebook,
@@ -85,10 +102,10 @@ def slack_payload(notice: Notice) -> dict:
     if notice.title:
         fields.append(field("Title", notice.title))
     return {
-        "text": f"Run {notice.run_id} waits for approval of {notice.name}",
+        "text": f"{notice.headline} (run {notice.run_id})",
         "blocks": [
             {"type": "header", "text": {"type": "plain_text", "emoji": False,
-                                        "text": f"Approval needed: {notice.name}"[:150]}},
+                                        "text": notice.headline[:150]}},
             {"type": "section", "fields": fields},
             {"type": "section", "text": {"type": "mrkdwn",
                                          "text": "```" + _details_text(notice.details) + "```"}},
@@ -102,9 +119,9 @@ def slack_payload(notice: Notice) -> dict:
 def email_message(notice: Notice, config: EmailConfig) -> EmailMessage:
     from email.message import EmailMessage
     message = EmailMessage()
-    message["Subject"] = f"Approval needed: {notice.name} (run {notice.run_id})"
+    message["Subject"] = f"{notice.headline} (run {notice.run_id})"
     message["From"] = config.sender
-    message["To"] = ", ".join(config.to)
+    message["To"] = ", ".join(notice.recipients or config.to)
     message["Message-ID"] = f"<{notice.delivery_id.replace('/', '.')}@durable-nb>"
     message[DELIVERY_HEADER] = notice.delivery_id
     lines = [f"Run {notice.run_id} waits for a decision on {notice.name}.", ""]
@@ -112,6 +129,10 @@ def email_message(notice: Notice, config: EmailConfig) -> EmailMessage:
         lines.append(f"Title:    {notice.title}")
     if notice.notebook:
         lines.append(f"Notebook: {notice.notebook}")
+    if notice.timeout_at:
+        lines.append(f"Deadline: {format_time(notice.timeout_at, '?')}")
+    if notice.approvers:
+        lines.append(f"Escalated to: {', '.join(notice.approvers)}")
     lines += [f"Request:  {notice.digest[:12]}", f"Journal:  {notice.journal}", "",
               "Details:", _details_text(notice.details), "",
               f"Approve with `durable-nb approve {notice.run_id}` (or reject), "
