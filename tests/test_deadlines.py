@@ -33,6 +33,7 @@ from durable_nb.journal import open_journal
 from durable_nb.notify.loopback import WebhookReceiver
 from tests.harness import wait_until
 from tests.test_journal_conformance import Backend, pg_backend  # noqa: F401 (fixture)
+from tests.test_notifications import smtp_server  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "deadline-secret"
@@ -282,3 +283,56 @@ def test_a_reminder_is_delivered_once_across_racing_processes(pg_backend: Backen
         assert reminder["json"]["timeout_at"] == pytest.approx(pending["timeout_at"])
     assert _kinds(journal, "remind") == ["reminded"]
     assert history(journal, "remind")[0]["text"].startswith("reminder 1 sent by webhook")
+
+
+def test_an_escalation_is_notified_once_by_email_to_the_new_approvers(tmp_path: Path,
+                                                                      smtp_server) -> None:
+    import email
+
+    from durable_nb.notify import EmailConfig, NotifyConfig, WebhookConfig
+    from durable_nb.notify.delivery import sweep
+    port, received, _ = smtp_server
+    journal = DiskJournal(tmp_path / "j")
+    pending = _park(journal, "esc", timeout=1, on_timeout="escalate",
+                    escalate_to=["bo@example.org", "ana", "cy@example.org"])
+    with WebhookReceiver(SECRET) as hook:
+        config = NotifyConfig(
+            webhook=WebhookConfig(hook.url, secret=SECRET),
+            email=EmailConfig(host="127.0.0.1", port=port, sender="dnb@example.org",
+                              to=("oncall@example.org",)))
+        assert sweep(journal, config) == {"esc": {"webhook": "sent", "email": "sent"}}
+        _past(pending["timeout_at"])
+        assert sweep(journal, config) == {"esc": {"webhook/escalated": "sent",
+                                                  "email/escalated": "sent"}}
+        assert sweep(journal, config) == {}  # each sent once
+        escalated = hook.requests[1]["json"]
+        assert escalated["event"] == "approval.escalated" and hook.requests[1]["verified"]
+        assert escalated["approvers"] == ["bo@example.org", "ana", "cy@example.org"]
+        assert escalated["delivery"] == f"esc/{pending['id']}/webhook/escalated"
+    assert [r.rcpt_tos for r in received] == [["oncall@example.org"],
+                                              ["bo@example.org", "cy@example.org"]]
+    message = email.message_from_bytes(received[1].content)
+    assert message["Subject"] == "Escalated: approval needed: deploy (run esc)"
+    assert "Escalated to: bo@example.org, ana, cy@example.org" in message.get_payload()
+    assert _kinds(journal, "esc") == ["escalated"]
+
+
+def test_a_tool_needing_approval_takes_its_deadline_policy(tmp_path: Path) -> None:
+    @dn.tool(needs_approval=True, timeout="1s", on_timeout="approve")
+    def deploy(to: str) -> str:
+        return f"deployed to {to}"
+
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "deploy", "arguments": '{"to": "prod"}'}}]}
+    journal = DiskJournal(tmp_path / "j")
+
+    def agent(ctx):
+        return ctx.call_tools(message, [deploy])
+
+    assert dn.execute("tool", agent, journal=journal, on_approval="park") is None
+    pending = journal.get_run("tool").pending_approval
+    assert pending["on_timeout"] == "approve" and pending["name"] == "deploy"
+    _past(pending["timeout_at"])
+    answers = dn.execute("tool", agent, journal=journal, on_approval="park")
+    assert answers[0]["content"] == "deployed to prod"
