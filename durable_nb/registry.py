@@ -40,7 +40,7 @@ from .journal import (
 from .journal.base import StatusFilter
 from .journal.edits import child_runs
 from .execution import attempts
-from .execution.deadlines import apply_deadline, apply_deadlines
+from .execution.deadlines import apply_deadline, apply_deadlines, write_escalation
 from .execution.lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .runner import live_execution
 
@@ -170,6 +170,7 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
     applied = apply_deadline(journal, target, pending)
     if applied is not None and applied[0] == "escalated":
         pending = applied[1]
+        write_escalation(journal, record, pending)
     decision = leave_decision(journal, run_id, pending, approved=approved, note=note,
                               by=by or approver_name(), via=via, replace=replace)
     for waiting in (live_execution(target), live_execution(run_id)):

@@ -336,3 +336,33 @@ def test_a_tool_needing_approval_takes_its_deadline_policy(tmp_path: Path) -> No
     _past(pending["timeout_at"])
     answers = dn.execute("tool", agent, journal=journal, on_approval="park")
     assert answers[0]["content"] == "deployed to prod"
+
+
+def test_a_waiting_run_escalates_itself_and_takes_an_escalation_approvers_decision(
+        tmp_path: Path) -> None:
+    """A run waiting in its process (``on_approval="wait"``) applies its own deadline:
+    escalated in its record, it goes on waiting, and takes the decision given then."""
+    import threading
+    journal = DiskJournal(tmp_path / "j")
+    outcome: dict = {}
+
+    def agent(ctx):
+        decision = ctx.approval("deploy", {"to": "prod"}, timeout=2, on_timeout="escalate",
+                                escalate_to=["ana"])
+        return [decision.approved, decision.by]
+
+    waiting = threading.Thread(target=lambda: outcome.update(
+        result=dn.execute("self", agent, journal=journal, on_approval="wait")))
+    waiting.start()
+    wait_until(lambda: ((r := journal.find_run("self")) is not None and r.pending_approval
+                        and "escalation" in r.pending_approval),
+               what="the waiting run to escalate", timeout=60)
+    assert journal.get_run("self").pending_approval["escalation"]["approvers"] == ["ana"]
+    try:
+        dn.approve("self", by="ana", journal=journal)
+        expected, events = [True, "ana"], ["escalated", "decided"]
+    except DecisionExists:  # a machine too slow for the second 2 s: rejected, not lost
+        expected, events = [False, "timeout"], ["escalated", "decided", "timed_out"]
+    waiting.join(60)
+    assert outcome["result"] == expected
+    assert _kinds(journal, "self") == events

@@ -732,6 +732,8 @@ class Execution:
                         self._set_pending(pending)
                     self.save_record()
                     self._save_ancestors()
+                    if self.on_waiting is not None:
+                        self.on_waiting(self.record)  # the escalation's notifications
                     continue
             if options.on_approval == "park":
                 self.parking = True
