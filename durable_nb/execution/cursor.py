@@ -155,6 +155,9 @@ class Execution:
         #: Called with the run's record once a pending approval is written (the runner
         #: sends notifications from it); None: nothing to call.
         self.on_waiting: Callable[[RunRecord], None] | None = None
+        #: Called with the run's record, the pending approval and the decision taken, once
+        #: the run took a decision (the runner notifies it, if configured to).
+        self.on_decided: Callable[[RunRecord, dict, dict], None] | None = None
         self.restart_from: int | None = None
         # The journal mismatch found in one flow: every other flow stops at its next step.
         self.mismatch: JournalMismatch | None = None
@@ -621,6 +624,8 @@ class Execution:
         # Stamped taken in the journal (and left there) before the step: from here on the
         # decision can never change, and a second one is refused naming this one.
         decision = take_decision(self.journal, self.run_id, pending, decision)
+        if self.on_decided is not None:
+            self.on_decided(self.record, dict(pending, run_id=self.run_id), decision)
         result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
                   "by": decision.get("by"), "at": decision.get("at", time.time()),
                   "digest": digest}

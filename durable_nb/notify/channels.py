@@ -39,7 +39,11 @@ _DETAILS_SHOWN = 2500  # characters of the details a Slack message or a subject 
 #: What a notice tells, by its ``event``: the words its subject line starts with.
 HEADLINES = {"approval.requested": "Approval needed",
              "approval.reminder": "Reminder: approval needed",
-             "approval.escalated": "Escalated: approval needed"}
+             "approval.escalated": "Escalated: approval needed",
+             "approval.decided": "Decided", "approval.timed_out": "Decided by its deadline",
+             "run.failed": "Run failed"}
+#: The events that say a request waits (the others tell what became of it or of the run).
+WAITING_EVENTS = ("approval.requested", "approval.reminder", "approval.escalated")
 
 
 @dataclass(frozen=True)
@@ -61,13 +65,17 @@ class Notice:
     #: E-mail addresses this notice goes to instead of the channel's (an escalation's).
     recipients: tuple[str, ...] = ()
     approvers: tuple[str, ...] = ()  # who may decide now, once escalated
+    #: What became of it: a decision (approved, by, via, note, at) or a failure (error).
+    outcome: dict | None = None
 
     @property
     def headline(self) -> str:
         return f"{HEADLINES.get(self.event, 'Approval needed')}: {self.name}"
 
     def as_json(self) -> dict:
-        extra = {"approvers": list(self.approvers)} if self.approvers else {}
+        extra: dict[str, Any] = {"approvers": list(self.approvers)} if self.approvers else {}
+        if self.outcome is not None:
+            extra["outcome"] = self.outcome
         return {**extra, "event": self.event, "delivery": self.delivery_id,
                 "run_id": self.run_id, "request_id": self.request_id, "digest": self.digest,
                 "name": self.name, "details": self.details, "requested_at": self.requested_at,
@@ -124,7 +132,7 @@ def email_message(notice: Notice, config: EmailConfig) -> EmailMessage:
     message["To"] = ", ".join(notice.recipients or config.to)
     message["Message-ID"] = f"<{notice.delivery_id.replace('/', '.')}@durable-nb>"
     message[DELIVERY_HEADER] = notice.delivery_id
-    lines = [f"Run {notice.run_id} waits for a decision on {notice.name}.", ""]
+    lines = [_opening(notice), ""]
     if notice.title:
         lines.append(f"Title:    {notice.title}")
     if notice.notebook:
@@ -134,11 +142,24 @@ def email_message(notice: Notice, config: EmailConfig) -> EmailMessage:
     if notice.approvers:
         lines.append(f"Escalated to: {', '.join(notice.approvers)}")
     lines += [f"Request:  {notice.digest[:12]}", f"Journal:  {notice.journal}", "",
-              "Details:", _details_text(notice.details), "",
-              f"Approve with `durable-nb approve {notice.run_id}` (or reject), "
-              f"in the notebook's panel or in JupyterLab's approvals inbox."]
+              "Details:", _details_text(notice.details)]
+    if notice.event in WAITING_EVENTS:
+        lines += ["", f"Approve with `durable-nb approve {notice.run_id}` (or reject), "
+                      f"in the notebook's panel or in JupyterLab's approvals inbox."]
     message.set_content("\n".join(lines))
     return message
+
+
+def _opening(notice: Notice) -> str:
+    outcome = notice.outcome or {}
+    if notice.event == "run.failed":
+        return f"Run {notice.run_id} failed: {outcome.get('error')}"
+    if notice.event in ("approval.decided", "approval.timed_out"):
+        verdict = "approved" if outcome.get("approved") else "rejected"
+        note = f" ({outcome['note']})" if outcome.get("note") else ""
+        return (f"Run {notice.run_id}: {notice.name} was {verdict} by "
+                f"{outcome.get('by') or 'someone'}{note}.")
+    return f"Run {notice.run_id} waits for a decision on {notice.name}."
 
 
 def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
