@@ -43,8 +43,8 @@ from .history import record_event
 from .lease import Lease
 
 __all__ = ["ON_TIMEOUT", "ApprovalPolicy", "Duration", "apply_deadline", "apply_deadlines",
-           "apply_due_deadlines", "deadline_of", "due", "escalation_key", "parse_duration", "with_escalation",
-           "write_escalation"]
+           "apply_due_deadlines", "deadline_of", "due", "escalation_key", "parse_duration",
+           "with_escalation", "write_escalation"]
 
 #: What an approval's ``timeout`` and ``remind`` take: seconds, a timedelta, or "90s",
 #: "30m", "2h", "1d".
@@ -149,11 +149,14 @@ def escalation_key(pending: dict) -> str:
     return f"{pending['id']}/escalation"
 
 
-def with_escalation(journal: Journal, run_id: str, pending: dict) -> dict:
+def with_escalation(journal: Journal, run_id: str, pending: dict,
+                    now: float | None = None) -> dict:
     """``pending`` (of run ``run_id``, the run that asked) with its escalation, if one was
-    claimed in the journal that ``pending`` does not show yet."""
+    claimed in the journal that ``pending`` does not show yet (read only once its first
+    deadline passed: there can be none before)."""
     if pending.get("escalation") or pending.get("on_timeout") != "escalate" \
-            or not pending.get("id"):
+            or not pending.get("id") \
+            or (time.time() if now is None else now) < float(pending.get("timeout_at") or 0):
         return pending
     found = journal.deliveries(run_id).get(escalation_key(pending))
     return dict(pending, escalation=_escalation_fields(found)) if found else pending
@@ -173,7 +176,7 @@ def apply_deadline(journal: Journal, run_id: str, pending: dict, *,
     escalated (here or by another process), its new deadline still ahead."""
     if not pending.get("id") and pending.get("timeout_at") is None:
         return None
-    merged = with_escalation(journal, run_id, pending)
+    merged = with_escalation(journal, run_id, pending, now())
     deadline = deadline_of(merged)
     if deadline is None or now() < deadline:
         return None if merged is pending else ("escalated", merged)
@@ -297,9 +300,9 @@ def apply_due_deadlines(records: Iterable[RunRecord], open_writable: Callable[[]
 
 def write_escalation(journal: Journal, record: RunRecord, escalated: dict) -> None:
     """The escalation of ``escalated`` (a pending approval :func:`apply_deadline` returned)
-    made lasting in the run record: write ``escalated`` into ``record``'s pending approval if it still shows that request
-    without it, under the run's lease (taken for this one write: never while the run is
-    being executed, whose executor merges the escalation itself)."""
+    made lasting in the run record: written into ``record``'s pending approval if it still
+    shows that request without it, under the run's lease (taken for this one write: never
+    while the run is being executed, whose executor merges the escalation itself)."""
     pending = record.pending_approval or {}
     if pending.get("escalation") or pending.get("id") != escalated.get("id"):
         return

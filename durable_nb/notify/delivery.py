@@ -73,7 +73,8 @@ def notice_for(journal: Journal, record: RunRecord, run_id: str, pending: dict,
     escalation = pending.get("escalation") or {}
     approvers = tuple(escalation.get("approvers") or ())
     key = delivery_key(pending["id"], channel, followup.suffix if followup else "")
-    return Notice(delivery_id=f"{run_id}/{key}", run_id=run_id, request_id=pending["id"], digest=pending_digest(pending),
+    return Notice(delivery_id=f"{run_id}/{key}", run_id=run_id, request_id=pending["id"],
+                  digest=pending_digest(pending),
                   name=str(pending.get("name", "")), details=pending.get("details"),
                   requested_at=float(pending.get("requested_at") or 0.0),
                   timeout_at=deadline_of(pending), title=record.title or "",
@@ -121,7 +122,8 @@ def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
     # journal's add takes its write lock, which the runs' steps need too).
     existing = journal.deliveries(run_id) if config.channels() else {}
     if existing.get(escalation_key(pending)) and not pending.get("escalation"):
-        pending = with_escalation(journal, run_id, pending)  # escalated by another process
+        # Escalated by another process, not in the record read yet.
+        pending = with_escalation(journal, run_id, pending, now())
     if "waiting" not in config.events:
         return outcome
     followups = due_followups(pending, now()) if existing else []
