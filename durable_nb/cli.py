@@ -31,6 +31,7 @@ from .export import export_batch, export_run
 from .devsetup import dev_setup
 from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
 from .execution.history import history, history_lines
+from .execution.deadlines import apply_due_deadlines
 from .notify.audit import notification_lines, notifications
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
@@ -668,6 +669,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "runs":
         records, more = list_runs(journal, status=args.status, prefix=args.prefix,
                                   limit=args.limit)
+        apply_due_deadlines(records, lambda: open_journal(args.journal))
         interrupted = [r.run_id for r in records if is_interrupted(r, journal)]
         if args.json:
             print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted)
@@ -683,6 +685,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "batch":
         _batch_command(args, journal)
     elif args.command == "show":
+        apply_due_deadlines([journal.get_run(args.run_id)], lambda: open_journal(args.journal))
         info = registry.get_run(args.run_id, journal=journal)
         interrupted = is_interrupted(info, journal)
         decision = recorded_decision(info, journal)

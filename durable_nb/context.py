@@ -10,7 +10,7 @@ from __future__ import annotations
 import random as _random
 import time
 import uuid as _uuid
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -22,6 +22,7 @@ from .llm.durable_client import DurableAsyncOpenAI, DurableOpenAI
 from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
 from .execution.approvers import approvers_list
+from .execution.deadlines import ApprovalPolicy, Duration
 from .llm.chat import chat, chat_async
 from .llm.responses import respond, respond_async
 from .llm.retry import RetryPolicy
@@ -296,19 +297,30 @@ class Context:
         """
         return call_tools(self._ex, self, message, tools, parallel=parallel)
 
-    def approval(self, name: str, details: Any = None, timeout: float | None = None, *,
+    def approval(self, name: str, details: Any = None, timeout: Duration | None = None,
+                 on_timeout: str = "reject", escalate_to: str | Sequence[str] | None = None,
+                 remind: Duration | Sequence[Duration] | None = None, *,
                  approvers: str | Iterable[str] | None = None) -> Decision:
         """Ask a person to approve ``name`` (``details`` is shown to them, JSON data).
 
         The run is WAITING_APPROVAL until someone decides: the panel's buttons,
         ``durable_nb.approve/reject``, ``%durable approve``, ``durable-nb approve`` from any
-        process. The decision is journaled; on replay it is returned at once. With
-        ``timeout`` (seconds) and no decision by then, it is a rejection by ``"timeout"``.
+        process. The decision is journaled; on replay it is returned at once.
+
+        ``timeout`` (seconds, a ``timedelta``, or ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``)
+        is a deadline kept in the journal: with no decision by then, ``on_timeout`` decides
+        (``by="timeout"``), whether or not a kernel is alive: ``"reject"`` (the default),
+        ``"approve"``, or ``"escalate"`` to the approvers ``escalate_to`` (names or e-mail
+        addresses), who get a second deadline as long, after which it is rejected.
+        ``remind``: a duration, or several, before the deadline at which a reminder is sent
+        through the notification channels. Bad values: :class:`ApprovalPolicyError`.
+
         ``approvers`` (Jupyter user names or e-mail addresses) are the only people who may
         decide this request, in place of the run's (``RunOptions.approvers``); anyone else
         is refused with :class:`~durable_nb.errors.NotAllowedToDecide`.
         """
-        decision = self._ex.approval(name, serde.encode(details), timeout,
+        policy = ApprovalPolicy.of(timeout, on_timeout, escalate_to, remind)
+        decision = self._ex.approval(name, serde.encode(details), policy,
                                      approvers_list(approvers))
         return Decision(bool(decision.get("approved")), decision.get("note"), decision.get("by"))
 

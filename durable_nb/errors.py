@@ -23,6 +23,7 @@
     ├── RunExpired                    the run passed its deadline (timeout)
     ├── RunCancelled                  the run was cancelled
     ├── BudgetExhausted               max_iterations, max_tokens or the context window would be passed
+    ├── ApprovalPolicyError           an approval's timeout or on_timeout is wrong (a ValueError)
     ├── NoPendingApproval             approve/reject on a run that waits for nothing
     │   ├── ApprovalChanged           ... for the request that was seen: it waits for another
     │   └── DecisionExists            ... more: its request was decided already (who, when, how)
@@ -45,6 +46,7 @@ import time
 
 __all__ = [
     "ApprovalChanged",
+    "ApprovalPolicyError",
     "BudgetExhausted",
     "CellSyntaxError",
     "ContextNotActive",
@@ -373,6 +375,14 @@ class DecisionNeeded(DurableError):
 class MissingExtra(DurableError, ImportError):
     """A feature needs packages of an extra that is not installed
     (:func:`durable_nb.integrations.require`): one line naming the ``pip install``."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython: the message, no traceback
+        return [f"\x1b[0;33m{type(self).__name__}\x1b[0m: {self}"]
+
+
+class ApprovalPolicyError(DurableError, ValueError):
+    """An approval's deadline options (``timeout``, ``on_timeout``, ``escalate_to``,
+    ``remind``) are wrong: the message says which and what forms are accepted."""
 
     def _render_traceback_(self) -> list[str]:  # IPython: the message, no traceback
         return [f"\x1b[0;33m{type(self).__name__}\x1b[0m: {self}"]

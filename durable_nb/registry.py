@@ -38,6 +38,7 @@ from .journal import (
 from .journal.base import StatusFilter
 from .journal.edits import child_runs
 from .execution import attempts
+from .execution.deadlines import apply_deadline, apply_deadlines, write_escalation
 from .execution.lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .runner import live_execution
 
@@ -93,15 +94,22 @@ def runs(status: StatusFilter = None, *, journal: JournalSpec = None, limit: int
     ``("running", "waiting_approval")``). ``limit``: at most that many, the first in the
     order asked for (``limit=20, newest_first=True``: the 20 newest); ``prefix``: run ids
     starting with it (a batch's items: ``"BATCH/"``). The journal answers filters and
-    limits from an index: a few of 100,000 runs cost what a few runs cost."""
-    return open_journal(journal).list_runs_counted(prefix, status=status, limit=limit,
-                                                   newest_first=newest_first)
+    limits from an index: a few of 100,000 runs cost what a few runs cost. Approvals past
+    their deadline among them are decided or escalated by their policy first
+    (:mod:`~durable_nb.execution.deadlines`; a journal opened read-only is not changed)."""
+    journal = open_journal(journal)
+    found = journal.list_runs_counted(prefix, status=status, limit=limit,
+                                      newest_first=newest_first)
+    apply_deadlines(journal, found)
+    return found
 
 
 def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:
     """The run with its steps; :class:`~durable_nb.errors.UnknownRun` if there is none."""
     journal = open_journal(journal)
     record = journal.get_run(run_id)
+    if apply_deadlines(journal, [record]).get(run_id) == "escalated":
+        record = journal.get_run(run_id)  # shows its escalation
     info = RunInfo(**{f.name: getattr(record, f.name) for f in fields(RunRecord)})
     info.steps = list(journal.steps(run_id))
     info.step_count = len(info.steps)
@@ -142,6 +150,12 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             f"request {expect!r} that was seen: nothing was decided. Look at it with "
             f"`durable-nb show {run_id}` and decide again.")
     target = pending.get("run_id", run_id)
+    # A deadline that passed is applied first: a late decision is refused, or goes to the
+    # approvers the request was escalated to.
+    applied = apply_deadline(journal, target, pending)
+    if applied is not None and applied[0] == "escalated":
+        pending = applied[1]
+        write_escalation(journal, record, pending)
     decision = leave_decision(journal, run_id, pending, approved=approved, note=note,
                               by=by or approver_name(), via=via, replace=replace)
     for waiting in (live_execution(target), live_execution(run_id)):

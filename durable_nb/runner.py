@@ -57,7 +57,7 @@ from .journal import (
 )
 from .execution.approvers import approver_name
 from .execution.lease import Lease
-from .notify.delivery import notify_in_background
+from .notify.delivery import deliver_decided, deliver_failed, in_background, notify_in_background
 from .notify.start import for_run, sweep_once_in_background
 from .options import RunOptions
 from .redact import redact_source
@@ -357,8 +357,16 @@ class Runner:
                 execution.on_waiting = functools.partial(
                     notify_in_background, self.journal, config=self._notify,
                     skip=self._notify_skip)
-                sweep_once_in_background(self.journal, self._notify)
+            if self._notify.channels() and {"decided", "timed_out"} & set(self._notify.events):
+                execution.on_decided = self._notify_decided
+            sweep_once_in_background(self.journal, self._notify)  # deadlines due, too
         return execution
+
+    def _notify_decided(self, record: RunRecord, pending: dict, decision: dict) -> None:
+        snapshot = RunRecord.from_json(record.to_json())
+        in_background(lambda: deliver_decided(self.journal, snapshot, pending, decision,
+                                              self._notify),
+                      name=f"durable-nb-notify-{self.run_id}")
 
     def _call_handler(self, execution: Execution) -> Any:
         """The handler's value, run in a context where the execution's root scope is
@@ -444,6 +452,11 @@ class Runner:
         self._end_attempt(execution, exc)
         try:
             execution.save_record()
+            if record.status is Status.FAILED and "failed" in self._notify.events \
+                    and self._notify.channels():
+                snapshot = RunRecord.from_json(record.to_json())
+                in_background(lambda: deliver_failed(self.journal, snapshot, self._notify),
+                              name=f"durable-nb-notify-{self.run_id}")
         except RunLeased:
             pass
         except JournalWriteError as failed:

@@ -279,3 +279,21 @@ def test_a_first_error_in_a_cell_is_shown_once_as_its_message(ip, monkeypatch, c
     assert words.count("no API key for https://api.openai.com/v1") == 1
     assert "start the bundled model server (`python -m durable_nb.testing` in a terminal)" \
         in words
+
+
+def test_durable_show_applies_a_deadline_that_passed(ip, tmp_path: Path, capsys) -> None:
+    """``%durable show`` reads a read-only journal, but a deadline due is applied (through a
+    writable handle opened only then): the policy's decision is shown and recorded."""
+    import durable_nb as dn
+    from durable_nb.execution.approvals import find_decision
+    journal = DiskJournal(tmp_path / "journal")
+    assert dn.execute("due", lambda ctx: ctx.approval("deploy", timeout=1).approved,
+                      journal=journal, on_approval="park") is None
+    pending = journal.get_run("due").pending_approval
+    while time.time() < pending["timeout_at"]:
+        time.sleep(0.05)
+    capsys.readouterr()
+    ip.run_line_magic("durable", "show due")
+    shown = capsys.readouterr().out
+    assert "timed_out" in shown and "rejected by the policy on_timeout='reject'" in shown
+    assert find_decision(journal, "due", pending)["by"] == "timeout"

@@ -359,6 +359,23 @@ def test_parked_approval_times_out_as_rejection_by_timeout(tmp_path: Path) -> No
     assert serde.decode(info.result) == (False, "timeout", "no decision within 1 s")
 
 
+def test_a_parked_run_in_a_live_kernel_takes_its_deadlines_approve_policy(
+        tmp_path: Path) -> None:
+    """The kernel stays alive and parked; at the deadline its watcher applies the policy
+    (approve), which decides in the journal like anyone else, and the run resumes."""
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        k.execute(_parking_cell("policy", n=1, timeout=', timeout="1s", on_timeout="approve"')
+                  ).raise_for_error()
+        assert _status(tmp_path, "policy") is Status.WAITING_APPROVAL
+        _wait_status(tmp_path, "policy", Status.DONE, timeout=60)
+    info = get_run("policy", journal=_journal(tmp_path))
+    note = "no decision within 1 s: approved by its on_timeout policy"
+    assert serde.decode(info.result) == (True, "timeout", note)
+    assert [e.name for e in info.steps] == ["prepare", "go ahead", "work 0"]
+    assert (tmp_path / "work.txt").read_text() == "0\n"
+
+
 def test_approval_from_another_process_resumes_parked_run_without_a_click(
         tmp_path: Path) -> None:
     with start_kernel(tmp_path, env=_env()) as k:

@@ -31,7 +31,6 @@ from ..errors import (
     BudgetExhausted,
     ContextNotActive,
     CorruptEntry,
-    DecisionExists,
     DurableError,
     InputChanged,
     JournalMismatch,
@@ -48,8 +47,9 @@ from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_co
 from ..options import RunOptions
 from ..llm.retry import NO_RETRY, RetryPolicy
 from ..timestamps import format_time
-from .approvals import (applies, decision_kind, decision_words, find_decision, leave_decision,
-                        pending_digest, request_digest, take_decision)
+from .approvals import (applies, decision_kind, decision_words, find_decision, pending_digest,
+                        request_digest, take_decision)
+from .deadlines import ApprovalPolicy, apply_deadline, deadline_of
 from .inputs import canonical, first_difference, fingerprint, load_request, store_request
 from .replay import ReplayLog
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
@@ -155,6 +155,9 @@ class Execution:
         #: Called with the run's record once a pending approval is written (the runner
         #: sends notifications from it); None: nothing to call.
         self.on_waiting: Callable[[RunRecord], None] | None = None
+        #: Called with the run's record, the pending approval and the decision taken, once
+        #: the run took a decision (the runner notifies it, if configured to).
+        self.on_decided: Callable[[RunRecord, dict, dict], None] | None = None
         self.restart_from: int | None = None
         # The journal mismatch found in one flow: every other flow stops at its next step.
         self.mismatch: JournalMismatch | None = None
@@ -604,10 +607,11 @@ class Execution:
 
     # -- approvals --------------------------------------------------------------------------
 
-    def approval(self, name: str, details: Any, timeout: float | None,
+    def approval(self, name: str, details: Any, policy: ApprovalPolicy | None = None,
                  approvers: list[str] | None = None) -> dict:
         """Journaled approval: record it pending, wait for (or park until) a decision given
-        for what it shows (:mod:`~durable_nb.execution.approvals`), by whom it allows:
+        for what it shows (:mod:`~durable_nb.execution.approvals`), or the one its deadline's
+        ``policy`` takes (:mod:`~durable_nb.execution.deadlines`), by whom it allows:
         ``approvers`` (a tool's or the request's), else the run's
         (:mod:`~durable_nb.execution.approvers`)."""
         scope = self.scope()
@@ -618,18 +622,14 @@ class Execution:
         if entry is not None:
             return self.outcome(entry)
         digest = request_digest(name, details)
-        pending = self._claim_pending(key, name, details, digest, timeout, approvers)
+        pending = self._claim_pending(key, name, details, digest, policy or ApprovalPolicy(),
+                                      approvers)
         decision = self._wait_for_decision(pending)
-        if decision is None:
-            try:  # the timeout decides like anyone else: once, unless a person was first
-                decision = leave_decision(self.journal, self.run_id, pending, approved=False,
-                                          note=f"no decision within {timeout:g} s",
-                                          by="timeout", via="timeout")
-            except DecisionExists as exc:
-                decision = exc.decision
         # Stamped taken in the journal (and left there) before the step: from here on the
         # decision can never change, and a second one is refused naming this one.
         decision = take_decision(self.journal, self.run_id, pending, decision)
+        if self.on_decided is not None:
+            self.on_decided(self.record, dict(pending, run_id=self.run_id), decision)
         result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
                   "by": decision.get("by"), "at": decision.get("at", time.time()),
                   "digest": digest}
@@ -649,7 +649,7 @@ class Execution:
         return result
 
     def _claim_pending(self, key: str, name: str, details: Any, digest: str,
-                       timeout: float | None, approvers: list[str] | None = None) -> dict:
+                       policy: ApprovalPolicy, approvers: list[str] | None = None) -> dict:
         """Make this approval the run's pending one; one waits at a time (a concurrent one
         parks, or waits for the slot). The pending approval left at this step by an earlier
         execution is kept (its id, its timeout running on) only if it shows the same name and
@@ -662,7 +662,7 @@ class Execution:
                                    and pending.get("run_id", self.run_id) == self.run_id):
                     decided = (find_decision(self.journal, self.run_id, pending)
                                if pending and pending_digest(pending) != digest else None)
-                    pending = self._pending_for(pending, key, name, details, digest, timeout,
+                    pending = self._pending_for(pending, key, name, details, digest, policy,
                                                 decided)
                     # Who may decide, as the code says now (also on a request kept from an
                     # earlier execution: an edited list applies to it).
@@ -686,14 +686,13 @@ class Execution:
 
     @staticmethod
     def _pending_for(earlier: dict | None, key: str, name: str, details: Any, digest: str,
-                     timeout: float | None, decided: dict | None = None) -> dict:
+                     policy: ApprovalPolicy, decided: dict | None = None) -> dict:
         if earlier and pending_digest(earlier) == digest:
             kept = {k: v for k, v in earlier.items() if k != "run_id"}
             return dict(kept, digest=digest)  # one written before digests gets its digest
         now = time.time()
         pending = {"key": key, "name": name, "details": details, "digest": digest,
-                   "id": uuid.uuid4().hex, "requested_at": now,
-                   "timeout_at": now + timeout if timeout else None}
+                   "id": uuid.uuid4().hex, "requested_at": now, **policy.pending_fields(now)}
         if earlier:
             # Shown with the request, so that a person knows the request at this step changed,
             # and that a decision they gave (``decided``, if one was) is not applied to it.
@@ -719,10 +718,11 @@ class Execution:
             execution.save_record()
             execution = execution.parent
 
-    def _wait_for_decision(self, pending: dict) -> dict | None:
-        """Wait for a decision on approval ``pending`` (one given for what it shows): the
-        decision, or None when its ``timeout_at`` passed; :class:`Suspend` when the run parks
-        instead of waiting.
+    def _wait_for_decision(self, pending: dict) -> dict:
+        """Wait for a decision on approval ``pending`` (one given for what it shows), or
+        for its deadline, whose policy decides or escalates it
+        (:func:`~durable_nb.execution.deadlines.apply_deadline`): the decision;
+        :class:`Suspend` when the run parks instead of waiting.
 
         The journal tells of a decision or a cancel given anywhere
         (:meth:`~durable_nb.journal.Journal.wait_for_request`: PostgreSQL's NOTIFY; the disk
@@ -731,13 +731,25 @@ class Execution:
         again at least every ``max(poll_interval, stale_after)`` seconds."""
         options = self.options
         kind = decision_kind(pending)
-        timeout_at = pending.get("timeout_at")
         decision = find_decision(self.journal, self.run_id, pending)
         while True:
             if decision is not None:
                 return decision
+            timeout_at = deadline_of(pending)
             if timeout_at is not None and time.time() >= timeout_at:
-                return None
+                applied = apply_deadline(self.journal, self.run_id, pending)
+                if applied is not None and applied[0] == "decided":
+                    return applied[1]
+                if applied is not None:  # escalated (here or elsewhere): a new deadline
+                    pending = applied[1]
+                    kind = decision_kind(pending)
+                    with self.lock:
+                        self._set_pending(pending)
+                    self.save_record()
+                    self._save_ancestors()
+                    if self.on_waiting is not None:
+                        self.on_waiting(self.record)  # the escalation's notifications
+                    continue
             if options.on_approval == "park":
                 self.parking = True
                 raise Suspend()

@@ -76,8 +76,8 @@ def _prepare(execution: Execution, name: str, arguments: Any, by_name: dict[str,
     except ValueError as exc:
         return None, f"error: {exc}"
     if chosen.requires_approval(args):
-        decision = execution.approval(name, {"tool": name, "arguments": args}, None,
-                                      chosen.approvers)
+        decision = execution.approval(name, {"tool": name, "arguments": args},
+                                      chosen.approval_policy, chosen.approvers)
         if not decision["approved"]:
             note = f" Their note: {decision['note']}" if decision.get("note") else ""
             return None, (f"The user rejected this call to {name} (decided by "

@@ -16,13 +16,14 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 # typing_extensions (a pydantic dependency) also recognises its own TypedDict on Python 3.10.
 from typing_extensions import NotRequired, Required, is_typeddict
 
 from ..execution.approvers import approvers_list
+from ..execution.deadlines import ApprovalPolicy, Duration
 
 __all__ = ["Tool", "parse_arguments", "tool"]
 
@@ -48,6 +49,8 @@ class Tool:
     #: Who may approve a call of this tool (names or e-mail addresses), in place of the
     #: run's approvers; None, the run's (``RunOptions.approvers``).
     approvers: list[str] | None = None
+    #: The deadline of this tool's approvals (``timeout=``, ``on_timeout=``, ...), or None.
+    approval_policy: ApprovalPolicy | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -98,6 +101,9 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None,
          needs_approval: bool | Callable[[dict[str, Any]], bool] = False,
          approvers: str | Iterable[str] | None = None,
+         timeout: Duration | None = None, on_timeout: str = "reject",
+         escalate_to: str | Sequence[str] | None = None,
+         remind: Duration | Sequence[Duration] | None = None,
          ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a :class:`Tool`: ``@tool``, ``@tool(needs_approval=True)``, ...
 
@@ -112,15 +118,22 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
     schema (the runtime passes it; see ``Tool.takes_ctx``). ``TypeError``
     is raised at decoration for signatures the model cannot call (``*args``, ``**kwargs``,
     positional-only parameters, unsupported annotations).
+
+    ``timeout``, ``on_timeout``, ``escalate_to`` and ``remind`` are the deadline of the
+    call's approval, as for ``ctx.approval`` (checked here: :class:`ApprovalPolicyError`).
     """
     names = approvers_list(approvers, "@tool(approvers=...)")
     if names is not None and needs_approval is False:
         raise ValueError("@tool(approvers=...) names who may approve its calls, but the tool "
                          "asks for no approval: add needs_approval=True")
+    policy = (None if timeout is None and on_timeout == "reject" and escalate_to is None
+              and remind is None
+              else ApprovalPolicy.of(timeout, on_timeout, escalate_to, remind))
 
     def make(func: Callable[..., Any]) -> Tool:
-        return dataclasses.replace(_build(func, name, description, needs_approval),
-                                   approvers=names)
+        built = dataclasses.replace(_build(func, name, description, needs_approval),
+                                    approvers=names)
+        return built if policy is None else dataclasses.replace(built, approval_policy=policy)
 
     return make if fn is None else make(fn)
 

@@ -55,6 +55,7 @@ from ..errors import (
 )
 from ..export import export_batch, export_run
 from ..journal import Journal, Status, default_location, open_journal
+from ..execution.deadlines import apply_due_deadlines
 from ..execution.history import history
 from ..notify.audit import notifications
 from ..notify.config import check_selection
@@ -694,6 +695,7 @@ class DurableMagics(Magics):
         if args.command == "runs":
             records, more = list_runs(journal, status=args.status, prefix=args.prefix,
                                       limit=args.limit)
+            apply_due_deadlines(records, lambda: open_journal(args.journal))
             print(format_runs(records, [r.run_id for r in records
                                         if is_interrupted(r, journal)
                                         and active_run(r.run_id) is None]))
@@ -705,6 +707,8 @@ class DurableMagics(Magics):
         elif args.command == "batch":
             return self._batch(args, journal)
         elif args.command == "show":
+            apply_due_deadlines([journal.get_run(args.run_id)],
+                                lambda: open_journal(args.journal))
             info = registry.get_run(args.run_id, journal=journal)
             print(format_run(info, is_interrupted(info, journal),
                              recorded_decision(info, journal),

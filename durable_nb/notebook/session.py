@@ -24,6 +24,7 @@ from .. import registry
 from ..journal import Journal, JournalSpec, RunRecord, Status, open_journal, this_host
 from ..errors import DecisionNeeded, JournalError, RunLeased
 from ..execution.approvals import applies, decision_kind, find_decision
+from ..execution.deadlines import apply_deadline, deadline_of, write_escalation
 from .extensions import missing_extensions
 from .panel import RunPanel
 from ..runner import RunOptions, RunOutcome, Runner, live_execution
@@ -158,12 +159,16 @@ class NotebookRun:
         if record is None or record.status is not Status.WAITING_APPROVAL \
                 or not record.pending_approval:
             return None
-        timeout_at = record.pending_approval.get("timeout_at")
-        if timeout_at is not None and time.time() >= timeout_at:
-            return True  # resume: the approval times out as a rejection
         pending = record.pending_approval
         target = pending.get("run_id", self.run_id)
-        self._waiting_for = (target, pending, timeout_at)
+        # Its deadline's policy decides here like anywhere else; the run resumes and takes it.
+        applied = apply_deadline(self.journal, target, pending)
+        if applied is not None and applied[0] == "decided":
+            return True
+        if applied is not None:
+            pending = applied[1]
+            write_escalation(self.journal, record, pending)
+        self._waiting_for = (target, pending, deadline_of(pending))
         return find_decision(self.journal, target, pending) is not None
 
     def _wait_for_decision(self) -> None:

@@ -1,5 +1,7 @@
-"""Notifications when a run starts waiting for an approval: a signed webhook, a Slack
-message, an e-mail, each sent once per request by whichever process sees it first.
+"""Notifications when a run starts waiting for an approval (then its reminders and its
+escalation, :mod:`.followups`), and, when configured, when it is decided, decided by its
+deadline or the run fails: a signed webhook, a Slack message, an e-mail, each sent once per
+request (or run), event and channel by whichever process sees it first.
 
 :mod:`.config` says where they go, :mod:`.channels` what each sends, :mod:`.delivery` how a
 delivery is claimed, retried and recorded in the journal (the audit trail ``durable-nb

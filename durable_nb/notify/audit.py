@@ -15,8 +15,10 @@ def notifications(journal: Journal, run_id: str, *, private: bool = True) -> lis
     the sender ran (host, pid) unless ``private`` (an export leaves it out)."""
     rows = []
     for key, record in journal.deliveries(run_id).items():
+        if "channel" not in record:
+            continue  # an escalation's claim (durable_nb.execution.deadlines), not a delivery
         row = {k: v for k, v in record.items() if k not in ("token", "heartbeat")}
-        row["request"] = key.rsplit("/", 1)[0]
+        row["request"] = key.split("/", 1)[0]
         if not private:
             row.pop("by", None)
         rows.append(row)
@@ -34,7 +36,9 @@ def notification_lines(rows: list[dict]) -> list[str]:
         state = row.get("state", "?")
         if state == "claimed":
             state = "sending" if attempts else "claimed"
-        line = (f"  {row.get('channel', '?'):<8} {state:<8} request "
+        what = {"approval.reminder": "reminder of ",
+                "approval.escalated": "escalation of "}.get(row.get("event", ""), "")
+        line = (f"  {row.get('channel', '?'):<8} {state:<8} {what}request "
                 f"{str(row.get('digest', ''))[:12]} {row.get('name')!r}")
         if attempts:
             line += f", {len(attempts)} attempt{'' if len(attempts) == 1 else 's'}"

@@ -21,6 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..timestamps import format_time
 from .config import EmailConfig, SlackConfig, WebhookConfig
 
 if TYPE_CHECKING:
@@ -35,10 +36,21 @@ DELIVERY_HEADER = "X-Durable-NB-Delivery"
 _DETAILS_SHOWN = 2500  # characters of the details a Slack message or a subject line shows
 
 
+#: What a notice tells, by its ``event``: the words its subject line starts with.
+HEADLINES = {"approval.requested": "Approval needed",
+             "approval.reminder": "Reminder: approval needed",
+             "approval.escalated": "Escalated: approval needed",
+             "approval.decided": "Decided", "approval.timed_out": "Decided by its deadline",
+             "run.failed": "Run failed"}
+#: The events that say a request waits (the others tell what became of it or of the run).
+WAITING_EVENTS = ("approval.requested", "approval.reminder", "approval.escalated")
+
+
 @dataclass(frozen=True)
 class Notice:
-    """What a notification says: a run waits for a decision on a request."""
-    delivery_id: str  # RUN/REQUEST/CHANNEL
+    """What a notification says: a run waits for a decision on a request (``event``: asked,
+    a reminder before its deadline, or escalated to other approvers)."""
+    delivery_id: str  # RUN/REQUEST/CHANNEL, then /remind-N or /escalated for a follow-up
     run_id: str
     request_id: str
     digest: str
@@ -49,9 +61,22 @@ class Notice:
     title: str
     notebook: str | None
     journal: str  # where the run is (a database URL without its password)
+    event: str = "approval.requested"
+    #: E-mail addresses this notice goes to instead of the channel's (an escalation's).
+    recipients: tuple[str, ...] = ()
+    approvers: tuple[str, ...] = ()  # who may decide now, once escalated
+    #: What became of it: a decision (approved, by, via, note, at) or a failure (error).
+    outcome: dict | None = None
+
+    @property
+    def headline(self) -> str:
+        return f"{HEADLINES.get(self.event, 'Approval needed')}: {self.name}"
 
     def as_json(self) -> dict:
-        return {"event": "approval.requested", "delivery": self.delivery_id,
+        extra: dict[str, Any] = {"approvers": list(self.approvers)} if self.approvers else {}
+        if self.outcome is not None:
+            extra["outcome"] = self.outcome
+        return {**extra, "event": self.event, "delivery": self.delivery_id,
                 "run_id": self.run_id, "request_id": self.request_id, "digest": self.digest,
                 "name": self.name, "details": self.details, "requested_at": self.requested_at,
                 "timeout_at": self.timeout_at, "title": self.title, "notebook": self.notebook,
@@ -85,10 +110,10 @@ def slack_payload(notice: Notice) -> dict:
     if notice.title:
         fields.append(field("Title", notice.title))
     return {
-        "text": f"Run {notice.run_id} waits for approval of {notice.name}",
+        "text": f"{notice.headline} (run {notice.run_id})",
         "blocks": [
             {"type": "header", "text": {"type": "plain_text", "emoji": False,
-                                        "text": f"Approval needed: {notice.name}"[:150]}},
+                                        "text": notice.headline[:150]}},
             {"type": "section", "fields": fields},
             {"type": "section", "text": {"type": "mrkdwn",
                                          "text": "```" + _details_text(notice.details) + "```"}},
@@ -102,22 +127,39 @@ def slack_payload(notice: Notice) -> dict:
 def email_message(notice: Notice, config: EmailConfig) -> EmailMessage:
     from email.message import EmailMessage
     message = EmailMessage()
-    message["Subject"] = f"Approval needed: {notice.name} (run {notice.run_id})"
+    message["Subject"] = f"{notice.headline} (run {notice.run_id})"
     message["From"] = config.sender
-    message["To"] = ", ".join(config.to)
+    message["To"] = ", ".join(notice.recipients or config.to)
     message["Message-ID"] = f"<{notice.delivery_id.replace('/', '.')}@durable-nb>"
     message[DELIVERY_HEADER] = notice.delivery_id
-    lines = [f"Run {notice.run_id} waits for a decision on {notice.name}.", ""]
+    lines = [_opening(notice), ""]
     if notice.title:
         lines.append(f"Title:    {notice.title}")
     if notice.notebook:
         lines.append(f"Notebook: {notice.notebook}")
+    if notice.timeout_at:
+        lines.append(f"Deadline: {format_time(notice.timeout_at, '?')}")
+    if notice.approvers:
+        lines.append(f"Escalated to: {', '.join(notice.approvers)}")
     lines += [f"Request:  {notice.digest[:12]}", f"Journal:  {notice.journal}", "",
-              "Details:", _details_text(notice.details), "",
-              f"Approve with `durable-nb approve {notice.run_id}` (or reject), "
-              f"in the notebook's panel or in JupyterLab's approvals inbox."]
+              "Details:", _details_text(notice.details)]
+    if notice.event in WAITING_EVENTS:
+        lines += ["", f"Approve with `durable-nb approve {notice.run_id}` (or reject), "
+                      f"in the notebook's panel or in JupyterLab's approvals inbox."]
     message.set_content("\n".join(lines))
     return message
+
+
+def _opening(notice: Notice) -> str:
+    outcome = notice.outcome or {}
+    if notice.event == "run.failed":
+        return f"Run {notice.run_id} failed: {outcome.get('error')}"
+    if notice.event in ("approval.decided", "approval.timed_out"):
+        verdict = "approved" if outcome.get("approved") else "rejected"
+        note = f" ({outcome['note']})" if outcome.get("note") else ""
+        return (f"Run {notice.run_id}: {notice.name} was {verdict} by "
+                f"{outcome.get('by') or 'someone'}{note}.")
+    return f"Run {notice.run_id} waits for a decision on {notice.name}."
 
 
 def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:

@@ -21,6 +21,9 @@ journal's directory), then the environment (``DURABLE_NB_NOTIFY_*``)::
     from = "durable-nb@example.org"
     to = ["oncall@example.org"]
 
+    [events]
+    send = ["waiting", "decided", "timed_out", "failed"]   # default: ["waiting"]
+
     [retry]
     attempts = 5            # per channel and request, then the delivery is "failed"
     first_delay = 1.0       # seconds before the second attempt, doubling up to max_delay
@@ -48,11 +51,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - 3.10 only: tomli (a dependency there), imported when a file is read
     tomllib = None
 
-__all__ = ["CHANNELS", "EmailConfig", "NotifyConfig", "NotifySelection", "SlackConfig",
+__all__ = ["CHANNELS", "EVENTS", "EmailConfig", "NotifyConfig", "NotifySelection", "SlackConfig",
            "WebhookConfig", "choose", "load_config", "user_config_path"]
 
 #: The channel names, as ``notify=`` and the delivery records name them.
 CHANNELS = ("webhook", "slack", "email")
+
+#: What can be notified: a request waiting (with its reminders and escalation), a request
+#: decided by a person, decided by its deadline's policy, a run that failed.
+EVENTS = ("waiting", "decided", "timed_out", "failed")
 
 #: A run's ``notify=``: None (every configured channel), False or ``"none"`` (none), channel
 #: names (a list, or one string with commas), or a :class:`NotifyConfig` of its own.
@@ -101,6 +108,8 @@ class NotifyConfig:
     #: Seconds after which a claimed delivery nobody finished (its sender died) may be
     #: taken over by another process. Longer than one attempt plus the longest backoff.
     lease: float = 120.0
+    #: The events notified (:data:`EVENTS`).
+    events: tuple[str, ...] = ("waiting",)
 
     def channels(self) -> dict[str, Any]:
         """The configured channels by name."""
@@ -194,9 +203,10 @@ def _read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise NotifyConfigError(f"the notification config {path} cannot be read: {exc}. "
                                 f"Fix the file (TOML) or remove it.") from None
     for section, values in data.items():
-        if section not in (*CHANNELS, "retry") or not isinstance(values, dict):
+        if section not in (*CHANNELS, "retry", "events") or not isinstance(values, dict):
             raise NotifyConfigError(f"the notification config {path} has an unknown section "
-                                    f"[{section}]: use [webhook], [slack], [email], [retry].")
+                                    f"[{section}]: use [webhook], [slack], [email], [events], "
+                                    f"[retry].")
     return data
 
 
@@ -206,7 +216,7 @@ _ENV = {  # variable suffix -> (section, field)
     "SMTP_HOST": ("email", "host"), "SMTP_PORT": ("email", "port"),
     "SMTP_STARTTLS": ("email", "starttls"), "SMTP_USER": ("email", "username"),
     "SMTP_PASSWORD": ("email", "password"), "SMTP_FROM": ("email", "from"),
-    "SMTP_TO": ("email", "to"),
+    "SMTP_TO": ("email", "to"), "EVENTS": ("events", "send"),
 }
 
 
@@ -266,7 +276,26 @@ def _build(data: dict[str, dict[str, Any]], where: str) -> NotifyConfig:
         initial_delay=number("retry", "first_delay", DEFAULT_RETRY.initial_delay),
         max_delay=number("retry", "max_delay", DEFAULT_RETRY.max_delay))
     config["lease"] = number("retry", "lease", NotifyConfig.lease)
+    if "events" in data:
+        config["events"] = _events(data["events"], where)
     return NotifyConfig(**config)
+
+
+def _events(section: dict[str, Any], where: str) -> tuple[str, ...]:
+    for name in section:
+        if name != "send":
+            raise NotifyConfigError(f"[events] has no field {name!r}: use send (in {where}).")
+    send = section.get("send", ["waiting"])
+    names = send.split(",") if isinstance(send, str) else send
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise NotifyConfigError(f"[events] send must be a list of {', '.join(EVENTS)} "
+                                f"(in {where}).")
+    chosen = tuple(dict.fromkeys(n.strip().lower() for n in names if n.strip()))
+    for name in chosen:
+        if name not in EVENTS:
+            raise NotifyConfigError(f"[events] send names an unknown event {name!r}: use "
+                                    f"{', '.join(EVENTS)} (in {where}).")
+    return chosen
 
 
 def _url(value: Any, section: str, where: str) -> str:

@@ -37,19 +37,24 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..journal import Journal, RunRecord, Status
-from ..execution.approvals import pending_digest
+from ..execution.approvals import find_decision, pending_digest
+from ..execution.deadlines import apply_deadlines, deadline_of, escalation_key, with_escalation
+from ..execution.history import record_event
 from .channels import DeliveryFailed, Notice, send
 from .config import NotifyConfig
+from .followups import FollowUp, due_followups
 
-__all__ = ["delivery_key", "deliver", "drain", "notice_for", "notify_in_background",
-           "pending_of", "sweep"]
+__all__ = ["decided_event", "deliver", "deliver_decided", "deliver_failed", "delivery_key",
+           "drain", "in_background", "notice_for", "notify_in_background", "pending_of",
+           "sweep"]
 
 _ERROR_CHARS = 200
 
 
-def delivery_key(request_id: str, channel: str) -> str:
-    """The key of a delivery record under its run."""
-    return f"{request_id}/{channel}"
+def delivery_key(request_id: str, channel: str, suffix: str = "") -> str:
+    """The key of a delivery record under its run (``suffix``: a follow-up's,
+    :mod:`.followups`)."""
+    return f"{request_id}/{channel}/{suffix}" if suffix else f"{request_id}/{channel}"
 
 
 def pending_of(record: RunRecord) -> tuple[str, dict] | None:
@@ -63,13 +68,20 @@ def pending_of(record: RunRecord) -> tuple[str, dict] | None:
 
 
 def notice_for(journal: Journal, record: RunRecord, run_id: str, pending: dict,
-               channel: str) -> Notice:
-    return Notice(delivery_id=f"{run_id}/{pending['id']}/{channel}", run_id=run_id,
-                  request_id=pending["id"], digest=pending_digest(pending),
+               channel: str, followup: FollowUp | None = None,
+               outcome: dict | None = None) -> Notice:
+    escalation = pending.get("escalation") or {}
+    approvers = tuple(escalation.get("approvers") or ())
+    key = delivery_key(pending["id"], channel, followup.suffix if followup else "")
+    return Notice(delivery_id=f"{run_id}/{key}", run_id=run_id, request_id=pending["id"],
+                  digest=pending_digest(pending),
                   name=str(pending.get("name", "")), details=pending.get("details"),
                   requested_at=float(pending.get("requested_at") or 0.0),
-                  timeout_at=pending.get("timeout_at"), title=record.title or "",
-                  notebook=record.notebook, journal=journal.location)
+                  timeout_at=deadline_of(pending), title=record.title or "",
+                  notebook=record.notebook, journal=journal.location,
+                  event=followup.event if followup else "approval.requested",
+                  approvers=approvers, recipients=tuple(a for a in approvers if "@" in a),
+                  outcome=outcome)
 
 
 def _me() -> dict:
@@ -109,22 +121,51 @@ def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
     # Read once: a sweep over many parked runs, all notified, writes nothing (a disk
     # journal's add takes its write lock, which the runs' steps need too).
     existing = journal.deliveries(run_id) if config.channels() else {}
+    if existing.get(escalation_key(pending)) and not pending.get("escalation"):
+        # Escalated by another process, not in the record read yet.
+        pending = with_escalation(journal, run_id, pending, now())
+    if "waiting" not in config.events:
+        return outcome
+    followups = due_followups(pending, now()) if existing else []
+    if followups and find_decision(journal, run_id, pending) is not None:
+        followups = []  # decided: nobody needs reminding
     for channel, channel_config in config.channels().items():
-        key = delivery_key(pending["id"], channel)
-        found = existing.get(key)
-        if found is not None and not (found.get("state") == "claimed" and
-                                      now() - float(found.get("heartbeat", 0)) > config.lease):
-            continue  # sent, failed, skipped, or being sent by a live claimant
-        fresh = {"channel": channel, "state": "claimed", "digest": pending_digest(pending),
-                 "name": pending.get("name"), "token": uuid.uuid4().hex, "by": _me(),
-                 "claimed_at": now(), "heartbeat": now(), "attempts": []}
-        held = _claim(journal, run_id, key, fresh, config.lease, now)
-        if held is None:
-            continue
-        notice = notice_for(journal, record, run_id, pending, channel)
-        outcome[channel] = _send_claimed(journal, run_id, key, held, channel, channel_config,
-                                         notice, config, now)
+        first = existing.get(delivery_key(pending["id"], channel))
+        for followup in (None, *followups):
+            if followup is not None and first is not None and first.get("state") == "skipped":
+                break  # the run left this channel out
+            key = delivery_key(pending["id"], channel, followup.suffix if followup else "")
+            state = _deliver_one(journal, record, run_id, pending, channel, channel_config,
+                                 key, existing.get(key), followup, config, now)
+            if state is not None:
+                outcome[key.split("/", 1)[1]] = state
     return outcome
+
+
+def _deliver_one(journal: Journal, record: RunRecord, run_id: str, pending: dict,
+                 channel: str, channel_config: Any, key: str, found: dict | None,
+                 followup: FollowUp | None, config: NotifyConfig,
+                 now: Callable[[], float], outcome: dict | None = None) -> str | None:
+    """Claim and send the delivery ``key`` (``found``: its record as read), or None when it
+    is sent, failed, skipped or being sent by a live claimant."""
+    if found is not None and not (found.get("state") == "claimed" and
+                                  now() - float(found.get("heartbeat", 0)) > config.lease):
+        return None
+    fresh = {"channel": channel, "state": "claimed", "digest": pending_digest(pending),
+             "name": pending.get("name"), "token": uuid.uuid4().hex, "by": _me(),
+             "claimed_at": now(), "heartbeat": now(), "attempts": []}
+    if followup is not None:
+        fresh["event"] = followup.event
+    held = _claim(journal, run_id, key, fresh, config.lease, now)
+    if held is None:
+        return None
+    notice = notice_for(journal, record, run_id, pending, channel, followup, outcome)
+    state = _send_claimed(journal, run_id, key, held, channel, channel_config, notice, config,
+                          now)
+    if followup is not None and followup.event == "approval.reminder" and state == "sent":
+        record_event(journal, run_id, "reminded", followup.text.format(channel=channel),
+                     pending=pending, via=channel)
+    return state
 
 
 def _send_claimed(journal: Journal, run_id: str, key: str, held: dict, channel: str,
@@ -169,17 +210,78 @@ def _scrubbed(text: str, channel_config: Any) -> str:
 
 
 def sweep(journal: Journal, config: NotifyConfig, **kwargs: Any) -> dict[str, dict[str, str]]:
-    """:func:`deliver` for every run of ``journal`` that waits for a decision with a
-    delivery not yet sent or claimed (or claimed by a process that died): what was done,
-    by run. Blocking; the server extension and ``durable-nb notify`` call it."""
-    done = {}
+    """The deadlines of every run of ``journal`` that waits for a decision applied
+    (:func:`~durable_nb.execution.deadlines.apply_deadlines`), then :func:`deliver` for each
+    with a delivery not yet sent or claimed (or claimed by a process that died), its
+    reminders and escalation included: what was sent, by run. Blocking; the server
+    extension, ``durable-nb notify`` and a process's first look at a journal call it."""
+    done: dict[str, dict[str, str]] = {}
+    records = journal.list_runs(status=Status.WAITING_APPROVAL)
+    if not journal.read_only:
+        apply_deadlines(journal, records, **({"now": kwargs["now"]} if "now" in kwargs else {}))
     if not config.channels():
         return done
-    for record in journal.list_runs(status=Status.WAITING_APPROVAL):
-        if pending_of(record) is not None:
+    decisions = {"decided", "timed_out"} & set(config.events)
+    for record in records:
+        found = pending_of(record)
+        if found is not None:
             outcome = deliver(journal, record, config, **kwargs)
+            if decisions and (decision := find_decision(journal, *found)) is not None:
+                outcome.update(deliver_decided(journal, record, found[1], decision, config,
+                                               **kwargs))
             if outcome:
                 done[record.run_id] = outcome
+    return done
+
+
+# -- what became of a request or a run -------------------------------------------------------
+
+def decided_event(decision: dict) -> str:
+    """The event a decision is notified as: ``timed_out`` (its deadline's policy) or
+    ``decided``."""
+    return "timed_out" if decision.get("via") == "timeout" else "decided"
+
+
+def deliver_decided(journal: Journal, record: RunRecord, pending: dict, decision: dict,
+                    config: NotifyConfig, *, now: Callable[[], float] = time.time
+                    ) -> dict[str, str]:
+    """Send, once per channel (key ``REQUEST/CHANNEL/decided`` or ``.../timed_out``), that
+    ``pending`` was decided, if ``config.events`` lists it: the states written, by key."""
+    event = decided_event(decision)
+    if event not in config.events or not pending.get("id"):
+        return {}
+    run_id = pending.get("run_id", record.run_id)
+    outcome = {k: decision.get(k) for k in ("approved", "by", "via", "note", "at")}
+    return _deliver_event(journal, record, run_id, pending, event, f"approval.{event}",
+                          outcome, config, now)
+
+
+def deliver_failed(journal: Journal, record: RunRecord, config: NotifyConfig, *,
+                   now: Callable[[], float] = time.time) -> dict[str, str]:
+    """Send, once per channel (key ``failed-N/CHANNEL``, N the run's attempt), that the run
+    failed, if ``config.events`` lists ``failed``: the states written, by key."""
+    if "failed" not in config.events or record.status is not Status.FAILED:
+        return {}
+    attempt = len(record.attempts or ()) + record.attempts_dropped
+    about = {"id": f"failed-{attempt}", "name": record.title or record.run_id,
+             "details": None}
+    return _deliver_event(journal, record, record.run_id, about, "", "run.failed",
+                          {"error": record.error, "failed_step": record.failed_step},
+                          config, now)
+
+
+def _deliver_event(journal: Journal, record: RunRecord, run_id: str, about: dict, suffix: str,
+                   event: str, outcome: dict, config: NotifyConfig,
+                   now: Callable[[], float]) -> dict[str, str]:
+    existing = journal.deliveries(run_id) if config.channels() else {}
+    followup = FollowUp(suffix, event, "")
+    done = {}
+    for channel, channel_config in config.channels().items():
+        key = delivery_key(about["id"], channel, suffix)
+        state = _deliver_one(journal, record, run_id, about, channel, channel_config, key,
+                             existing.get(key), followup, config, now, outcome)
+        if state is not None:
+            done[key.split("/", 1)[1] if suffix else key] = state
     return done
 
 
@@ -204,18 +306,28 @@ def notify_in_background(journal: Journal, record: RunRecord, config: NotifyConf
         _busy.add(busy)
     snapshot = RunRecord.from_json(record.to_json())  # the run goes on changing its own
     skip = tuple(skip)
+    in_background(lambda: deliver(journal, snapshot, config, skip=skip),
+                  name=f"durable-nb-notify-{found[0]}",
+                  done=lambda: _busy.discard(busy))
 
+
+def in_background(send: Callable[[], Any], *, name: str,
+                  done: Callable[[], None] | None = None) -> None:
+    """``send`` (deliveries) on a thread of its own, waited for at exit (:func:`drain`):
+    returns at once, never raises (a journal that failed: the next process that looks
+    sends it)."""
     def work() -> None:
         try:
-            deliver(journal, snapshot, config, skip=skip)
-        except Exception:  # a journal that failed: the next process that looks sends it
+            send()
+        except Exception:
             pass
         finally:
             with _threads_lock:
-                _busy.discard(busy)
+                if done is not None:
+                    done()
                 _threads.discard(thread)
 
-    thread = threading.Thread(target=work, name=f"durable-nb-notify-{found[0]}", daemon=True)
+    thread = threading.Thread(target=work, name=name, daemon=True)
     with _threads_lock:
         _threads.add(thread)
     thread.start()

@@ -49,9 +49,10 @@ def for_run(journal: Journal, selection: NotifySelection) -> tuple[NotifyConfig,
 
 
 def sweep_once_in_background(journal: Journal, config: NotifyConfig) -> None:
-    """The first time this process opens ``journal`` with channels configured: send, on a
-    thread of its own, what no process sent for the runs already waiting."""
-    if not config.channels():
+    """The first time this process opens ``journal`` for a run: on a thread of its own,
+    apply the deadlines due and send what no process sent for the runs already waiting
+    (:func:`~durable_nb.notify.delivery.sweep`)."""
+    if journal.read_only:
         return
     with _swept_lock:
         if journal.location in _swept:

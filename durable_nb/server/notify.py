@@ -1,9 +1,12 @@
-"""The server extension as a sender of notifications: every :data:`PERIOD` seconds, each
-journal the server shows is swept for parked runs whose requests no process notified (the
-kernel that parked one died, or exited before its delivery finished), with that journal's
-configuration (:func:`durable_nb.notify.start.for_directory`); a journal without channels is
-not opened. A delivery claimed elsewhere is
-left to its claimant (:mod:`durable_nb.notify.delivery`)."""
+"""The server extension as a sender of notifications and keeper of deadlines: every
+:data:`PERIOD` seconds, each journal the server shows is swept for parked runs past their
+approval's deadline (decided or escalated by its policy, :mod:`durable_nb.execution.deadlines`,
+whether or not a kernel is alive), and for requests, reminders and escalations no process
+notified (the kernel that parked one died, or exited before its delivery finished), with that
+journal's configuration (:func:`durable_nb.notify.start.for_directory`). A journal without
+channels is only read through the handle the server's listing shares (its waiting runs, from
+the index), and opened for writing only when a deadline is due. A delivery claimed elsewhere
+is left to its claimant (:mod:`durable_nb.notify.delivery`)."""
 
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ import logging
 import threading
 
 from ..errors import DurableError
+from ..execution.deadlines import apply_due_deadlines
+from ..journal import Status
 from ..notify.delivery import sweep
 from ..notify.start import for_directory
-from .journals import allowed_journals
+from .journals import KnownJournal, allowed_journals
 
 __all__ = ["PERIOD", "start_sweeper", "sweep_allowed"]
 
@@ -31,13 +36,21 @@ def sweep_allowed() -> dict[str, dict]:
         try:
             config = for_directory(known.location if known.kind == "disk" else None)
             if not config.channels():
-                continue  # nothing to send: the journal is not even opened
+                _apply_due_deadlines(known)  # nothing to send
+                continue
             sent = sweep(known.open(write=True), config)
             if sent:
                 done[known.display] = sent
         except DurableError as exc:
             _log.warning("durable_nb: notifications for %s: %s", known.display, exc)
     return done
+
+
+def _apply_due_deadlines(known: KnownJournal) -> None:
+    """The deadlines due in ``known`` applied, read through the shared read-only handle
+    first: a journal whose waiting runs have no deadline due is not opened for writing."""
+    apply_due_deadlines(known.open().list_runs(status=Status.WAITING_APPROVAL),
+                        lambda: known.open(write=True))
 
 
 def start_sweeper(period: float = PERIOD) -> threading.Thread:
