@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import threading
 import time
 from collections import Counter
