@@ -1,7 +1,10 @@
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +45,45 @@ for _name in [n for n in os.environ if n.startswith("DURABLE_NB_NOTIFY_")]:
     del os.environ[_name]
 os.environ["DURABLE_NB_NOTIFY_CONFIG"] = os.path.join(tempfile.mkdtemp(prefix="dnb-notify-"),
                                                       "notify.toml")
+
+
+# --- the wheel of this checkout, built once per test run ----------------------------------
+
+#: What ``pip wheel`` builds the package from (pyproject.toml's packages and data-files).
+_WHEEL_SOURCES = ("pyproject.toml", "README.md", "durable_nb", "etc", "labextension/install.json")
+
+
+@pytest.fixture(scope="session")
+def durable_nb_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of this checkout as ``pip wheel --no-deps`` builds it (an isolated build:
+    pip fetches setuptools from its index or cache), built once per test run: pytest-xdist's
+    workers share it through a lock. Built from a copy of the sources, so the checkout's
+    ``build/`` and egg-info are never written while another test installs it editable."""
+    from tests.harness.commands import run_setup
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's base temp, common to its workers
+    out = shared / "durable-nb-wheel"
+    with open(shared / "durable-nb-wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = sorted(out.glob("durable_nb-*.whl"))
+        if built:
+            return built[0]
+        repo = Path(__file__).resolve().parents[1]
+        source = Path(tempfile.mkdtemp(prefix="dnb-wheel-src-", dir=shared))
+        for name in _WHEEL_SOURCES:
+            if (repo / name).is_dir():
+                shutil.copytree(repo / name, source / name,
+                                ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                (source / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(repo / name, source / name)
+        run_setup([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
+                   str(source)], timeout=600)
+        shutil.rmtree(source, ignore_errors=True)
+        [wheel] = out.glob("durable_nb-*.whl")
+        return wheel
 
 
 # --- PostgreSQL: a real server for the session (tests/postgres.py) -----------------------

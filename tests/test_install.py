@@ -11,8 +11,10 @@
 - A kernel whose Jupyter server lacks the extensions names them, and the command that fixes
   them, in the panel itself (and the kernel-side check against a real server either way).
 
-Each install test builds one venv (a few minutes: JupyterLab and its dependencies are
-installed for real). Without the package index they skip, saying so, except under CI=true.
+The two install tests share one venv (JupyterLab and its dependencies, installed for real by
+``pip install "durable-nb[lab]"``, take minutes): each removes durable-nb and what dev-setup
+placed, then installs durable-nb its own way. Without the package index they skip, saying so,
+except under CI=true.
 Screenshots go to $DURABLE_NB_SHOTS, else the test's tmp dir.
 """
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import pytest
 from durable_nb.devsetup import LABEXTENSION, SERVER_CONFIG, dev_setup
 from durable_nb.notebook import extensions
 from tests.harness import wait_until
+from tests.harness.commands import run_setup as _run
 from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,30 +44,10 @@ plan = ctx.run("plan", lambda: "3 changes")
 if ctx.approval("kubectl apply", {"cmd": "kubectl apply -f prod.yaml", "plan": plan}).approved:
     ctx.run("apply", lambda: open("side_effects.log", "a").write("applied\\n"))"""
 
-#: What pip prints when it cannot reach the package index.
-_OFFLINE = ("NewConnectionError", "Failed to establish a new connection",
-            "Temporary failure in name resolution", "No matching distribution found")
-
-
 def _shots(tmp_path: Path) -> Path:
     folder = Path(os.environ.get("DURABLE_NB_SHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def _run(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
-         timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    """Run a set-up command as a person would; an index that cannot be reached skips the
-    test (it fails under CI=true, which has the index); any other failure fails it."""
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    if done.returncode != 0:
-        output = done.stdout + done.stderr
-        if os.environ.get("CI") != "true" and any(s in output for s in _OFFLINE):
-            pytest.skip(f"the package index cannot be reached ({' '.join(args[:4])}): "
-                        f"{output.strip().splitlines()[-1]}")
-        raise AssertionError(f"{' '.join(args)} failed ({done.returncode}):\n{output[-4000:]}")
-    return done
 
 
 def _fresh_venv(path: Path) -> tuple[Path, dict[str, str]]:
@@ -88,7 +70,7 @@ def _approve_after_shut_down(python: Path, root: Path, shots: Path, name: str) -
            "DURABLE_NB_INDEX": str(root / "index")}
     (root / "lab").mkdir()
     notebook = write_notebook(root / "lab" / "install.ipynb", [_SETUP_CELL, _AGENT_CELL])
-    with JupyterLab(root / "lab", env=env, python=python, timeout=120) as lab:
+    with JupyterLab(root / "lab", env=env, python=python) as lab:
         assert lab.api("GET", "/durable-nb/api/version") == {"version": VERSION}
         with LabPage(lab, timeout=90) as page:
             page.open_notebook("install.ipynb")
@@ -130,40 +112,64 @@ def _approve_after_shut_down(python: Path, root: Path, shots: Path, name: str) -
     assert (root / "lab" / "side_effects.log").read_text() == "applied\n"
 
 
-@pytest.mark.browser
-@pytest.mark.timeout(1800)  # one venv with JupyterLab installed for real: minutes
-def test_the_users_install_from_the_wheel_gives_sidebar_server_and_deciding_after_shut_down(
-        tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def lab_venv(tmp_path_factory: pytest.TempPathFactory,
+             durable_nb_wheel: Path) -> tuple[Path, dict[str, str]]:
+    """A fresh venv in which the user's command, ``pip install "durable-nb[lab]"`` (the wheel
+    for the index), ran: JupyterLab and every dependency installed for real, once for the
+    module's install tests, each of which installs durable-nb again its own way."""
     require_chromium()
-    wheels = tmp_path / "wheels"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
-          str(REPO)])
-    [wheel] = wheels.glob("durable_nb-*.whl")
-    python, env = _fresh_venv(tmp_path / "venv")
+    python, env = _fresh_venv(tmp_path_factory.mktemp("install") / "venv")
+    _run([str(python), "-m", "pip", "install", "-q", f"{durable_nb_wheel}[lab]"], env=env)
+    return python, env
+
+
+def _without_durable_nb(python: Path, env: dict[str, str]) -> None:
+    """Uninstall durable-nb (pip removes the data files a wheel placed) and remove what
+    dev-setup placed: the venv has durable-nb's dependencies and nothing of it."""
+    _run([str(python), "-m", "pip", "uninstall", "-y", "-q", "durable-nb"], env=env)
+    prefix = python.parents[1]
+    for placed in (prefix / LABEXTENSION, prefix / SERVER_CONFIG):
+        if placed.is_symlink() or placed.is_file():
+            placed.unlink()
+    assert not (prefix / LABEXTENSION).exists() and not (prefix / SERVER_CONFIG).exists()
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(1800)  # the module's venv, JupyterLab installed for real: minutes
+def test_the_users_install_from_the_wheel_gives_sidebar_server_and_deciding_after_shut_down(
+        tmp_path: Path, lab_venv: tuple[Path, dict[str, str]], durable_nb_wheel: Path) -> None:
+    python, env = lab_venv
+    _without_durable_nb(python, env)
     # The README's command, `pip install "durable-nb[lab]"`, with the wheel for the index.
-    _run([str(python), "-m", "pip", "install", "-q", f"{wheel}[lab]"], env=env)
+    _run([str(python), "-m", "pip", "install", "-q", f"{durable_nb_wheel}[lab]"], env=env)
     _approve_after_shut_down(python, tmp_path, _shots(tmp_path), "wheel")
 
 
 @pytest.mark.browser
 @pytest.mark.timeout(1800)
-def test_the_contributors_editable_install_with_dev_setup_gives_the_same(tmp_path: Path) -> None:
-    require_chromium()
-    python, env = _fresh_venv(tmp_path / "venv")
+def test_the_contributors_editable_install_with_dev_setup_gives_the_same(
+        tmp_path: Path, lab_venv: tuple[Path, dict[str, str]]) -> None:
+    python, env = lab_venv
+    _without_durable_nb(python, env)
     prefix = python.parents[1]
     # The contributor's path (without the test extra's packages, which these checks do not
     # use): an editable install places no data files; `durable-nb dev-setup` places both.
     _run([str(python), "-m", "pip", "install", "-q", "-e", f"{REPO}[lab]"], env=env)
     assert not (prefix / LABEXTENSION).exists() and not (prefix / SERVER_CONFIG).exists()
-    _run([str(python.parent / "durable-nb"), "dev-setup"], cwd=tmp_path, env=env)
-    built = REPO / "durable_nb" / "labextension"
-    assert (prefix / LABEXTENSION).resolve() == built
-    assert (prefix / SERVER_CONFIG).read_text() == (REPO / SERVER_CONFIG).read_text()
-    # JupyterLab's own command links the same build (durable_nb._jupyter_labextension_paths).
-    _run([str(python.parent / "jupyter"), "labextension", "develop", "--overwrite", "."],
-         cwd=REPO, env=env)
-    assert (prefix / LABEXTENSION).resolve() == built
-    _approve_after_shut_down(python, tmp_path, _shots(tmp_path), "editable")
+    try:
+        _run([str(python.parent / "durable-nb"), "dev-setup"], cwd=tmp_path, env=env)
+        built = REPO / "durable_nb" / "labextension"
+        assert (prefix / LABEXTENSION).resolve() == built
+        assert (prefix / SERVER_CONFIG).read_text() == (REPO / SERVER_CONFIG).read_text()
+        # JupyterLab's own command links the same build (durable_nb._jupyter_labextension_paths).
+        _run([str(python.parent / "jupyter"), "labextension", "develop", "--overwrite", "."],
+             cwd=REPO, env=env)
+        assert (prefix / LABEXTENSION).resolve() == built
+        _approve_after_shut_down(python, tmp_path, _shots(tmp_path), "editable")
+    finally:
+        # The link points into this checkout: no later install may write through it.
+        _without_durable_nb(python, env)
 
 
 def test_dev_setup_links_the_build_and_writes_the_server_config_again_and_again(

@@ -29,11 +29,8 @@ SHARE = "share/jupyter/labextensions/durable-nb"
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
-                    str(REPO)], check=True, timeout=300, capture_output=True)
-    return next(out.glob("durable_nb-*.whl"))
+def wheel(durable_nb_wheel: Path) -> Path:
+    return durable_nb_wheel  # conftest: built once per run, shared with tests/test_install.py
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +84,7 @@ def test_jupyterlab_lists_and_serves_the_extension_without_node(venv: Path,
          f"--ServerApp.root_dir={tmp_path}"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        page = _get(f"http://127.0.0.1:{port}/lab?token={token}", deadline=60)
+        page = _get(f"http://127.0.0.1:{port}/lab?token={token}", deadline=180)
         config = json.loads(re.search(r'id="jupyter-config-data"[^>]*>(.*?)</script>', page,
                                       re.S).group(1))
         [extension] = [e for e in config["federated_extensions"] if e["name"] == "durable-nb"]

@@ -28,9 +28,14 @@ from tests.fuzz.replay_fuzz import (
 )
 
 SEED = int(os.environ.get("REPLAY_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
-EXAMPLES = 25
-CHANGED_EXAMPLES = 30
-EDITED_EXAMPLES = 20
+# Each example runs a program to the end, then kills and resumes it in fresh processes (seconds
+# each): the suite runs a few per property with a new seed every time, the script the long
+# campaigns (docs/pages/development.md). Over 75 examples a run saw 1.7 kills landed per
+# program, a change refused and ended equal half the time each, and 3 edits in 5 fork the
+# run: at these counts each test's "it happened" assertion misses with odds under 1 in 1000.
+EXAMPLES = 10
+CHANGED_EXAMPLES = 12
+EDITED_EXAMPLES = 8
 
 
 def test_killed_and_resumed_programs_replay_what_an_uninterrupted_run_observed(tmp_path):

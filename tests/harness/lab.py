@@ -147,6 +147,8 @@ class JupyterLab:
 
     `env` is added to the server's environment, which kernels it starts inherit (e.g.
     DURABLE_NB_DIR). On exit all kernel sessions are deleted and the server is terminated.
+    `timeout` (s) bounds the wait for the server to answer, which ends as soon as it does: a
+    loaded machine (two test processes, other work) can take a minute to start JupyterLab.
     `app="notebook"` runs Jupyter Notebook 7 instead (the same front-end components).
     `python` runs the server (and its python3 kernel) with another environment's interpreter,
     with that environment's bin first on PATH, no PYTHONPATH and nothing of this checkout.
@@ -155,7 +157,7 @@ class JupyterLab:
     """
 
     def __init__(
-        self, root_dir: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 60,
+        self, root_dir: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 180,
         app: str = "lab", python: str | os.PathLike[str] | None = None, checkout: bool = True,
     ) -> None:
         self.app = app
