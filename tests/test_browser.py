@@ -486,9 +486,11 @@ def test_a_run_resumed_after_a_restart_or_the_stop_button_shows_running_and_its_
         assert output.get_by_text("FAILED", exact=True).count() == 0
         output.get_by_text(words).first.click()  # opens the list of attempts
         output.get_by_text("attempt 1").first.wait_for(state="visible")
-        output.screenshot(path=str(shots / f"lab-resumed-{how}-running.png"))
+        # The page, not the live panel's element: the panel redraws while it runs, and an
+        # element screenshot taken as it is replaced fails ("not attached to the DOM").
+        page.screenshot(shots / f"lab-resumed-{how}-running.png")
         output.get_by_text("DONE", exact=True).first.wait_for(state="visible", timeout=30_000)
-        output.screenshot(path=str(shots / f"lab-resumed-{how}-done.png"))
+        page.screenshot(shots / f"lab-resumed-{how}-done.png")
     record = journal.get_run("slow")
     first = "kernel-restarted" if how == "restart" else "interrupted"
     assert [a["end"] for a in record.attempts] == [first, "completed"]
