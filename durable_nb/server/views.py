@@ -23,6 +23,9 @@ from ..execution.approvals import pending_digest
 from ..registry import lease_holder
 from ..errors import JournalError
 from ..journal import Journal, RunRecord, Status, StepEntry
+from ..execution.history import history
+from ..notify.audit import delivery_outcome, notifications, request_deliveries
+from ..notify.delivery import pending_of
 from .journals import KnownJournal
 
 __all__ = ["GROUPS", "SUMMARY_REUSE", "Facts", "Listing", "batch_view", "facts", "keep_facts",
@@ -104,6 +107,7 @@ def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
         "notebook_path": record.notebook if isinstance(record.notebook, str) else None,
         "cell_id": record.cell_id if isinstance(record.cell_id, str) else None,
         "pending_approval": _pending(record),
+        "deliveries": _deliveries(opened, record),
         "decision": None if decision is None else {
             "approved": decision.get("approved"), "by": decision.get("by"),
             "via": decision.get("via"), "at": decision.get("at"), "note": decision.get("note"),
@@ -112,6 +116,32 @@ def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
         "parent": record.parent if isinstance(record.parent, str) else None,
         "error": record.error if isinstance(record.error, str) else None,
     }
+
+
+def _deliveries(opened: Journal, record: RunRecord) -> dict | None:
+    """For a run waiting for a decision, its request's notifications: counts by outcome and
+    the problem of one that failed or is retrying (:func:`~durable_nb.notify.audit.
+    request_deliveries`, one read); None for any other run (the run view has them all)."""
+    found = pending_of(record)
+    if found is None:
+        return None
+    run_id, pending = found
+    return request_deliveries(opened, run_id, str(pending["id"])) or None
+
+
+def _delivery_marks(opened: Journal, waiting: Iterable[RunRecord]) -> list:
+    """What changes when a waiting run's notification is claimed, tried, sent or failed
+    (a delivery's record changes, not the run's): part of the summary's version, so that
+    the sidebar shows a failure as it happens. One read per waiting run."""
+    marks = []
+    for record in waiting:
+        found = pending_of(record)
+        if found is not None:
+            rows = opened.deliveries(found[0])
+            marks.append((record.run_id, sorted(
+                (key, delivery_outcome(row), len(row.get("attempts") or []))
+                for key, row in rows.items())))
+    return marks
 
 
 # A record is JSON written by durable_nb; one written by someone else may hold anything where
@@ -189,7 +219,8 @@ def facts(known: KnownJournal, opened: Journal) -> Facts:
     part = [known.id, sorted((s.value, n) for s, n in counts.items()),
             [(r.run_id, r.updated_at, r.step_count, r.status.value, dead.get(r.run_id, False))
              for r in active],
-            [(r.run_id, r.updated_at, r.status.value) for r in newest]]
+            [(r.run_id, r.updated_at, r.status.value) for r in newest],
+            _delivery_marks(opened, (r for r in active if r.status is Status.WAITING_APPROVAL))]
     read = Facts(mark, now, counts, running, pending, part, {})
     if _quiet(mark, wall):
         _facts[known.id] = read
@@ -388,6 +419,9 @@ def run_view(known: KnownJournal, opened: Journal, run_id: str, *,
     record.step_count = len(steps)
     view = run_summary(known, opened, record, root_dir=root_dir)
     view.update({"result": _text(record.result) if record.status is Status.DONE else None,
+                 "notifications": [dict(row, outcome=delivery_outcome(row))
+                                   for row in notifications(opened, run_id)],
+                 "history": history(opened, run_id),
                  "forked_from": record.forked_from, "deadline": record.deadline,
                  "max_iterations": record.max_iterations, "max_tokens": record.max_tokens,
                  "max_cost": record.max_cost,
