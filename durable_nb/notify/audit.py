@@ -36,15 +36,15 @@ def delivery_outcome(row: dict) -> str:
     return "retrying" if attempts and not attempts[-1].get("ok") else "sending"
 
 
-def request_deliveries(journal: Journal, run_id: str, request_id: str) -> dict:
-    """What a listing says of the deliveries of one request (``request_id``, of run
-    ``run_id``, the run that asked): how many of its channels are in each
-    :func:`delivery_outcome` (none: ``{}``) and, when one failed or is retrying,
-    ``problem``: which channel and why, in one line. One journal read."""
+def request_deliveries(rows: dict[str, dict], request_id: str) -> dict:
+    """What a listing says of the deliveries of one request (``request_id``), from its run's
+    delivery records ``rows`` (:meth:`~durable_nb.journal.Journal.deliveries`): how many of
+    its channels are in each :func:`delivery_outcome` (none: ``{}``) and, when one failed or
+    is retrying, ``problem``: which channel and why, in one line."""
     counts: dict[str, Any] = {}
     problems = []
     prefix = f"{request_id}/"
-    for key, row in sorted(journal.deliveries(run_id).items()):
+    for key, row in sorted(rows.items()):
         if not key.startswith(prefix):
             continue
         outcome = delivery_outcome(row)
