@@ -5,10 +5,11 @@ server side with 10,000 runs in the journal, and an idle sidebar (its poll of ``
 costs the server nothing measurable.
 
 A disk journal is filled with ``--runs`` runs of two steps each, as a team's journal looks
-after a while: 12 waiting for approval, 3 running (their leases held by this process), 25
-interrupted, 3 % failed, 0.6 % cancelled, the rest done. A real ``jupyter server`` (a
-subprocess, the extension enabled, ``$DURABLE_NB_JOURNAL`` pointing at the journal) answers
-``GET durable-nb/api/runs`` (first page, 50 runs), ``GET runs?q=...`` (a search, which reads
+after a while: 12 waiting for approval (``--waiting``; each with a notification that failed),
+3 running (their leases held by this process), 25 interrupted, 3 % failed, 0.6 % cancelled,
+the rest done. A real ``jupyter server`` (a subprocess, the extension enabled,
+``$DURABLE_NB_JOURNAL`` pointing at the journal) answers ``GET durable-nb/api/runs`` (first
+page, 50 runs), ``GET runs?q=...`` (a search, which reads
 every record) and ``GET summary``; the times are wall-clock of each request over loopback
 (an upper bound of the server's own time), after one warm-up request. What an idle sidebar
 costs is the server's CPU time over ``--idle`` seconds, measured three times: with nothing open (the server's own floor), with ``--streams``
@@ -42,10 +43,11 @@ from durable_nb.execution.lease import Lease
 TOKEN = "benchmark-token"
 
 
-def fill(journal: Journal, runs: int) -> list[Lease]:
-    """``runs`` runs of two steps each in the mix of the module docstring; returns the
+def fill(journal: Journal, runs: int, waiting: int = 12) -> list[Lease]:
+    """``runs`` runs of two steps each in the mix of the module docstring (``waiting`` of
+    them waiting for approval, each with a webhook delivery that failed); returns the
     leases held for the running ones (released by the caller)."""
-    special = ([Status.WAITING_APPROVAL] * 12 + [Status.RUNNING] * 28
+    special = ([Status.WAITING_APPROVAL] * waiting + [Status.RUNNING] * 28
                + [Status.FAILED] * (runs * 3 // 100) + [Status.CANCELLED] * (runs * 6 // 1000))
     statuses = special + [Status.DONE] * (runs - len(special))
     start = time.time() - runs
@@ -63,6 +65,12 @@ def fill(journal: Journal, runs: int) -> list[Lease]:
                                        "digest": f"{i:064x}", "id": f"{i:032x}",
                                        "run_id": run_id, "requested_at": created}
         journal.create_run(record)
+        if status is Status.WAITING_APPROVAL:
+            journal.add_delivery(run_id, f"{i:032x}/webhook", {
+                "channel": "webhook", "state": "failed", "digest": f"{i:064x}",
+                "name": "send email", "claimed_at": created, "attempts": [
+                    {"at": created, "took": 0.01, "ok": False,
+                     "error": "HTTP 500 Internal Server Error"}] * 5})
         for position in range(2):
             record.step_count = position + 1
             journal.append_step(run_id, StepEntry(
@@ -176,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--waiting", type=int, default=12,
+                        help="runs waiting for approval (each with a failed notification)")
     parser.add_argument("--idle", type=float, default=20.0,
                         help="seconds to measure the server's CPU over, with the streams open "
                              "and then with a 1 s summary poll")
@@ -192,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         location = args.journal or str(work / "journal")
         journal = open_journal(location)
         t0 = time.perf_counter()
-        leases = fill(journal, args.runs)
+        leases = fill(journal, args.runs, args.waiting)
         print(f"filled {args.runs:,} runs in {time.perf_counter() - t0:.1f} s", flush=True)
         if args.journals:
             t0 = time.perf_counter()

@@ -7,7 +7,7 @@ from typing import Any
 from ..journal import Journal
 from ..timestamps import format_time
 
-__all__ = ["notification_lines", "notifications"]
+__all__ = ["delivery_outcome", "notification_lines", "notifications", "request_deliveries"]
 
 
 def notifications(journal: Journal, run_id: str, *, private: bool = True) -> list[dict]:
@@ -24,6 +24,42 @@ def notifications(journal: Journal, run_id: str, *, private: bool = True) -> lis
         rows.append(row)
     rows.sort(key=lambda r: (r.get("claimed_at") or r.get("at") or 0, r.get("channel", "")))
     return rows
+
+
+def delivery_outcome(row: dict) -> str:
+    """Where a delivery record stands: ``sent``, ``failed`` (its attempts used up),
+    ``skipped`` (the run's ``notify=`` left its channel out), ``retrying`` (claimed, its last
+    attempt failed: the next one is due after a backoff, or after the lease when its sender
+    stopped) or ``sending`` (claimed, no attempt finished yet)."""
+    state = row.get("state")
+    if state in ("sent", "failed", "skipped"):
+        return state
+    attempts = row.get("attempts") or []
+    return "retrying" if attempts and not attempts[-1].get("ok") else "sending"
+
+
+def request_deliveries(rows: dict[str, dict], request_id: str) -> dict:
+    """What a listing says of the deliveries of one request (``request_id``), from its run's
+    delivery records ``rows`` (:meth:`~durable_nb.journal.Journal.deliveries`): how many of
+    its channels are in each :func:`delivery_outcome` (none: ``{}``) and, when one failed or
+    is retrying, ``problem``: which channel and why, in one line."""
+    counts: dict[str, Any] = {}
+    problems = []
+    prefix = f"{request_id}/"
+    for key, row in sorted(rows.items()):
+        if not key.startswith(prefix):
+            continue
+        outcome = delivery_outcome(row)
+        counts[outcome] = counts.get(outcome, 0) + 1
+        attempts = row.get("attempts") or []
+        if outcome in ("failed", "retrying"):
+            why = attempts[-1].get("error") if attempts else None
+            tried = f"{len(attempts)} attempt{'' if len(attempts) == 1 else 's'}"
+            problems.append(f"{row.get('channel', key[len(prefix):])} {outcome} after "
+                            f"{tried}: {why or 'no reason recorded'}")
+    if problems:
+        counts["problem"] = "; ".join(problems)
+    return counts
 
 
 def notification_lines(rows: list[dict]) -> list[str]:

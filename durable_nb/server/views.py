@@ -24,6 +24,9 @@ from ..execution.approvals import pending_digest
 from ..registry import lease_holder
 from ..errors import JournalError
 from ..journal import Journal, RunRecord, Status, StepEntry
+from ..execution.history import history
+from ..notify.audit import delivery_outcome, notifications, request_deliveries
+from ..notify.delivery import pending_of
 from .journals import KnownJournal
 
 __all__ = ["GROUPS", "SUMMARY_REUSE", "Facts", "Listing", "batch_view", "facts", "keep_facts",
@@ -85,9 +88,11 @@ def _pending(record: RunRecord) -> dict | None:
 
 
 def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
-                interrupted: bool | None = None, root_dir: str | None = None) -> dict:
+                interrupted: bool | None = None, root_dir: str | None = None,
+                notified: Notified | None = None) -> dict:
     """A RunSummary (see API.md). ``interrupted``: known already (else one lease read for a
-    RUNNING run); a WAITING_APPROVAL run costs one read for a decision not taken yet.
+    RUNNING run); a WAITING_APPROVAL run costs one read for a decision not taken yet, and one
+    for its notifications unless ``notified`` (the journal's facts) has them.
     Where it comes from: ``journal`` (id) and ``journal_location`` (as shown: a PostgreSQL
     URL without its password); ``notebook`` (under the server root, what Lab opens; None
     elsewhere) and ``notebook_path`` (as the kernel recorded it)."""
@@ -108,6 +113,7 @@ def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
         "notebook_path": record.notebook if isinstance(record.notebook, str) else None,
         "cell_id": record.cell_id if isinstance(record.cell_id, str) else None,
         "pending_approval": _pending(record),
+        "deliveries": _deliveries(opened, record, notified),
         "decision": None if decision is None else {
             "approved": decision.get("approved"), "by": decision.get("by"),
             "via": decision.get("via"), "at": decision.get("at"), "note": decision.get("note"),
@@ -116,6 +122,47 @@ def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
         "parent": record.parent if isinstance(record.parent, str) else None,
         "error": record.error if isinstance(record.error, str) else None,
     }
+
+
+#: What a waiting run's row says of its request's notifications, as read with the journal's
+#: facts: ``{run_id: (request id, request_deliveries)}``.
+Notified = dict[str, tuple[str, dict]]
+
+
+def _deliveries(opened: Journal, record: RunRecord, known: Notified | None = None) -> dict | None:
+    """For a run waiting for a decision, its request's notifications: counts by outcome and
+    the problem of one that failed or is retrying (:func:`~durable_nb.notify.audit.
+    request_deliveries`); None for any other run (the run view has them all). Taken from
+    ``known`` (the journal's facts) when it has this request, else one read."""
+    found = pending_of(record)
+    if found is None:
+        return None
+    run_id, pending = found
+    request_id = str(pending["id"])
+    kept = (known or {}).get(record.run_id)
+    if kept is not None and kept[0] == request_id:
+        return kept[1] or None
+    return request_deliveries(opened.deliveries(run_id), request_id) or None
+
+
+def _notified(opened: Journal, waiting: Iterable[RunRecord]) -> tuple[Notified, list]:
+    """The waiting runs' :data:`Notified`, and what changes when one of their notifications
+    is claimed, tried, sent or failed (a delivery's record changes, not the run's): part of
+    the summary's version, so that the sidebar shows a failure as it happens. One read per
+    waiting run, kept with the journal's facts."""
+    notified: Notified = {}
+    marks = []
+    for record in waiting:
+        found = pending_of(record)
+        if found is None:
+            continue
+        rows = opened.deliveries(found[0])
+        request_id = str(found[1]["id"])
+        notified[record.run_id] = (request_id, request_deliveries(rows, request_id))
+        marks.append((record.run_id, sorted(
+            (key, delivery_outcome(row), len(row.get("attempts") or []))
+            for key, row in rows.items())))
+    return notified, marks
 
 
 # A record is JSON written by durable_nb; one written by someone else may hold anything where
@@ -141,7 +188,7 @@ _NEWEST_KEPT = 500
 class Facts:
     """What listings and summaries read of one journal: its counts by status, its RUNNING
     runs (each with whether it is interrupted), its pending approvals (no decision given),
-    the summary's part, and the newest runs of each status as pages asked for them.
+    its waiting runs' notifications, the summary's part, and the newest runs of each status as pages asked for them.
 
     Kept per journal while its files do not change (a directory journal: its SQLite database
     and write-ahead log, size and time); when it has RUNNING runs, their leases are read
@@ -154,6 +201,7 @@ class Facts:
     counts: dict[Status, int]
     running: list[tuple[RunRecord, bool]]
     pending: int
+    notified: Notified
     part: list
     newest: dict[tuple[Status, int], list[RunRecord]]
 
@@ -190,11 +238,13 @@ def facts(known: KnownJournal, opened: Journal) -> Facts:
                   and recorded_decision(r, opened) is None)
     newest = opened.list_runs(limit=20, newest_first=True)
     dead = {r.run_id: interrupted for r, interrupted in running}
+    notified, delivery_marks = _notified(
+        opened, (r for r in active if r.status is Status.WAITING_APPROVAL))
     part = [known.id, sorted((s.value, n) for s, n in counts.items()),
             [(r.run_id, r.updated_at, r.step_count, r.status.value, dead.get(r.run_id, False))
              for r in active],
-            [(r.run_id, r.updated_at, r.status.value) for r in newest]]
-    read = Facts(mark, now, counts, running, pending, part, {})
+            [(r.run_id, r.updated_at, r.status.value) for r in newest], delivery_marks]
+    read = Facts(mark, now, counts, running, pending, notified, part, {})
     if _quiet(mark, wall):
         _facts[known.id] = read
     else:
@@ -327,6 +377,7 @@ def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str
                 for record in (opened.list_runs_counted(prefix, status=status, limit=n,
                                                         newest_first=True) if prefix
                                else _newest(opened, read, status, n)))[:n]))
+    notified = {known.id: read.notified for known, _, read in answering}
     start, end = page * limit, (page + 1) * limit
     shown: list[dict] = []
     offset = 0
@@ -334,7 +385,8 @@ def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str
         if offset < end and offset + total > start:
             for known, opened, record in fetch(min(total, end - offset))[max(0, start - offset):]:
                 shown.append(run_summary(known, opened, record, root_dir=root_dir,
-                                         interrupted=group == "INTERRUPTED"))
+                                         interrupted=group == "INTERRUPTED",
+                                         notified=notified[known.id]))
         offset += total
     return Listing(shown, offset, sum(read.pending for _, _, read in answering), failed)
 
@@ -392,6 +444,9 @@ def run_view(known: KnownJournal, opened: Journal, run_id: str, *,
     record.step_count = len(steps)
     view = run_summary(known, opened, record, root_dir=root_dir)
     view.update({"result": _text(record.result) if record.status is Status.DONE else None,
+                 "notifications": [dict(row, outcome=delivery_outcome(row))
+                                   for row in notifications(opened, run_id)],
+                 "history": history(opened, run_id),
                  "forked_from": record.forked_from, "deadline": record.deadline,
                  "max_iterations": record.max_iterations, "max_tokens": record.max_tokens,
                  "max_cost": record.max_cost,

@@ -27,6 +27,47 @@ export interface IDecision {
   digest: string | null;
 }
 
+/**
+ * A waiting run's notifications of its request (issue 27): how many of its channels were
+ * sent, failed (attempts used up), are retrying, sending or skipped, and, when one failed or
+ * is retrying, `problem`: which channel and why. Counts only; the run view has every delivery.
+ */
+export interface IDeliveries {
+  sent?: number;
+  failed?: number;
+  retrying?: number;
+  sending?: number;
+  skipped?: number;
+  problem?: string;
+}
+
+/** One notification delivery of a run (durable_nb.notify.audit.notifications). */
+export interface IDelivery {
+  channel: string;
+  state: string;
+  /** Where it stands: sent, failed, skipped, retrying or sending. */
+  outcome: string;
+  request: string;
+  name?: string | null;
+  digest?: string;
+  claimed_at?: number;
+  finished_at?: number;
+  at?: number;
+  takeovers?: number;
+  attempts?: { at: number; took: number; ok: boolean; error?: string }[];
+}
+
+/** One event of a run's history (durable_nb.execution.history): `text` says it all. */
+export interface IHistoryEvent {
+  kind: string;
+  at: number;
+  text: string;
+  by?: string;
+  via?: string;
+  name?: string;
+  request?: string;
+}
+
 /** One run in a listing. */
 export interface IRunSummary {
   /** The journal's id, and its location as shown (a PostgreSQL URL without its password). */
@@ -49,6 +90,8 @@ export interface IRunSummary {
   notebook_path: string | null;
   cell_id: string | null;
   pending_approval: IPending | null;
+  /** Only for a run waiting for a decision; null when nothing was notified. */
+  deliveries?: IDeliveries | null;
   decision: IDecision | null;
   batch_id: string | null;
   parent: string | null;
@@ -64,6 +107,8 @@ export interface IRunRecord extends IRunSummary {
   max_iterations?: number | null;
   max_tokens?: number | null;
   max_cost?: number | null;
+  notifications?: IDelivery[];
+  history?: IHistoryEvent[];
 }
 
 /** One journal step, as text built by the server from journal data only. */

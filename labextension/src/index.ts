@@ -12,6 +12,8 @@
  * (the kernel panel's link, shown once its kernel stopped) opens that run's view; a kernel
  * panel's pending approval gets Approve / Reject that work without its kernel (decidehere.ts).
  *
+ * A new pending approval shows a toast (toast.ts) whose action opens its run view.
+ *
  * JupyterLab only (it requires the Lab shell): Notebook 7 does not load it.
  */
 import {
@@ -31,6 +33,7 @@ import { ApprovalsInbox } from './inbox';
 import { RunsModel } from './model';
 import { RunView } from './runview';
 import { RunsSidebar } from './sidebar';
+import { RequestToasts } from './toast';
 
 // A check mark in a circle over two lines: runs, some waiting for a person's yes.
 const runsIcon = new LabIcon({
@@ -157,6 +160,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     );
 
     watchDecideHere(app);
+    new RequestToasts(model, actions);
 
     palette?.addItem({ command: 'durable-nb:open-inbox', category: 'Durable runs' });
 

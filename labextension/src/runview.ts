@@ -1,6 +1,6 @@
 /**
- * The run view (main area): the header, timeline, step details, attempts and result of
- * one run, read from the REST API, so it works with the run's kernel dead, its notebook
+ * The run view (main area): the header, timeline, step details, attempts, history (what
+ * people and policies did about its approvals), notifications and result of one run, read from the REST API, so it works with the run's kernel dead, its notebook
  * closed, or the run started from a script or a Dask worker. It is fetched again when
  * the journal version the sidebar polls changes.
  */
@@ -8,8 +8,8 @@ import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { IActions, approvalCard, asking, decisionNote, toResume } from './approval';
-import { api, IRunDetail, IRunRecord, IStep } from './api';
-import { button, clock, cost, duration, h, plural, pretty, statusBadge } from './dom';
+import { api, IDelivery, IHistoryEvent, IRunDetail, IRunRecord, IStep } from './api';
+import { button, clock, cost, duration, h, plural, pretty, short, statusBadge } from './dom';
 import { RunsModel } from './model';
 
 /** The newest steps listed in the timeline (a long run lists its tail). */
@@ -80,6 +80,8 @@ export class RunView extends Widget {
       decision ? decisionNote(record, decision, this._actions) : null,
       this._timeline(detail.steps),
       this._attempts(record.attempts),
+      this._history(record.history),
+      this._notifications(record.notifications),
       // A run that returned nothing (None) shows no result.
       record.result !== null && record.result !== undefined && record.result !== 'null'
         ? h(
@@ -225,6 +227,71 @@ export class RunView extends Widget {
       h('h3', {}, `Attempts (${attempts.length})`),
       ...attempts.map((attempt, index) =>
         h('pre', { class: 'dnr-text' }, `${index + 1}. ${pretty(attempt)}`)
+      )
+    );
+  }
+
+  /** The run's history, oldest first: when, what kind, and its sentence (written with it). */
+  private _history(events: IHistoryEvent[] | undefined): HTMLElement | null {
+    if (!events || !events.length) {
+      return null;
+    }
+    return h(
+      'section',
+      { class: 'dnr-history' },
+      h('h3', {}, `History (${plural(events.length, 'event')})`),
+      ...events.map(event =>
+        h(
+          'div',
+          { class: `dnr-event dnr-event-${event.kind}`, 'data-kind': event.kind },
+          h('span', { class: 'dnr-when' }, clock(event.at)),
+          h('span', { class: 'dnr-event-kind' }, event.kind),
+          h('span', { class: 'dnr-event-text' }, event.text)
+        )
+      )
+    );
+  }
+
+  /** Each notification delivery: channel, where it stands, request, and every attempt. */
+  private _notifications(deliveries: IDelivery[] | undefined): HTMLElement | null {
+    if (!deliveries || !deliveries.length) {
+      return null;
+    }
+    const count = deliveries.length;
+    return h(
+      'section',
+      { class: 'dnr-notifications' },
+      h('h3', {}, `Notifications (${count} ${count === 1 ? 'delivery' : 'deliveries'})`),
+      ...deliveries.map(delivery => this._delivery(delivery))
+    );
+  }
+
+  private _delivery(delivery: IDelivery): HTMLElement {
+    const attempts = delivery.attempts ?? [];
+    const state = delivery.outcome ?? delivery.state;
+    const facts = [
+      `request ${short(delivery.digest)} ${delivery.name ?? ''}`.trim(),
+      attempts.length ? plural(attempts.length, 'attempt') : '',
+      delivery.takeovers ? `taken over ${delivery.takeovers}× from a sender that stopped` : ''
+    ].filter(Boolean);
+    return h(
+      'div',
+      { class: `dnr-delivery dnr-delivery-${state}`, 'data-channel': delivery.channel },
+      h(
+        'div',
+        {},
+        h('b', {}, delivery.channel),
+        ' ',
+        h('span', { class: 'dnr-delivery-state' }, state),
+        h('span', { class: 'dnr-muted' }, ` · ${facts.join(' · ')}`)
+      ),
+      ...attempts.map(attempt =>
+        h(
+          'div',
+          { class: 'dnr-muted dnr-delivery-attempt' },
+          `${clock(attempt.at)} ${attempt.ok ? 'ok' : `failed: ${attempt.error ?? '?'}`} ` +
+            `(${duration(attempt.took)})`
+        )
       )
     );
   }

@@ -198,7 +198,8 @@ export class RunsSidebar extends Widget {
         facts.join(' · '),
         when ? ' · ' : null,
         when ? h('span', { class: 'dnr-when', title: 'last updated' }, when) : null
-      )
+      ),
+      this._deliveryProblem(run)
     );
     const decision = toResume(run);
     if (decision) {
@@ -206,6 +207,27 @@ export class RunsSidebar extends Widget {
     }
     row.addEventListener('click', () => this._actions.openRun(run));
     return row;
+  }
+
+  /**
+   * A waiting run whose notification failed or is being retried: a marker, with which
+   * channel and why as its tooltip (the run view lists every attempt). The run stays
+   * parked either way.
+   */
+  private _deliveryProblem(run: IRunSummary): HTMLElement | null {
+    const deliveries = run.deliveries;
+    if (!deliveries || !(deliveries.failed || deliveries.retrying)) {
+      return null;
+    }
+    const failed = Boolean(deliveries.failed);
+    return h(
+      'div',
+      {
+        class: `dnr-delivery-problem ${failed ? 'dnr-delivery-failed' : 'dnr-delivery-retrying'}`,
+        title: `${deliveries.problem ?? ''}\nThe run stays parked; open it for every attempt.`
+      },
+      failed ? '⚠ notification failed' : '⚠ notification retrying'
+    );
   }
 
   /**

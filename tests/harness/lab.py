@@ -72,7 +72,7 @@ def _free_port() -> int:
 
 
 def _write_jupyter_dirs(base: Path, python: str | None = None,
-                        checkout: bool = True) -> dict[str, str]:
+                        checkout: bool = True, toasts: bool = False) -> dict[str, str]:
     """Private Jupyter dirs: no user settings, no old workspaces, kernel = this interpreter,
     durable_nb's extensions as this checkout has them (``checkout``).
 
@@ -87,10 +87,11 @@ def _write_jupyter_dirs(base: Path, python: str | None = None,
     }
     for path in dirs.values():
         path.mkdir(parents=True)
-    # No news/update fetches (no network) and no toasts covering the notebook.
+    # No news/update fetches (no network) and no toasts covering the notebook (``toasts``:
+    # JupyterLab's "do not disturb" off, for the tests of durable_nb's own toasts).
     notify = dirs["JUPYTER_CONFIG_DIR"] / "lab/user-settings/@jupyterlab/apputils-extension"
     notify.mkdir(parents=True)
-    settings = {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True}
+    settings = {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": not toasts}
     (notify / "notification.jupyterlab-settings").write_text(json.dumps(settings))
     if python is not None:
         return {key: str(path) for key, path in dirs.items()}
@@ -153,13 +154,16 @@ class JupyterLab:
     `python` runs the server (and its python3 kernel) with another environment's interpreter,
     with that environment's bin first on PATH, no PYTHONPATH and nothing of this checkout.
     `checkout=False`: this interpreter without durable_nb's extensions (an editable install's
-    server, which has neither unless its environment was set up for them).
+    server, which has neither unless its environment was set up for them). `toasts=True`:
+    notifications show as toasts (JupyterLab's "do not disturb" mode, on by default here, off).
     """
 
     def __init__(
         self, root_dir: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 180,
         app: str = "lab", python: str | os.PathLike[str] | None = None, checkout: bool = True,
+        toasts: bool = False,
     ) -> None:
+        self.toasts = toasts
         self.app = app
         self.checkout = checkout
         self.python = None if python is None else str(python)
@@ -185,7 +189,8 @@ class JupyterLab:
         return self._base / "runtime"
 
     def __enter__(self) -> JupyterLab:
-        env = {**os.environ, **_write_jupyter_dirs(self._base, self.python, self.checkout)}
+        env = {**os.environ, **_write_jupyter_dirs(self._base, self.python, self.checkout,
+                                                       self.toasts)}
         if self.python is not None:
             env.pop("PYTHONPATH", None)
             env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", "")])
