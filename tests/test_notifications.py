@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,26 @@ def test_the_sweep_never_notifies_the_fork_of_a_waiting_run(tmp_path: Path) -> N
         assert list(done) == ["w"]
         assert [r["json"]["run_id"] for r in hook.wait_for(1)] == ["w"]
     assert notifications(open_journal(journal), "w@1") == []
+
+
+def test_a_runs_own_channels_are_not_used_for_the_journals_other_runs(tmp_path: Path) -> None:
+    """A run given its own ``notify=`` sends its requests there, and only its: the first
+    sweep of the journal by its process sends the other waiting runs' requests with the
+    journal's configuration (here none), not with this run's."""
+    journal = str(tmp_path / "j")
+    parked = subprocess.run(  # parked by another process: this one has not swept the journal
+        [sys.executable, "-c", "import durable_nb as dn, sys; dn.execute('other', lambda ctx: "
+         "ctx.approval('drop_table', {}), journal=sys.argv[1], on_approval='park')", journal],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert parked.returncode == 0, parked.stderr
+    with WebhookReceiver(SECRET) as hook:
+        _park("mine", journal, NotifyConfig(webhook=WebhookConfig(hook.url, secret=SECRET)))
+        hook.wait_for(1)
+        wait_until(lambda: not any(t.name == "durable-nb-notify-sweep"
+                                   for t in threading.enumerate()), what="the first sweep")
+        assert drain(30)
+        assert [r["json"]["run_id"] for r in hook.requests] == ["mine"]
+    assert notifications(open_journal(journal), "other") == []
 
 
 def _failing_target(kind: str) -> tuple[WebhookReceiver | None, str]:
