@@ -6,6 +6,7 @@ from typing import Any
 
 from ..journal import Journal
 from ..timestamps import format_time
+from .links import LINK_PREFIX
 
 __all__ = ["notification_lines", "notifications"]
 
@@ -15,6 +16,8 @@ def notifications(journal: Journal, run_id: str, *, private: bool = True) -> lis
     the sender ran (host, pid) unless ``private`` (an export leaves it out)."""
     rows = []
     for key, record in journal.deliveries(run_id).items():
+        if key.startswith(LINK_PREFIX):
+            continue  # a decision link's record: the run's history tells of links
         row = {k: v for k, v in record.items() if k not in ("token", "heartbeat")}
         row["request"] = key.rsplit("/", 1)[0]
         if not private:
@@ -41,6 +44,12 @@ def notification_lines(rows: list[dict]) -> list[str]:
         if row.get("takeovers"):
             line += f", taken over {row['takeovers']}x from a sender that stopped"
         lines.append(line)
+        links = row.get("links")
+        if links:
+            lines.append(f"    decision links to {', '.join(links.get('to') or [])}, valid "
+                         f"until {format_time(links.get('expires_at'), '?')}")
+        elif row.get("links_missing"):
+            lines.append(f"    {row['links_missing']}")
         for attempt in attempts:
             when = format_time(attempt.get("at"), "?")
             outcome = "ok" if attempt.get("ok") else f"failed: {attempt.get('error')}"

@@ -34,12 +34,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from ..journal import Journal, RunRecord, Status
 from ..execution.approvals import pending_digest
 from .channels import DeliveryFailed, Notice, send
-from .config import NotifyConfig
+from .config import EmailConfig, NotifyConfig
+from .links import issue_links
 
 __all__ = ["delivery_key", "deliver", "drain", "notice_for", "notify_in_background",
            "pending_of", "sweep"]
@@ -122,14 +124,25 @@ def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
         if held is None:
             continue
         notice = notice_for(journal, record, run_id, pending, channel)
+        try:
+            links, kept = issue_links(
+                journal, run_id, pending, channel=channel, config=config.links, now=now,
+                delivery=notice.delivery_id, recipients=list(channel_config.to)
+                if isinstance(channel_config, EmailConfig) else [channel])
+        except Exception as exc:  # the message goes without links rather than not at all
+            links, kept = [], {"links": None, "links_missing": _scrubbed(
+                f"decision links not issued: {type(exc).__name__}: {exc}", channel_config)}
+        notice = replace(notice, links=tuple(
+            {"to": to, "url": url, "expires_at": (kept["links"] or {}).get("expires_at")}
+            for to, url in links))
         outcome[channel] = _send_claimed(journal, run_id, key, held, channel, channel_config,
-                                         notice, config, now)
+                                         notice, config, now, kept)
     return outcome
 
 
 def _send_claimed(journal: Journal, run_id: str, key: str, held: dict, channel: str,
                   channel_config: Any, notice: Notice, config: NotifyConfig,
-                  now: Callable[[], float]) -> str:
+                  now: Callable[[], float], links: dict) -> str:
     policy = config.retry
     attempt_number = 0
     while True:
@@ -147,7 +160,7 @@ def _send_claimed(journal: Journal, run_id: str, key: str, held: dict, channel: 
             attempt["error"] = error
         last = attempt_number >= policy.max_attempts
         state = "sent" if error is None else ("failed" if last else "claimed")
-        updated = dict(held, attempts=[*held["attempts"], attempt], state=state,
+        updated = dict(held, **links, attempts=[*held["attempts"], attempt], state=state,
                        heartbeat=now())
         if state != "claimed":
             updated["finished_at"] = now()
