@@ -53,8 +53,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - 3.10 only: tomli (a dependency there), imported when a file is read
     tomllib = None
 
-__all__ = ["CHANNELS", "EmailConfig", "LinksConfig", "NotifyConfig", "NotifySelection", "SlackConfig",
-           "WebhookConfig", "choose", "load_config", "user_config_path"]
+__all__ = ["CHANNELS", "EmailConfig", "LinksConfig", "NotifyConfig", "NotifySelection",
+           "SlackConfig", "WebhookConfig", "choose", "load_config", "user_config_path"]
 
 #: The channel names, as ``notify=`` and the delivery records name them.
 CHANNELS = ("webhook", "slack", "email")
