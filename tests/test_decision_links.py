@@ -294,3 +294,63 @@ def test_the_server_sends_links_to_itself_and_a_sender_without_a_server_says_why
     assert cli(["--journal", journal, "show", "r"]) == 0
     assert "no decision links: no Jupyter server is known to the sender; set [links] " \
            "base_url" in capsys.readouterr().out
+
+
+# --- PostgreSQL: two servers, the same link posted at once -----------------------------------
+
+_POSTER = textwrap.dedent("""
+    import os, re, sys, time, urllib.parse, urllib.request, urllib.error, http.cookiejar
+    url, go = sys.argv[1], sys.argv[2]
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
+        urllib.request.ProxyHandler({}))
+    try:
+        page = opener.open(url, timeout=30).read().decode()
+    except urllib.error.HTTPError as exc:
+        sys.exit(f"GET {exc.code}: {exc.read()[:300]!r}")
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+    open(sys.argv[4], "w").close()  # ready: the form is here
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    form = urllib.parse.urlencode({"_xsrf": xsrf, "choice": sys.argv[3], "note": ""}).encode()
+    try:
+        status = opener.open(url, data=form, timeout=60).status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    print(status)
+""")
+
+
+@pytest.mark.postgres
+def test_two_servers_posting_one_link_at_once_decide_exactly_once(
+        pg_backend: Backend, tmp_path: Path) -> None:
+    env = {"DURABLE_NB_JOURNAL": pg_backend.location,
+           "DURABLE_NB_INDEX": str(tmp_path / "index")}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with JupyterLab(tmp_path / "a", env=env) as one, JupyterLab(tmp_path / "b", env=env) as two:
+        with WebhookReceiver(SECRET) as hook:
+            assert dn.execute("race", _ask, journal=pg_backend.location, on_approval="park",
+                              notify=_config(hook, one.url)) is None
+            link = _link_of(hook.wait_for(1)[0])
+        token = link.rsplit("/", 1)[1]
+        go = tmp_path / "go"
+        posters = [subprocess.Popen(
+            [sys.executable, "-c", _POSTER, f"{server.url}/durable-nb/decide/{token}", str(go),
+             choice, str(tmp_path / f"ready-{choice}")], stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+            for server, choice in ((one, "approve"), (two, "reject"))]
+        wait_until(lambda: all((tmp_path / f"ready-{c}").exists() for c in ("approve", "reject"))
+                   or any(p.poll() is not None for p in posters), what="both forms", timeout=60)
+        go.touch()
+        outputs = [p.communicate(timeout=120)[0].strip() for p in posters]
+        assert all(out.isdigit() for out in outputs), outputs
+        statuses = [int(out) for out in outputs]
+    assert sorted(statuses) == [200, 410], statuses
+    journal = pg_backend.open()
+    pending = journal.get_run("race").pending_approval
+    decision = journal.get_request(f"decision.{pending['id']}", "race")
+    assert decision["approved"] is (statuses[0] == 200)  # the one that got 200 decided
+    kinds = [e["kind"] for e in journal.events("race")]
+    assert kinds.count("decided") == 1 and kinds.count("link_used") == 1, kinds
+    assert kinds.count("link_refused") == 1

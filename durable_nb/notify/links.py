@@ -260,9 +260,11 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
     used = dict(link, state="used", used_at=now(), approved=approved)
     if not journal.swap_delivery(run_id, key, link, used):
         current = journal.deliveries(run_id).get(key) or {}
-        return LinkOutcome("used", 410, f"This link was used already, at "
+        lost = LinkOutcome("used", 410, f"This link was used already, at "
                            f"{format_time(current.get('used_at'), '?')}. A link decides once.",
-                           current, run=outcome.run)
+                           current or link, run=outcome.run)
+        _refused(journal, run_id, lost)
+        return lost
     try:
         decision = leave_decision(journal, run_id, pending, approved=approved, note=note,
                                   by=str(link.get("to")), via="link")
