@@ -10,7 +10,7 @@ waiting out a deadline.
 from __future__ import annotations
 
 import http.cookiejar
-import json
+import os
 import re
 import subprocess
 import sys
@@ -27,8 +27,8 @@ import durable_nb as dn
 from durable_nb.journal import Status, open_journal
 from durable_nb.notify import EmailConfig, NotifyConfig, WebhookConfig
 from durable_nb.notify.config import LinksConfig
-from durable_nb.notify.delivery import deliver, drain
-from durable_nb.notify.links import LINK_PREFIX, parse_token
+from durable_nb.notify.delivery import deliver
+from durable_nb.notify.links import parse_token
 from durable_nb.notify.loopback import WebhookReceiver
 from durable_nb.cli import main as cli
 from tests.harness.kernel import wait_until
@@ -91,8 +91,7 @@ class Browserless:
 
 
 def _link_records(journal_dir: str, run_id: str) -> list[dict]:
-    return [v for k, v in open_journal(journal_dir).deliveries(run_id).items()
-            if k.startswith(LINK_PREFIX)]
+    return list(open_journal(journal_dir).link_records(run_id).values())
 
 
 def _decision(journal_dir: str, run_id: str) -> dict | None:
@@ -271,20 +270,33 @@ def test_each_email_recipient_gets_a_link_of_their_own_and_decides_as_themselves
 
 # --- the base URL: the server's own, or none (and show says why) -----------------------------
 
+def _park_elsewhere(run_id: str, journal: str) -> None:
+    """Park a run in a process of its own, which knows no Jupyter server, with a journal
+    index of its own (a server extension an earlier test loaded into this process sweeps the
+    journals this process's index lists: it would send the request first). It exits once
+    its delivery is done."""
+    park = ("import durable_nb as dn; from tests.test_decision_links import _ask; "
+            f"assert dn.execute({run_id!r}, _ask, journal={journal!r}, "
+            f"on_approval='park') is None")
+    env = {k: v for k, v in os.environ.items() if k != "JPY_PARENT_PID"}
+    subprocess.run([sys.executable, "-c", park], check=True, cwd=REPO, timeout=120,
+                   env={**env, "PYTHONPATH": str(REPO),
+                        "DURABLE_NB_INDEX": str(Path(journal).parent / "index-parker")})
+
+
 def test_the_server_sends_links_to_itself_and_a_sender_without_a_server_says_why(
         lab: JupyterLab, capsys) -> None:
     journal = lab.journal
     # Parked while no channel is configured: nobody notified it.
-    assert dn.execute("quiet", _ask, journal=journal, on_approval="park") is None
+    _park_elsewhere("quiet", journal)
     with WebhookReceiver(SECRET) as hook:
         # The server extension's sweep (every 10 s) sends what nobody sent, with its own URL
         # (this process opens the journal no more until it did: it would send it itself).
         (Path(journal) / "notify.toml").write_text(
             f'[webhook]\nurl = "{hook.url}"\nsecret = "{SECRET}"\n')
         quiet = hook.wait_for(1, timeout=60)[0]
-        # This process knows no Jupyter server: its message goes without a link.
-        assert dn.execute("r", _ask, journal=journal, on_approval="park") is None
-        assert drain(30)
+        # A process that knows no Jupyter server: its message goes without a link.
+        _park_elsewhere("r", journal)
         assert hook.wait_for(2)[1]["json"]["links"] == []
     assert quiet["json"]["run_id"] == "quiet"
     assert _link_of(quiet).startswith(f"{lab.url}/durable-nb/decide/")
@@ -354,3 +366,31 @@ def test_two_servers_posting_one_link_at_once_decide_exactly_once(
     kinds = [e["kind"] for e in journal.events("race")]
     assert kinds.count("decided") == 1 and kinds.count("link_used") == 1, kinds
     assert kinds.count("link_refused") == 1
+
+
+# --- Slack: buttons that open the page -------------------------------------------------------
+
+def test_slack_buttons_open_the_page_and_the_page_alone_decides(lab: JupyterLab) -> None:
+    from durable_nb.notify import SlackConfig
+    from tests.test_notifications import _check_block_kit
+    with WebhookReceiver() as slack:
+        config = NotifyConfig(slack=SlackConfig(slack.url),
+                              links=LinksConfig(base_url=lab.url + "/"))
+        assert dn.execute("r", _ask, journal=lab.journal, on_approval="park",
+                          notify=config) is None
+        payload = slack.wait_for(1)[0]["json"]
+    _check_block_kit(payload)
+    actions = [b for b in payload["blocks"] if b["type"] == "actions"]
+    assert len(actions) == 1
+    buttons = {b["text"]["text"]: b["url"] for b in actions[0]["elements"]}
+    assert set(buttons) == {"Approve…", "Reject…"}
+    client = Browserless()
+    for url in buttons.values():  # a click on a button is a GET: it decides nothing
+        status, page = client.open(url)
+        assert status == 200 and 'name="choice" value="reject"' in page
+    assert 'value="reject" class="reject" autofocus' in client.open(buttons["Reject…"])[1]
+    assert _decision(lab.journal, "r") is None
+    link = buttons["Reject…"].split("?")[0]
+    status, page = client.decide(link, "reject", "not today")
+    assert status == 200 and "Rejected, as slack." in page
+    assert _decision(lab.journal, "r")["by"] == "slack"

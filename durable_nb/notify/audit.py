@@ -6,7 +6,6 @@ from typing import Any
 
 from ..journal import Journal
 from ..timestamps import format_time
-from .links import LINK_PREFIX
 
 __all__ = ["notification_lines", "notifications"]
 
@@ -16,8 +15,6 @@ def notifications(journal: Journal, run_id: str, *, private: bool = True) -> lis
     the sender ran (host, pid) unless ``private`` (an export leaves it out)."""
     rows = []
     for key, record in journal.deliveries(run_id).items():
-        if key.startswith(LINK_PREFIX):
-            continue  # a decision link's record: the run's history tells of links
         row = {k: v for k, v in record.items() if k not in ("token", "heartbeat")}
         row["request"] = key.rsplit("/", 1)[0]
         if not private:

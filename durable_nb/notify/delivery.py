@@ -93,9 +93,12 @@ def _claim(journal: Journal, run_id: str, key: str, fresh: dict, lease: float,
 
 
 def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
-            skip: Iterable[str] = (), now: Callable[[], float] = time.time) -> dict[str, str]:
+            skip: Iterable[str] = (), now: Callable[[], float] = time.time,
+            server_url: str | None = None) -> dict[str, str]:
     """Claim and send each of ``config``'s channels' delivery of ``record``'s pending
-    request (blocking: the retries' waits, ``config.retry.sleep``, included); record the
+    request (blocking: the retries' waits, ``config.retry.sleep``, included), each message
+    with its decision links (``server_url``: the Jupyter server this process is, their base
+    when none is configured: :func:`~durable_nb.notify.links.base_url`); record the
     channels ``skip`` as skipped (a run's ``notify=`` left them out). The states this process wrote, by channel
     (a channel another process holds is left out)."""
     found = pending_of(record)
@@ -127,7 +130,7 @@ def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
         try:
             links, kept = issue_links(
                 journal, run_id, pending, channel=channel, config=config.links, now=now,
-                delivery=notice.delivery_id, recipients=list(channel_config.to)
+                server_url=server_url, delivery=notice.delivery_id, recipients=list(channel_config.to)
                 if isinstance(channel_config, EmailConfig) else [channel])
         except Exception as exc:  # the message goes without links rather than not at all
             links, kept = [], {"links": None, "links_missing": _scrubbed(

@@ -36,6 +36,7 @@ from ..errors import DecisionExists, DurableError, UnknownRun
 from ..execution.approvals import decision_words, leave_decision, pending_digest
 from ..execution.history import record_event
 from ..journal import Journal, Status
+from ..journal.base import LINK_PREFIX
 from ..journal.index import journal_id
 from ..journal.postgres import is_postgres_url
 from ..timestamps import format_time
@@ -43,21 +44,10 @@ from .config import LinksConfig
 
 __all__ = ["LINK_PATH", "LINK_PREFIX", "LinkOutcome", "base_url", "inspect_link",
            "issue_links", "journal_ref", "kernel_server_url", "link_key", "parse_token",
-           "sent_to", "set_server_url", "use_link"]
+           "sent_to", "use_link"]
 
-#: The key prefix of link records in a run's deliveries store.
-LINK_PREFIX = "link/"
 #: The path under a Jupyter server's base URL that serves links.
 LINK_PATH = "durable-nb/decide/"
-
-_server_url: list[str] = []
-
-
-def set_server_url(url: str) -> None:
-    """The Jupyter server this process is (the server extension calls it): the base of the
-    links it sends when no ``[links] base_url`` is configured."""
-    _server_url[:] = [url if url.endswith("/") else url + "/"]
-
 
 def kernel_server_url(env: Mapping[str, str] = os.environ) -> str | None:
     """The URL of the Jupyter server that started this kernel (found by its pid,
@@ -94,11 +84,12 @@ def _hub_url(env: Mapping[str, str]) -> str | None:
     return public if public.endswith("/") else public + "/"
 
 
-def base_url(config: LinksConfig, env: Mapping[str, str] = os.environ) -> tuple[str | None, str]:
+def base_url(config: LinksConfig, env: Mapping[str, str] = os.environ,
+             server_url: str | None = None) -> tuple[str | None, str]:
     """The base URL links are sent with, and where it came from (or, with None, why there is
     none): ``[links] base_url`` (or ``$DURABLE_NB_NOTIFY_LINK_BASE_URL``); a JupyterHub
-    server's public URL; the Jupyter server this process is; the one that started this
-    kernel."""
+    server's public URL; ``server_url``, the Jupyter server this process is (its extension
+    sends with it); the one that started this kernel."""
     if not config.enabled:
         return None, "decision links are turned off ([links] enabled = false)"
     if config.base_url:
@@ -106,8 +97,9 @@ def base_url(config: LinksConfig, env: Mapping[str, str] = os.environ) -> tuple[
     hub = _hub_url(env)
     if hub:
         return hub, "JupyterHub's public URL"
-    if _server_url:
-        return _server_url[0], "this Jupyter server"
+    if server_url:
+        return (server_url if server_url.endswith("/") else server_url + "/"), \
+            "this Jupyter server"
     kernel = kernel_server_url(env)
     if kernel:
         return kernel, "the Jupyter server of this kernel"
@@ -160,12 +152,12 @@ def parse_token(token: str) -> tuple[str, str, str] | None:
 
 def issue_links(journal: Journal, run_id: str, pending: dict, *, channel: str,
                 recipients: Sequence[str], config: LinksConfig, delivery: str,
-                now: Callable[[], float] = time.time,
-                env: Mapping[str, str] = os.environ) -> tuple[list[tuple[str, str]], dict]:
+                now: Callable[[], float] = time.time, env: Mapping[str, str] = os.environ,
+                server_url: str | None = None) -> tuple[list[tuple[str, str]], dict]:
     """A link per recipient for ``pending`` of run ``run_id`` (the run that asked), each
     recorded (hashed) in the journal and in the run's history: ``[(recipient, url)]``, and
     what the delivery record keeps about them (recipients and expiry, or why none)."""
-    base, source = base_url(config, env)
+    base, source = base_url(config, env, server_url)
     if base is None:
         return [], {"links": None, "links_missing": source}
     issued_at = now()
@@ -209,7 +201,7 @@ def inspect_link(journal: Journal, run_id: str, secret: str,
                  now: Callable[[], float] = time.time) -> tuple[str | None, LinkOutcome]:
     """The link's record key and what it would do now (nothing is written: a GET)."""
     key = link_key(secret)
-    link = journal.deliveries(run_id).get(key)
+    link = journal.link_records(run_id).get(key)
     if link is None or link.get("kind") != "link":
         return None, LinkOutcome("unknown", 404, "This link is not valid: it was never issued, "
                                  "or its run was deleted. Nothing was decided.")
@@ -259,7 +251,7 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
     assert key is not None and link is not None and pending is not None
     used = dict(link, state="used", used_at=now(), approved=approved)
     if not journal.swap_delivery(run_id, key, link, used):
-        current = journal.deliveries(run_id).get(key) or {}
+        current = journal.link_records(run_id).get(key) or {}
         lost = LinkOutcome("used", 410, f"This link was used already, at "
                            f"{format_time(current.get('used_at'), '?')}. A link decides once.",
                            current or link, run=outcome.run)

@@ -22,7 +22,6 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Add the API's routes to the server's web application."""
-    from ..notify.links import set_server_url
     from .decide import decide_handlers
     from .handlers import handlers
 
@@ -32,5 +31,6 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     base_url = web_app.settings["base_url"]
     web_app.add_handlers(".*$", handlers(base_url) + decide_handlers(base_url))
     serverapp.log.info("durable_nb: REST API at %sdurable-nb/api/", base_url)
-    set_server_url(serverapp.connection_url)  # decision links' base when none is configured
-    start_sweeper()  # parked runs' requests no kernel notified
+    # Parked runs' requests no kernel notified, with decision links to this server when no
+    # base URL is configured.
+    start_sweeper(server_url=serverapp.connection_url)
