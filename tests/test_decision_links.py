@@ -284,28 +284,41 @@ def _park_elsewhere(run_id: str, journal: str) -> None:
                         "DURABLE_NB_INDEX": str(Path(journal).parent / "index-parker")})
 
 
-def test_the_server_sends_links_to_itself_and_a_sender_without_a_server_says_why(
-        lab: JupyterLab, capsys) -> None:
+def test_the_server_sends_links_to_itself(lab: JupyterLab) -> None:
     journal = lab.journal
     # Parked while no channel is configured: nobody notified it.
     _park_elsewhere("quiet", journal)
     with WebhookReceiver(SECRET) as hook:
-        # The server extension's sweep (every 10 s) sends what nobody sent, with its own URL
-        # (this process opens the journal no more until it did: it would send it itself).
+        # The server extension's sweep (every 10 s) sends what nobody sent, with its own URL.
         (Path(journal) / "notify.toml").write_text(
             f'[webhook]\nurl = "{hook.url}"\nsecret = "{SECRET}"\n')
         quiet = hook.wait_for(1, timeout=60)[0]
-        # A process that knows no Jupyter server: its message goes without a link.
-        _park_elsewhere("r", journal)
-        assert hook.wait_for(2)[1]["json"]["links"] == []
     assert quiet["json"]["run_id"] == "quiet"
     assert _link_of(quiet).startswith(f"{lab.url}/durable-nb/decide/")
     status, page = Browserless().decide(_link_of(quiet), "approve")
-    assert status == 200, page
+    assert status == 200 and "Approved" in page
+
+
+def test_a_sender_that_knows_no_server_sends_no_link_and_show_says_why(
+        tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("JPY_PARENT_PID", raising=False)
+    monkeypatch.delenv("JUPYTERHUB_PUBLIC_URL", raising=False)
+    journal = str(tmp_path / "j")
+    with WebhookReceiver(SECRET) as hook:
+        assert dn.execute("r", _ask, journal=journal, on_approval="park", notify=NotifyConfig(
+            webhook=WebhookConfig(hook.url, secret=SECRET))) is None
+        assert hook.wait_for(1)[0]["json"]["links"] == []
+    wait_until(lambda: "no decision links" in _show(journal, "r", capsys),
+               what="the delivery's record", timeout=30)
+    assert "set [links] base_url in notify.toml or DURABLE_NB_NOTIFY_LINK_BASE_URL" in \
+        _show(journal, "r", capsys)
+    assert open_journal(journal).link_records("r") == {}
+
+
+def _show(journal: str, run_id: str, capsys: pytest.CaptureFixture) -> str:
     capsys.readouterr()
-    assert cli(["--journal", journal, "show", "r"]) == 0
-    assert "no decision links: no Jupyter server is known to the sender; set [links] " \
-           "base_url" in capsys.readouterr().out
+    assert cli(["--journal", journal, "show", run_id]) == 0
+    return capsys.readouterr().out
 
 
 # --- PostgreSQL: two servers, the same link posted at once -----------------------------------

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import DecisionExists, DurableError, UnknownRun
+from ..errors import DecisionExists, DurableError, JournalError, UnknownRun
 from ..execution.approvals import decision_words, leave_decision, pending_digest
 from ..execution.history import record_event
 from ..journal import Journal, Status
@@ -211,6 +211,10 @@ def inspect_link(journal: Journal, run_id: str, secret: str,
         run = None
     about = {"title": getattr(run, "title", None), "notebook": getattr(run, "notebook", None),
              "status": run.status.value if run is not None else None}
+    decision = journal.get_request(f"decision.{link.get('request')}", run_id)
+    # Read again after the run and the decision: a use marks the link before it decides, so
+    # a decision seen above by a link's own use is seen here as the link used.
+    link = journal.link_records(run_id).get(key) or link
     if link.get("state") == "used":
         verdict = "approve" if link.get("approved") else "reject"
         return key, LinkOutcome("used", 410, f"This link was used already, at "
@@ -220,7 +224,6 @@ def inspect_link(journal: Journal, run_id: str, secret: str,
         return key, LinkOutcome("expired", 410, f"This link expired at "
                                 f"{format_time(link.get('expires_at'), '?')}. Nothing was "
                                 f"decided.", link, run=about)
-    decision = journal.get_request(f"decision.{link.get('request')}", run_id)
     if decision is not None and decision.get("digest") == link.get("digest"):
         return key, LinkOutcome("decided_already", 409, f"This request was "
                                 f"{decision_words(decision, timed=True)} already.", link,
@@ -240,8 +243,8 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
              note: str | None, now: Callable[[], float] = time.time) -> LinkOutcome:
     """Decide by the link: used once (compare-and-set in the journal), then the decision
     left through :func:`~durable_nb.execution.approvals.leave_decision` by the link's
-    recipient, via ``link``. A refusal (decided already, an approver not allowed, a journal
-    error) puts the link back unused and decides nothing."""
+    recipient, via ``link``. A refusal (decided already, an approver not allowed) or a
+    journal error (raised) puts the link back unused and decides nothing."""
     key, outcome = inspect_link(journal, run_id, secret, now)
     if outcome.kind != "open":
         if key is not None:
@@ -262,6 +265,8 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
                                   by=str(link.get("to")), via="link")
     except DurableError as exc:
         journal.swap_delivery(run_id, key, used, link)  # nothing decided: unused again
+        if isinstance(exc, JournalError):
+            raise  # the journal failed: nothing to tell the person but to try again
         if isinstance(exc, DecisionExists):
             failed = LinkOutcome("decided_already", 409, f"This request was "
                                  f"{decision_words(exc.decision, timed=True)} already. "

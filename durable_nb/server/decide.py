@@ -64,7 +64,11 @@ class DecideHandler(JupyterHandler):
 
     async def _locate(self, token: str) -> tuple[Journal, str, str] | None:
         parsed = parse_token(token)
-        journal = None if parsed is None else await self._blocking(_find_journal, parsed[0])
+        try:
+            journal = None if parsed is None else await self._blocking(_find_journal,
+                                                                       parsed[0])
+        except JournalError as exc:  # a journal this server shows that does not open now
+            raise web.HTTPError(503, str(exc)) from None
         if parsed is None or journal is None:
             self.log.warning("durable_nb: a decision link that names no link was opened "
                              "(from %s); nothing was decided", self.request.remote_ip)
