@@ -149,9 +149,6 @@ def test_a_link_opened_in_chromium_decides_once_and_the_run_continues(
         again = page.goto(link)
         assert again.status == 410 and "used already" in page.locator(".message").inner_text()
         browser.close()
-    import shutil  # for a person to look at
-    shutil.copy(tmp_path / "link-page.png", "/tmp/h3-link-page.png")
-    shutil.copy(tmp_path / "link-decided.png", "/tmp/h3-link-decided.png")
     decision = _decision(journal, "r")
     assert decision["by"] == "webhook" and decision["via"] == "link"
     assert decision["approved"] is True and decision["note"] == "fine for the nightly job"
