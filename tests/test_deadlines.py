@@ -29,7 +29,6 @@ from durable_nb import DiskJournal, Status
 from durable_nb.errors import ApprovalPolicyError, DecisionExists
 from durable_nb.execution.approvals import decision_kind, find_decision
 from durable_nb.execution.history import history
-from durable_nb.journal import open_journal
 from durable_nb.notify.loopback import WebhookReceiver
 from tests.harness import wait_until
 from tests.test_journal_conformance import Backend, pg_backend  # noqa: F401 (fixture)

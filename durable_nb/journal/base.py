@@ -51,6 +51,8 @@ _DECISION_KIND = re.compile(r"decision\.[0-9a-f]{32}")
 
 #: The key prefix of a run's history events among its keyed records.
 HISTORY_PREFIX = "history/"
+#: The key prefix of a run's decision links' records (the SHA-256 of a link's secret follows).
+LINK_PREFIX = "link/"
 
 
 def position_taken_advice(position: int) -> str:
@@ -376,9 +378,16 @@ class Journal(abc.ABC):
         raise JournalError(f"the journal at {self.location} does not record deliveries")
 
     def deliveries(self, run_id: str) -> dict[str, dict]:
-        """The run's delivery records by key (none: ``{}``), its history's events left out."""
+        """The run's delivery records by key (none: ``{}``), its history's events and its
+        decision links' records left out."""
         return {k: v for k, v in self._run_records(run_id).items()
-                if not k.startswith(HISTORY_PREFIX)}
+                if not k.startswith((HISTORY_PREFIX, LINK_PREFIX))}
+
+    def link_records(self, run_id: str) -> dict[str, dict]:
+        """The run's decision links' records by key (:mod:`durable_nb.notify.links`), kept
+        with its deliveries (added and swapped as they are) under keys of their own."""
+        return {k: v for k, v in self._run_records(run_id).items()
+                if k.startswith(LINK_PREFIX)}
 
     def _run_records(self, run_id: str) -> dict[str, dict]:
         """Every keyed record of the run in the store deliveries are kept in: deliveries and

@@ -21,16 +21,14 @@ remote gateway) learns nothing and is told nothing.
 from __future__ import annotations
 
 import html
-import json
-import os
 import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from ..devsetup import checkout_root
+from ..notify.links import kernel_server_url as _server_url
 
 __all__ = ["Missing", "missing_extensions", "start_check"]
 
@@ -75,26 +73,6 @@ class Missing:
                 + code(self.fix) + text(" (in the environment that runs JupyterLab")
                 + disabled
                 + text("), then restart JupyterLab and reload the page."))
-
-
-def _server_url() -> str | None:
-    """The URL of the Jupyter server that started this kernel, or None when none did."""
-    try:
-        pid = int(os.environ.get("JPY_PARENT_PID") or 0)
-    except ValueError:
-        return None
-    if not pid:
-        return None
-    try:
-        from jupyter_core.paths import jupyter_runtime_dir
-
-        info = json.loads((Path(jupyter_runtime_dir()) / f"jpserver-{pid}.json").read_text())
-    except (ImportError, OSError, ValueError):
-        return None
-    url = info.get("url")
-    if info.get("sock") or not isinstance(url, str) or not url.startswith("http"):
-        return None  # a server on a unix socket: not asked
-    return url if url.endswith("/") else url + "/"
 
 
 #: Straight to the server: a proxy from the environment never sees these requests.

@@ -81,6 +81,12 @@ def notification_lines(rows: list[dict]) -> list[str]:
         if row.get("takeovers"):
             line += f", taken over {row['takeovers']}x from a sender that stopped"
         lines.append(line)
+        links = row.get("links")
+        if links:
+            lines.append(f"    decision links to {', '.join(links.get('to') or [])}, valid "
+                         f"until {format_time(links.get('expires_at'), '?')}")
+        elif row.get("links_missing"):
+            lines.append(f"    {row['links_missing']}")
         for attempt in attempts:
             when = format_time(attempt.get("at"), "?")
             outcome = "ok" if attempt.get("ok") else f"failed: {attempt.get('error')}"

@@ -67,10 +67,17 @@ class Notice:
     approvers: tuple[str, ...] = ()  # who may decide now, once escalated
     #: What became of it: a decision (approved, by, via, note, at) or a failure (error).
     outcome: dict | None = None
+    #: Decision links (:mod:`durable_nb.notify.links`): ``{"to", "url", "expires_at"}`` each;
+    #: the e-mail's recipients one each, the webhook and Slack one for the request.
+    links: tuple[dict, ...] = ()
 
     @property
     def headline(self) -> str:
         return f"{HEADLINES.get(self.event, 'Approval needed')}: {self.name}"
+
+    def link_for(self, recipient: str) -> str | None:
+        """The decision link sent to ``recipient``, or None."""
+        return next((link["url"] for link in self.links if link["to"] == recipient), None)
 
     def as_json(self) -> dict:
         extra: dict[str, Any] = {"approvers": list(self.approvers)} if self.approvers else {}
@@ -80,7 +87,7 @@ class Notice:
                 "run_id": self.run_id, "request_id": self.request_id, "digest": self.digest,
                 "name": self.name, "details": self.details, "requested_at": self.requested_at,
                 "timeout_at": self.timeout_at, "title": self.title, "notebook": self.notebook,
-                "journal": self.journal}
+                "journal": self.journal, "links": [dict(link) for link in self.links]}
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -120,17 +127,37 @@ def slack_payload(notice: Notice) -> dict:
             {"type": "context", "elements": [{"type": "mrkdwn", "text": (
                 f"request {notice.digest[:12]} · approve with `durable-nb approve "
                 f"{notice.run_id}` or in JupyterLab · journal {notice.journal}")}]},
+            *_slack_buttons(notice),
         ],
     }
 
 
-def email_message(notice: Notice, config: EmailConfig) -> EmailMessage:
+def _slack_buttons(notice: Notice) -> list[dict]:
+    """URL buttons that open the decision page (the page decides, on its own POST: a
+    button's click, like any GET of the link, decides nothing)."""
+    url = notice.link_for("slack")
+    if url is None:
+        return []
+    return [{"type": "actions", "elements": [
+        {"type": "button", "action_id": f"durable-nb-{choice}", "style": style,
+         "url": f"{url}?choice={choice}", "text": {"type": "plain_text", "text": label}}
+        for choice, style, label in (("approve", "primary", "Approve…"),
+                                     ("reject", "danger", "Reject…"))]}]
+
+
+def email_message(notice: Notice, config: EmailConfig,
+                  recipient: str | None = None) -> EmailMessage:
+    """The e-mail for ``notice``: to every recipient, or to ``recipient`` alone with the
+    decision link sent to that one (in its text and an HTML part)."""
     from email.message import EmailMessage
     message = EmailMessage()
     message["Subject"] = f"{notice.headline} (run {notice.run_id})"
     message["From"] = config.sender
-    message["To"] = ", ".join(notice.recipients or config.to)
-    message["Message-ID"] = f"<{notice.delivery_id.replace('/', '.')}@durable-nb>"
+    message["To"] = recipient or ", ".join(notice.recipients or config.to)
+    message_id = notice.delivery_id.replace('/', '.')
+    if recipient is not None:  # one message per recipient, each with an id of its own
+        message_id += "." + hashlib.sha256(recipient.encode()).hexdigest()[:8]
+    message["Message-ID"] = f"<{message_id}@durable-nb>"
     message[DELIVERY_HEADER] = notice.delivery_id
     lines = [_opening(notice), ""]
     if notice.title:
@@ -143,10 +170,16 @@ def email_message(notice: Notice, config: EmailConfig) -> EmailMessage:
         lines.append(f"Escalated to: {', '.join(notice.approvers)}")
     lines += [f"Request:  {notice.digest[:12]}", f"Journal:  {notice.journal}", "",
               "Details:", _details_text(notice.details)]
+    link = notice.link_for(recipient) if recipient is not None else None
+    if link is not None:
+        lines += ["", f"Approve or reject (a page that asks, then decides once, as "
+                      f"{recipient}):", link]
     if notice.event in WAITING_EVENTS:
         lines += ["", f"Approve with `durable-nb approve {notice.run_id}` (or reject), "
                       f"in the notebook's panel or in JupyterLab's approvals inbox."]
     message.set_content("\n".join(lines))
+    if link is not None:
+        message.add_alternative(_email_html(notice, lines, link), subtype="html")
     return message
 
 
@@ -160,6 +193,15 @@ def _opening(notice: Notice) -> str:
         return (f"Run {notice.run_id}: {notice.name} was {verdict} by "
                 f"{outcome.get('by') or 'someone'}{note}.")
     return f"Run {notice.run_id} waits for a decision on {notice.name}."
+
+
+def _email_html(notice: Notice, lines: list[str], link: str) -> str:
+    import html
+    text = "\n".join(line for line in lines if line != link)
+    return (f"<html><body><pre>{html.escape(text)}</pre>"
+            f'<p><a href="{html.escape(link)}">Open the decision page</a> '
+            f"(approve or reject, with a note; it decides once)</p>"
+            f"<p>{html.escape(link)}</p></body></html>")
 
 
 def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
@@ -206,7 +248,11 @@ def send(channel: str, config: Any, notice: Notice) -> None:
                     smtp.starttls()
                 if config.username:
                     smtp.login(config.username, config.password or "")
-                smtp.send_message(email_message(notice, config))
+                if notice.links:  # each recipient's own link, in a message of its own
+                    for recipient in notice.recipients or config.to:
+                        smtp.send_message(email_message(notice, config, recipient))
+                else:
+                    smtp.send_message(email_message(notice, config))
         except smtplib.SMTPResponseException as exc:
             raise DeliveryFailed(f"SMTP {exc.smtp_code}") from None
         except (smtplib.SMTPException, OSError) as exc:

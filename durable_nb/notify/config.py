@@ -30,6 +30,11 @@ journal's directory), then the environment (``DURABLE_NB_NOTIFY_*``)::
     max_delay = 30.0
     lease = 120.0           # a claim left unfinished this long (its process died) is taken over
 
+    [links]
+    base_url = "https://hub.example.org/user/ana/"   # the Jupyter server decision links open
+    max_age = 604800        # seconds a link lives when its request has no deadline (7 days)
+    enabled = true          # false: no decision links in messages
+
 Secrets (the webhook's secret, the SMTP password, the Slack URL, which holds its token) stay
 in this object: its ``repr`` leaves them out, and nothing of them is written to a journal.
 """
@@ -51,8 +56,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - 3.10 only: tomli (a dependency there), imported when a file is read
     tomllib = None
 
-__all__ = ["CHANNELS", "EVENTS", "EmailConfig", "NotifyConfig", "NotifySelection", "SlackConfig",
-           "WebhookConfig", "choose", "load_config", "user_config_path"]
+__all__ = ["CHANNELS", "EVENTS", "EmailConfig", "LinksConfig", "NotifyConfig", "NotifySelection",
+           "SlackConfig", "WebhookConfig", "choose", "load_config", "user_config_path"]
 
 #: The channel names, as ``notify=`` and the delivery records name them.
 CHANNELS = ("webhook", "slack", "email")
@@ -98,6 +103,16 @@ class EmailConfig:
 
 
 @dataclass(frozen=True)
+class LinksConfig:
+    """Decision links (:mod:`durable_nb.notify.links`): the Jupyter server they open
+    (``base_url``; None: the server this process knows, if any), how long one lives when its
+    request has no deadline, and whether messages carry them at all."""
+    base_url: str | None = None
+    max_age: float = 7 * 24 * 3600.0
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class NotifyConfig:
     """The channels a parked run's request is sent to, and how deliveries are retried."""
     webhook: WebhookConfig | None = None
@@ -110,6 +125,8 @@ class NotifyConfig:
     lease: float = 120.0
     #: The events notified (:data:`EVENTS`).
     events: tuple[str, ...] = ("waiting",)
+    #: The decision links each message carries.
+    links: LinksConfig = field(default_factory=LinksConfig)
 
     def channels(self) -> dict[str, Any]:
         """The configured channels by name."""
@@ -203,10 +220,11 @@ def _read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise NotifyConfigError(f"the notification config {path} cannot be read: {exc}. "
                                 f"Fix the file (TOML) or remove it.") from None
     for section, values in data.items():
-        if section not in (*CHANNELS, "retry", "events") or not isinstance(values, dict):
+        if section not in (*CHANNELS, "retry", "events", "links") \
+                or not isinstance(values, dict):
             raise NotifyConfigError(f"the notification config {path} has an unknown section "
                                     f"[{section}]: use [webhook], [slack], [email], [events], "
-                                    f"[retry].")
+                                    f"[retry], [links].")
     return data
 
 
@@ -217,6 +235,8 @@ _ENV = {  # variable suffix -> (section, field)
     "SMTP_STARTTLS": ("email", "starttls"), "SMTP_USER": ("email", "username"),
     "SMTP_PASSWORD": ("email", "password"), "SMTP_FROM": ("email", "from"),
     "SMTP_TO": ("email", "to"), "EVENTS": ("events", "send"),
+    "LINK_BASE_URL": ("links", "base_url"), "LINK_MAX_AGE": ("links", "max_age"),
+    "LINKS": ("links", "enabled"),
 }
 
 
@@ -278,6 +298,7 @@ def _build(data: dict[str, dict[str, Any]], where: str) -> NotifyConfig:
     config["lease"] = number("retry", "lease", NotifyConfig.lease)
     if "events" in data:
         config["events"] = _events(data["events"], where)
+    config["links"] = _links(data.get("links", {}), number, where)
     return NotifyConfig(**config)
 
 
@@ -298,9 +319,24 @@ def _events(section: dict[str, Any], where: str) -> tuple[str, ...]:
     return chosen
 
 
-def _url(value: Any, section: str, where: str) -> str:
+def _links(values: dict[str, Any], number: Any, where: str) -> LinksConfig:
+    known = ("base_url", "max_age", "enabled")
+    for name in values:
+        if name not in known:
+            raise NotifyConfigError(f"[links] has no field {name!r}: use "
+                                    f"{', '.join(known)} (in {where}).")
+    base_url = values.get("base_url") or None
+    if base_url is not None:
+        base_url = _url(base_url, "links", where, "base_url")
+        base_url = base_url if base_url.endswith("/") else base_url + "/"
+    return LinksConfig(base_url=base_url,
+                       max_age=number("links", "max_age", LinksConfig.max_age),
+                       enabled=_flag(values.get("enabled", True)))
+
+
+def _url(value: Any, section: str, where: str, name: str = "url") -> str:
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise NotifyConfigError(f"[{section}] url must be an http(s) URL (in {where}).")
+        raise NotifyConfigError(f"[{section}] {name} must be an http(s) URL (in {where}).")
     return value
 
 

@@ -34,15 +34,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from ..journal import Journal, RunRecord, Status
 from ..execution.approvals import find_decision, pending_digest
 from ..execution.deadlines import apply_deadlines, deadline_of, escalation_key, with_escalation
 from ..execution.history import record_event
-from .channels import DeliveryFailed, Notice, send
-from .config import NotifyConfig
+from .channels import WAITING_EVENTS, DeliveryFailed, Notice, send
+from .config import EmailConfig, NotifyConfig
 from .followups import FollowUp, due_followups
+from .links import issue_links
 
 __all__ = ["decided_event", "deliver", "deliver_decided", "deliver_failed", "delivery_key",
            "drain", "in_background", "notice_for", "notify_in_background", "pending_of",
@@ -103,9 +105,12 @@ def _claim(journal: Journal, run_id: str, key: str, fresh: dict, lease: float,
 
 
 def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
-            skip: Iterable[str] = (), now: Callable[[], float] = time.time) -> dict[str, str]:
+            skip: Iterable[str] = (), now: Callable[[], float] = time.time,
+            server_url: str | None = None) -> dict[str, str]:
     """Claim and send each of ``config``'s channels' delivery of ``record``'s pending
-    request (blocking: the retries' waits, ``config.retry.sleep``, included); record the
+    request (blocking: the retries' waits, ``config.retry.sleep``, included), each message
+    with its decision links (``server_url``: the Jupyter server this process is, their base
+    when none is configured: :func:`~durable_nb.notify.links.base_url`); record the
     channels ``skip`` as skipped (a run's ``notify=`` left them out). The states this process wrote, by channel
     (a channel another process holds is left out)."""
     found = pending_of(record)
@@ -136,7 +141,8 @@ def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
                 break  # the run left this channel out
             key = delivery_key(pending["id"], channel, followup.suffix if followup else "")
             state = _deliver_one(journal, record, run_id, pending, channel, channel_config,
-                                 key, existing.get(key), followup, config, now)
+                                 key, existing.get(key), followup, config, now,
+                                 server_url=server_url)
             if state is not None:
                 outcome[key.split("/", 1)[1]] = state
     return outcome
@@ -145,9 +151,11 @@ def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
 def _deliver_one(journal: Journal, record: RunRecord, run_id: str, pending: dict,
                  channel: str, channel_config: Any, key: str, found: dict | None,
                  followup: FollowUp | None, config: NotifyConfig,
-                 now: Callable[[], float], outcome: dict | None = None) -> str | None:
+                 now: Callable[[], float], outcome: dict | None = None, *,
+                 server_url: str | None = None) -> str | None:
     """Claim and send the delivery ``key`` (``found``: its record as read), or None when it
-    is sent, failed, skipped or being sent by a live claimant."""
+    is sent, failed, skipped or being sent by a live claimant. A message that asks for a
+    decision (the first, a reminder, an escalation) carries decision links."""
     if found is not None and not (found.get("state") == "claimed" and
                                   now() - float(found.get("heartbeat", 0)) > config.lease):
         return None
@@ -160,8 +168,22 @@ def _deliver_one(journal: Journal, record: RunRecord, run_id: str, pending: dict
     if held is None:
         return None
     notice = notice_for(journal, record, run_id, pending, channel, followup, outcome)
+    kept: dict = {}
+    if notice.event in WAITING_EVENTS:
+        try:
+            links, kept = issue_links(
+                journal, run_id, pending, channel=channel, config=config.links, now=now,
+                server_url=server_url, delivery=notice.delivery_id,
+                recipients=list(notice.recipients or channel_config.to)
+                if isinstance(channel_config, EmailConfig) else [channel])
+        except Exception as exc:  # the message goes without links rather than not at all
+            links, kept = [], {"links": None, "links_missing": _scrubbed(
+                f"decision links not issued: {type(exc).__name__}: {exc}", channel_config)}
+        notice = replace(notice, links=tuple(
+            {"to": to, "url": url, "expires_at": (kept["links"] or {}).get("expires_at")}
+            for to, url in links))
     state = _send_claimed(journal, run_id, key, held, channel, channel_config, notice, config,
-                          now)
+                          now, kept)
     if followup is not None and followup.event == "approval.reminder" and state == "sent":
         record_event(journal, run_id, "reminded", followup.text.format(channel=channel),
                      pending=pending, via=channel)
@@ -170,7 +192,7 @@ def _deliver_one(journal: Journal, record: RunRecord, run_id: str, pending: dict
 
 def _send_claimed(journal: Journal, run_id: str, key: str, held: dict, channel: str,
                   channel_config: Any, notice: Notice, config: NotifyConfig,
-                  now: Callable[[], float]) -> str:
+                  now: Callable[[], float], links: dict) -> str:
     policy = config.retry
     attempt_number = 0
     while True:
@@ -188,7 +210,7 @@ def _send_claimed(journal: Journal, run_id: str, key: str, held: dict, channel: 
             attempt["error"] = error
         last = attempt_number >= policy.max_attempts
         state = "sent" if error is None else ("failed" if last else "claimed")
-        updated = dict(held, attempts=[*held["attempts"], attempt], state=state,
+        updated = dict(held, **links, attempts=[*held["attempts"], attempt], state=state,
                        heartbeat=now())
         if state != "claimed":
             updated["finished_at"] = now()
@@ -228,7 +250,8 @@ def sweep(journal: Journal, config: NotifyConfig, **kwargs: Any) -> dict[str, di
             outcome = deliver(journal, record, config, **kwargs)
             if decisions and (decision := find_decision(journal, *found)) is not None:
                 outcome.update(deliver_decided(journal, record, found[1], decision, config,
-                                               **kwargs))
+                                               **({"now": kwargs["now"]} if "now" in kwargs
+                                                  else {})))
             if outcome:
                 done[record.run_id] = outcome
     return done

@@ -2,7 +2,8 @@
 
 A REST API under ``{base_url}durable-nb/api/`` (:mod:`.handlers`) over the journals this
 user's server knows (:mod:`.journals`): list runs and batches, one run with its steps,
-approve / reject a pending approval (bound to the digest of what was shown), cancel. It
+approve / reject a pending approval (bound to the digest of what was shown), cancel; and
+the page a notification's decision link opens (:mod:`.decide`). It
 reads and writes through the same journal interface as the kernel and never imports or
 executes journal content. Enabled by ``etc/jupyter/jupyter_server_config.d/durable_nb.json``,
 which the package installs; ``jupyter server extension list`` shows it.
@@ -21,11 +22,15 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Add the API's routes to the server's web application."""
+    from .decide import decide_handlers
     from .handlers import handlers
 
     from .notify import start_sweeper
 
     web_app = serverapp.web_app
-    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
-    serverapp.log.info("durable_nb: REST API at %sdurable-nb/api/", web_app.settings["base_url"])
-    start_sweeper()  # parked runs' requests no kernel notified
+    base_url = web_app.settings["base_url"]
+    web_app.add_handlers(".*$", handlers(base_url) + decide_handlers(base_url))
+    serverapp.log.info("durable_nb: REST API at %sdurable-nb/api/", base_url)
+    # Parked runs' requests no kernel notified, with decision links to this server when no
+    # base URL is configured.
+    start_sweeper(server_url=serverapp.connection_url)

@@ -28,9 +28,10 @@ PERIOD = 10.0
 _log = logging.getLogger("durable_nb.server")
 
 
-def sweep_allowed() -> dict[str, dict]:
-    """One sweep of every journal the server shows: what was sent, by journal. A journal
-    that cannot be opened or whose configuration is wrong is logged and skipped."""
+def sweep_allowed(server_url: str | None = None) -> dict[str, dict]:
+    """One sweep of every journal the server shows: what was sent, by journal, with decision
+    links to ``server_url`` (this server) when no base URL is configured. A journal that
+    cannot be opened or whose configuration is wrong is logged and skipped."""
     done = {}
     for known in allowed_journals():
         try:
@@ -38,7 +39,7 @@ def sweep_allowed() -> dict[str, dict]:
             if not config.channels():
                 _apply_due_deadlines(known)  # nothing to send
                 continue
-            sent = sweep(known.open(write=True), config)
+            sent = sweep(known.open(write=True), config, server_url=server_url)
             if sent:
                 done[known.display] = sent
         except DurableError as exc:
@@ -53,12 +54,13 @@ def _apply_due_deadlines(known: KnownJournal) -> None:
                         lambda: known.open(write=True))
 
 
-def start_sweeper(period: float = PERIOD) -> threading.Thread:
-    """Sweep every ``period`` seconds on a daemon thread, for the server's lifetime."""
+def start_sweeper(period: float = PERIOD, server_url: str | None = None) -> threading.Thread:
+    """Sweep every ``period`` seconds on a daemon thread, for the server's lifetime (links
+    to ``server_url``: see :func:`sweep_allowed`)."""
     def loop() -> None:
         while True:
             try:
-                sweep_allowed()
+                sweep_allowed(server_url)
             except Exception:  # never let one bad sweep end the loop
                 _log.exception("durable_nb: a notification sweep failed")
             stop.wait(period)

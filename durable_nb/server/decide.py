@@ -1,0 +1,207 @@
+"""The decision-link page, ``{base_url}durable-nb/decide/TOKEN`` (:mod:`durable_nb.notify.links`).
+
+GET shows the request (run, notebook, tool, details, to whom the link was sent, until when it
+is valid) and a form, Approve / Reject with a note; it never decides (link scanners and chat
+previews open links). The form's POST decides once, as the link's recipient, via ``link``.
+The token is the credential: no Jupyter login is needed, and no kernel or JupyterLab. The
+form carries Jupyter's XSRF token (tornado's ``_xsrf`` field and cookie), so a page elsewhere
+cannot post it.
+
+Answers: 200 the form, or decided; 404 a token that names no link (nothing decided, logged
+without the token); 410 used already or expired; 409 the request changed since the link was
+sent, or someone decided it already; 403 the approver check refused the recipient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import html
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from ..errors import JournalError
+from ..journal import Journal
+from ..notify.links import (LINK_PATH, LinkOutcome, inspect_link, journal_ref, parse_token,
+                           sent_to, use_link)
+from ..timestamps import format_time
+from .handlers import TAKEN_WITHIN, _taken, _workers
+from .journals import allowed_journals
+
+try:  # jupyter_server >= 2.13: a handler open to a request without a login says so
+    from jupyter_server.auth.decorator import allow_unauthenticated
+except ImportError:  # pragma: no cover - older servers let any handler through
+    def allow_unauthenticated(method: Any) -> Any:
+        return method
+
+__all__ = ["DecideHandler", "decide_handlers"]
+
+T = TypeVar("T")
+_NOTE_CHARS = 2000
+_UNKNOWN = LinkOutcome("unknown", 404, "This link is not valid: it was never issued, or its "
+                       "run or journal is gone. Nothing was decided.")
+
+
+def _find_journal(ref: str) -> Journal | None:
+    """The journal this server shows whose reference is ``ref``, opened for writing."""
+    for known in allowed_journals():
+        if journal_ref(known.display) == ref:
+            return known.open(write=True)
+    return None
+
+
+class DecideHandler(JupyterHandler):
+    """GET: the request and the form; POST: the decision (see the module's docstring)."""
+
+    async def _blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(
+            _workers, functools.partial(fn, *args, **kwargs))
+
+    async def _locate(self, token: str) -> tuple[Journal, str, str] | None:
+        parsed = parse_token(token)
+        try:
+            journal = None if parsed is None else await self._blocking(_find_journal,
+                                                                       parsed[0])
+        except JournalError as exc:  # a journal this server shows that does not open now
+            raise web.HTTPError(503, str(exc)) from None
+        if parsed is None or journal is None:
+            self.log.warning("durable_nb: a decision link that names no link was opened "
+                             "(from %s); nothing was decided", self.request.remote_ip)
+            return None
+        return journal, parsed[1], parsed[2]
+
+    @allow_unauthenticated
+    async def get(self, token: str) -> None:
+        found = await self._locate(token)
+        if found is None:
+            return self._page(_UNKNOWN, "")
+        journal, run_id, secret = found
+        try:
+            _, outcome = await self._blocking(inspect_link, journal, run_id, secret)
+        except JournalError as exc:
+            raise web.HTTPError(503, str(exc)) from None
+        if outcome.kind == "unknown":
+            self.log.warning("durable_nb: a decision link with an unknown secret was opened "
+                             "(run %r, from %s)", run_id, self.request.remote_ip)
+        self._page(outcome, run_id, choice=self.get_argument("choice", ""))
+
+    @allow_unauthenticated
+    async def post(self, token: str) -> None:
+        choice = self.get_body_argument("choice", "")
+        if choice not in ("approve", "reject"):
+            raise web.HTTPError(400, "choose Approve or Reject")
+        note = self.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None
+        found = await self._locate(token)
+        if found is None:
+            return self._page(_UNKNOWN, "")
+        journal, run_id, secret = found
+        try:
+            outcome = await self._blocking(use_link, journal, run_id, secret,
+                                           approved=choice == "approve", note=note)
+        except JournalError as exc:
+            raise web.HTTPError(503, str(exc)) from None
+        if outcome.kind == "unknown":
+            self.log.warning("durable_nb: a decision link with an unknown secret was posted "
+                             "(run %r, from %s); nothing was decided", run_id,
+                             self.request.remote_ip)
+        taken = False
+        if outcome.kind == "decided":
+            taken = await self._blocking(_taken, journal, run_id, TAKEN_WITHIN)
+        self._page(outcome, run_id, taken=taken)
+
+    def _page(self, outcome: LinkOutcome, run_id: str, *, choice: str = "",
+              taken: bool = False) -> None:
+        self.set_status(outcome.status)
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+        # The URL is the credential: never sent to another site as a Referer ("no-referrer"
+        # would make the form's POST say "Origin: null", which Jupyter refuses).
+        self.set_header("Referrer-Policy", "same-origin")
+        self.set_header("X-Robots-Tag", "noindex, nofollow")
+        form = self.xsrf_form_html() if outcome.kind == "open" else ""
+        self.finish(render(outcome, run_id, form=form, choice=choice, taken=taken))
+
+
+def render(outcome: LinkOutcome, run_id: str, *, form: str = "", choice: str = "",
+           taken: bool = False) -> str:
+    """The page's HTML for ``outcome`` (``form``: the XSRF field, when it may decide)."""
+    e = html.escape
+    link, run, pending = outcome.link or {}, outcome.run or {}, outcome.pending or {}
+    rows = [("Run", run_id), ("Title", run.get("title")), ("Notebook", run.get("notebook")),
+            ("Tool / action", link.get("name")), ("Request", str(link.get("digest", ""))[:12]),
+            ("Requested", pending.get("requested_at")
+             and format_time(pending["requested_at"], "?")),
+            ("Sent to", link.get("to") and sent_to(link)),
+            ("Valid until", link.get("expires_at") and format_time(link["expires_at"], "?"))]
+    if outcome.decision:
+        decision = outcome.decision
+        rows.append(("Decision", f"{'approved' if decision.get('approved') else 'rejected'}"
+                                 f" by {decision.get('by')} via {decision.get('via')} at "
+                                 f"{format_time(decision.get('at'), '?')}"))
+        if decision.get("note"):
+            rows.append(("Note", decision["note"]))
+    table = "".join(f"<tr><th>{e(label)}</th><td>{e(str(value))}</td></tr>"
+                    for label, value in rows if value)
+    details = ""
+    if "details" in pending:
+        text = pending["details"] if isinstance(pending["details"], str) else json.dumps(
+            pending["details"], indent=2, sort_keys=True, ensure_ascii=False, default=repr)
+        details = f"<h2>Details</h2><pre>{e(text)}</pre>"
+    message = outcome.message
+    if outcome.kind == "decided":
+        message += (" The run resumes in its kernel." if taken else
+                    " The run goes on when its cell is run again.")
+    body = (f'<p class="message {e(outcome.kind)}">{e(message)}</p>'
+            f"<table>{table}</table>{details}")
+    if outcome.kind == "open":
+        approve_first = ' autofocus' if choice != "reject" else ""
+        reject_first = ' autofocus' if choice == "reject" else ""
+        body += (f'<form method="post">{form}'
+                 f'<label for="note">Note (optional)</label>'
+                 f'<textarea id="note" name="note" rows="3" maxlength="{_NOTE_CHARS}">'
+                 f'</textarea><div class="buttons">'
+                 f'<button type="submit" name="choice" value="approve" class="approve"'
+                 f'{approve_first}>Approve</button>'
+                 f'<button type="submit" name="choice" value="reject" class="reject"'
+                 f'{reject_first}>Reject</button></div>'
+                 f"<p class=\"fine\">Deciding uses this link: it works once, as "
+                 f"{e(str(link.get('to')))}.</p></form>")
+    title = f"Approval: {link.get('name')}" if link.get("name") else "Decision link"
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
+            f"<meta name=\"robots\" content=\"noindex\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{e(title)}</title><style>{_STYLE}</style></head><body><main>"
+            f"<h1>{e(title)}</h1>{body}</main></body></html>")
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; background: #f5f5f5; color: #222; margin: 0; }
+main { max-width: 46rem; margin: 2rem auto; background: #fff; padding: 1.5rem 2rem;
+       border-radius: 8px; box-shadow: 0 1px 4px rgba(0,0,0,.15); }
+h1 { font-size: 1.4rem; margin-top: 0; } h2 { font-size: 1.1rem; }
+table { border-collapse: collapse; margin: 1rem 0; }
+th { text-align: left; padding: .2rem 1rem .2rem 0; color: #555; font-weight: 600; }
+td { padding: .2rem 0; }
+pre { background: #f0f0f0; padding: .8rem; border-radius: 4px; overflow-x: auto; }
+.message { padding: .7rem 1rem; border-radius: 4px; background: #eef3fb; }
+.message.decided { background: #e7f6e9; } .message.open { background: #fff8e1; }
+.message.used, .message.expired, .message.changed, .message.decided_already,
+.message.refused, .message.unknown, .message.failed { background: #fdecea; }
+label { display: block; margin: 1rem 0 .3rem; font-weight: 600; }
+textarea { width: 100%; box-sizing: border-box; font: inherit; }
+.buttons { margin-top: .8rem; display: flex; gap: .8rem; }
+button { font-size: 1rem; padding: .5rem 1.4rem; border: 0; border-radius: 4px; color: #fff;
+         cursor: pointer; }
+button.approve { background: #2e7d32; } button.reject { background: #c62828; }
+.fine { color: #666; font-size: .85rem; }
+"""
+
+
+def decide_handlers(base_url: str) -> list[tuple[str, type]]:
+    """The page's route, under the server's ``base_url``."""
+    return [(url_path_join(base_url, LINK_PATH, r"([^/?#]+)"), DecideHandler)]
