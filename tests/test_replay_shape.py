@@ -265,6 +265,36 @@ def test_a_step_moved_out_of_an_unfinished_step_is_refused(journal):
     assert sent == ["report"]
 
 
+@pytest.mark.parametrize("ending", ["crash", "failure"])
+def test_a_step_resumes_after_it_died_with_an_equal_step_journaled_inside_it(journal, ending):
+    """The outer step made an equal step (same kind, name and inputs) and died in flight
+    before it was journaled (killed, or a step in it failed the run): executed again, it is
+    the step that made the journaled one, not that one moved out of it. Its journaled steps
+    replay, and the run ends as an uninterrupted one."""
+    done = []
+
+    def work(name):
+        done.append(name)
+        if name == "check" and done.count("check") == 1:
+            if ending == "crash":
+                raise Crash()
+            raise RuntimeError("fails once")
+        return name
+
+    def handler(ctx):
+        def outer():
+            first = ctx.run("plan", lambda: ctx.run("work", work, "inner"))  # equal to outer
+            return [first, ctx.run("work", work, "check")]
+        return ctx.run("plan", lambda: outer())
+
+    with pytest.raises(Crash if ending == "crash" else RuntimeError):
+        dn.execute("p", handler, journal=journal)
+    assert keys_of(journal, "p")[:2] == ["0.0.0", "0.0"]
+    assert dn.execute("p", handler, journal=journal) == ["inner", "check"]
+    assert done == ["inner", "check", "check"]
+    assert dn.get_run("p", journal=journal).status is Status.DONE
+
+
 def test_no_effect_steps_found_under_another_key_run_again(journal):
     """ctx.now() moved into a task reads the clock again (nothing outside the run
     changes); the journaled one left over is reported when the execution ends."""

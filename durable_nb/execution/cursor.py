@@ -50,8 +50,9 @@ from ..timestamps import format_time
 from .approvals import (applies, decision_kind, decision_words, find_decision, pending_digest,
                         request_digest, take_decision)
 from .deadlines import ApprovalPolicy, apply_deadline, deadline_of
-from .inputs import canonical, first_difference, fingerprint, load_request, store_request
-from .replay import ReplayLog
+from .inputs import (canonical, first_difference, fingerprint, load_request, step_identity,
+                     store_request)
+from .replay import ReplayLog, enclosing_step
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
 from . import attempts
 from .writer import JournalWriter
@@ -139,6 +140,9 @@ class Execution:
         # steps (StepEntry.spawned), so that a re-run keeps the tasks that existed before the
         # step that changed (journal.cut_at_key).
         self.task_spawned: dict[str, int] = {}
+        # The live steps whose functions run now, by key: (kind, name, fingerprint), for the
+        # ``parent`` of the steps they make.
+        self.live_identities: dict[str, tuple[str, str, str]] = {}
         self.root = Scope(self, "", current_flow())
         self.opened(self.root)
         self.iteration = 0
@@ -305,6 +309,13 @@ class Execution:
         repeat work the journal says was done."""
         moved = [e for e in self.replay_log.alike(kind, name, fp)
                  if not self._reachable(e.key, key)]
+        inside = key + "."
+        if any(e.key.startswith(inside) for e in moved) and self.replay_log.made_in(
+                key, step_identity(kind, name, fp)):
+            # The steps inside this key were made by a step like this one: it is that step
+            # executing again (it died in flight, or failed the run), and the steps inside it
+            # are its own to ask for, not ones moved out of it.
+            moved = [e for e in moved if not e.key.startswith(inside)]
         if not moved:
             return
         moved.sort(key=lambda e: e.position)
@@ -491,6 +502,7 @@ class Execution:
         started = time.time()
         sub = scope.step_scope(key)
         self.opened(sub)
+        self.live_identities[key] = (kind, name, fp)
         token = enter(sub)
         try:
             if before_live is not None:
@@ -504,6 +516,7 @@ class Execution:
             leave(token)
             sub.closed = True
             self.ended(sub)
+            self.live_identities.pop(key, None)
 
     def _record_failure(self, key: str, kind: str, name: str, started: float, exc: Exception,
                         inputs: Any, fp: str) -> None:
@@ -533,6 +546,10 @@ class Execution:
         if inputs:
             entry.request, blobs = store_request(canonical(inputs))
         entry.spawned = self._spawned(entry.key)
+        enclosing = enclosing_step(entry.key)
+        made_in = self.live_identities.get(enclosing) if enclosing is not None else None
+        if made_in is not None:
+            entry.parent = step_identity(*made_in)
         with self.lock:
             self._count(entry)
             if entry.prompt_tokens or entry.completion_tokens or entry.kind in LLM_KINDS:

@@ -38,7 +38,8 @@ from .. import serde
 from ..errors import SerializationError
 from ..journal.blobs import blob_digest, expand_list
 
-__all__ = ["canonical", "first_difference", "fingerprint", "load_request", "store_request"]
+__all__ = ["canonical", "first_difference", "fingerprint", "load_request", "step_identity",
+           "store_request"]
 
 #: openai's markers for an argument left out: they have no value but their type.
 _NOT_GIVEN = tuple(t for t in (getattr(openai, "NotGiven", None), getattr(openai, "Omit", None))
@@ -189,6 +190,12 @@ def fingerprint(data: Any) -> str:
     except (TypeError, ValueError):  # keys of mixed types cannot be sorted, or a refused value
         text = _dumps(canonical(data))  # raises SerializationError naming the refused part
     return blob_digest(text)
+
+
+def step_identity(kind: str, name: str, fp: str) -> str:
+    """A short digest of what a step is: its kind, name and input fingerprint (the
+    ``parent`` journaled with the steps made inside it)."""
+    return blob_digest(f"{kind}\n{name}\n{fp}")
 
 
 def _canonical_default(value: Any) -> Any:

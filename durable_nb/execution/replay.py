@@ -7,7 +7,7 @@ import threading
 from ..errors import CorruptEntry
 from ..journal import Journal, StepEntry
 
-__all__ = ["ReplayLog"]
+__all__ = ["ReplayLog", "enclosing_step"]
 
 
 class ReplayLog:
@@ -91,6 +91,13 @@ class ReplayLog:
             self._inside.clear()
             return rest
 
+    def made_in(self, key: str, parent: str) -> bool:
+        """Whether a held entry was made inside step ``key`` by a step whose identity
+        (``StepEntry.parent``) is ``parent``."""
+        with self._lock:
+            return any(self._held[inner].parent == parent
+                       for inner in self._inside.get(key, ()) if inner in self._held)
+
     def _read_next(self) -> StepEntry | None:
         while self._next < self.size:
             position = self._next
@@ -112,7 +119,7 @@ class ReplayLog:
                                run_id=self._run_id, position=entry.position)
         self._held[entry.key] = entry
         self._alike.setdefault((entry.kind, entry.name, entry.fingerprint), {})[entry.key] = entry
-        enclosing = _enclosing_step(entry.key)
+        enclosing = enclosing_step(entry.key)
         if enclosing is not None:
             self._inside.setdefault(enclosing, []).append(entry.key)
 
@@ -133,7 +140,7 @@ class ReplayLog:
                 self._drop_inside(inner)
 
 
-def _enclosing_step(key: str) -> str | None:
+def enclosing_step(key: str) -> str | None:
     """The key of the step that step ``key`` was made in (``3`` for ``3.fetch#0.1``), or
     None for a step of the run's root scope or of a task created there."""
     parts = key.split(".")

@@ -61,6 +61,11 @@ class StepEntry:
     that task was created, so every step completed before it is at a lower position (see
     :func:`durable_nb.journal.cut_at_key`). None for a step made outside any task, and in
     entries written before it was journaled.
+
+    ``parent`` is, for a step made inside another step's function, a digest of that step's
+    kind, name and input fingerprint: a resumed execution tells the
+    step that made it, executing again after it died in flight, from a step moved out of
+    it. Empty for other steps and in entries written before it was journaled.
     """
 
     position: int
@@ -78,6 +83,7 @@ class StepEntry:
     completion_tokens: int = 0
     meta: dict | None = None
     spawned: list[int] | None = None
+    parent: str = ""
     #: Set by :meth:`from_json`: ``result`` is plain JSON data that decoding would copy as
     #: it is (no tagged values, shallow enough); not part of the entry's identity.
     plain_result: bool = field(default=False, compare=False, repr=False)
@@ -95,7 +101,8 @@ class StepEntry:
     _WIRE = (("key", "id"), ("name", "n"), ("kind", "k"), ("fingerprint", "in"),
              ("request", "q"), ("ok", "ok"), ("result", "r"), ("error", "e"),
              ("started_at", "t0"), ("finished_at", "t1"), ("prompt_tokens", "pt"),
-             ("completion_tokens", "ct"), ("meta", "m"), ("spawned", "sp"))
+             ("completion_tokens", "ct"), ("meta", "m"), ("spawned", "sp"),
+             ("parent", "pa"))
 
     def to_json(self) -> str:
         wire: dict[str, Any] = {"id": self.key, "n": self.name, "k": self.kind}
@@ -117,6 +124,8 @@ class StepEntry:
             wire["m"] = self.meta
         if self.spawned:
             wire["sp"] = self.spawned
+        if self.parent:
+            wire["pa"] = self.parent
         return json_text(wire)
 
     @classmethod
@@ -132,17 +141,18 @@ class StepEntry:
         ok, result, error, meta = get("ok", True), get("r"), get("e"), get("m")
         started, finished = get("t0", 0.0), get("t1", 0.0)
         prompt, completion = get("pt", 0), get("ct", 0)
-        spawned = get("sp")
+        spawned, parent = get("sp"), get("pa", "")
         if not (type(key) is str and type(name) is str and type(kind) is str
                 and type(ok) is bool and type(fingerprint) is str
                 and (ok or type(error) is dict) and (meta is None or type(meta) is dict)
                 and type(started) in _NUMBERS and type(finished) in _NUMBERS
                 and type(prompt) in _NUMBERS and type(completion) in _NUMBERS
                 and (spawned is None or (type(spawned) is list
-                                         and all(type(p) is int for p in spawned)))):
+                                         and all(type(p) is int for p in spawned)))
+                and type(parent) is str):
             raise ValueError("entry fields have the wrong types")
         entry = cls(position, key, name, kind, fingerprint, get("q"), ok, result, error,
-                    started, finished, prompt, completion, meta, spawned)
+                    started, finished, prompt, completion, meta, spawned, parent)
         # The result needs no decoding pass when it can hold no tag and cannot nest past
         # serde.MAX_DEPTH: no "$t" key (nor a \u escape that could spell one) and fewer
         # brackets in the whole entry than that depth. serde.decode would return an equal
