@@ -31,6 +31,8 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     base_url = web_app.settings["base_url"]
     web_app.add_handlers(".*$", handlers(base_url) + decide_handlers(base_url))
     serverapp.log.info("durable_nb: REST API at %sdurable-nb/api/", base_url)
-    # Parked runs' requests no kernel notified, with decision links to this server when no
-    # base URL is configured.
-    start_sweeper(server_url=serverapp.connection_url)
+    # Parked runs' deadlines and the requests no kernel notified, with decision links to
+    # this server when no base URL is configured; until the server's event loop is closed.
+    loop = getattr(serverapp.io_loop, "asyncio_loop", None)
+    start_sweeper(server_url=serverapp.connection_url,
+                  running=lambda: loop is None or not loop.is_closed())

@@ -76,6 +76,14 @@ class KnownJournal:
         _handles[(self.location, read_only)] = handle
         return handle
 
+    def release(self) -> None:
+        """Close this thread's connections to the journal (its shared handles stay open for
+        the other threads): a thread that lives for one sweep leaves nothing open."""
+        for read_only in (True, False):
+            handle = _handles.get((self.location, read_only))
+            if handle is not None:
+                handle.close()
+
     def to_json(self) -> dict:
         return {"id": self.id, "location": self.display, "kind": self.kind}
 

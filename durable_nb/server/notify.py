@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from ..errors import DurableError
 from ..execution.deadlines import apply_due_deadlines
@@ -44,6 +45,8 @@ def sweep_allowed(server_url: str | None = None) -> dict[str, dict]:
                 done[known.display] = sent
         except DurableError as exc:
             _log.warning("durable_nb: notifications for %s: %s", known.display, exc)
+        finally:
+            known.release()
     return done
 
 
@@ -54,11 +57,13 @@ def _apply_due_deadlines(known: KnownJournal) -> None:
                         lambda: known.open(write=True))
 
 
-def start_sweeper(period: float = PERIOD, server_url: str | None = None) -> threading.Thread:
-    """Sweep every ``period`` seconds on a daemon thread, for the server's lifetime (links
-    to ``server_url``: see :func:`sweep_allowed`)."""
+def start_sweeper(period: float = PERIOD, server_url: str | None = None,
+                  running: Callable[[], bool] = lambda: True) -> threading.Thread:
+    """Sweep every ``period`` seconds on a daemon thread (links to ``server_url``: see
+    :func:`sweep_allowed`) while ``running()`` (the server's event loop is open: a server
+    that stopped, or a test's server torn down, sweeps no more)."""
     def loop() -> None:
-        while True:
+        while running():
             try:
                 sweep_allowed(server_url)
             except Exception:  # never let one bad sweep end the loop
