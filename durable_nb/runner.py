@@ -361,7 +361,8 @@ class Runner:
                 execution.on_decided = self._notify_decided
             # With the journal's channels, not this run's own choice (``notify=``): the
             # sweep sends other runs' requests too. Deadlines due are applied by it as well.
-            sweep_once_in_background(self.journal, for_journal(self.journal))
+            sweep_once_in_background(self.journal, for_journal(self.journal),
+                                     exclude=self.run_id)
         return execution
 
     def _notify_decided(self, record: RunRecord, pending: dict, decision: dict) -> None:

@@ -12,7 +12,7 @@ def test_exported_names_are_exactly_the_public_api():
         "DatabaseError", "Decision", "DecisionExists", "DiskJournal", "DurableError", "DurableState",
         "EndpointError", "IncompatibleJournal", "InputChanged", "ItemResult", "Journal",
         "JournalError", "JournalMismatch", "JournalNotWritable", "JournalUnavailable",
-        "JournalWriteError", "NoJournal", "NoPendingApproval", "NotJournaled",
+        "JournalWriteError", "NoJournal", "NoPendingApproval", "NotAllowedToDecide", "NotJournaled",
         "Price", "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
         "RunOptions", "RunRecord", "SerializationError", "Status", "StepEntry", "StepFailed",
         "TerminalError", "TokenUsage", "Tool", "UnknownRun", "UnserializableResult",
@@ -29,7 +29,7 @@ def test_every_error_is_a_durable_error():
     errors = [getattr(durable_nb, n) for n in durable_nb.__all__
               if isinstance(getattr(durable_nb, n), type)
               and issubclass(getattr(durable_nb, n), Exception)]
-    assert len(errors) == 28
+    assert len(errors) == 29
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
 
 

@@ -231,11 +231,13 @@ def _scrubbed(text: str, channel_config: Any) -> str:
     return text[:_ERROR_CHARS]
 
 
-def sweep(journal: Journal, config: NotifyConfig, **kwargs: Any) -> dict[str, dict[str, str]]:
+def sweep(journal: Journal, config: NotifyConfig, *, exclude: str | None = None,
+          **kwargs: Any) -> dict[str, dict[str, str]]:
     """The deadlines of every run of ``journal`` that waits for a decision applied
     (:func:`~durable_nb.execution.deadlines.apply_deadlines`), then :func:`deliver` for each
     with a delivery not yet sent or claimed (or claimed by a process that died), its
-    reminders and escalation included: what was sent, by run. Blocking; the server
+    reminders and escalation included, but for the run ``exclude`` and its children: what
+    was sent, by run. Blocking; the server
     extension, ``durable-nb notify`` and a process's first look at a journal call it."""
     done: dict[str, dict[str, str]] = {}
     records = journal.list_runs(status=Status.WAITING_APPROVAL)
@@ -245,6 +247,9 @@ def sweep(journal: Journal, config: NotifyConfig, **kwargs: Any) -> dict[str, di
         return done
     decisions = {"decided", "timed_out"} & set(config.events)
     for record in records:
+        if exclude is not None and (record.run_id == exclude
+                                    or record.run_id.startswith(exclude + "/")):
+            continue  # the run this process executes notifies with its own choice of channels
         found = pending_of(record)
         if found is not None:
             outcome = deliver(journal, record, config, **kwargs)

@@ -48,10 +48,12 @@ def for_run(journal: Journal, selection: NotifySelection) -> tuple[NotifyConfig,
     return chosen, skip
 
 
-def sweep_once_in_background(journal: Journal, config: NotifyConfig) -> None:
+def sweep_once_in_background(journal: Journal, config: NotifyConfig,
+                             exclude: str | None = None) -> None:
     """The first time this process opens ``journal`` for a run: on a thread of its own,
     apply the deadlines due and send what no process sent for the runs already waiting
-    (:func:`~durable_nb.notify.delivery.sweep`)."""
+    (:func:`~durable_nb.notify.delivery.sweep`), but for the run ``exclude`` (the one this
+    process starts, which notifies with its own ``notify=``)."""
     if journal.read_only:
         return
     with _swept_lock:
@@ -61,7 +63,7 @@ def sweep_once_in_background(journal: Journal, config: NotifyConfig) -> None:
 
     def work() -> None:
         try:
-            sweep(journal, config)
+            sweep(journal, config, exclude=exclude)
         except Exception:
             pass  # the next process that opens the journal tries again
 
