@@ -58,7 +58,7 @@ from .journal import (
 from .execution.approvers import approver_name
 from .execution.lease import Lease
 from .notify.delivery import deliver_decided, deliver_failed, in_background, notify_in_background
-from .notify.start import for_journal, for_run, sweep_once_in_background
+from .notify.start import for_run, sweep_once_in_background
 from .options import RunOptions
 from .redact import redact_source
 from .telemetry import attempt_begun, traced
@@ -359,10 +359,9 @@ class Runner:
                     skip=self._notify_skip)
             if self._notify.channels() and {"decided", "timed_out"} & set(self._notify.events):
                 execution.on_decided = self._notify_decided
-            # With the journal's channels, not this run's own choice (``notify=``): the
-            # sweep sends other runs' requests too. Deadlines due are applied by it as well.
-            sweep_once_in_background(self.journal, for_journal(self.journal),
-                                     exclude=self.run_id)
+            # Once per journal and process: the journal's channels, not this run's own
+            # choice (``notify=``), send other runs' requests; deadlines due are applied.
+            sweep_once_in_background(self.journal, exclude=self.run_id)
         return execution
 
     def _notify_decided(self, record: RunRecord, pending: dict, decision: dict) -> None:

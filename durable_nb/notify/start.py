@@ -48,10 +48,10 @@ def for_run(journal: Journal, selection: NotifySelection) -> tuple[NotifyConfig,
     return chosen, skip
 
 
-def sweep_once_in_background(journal: Journal, config: NotifyConfig,
-                             exclude: str | None = None) -> None:
+def sweep_once_in_background(journal: Journal, exclude: str | None = None) -> None:
     """The first time this process opens ``journal`` for a run: on a thread of its own,
-    apply the deadlines due and send what no process sent for the runs already waiting
+    apply the deadlines due and send, with the journal's channels (:func:`for_journal`),
+    what no process sent for the runs already waiting
     (:func:`~durable_nb.notify.delivery.sweep`), but for the run ``exclude`` (the one this
     process starts, which notifies with its own ``notify=``)."""
     if journal.read_only:
@@ -63,7 +63,7 @@ def sweep_once_in_background(journal: Journal, config: NotifyConfig,
 
     def work() -> None:
         try:
-            sweep(journal, config, exclude=exclude)
+            sweep(journal, for_journal(journal), exclude=exclude)
         except Exception:
             pass  # the next process that opens the journal tries again
 
