@@ -29,6 +29,7 @@ Needs the server extension (durable_nb.server); skipped, with that reason, where
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -68,15 +69,23 @@ def journal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("journal") / "journal"
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory, journal_dir: Path) -> Iterator[JupyterLab]:
-    """One JupyterLab whose server and kernels use ``journal_dir``."""
+@contextlib.contextmanager
+def sidebar_lab(tmp_path_factory: pytest.TempPathFactory, journal_dir: Path,
+                **options: Any) -> Iterator[JupyterLab]:
+    """One JupyterLab whose server and kernels use ``journal_dir`` (``options``: the
+    harness's, e.g. ``toasts=True``)."""
     require_chromium()
     # An index of its own: the session's lists every journal the suite opened so far (hundreds,
     # each opened by every summary the sidebar polls), not what a user's server knows.
     env = {"DURABLE_NB_JOURNAL": str(journal_dir), "HOME": str(tmp_path_factory.mktemp("home")),
            "DURABLE_NB_INDEX": str(tmp_path_factory.mktemp("index"))}
-    with JupyterLab(tmp_path_factory.mktemp("lab"), env=env) as server:
+    with JupyterLab(tmp_path_factory.mktemp("lab"), env=env, **options) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, journal_dir: Path) -> Iterator[JupyterLab]:
+    with sidebar_lab(tmp_path_factory, journal_dir) as server:
         yield server
 
 

@@ -25,7 +25,8 @@ import pytest
 
 from durable_nb.journal import DiskJournal
 from durable_nb.notify.loopback import WebhookReceiver
-from tests.harness.lab import JupyterLab, LabPage, require_chromium
+from tests.harness.lab import JupyterLab, LabPage
+from tests.test_sidebar import journal_dir, sidebar_lab  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.browser
 pytest.importorskip("durable_nb.server", reason="durable_nb.server (the REST API) is missing")
@@ -61,16 +62,8 @@ dn.execute(sys.argv[2], lambda ctx: ctx.run("step", lambda: 1), journal=sys.argv
 
 
 @pytest.fixture(scope="module")
-def journal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("journal") / "journal"
-
-
-@pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, journal_dir: Path) -> Iterator[JupyterLab]:
-    require_chromium()
-    env = {"DURABLE_NB_JOURNAL": str(journal_dir), "HOME": str(tmp_path_factory.mktemp("home")),
-           "DURABLE_NB_INDEX": str(tmp_path_factory.mktemp("index"))}
-    with JupyterLab(tmp_path_factory.mktemp("lab"), env=env, toasts=True) as server:
+    with sidebar_lab(tmp_path_factory, journal_dir, toasts=True) as server:
         yield server
 
 
