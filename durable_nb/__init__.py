@@ -12,6 +12,11 @@ from .batches.batch import Batch, ItemResult, batch, item_keys, map
 from .context import Context, Decision, DurableState, TokenUsage
 from .errors import (
     ApprovalChanged,
+    ApprovalPolicyError,
+    CellSyntaxError,
+    DecisionNeeded,
+    MissingExtra,
+    NotifyConfigError,
     BudgetExhausted,
     ContextNotActive,
     CorruptEntry,
@@ -55,6 +60,11 @@ from .telemetry import tracing
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApprovalPolicyError",
+    "CellSyntaxError",
+    "DecisionNeeded",
+    "MissingExtra",
+    "NotifyConfigError",
     "NoJournal",
     "JournalUnavailable",
     "JournalNotWritable",

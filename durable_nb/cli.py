@@ -17,22 +17,28 @@ import re
 import shlex
 import signal
 import sys
+import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import registry
 from .execution import attempts
 from .batches.batch import batch as read_batch
 from .demo import run_demo
-from .errors import DurableError, NoJournal, UnknownRun
-from .execution.approvals import decision_words, pending_digest, short
+from .errors import ApprovalPolicyError, DurableError, NoJournal, UnknownRun
+from .approvals.request import pending_digest, short
+from .approvals.wording import decision_words
 from .export import export_batch, export_run
 from .devsetup import dev_setup
 from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
-from .execution.history import history, history_lines
-from .execution.deadlines import apply_due_deadlines
+from .approvals.history import history, history_lines
+from .approvals.policy import parse_duration
+from .approvals.state import Effective, effective_state
+from .approvals.tick import tick
 from .notify.audit import notification_lines, notifications
+from .notify.delivery import sweep
+from .notify.start import for_journal
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
 from .summary import (cost_of, elapsed, format_cost, format_duration, is_free, one_line, plain,
@@ -61,16 +67,21 @@ def statuses_help(choices: tuple[str, ...]) -> str:
     return f"{', '.join(c.lower() for c in choices)} (any case)"
 
 
-def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> str:
+def format_runs(records: list[RunRecord], interrupted: Iterable[str] = (),
+                effective: Mapping[str, Effective] | None = None) -> str:
     """The run table shown by ``durable-nb runs`` and ``%durable runs``; runs listed in
-    ``interrupted`` show as INTERRUPTED."""
+    ``interrupted`` show as INTERRUPTED, runs in ``effective`` (waiting runs whose request
+    was decided, or passed its deadline: :func:`~durable_nb.approvals.state.effective_state`)
+    as what they amount to (``REJECTED``)."""
     if not records:
         return "no runs"
     interrupted = set(interrupted)
+    effective = effective or {}
     rows = [("RUN", "STATUS", "ITER", "TOKENS", "COST", "STEPS", "UPDATED", "TITLE")]
     for r in records:
         iters = f"{r.iteration}/{r.max_iterations}" if r.max_iterations else str(r.iteration)
-        status = "INTERRUPTED" if r.run_id in interrupted else str(r.status)
+        status = ("INTERRUPTED" if r.run_id in interrupted else
+                  effective[r.run_id].status if r.run_id in effective else str(r.status))
         rows.append((r.run_id, status, iters, f"{r.tokens:,}",
                      format_cost(r.cost) if r.cost else "-", str(r.step_count),
                      format_time(r.updated_at), r.title))
@@ -82,10 +93,14 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
         lines.append("INTERRUPTED: stopped before it finished (its process died, a kernel "
                      "restart or the stop button) and nothing executes it now; re-run its cell "
                      "(or execute it again) to resume it.")
+    for run_id, state in effective.items():
+        lines.append(f"{run_id}: {state.words}; re-run its cell (or execute it again) to "
+                     f"resume it.")
     return "\n".join(lines)
 
 
-def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | None) -> str:
+def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | None,
+                 effective: Effective | None = None) -> str:
     if interrupted and info.status is Status.FAILED:  # by an interrupt: see is_interrupted
         last = attempts.current(info) or {}
         how = attempts.END_WORDS.get(str(last.get("end")), "interrupted")
@@ -103,7 +118,10 @@ def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | Non
         status += (f": reset to step {reset['to_step']} at {format_time(reset['at'])}, "
                    f"{reset['forgot']} step{'' if reset['forgot'] == 1 else 's'} forgotten; "
                    f"re-run its cell (or execute it again) to execute from there")
-    if decision is not None and not info.executing:
+    if effective is not None and not info.executing:
+        status += (f" in the journal, {effective.status} in effect: {effective.words}: re-run "
+                   f"its cell (or execute it again)")
+    elif decision is not None and not info.executing:
         status += (f": {decision_words(decision, timed=True, note=80)}, waiting for the run "
                    f"to resume: re-run its cell (or execute it again)")
     return status
@@ -149,14 +167,14 @@ def _replay_line(info: registry.RunInfo) -> str | None:
 
 def format_run(info: registry.RunInfo, interrupted: bool = False,
                decision: dict | None = None, notified: list[dict] | None = None,
-               events: list[dict] | None = None) -> str:
+               events: list[dict] | None = None, effective: Effective | None = None) -> str:
     """The detail view shown by ``durable-nb show`` and ``%durable show``: words and local
     times, no raw records. ``decision``: one given but not taken yet
     (:func:`recorded_decision`); ``notified``: the run's notifications
     (:func:`~durable_nb.notify.audit.notifications`)."""
     budget = f" of {info.max_tokens:,}" if info.max_tokens else ""
     lines = [f"run        {info.run_id}" + (f"  ({info.title})" if info.title else ""),
-             f"status     {_status_line(info, interrupted, decision)}",
+             f"status     {_status_line(info, interrupted, decision, effective)}",
              f"iteration  {info.iteration}" + (f" / {info.max_iterations}"
                                                if info.max_iterations else ""),
              f"tokens     {info.prompt_tokens:,} prompt + {info.completion_tokens:,} completion"
@@ -229,6 +247,16 @@ def _attempt_lines(info: RunRecord) -> list[str]:
         return []
     total = len(info.attempts or ()) + info.attempts_dropped
     return [f"attempts   {total}"] + [f"  {line}" for line in history]
+
+
+def effective_states(journal: Journal, records: Iterable[RunRecord]) -> dict[str, Effective]:
+    """The effective state of each waiting run of ``records`` that has one (read only)."""
+    return {r.run_id: state for r in records
+            if (state := effective_state(journal, r)) is not None}
+
+
+def _effective_json(state: Effective | None) -> dict | None:
+    return None if state is None else {"status": state.status, "words": state.words}
 
 
 def list_runs(journal: Journal, *, status: str | None = None, prefix: str | None = None,
@@ -392,6 +420,8 @@ COMMANDS = {
     "trace": "send the run's finished attempts as OpenTelemetry spans (--to OTLP_URL)",
     "copy": "copy a run to another journal (--to DIR or postgresql://...; --move, --as NEW)",
     "wait": "wait until the run finishes (headless notebooks)",
+    "sweep": "apply deadlines and send due notices, for a journal no Jupyter server sweeps "
+             "(--once, or --every SECONDS)",
     "demo": "the offline crash-and-resume demo",
     "enable": "load durable_nb in every IPython kernel (writes your IPython profile)",
     "disable": "undo `enable` (also `durable-nb enable --undo`)",
@@ -561,6 +591,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="the newest N runs (default 50; 0: all)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    p = sub.add_parser("sweep", help=COMMANDS["sweep"],
+                       description="Apply what time makes due in the journal: deadlines "
+                                   "(decided or escalated by their policy), reminders, and "
+                                   "notices whose sender died; for a journal no Jupyter "
+                                   "server sweeps (cron, a Kubernetes CronJob).")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--once", action="store_true",
+                     help="sweep once and exit (the default; for cron)")
+    how.add_argument("--every", type=_seconds, metavar="SECONDS",
+                     help="keep sweeping: when something falls due, at least every SECONDS")
+
     p = sub.add_parser("batches", help=COMMANDS["batches"])
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -662,6 +703,8 @@ def _run(args: argparse.Namespace) -> int:
               f"{record.status.value}) to {target.location} as {record.run_id}; execute it "
               f"there to go on")
         return 0
+    if args.command == "sweep":
+        return sweep_journal(open_journal(args.journal), args.every)
     if args.command in ("runs", "show", "export", "batches", "batch", "trace"):
         journal = open_journal(args.journal, read_only=True)
     else:
@@ -669,13 +712,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "runs":
         records, more = list_runs(journal, status=args.status, prefix=args.prefix,
                                   limit=args.limit)
-        apply_due_deadlines(records, lambda: open_journal(args.journal))
         interrupted = [r.run_id for r in records if is_interrupted(r, journal)]
+        effective = effective_states(journal, records)
         if args.json:
-            print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted)
+            print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted,
+                                   effective=_effective_json(effective.get(r.run_id)))
                               for r in records], indent=2))
         else:
-            print(format_runs(records, interrupted))
+            print(format_runs(records, interrupted, effective))
             note = more_runs_note(len(records), more, "durable-nb runs")
             if note:
                 print(note)
@@ -685,17 +729,18 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "batch":
         _batch_command(args, journal)
     elif args.command == "show":
-        apply_due_deadlines([journal.get_run(args.run_id)], lambda: open_journal(args.journal))
         info = registry.get_run(args.run_id, journal=journal)
         interrupted = is_interrupted(info, journal)
         decision = recorded_decision(info, journal)
         notified = notifications(journal, args.run_id)
         events = history(journal, args.run_id)
+        effective = effective_state(journal, info)
         if args.json:
             print(json.dumps(dict(info.to_dict(), interrupted=interrupted, decision=decision,
-                                  notifications=notified, history=events), indent=2))
+                                  notifications=notified, history=events,
+                                  effective=_effective_json(effective)), indent=2))
         else:
-            print(format_run(info, interrupted, decision, notified, events))
+            print(format_run(info, interrupted, decision, notified, events, effective))
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),
@@ -710,6 +755,39 @@ def _run(args: argparse.Namespace) -> int:
         sent = send_run(record, list(journal.steps(args.run_id)), args.to)
         print(f"sent {sent} span{'' if sent == 1 else 's'} of run {args.run_id} to {args.to}")
     return 0
+
+
+def sweep_journal(journal: Journal, every: float | None = None,
+                  sleep: Callable[[float], object] = time.sleep) -> int:
+    """``durable-nb sweep``: :func:`~durable_nb.approvals.tick.tick` the journal, with its
+    notification channels as the listener (:func:`durable_nb.notify.delivery.sweep`): once,
+    or (``every``) again when something next falls due and at least every ``every``
+    seconds, until interrupted. Prints one line per sweep that did something."""
+    while True:
+        config = for_journal(journal)
+        sent: dict = {}
+
+        def notify(swept: Journal, _records: list[RunRecord]) -> None:
+            sent.update(sweep(swept, config))
+
+        ticked = tick(journal, listener=notify if config.channels() else None)
+        for run_id, what in ticked.applied.items():
+            print(f"{format_time(time.time())} {run_id}: {what} by its deadline's policy")
+        for run_id, outcome in sent.items():
+            print(f"{format_time(time.time())} {run_id}: notified "
+                  f"({', '.join(f'{k} {v}' for k, v in outcome.items())})")
+        sys.stdout.flush()
+        if every is None:
+            return 0
+        wait = every if ticked.next_due is None else min(every, ticked.next_due - time.time())
+        sleep(max(0.05, wait))
+
+
+def _seconds(text: str) -> float:
+    try:
+        return parse_duration(text, "--every")
+    except ApprovalPolicyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _batch_command(args: argparse.Namespace, journal: Journal) -> None:

@@ -21,8 +21,8 @@ from .llm.compaction import compact
 from .llm.durable_client import DurableAsyncOpenAI, DurableOpenAI
 from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
-from .execution.approvers import approvers_list
-from .execution.deadlines import ApprovalPolicy, Duration
+from .approvals.policy import approvers_list
+from .approvals.policy import ApprovalPolicy, Duration
 from .llm.chat import chat, chat_async
 from .llm.responses import respond, respond_async
 from .llm.retry import RetryPolicy

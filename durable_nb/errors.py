@@ -53,6 +53,7 @@ __all__ = [
     "CorruptEntry",
     "DatabaseError",
     "DecisionExists",
+    "DecisionNeeded",
     "DurableError",
     "EndpointError",
     "IncompatibleJournal",
@@ -313,7 +314,7 @@ class DecisionExists(NoPendingApproval):
         self.taken = taken
         #: ``approved by ana via panel``: who decided and how, for a short refusal. ``words``
         #: and ``timed`` (the same with when: ``... at 2026-12-03 10:02:11``) are written by
-        #: :func:`durable_nb.execution.approvals.decision_words` and passed by the raiser, so
+        #: :func:`durable_nb.approvals.wording.decision_words` and passed by the raiser, so
         #: that a decision has one wording and this module imports nothing of the package.
         self.words = words
         if taken:
@@ -332,13 +333,23 @@ class NotAllowedToDecide(DurableError):
     (None: anyone but the starter), ``started_by`` the starter when four-eyes refused them."""
 
     def __init__(self, run_id: str, name: str, by: str, approvers: list[str] | None, *,
-                 started_by: str | None = None) -> None:
+                 started_by: str | None = None, shared: bool = False,
+                 four_eyes: bool = False) -> None:
         self.run_id = run_id
         self.name = name
         self.by = by
         self.approvers = approvers
         self.started_by = started_by
-        if started_by is not None:
+        #: True: refused because the decider came by a link not bound to one person (a
+        #: Slack channel's, a webhook's) where an approvers' list or four-eyes applies.
+        self.shared = shared
+        if shared:
+            rule = ("four-eyes applies" if four_eyes and approvers is None else
+                    f"only {', '.join(approvers or ())} may decide" +
+                    (" (and four-eyes applies)" if four_eyes else ""))
+            why = (f"a link sent to {by} does not say who clicked it, and {rule}: sign in to "
+                   f"Jupyter and decide there")
+        elif started_by is not None:
             others = ("ask someone else to decide" if approvers is None else
                       f"ask {' or '.join(approvers)}" if approvers else
                       "nobody else is on its approvers' list")
@@ -353,12 +364,16 @@ class NotAllowedToDecide(DurableError):
     @property
     def reason(self) -> str:
         """``"four-eyes"`` or ``"not an approver"``: why, as data."""
+        if self.shared:
+            return "shared link"
         return "four-eyes" if self.started_by is not None else "not an approver"
 
     @property
     def brief(self) -> str:
         """Why, in a few words: ``bo is not on the approvers' list (ana)``, ``ana started
         the run (four-eyes)``."""
+        if self.shared:
+            return f"a link sent to {self.by} does not say who decides (sign in)"
         if self.started_by is not None:
             return f"{self.by} started the run (four-eyes)"
         return f"{self.by} is not on the approvers' list ({', '.join(self.approvers or ())})"

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from .execution.approvers import approvers_list
+from .approvals.policy import approvers_list
 from .execution.lease import DEFAULT_STALE_AFTER
 from .llm.pricing import Price
 from .notify.config import NotifySelection, check_selection

@@ -55,7 +55,7 @@ from .journal import (
     staged_copies,
     this_host,
 )
-from .execution.approvers import approver_name
+from .approvals.policy import approver_name
 from .execution.lease import Lease
 from .notify.delivery import deliver_decided, deliver_failed, in_background, notify_in_background
 from .notify.start import for_run, sweep_once_in_background

@@ -12,7 +12,7 @@ pytest.importorskip("jupyter_server")
 from pytest_jupyter.jupyter_server import *  # noqa: E402,F401,F403 - fixtures for this module
 
 import durable_nb as dn  # noqa: E402
-from durable_nb.execution.approvals import find_decision  # noqa: E402
+from durable_nb.approvals.request import find_decision# noqa: E402
 from durable_nb.journal.index import journal_id  # noqa: E402
 from tests.test_approvals import _drop  # noqa: E402
 from tests.test_server import _NamedIdentity, api, index, shared  # noqa: E402,F401

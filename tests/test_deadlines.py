@@ -27,8 +27,8 @@ from pytest_jupyter.jupyter_server import *  # noqa: E402,F401,F403 - jp_servera
 import durable_nb as dn  # noqa: E402
 from durable_nb import DiskJournal, Status
 from durable_nb.errors import ApprovalPolicyError, DecisionExists
-from durable_nb.execution.approvals import decision_kind, find_decision
-from durable_nb.execution.history import history
+from durable_nb.approvals.request import decision_kind, find_decision
+from durable_nb.approvals.history import history
 from durable_nb.notify.loopback import WebhookReceiver
 from tests.harness import wait_until
 from tests.test_journal_conformance import Backend, pg_backend  # noqa: F401 (fixture)
@@ -188,9 +188,9 @@ def test_a_late_decision_after_the_deadline_is_refused_naming_the_policy(
 
 _RACER = textwrap.dedent("""
     import os, sys, time
-    from durable_nb.errors import DecisionExists
-    from durable_nb.execution.approvals import leave_decision
-    from durable_nb.execution.deadlines import apply_deadlines
+    from durable_nb.errors import DecisionExists, NoPendingApproval
+    from durable_nb.approvals.decide import decide
+    from durable_nb.approvals.tick import tick
     from durable_nb.journal import open_journal
     journal = open_journal(sys.argv[1])
     record = journal.get_run("race")
@@ -198,13 +198,14 @@ _RACER = textwrap.dedent("""
         time.sleep(0.005)
     if sys.argv[3] == "person":
         try:
-            leave_decision(journal, "race", record.pending_approval, approved=True,
-                           note="looks fine", by="ana", via="CLI")
+            pending = record.pending_approval
+            decide(journal, "race", request_id=pending["id"], digest=pending["digest"],
+                   approved=True, note="looks fine", by="ana", via="CLI")
             print("person decided")
-        except DecisionExists:
+        except (DecisionExists, NoPendingApproval):  # decided, or past its deadline
             print("person refused")
     else:
-        print(apply_deadlines(journal, [record]))
+        print(tick(journal, records=[record]).applied)
 """)
 
 

@@ -28,7 +28,7 @@ from durable_nb.journal import Status, open_journal
 from durable_nb.notify import EmailConfig, NotifyConfig, WebhookConfig
 from durable_nb.notify.config import LinksConfig
 from durable_nb.notify.delivery import deliver
-from durable_nb.notify.links import issue_links, parse_token, use_link
+from durable_nb.approvals.links import issue_links, parse_token, use_link
 from durable_nb.notify.loopback import WebhookReceiver
 from durable_nb.cli import main as cli
 from tests.harness.kernel import wait_until

@@ -285,7 +285,7 @@ def test_durable_show_applies_a_deadline_that_passed(ip, tmp_path: Path, capsys)
     """``%durable show`` reads a read-only journal, but a deadline due is applied (through a
     writable handle opened only then): the policy's decision is shown and recorded."""
     import durable_nb as dn
-    from durable_nb.execution.approvals import find_decision
+    from durable_nb.approvals.request import find_decision
     journal = DiskJournal(tmp_path / "journal")
     assert dn.execute("due", lambda ctx: ctx.approval("deploy", timeout=1).approved,
                       journal=journal, on_approval="park") is None

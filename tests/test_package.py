@@ -8,7 +8,8 @@ import durable_nb
 
 def test_exported_names_are_exactly_the_public_api():
     assert set(durable_nb.__all__) == {
-        "ApprovalChanged", "Batch", "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry",
+        "ApprovalChanged", "ApprovalPolicyError", "CellSyntaxError", "DecisionNeeded",
+        "MissingExtra", "NotifyConfigError", "Batch", "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry",
         "DatabaseError", "Decision", "DecisionExists", "DiskJournal", "DurableError", "DurableState",
         "EndpointError", "IncompatibleJournal", "InputChanged", "ItemResult", "Journal",
         "JournalError", "JournalMismatch", "JournalNotWritable", "JournalUnavailable",
@@ -29,8 +30,25 @@ def test_every_error_is_a_durable_error():
     errors = [getattr(durable_nb, n) for n in durable_nb.__all__
               if isinstance(getattr(durable_nb, n), type)
               and issubclass(getattr(durable_nb, n), Exception)]
-    assert len(errors) == 29
+    assert len(errors) == 34
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
+
+
+def test_every_error_of_the_tree_is_exported_and_drawn():
+    """The errors the docs name are importable from the package (``from durable_nb import
+    ApprovalPolicyError``), as httpx exports its whole exception tree: every class of
+    durable_nb.errors, each drawn in that module's tree, each the package's own object."""
+    from durable_nb import errors
+
+    tree = errors.__doc__
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.DurableError)
+        assert getattr(durable_nb, name) is cls, f"{name} is not exported by durable_nb"
+        assert f" {name} " in tree, f"{name} is not drawn in durable_nb.errors' tree"
+    classes = {n for n, v in vars(errors).items()
+               if isinstance(v, type) and issubclass(v, errors.DurableError)}
+    assert classes == set(errors.__all__)
 
 
 def test_core_runs_without_jupyter_dask_or_postgresql_packages(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import durable_nb
 from durable_nb import DiskJournal, InputChanged, RunRecord, Status, StepEntry
 from durable_nb.demo import SALES_CSV, make_tools, sales_agent
-from durable_nb.execution.approvals import request_digest
+from durable_nb.approvals.request import request_digest
 from durable_nb.notebook.panel import RunPanel
 from durable_nb.registry import get_run
 from durable_nb.testing import LoopbackServer

@@ -33,7 +33,7 @@ import durable_nb as dn  # noqa: E402
 from jupyter_server.auth.identity import IdentityProvider, User  # noqa: E402
 
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry  # noqa: E402
-from durable_nb.execution.approvals import decision_kind  # noqa: E402
+from durable_nb.approvals.request import decision_kind# noqa: E402
 from durable_nb.journal import index as index_module  # noqa: E402
 from durable_nb.journal.index import (  # noqa: E402
     index_dir,

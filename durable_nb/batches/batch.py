@@ -32,7 +32,7 @@ from .. import serde
 from .cluster import batch_executor
 from ..errors import DurableError, SerializationError
 from ..execution import canonical
-from ..execution.approvals import find_decision
+from ..approvals.request import find_decision
 from ..journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepEntry, open_journal
 from .limits import BatchLimits
 from ..options import RunOptions

@@ -47,9 +47,10 @@ from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_co
 from ..options import RunOptions
 from ..llm.retry import NO_RETRY, RetryPolicy
 from ..timestamps import format_time
-from .approvals import (applies, decision_kind, decision_words, find_decision, pending_digest,
-                        request_digest, take_decision)
-from .deadlines import ApprovalPolicy, apply_deadline, deadline_of
+from ..approvals.request import (applies, decision_kind, find_decision, pending_digest, request_digest, take_decision)
+from ..approvals.wording import decision_words
+from ..approvals.policy import ApprovalPolicy, deadline_of
+from ..approvals.tick import apply_deadline
 from .inputs import (canonical, first_difference, fingerprint, load_request, step_identity,
                      store_request)
 from .replay import ReplayLog, enclosing_step

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..execution import attempts
-from ..execution.history import history
+from ..approvals.history import history
 from ..journal import LLM_KINDS, Journal, open_journal
 from ..llm.streaming import tool_names
 from ..notify.audit import notifications

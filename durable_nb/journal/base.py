@@ -304,7 +304,7 @@ class Journal(abc.ABC):
         NOTHING``): of processes racing to add, exactly one writes. None when the request
         is ``value`` now (written by this call, or by this same call made again after a
         lost connection); else the request that was there, unchanged. How a decision is
-        written once (:func:`durable_nb.execution.approvals.leave_decision`)."""
+        written once (:func:`durable_nb.approvals.decide.decide`)."""
 
     @abc.abstractmethod
     def swap_request(self, kind: str, run_id: str, old: dict, new: dict) -> bool:

@@ -34,7 +34,7 @@ import ipywidgets as w
 
 from ..batches.batch import Batch, BatchObserver, ItemResult
 from ..errors import DecisionExists, DurableError, NotAllowedToDecide
-from ..execution.approvals import pending_digest
+from ..approvals.request import pending_digest
 from ..journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import _CSS as _RUN_CSS
 from .panel import _LOG_KEPT, _STATUS_COLOURS, _STOPPED, RunPanel, saved_view

@@ -8,7 +8,6 @@ never durable_nb's internals.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import sys
 import sysconfig
@@ -38,6 +37,7 @@ from ..cli import (
     format_run,
     format_runs,
     list_runs,
+    effective_states,
     more_runs_note,
     near_runs,
     parse_item_status,
@@ -45,6 +45,7 @@ from ..cli import (
     steer,
 )
 from ..errors import (
+    ApprovalPolicyError,
     CellSyntaxError,
     ContextNotActive,
     DurableError,
@@ -55,11 +56,12 @@ from ..errors import (
 )
 from ..export import export_batch, export_run
 from ..journal import Journal, Status, default_location, open_journal
-from ..execution.deadlines import apply_due_deadlines
-from ..execution.history import history
+from ..approvals.state import effective_state
+from ..approvals.history import history
 from ..notify.audit import notifications
 from ..notify.config import check_selection
-from ..execution.approvers import approvers_list
+from ..approvals.policy import approvers_list
+from ..approvals.policy import parse_duration as policy_duration
 from . import (
     NotebookBatch,
     NotebookRun,
@@ -79,18 +81,17 @@ from ..runner import RunOptions, validate_run_id
 __all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_duration",
            "unload_ipython_extension"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$")
-_UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 _MAGIC_COMMANDS = ["runs", "show", "approve", "reject", "cancel", "reset", "delete", "wait",
                    "export", "batches", "batch", "enable", "disable"]
 
 
 def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` -> seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise UsageError(f"--timeout {text!r} is not a duration: write e.g. 90s, 30m, 2h or 1d")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """``--timeout``'s value in seconds, in the one grammar of a duration
+    (:func:`durable_nb.approvals.policy.parse_duration`); UsageError otherwise."""
+    try:
+        return policy_duration(text, "--timeout")
+    except ApprovalPolicyError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def parse_cost(text: str) -> float:
@@ -695,10 +696,10 @@ class DurableMagics(Magics):
         if args.command == "runs":
             records, more = list_runs(journal, status=args.status, prefix=args.prefix,
                                       limit=args.limit)
-            apply_due_deadlines(records, lambda: open_journal(args.journal))
             print(format_runs(records, [r.run_id for r in records
                                         if is_interrupted(r, journal)
-                                        and active_run(r.run_id) is None]))
+                                        and active_run(r.run_id) is None],
+                              effective_states(journal, records)))
             note = more_runs_note(len(records), more, "%durable runs")
             if note:
                 print(note)
@@ -707,13 +708,11 @@ class DurableMagics(Magics):
         elif args.command == "batch":
             return self._batch(args, journal)
         elif args.command == "show":
-            apply_due_deadlines([journal.get_run(args.run_id)],
-                                lambda: open_journal(args.journal))
             info = registry.get_run(args.run_id, journal=journal)
             print(format_run(info, is_interrupted(info, journal),
                              recorded_decision(info, journal),
                              notifications(journal, args.run_id),
-                             history(journal, args.run_id)))
+                             history(journal, args.run_id), effective_state(journal, info)))
         elif args.command in STEERING:
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,

@@ -29,8 +29,9 @@ import ipywidgets as w
 from ..execution import attempts
 from ..errors import (DecisionExists, InputChanged, JournalError, JournalMismatch,
                       NotAllowedToDecide, RunLeased)
-from ..execution.approvals import decision_words, find_decision, pending_digest, short
-from ..execution.approvers import allowed_approvers
+from ..approvals.request import find_decision, pending_digest, short
+from ..approvals.wording import decision_words
+from ..approvals.policy import allowed_approvers
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
 from ..summary import elapsed, format_cost, format_duration, replay_savings
 from ..timestamps import format_time

@@ -23,8 +23,9 @@ from typing import Any, Callable
 from .. import registry
 from ..journal import Journal, JournalSpec, RunRecord, Status, open_journal, this_host
 from ..errors import DecisionNeeded, JournalError, RunLeased
-from ..execution.approvals import applies, decision_kind, find_decision
-from ..execution.deadlines import apply_deadline, deadline_of, write_escalation
+from ..approvals.request import applies, decision_kind, find_decision
+from ..approvals.policy import deadline_of
+from ..approvals.tick import apply_deadline, write_escalation
 from .extensions import missing_extensions
 from .panel import RunPanel
 from ..runner import RunOptions, RunOutcome, Runner, live_execution

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from ..execution import load_request
-from ..execution.approvals import short
+from ..approvals.request import short
 from ..journal import LLM_KINDS, Journal, StepEntry
 from ..llm.streaming import tool_names
 from ..summary import (

@@ -38,13 +38,15 @@ from dataclasses import replace
 from typing import Any
 
 from ..journal import Journal, RunRecord, Status
-from ..execution.approvals import find_decision, pending_digest
-from ..execution.deadlines import apply_deadlines, deadline_of, escalation_key, with_escalation
-from ..execution.history import record_event
+from ..approvals.request import find_decision, pending_digest
+from ..approvals.policy import deadline_of, escalation_key
+from ..approvals.request import with_escalation
+from ..approvals.tick import tick
+from ..approvals.history import record_event
 from .channels import WAITING_EVENTS, DeliveryFailed, Notice, send
 from .config import EmailConfig, NotifyConfig
-from .followups import FollowUp, due_followups
-from .links import issue_links
+from ..approvals.policy import FollowUp, due_followups
+from ..approvals.links import issue_links
 
 __all__ = ["decided_event", "deliver", "deliver_decided", "deliver_failed", "delivery_key",
            "drain", "in_background", "notice_for", "notify_in_background", "pending_of",
@@ -234,7 +236,7 @@ def _scrubbed(text: str, channel_config: Any) -> str:
 def sweep(journal: Journal, config: NotifyConfig, *, exclude: str | None = None,
           **kwargs: Any) -> dict[str, dict[str, str]]:
     """The deadlines of every run of ``journal`` that waits for a decision applied
-    (:func:`~durable_nb.execution.deadlines.apply_deadlines`), then :func:`deliver` for each
+    (:func:`~durable_nb.approvals.tick.tick`), then :func:`deliver` for each
     with a delivery not yet sent or claimed (or claimed by a process that died), its
     reminders and escalation included, but for the run ``exclude`` and its children: what
     was sent, by run. Blocking; the server
@@ -242,7 +244,7 @@ def sweep(journal: Journal, config: NotifyConfig, *, exclude: str | None = None,
     done: dict[str, dict[str, str]] = {}
     records = journal.list_runs(status=Status.WAITING_APPROVAL)
     if not journal.read_only:
-        apply_deadlines(journal, records, **({"now": kwargs["now"]} if "now" in kwargs else {}))
+        tick(journal, records=records, now=kwargs["now"]() if "now" in kwargs else None)
     if not config.channels():
         return done
     decisions = {"decided", "timed_out"} & set(config.events)
