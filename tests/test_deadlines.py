@@ -73,7 +73,8 @@ def _subprocess_env(**extra: str) -> dict:
 
 # --- bad input ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad", ["2 hours", "soon", -5, 0, True, "1w"])
+@pytest.mark.parametrize("bad", ["2 hours", "soon", -5, 0, True, "1w", 10**400,
+                                 "\u0669\u0660", "\uff19\uff10s", float("nan")])
 def test_a_bad_timeout_is_a_short_error_saying_the_forms(tmp_path: Path, bad) -> None:
     journal = DiskJournal(tmp_path / "j")
     with pytest.raises(ApprovalPolicyError) as caught:
@@ -81,8 +82,24 @@ def test_a_bad_timeout_is_a_short_error_saying_the_forms(tmp_path: Path, bad) ->
                    on_approval="park")
     message = str(caught.value)
     assert message.startswith(f"timeout={bad!r} is not a duration: use seconds")
-    assert '"90s", "30m", "2h", "1d"' in message and "\n" not in message
+    assert '"90s", "90sec", "30m", "30min", "2h", "1d"' in message and "\n" not in message
     assert journal.find_run("bad").pending_approval is None  # nothing asked
+
+
+@pytest.mark.parametrize("form, seconds", [("90", 90.0), ("30min", 1800.0), ("90sec", 90.0),
+                                           ("1.5h", 5400.0)])
+def test_one_duration_grammar_for_the_call_the_tool_and_the_magic(tmp_path: Path, form: str,
+                                                                    seconds: float) -> None:
+    """ctx.approval(timeout=), @tool(timeout=) and %durable_agent --timeout read a duration
+    the same way: "90" and "30min" were taken by --timeout and refused by ctx.approval."""
+    from durable_nb.notebook.magics import parse_duration as magic_duration
+
+    journal = DiskJournal(tmp_path / "j")
+    pending = _park(journal, "call", timeout=form)
+    assert pending["timeout_at"] - pending["requested_at"] == pytest.approx(seconds)
+    assert dn.tool(name="pay", needs_approval=True, timeout=form)(lambda: None).approval_policy.timeout \
+        == seconds
+    assert magic_duration(form) == seconds
 
 
 def test_bad_policies_are_refused_at_the_call_and_at_the_tool(tmp_path: Path) -> None:
@@ -140,8 +157,8 @@ def test_the_server_sweep_decides_a_parked_run_past_its_deadline(jp_serverapp,
 # --- escalation ----------------------------------------------------------------------------------
 
 def test_escalation_then_a_second_deadline_rejects(tmp_path: Path) -> None:
-    """``durable-nb show`` (another process, no notification channel) escalates once past
-    the first deadline, and rejects past the second."""
+    """``durable-nb sweep`` (another process, no notification channel) escalates once past
+    the first deadline, and rejects past the second; ``show`` then says so."""
     journal = DiskJournal(tmp_path / "j")
     pending = _park(journal, "esc", timeout=1, on_timeout="escalate",
                     escalate_to=["bo@example.org", "ana"])
@@ -150,9 +167,11 @@ def test_escalation_then_a_second_deadline_rejects(tmp_path: Path) -> None:
                           DURABLE_NB_INDEX=str(tmp_path / "index"))
 
     def notify() -> str:
-        return subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
-                               str(tmp_path / "j"), "show", "esc"], env=env, check=True,
-                              capture_output=True, text=True, timeout=120).stdout
+        for command in (["sweep", "--once"], ["show", "esc"]):
+            shown = subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                                    str(tmp_path / "j"), *command], env=env, check=True,
+                                   capture_output=True, text=True, timeout=120).stdout
+        return shown
 
     _past(pending["timeout_at"])
     shown = notify()
@@ -172,6 +191,50 @@ def test_escalation_then_a_second_deadline_rejects(tmp_path: Path) -> None:
                                "the escalation"
     assert _kinds(journal, "esc") == ["escalated", "decided", "timed_out"]
     assert _resume(journal, "esc") == [False, "timeout", decision["note"]]
+
+
+def _records(journal, run_id: str) -> list:
+    """Everything the journal holds about run ``run_id``, record for record."""
+    record = journal.get_run(run_id)
+    pending = record.pending_approval
+    return [record.to_json(), [s.__dict__ for s in journal.steps(run_id)],
+            journal.get_request(decision_kind(pending), run_id) if pending else None,
+            journal.events(run_id), journal.deliveries(run_id), journal.link_records(run_id)]
+
+
+def _cli(tmp_path: Path, *command: str) -> str:
+    env = _subprocess_env(DURABLE_NB_NOTIFY_CONFIG=str(tmp_path / "none.toml"),
+                          DURABLE_NB_INDEX=str(tmp_path / "index"))
+    return subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                           str(tmp_path / "j"), *command], env=env, check=True,
+                          capture_output=True, text=True, timeout=120).stdout
+
+
+def test_reading_a_run_past_its_deadline_writes_nothing_and_says_its_effective_state(
+        tmp_path: Path) -> None:
+    """``show``, ``runs``, ``durable_nb.runs`` and ``get_run`` used to apply the deadline
+    (``show`` wrote a decision and three events); they read now, and say what the run
+    amounts to: rejected by its deadline, not resumed yet. ``sweep`` writes it."""
+    journal = DiskJournal(tmp_path / "j")
+    pending = _park(journal, "late", timeout=1)
+    _past(pending["timeout_at"])
+    before = _records(journal, "late")
+    shown = _cli(tmp_path, "show", "late")
+    listed = _cli(tmp_path, "runs")
+    dn.runs(journal=str(tmp_path / "j"))
+    dn.get_run("late", journal=str(tmp_path / "j"))
+    assert _records(journal, "late") == before  # record for record
+    assert find_decision(journal, "late", pending) is None and history(journal, "late") == []
+    assert "REJECTED in effect: rejected by its deadline at" in shown, shown
+    row = next(line for line in listed.splitlines() if line.startswith("late "))
+    assert "REJECTED" in row and "WAITING_APPROVAL" not in row, listed
+    assert "late: rejected by its deadline at" in listed
+
+    _cli(tmp_path, "sweep", "--once")  # the write is the sweep's
+    decision = find_decision(journal, "late", pending)
+    assert decision["by"] == "timeout" and decision["approved"] is False
+    assert "REJECTED in effect: rejected by its deadline at" in _cli(tmp_path, "show", "late")
+    assert _resume(journal, "late") == [False, "timeout", "no decision within 1 s"]
 
 
 def test_a_late_decision_after_the_deadline_is_refused_naming_the_policy(

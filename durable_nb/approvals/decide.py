@@ -39,8 +39,8 @@ from ..journal import Journal, Status
 from ..timestamps import format_time
 from .history import record_event
 from .policy import allowed_approvers, deadline_of, refusal
-from .request import (applies, decision_kind, pending_digest, short, taken_decision,
-                      with_escalation)
+from .request import (applies, decision_kind, find_decision, pending_digest, short,
+                      taken_decision, with_escalation)
 from .wording import decision_words, verdict_words
 
 __all__ = ["MIN_DIGEST", "decide", "decided_already"]
@@ -93,7 +93,8 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
     now = time.time()
     pending = with_escalation(journal, target, pending, now)
     deadline = deadline_of(pending)
-    if via != "timeout" and deadline is not None and now >= deadline:
+    if via != "timeout" and deadline is not None and now >= deadline \
+            and find_decision(journal, target, pending) is None:  # (else: decided already)
         raise NoPendingApproval(
             f"run {run_id!r}: {pending.get('name')!r} passed its deadline "
             f"{format_time(deadline, '?')}, so its policy decides it "
