@@ -55,7 +55,7 @@ from .request import pending_digest
 from .wording import decision_words
 
 __all__ = ["LINK_PATH", "LINK_PREFIX", "PERSONAL_CHANNELS", "LinkOutcome", "LinkSettings",
-           "base_url", "inspect_link", "issue_links", "journal_ref", "kernel_server_url",
+           "base_url", "choice_url", "inspect_link", "issue_links", "journal_ref", "kernel_server_url",
            "link_key", "parse_token", "sent_to", "use_link"]
 
 #: The path under a Jupyter server's base URL that serves the page; the token follows ``#``.
@@ -127,6 +127,13 @@ def base_url(config: LinkSettings, env: Mapping[str, str] = os.environ,
         return kernel, "the Jupyter server of this kernel"
     return None, ("no decision links: no Jupyter server is known to the sender; set [links] "
                   "base_url in notify.toml or DURABLE_NB_NOTIFY_LINK_BASE_URL")
+
+
+def choice_url(url: str, choice: str) -> str:
+    """A link that opens its page with ``choice`` (``approve``, ``reject``) focused: the
+    query goes before the fragment that holds the token."""
+    page, _, token = url.partition("#")
+    return f"{page}?choice={choice}#{token}"
 
 
 def sent_to(link: dict) -> str:

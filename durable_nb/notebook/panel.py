@@ -762,10 +762,7 @@ class RunPanel:
                          f"{short(pending_digest(p))})")
             decided = self._decision_on(p)
             if decided:
-                lines.append(f"{'approved' if decided.get('approved') else 'rejected'} by "
-                             f"{decided.get('by') or 'someone'}"
-                             + (f" via {decided['via']}" if decided.get("via") else "")
-                             + "; re-run its cell to continue")
+                lines.append(f"{decision_words(decided)}; re-run its cell to continue")
         if record.error and not result.startswith("error"):
             lines.append(f"error: {record.error}")
         if result:

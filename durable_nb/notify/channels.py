@@ -21,6 +21,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..approvals.links import choice_url
+from ..approvals.wording import verdict_words
 from ..timestamps import format_time
 from .config import EmailConfig, SlackConfig, WebhookConfig
 
@@ -140,7 +142,7 @@ def _slack_buttons(notice: Notice) -> list[dict]:
         return []
     return [{"type": "actions", "elements": [
         {"type": "button", "action_id": f"durable-nb-{choice}", "style": style,
-         "url": f"{url}?choice={choice}", "text": {"type": "plain_text", "text": label}}
+         "url": choice_url(url, choice), "text": {"type": "plain_text", "text": label}}
         for choice, style, label in (("approve", "primary", "Approve…"),
                                      ("reject", "danger", "Reject…"))]}]
 
@@ -188,10 +190,8 @@ def _opening(notice: Notice) -> str:
     if notice.event == "run.failed":
         return f"Run {notice.run_id} failed: {outcome.get('error')}"
     if notice.event in ("approval.decided", "approval.timed_out"):
-        verdict = "approved" if outcome.get("approved") else "rejected"
         note = f" ({outcome['note']})" if outcome.get("note") else ""
-        return (f"Run {notice.run_id}: {notice.name} was {verdict} by "
-                f"{outcome.get('by') or 'someone'}{note}.")
+        return f"Run {notice.run_id}: {notice.name} was {verdict_words(outcome)}{note}."
     return f"Run {notice.run_id} waits for a decision on {notice.name}."
 
 

@@ -106,6 +106,7 @@ class DecideHandler(JupyterHandler):
     async def post(self) -> None:
         token = self.get_body_argument("token", "")
         action = self.get_body_argument("action", "view")
+        choice = self.get_body_argument("choice", "")
         if action not in ("view", "approve", "reject"):
             raise web.HTTPError(400, "choose Approve or Reject")
         note = self.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None
@@ -128,15 +129,15 @@ class DecideHandler(JupyterHandler):
         taken = False
         if outcome.kind == "decided":
             taken = await self._blocking(taken_within, journal, run_id, TAKEN_WITHIN)
-        self._page(outcome, run_id, token, taken=taken)
+        self._page(outcome, run_id, token, taken=taken, choice=choice)
 
     def _page(self, outcome: LinkOutcome, run_id: str, token: str, *,
-              taken: bool = False) -> None:
+              taken: bool = False, choice: str = "") -> None:
         self.set_status(outcome.status)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         form = (self.xsrf_form_html() + f'<input type="hidden" name="token" '
                 f'value="{html.escape(token)}">') if outcome.kind == "open" else ""
-        self.finish(render(outcome, run_id, form=form, taken=taken))
+        self.finish(render(outcome, run_id, form=form, taken=taken, choice=choice))
 
 
 #: The page a link opens: it posts the fragment's token (never sent by a browser in a URL)
@@ -147,11 +148,15 @@ _LOADER = """<!DOCTYPE html><html><head><meta charset="utf-8">
 <title>Decision link</title><style>{style}</style></head><body><main>
 <h1>Decision link</h1><form id="view" method="post">{xsrf}
 <input type="hidden" name="action" value="view"><input type="hidden" name="token" value="">
+<input type="hidden" name="choice" value="">
 <p class="message open" id="status">Opening the request&hellip;</p>
 <noscript><p class="message unknown">This page needs JavaScript to read its link.</p></noscript>
 </form><script>
 (function () {{
-  var token = window.location.hash.slice(1);
+  // "#TOKEN", and the button's choice from "?choice=reject" before or after it.
+  var fragment = window.location.hash.slice(1).split("?");
+  var token = fragment[0];
+  var query = new URLSearchParams(fragment[1] || window.location.search);
   var form = document.getElementById("view");
   if (!token) {{
     document.getElementById("status").textContent =
@@ -160,12 +165,14 @@ _LOADER = """<!DOCTYPE html><html><head><meta charset="utf-8">
   }}
   window.history.replaceState(null, "", window.location.pathname);
   form.elements.token.value = token;
+  form.elements.choice.value = query.get("choice") || "";
   form.submit();
 }})();
 </script></main></body></html>"""
 
 
-def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = False) -> str:
+def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = False,
+           choice: str = "") -> str:
     """The page's HTML for ``outcome`` (``form``: the XSRF field, when it may decide)."""
     e = html.escape
     link, run, pending = outcome.link or {}, outcome.run or {}, outcome.pending or {}
@@ -191,7 +198,7 @@ def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = F
     if outcome.kind == "decided":
         message += (" The run resumes in its kernel." if taken else
                     " The run goes on when its cell is run again.")
-    body = (f'<p class="message {e(outcome.kind)}">{e(message)}</p>'
+    body = (f'<p class="message {e(outcome.kind)}" id="outcome">{e(message)}</p>'
             f"<table>{table}</table>{details}")
     if outcome.kind == "open":
         body += (f'<form method="post">{form}'
@@ -199,9 +206,9 @@ def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = F
                  f'<textarea id="note" name="note" rows="3" maxlength="{_NOTE_CHARS}">'
                  f'</textarea><div class="buttons">'
                  f'<button type="submit" name="action" value="approve" class="approve"'
-                 f' autofocus>Approve</button>'
+                 f'{"" if choice == "reject" else " autofocus"}>Approve</button>'
                  f'<button type="submit" name="action" value="reject" class="reject"'
-                 f'>Reject</button></div>'
+                 f'{" autofocus" if choice == "reject" else ""}>Reject</button></div>'
                  f"<p class=\"fine\">Deciding uses this link: it works once, as "
                  f"{e(str(link.get('to')))}.</p></form>")
     title = f"Approval: {link.get('name')}" if link.get("name") else "Decision link"
