@@ -30,7 +30,7 @@ def _park(journal, run_id: str, dropped: list[str], **options) -> dict:
 def _decide(api, journal, run_id: str, pending: dict, expect: int) -> dict:
     return api("run/decision", method="POST", expect=expect, body={
         "journal": journal_id(str(journal.directory)), "id": run_id, "approved": True,
-        "digest": pending["digest"]})
+        "digest": pending["digest"], "request_id": pending["id"]})
 
 
 @pytest.mark.parametrize("jp_server_config", [_NAMED])

@@ -711,11 +711,13 @@ class RunPanel:
         elif pending:
             run_id = html.escape(record.run_id, quote=True)
             digest = html.escape(pending_digest(pending), quote=True)
+            request = html.escape(str(pending.get("id") or ""), quote=True)
             body.append("<div style='border:1px solid #bf8700;padding:6px'>"
                         f"{self._approval_html(pending)}"
                         f"Decide from anywhere: <code>durable-nb approve {run_id}</code>."
                         f"<div class='dnb-decide-here' data-durable-nb-decide='{run_id}' "
-                        f"data-durable-nb-digest='{digest}'></div></div>")
+                        f"data-durable-nb-digest='{digest}' "
+                        f"data-durable-nb-request='{request}'></div></div>")
         body += [timeline, f"<div>{result}</div>"]
         return saved_view("".join(body), f"run {record.run_id}", log)
 
