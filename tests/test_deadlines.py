@@ -429,3 +429,26 @@ def test_a_waiting_run_escalates_itself_and_takes_an_escalation_approvers_decisi
     waiting.join(60)
     assert outcome["result"] == expected
     assert _kinds(journal, "self") == events
+
+
+def test_the_servers_sweeper_applies_a_deadline_when_it_falls_due_not_a_period_later(
+        tmp_path: Path, monkeypatch) -> None:
+    """The sweeper sleeps until the next thing falls due, at most its period: with a period
+    of an hour, a deadline two seconds away is still applied when it passes. (On 953f9b9 it
+    slept a whole period between sweeps: a deadline was applied up to a period late.)"""
+    from durable_nb.server.notify import start_sweeper
+
+    monkeypatch.setenv("DURABLE_NB_INDEX", str(tmp_path / "index"))
+    monkeypatch.setenv("DURABLE_NB_NOTIFY_CONFIG", str(tmp_path / "none.toml"))
+    journal = DiskJournal(tmp_path / "j")
+    monkeypatch.setenv("DURABLE_NB_JOURNAL", str(journal.directory))
+    pending = _park(journal, "due", timeout=2)
+    running = [True]
+    start_sweeper(period=3600, running=lambda: running[0])
+    try:
+        wait_until(lambda: find_decision(journal, "due", pending) is not None,
+                   what="the sweeper to apply the deadline", timeout=60)
+    finally:
+        running[0] = False
+    decision = find_decision(journal, "due", pending)
+    assert decision["by"] == "timeout" and decision["at"] >= pending["timeout_at"]
