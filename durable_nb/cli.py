@@ -118,7 +118,8 @@ def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | Non
         status += (f": reset to step {reset['to_step']} at {format_time(reset['at'])}, "
                    f"{reset['forgot']} step{'' if reset['forgot'] == 1 else 's'} forgotten; "
                    f"re-run its cell (or execute it again) to execute from there")
-    if effective is not None and not info.executing:
+    if effective is not None and not info.executing and (
+            decision is None or decision.get("via") == "timeout"):
         status += (f" in the journal, {effective.status} in effect: {effective.words}: re-run "
                    f"its cell (or execute it again)")
     elif decision is not None and not info.executing:

@@ -21,7 +21,7 @@ from .context import Decision
 from .errors import JournalError, RunLeased
 from .approvals.decide import MIN_DIGEST, decide
 from .approvals.policy import APPROVER_VARIABLE, approver_name
-from .approvals.request import decision_kind, find_decision, pending_digest
+from .approvals.request import decision_kind, find_decision, pending_digest, taken_decision
 from .journal import (
     Journal,
     JournalSpec,
@@ -134,8 +134,14 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
         if applied is not None and applied[0] == "escalated":
             write_escalation(journal, record, applied[1])
     seen_id = request_id if request_id is not None else (pending or {}).get("id")
-    seen_digest = expect if expect is not None else (
-        pending_digest(pending) if pending is not None else "-" * MIN_DIGEST)
+    if expect is not None:
+        seen_digest = expect
+    elif pending is not None:
+        seen_digest = pending_digest(pending)
+    else:  # nothing waits: refused, naming the last decision the run took, if any
+        taken = taken_decision(journal.steps(run_id))
+        seen_digest = str((taken.result or {}).get("digest") or "") if taken else ""
+        seen_digest = seen_digest if len(seen_digest) >= MIN_DIGEST else "-" * MIN_DIGEST
     decision = decide(journal, run_id, request_id=seen_id, digest=seen_digest,
                       approved=approved, note=note, by=by or approver_name(), via=via,
                       replace=replace)

@@ -3,8 +3,8 @@
 Reading a run never applies its deadline (that is :func:`~durable_nb.approvals.tick.tick`'s
 write): ``durable-nb runs`` and ``show``, ``durable_nb.runs`` and ``get_run``, ``%durable
 runs`` and ``show`` read the journal as it is and say what it amounts to:
-:func:`effective_state` - decided (by a person, or by the deadline's policy) but not resumed
-yet, or past its deadline, which a sweep applies as the policy says.
+:func:`effective_state` - decided by its deadline's policy but not resumed yet, or past its
+deadline, which a sweep applies as the policy says.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from ..journal import Journal, RunRecord, Status
 from ..timestamps import format_time
 from .policy import deadline_of
 from .request import find_decision, with_escalation
-from .wording import decision_words
 
 __all__ = ["Effective", "effective_state"]
 
@@ -32,9 +31,10 @@ class Effective:
 
 def effective_state(journal: Journal, record: RunRecord, now: float | None = None
                     ) -> Effective | None:
-    """What ``record`` (a run as stored) amounts to now, when that is not its stored status:
-    a request waiting in it that was decided, or whose deadline passed (what its policy does
-    then). None otherwise. Reads the decision and the escalation record; writes nothing."""
+    """What ``record`` (a run as stored) amounts to now, when time changed it: a request
+    waiting in it that its deadline decided, or whose deadline passed (what its policy does
+    then). None otherwise (a person's decision not taken yet is the decision's to show).
+    Reads the decision and the escalation record; writes nothing."""
     pending = record.pending_approval
     if record.status is not Status.WAITING_APPROVAL or not pending:
         return None
@@ -43,13 +43,11 @@ def effective_state(journal: Journal, record: RunRecord, now: float | None = Non
     pending = with_escalation(journal, target, pending, moment)
     decision = find_decision(journal, target, pending)
     if decision is not None:
+        if decision.get("via") != "timeout":
+            return None
         verdict = "APPROVED" if decision.get("approved") else "REJECTED"
-        if decision.get("via") == "timeout":
-            words = (f"{verdict.lower()} by its deadline at "
-                     f"{format_time(decision.get('at'), '?')}")
-        else:
-            words = decision_words(decision, timed=True)
-        return Effective(verdict, words + ", not resumed yet")
+        return Effective(verdict, f"{verdict.lower()} by its deadline at "
+                                  f"{format_time(decision.get('at'), '?')}, not resumed yet")
     deadline = deadline_of(pending)
     if deadline is None or moment < deadline:
         return None

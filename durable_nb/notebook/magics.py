@@ -90,8 +90,9 @@ def parse_duration(text: str) -> float:
     (:func:`durable_nb.approvals.policy.parse_duration`); UsageError otherwise."""
     try:
         return policy_duration(text, "--timeout")
-    except ApprovalPolicyError as exc:
-        raise UsageError(str(exc)) from None
+    except ApprovalPolicyError:
+        raise UsageError(f"--timeout {text!r} is not a duration: write e.g. 90s, 30m, 2h "
+                         f"or 1d") from None
 
 
 def parse_cost(text: str) -> float:
