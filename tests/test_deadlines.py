@@ -97,8 +97,8 @@ def test_one_duration_grammar_for_the_call_the_tool_and_the_magic(tmp_path: Path
     journal = DiskJournal(tmp_path / "j")
     pending = _park(journal, "call", timeout=form)
     assert pending["timeout_at"] - pending["requested_at"] == pytest.approx(seconds)
-    assert dn.tool(name="pay", needs_approval=True, timeout=form)(lambda: None).approval_policy.timeout \
-        == seconds
+    tool = dn.tool(name="pay", needs_approval=True, timeout=form)(lambda: None)
+    assert tool.approval_policy.timeout == seconds
     assert magic_duration(form) == seconds
 
 

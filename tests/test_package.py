@@ -9,7 +9,8 @@ import durable_nb
 def test_exported_names_are_exactly_the_public_api():
     assert set(durable_nb.__all__) == {
         "ApprovalChanged", "ApprovalPolicyError", "CellSyntaxError", "DecisionNeeded",
-        "MissingExtra", "NotifyConfigError", "Batch", "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry",
+        "MissingExtra", "NotifyConfigError",
+        "Batch", "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry",
         "DatabaseError", "Decision", "DecisionExists", "DiskJournal", "DurableError", "DurableState",
         "EndpointError", "IncompatibleJournal", "InputChanged", "ItemResult", "Journal",
         "JournalError", "JournalMismatch", "JournalNotWritable", "JournalUnavailable",

@@ -55,8 +55,8 @@ from .request import pending_digest
 from .wording import decision_words
 
 __all__ = ["LINK_PATH", "LINK_PREFIX", "PERSONAL_CHANNELS", "LinkOutcome", "LinkSettings",
-           "base_url", "choice_url", "inspect_link", "issue_links", "journal_ref", "kernel_server_url",
-           "link_key", "parse_token", "sent_to", "use_link"]
+           "base_url", "choice_url", "inspect_link", "issue_links", "journal_ref",
+           "kernel_server_url", "link_key", "parse_token", "sent_to", "use_link"]
 
 #: The path under a Jupyter server's base URL that serves the page; the token follows ``#``.
 LINK_PATH = "durable-nb/decide"
@@ -269,19 +269,19 @@ def inspect_link(journal: Journal, run_id: str, secret: str,
                       signed_in=link.get("channel") in PERSONAL_CHANNELS)
     if refused is not None:
         return key, LinkOutcome("refused", 403, f"This link cannot decide this request: "
-                                f"{_why(refused)} Nothing was decided.", link,
+                                f"{_why(refused, link)} Nothing was decided.", link,
                                 pending=pending, run=about)
     return key, LinkOutcome("open", 200, "This request waits for a decision.", link,
                             pending=pending, run=about)
 
 
-def _why(refused: NotAllowedToDecide) -> str:
+def _why(refused: NotAllowedToDecide, link: dict) -> str:
     """A refusal in words for the page's reader, who may not be the link's recipient."""
     if refused.shared:
         allowed = refused.approvers
         who = (f"only {', '.join(allowed)} may decide it" if allowed else
                "the person who started the run may not decide it (four-eyes)")
-        return (f"it was sent to {refused.by}, which does not say who clicks it, and {who}. "
+        return (f"it was sent to {sent_to(link)}, which does not say who clicks it, and {who}. "
                 f"Sign in to Jupyter and decide in its inbox (the durable_nb sidebar), or "
                 f"with `durable-nb approve`.")
     return refused.brief + "."
@@ -326,7 +326,7 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
                                  run=outcome.run)
         elif isinstance(exc, NotAllowedToDecide):
             failed = LinkOutcome("refused", 403, f"This link cannot decide this request: "
-                                 f"{_why(exc)} Nothing was decided.", link, run=outcome.run)
+                                 f"{_why(exc, link)} Nothing was decided.", link, run=outcome.run)
         elif isinstance(exc, (ApprovalChanged, NoPendingApproval)):
             failed = LinkOutcome("changed", 409, str(exc), link, run=outcome.run)
         else:

@@ -43,9 +43,9 @@ from typing import Any, Union
 from ..errors import ApprovalPolicyError, NotAllowedToDecide
 from ..journal import this_host
 
-__all__ = ["APPROVER_VARIABLE", "ON_TIMEOUT", "ApprovalPolicy", "Duration", "FollowUp",
-           "allowed_approvers", "approver_name", "approvers_list", "deadline_of",
-           "due_followups", "escalation_key", "next_due", "parse_duration", "DURATION_FORMS", "refusal",
+__all__ = ["APPROVER_VARIABLE", "DURATION_FORMS", "ON_TIMEOUT", "ApprovalPolicy", "Duration",
+           "FollowUp", "allowed_approvers", "approver_name", "approvers_list", "deadline_of",
+           "due_followups", "escalation_key", "next_due", "parse_duration", "refusal",
            "same_person"]
 
 #: The environment variable naming who decides approvals from this machine (the CLI, a

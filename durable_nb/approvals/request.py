@@ -32,8 +32,9 @@ from typing import Any
 from ..journal import Journal, StepEntry
 from .policy import escalation_key
 
-__all__ = ["LEGACY_KIND", "applies", "decision_kind", "find_decision", "pending_digest",
-           "request_digest", "short", "take_decision", "taken_decision", "with_escalation", "escalation_fields"]
+__all__ = ["LEGACY_KIND", "applies", "decision_kind", "escalation_fields", "find_decision",
+           "pending_digest", "request_digest", "short", "take_decision", "taken_decision",
+           "with_escalation"]
 
 #: The request kind of decisions given before approvals had ids.
 LEGACY_KIND = "decision"

@@ -47,7 +47,8 @@ from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_co
 from ..options import RunOptions
 from ..llm.retry import NO_RETRY, RetryPolicy
 from ..timestamps import format_time
-from ..approvals.request import (applies, decision_kind, find_decision, pending_digest, request_digest, take_decision)
+from ..approvals.request import (applies, decision_kind, find_decision, pending_digest,
+                                 request_digest, take_decision)
 from ..approvals.wording import decision_words
 from ..approvals.policy import ApprovalPolicy, deadline_of
 from ..approvals.tick import apply_deadline

@@ -60,8 +60,7 @@ from ..approvals.state import effective_state
 from ..approvals.history import history
 from ..notify.audit import notifications
 from ..notify.config import check_selection
-from ..approvals.policy import approvers_list
-from ..approvals.policy import parse_duration as policy_duration
+from ..approvals.policy import approvers_list, parse_duration as policy_duration
 from . import (
     NotebookBatch,
     NotebookRun,

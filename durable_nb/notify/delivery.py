@@ -37,16 +37,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from ..journal import Journal, RunRecord, Status
-from ..approvals.request import find_decision, pending_digest
-from ..approvals.policy import deadline_of, escalation_key
-from ..approvals.request import with_escalation
-from ..approvals.tick import tick
 from ..approvals.history import record_event
+from ..approvals.links import issue_links
+from ..approvals.policy import FollowUp, deadline_of, due_followups, escalation_key
+from ..approvals.request import find_decision, pending_digest, with_escalation
+from ..approvals.tick import tick
+from ..journal import Journal, RunRecord, Status
 from .channels import WAITING_EVENTS, DeliveryFailed, Notice, send
 from .config import EmailConfig, NotifyConfig
-from ..approvals.policy import FollowUp, due_followups
-from ..approvals.links import issue_links
 
 __all__ = ["decided_event", "deliver", "deliver_decided", "deliver_failed", "delivery_key",
            "drain", "in_background", "notice_for", "notify_in_background", "pending_of",

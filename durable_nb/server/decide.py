@@ -1,4 +1,5 @@
-"""The decision-link page, ``{base_url}durable-nb/decide#TOKEN`` (:mod:`durable_nb.approvals.links`).
+"""The decision-link page, ``{base_url}durable-nb/decide#TOKEN``
+(:mod:`durable_nb.approvals.links`).
 
 The token is the credential, and it is kept out of every URL a server or proxy sees: it is
 in the fragment, which browsers never send. GET answers a small page whose script reads the
