@@ -313,7 +313,7 @@ def test_a_link_sent_to_someone_not_on_the_approvers_list_is_refused_and_stays_u
     assert refused.status == 403 and "ana@example.org" in refused.message
     assert _decision(journal_dir, "r") is None
     assert [r["state"] for r in _link_records(journal_dir, "r")] == ["issued", "issued"]
-    assert [e["kind"] for e in journal.events("r")].count("link_refused") == 1
+    assert [e["kind"] for e in journal.events("r")].count("refused") == 1
     decided = use_link(journal, "r", secret["ana@example.org"], approved=True, note="ok")
     assert decided.status == 200 and _decision(journal_dir, "r")["by"] == "ana@example.org"
 

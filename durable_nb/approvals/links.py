@@ -211,6 +211,10 @@ def issue_links(journal: Journal, run_id: str, pending: dict, *, channel: str,
     return made, {"links": {"to": kept, "expires_at": expires_at, "base": source}}
 
 
+_CHANGED = ("The request this link was sent for is no longer the one waiting (the run went on, "
+            "or asks something else now, or its deadline passed). Nothing was decided.")
+
+
 @dataclass(frozen=True)
 class LinkOutcome:
     """What a link does now: ``kind`` is ``open`` (it may decide), ``decided``, ``unknown``
@@ -262,9 +266,7 @@ def inspect_link(journal: Journal, run_id: str, secret: str,
     if run is None or run.status is not Status.WAITING_APPROVAL or not pending \
             or pending.get("id") != link.get("request") \
             or pending_digest(pending) != link.get("digest"):
-        return key, LinkOutcome("changed", 409, "The request this link was sent for is no "
-                                "longer the one waiting (the run went on, or asks something "
-                                "else now). Nothing was decided.", link, run=about)
+        return key, LinkOutcome("changed", 409, _CHANGED, link, run=about)
     refused = refusal(run_id, pending, str(link.get("to")), "link",
                       signed_in=link.get("channel") in PERSONAL_CHANNELS)
     if refused is not None:
@@ -295,12 +297,13 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
     not allowed) or a journal error (raised) puts the link back unused and decides nothing;
     each kind of refusal is recorded once per link."""
     key, outcome = inspect_link(journal, run_id, secret, now)
-    if outcome.kind != "open":
+    if outcome.kind in ("unknown", "used", "expired"):  # the link's own state
         if key is not None:
             _refused(journal, run_id, key, outcome)
         return outcome
+    # Whether the request may be decided by this link is decide()'s to say, not this page's.
     link, pending = outcome.link, outcome.pending
-    assert key is not None and link is not None and pending is not None
+    assert key is not None and link is not None
     used = dict(link, state="used", used_at=now(), approved=approved)
     if not journal.swap_delivery(run_id, key, link, used):
         current = journal.link_records(run_id).get(key) or {}
@@ -328,7 +331,7 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
             failed = LinkOutcome("refused", 403, f"This link cannot decide this request: "
                                  f"{_why(exc, link)} Nothing was decided.", link, run=outcome.run)
         elif isinstance(exc, (ApprovalChanged, NoPendingApproval)):
-            failed = LinkOutcome("changed", 409, str(exc), link, run=outcome.run)
+            failed = LinkOutcome("changed", 409, _CHANGED, link, run=outcome.run)
         else:
             failed = LinkOutcome("failed", 409, str(exc), link, run=outcome.run)
         if not isinstance(exc, (DecisionExists, NotAllowedToDecide)):
