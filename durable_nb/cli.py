@@ -35,10 +35,9 @@ from .journal import Journal, RunRecord, Status, StepEntry, default_location, op
 from .approvals.history import history, history_lines
 from .approvals.policy import parse_duration
 from .approvals.state import Effective, effective_state
-from .approvals.tick import tick
 from .notify.audit import notification_lines, notifications
-from .notify.delivery import sweep
 from .notify.start import for_journal
+from .notify.sweeper import sweep_journal
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
 from .summary import (cost_of, elapsed, format_cost, format_duration, is_free, one_line, plain,
@@ -705,7 +704,7 @@ def _run(args: argparse.Namespace) -> int:
               f"there to go on")
         return 0
     if args.command == "sweep":
-        return sweep_journal(open_journal(args.journal), args.every)
+        return sweep_command(open_journal(args.journal), args.every)
     if args.command in ("runs", "show", "export", "batches", "batch", "trace"):
         journal = open_journal(args.journal, read_only=True)
     else:
@@ -758,20 +757,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def sweep_journal(journal: Journal, every: float | None = None,
+def sweep_command(journal: Journal, every: float | None = None,
                   sleep: Callable[[float], object] = time.sleep) -> int:
-    """``durable-nb sweep``: :func:`~durable_nb.approvals.tick.tick` the journal, with its
-    notification channels as the listener (:func:`durable_nb.notify.delivery.sweep`): once,
-    or (``every``) again when something next falls due and at least every ``every``
-    seconds, until interrupted. Prints one line per sweep that did something."""
+    """``durable-nb sweep``: :func:`~durable_nb.notify.sweeper.sweep_journal` once, or
+    (``every``) again when something next falls due and at least every ``every`` seconds,
+    until interrupted. Prints one line for each thing a sweep applied or sent."""
     while True:
-        config = for_journal(journal)
-        sent: dict = {}
-
-        def notify(swept: Journal, _records: list[RunRecord]) -> None:
-            sent.update(sweep(swept, config))
-
-        ticked = tick(journal, listener=notify if config.channels() else None)
+        ticked, sent = sweep_journal(journal, for_journal(journal))
         for run_id, what in ticked.applied.items():
             print(f"{format_time(time.time())} {run_id}: {what} by its deadline's policy")
         for run_id, outcome in sent.items():

@@ -21,9 +21,8 @@ from collections.abc import Callable
 
 from ..approvals.tick import tick
 from ..errors import DurableError
-from ..journal import Journal, RunRecord
-from ..notify.delivery import sweep
 from ..notify.start import for_directory
+from ..notify.sweeper import sweep_journal
 from .journals import allowed_journals
 
 __all__ = ["PERIOD", "start_sweeper", "sweep_allowed"]
@@ -47,12 +46,9 @@ def sweep_allowed(server_url: str | None = None) -> tuple[dict[str, dict], float
         try:
             config = for_directory(known.location if known.kind == "disk" else None)
             sent: dict = {}
-
-            def notify(journal: Journal, _records: list[RunRecord]) -> None:
-                sent.update(sweep(journal, config, server_url=server_url))
-
             if config.channels():
-                ticked = tick(known.open(write=True), listener=notify)
+                ticked, sent = sweep_journal(known.open(write=True), config,
+                                             server_url=server_url)
             else:
                 # Read through the handle the listing shares; opened for writing only when
                 # a deadline is due (a journal this server only reads is left alone).
