@@ -78,7 +78,7 @@ class RunOptions:
     (``@tool(approvers=...)``) or the request (``ctx.approval(..., approvers=...)``) names its
     own; None, anyone. ``four_eyes``: the person who started the run may not decide its
     approvals. Both are checked wherever a decision is given
-    (:mod:`durable_nb.execution.approvers`).
+    (:mod:`durable_nb.approvals.policy`).
     """
 
     title: str | None = None

@@ -166,7 +166,7 @@ def approve(run_id: str, note: str | None = None, *, by: str | None = None,
     Jupyter server, another process racing this one) is refused with
     :class:`~durable_nb.errors.DecisionExists`, which names who decided, how and when.
     Only a person the request allows decides it (its approvers' list, four-eyes:
-    :mod:`~durable_nb.execution.approvers`): anyone else is refused with
+    :mod:`~durable_nb.approvals.policy`): anyone else is refused with
     :class:`~durable_nb.errors.NotAllowedToDecide`. ``by`` (default
     :func:`approver_name`) is who decides. ``replace=True`` changes a decision the run has
     not taken yet (the run's history keeps both); one the run took never changes. ``via``:

@@ -1,4 +1,4 @@
-"""Decision links (durable_nb.notify.links, durable_nb.server.decide), with real parts: a
+"""Decision links (durable_nb.approvals.links, durable_nb.server.decide), with real parts: a
 Jupyter server from tests/harness with the server extension, runs parked on a disk journal
 (and a PostgreSQL one for racing servers), the link taken from what a real receiver got (the
 signed-webhook receiver, aiosmtpd), Chromium opening the page and clicking Approve.

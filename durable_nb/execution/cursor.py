@@ -629,10 +629,10 @@ class Execution:
     def approval(self, name: str, details: Any, policy: ApprovalPolicy | None = None,
                  approvers: list[str] | None = None) -> dict:
         """Journaled approval: record it pending, wait for (or park until) a decision given
-        for what it shows (:mod:`~durable_nb.execution.approvals`), or the one its deadline's
-        ``policy`` takes (:mod:`~durable_nb.execution.deadlines`), by whom it allows:
+        for what it shows (:mod:`~durable_nb.approvals.request`), or the one its deadline's
+        ``policy`` takes (:mod:`~durable_nb.approvals.tick`), by whom it allows:
         ``approvers`` (a tool's or the request's), else the run's
-        (:mod:`~durable_nb.execution.approvers`)."""
+        (:mod:`~durable_nb.approvals.policy`)."""
         scope = self.scope()
         key = scope.next_key()
         inputs = {"details": details}
@@ -740,7 +740,7 @@ class Execution:
     def _wait_for_decision(self, pending: dict) -> dict:
         """Wait for a decision on approval ``pending`` (one given for what it shows), or
         for its deadline, whose policy decides or escalates it
-        (:func:`~durable_nb.execution.deadlines.apply_deadline`): the decision;
+        (:func:`~durable_nb.approvals.tick.apply_deadline`): the decision;
         :class:`Suspend` when the run parks instead of waiting.
 
         The journal tells of a decision or a cancel given anywhere

@@ -107,7 +107,7 @@ def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, A
     """The run as JSON data: ``{"export_version", "run", "rounds", "result", "attempts",
     "code", "notifications", "history"}``: ``notifications`` are the deliveries of its
     requests for approval, without where their senders ran; ``history`` what people and
-    policies did about them (:mod:`durable_nb.execution.history`).
+    policies did about them (:mod:`durable_nb.approvals.history`).
 
     ``journal`` (the one ``info`` came from) lets child steps name their child run's status.
     """

@@ -16,7 +16,7 @@ def notifications(journal: Journal, run_id: str, *, private: bool = True) -> lis
     rows = []
     for key, record in journal.deliveries(run_id).items():
         if "channel" not in record:
-            continue  # an escalation's claim (durable_nb.execution.deadlines), not a delivery
+            continue  # an escalation's claim (durable_nb.approvals.tick), not a delivery
         row = {k: v for k, v in record.items() if k not in ("token", "heartbeat")}
         row["request"] = key.split("/", 1)[0]
         if not private:

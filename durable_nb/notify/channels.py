@@ -69,7 +69,7 @@ class Notice:
     approvers: tuple[str, ...] = ()  # who may decide now, once escalated
     #: What became of it: a decision (approved, by, via, note, at) or a failure (error).
     outcome: dict | None = None
-    #: Decision links (:mod:`durable_nb.notify.links`): ``{"to", "url", "expires_at"}`` each;
+    #: Decision links (:mod:`durable_nb.approvals.links`): ``{"to", "url", "expires_at"}`` each;
     #: the e-mail's recipients one each, the webhook and Slack one for the request.
     links: tuple[dict, ...] = ()
 

@@ -104,7 +104,7 @@ class EmailConfig:
 
 @dataclass(frozen=True)
 class LinksConfig:
-    """Decision links (:mod:`durable_nb.notify.links`): the Jupyter server they open
+    """Decision links (:mod:`durable_nb.approvals.links`): the Jupyter server they open
     (``base_url``; None: the server this process knows, if any), how long one lives when its
     request has no deadline, and whether messages carry them at all."""
     base_url: str | None = None

@@ -110,7 +110,7 @@ def deliver(journal: Journal, record: RunRecord, config: NotifyConfig, *,
     """Claim and send each of ``config``'s channels' delivery of ``record``'s pending
     request (blocking: the retries' waits, ``config.retry.sleep``, included), each message
     with its decision links (``server_url``: the Jupyter server this process is, their base
-    when none is configured: :func:`~durable_nb.notify.links.base_url`); record the
+    when none is configured: :func:`~durable_nb.approvals.links.base_url`); record the
     channels ``skip`` as skipped (a run's ``notify=`` left them out). The states this process wrote, by channel
     (a channel another process holds is left out)."""
     found = pending_of(record)
