@@ -452,3 +452,28 @@ def test_the_servers_sweeper_applies_a_deadline_when_it_falls_due_not_a_period_l
         running[0] = False
     decision = find_decision(journal, "due", pending)
     assert decision["by"] == "timeout" and decision["at"] >= pending["timeout_at"]
+
+
+def test_durable_nb_sweep_sends_what_nobody_sent_for_a_journal_no_server_sweeps(
+        tmp_path: Path) -> None:
+    """``durable-nb sweep --once`` (cron, a CronJob) ticks the journal with its channels as
+    the listener: a request parked with no channel is sent once to the configured webhook,
+    and a second sweep sends nothing more."""
+    journal = DiskJournal(tmp_path / "j")
+    assert dn.execute("quiet", lambda ctx: ctx.approval("pay", {"eur": 5}), journal=journal,
+                      on_approval="park", notify="none") is None
+    with WebhookReceiver("sweep-secret") as hook:
+        env = _subprocess_env(DURABLE_NB_NOTIFY_CONFIG=str(tmp_path / "none.toml"),
+                              DURABLE_NB_INDEX=str(tmp_path / "index"),
+                              DURABLE_NB_NOTIFY_WEBHOOK=hook.url,
+                              DURABLE_NB_NOTIFY_WEBHOOK_SECRET="sweep-secret")
+        for sweep in range(2):
+            printed = subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                                      str(tmp_path / "j"), "sweep", "--once"], env=env,
+                                     check=True, capture_output=True, text=True,
+                                     timeout=120).stdout
+            if sweep == 0:
+                assert "quiet: notified (webhook sent)" in printed, printed
+        request = hook.wait_for(1)[0]
+        assert request["verified"] and request["json"]["run_id"] == "quiet"
+        assert len(hook.requests) == 1
