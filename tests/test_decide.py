@@ -212,6 +212,13 @@ def test_the_links_secret_never_reaches_the_servers_log(lab) -> None:
     assert client.open(_page_of(link))[0] == 200  # the page again, a GET
     forged = link[:-8] + "AAAAAAAA"
     assert client.view(forged)[0] == 404
+    with urllib.request.urlopen(_page_of(link), timeout=30) as answer:
+        assert answer.headers["Referrer-Policy"] == "no-referrer"
+    with pytest.raises(urllib.error.HTTPError) as refused:  # no XSRF cookie: refused
+        urllib.request.urlopen(urllib.request.Request(_page_of(link), data=b"action=view"),
+                               timeout=30)
+    assert refused.value.code == 403
+    assert refused.value.headers["Referrer-Policy"] == "no-referrer"  # every answer
     log = Path(lab.log_path).read_text(errors="replace")
     assert "/durable-nb/decide" in log  # the requests were logged, at DEBUG and above
     assert secret not in log and secret[:16] not in log
