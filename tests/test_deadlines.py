@@ -477,3 +477,20 @@ def test_durable_nb_sweep_sends_what_nobody_sent_for_a_journal_no_server_sweeps(
         request = hook.wait_for(1)[0]
         assert request["verified"] and request["json"]["run_id"] == "quiet"
         assert len(hook.requests) == 1
+
+
+def test_a_tick_applies_a_deadline_once_and_then_has_nothing_due(tmp_path: Path) -> None:
+    """The tick that applies a deadline says so; the next one (the run not resumed yet)
+    applies nothing and has nothing due, so a sweeper sleeps its period instead of ticking
+    again at once; before the deadline, the deadline is what falls due next."""
+    from durable_nb.approvals.tick import tick
+
+    journal = DiskJournal(tmp_path / "j")
+    pending = _park(journal, "once", timeout=2)
+    assert tick(journal).next_due == pending["timeout_at"]
+    _past(pending["timeout_at"])
+    first = tick(journal)
+    assert first.applied == {"once": "decided"} and first.next_due is None
+    second = tick(journal)
+    assert second.applied == {} and second.overdue == [] and second.next_due is None
+    assert _kinds(journal, "once") == ["decided", "timed_out"]

@@ -56,9 +56,12 @@ Listener = Callable[[Journal, list[RunRecord]], object]
 
 @dataclass
 class Ticked:
-    """What one :func:`tick` did: ``applied`` by run (``"decided"`` or ``"escalated"``) and
-    ``next_due``, when something next comes due in the runs it saw (None: nothing)."""
+    """What one :func:`tick` did: ``applied`` by run (``"decided"`` or ``"escalated"``);
+    ``overdue``, the runs whose deadline passed with nothing applied (a journal opened
+    read-only, or a journal error: left for the next tick); ``next_due``, when something
+    next falls due after now in the runs it saw (None: nothing)."""
     applied: dict[str, str] = field(default_factory=dict)
+    overdue: list[str] = field(default_factory=list)
     next_due: float | None = None
 
 
@@ -72,18 +75,21 @@ def tick(journal: Journal, *, now: float | None = None,
     run's trouble (a journal error is left for the next tick); a journal opened read-only is
     only read."""
     moment = time.time() if now is None else now
-    waiting = [r for r in (journal.list_runs(status=Status.WAITING_APPROVAL)
-                           if records is None else records)
-               if r.status is Status.WAITING_APPROVAL and r.pending_approval]
+    waiting = _waiting(journal.list_runs(status=Status.WAITING_APPROVAL)
+                       if records is None else records)
     ticked = Ticked()
-    changed = False
     for record in waiting:
         pending = record.pending_approval or {}
         deadline = deadline_of(pending)
-        if journal.read_only or deadline is None or moment < deadline:
+        if deadline is None or moment < deadline:
             continue  # nothing due: nothing read beyond the record
         run_id = pending.get("run_id", record.run_id)
         try:
+            if find_decision(journal, run_id, pending) is not None:
+                continue  # decided (by a person, or an earlier tick): its run takes it
+            if journal.read_only:
+                ticked.overdue.append(run_id)
+                continue
             applied = apply_deadline(journal, run_id, pending, now=lambda: moment)
             if applied is None:
                 continue
@@ -91,21 +97,31 @@ def tick(journal: Journal, *, now: float | None = None,
             if kind == "escalated":
                 write_escalation(journal, record, value)
             ticked.applied[run_id] = kind
-            changed = True
         except (DurableError, OSError):
-            continue
-    if changed:
-        waiting = [r for r in journal.list_runs(status=Status.WAITING_APPROVAL)
-                   if r.pending_approval]
-    dues = [d for r in waiting
-            if (d := next_due(with_escalation(journal, r.pending_approval.get(
-                "run_id", r.run_id), r.pending_approval, moment)
-                if r.pending_approval.get("on_timeout") == "escalate"
-                else r.pending_approval, moment)) is not None]
+            ticked.overdue.append(run_id)
+    if ticked.applied:  # read again: escalations and decisions change what is due
+        waiting = _waiting(found for r in waiting
+                           if (found := journal.find_run(r.run_id)) is not None)
+    dues = [d for r in waiting if (d := _next_due(journal, r, moment)) is not None]
     ticked.next_due = min(dues) if dues else None
     if listener is not None:
         listener(journal, waiting)
     return ticked
+
+
+def _waiting(records: Iterable[RunRecord]) -> list[RunRecord]:
+    return [r for r in records if r.status is Status.WAITING_APPROVAL and r.pending_approval]
+
+
+def _next_due(journal: Journal, record: RunRecord, moment: float) -> float | None:
+    """When something about ``record``'s request falls due after ``moment`` (a deadline
+    passed is not: it was applied, or is retried at the next tick)."""
+    pending = record.pending_approval or {}
+    if pending.get("on_timeout") == "escalate":
+        pending = with_escalation(journal, pending.get("run_id", record.run_id), pending,
+                                  moment)
+    due = next_due(pending, moment)
+    return due if due is not None and due > moment else None
 
 
 def apply_deadline(journal: Journal, run_id: str, pending: dict, *,

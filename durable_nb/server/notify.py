@@ -53,7 +53,7 @@ def sweep_allowed(server_url: str | None = None) -> tuple[dict[str, dict], float
                 # Read through the handle the listing shares; opened for writing only when
                 # a deadline is due (a journal this server only reads is left alone).
                 ticked = tick(known.open())
-                if ticked.next_due is not None and ticked.next_due <= time.time():
+                if ticked.overdue:
                     ticked = tick(known.open(write=True))
             if ticked.next_due is not None:
                 dues.append(ticked.next_due)
