@@ -191,7 +191,7 @@ def check_selection(selection: Any) -> None:
         raise NotifyConfigError(f"notify must be channel names ({', '.join(channel_names())}), "
                                 f"'none', True/False or a NotifyConfig, not {selection!r}.")
     for name in (n.strip().lower() for n in names if n.strip()):
-        if name not in _SWITCHES and name not in channel_names():
+        if name not in (*_SWITCHES, *BUILT_IN) and name not in plugin_names():
             raise NotifyConfigError(f"notify names an unknown channel {name!r}: use "
                                     f"{', '.join(channel_names())}, 'all' or 'none'.")
 
@@ -215,7 +215,8 @@ def _read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise NotifyConfigError(f"the notification config {path} cannot be read: {exc}. "
                                 f"Fix the file (TOML) or remove it.") from None
     for section, values in data.items():
-        if section not in (*channel_names(), *SETTINGS) or not isinstance(values, dict):
+        known = section in (*BUILT_IN, *SETTINGS) or section in plugin_names()
+        if not known or not isinstance(values, dict):
             sections = ", ".join(f"[{name}]" for name in (*channel_names(), *SETTINGS))
             raise NotifyConfigError(f"the notification config {path} has an unknown section "
                                     f"[{section}]: use {sections}.")
@@ -236,9 +237,11 @@ def _from_env(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     table = dict(_SETTINGS_ENV)
     for cls in BUILT_IN.values():
         table.update({variable: (cls.name, name) for variable, name in cls.env.items()})
-    for name in plugin_names():
+    others = [v for v in env if v.startswith("DURABLE_NB_NOTIFY_") and v not in table
+              and v != "DURABLE_NB_NOTIFY_CONFIG"]
+    for name in plugin_names() if others else ():  # entry points read only when needed
         prefix = f"DURABLE_NB_NOTIFY_{name.upper()}_"
-        if any(variable.startswith(prefix) and value for variable, value in env.items()):
+        if any(variable.startswith(prefix) and env[variable] for variable in others):
             cls = channel_class(name)
             table.update({variable: (name, key) for variable, key in cls.env.items()})
     found: dict[str, dict[str, Any]] = {}
@@ -252,13 +255,12 @@ def _from_env(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
 def _build(data: dict[str, dict[str, Any]], where: str) -> NotifyConfig:
     config: dict[str, Any] = {}
     plugins = []
-    for name in channel_names():
+    for name in BUILT_IN:
         if name in data:
-            channel = channel_class(name).from_config(data[name], where)
-            if name in BUILT_IN:
-                config[name] = channel
-            else:
-                plugins.append(channel)
+            config[name] = BUILT_IN[name].from_config(data[name], where)
+    for name in data:
+        if name not in BUILT_IN and name not in SETTINGS:
+            plugins.append(channel_class(name).from_config(data[name], where))
     retry = Section(data.get("retry", {}), "retry", where)
     retry.known(("attempts", "first_delay", "max_delay", "lease"))
     config["retry"] = replace(

@@ -32,6 +32,9 @@ __all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "HEADLINES", "WAITING_EVENTS", "Chan
 
 ENTRY_POINT_GROUP = "durable_nb.channels"
 
+#: Names no plug-in may take: notify.toml's other sections, ``notify=``'s switches.
+RESERVED = ("events", "retry", "links", "none", "off", "all", "on")
+
 #: The built-in channels by name, in the order they are sent.
 BUILT_IN: dict[str, type[Channel]] = {cls.name: cls for cls in (WebhookConfig, SlackConfig,
                                                                  EmailConfig)}
@@ -43,7 +46,7 @@ def _plugins() -> dict[str, EntryPoint]:
     installed later is found after a restart)."""
     found: dict[str, EntryPoint] = {}
     for point in entry_points(group=ENTRY_POINT_GROUP):
-        if point.name not in BUILT_IN:  # a plug-in never replaces a built-in channel
+        if point.name not in BUILT_IN and point.name not in RESERVED:  # never replaced
             found.setdefault(point.name, point)
     return found
 
