@@ -268,3 +268,17 @@ def test_a_webhook_replayed_under_another_delivery_id_is_refused_by_the_document
         receiver.stop()
     assert replay["docs"] is False
     assert replay["loopback"] == "bad signature"
+
+
+# --- the docs' how-to -----------------------------------------------------------------------------
+
+def test_the_write_a_channel_page_shows_the_tested_plug_in_and_its_example_runs(
+        plugin_venv: Path, tmp_path: Path) -> None:
+    page = (REPO / "docs" / "pages" / "guide" / "channels.md").read_text()
+    module, example = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert module == (PLUGIN / "durable_nb_teams.py").read_text()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([str(plugin_venv), "-c", example], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env=env)
+    assert (proc.returncode, proc.stdout) == (0, "Approval needed: pay\n"), proc.stderr
