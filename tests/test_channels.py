@@ -282,3 +282,53 @@ def test_the_write_a_channel_page_shows_the_tested_plug_in_and_its_example_runs(
     proc = subprocess.run([str(plugin_venv), "-c", example], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path, env=env)
     assert (proc.returncode, proc.stdout) == (0, "Approval needed: pay\n"), proc.stderr
+
+
+# --- the registry ---------------------------------------------------------------------------------
+
+def _installed(site_dir: Path, name: str, module: str, source: str) -> None:
+    """A distribution as pip leaves it in site-packages: the module, and a dist-info whose
+    entry_points.txt declares ``name`` in ``durable_nb.channels``."""
+    dist = site_dir / f"dnb_{name}-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: dnb-{name}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[durable_nb.channels]\n{name} = {module}\n")
+    (site_dir / f"{module.split(':')[0]}.py").write_text(source)
+
+
+def test_a_broken_plug_in_stops_only_the_runs_that_use_it_naming_itself(tmp_path: Path) -> None:
+    site_dir = tmp_path / "site"
+    _installed(site_dir, "pager", "dnb_pager:Pager", "import not_installed_anywhere\n")
+    _installed(site_dir, "fax", "dnb_fax:Fax", textwrap.dedent("""
+        class Fax:
+            name = "fax"
+            env = {"FAX_NUMBER": "number"}
+            from_config = recipients = message = send = None
+    """))
+    script = textwrap.dedent("""
+        from durable_nb.errors import NotifyConfigError
+        from durable_nb.notify import channel_names, load_config
+
+        print(channel_names())
+        env = {"DURABLE_NB_NOTIFY_CONFIG": "/nonexistent.toml",
+               "DURABLE_NB_NOTIFY_WEBHOOK": "https://example.org/hook"}
+        print(list(load_config(None, env).channels()))
+        for variable in ("DURABLE_NB_NOTIFY_PAGER_URL", "DURABLE_NB_NOTIFY_FAX_NUMBER"):
+            try:
+                load_config(None, {**env, variable: "1"})
+            except NotifyConfigError as exc:
+                print(exc)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(site_dir), str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    names, configured, broken, misnamed = proc.stdout.splitlines()
+    assert names == "('webhook', 'slack', 'email', 'pager', 'fax')"
+    assert configured == "['webhook']"  # the broken ones, unused, stop nothing
+    assert broken == ("the channel plug-in 'pager' (dnb_pager:Pager) cannot be loaded: "
+                      "ModuleNotFoundError: No module named 'not_installed_anywhere'. "
+                      "Reinstall or uninstall it.")
+    assert misnamed == ("the channel plug-in 'fax' (dnb_fax:Fax) reads FAX_NUMBER: its "
+                        "variables must start with DURABLE_NB_NOTIFY_FAX_.")

@@ -35,6 +35,13 @@ journal's directory), then the environment (``DURABLE_NB_NOTIFY_*``)::
     max_age = 604800        # seconds a link lives when its request has no deadline (7 days)
     enabled = true          # false: no decision links in messages
 
+    [teams]                 # a channel a package adds (durable_nb.notify.channels)
+    url = "https://..."
+
+The channels' sections and variables are the channels' own (each class's ``from_config`` and
+``env``, found in the registry of :mod:`durable_nb.notify.channels`); this module reads the
+files and the environment, and the settings that are not channels.
+
 Secrets (the webhook's secret, the SMTP password, the Slack URL, which holds its token) stay
 in this object: its ``repr`` leaves them out, and nothing of them is written to a journal.
 """
