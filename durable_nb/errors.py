@@ -35,7 +35,8 @@
     ├── TerminalError                 raise it from a step: journaled, never retried
     ├── DecisionNeeded                a notebook stops until a person decides (Run All halts)
     ├── MissingExtra                  a feature's extra is not installed (also an ImportError)
-    └── NotifyConfigError             the notification configuration is wrong (also a ValueError)
+    ├── NotifyConfigError             the notification configuration is wrong (also a ValueError)
+    └── DeliveryFailed                one attempt to send a notification failed (recorded, never raised)
 
 This module imports nothing else from the package, so any module can import it.
 """
@@ -54,6 +55,7 @@ __all__ = [
     "DatabaseError",
     "DecisionExists",
     "DecisionNeeded",
+    "DeliveryFailed",
     "DurableError",
     "EndpointError",
     "IncompatibleJournal",
@@ -406,6 +408,12 @@ class ApprovalPolicyError(DurableError, ValueError):
 class NotifyConfigError(DurableError, ValueError):
     """The notification configuration (a notify.toml, DURABLE_NB_NOTIFY_*, a run's
     ``notify=``) is wrong: the message names the file or field."""
+
+
+class DeliveryFailed(DurableError):
+    """One attempt of a channel's ``send`` failed (refused, an HTTP or SMTP error, no answer).
+    Its message is short and holds no secret: it is what the delivery's record keeps. The
+    sender records it and tries again by its retry policy; it never reaches a run."""
 
 
 class StepFailed(DurableError):

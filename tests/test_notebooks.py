@@ -7,6 +7,7 @@ it), so "every tool ran once" stays true."""
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -171,15 +172,30 @@ def test_quickstart_runs_the_agent_to_done_after_approval(tmp_path: Path, offlin
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing outside work/
 
 
-def test_notifications_notebook_shows_the_signed_webhook_and_the_email(tmp_path: Path,
-                                                                       offline) -> None:
-    pytest.importorskip("aiosmtpd")
-    nb = _run("notifications", tmp_path)
-    work = _work(tmp_path, "notifications")
-    shown = _text(_cell(nb, "import email, json"))
+def test_notifications_notebook_shows_the_signed_webhook_the_email_and_its_link(
+        tmp_path: Path, offline, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the documented install (``durable-nb[lab]``: no aiosmtpd, which the kernel here
+    cannot import), with a Jupyter server named for the links as a deployment's config
+    would."""
+    blocked = tmp_path / "no-aiosmtpd"
+    (blocked / "aiosmtpd").mkdir(parents=True)
+    (blocked / "aiosmtpd" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'aiosmtpd'\", name='aiosmtpd')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(blocked), os.environ["PYTHONPATH"]]))
+    monkeypatch.setenv("DURABLE_NB_NOTIFY_LINK_BASE_URL", "http://127.0.0.1:8888/")
+    (tmp_path / "nb").mkdir()
+    nb = _run("notifications", tmp_path / "nb")
+    work = _work(tmp_path / "nb", "notifications")
+    shown = _text(_cell(nb, "import json"))
     assert shown.startswith("webhook: signature verified, delivery notify-demo/"), shown
     assert '"name": "send_email"' in shown and "team@example.com" in shown
+    assert re.search(r"decision link for the webhook: "
+                     r"http://127\.0\.0\.1:8888/durable-nb/decide/\S+", shown), shown
     assert "e-mail to oncall@example.org: Approval needed: send_email (run notify-demo)" in shown
+    assert "<email.message" not in shown
+    assert "Run notify-demo waits for a decision on send_email." in shown
+    assert re.search(r"decides once, as oncall@example.org\):\n"
+                     r"http://127\.0\.0\.1:8888/durable-nb/decide/\S+", shown), shown
     history = _text(_cell(nb, "%durable show notify-demo"))
     assert "notified   2 deliveries" in history
     assert "webhook  sent" in history and "email    sent" in history

@@ -431,7 +431,8 @@ class DurableMagics(Magics):
                    "resume the run")
     @argument("--notify", type=_notify_channels, metavar="CHANNELS",
               help="where a request for approval is sent when the run starts waiting: "
-                   "channel names (webhook, slack, email; comma-separated) or none; "
+                   "channel names (webhook, slack, email, or an installed plug-in's; "
+                   "comma-separated) or none; "
                    "default: every channel configured for the journal or the user "
                    "(notify.toml, DURABLE_NB_NOTIFY_*)")
     @argument("--approvers", type=_approvers, metavar="NAMES",

@@ -3,7 +3,8 @@ escalation, :mod:`.followups`), and, when configured, when it is decided, decide
 deadline or the run fails: a signed webhook, a Slack message, an e-mail, each sent once per
 request (or run), event and channel by whichever process sees it first.
 
-:mod:`.config` says where they go, :mod:`.channels` what each sends, :mod:`.delivery` how a
+:mod:`.config` says where they go, :mod:`.channels` what each sends (one module per
+channel, plug-ins found through the entry-point group ``durable_nb.channels``), :mod:`.delivery` how a
 delivery is claimed, retried and recorded in the journal (the audit trail ``durable-nb
 show`` prints). :mod:`.start` is what the runner asks when a run starts.
 """
@@ -11,8 +12,9 @@ show`` prints). :mod:`.start` is what the runner asks when a run starts.
 from __future__ import annotations
 
 from ..llm.retry import RetryPolicy
-from .config import (CHANNELS, EmailConfig, NotifyConfig, NotifySelection, SlackConfig,
-                     WebhookConfig, load_config, user_config_path)
+from .channels import Channel, Notice, channel_names
+from .config import (EmailConfig, NotifyConfig, NotifySelection, SlackConfig, WebhookConfig,
+                     load_config, user_config_path)
 
-__all__ = ["CHANNELS", "EmailConfig", "NotifyConfig", "NotifySelection", "RetryPolicy",
-           "SlackConfig", "WebhookConfig", "load_config", "user_config_path"]
+__all__ = ["Channel", "EmailConfig", "Notice", "NotifyConfig", "NotifySelection", "RetryPolicy",
+           "SlackConfig", "WebhookConfig", "channel_names", "load_config", "user_config_path"]

@@ -43,8 +43,8 @@ from ..approvals.policy import FollowUp, deadline_of, due_followups, escalation_
 from ..approvals.request import find_decision, pending_digest, with_escalation
 from ..approvals.tick import tick
 from ..journal import Journal, RunRecord, Status
-from .channels import WAITING_EVENTS, DeliveryFailed, Notice, send
-from .config import EmailConfig, NotifyConfig
+from .channels import WAITING_EVENTS, DeliveryFailed, Notice
+from .config import NotifyConfig
 
 __all__ = ["decided_event", "deliver", "deliver_decided", "deliver_failed", "delivery_key",
            "drain", "in_background", "notice_for", "notify_in_background", "pending_of",
@@ -174,8 +174,7 @@ def _deliver_one(journal: Journal, record: RunRecord, run_id: str, pending: dict
             links, kept = issue_links(
                 journal, run_id, pending, channel=channel, config=config.links, now=now,
                 server_url=server_url, delivery=notice.delivery_id,
-                recipients=list(notice.recipients or channel_config.to)
-                if isinstance(channel_config, EmailConfig) else [channel])
+                recipients=channel_config.recipients(notice))
         except Exception as exc:  # the message goes without links rather than not at all
             links, kept = [], {"links": None, "links_missing": _scrubbed(
                 f"decision links not issued: {type(exc).__name__}: {exc}", channel_config)}
@@ -199,7 +198,8 @@ def _send_claimed(journal: Journal, run_id: str, key: str, held: dict, channel: 
         attempt_number += 1
         started = now()
         try:
-            send(channel, channel_config, notice)
+            for recipient in channel_config.recipients(notice):
+                channel_config.send(notice, recipient)
             error = None
         except DeliveryFailed as exc:
             error = _scrubbed(str(exc), channel_config)

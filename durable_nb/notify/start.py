@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from ..journal import Journal
-from .config import CHANNELS, NotifyConfig, NotifySelection, choose, load_config, user_config_path
+from .config import NotifyConfig, NotifySelection, choose, load_config, user_config_path
 from .delivery import sweep
 
 __all__ = ["for_directory", "for_journal", "for_run", "sweep_once_in_background"]
@@ -43,8 +43,7 @@ def for_run(journal: Journal, selection: NotifySelection) -> tuple[NotifyConfig,
     configured ones it leaves out (recorded as skipped, so no other process sends them)."""
     base = NotifyConfig() if isinstance(selection, NotifyConfig) else for_journal(journal)
     chosen = choose(base, selection)
-    skip = tuple(name for name in CHANNELS
-                 if getattr(base, name) is not None and getattr(chosen, name) is None)
+    skip = tuple(name for name in base.channels() if name not in chosen.channels())
     return chosen, skip
 
 
