@@ -432,6 +432,20 @@ def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
     return sorted(set(found))
 
 
+def _commands_taking(parser: argparse.ArgumentParser, option: str,
+                     prefix: str = "") -> list[str]:
+    """The (sub-)commands that take ``option``, as typed after the program's name."""
+    found: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if any(option in a.option_strings for a in sub._actions
+                       if not isinstance(a, argparse._SubParsersAction)):
+                    found.append(prefix + name)
+                found += _commands_taking(sub, option, f"{prefix}{name} ")
+    return found
+
+
 def _command_names(parser: argparse.ArgumentParser) -> list[str]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -451,6 +465,11 @@ def explain_usage(parser: argparse.ArgumentParser, message: str,
         for word in extras:
             if word.startswith("-"):
                 name = word.split("=", 1)[0]
+                takers = _commands_taking(parser, name)
+                if takers:  # right name, wrong command: no near miss to suggest
+                    hints.append(f"{name} is not an option of this command; it is one of "
+                                 + ", ".join(f"`{parser.prog} {c}`" for c in takers))
+                    continue
                 close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
                 hints.append(f"{name} is not an option (options are never abbreviated)"
                              + (f": did you mean {close[0]}?" if close else ""))
@@ -515,6 +534,16 @@ def _option_action(parser: argparse.ArgumentParser, option: str) -> argparse.Act
     return None
 
 
+class _SubcommandsWithJournal:
+    """``add_parser`` of a sub-command group, each command taking ``--journal`` too."""
+
+    def __init__(self, group: Any) -> None:
+        self._group = group
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return self._group.add_parser(name, parents=[_journal_option()], **kwargs)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse without prefix matching, with suggestions in its errors."""
 
@@ -522,11 +551,20 @@ class _Parser(argparse.ArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
         self._words: list[str] = []
+        self._intermixing = False
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         if not self._words:
             self._words = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        # A command's own words: positionals may follow options (``approve RUN --by bo
+        # NOTE``), as argparse does not allow for an optional positional otherwise.
+        self._intermixing = True
+        try:
+            return super().parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
     def error(self, message: str) -> Any:  # type: ignore[override]
         if "required: COMMAND" in message:  # nothing asked: say what can be
@@ -545,12 +583,25 @@ def _count(text: str) -> int:
     return value
 
 
+_JOURNAL_HELP = ("the journal: a directory or a postgresql:// URL (default: "
+                 "$DURABLE_NB_JOURNAL, $DURABLE_NB_DIR or ./.durable_nb)")
+
+
+def _journal_option() -> argparse.ArgumentParser:
+    """``--journal`` for every command, so that it may come before or after the command's
+    own words (``durable-nb show --json RUN --journal DIR``). SUPPRESS: given only before the
+    command, the value set there is not overwritten with None."""
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    common.add_argument("--journal", metavar="JOURNAL", default=argparse.SUPPRESS,
+                        help=_JOURNAL_HELP)
+    return common
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="durable-nb", description="Inspect and steer durable agent runs.")
-    parser.add_argument("--journal", metavar="JOURNAL",
-                        help="the journal: a directory or a postgresql:// URL (default: "
-                             "$DURABLE_NB_JOURNAL, $DURABLE_NB_DIR or ./.durable_nb)")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--journal", metavar="JOURNAL", help=_JOURNAL_HELP)
+    sub = _SubcommandsWithJournal(parser.add_subparsers(dest="command", required=True,
+                                                        metavar="COMMAND"))
 
     p = sub.add_parser("runs", help=COMMANDS["runs"])
     p.add_argument("--status", type=parse_status, metavar="STATUS",
@@ -565,7 +616,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("batch", help=COMMANDS["batch"])
-    batch = p.add_subparsers(dest="batch_command", required=True, metavar="show|export")
+    batch = _SubcommandsWithJournal(p.add_subparsers(dest="batch_command", required=True,
+                                                     metavar="show|export"))
     b = batch.add_parser("show", help="the batch's totals and its items")
     b.add_argument("batch_id", metavar="ID")
     b.add_argument("--status", type=parse_item_status, metavar="STATUS",
