@@ -276,7 +276,8 @@ def test_enable_writes_the_profile_once_and_disable_removes_it(tmp_path: Path) -
     assert str(config) in first.stdout
     assert cli("enable", env=env).returncode == 0
     text = config.read_text()
-    assert text.count('c.InteractiveShellApp.extensions.append("durable_nb")') == 1
+    assert text.count(
+        'c.InteractiveShellApp.extensions.append("durable_nb.notebook.magics")') == 1
     assert "already" in cli("enable", env=env).stdout
     disabled = cli("disable", env=env)
     assert disabled.returncode == 0 and "durable_nb" not in config.read_text()

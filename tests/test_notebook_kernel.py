@@ -573,6 +573,43 @@ def test_durable_nb_enable_makes_the_magic_exist_after_every_restart(tmp_path: P
     assert [e.name for e in _journal(tmp_path).steps("enabled")] == ["a"]
 
 
+_EARLIER_BLOCK = """c = get_config()  # noqa
+
+# >>> durable_nb: added by `durable-nb enable`; `durable-nb disable` removes it >>>
+# %%durable_agent and %durable in every IPython kernel and shell of this profile.
+c.InteractiveShellApp.extensions.append("durable_nb")
+# <<< durable_nb <<<
+"""
+
+
+@pytest.mark.parametrize("written_by", ["this_version", "an_earlier_version"])
+def test_load_ext_in_a_kernel_whose_profile_loads_durable_nb_prints_nothing(
+        tmp_path: Path, written_by: str) -> None:
+    """The README's first cell, ``%load_ext durable_nb``, in every notebook of a profile
+    that ``durable-nb enable`` set up: silent, and the magic works (an enable written by an
+    earlier version is brought up to date by enabling again)."""
+    env = {**_env(), "IPYTHONDIR": str(tmp_path / "ipython")}
+    if written_by == "an_earlier_version":
+        config = tmp_path / "ipython" / "profile_default" / "ipython_config.py"
+        config.parent.mkdir(parents=True)
+        config.write_text(_EARLIER_BLOCK)
+    enabled = subprocess.run([sys.executable, "-m", "durable_nb.cli", "enable"],
+                             env={**os.environ, **env}, capture_output=True, text=True,
+                             timeout=60)
+    assert enabled.returncode == 0 and "enabled durable_nb in" in enabled.stdout, enabled
+    with start_kernel(tmp_path, env=env) as k:
+        loaded = k.execute("%load_ext durable_nb").raise_for_error()
+        assert (loaded.stdout, loaded.stderr) == ("", "")
+        cell = "%%durable_agent loaded\nctx.run('a', lambda: 41) + 1"
+        assert k.execute(cell).raise_for_error().text == "42"
+        # one panel, one cell-id tracker: the second load registered nothing
+        trackers = k.execute(
+            "from durable_nb.notebook.magics import DurableMagics\n"
+            "sum(isinstance(getattr(c, '__self__', None), DurableMagics)"
+            " for c in get_ipython().events.callbacks['pre_run_cell'])").raise_for_error()
+        assert trackers.text == "1"
+
+
 # Parks; after the approval it finishes, and the pure replay that checks a finished run
 # (DURABLE_NB_VERIFY_REPLAY=1) runs this code again: there it waits for the file `go`, so the
 # background execution is still ending while the journal already says DONE.
