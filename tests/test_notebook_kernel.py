@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -265,6 +266,73 @@ def test_a_done_cell_edited_and_rerun_keeps_its_fork_done_not_cancelled(tmp_path
     assert {(r["run_id"], r["status"], r["interrupted"]) for r in listing.runs} == {
         ("forked", "DONE", False), ("forked@1", "DONE", False)}
     assert views.list_runs([(known, known.open())], groups=("CANCELLED",)).total == 0
+
+# -- what the panel tells -------------------------------------------------------------------------
+
+def _seen(fragment: str) -> str:
+    """An HTML fragment as a person reads it: no style sheets, no tags, spaces collapsed."""
+    fragment = re.sub(r"<style>.*?</style>", "", fragment, flags=re.S)
+    fragment = re.sub(r"<div class='dnb-dead'>.*?</div>", "", fragment, flags=re.S)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def test_a_run_refused_before_it_started_shows_the_refusal_and_no_run(tmp_path: Path) -> None:
+    env = {**_env(), "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    with start_kernel(tmp_path, env=env) as k:
+        _load(k)
+        refused = k.execute("%%durable_agent refused --notify slack\nctx.run('a', lambda: 1)")
+        assert "NotifyConfigError" in refused.traceback
+        header = _seen(_panel_html(k, "<b>refused</b>"))
+        summary = k.execute("from durable_nb.notebook.session import active_run\n"
+                            "print(active_run('refused').panel.summary())").stdout
+    assert _status(tmp_path, "refused") is None  # no such run
+    assert "not started durable_nb refused to start this run (NotifyConfigError" in header
+    assert "nothing was executed or journaled" in header
+    assert "RUNNING" not in header and "in the journal (unchanged)" not in header
+    # what nbclient and papermill keep of it
+    assert summary.startswith("durable run refused: not started (refused before it started")
+    assert "RUNNING" not in summary and "NotifyConfigError" in summary, summary
+
+
+_SEVEN_THEN_APPROVAL = """%%durable_agent seven
+for i in range(7):
+    ctx.run(f'step {i}', lambda i=i: i)
+ctx.approval('go ahead', {'why': 'test'})
+[ctx.run(f'after {i}', lambda i=i: i) for i in range(2)]
+"""
+
+
+def test_a_run_resumed_in_its_kernel_counts_what_the_resumed_execution_replayed(
+        tmp_path: Path, capsys) -> None:
+    """7 steps executed, parked, approved in the panel, resumed by the kernel's watcher: the
+    resumed execution replayed the 7 and executed 3 (the approval and 2 steps), as
+    `durable-nb show` tells the attempts; the panel counts the same."""
+    from durable_nb.cli import main
+
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        k.execute(_SEVEN_THEN_APPROVAL).raise_for_error()
+        k.click_widget_button(k.find_button("Approve"))
+        _wait_status(tmp_path, "seven", Status.DONE)
+        wait_until(lambda: "DONE" in _panel_html(k, "<b>seven</b>"), 10, "the panel to say DONE")
+        stats = _seen(_panel_html(k, "replayed"))
+    assert "steps 7 replayed, 10 executed" in stats, stats
+    capsys.readouterr()
+    assert main(["--journal", str(tmp_path / ".durable_nb"), "show", "seven"]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"attempt 1 .*: replayed 0, executed 7; parked", shown), shown
+    assert re.search(r"attempt 2 .*: replayed 7, executed 3; completed", shown), shown
+
+
+def test_a_parked_approval_shows_its_deadline_and_what_happens_then(tmp_path: Path) -> None:
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        k.execute(_parking_cell("timed", timeout=", timeout='15m'")).raise_for_error()
+        shown = _seen(_panel_html(k, "Approval needed"))
+    pending = _journal(tmp_path).get_run("timed").pending_approval
+    deadline = time.strftime("%H:%M", time.localtime(pending["timeout_at"]))
+    assert re.search(rf"Decide by {deadline} \(in 1[45] min\), then rejected", shown), shown
+
 
 # -- cancel, interrupt ----------------------------------------------------------------------------
 
