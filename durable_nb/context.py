@@ -25,7 +25,7 @@ from .execution.approvers import approvers_list
 from .execution.deadlines import ApprovalPolicy, Duration
 from .llm.chat import chat, chat_async
 from .llm.responses import respond, respond_async
-from .llm.retry import RetryPolicy
+from .execution.retry import RetryPolicy
 from .llm.toolcalls import call_tools
 
 __all__ = ["Context", "Decision", "DurableState", "TokenUsage", "current_context"]

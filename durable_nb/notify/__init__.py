@@ -10,7 +10,7 @@ show`` prints). :mod:`.start` is what the runner asks when a run starts.
 
 from __future__ import annotations
 
-from ..llm.retry import RetryPolicy
+from ..execution.retry import RetryPolicy
 from .config import (CHANNELS, EmailConfig, NotifyConfig, NotifySelection, SlackConfig,
                      WebhookConfig, load_config, user_config_path)
 

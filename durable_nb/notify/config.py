@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..errors import NotifyConfigError
-from ..llm.retry import RetryPolicy
+from ..execution.retry import RetryPolicy
 
 if sys.version_info >= (3, 11):
     import tomllib
