@@ -68,14 +68,13 @@ def test_the_version_is_the_one_pyproject_gives_the_package():
 def test_no_module_imports_another_ones_private_names():
     """Layering and names: no module of the package takes a ``_name`` of another (a name
     another module needs is part of its module's interface). The approvals' and
-    notifications' modules, being rewritten as one room, and the server's decision page
-    they own are left to that work."""
+    notifications' modules, being rewritten as one room, are left to that work."""
     import ast
     from pathlib import Path
 
     package = Path(durable_nb.__file__).parent
     being_rewritten = ("execution/approvals", "execution/approvers", "execution/deadlines",
-                       "execution/history", "notify/", "registry.py", "server/decide.py")
+                       "execution/history", "notify/", "registry.py")
     found = []
     for path in sorted(package.rglob("*.py")):
         where = path.relative_to(package).as_posix()

@@ -30,7 +30,7 @@ from ..journal import Journal
 from ..notify.links import (LINK_PATH, LinkOutcome, inspect_link, journal_ref, parse_token,
                            sent_to, use_link)
 from ..timestamps import format_time
-from .handlers import TAKEN_WITHIN, _taken, _workers
+from .handlers import TAKEN_WITHIN, decision_taken, journal_workers
 from .journals import allowed_journals
 
 try:  # jupyter_server >= 2.13: a handler open to a request without a login says so
@@ -60,7 +60,7 @@ class DecideHandler(JupyterHandler):
 
     async def _blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(
-            _workers, functools.partial(fn, *args, **kwargs))
+            journal_workers, functools.partial(fn, *args, **kwargs))
 
     async def _locate(self, token: str) -> tuple[Journal, str, str] | None:
         parsed = parse_token(token)
@@ -111,7 +111,7 @@ class DecideHandler(JupyterHandler):
                              self.request.remote_ip)
         taken = False
         if outcome.kind == "decided":
-            taken = await self._blocking(_taken, journal, run_id, TAKEN_WITHIN)
+            taken = await self._blocking(decision_taken, journal, run_id, TAKEN_WITHIN)
         self._page(outcome, run_id, taken=taken)
 
     def _page(self, outcome: LinkOutcome, run_id: str, *, choice: str = "",

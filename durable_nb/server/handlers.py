@@ -53,7 +53,7 @@ _WATCHER = "durable_nb_watcher"
 #: The extension's own threads for journal calls: a journal that hangs (a database that went
 #: away: each call waits for its connect timeout) ties up these, never the threads Jupyter
 #: Server uses for files and kernels.
-_workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-nb-api")
+journal_workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-nb-api")
 #: The ``summary`` being computed, per set of journals: polls that arrive meanwhile wait for
 #: it instead of starting another (a slow journal never piles up polls).
 _summaries_in_flight: dict[tuple[str, ...], asyncio.Future] = {}
@@ -96,7 +96,7 @@ class _Handler(APIHandler):
         ``{"message"}``."""
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                _workers, functools.partial(fn, *args, **kwargs))
+                journal_workers, functools.partial(fn, *args, **kwargs))
         except (NotAllowed, NotAllowedToDecide) as exc:  # a journal, a request not theirs
             raise web.HTTPError(403, str(exc)) from None
         except (UnknownJournal, UnknownRun, NoJournal) as exc:
@@ -246,7 +246,7 @@ class DecisionHandler(_Handler):
             self.finish({"message": str(refused), "reason": "decided already",
                          "taken": refused.taken, "decision": decision})
             return
-        taken = await self.blocking(_taken, opened, run_id, TAKEN_WITHIN)
+        taken = await self.blocking(decision_taken, opened, run_id, TAKEN_WITHIN)
         verdict = "approved" if approved else "rejected"
         self.finish({"ok": True, "taken": taken, "by": by, "status": (await self.blocking(
             opened.get_run, run_id)).status.value,
@@ -269,7 +269,7 @@ def _decide(journal: Journal, run_id: str, approved: bool, note: str | None, by:
     return None
 
 
-def _taken(journal: Journal, run_id: str, within: float) -> bool:
+def decision_taken(journal: Journal, run_id: str, within: float) -> bool:
     """Whether an executor (a kernel watching the parked run, or one waiting in it) took the
     decision just left for ``run_id`` within ``within`` seconds: it stamps the decision
     taken and the run stops waiting."""
@@ -353,7 +353,7 @@ def _summary_of_all() -> tuple[dict, list[Journal]]:
 
 
 async def _check() -> tuple[dict, list[Journal]]:
-    return await asyncio.get_running_loop().run_in_executor(_workers, _summary_of_all)
+    return await asyncio.get_running_loop().run_in_executor(journal_workers, _summary_of_all)
 
 
 class EventsHandler(_Handler):
