@@ -32,7 +32,6 @@ from ..batches.batch import item_keys
 from ..cli import (
     STEERING,
     command_list,
-    explain_usage,
     format_batch,
     format_batches,
     format_run,
@@ -44,6 +43,7 @@ from ..cli import (
     parse_status,
     steer,
 )
+from ..cli_usage import explain_usage
 from ..errors import (
     CellSyntaxError,
     ContextNotActive,
