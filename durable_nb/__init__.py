@@ -52,13 +52,12 @@ from .llm.pricing import Price
 from .journal import DiskJournal, Journal, RunRecord, Status, StepEntry, open_journal
 from .registry import (RunInfo, approve, cancel, copy_run, delete, get_run, reject, rerun_from,
                        reset, runs)
-from .llm.retry import RetryPolicy
+from .execution.retry import RetryPolicy
 from .runner import RunOptions, execute
 from .serde import register_type
 from .llm.tools import Tool, tool
 from .telemetry import tracing
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "ApprovalPolicyError",

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from . import registry
 from .execution import attempts
 from .batches.batch import batch as read_batch
+from .cli_usage import JOURNAL_HELP, CommandParser, SubcommandsWithJournal
 from .demo import run_demo
 from .errors import ApprovalPolicyError, DurableError, NoJournal, UnknownRun
 from .approvals.request import pending_digest, short
@@ -452,119 +453,6 @@ def parse_status(text: str) -> str:
     return _parse_choice(text, RUN_STATUSES)
 
 
-def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    found: list[str] = []
-    for action in parser._actions:
-        found += [s for s in action.option_strings if s.startswith("--")]
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found += _option_strings(sub)
-    return sorted(set(found))
-
-
-def _command_names(parser: argparse.ArgumentParser) -> list[str]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return list(action.choices)
-    return []
-
-
-def explain_usage(parser: argparse.ArgumentParser, message: str,
-                  words: Sequence[str] = ()) -> str:
-    """An argparse error message with what to do: the option or command meant by a near
-    miss, and the run id an unquoted space split in two."""
-    hints = []
-    unknown = re.match(r"unrecognized arguments: (.*)$", message)
-    if unknown:
-        extras = unknown.group(1).split()
-        options = _option_strings(parser)
-        for word in extras:
-            if word.startswith("-"):
-                name = word.split("=", 1)[0]
-                close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
-                hints.append(f"{name} is not an option (options are never abbreviated)"
-                             + (f": did you mean {close[0]}?" if close else ""))
-        plain = [w for w in extras if not w.startswith("-")]
-        if plain and not hints:
-            hints.append(_split_word_hint(parser, words, plain))
-    hints = [hint for hint in hints if hint]
-    choice = re.search(r"invalid choice: '([^']*)'", message)
-    if choice and not hints:
-        close = difflib.get_close_matches(choice.group(1), _command_names(parser), n=1)
-        if close:
-            hints.append(f"did you mean {close[0]!r}?")
-    return message + "".join(f"\n  {hint}" for hint in hints)
-
-
-def _split_word_hint(parser: argparse.ArgumentParser, words: Sequence[str],
-                     extras: list[str]) -> str | None:
-    """Words left over after an unquoted space: in an option's value (``--timeout 5
-    minutes``), said about that option; else in the run id (``show sales report``)."""
-    # The last place the words left over stand together: an earlier equal word (the command
-    # `runs` in `runs --limit 5 runs`) was consumed.
-    index = next((i for i in range(len(words) - 1, -1, -1)
-                  if list(words[i:i + len(extras)]) == extras), None)
-    before = words[index - 1] if index else None
-    if not before:
-        return None
-    option, value = None, before
-    if before.startswith("--") and "=" in before:
-        option, value = before.split("=", 1)
-    elif not before.startswith("-") and index >= 2 and words[index - 2].startswith("--"):
-        option = words[index - 2]
-    action = _option_action(parser, option) if option else None
-    if action is not None and action.nargs is None:
-        spaced = " ".join([value] + extras)
-        left = f"{' '.join(extras)!r} is left over after {option} {value}: an option's value " \
-               f"is one word"
-        try:
-            if callable(action.type):
-                action.type(spaced)
-        except Exception as exc:  # noqa: BLE001 - the option's own words for a bad value
-            problem = str(exc)
-            if not problem.startswith(option):
-                problem = f"{option} {spaced!r}: {problem}"
-            return f"{left}, and {problem}"
-        return f"{left}; quote a value with a space: {option} {shlex.quote(spaced)}"
-    if before.startswith("-"):
-        return None
-    glued = "-".join([before] + extras)
-    return f"a run id is one word without spaces: did you mean {glued!r}?"
-
-
-def _option_action(parser: argparse.ArgumentParser, option: str) -> argparse.Action | None:
-    """The action of ``option`` in the parser or any of its sub-commands."""
-    for action in parser._actions:
-        if option in action.option_strings:
-            return action
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found = _option_action(sub, option)
-                if found is not None:
-                    return found
-    return None
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse without prefix matching, with suggestions in its errors."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["allow_abbrev"] = False
-        super().__init__(*args, **kwargs)
-        self._words: list[str] = []
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        if not self._words:
-            self._words = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
-
-    def error(self, message: str) -> Any:  # type: ignore[override]
-        if "required: COMMAND" in message:  # nothing asked: say what can be
-            self.exit(2, command_list(self.prog, _command_names(self)) + "\n")
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {explain_usage(self, message, self._words)}\n")
-
-
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -576,11 +464,12 @@ def _count(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="durable-nb", description="Inspect and steer durable agent runs.")
-    parser.add_argument("--journal", metavar="JOURNAL",
-                        help="the journal: a directory or a postgresql:// URL (default: "
-                             "$DURABLE_NB_JOURNAL, $DURABLE_NB_DIR or ./.durable_nb)")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = CommandParser(prog="durable-nb",
+                           description="Inspect and steer durable agent runs.")
+    parser.list_commands = command_list
+    parser.add_argument("--journal", metavar="JOURNAL", help=JOURNAL_HELP)
+    sub = SubcommandsWithJournal(parser.add_subparsers(dest="command", required=True,
+                                                        metavar="COMMAND"))
 
     p = sub.add_parser("runs", help=COMMANDS["runs"])
     p.add_argument("--status", type=parse_status, metavar="STATUS",
@@ -606,7 +495,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("batch", help=COMMANDS["batch"])
-    batch = p.add_subparsers(dest="batch_command", required=True, metavar="show|export")
+    batch = SubcommandsWithJournal(p.add_subparsers(dest="batch_command", required=True,
+                                                     metavar="show|export"))
     b = batch.add_parser("show", help="the batch's totals and its items")
     b.add_argument("batch_id", metavar="ID")
     b.add_argument("--status", type=parse_item_status, metavar="STATUS",

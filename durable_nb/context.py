@@ -25,7 +25,7 @@ from .approvals.policy import approvers_list
 from .approvals.policy import ApprovalPolicy, Duration
 from .llm.chat import chat, chat_async
 from .llm.responses import respond, respond_async
-from .llm.retry import RetryPolicy
+from .execution.retry import RetryPolicy
 from .llm.toolcalls import call_tools
 
 __all__ = ["Context", "Decision", "DurableState", "TokenUsage", "current_context"]

@@ -63,6 +63,7 @@ from typing import Any
 
 from .errors import DurableError
 from .execution import NullObserver, attempts
+from .version import __version__
 
 __all__ = ["TraceObserver", "attempt_begun", "export_run", "send_run", "traced", "tracing",
            "workflow"]
@@ -88,7 +89,6 @@ def tracing(tracer_provider: Any = None, meter_provider: Any = None, *,
         raise DurableError("tracing needs OpenTelemetry: pip install 'durable-nb[otel]'"
                            ) from None
 
-    from . import __version__
     tracer = trace.get_tracer("durable_nb", __version__, tracer_provider,
                               schema_url=SCHEMA_URL)
     _chosen_ids(tracer)
@@ -753,7 +753,6 @@ def send_run(record: Any, entries: list, url: str, timeout: float = 10.0) -> int
     service = os.environ.get("OTEL_SERVICE_NAME") or "durable-nb"
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     provider.add_span_processor(SimpleSpanProcessor(collected))
-    from . import __version__
     if not export_run(record, entries, provider.get_tracer("durable_nb", __version__,
                                                            schema_url=SCHEMA_URL)):
         raise DurableError(f"run {record.run_id!r} has no finished attempt to export (an "

@@ -70,3 +70,33 @@ print("core ok")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.stdout.strip() == "core ok", proc.stderr
+
+
+def test_the_version_is_the_one_pyproject_gives_the_package():
+    from pathlib import Path
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert durable_nb.__version__ == pyproject["project"]["version"]
+
+
+def test_no_module_imports_another_ones_private_names():
+    """Layering and names: no module of the package takes a ``_name`` of another (a name
+    another module needs is part of its module's interface)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(durable_nb.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "")
+                                                     .startswith("durable_nb")):
+                found += [f"{where}:{node.lineno} {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []

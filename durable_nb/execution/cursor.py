@@ -44,8 +44,6 @@ from ..errors import (
     UnserializableResult,
 )
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
-from ..options import RunOptions
-from ..llm.retry import NO_RETRY, RetryPolicy
 from ..timestamps import format_time
 from ..approvals.request import (applies, decision_kind, find_decision, pending_digest,
                                  request_digest, take_decision)
@@ -54,7 +52,9 @@ from ..approvals.policy import ApprovalPolicy, deadline_of
 from ..approvals.tick import apply_deadline
 from .inputs import (canonical, first_difference, fingerprint, load_request, step_identity,
                      store_request)
+from .options import ExecutionOptions
 from .replay import ReplayLog, enclosing_step
+from .retry import NO_RETRY, RetryPolicy
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
 from . import attempts
 from .writer import JournalWriter
@@ -116,7 +116,7 @@ def child_run_id(parent: str, name: str, key: str) -> str:
 class Execution:
     """One attempt at executing a run in this process: the step cursor over its journal."""
 
-    def __init__(self, journal: Journal, record: RunRecord, options: RunOptions,
+    def __init__(self, journal: Journal, record: RunRecord, options: ExecutionOptions,
                  observer: Observer, *, token: str, start_child: ChildStarter | None = None,
                  parent: "Execution | None" = None, strict: bool = False) -> None:
         self.journal = journal

@@ -31,7 +31,6 @@ from ..batches.batch import item_keys
 from ..cli import (
     STEERING,
     command_list,
-    explain_usage,
     format_batch,
     format_batches,
     format_run,
@@ -44,6 +43,7 @@ from ..cli import (
     parse_status,
     steer,
 )
+from ..cli_usage import explain_usage
 from ..errors import (
     ApprovalPolicyError,
     CellSyntaxError,
@@ -781,7 +781,13 @@ _no_abbrev(DurableMagics.durable_agent.parser)
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext durable_nb``: register the magics; report runs a dead kernel left behind."""
+    """``%load_ext durable_nb``: register the magics; report runs a dead kernel left behind.
+    Silent and changing nothing where they are registered already (``durable-nb enable``'s
+    profile loads this module at start, and the notebook's own ``%load_ext durable_nb``
+    follows)."""
+    if any(isinstance(getattr(callback, "__self__", None), DurableMagics)
+           for callback in ipython.events.callbacks["pre_run_cell"]):
+        return
     start_check()  # what the Jupyter server lacks, asked once, before a panel needs it
     magics = DurableMagics(ipython)
     ipython.register_magics(magics)

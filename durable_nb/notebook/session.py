@@ -129,10 +129,14 @@ class NotebookRun:
                              options=self.options, observer=self.panel).run()
         except BaseException as exc:
             try:
-                self.panel.on_record(self.journal.find_run(self.run_id) or self.panel._record)
+                record = self.journal.find_run(self.run_id)
             except (JournalError, OSError):
-                pass  # the journal is what failed: the panel keeps the record it has
+                record = self.panel.record  # the journal is what failed: the panel keeps it
             # In the foreground the cell shows the error right below the panel.
+            if record is None:  # refused before it started: there is no run to show
+                self.panel.show_refusal(exc, shown_below=foreground)
+                raise
+            self.panel.on_record(record)
             self.panel.show_result(error=exc, shown_below=foreground)
             raise
         finally:

@@ -11,7 +11,7 @@ show`` prints). :mod:`.start` is what the runner asks when a run starts.
 
 from __future__ import annotations
 
-from ..llm.retry import RetryPolicy
+from ..execution.retry import RetryPolicy
 from .channels import Channel, Notice, channel_names
 from .config import (EmailConfig, NotifyConfig, NotifySelection, SlackConfig, WebhookConfig,
                      load_config, user_config_path)

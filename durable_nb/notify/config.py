@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..errors import NotifyConfigError
-from ..llm.retry import RetryPolicy
+from ..execution.retry import RetryPolicy
 from .channels import (BUILT_IN, Channel, EmailConfig, Section, SlackConfig, WebhookConfig,
                        channel_class, channel_names, plugin_names)
 
