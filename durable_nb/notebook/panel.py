@@ -692,10 +692,10 @@ class RunPanel:
         pending approval with how to decide it, the timeline (each step opens to its
         details, decided approvals included), the log and the result.
 
-        A pending approval carries an empty ``dnb-decide-here`` element naming the run and
-        the digest of the request shown: JupyterLab's Durable runs extension turns it into
-        Approve / Reject buttons that decide through the Jupyter server (no kernel needed),
-        bound to that digest; elsewhere it shows nothing. A request decided already (here or
+        A pending approval carries an empty ``dnb-decide-here`` element naming the run, the
+        digest and the id of the request shown: JupyterLab's Durable runs extension turns it
+        into Approve / Reject buttons that decide through the Jupyter server (no kernel
+        needed), bound to that request; elsewhere it shows nothing. A request decided already (here or
         elsewhere: a terminal, the Jupyter server) shows that decision instead."""
         with self._lock:
             record = self._record
@@ -710,11 +710,13 @@ class RunPanel:
         elif pending:
             run_id = html.escape(record.run_id, quote=True)
             digest = html.escape(pending_digest(pending), quote=True)
+            request_id = html.escape(str(pending.get("id") or ""), quote=True)
             body.append("<div style='border:1px solid #bf8700;padding:6px'>"
                         f"{self._approval_html(pending)}"
                         f"Decide from anywhere: <code>durable-nb approve {run_id}</code>."
                         f"<div class='dnb-decide-here' data-durable-nb-decide='{run_id}' "
-                        f"data-durable-nb-digest='{digest}'></div></div>")
+                        f"data-durable-nb-digest='{digest}' "
+                        f"data-durable-nb-request='{request_id}'></div></div>")
         body += [timeline, f"<div>{result}</div>"]
         return saved_view("".join(body), f"run {record.run_id}", log)
 
