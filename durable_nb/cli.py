@@ -383,6 +383,7 @@ COMMANDS = {
     "batch": "one batch: `batch show ID` (totals, items; --status S, --limit N), "
              "`batch export ID` (JSON lines or a notebook report)",
     "show": "one run: status, tokens, cost, its steps",
+    "inbox": "the requests waiting, with Approve / Reject (a widget: %durable only)",
     "approve": "approve the run's pending approval (with an optional note)",
     "reject": "reject it",
     "cancel": "stop the run at its next step (status CANCELLED)",
