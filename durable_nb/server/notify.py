@@ -19,7 +19,7 @@ from ..execution.deadlines import apply_due_deadlines
 from ..journal import Status
 from ..notify.delivery import sweep
 from ..notify.start import for_directory
-from .journals import KnownJournal, allowed_journals
+from .journals import KnownJournal, allowed_journals, is_news
 
 __all__ = ["PERIOD", "start_sweeper", "sweep_allowed"]
 
@@ -32,7 +32,8 @@ _log = logging.getLogger("durable_nb.server")
 def sweep_allowed(server_url: str | None = None) -> dict[str, dict]:
     """One sweep of every journal the server shows: what was sent, by journal, with decision
     links to ``server_url`` (this server) when no base URL is configured. A journal that
-    cannot be opened or whose configuration is wrong is logged and skipped."""
+    cannot be opened or whose configuration is wrong is skipped, and logged once (until it
+    fails otherwise or opens again), not at every sweep."""
     done = {}
     for known in allowed_journals():
         try:
@@ -44,7 +45,8 @@ def sweep_allowed(server_url: str | None = None) -> dict[str, dict]:
             if sent:
                 done[known.display] = sent
         except DurableError as exc:
-            _log.warning("durable_nb: notifications for %s: %s", known.display, exc)
+            if is_news(known, exc):  # once, not at every sweep
+                _log.warning("durable_nb: notifications for %s: %s", known.display, exc)
         finally:
             known.release()
     return done
