@@ -6,7 +6,8 @@ ends that show ipywidgets but no Jupyter extension (VS Code, Colab):
   watches it, is approved with the inbox's Approve; that kernel resumes it, the tool runs
   once; the inbox says where the Lab sidebar would be and how to get it;
 - in a notebook run by nbclient (a kernel and ipywidgets, no browser): the inbox lists a
-  request parked by another process and its Approve decides it, bound to that request;
+  request parked by another process and its Approve decides it, bound to that request; a
+  panel's "Approvals inbox" shows every request waiting, its own run's and the others';
 - a card drawn for request #1 decides nothing once the run asks an identical #2 (issue 32).
 
 Screenshots go to $DURABLE_NB_SHOTS, else the test's tmp dir.
@@ -101,6 +102,11 @@ def test_the_inbox_in_a_notebook_run_by_nbclient_approves_a_run_parked_elsewhere
         # on_click callbacks): nbclient has no browser to click in.
         "card = inbox.cards['refund-7']\ncard.note.value = 'checked the order'\n"
         "card.approve.click()\nprint(inbox._notice.value)",
+        # A run of this notebook parks; its panel's "Approvals inbox" shows every request.
+        "%%durable_agent here-1\nctx.approval('deploy', {'env': 'prod'})",
+        "from durable_nb.notebook import active_run\npanel = active_run('here-1').panel\n"
+        "panel.inbox_button.click()\n[shown] = panel.inbox_area.children\n"
+        "print(sorted(shown.cards))",
     )])
     NotebookClient(nb, timeout=120, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -110,6 +116,7 @@ def test_the_inbox_in_a_notebook_run_by_nbclient_approves_a_run_parked_elsewhere
     state = str(nb.metadata["widgets"])  # the widget state nbclient saved with the notebook
     assert "refund-7" in state and "&lt;b&gt;42&lt;/b&gt;" in state and "<b>42</b>" not in state
     assert "approved by" in nb.cells[1].outputs[0]["text"]
+    assert nb.cells[3].outputs[0]["text"].strip() == "['here-1', 'refund-7']"
     journal = DiskJournal(journal_dir)
     try:
         pending = journal.get_run("refund-7").pending_approval

@@ -14,6 +14,7 @@ Screenshots go to $DURABLE_NB_SHOTS, else the test's tmp dir.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Iterator
@@ -97,6 +98,10 @@ def test_notebook7_toasts_a_park_lists_it_and_approves_it_with_the_kernel_shut_d
         page.page.screenshot(path=str(shots / "nb7-run-view.png"))
         assert not errors, errors
 
+        posted: list[dict] = []  # the decisions the page sends (issue 32: id and digest)
+        page.page.on("request", lambda request: posted.append(json.loads(request.post_data))
+                     if request.method == "POST" and "/durable-nb/api/run/decision"
+                     in request.url else None)
         page.page.goto(f"{notebook7.url}/tree?token={notebook7.token}")
         _show_sidebar(page)
         row = page.page.locator(".dnr-group-waiting .dnr-run[data-run='nb7-deploy']")
@@ -121,6 +126,8 @@ def test_notebook7_toasts_a_park_lists_it_and_approves_it_with_the_kernel_shut_d
             journal.close()
         assert decision["approved"] and decision["note"] == "from notebook 7"
         assert decision["digest"] == pending_digest(pending)
+        assert [(p["request_id"], p["digest"]) for p in posted] == [
+            (pending["id"], pending_digest(pending))]
         assert not (folder / "side_effects.log").exists()
 
         page.open_notebook("nb7/deploy.ipynb")

@@ -160,8 +160,10 @@ class ApprovalsInbox(widgets.VBox):
             self._notice.value = _error(f"The journal could not be read: {exc}")
             return
         undecided = sum(1 for request in found if request.decided is None)
+        where = getattr(self._journal, "location", None) or getattr(
+            self._journal, "directory", self._journal)  # a Journal (a panel's) or a location
         self._head.value = (f"<b>Approvals inbox</b>: {undecided} waiting in "
-                            f"<code>{html.escape(str(self._journal))}</code>")
+                            f"<code>{html.escape(str(where))}</code>")
         self._notice.value = notice
         self.cards = {request.run_id: _Card(self, request) for request in found}
         self._cards.children = [card.box for card in self.cards.values()] or [
