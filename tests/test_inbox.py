@@ -157,6 +157,8 @@ def test_in_lab_without_the_extension_the_inbox_approves_a_run_another_notebook_
         page.run_cell(1)
         page.wait_for_text("Approval needed", cell_index=1)
         assert not page.page.locator(".dnr-sidebar").count()  # no Lab extension here
+        page.cell(1).locator(".jp-Cell-outputArea").screenshot(
+            path=str(shots / "inbox-lab-parked-panel.png"))
 
         page.open_notebook("inbox.ipynb")  # deploy's kernel stays, watching its parked run
         page.wait_kernel_idle()
