@@ -80,8 +80,8 @@ def test_a_card_of_a_request_asked_again_identically_decides_nothing(tmp_path: P
         stale.approve.click()
 
         assert find_decision(journal, "twice", second) is None
-        assert "nothing was decided" in inbox._notice.value
-        assert "no longer waits for request" in inbox._notice.value
+        assert "nothing was decided" in inbox.notice.value
+        assert "no longer waits for request" in inbox.notice.value
         assert charged == [10]
         assert inbox.cards["twice"].request.request_id == second["id"]  # redrawn: #2 now
     finally:
@@ -101,7 +101,7 @@ def test_the_inbox_in_a_notebook_run_by_nbclient_approves_a_run_parked_elsewhere
         # What a click on the card's Approve does (ipywidgets' Button.click runs its
         # on_click callbacks): nbclient has no browser to click in.
         "card = inbox.cards['refund-7']\ncard.note.value = 'checked the order'\n"
-        "card.approve.click()\nprint(inbox._notice.value)",
+        "card.approve.click()\nprint(inbox.notice.value)",
         # A run of this notebook parks; its panel's "Approvals inbox" shows every request.
         "%%durable_agent here-1\nctx.approval('deploy', {'env': 'prod'})",
         "from durable_nb.notebook import active_run\npanel = active_run('here-1').panel\n"
@@ -113,6 +113,7 @@ def test_the_inbox_in_a_notebook_run_by_nbclient_approves_a_run_parked_elsewhere
 
     shown = nb.cells[0].outputs[-1]["data"]
     assert "application/vnd.jupyter.widget-view+json" in shown
+    assert 'refund-7: refund {"order": "refund-7", "amount": "<b>42</b>"}' in shown["text/plain"]
     state = str(nb.metadata["widgets"])  # the widget state nbclient saved with the notebook
     assert "refund-7" in state and "&lt;b&gt;42&lt;/b&gt;" in state and "<b>42</b>" not in state
     assert "approved by" in nb.cells[1].outputs[0]["text"]

@@ -136,7 +136,8 @@ class ApprovalsInbox(widgets.VBox):
         self._journal = default_location() if journal is None else journal
         self._lock = threading.Lock()
         self._head = widgets.HTML()
-        self._notice = widgets.HTML()
+        #: What the last click did (decided, or refused and why).
+        self.notice = widgets.HTML()
         refresh = widgets.Button(description="Refresh", icon="refresh")
         refresh.on_click(lambda _button: self.refresh())
         self._cards = widgets.VBox()
@@ -144,8 +145,25 @@ class ApprovalsInbox(widgets.VBox):
         self.cards: dict[str, _Card] = {}
         footer = widgets.HTML(f"<div style='color:#666;font-size:90%'>"
                               f"{where_the_sidebar_is()}</div>")
-        self.children = [widgets.HBox([self._head, refresh]), self._notice, self._cards, footer]
+        self.children = [widgets.HBox([self._head, refresh]), self.notice, self._cards, footer]
         self.refresh()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict:
+        """The widget, with the requests as text/plain for outputs read without widgets
+        (nbconvert, a terminal)."""
+        bundle = dict(super()._repr_mimebundle_(**kwargs) or {})
+        bundle["text/plain"] = self.summary()
+        return bundle
+
+    def summary(self) -> str:
+        """The requests shown, one line each, as plain text."""
+        lines = [f"{len(self.cards)} approval request(s) waiting"]
+        for card in self.cards.values():
+            request = card.request
+            state = "" if request.decided is None else " (decided, not taken yet)"
+            lines.append(f"  {request.run_id}: {request.name} {_compact(request.details)} "
+                         f"(request {short(request.digest)}){state}")
+        return "\n".join(lines)
 
     def refresh(self, notice: str = "") -> None:
         """Read the journal again and redraw the cards (``notice``: what the last click did)."""
@@ -157,14 +175,14 @@ class ApprovalsInbox(widgets.VBox):
             found = waiting_requests(self._journal)
         except DurableError as exc:
             self._head.value = "<b>Approvals inbox</b>"
-            self._notice.value = _error(f"The journal could not be read: {exc}")
+            self.notice.value = _error(f"The journal could not be read: {exc}")
             return
         undecided = sum(1 for request in found if request.decided is None)
         where = getattr(self._journal, "location", None) or getattr(
             self._journal, "directory", self._journal)  # a Journal (a panel's) or a location
         self._head.value = (f"<b>Approvals inbox</b>: {undecided} waiting in "
                             f"<code>{html.escape(str(where))}</code>")
-        self._notice.value = notice
+        self.notice.value = notice
         self.cards = {request.run_id: _Card(self, request) for request in found}
         self._cards.children = [card.box for card in self.cards.values()] or [
             widgets.HTML("<i>No approval is pending.</i>")]
@@ -210,6 +228,11 @@ class _Card:
             row = widgets.HBox([self.note, self.approve, self.reject])
         self.box = widgets.VBox([text, row], layout=widgets.Layout(
             border="1px solid #bf8700", padding="4px", margin="4px 0"))
+
+
+def _compact(details: Any) -> str:
+    text = json.dumps(details, ensure_ascii=False, default=str)
+    return text if len(text) <= 120 else text[:119] + "\u2026"
 
 
 def _ok(text: str) -> str:
