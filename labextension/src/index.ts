@@ -1,16 +1,17 @@
 /**
- * durable-nb's JupyterLab and Notebook 7 extension: the "Durable runs" sidebar, the approvals inbox and
- * the run view, all over the server extension's REST API (`{base_url}durable-nb/api/`), so
- * they work with no kernel running.
+ * durable-nb's JupyterLab and Notebook 7 extension: the "Durable runs" sidebar, the approvals
+ * inbox and the run view, all over the server extension's REST API
+ * (`{base_url}durable-nb/api/`), so they work with no kernel running.
  *
  * The sidebar, the open run views and the inbox come back after a page reload (the layout
  * restorer and a widget tracker each); the sidebar says when the server extension is missing
  * or of another version (model.ts).
  *
  * Commands: `durable-nb:open-inbox`, `durable-nb:open-sidebar`, `durable-nb:open-run`
- * ({journal, id}; without a journal, the first journal that has the run). A click on an element with `data-durable-nb-run="ID"`
- * (the kernel panel's link, shown once its kernel stopped) opens that run's view; a kernel
- * panel's pending approval gets Approve / Reject that work without its kernel (decidehere.ts).
+ * ({journal, id}; without a journal, the first journal that has the run). A click on an element
+ * with `data-durable-nb-run="ID"` (the kernel panel's link, shown once its kernel stopped) opens
+ * that run's view; a kernel panel's pending approval gets Approve / Reject that work without
+ * its kernel (decidehere.ts).
  *
  * A new pending approval shows a toast (toast.ts) whose action opens its run view.
  *
