@@ -13,7 +13,6 @@ import argparse
 import difflib
 import json
 import os
-import re
 import shlex
 import signal
 import sys
@@ -46,7 +45,7 @@ from .summary import (cost_of, elapsed, format_cost, format_duration, is_free, o
 from .timestamps import format_time
 
 __all__ = ["COMMANDS", "INTERRUPTED", "ITEM_STATUSES", "RUN_STATUSES", "STEERING",
-           "explain_usage", "format_batch", "format_batches", "format_run", "format_runs",
+           "format_batch", "format_batches", "format_run", "format_runs",
            "list_runs", "main", "near_runs", "parse_item_status", "parse_status",
            "statuses_help", "steer"]
 
@@ -412,6 +411,7 @@ COMMANDS = {
     "batch": "one batch: `batch show ID` (totals, items; --status S, --limit N), "
              "`batch export ID` (JSON lines or a notebook report)",
     "show": "one run: status, tokens, cost, its steps",
+    "inbox": "the requests waiting, with Approve / Reject (a widget: %durable only)",
     "approve": "approve the run's pending approval (with an optional note)",
     "reject": "reject it",
     "cancel": "stop the run at its next step (status CANCELLED)",

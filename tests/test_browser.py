@@ -184,11 +184,14 @@ def _shots(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
-    """Jupyter Notebook 7 serving a folder (skipped when the notebook package is missing)."""
+    """Jupyter Notebook 7 serving a folder, without durable-nb's extensions: a restarted
+    kernel's panel stays, and says why its buttons do nothing (with the extensions its saved
+    view decides instead: tests/test_sidebar_notebook7.py). Skipped when the notebook
+    package is missing."""
     require_chromium()
     if not notebook7_available():
         pytest.skip("Jupyter Notebook 7 is not installed (pip install 'notebook>=7')")
-    with JupyterLab(tmp_path_factory.mktemp("nb7"), app="notebook") as server:
+    with JupyterLab(tmp_path_factory.mktemp("nb7"), app="notebook", checkout=False) as server:
         yield server
 
 

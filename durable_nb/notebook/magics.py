@@ -73,6 +73,7 @@ from . import (
     wait_for_batch,
 )
 from .extensions import start_check
+from .inbox import ApprovalsInbox
 from ..profile import disable, enable
 from ..registry import batch_rows, is_interrupted, recorded_decision
 from ..runner import RunOptions, validate_run_id
@@ -80,8 +81,8 @@ from ..runner import RunOptions, validate_run_id
 __all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_duration",
            "unload_ipython_extension"]
 
-_MAGIC_COMMANDS = ["runs", "show", "approve", "reject", "cancel", "reset", "delete", "wait",
-                   "export", "batches", "batch", "enable", "disable"]
+_MAGIC_COMMANDS = ["runs", "show", "inbox", "approve", "reject", "cancel", "reset", "delete",
+                   "wait", "export", "batches", "batch", "enable", "disable"]
 
 
 def parse_duration(text: str) -> float:
@@ -600,6 +601,8 @@ class DurableMagics(Magics):
 
         %durable runs [--status STATUS]     list runs (status in any case: done, DONE)
         %durable show RUN                   one run: status, tokens, cost, its steps
+        %durable inbox                      the requests waiting, across runs and notebooks,
+                                            with Approve / Reject (for VS Code, Colab)
         %durable approve RUN [NOTE]         approve the pending approval (once; --replace
                                             changes a decision the run has not taken)
         %durable reject RUN [NOTE]          reject it
@@ -671,6 +674,7 @@ class DurableMagics(Magics):
             else:
                 p.add_argument("path", metavar="PATH")
         command("show", "run_id")
+        command("inbox")
         for verb in ("approve", "reject"):
             # default=[]: without it argparse reports the optional note as required (fix).
             decide = command(verb, "run_id")
@@ -691,6 +695,8 @@ class DurableMagics(Magics):
         if args.command in ("enable", "disable"):
             print(enable(args.profile) if args.command == "enable" else disable(args.profile))
             return None
+        if args.command == "inbox":  # a widget over the journal, opened per click
+            return ApprovalsInbox(args.journal)
         read_only = args.command in ("runs", "show", "export", "batches") or (
             args.command == "batch" and args.batch_command in ("show", "export"))
         journal = open_journal(args.journal, read_only=read_only)

@@ -224,6 +224,13 @@ class RunPanel:
         for button in (self.approve_button, self.reject_button, self.cancel_button):
             button.add_class("dnb-button")
         self.stop_hint = w.HTML(_STOP_HINT, layout=w.Layout(display="none"))
+        # Every request waiting in the journal, of any run or notebook, under the panel: the
+        # inbox of front ends without the Lab sidebar (VS Code, Colab).
+        self.inbox_button = w.Button(description="Approvals inbox", icon="inbox",
+                                     tooltip="every request waiting in this journal",
+                                     layout=w.Layout(width="auto", align_self="flex-start"))
+        self.inbox_button.on_click(lambda _: self._toggle_inbox())
+        self.inbox_area = w.VBox()
         self.approval_buttons = w.HBox([self.approval_note, self.approve_button,
                                         self.reject_button])
         self.approval_box = w.VBox([self.approval_text, self.approval_buttons],
@@ -234,7 +241,8 @@ class RunPanel:
         self.cancel_button.on_click(lambda _: self._cancel())
         self.widget = w.VBox([self.setup, self.header, self.attempts, self.stats,
                               self.approval_box, self.timeline, self.log, self.result,
-                              self.cancel_button, self.stop_hint])
+                              self.cancel_button, self.stop_hint, self.inbox_button,
+                              self.inbox_area])
         self.widget.add_class("dnb-panel")
         self.widget.add_class("dnb-live")  # tells the saved view (static_html) to hide
         self.refresh(force=True)
@@ -290,6 +298,12 @@ class RunPanel:
         except Exception as exc:  # shown, never raised into the comm handler
             self.approve_button.disabled = self.reject_button.disabled = False
             self.append_log(f"durable_nb: could not record the decision: {exc}\n")
+
+    def _toggle_inbox(self) -> None:
+        from .inbox import ApprovalsInbox  # imported late: the inbox imports the session's
+
+        shown = bool(self.inbox_area.children)
+        self.inbox_area.children = () if shown else (ApprovalsInbox(self._journal),)
 
     def _cancel(self) -> None:
         if self._on_cancel is None:
@@ -661,11 +675,12 @@ class RunPanel:
         pending approval with how to decide it, the timeline (each step opens to its
         details, decided approvals included), the log and the result.
 
-        A pending approval carries an empty ``dnb-decide-here`` element naming the run and
-        the digest of the request shown: JupyterLab's Durable runs extension turns it into
-        Approve / Reject buttons that decide through the Jupyter server (no kernel needed),
-        bound to that digest; elsewhere it shows nothing. A request decided already (here or
-        elsewhere: a terminal, the Jupyter server) shows that decision instead."""
+        A pending approval carries an empty ``dnb-decide-here`` element naming the run, the
+        digest and the id of the request shown: JupyterLab's Durable runs extension turns it
+        into Approve / Reject buttons that decide through the Jupyter server (no kernel
+        needed), bound to that request; elsewhere it shows nothing. A request decided
+        already (here or elsewhere: a terminal, the Jupyter server) shows that decision
+        instead."""
         with self._lock:
             record = self._record
             body = [self._setup_html, self._header_html(record),

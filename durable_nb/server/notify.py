@@ -23,7 +23,7 @@ from ..approvals.tick import tick
 from ..errors import DurableError
 from ..notify.start import for_directory
 from ..notify.sweeper import sweep_journal
-from .journals import allowed_journals
+from .journals import allowed_journals, is_news
 
 __all__ = ["PERIOD", "start_sweeper", "sweep_allowed"]
 
@@ -39,7 +39,8 @@ def sweep_allowed(server_url: str | None = None) -> tuple[dict[str, dict], float
     """One sweep of every journal the server shows: what was sent, by journal, with decision
     links to ``server_url`` (this server) when no base URL is configured; and when something
     next falls due in them (None: nothing). A journal that cannot be opened or whose
-    configuration is wrong is logged and skipped."""
+    configuration is wrong is skipped, and logged once (until it fails otherwise or opens
+    again), not at every sweep."""
     done: dict[str, dict] = {}
     dues: list[float] = []
     for known in allowed_journals():
@@ -60,7 +61,8 @@ def sweep_allowed(server_url: str | None = None) -> tuple[dict[str, dict], float
             if sent:
                 done[known.display] = sent
         except DurableError as exc:
-            _log.warning("durable_nb: notifications for %s: %s", known.display, exc)
+            if is_news(known, exc):  # once, not at every sweep
+                _log.warning("durable_nb: notifications for %s: %s", known.display, exc)
         finally:
             known.release()
     return done, (min(dues) if dues else None)
