@@ -57,8 +57,7 @@ from .journal import (
 from .execution.approvers import approver_name
 from .execution.lease import Lease
 from .execution.events import RunFailed, snapshot
-from .notify.config import NotifyConfig
-from .notify.notifier import Notifier, notify_choice
+from .notify.notifier import Notifier
 from .notify.start import for_run, sweep_once_in_background
 from .options import RunOptions
 from .redact import redact_source
@@ -357,9 +356,7 @@ class Runner:
                 _live[self.run_id] = execution
             if self._notifier.listens:
                 execution.listener = self._notifier
-                execution.notify_choice = notify_choice(
-                    self._notify, self._notify_skip,
-                    own=isinstance(self.options.notify, NotifyConfig))
+                execution.notify_choice = self._notifier.choice
             # Once per journal and process: the journal's channels, not this run's own
             # choice (``notify=``), send other runs' requests; deadlines due are applied.
             sweep_once_in_background(self.journal, exclude=self.run_id)

@@ -12,12 +12,11 @@ from .delivery import deliver_decided, deliver_failed, in_background, notify_in_
 __all__ = ["Notifier", "notify_choice"]
 
 
-def notify_choice(config: NotifyConfig, skip: tuple[str, ...], own: bool) -> dict:
+def notify_choice(config: NotifyConfig, skip: tuple[str, ...]) -> dict:
     """What a run records with each request it asks (``pending["notify"]``), so that every
-    sender honours it: the ``channels`` it notifies, the configured ones it ``skip`` s, and
-    whether its channels are its ``own`` (a ``notify=NotifyConfig(...)``, whose addresses
-    and secrets are not journaled: only the run's process sends them)."""
-    return {"channels": sorted(config.channels()), "skip": sorted(skip), "own": own}
+    sender honours it (:func:`~durable_nb.notify.delivery.chosen_channels`): the
+    ``channels`` it notifies, by name, and the configured ones it ``skip`` s."""
+    return {"channels": sorted(config.channels()), "skip": sorted(skip)}
 
 
 class Notifier:
@@ -28,10 +27,16 @@ class Notifier:
     (:func:`~durable_nb.notify.delivery.drain`); :meth:`on_event` returns at once and never
     raises."""
 
-    def __init__(self, journal: Journal, config: NotifyConfig, skip: tuple[str, ...] = ()):
+    def __init__(self, journal: Journal, config: NotifyConfig,
+                 skip: tuple[str, ...] = ()) -> None:
         self.journal = journal
         self.config = config
         self.skip = skip
+
+    @property
+    def choice(self) -> dict:
+        """What the run records with each request it asks (:func:`notify_choice`)."""
+        return notify_choice(self.config, self.skip)
 
     @property
     def listens(self) -> bool:
@@ -45,7 +50,8 @@ class Notifier:
         elif isinstance(event, (RequestDecided, RequestTimedOut)):
             if config.channels():
                 in_background(lambda: deliver_decided(self.journal, event.record,
-                                                      event.pending, event.decision, config),
+                                                      event.pending, event.decision, config,
+                                                      for_the_run=True),
                               name=f"durable-nb-notify-{event.record.run_id}")
         elif isinstance(event, RunFailed):
             if config.channels() and "failed" in config.events:
