@@ -218,8 +218,9 @@ def _deliver_one(journal: Journal, record: RunRecord, run_id: str, pending: dict
     for recipient in recipients_of(channel, channel_config, base):
         key = delivery_key(pending["id"], channel, suffix, recipient)
         found = existing.get(key)
-        if _closing.is_set() or (found is not None and not _lapsed(found, config.lease, now)):
-            continue  # exiting: what cannot be finished is not started
+        if (found is not None and not _lapsed(found, config.lease, now)) \
+                or not _may_start(channel_config):
+            continue  # exiting: what cannot be finished before the exit is not started
         notice = base  # its delivery id is the notice's, the same to every recipient
         fresh = {"channel": channel, "state": "claimed", "digest": pending_digest(pending),
                  "name": pending.get("name"), "token": uuid.uuid4().hex, "by": _me(),
@@ -312,7 +313,10 @@ def _send_claimed(journal: Journal, run_id: str, key: str, held: dict, channel: 
         held = updated
         if state != "claimed":
             return state
-        policy.sleep(policy.delay(len(attempts)))
+        if policy.sleep is time.sleep:
+            _closing.wait(policy.delay(len(attempts)))  # an exit does not wait out a backoff
+        else:
+            policy.sleep(policy.delay(len(attempts)))
         if _closing.is_set():
             return state
 
@@ -384,8 +388,9 @@ def take_over_lapsed(journal: Journal, config: NotifyConfig, *,
             continue
         for key, row in journal.deliveries(record.run_id).items():
             channel = row.get("channel")
-            if (_closing.is_set() or channel not in channels or "notice" not in row
-                    or not _lapsed(row, config.lease, now)):
+            if (channel not in channels or "notice" not in row
+                    or not _lapsed(row, config.lease, now)
+                    or not _may_start(channels[channel])):
                 continue
             held = _take_over(journal, record.run_id, key, row, now)
             if held is None:
@@ -467,11 +472,23 @@ def _deliver_event(journal: Journal, record: RunRecord, run_id: str, about: dict
 
 # -- from a process that parks a run ---------------------------------------------------------
 
-#: Set once this process exits normally: no delivery starts from then on (:func:`drain`).
+#: Set once this process exits normally (:func:`drain`): no retry waits out its backoff.
 _closing = threading.Event()
-#: How long a normal exit waits for the deliveries in flight: longer than an attempt takes
-#: (a channel's ``timeout``, 10 s by default) and its record's write.
+#: How long a normal exit waits for the deliveries in flight.
 EXIT_WAIT = 30.0
+#: What an attempt's record takes to write, beyond the channel's ``timeout``.
+_RECORD_TIME = 5.0
+_exit_by: float | None = None  # time.monotonic() when the exit stops waiting
+
+
+def _may_start(channel_config: Any) -> bool:
+    """Whether an attempt over a channel may start: always, but during a normal exit only
+    if it can end (the channel's ``timeout``) and be recorded before the exit stops
+    waiting, so that a message sent is a message recorded."""
+    if _exit_by is None:
+        return True
+    timeout = float(getattr(channel_config, "timeout", EXIT_WAIT))
+    return time.monotonic() + timeout + _RECORD_TIME <= _exit_by
 
 _threads: set[threading.Thread] = set()
 _threads_lock = threading.Lock()
@@ -524,11 +541,12 @@ def drain(timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for this process's deliveries in flight; whether
     none is left.
 
-    At a normal exit (:func:`_at_exit`) no delivery starts any more, and no attempt after a
-    failed one: the exit waits (up to :data:`EXIT_WAIT`) only for the attempts in flight
-    to finish and be recorded, so that a message sent is a message recorded, and a second
-    copy comes only after a SIGKILL. What was not started (or not retried) stays due, or
-    claimed until its lease lapses: the next sweep sends it."""
+    At a normal exit the process waits up to :data:`EXIT_WAIT` seconds; in that time an
+    attempt starts only if its channel's ``timeout`` lets it end and be recorded before
+    the wait ends, and no failed attempt is retried (no backoff is waited out): so a
+    message sent is a message recorded, and a second copy comes only after a SIGKILL.
+    What was not started (or not retried) stays due, or claimed until its lease lapses:
+    the next sweep sends it."""
     until = time.monotonic() + timeout
     while True:
         with _threads_lock:
@@ -542,6 +560,8 @@ def drain(timeout: float) -> bool:
 
 
 def _at_exit() -> None:
+    global _exit_by
+    _exit_by = time.monotonic() + EXIT_WAIT
     _closing.set()
     drain(EXIT_WAIT)
 
