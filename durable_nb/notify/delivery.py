@@ -334,6 +334,9 @@ def _scrubbed(text: str, channel_config: Any) -> str:
 #: those changed this many seconds ago at most.
 LAPSED_SCAN_RUNS = 500
 LAPSED_SCAN_SECONDS = 7 * 24 * 3600.0
+_SETTLE_AFTER = 600.0
+#: (journal, run) -> the record's ``updated_at`` when its deliveries had no claim open.
+_settled: dict[tuple[str, str], float] = {}
 
 
 def sweep(journal: Journal, config: NotifyConfig, *, exclude: str | None = None,
@@ -384,9 +387,18 @@ def take_over_lapsed(journal: Journal, config: NotifyConfig, *,
     if not channels:
         return done
     for record in journal.list_runs(limit=LAPSED_SCAN_RUNS, newest_first=True):
-        if record.updated_at < now() - LAPSED_SCAN_SECONDS:
+        if record.updated_at < now() - LAPSED_SCAN_SECONDS \
+                or _settled.get((journal.location, record.run_id)) == record.updated_at:
             continue
-        for key, row in journal.deliveries(record.run_id).items():
+        rows = journal.deliveries(record.run_id)
+        if now() - record.updated_at > _SETTLE_AFTER and not any(
+                row.get("state") == "claimed" for row in rows.values()):
+            # Nothing open, and the notices a run's process sends follow a change of its
+            # record within seconds: not read again until the record changes.
+            if len(_settled) > 4 * LAPSED_SCAN_RUNS:
+                _settled.clear()
+            _settled[(journal.location, record.run_id)] = record.updated_at
+        for key, row in rows.items():
             channel = row.get("channel")
             if (channel not in channels or "notice" not in row
                     or not _lapsed(row, config.lease, now)
