@@ -5,7 +5,9 @@ request (or run), event and channel by whichever process sees it first.
 
 :mod:`.config` says where they go, :mod:`.channels` what each sends, :mod:`.delivery` how a
 delivery is claimed, retried and recorded in the journal (the audit trail ``durable-nb
-show`` prints). :mod:`.start` is what the runner asks when a run starts.
+show`` prints). :mod:`.start` is what the runner asks when a run starts, and
+:class:`.notifier.Notifier` the one listener it registers for the run's events
+(:mod:`durable_nb.execution.events`).
 """
 
 from __future__ import annotations
