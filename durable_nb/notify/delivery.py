@@ -313,12 +313,8 @@ def _send_claimed(journal: Journal, run_id: str, key: str, held: dict, channel: 
         held = updated
         if state != "claimed":
             return state
-        if policy.sleep is time.sleep:
-            _closing.wait(policy.delay(len(attempts)))  # an exit does not wait out a backoff
-        else:
-            policy.sleep(policy.delay(len(attempts)))
-        if _closing.is_set():
-            return state
+        if not _wait_backoff(policy.sleep, policy.delay(len(attempts)), channel_config):
+            return state  # exiting: the claim lapses, and the next sweep goes on
 
 
 def _scrubbed(text: str, channel_config: Any) -> str:
@@ -484,7 +480,8 @@ def _deliver_event(journal: Journal, record: RunRecord, run_id: str, about: dict
 
 # -- from a process that parks a run ---------------------------------------------------------
 
-#: Set once this process exits normally (:func:`drain`): no retry waits out its backoff.
+#: Set once this process exits normally (:func:`drain`): a retry's backoff wakes to check
+#: that the retry can still finish.
 _closing = threading.Event()
 #: How long a normal exit waits for the deliveries in flight.
 EXIT_WAIT = 30.0
@@ -493,14 +490,29 @@ _RECORD_TIME = 5.0
 _exit_by: float | None = None  # time.monotonic() when the exit stops waiting
 
 
-def _may_start(channel_config: Any) -> bool:
-    """Whether an attempt over a channel may start: always, but during a normal exit only
-    if it can end (the channel's ``timeout``) and be recorded before the exit stops
-    waiting, so that a message sent is a message recorded."""
+def _may_start(channel_config: Any, after: float = 0.0) -> bool:
+    """Whether an attempt over a channel may start (``after`` seconds from now): always,
+    but during a normal exit only if it can end (the channel's ``timeout``) and be recorded
+    before the exit stops waiting, so that a message sent is a message recorded."""
     if _exit_by is None:
         return True
     timeout = float(getattr(channel_config, "timeout", EXIT_WAIT))
-    return time.monotonic() + timeout + _RECORD_TIME <= _exit_by
+    return time.monotonic() + after + timeout + _RECORD_TIME <= _exit_by
+
+
+def _wait_backoff(sleep: Callable[[float], Any], delay: float, channel_config: Any) -> bool:
+    """Wait ``delay`` seconds before a retry; whether it may start then (:func:`_may_start`).
+    An exit that begins meanwhile cuts the wait short when the retry could not finish."""
+    if sleep is not time.sleep:  # a test's
+        sleep(delay)
+        return _may_start(channel_config)
+    until = time.monotonic() + delay
+    if _closing.wait(delay):
+        left = max(0.0, until - time.monotonic())
+        if not _may_start(channel_config, after=left):
+            return False
+        time.sleep(left)
+    return _may_start(channel_config)
 
 _threads: set[threading.Thread] = set()
 _threads_lock = threading.Lock()
@@ -554,9 +566,9 @@ def drain(timeout: float) -> bool:
     none is left.
 
     At a normal exit the process waits up to :data:`EXIT_WAIT` seconds; in that time an
-    attempt starts only if its channel's ``timeout`` lets it end and be recorded before
-    the wait ends, and no failed attempt is retried (no backoff is waited out): so a
-    message sent is a message recorded, and a second copy comes only after a SIGKILL.
+    attempt (a first one, or a retry after its backoff) starts only if its channel's
+    ``timeout`` lets it end and be recorded before the wait ends: so a message sent is a
+    message recorded, and a second copy comes only after a SIGKILL.
     What was not started (or not retried) stays due, or claimed until its lease lapses:
     the next sweep sends it."""
     until = time.monotonic() + timeout
