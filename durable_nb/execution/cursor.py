@@ -57,6 +57,7 @@ from .replay import ReplayLog, enclosing_step
 from .retry import NO_RETRY, RetryPolicy
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
 from . import attempts
+from .events import ExecutionListener, RequestWaiting, decision_event, snapshot
 from .writer import JournalWriter
 
 __all__ = ["ChildStarter", "Execution", "NullObserver", "Observer", "Restart",
@@ -158,12 +159,12 @@ class Execution:
         self.interrupted = False
         self.finished = False
         self.parking = False
-        #: Called with the run's record once a pending approval is written (the runner
-        #: sends notifications from it); None: nothing to call.
-        self.on_waiting: Callable[[RunRecord], None] | None = None
-        #: Called with the run's record, the pending approval and the decision taken, once
-        #: the run took a decision (the runner notifies it, if configured to).
-        self.on_decided: Callable[[RunRecord, dict, dict], None] | None = None
+        #: Told of the run's requests and their decisions (:mod:`.events`; the runner
+        #: registers its notifier); None: nobody listens.
+        self.listener: ExecutionListener | None = None
+        #: The run's choice of notification channels, recorded with each request it asks,
+        #: so that every sender honours it; None: no choice (the journal's channels).
+        self.notify_choice: dict | None = None
         self.restart_from: int | None = None
         # The journal mismatch found in one flow: every other flow stops at its next step.
         self.mismatch: JournalMismatch | None = None
@@ -647,8 +648,9 @@ class Execution:
         # Stamped taken in the journal (and left there) before the step: from here on the
         # decision can never change, and a second one is refused naming this one.
         decision = take_decision(self.journal, self.run_id, pending, decision)
-        if self.on_decided is not None:
-            self.on_decided(self.record, dict(pending, run_id=self.run_id), decision)
+        if self.listener is not None:
+            self.listener.on_event(decision_event(self.record, dict(pending, run_id=self.run_id),
+                                                  decision))
         result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
                   "by": decision.get("by"), "at": decision.get("at", time.time()),
                   "digest": digest}
@@ -689,6 +691,8 @@ class Execution:
                         approvers=approvers if approvers is not None else self.options.approvers,
                         four_eyes=bool(self.options.four_eyes),
                         started_by=self.record.started_by)
+                    if self.notify_choice is not None:
+                        pending["notify"] = self.notify_choice
                     self._set_pending(pending)
                     break
             if self.options.on_approval == "park":
@@ -699,8 +703,8 @@ class Execution:
             self.wake_event.clear()
         self.save_record()
         self._save_ancestors()
-        if self.on_waiting is not None:
-            self.on_waiting(self.record)
+        if self.listener is not None:
+            self.listener.on_event(RequestWaiting(snapshot(self.record)))
         return pending
 
     @staticmethod
@@ -766,8 +770,8 @@ class Execution:
                         self._set_pending(pending)
                     self.save_record()
                     self._save_ancestors()
-                    if self.on_waiting is not None:
-                        self.on_waiting(self.record)  # the escalation's notifications
+                    if self.listener is not None:  # the escalation's notifications
+                        self.listener.on_event(RequestWaiting(snapshot(self.record)))
                     continue
             if options.on_approval == "park":
                 self.parking = True

@@ -64,14 +64,16 @@ class WebhookReceiver:
 
     ``status``: what it answers (200; 500 to fail every delivery); ``hang``: how many of
     the first requests it never answers (until :meth:`stop`), so that their sender's read
-    times out. ``secret``: each request's
+    times out; ``answer_after``: seconds it waits before answering each request (a slow
+    receiver: the request has arrived, its sender waits). ``secret``: each request's
     ``verified`` says whether :func:`verify` accepted it."""
 
     def __init__(self, secret: str | None = None, *, status: int = 200,
-                 hang: int = 0) -> None:
+                 hang: int = 0, answer_after: float = 0.0) -> None:
         self.secret = secret
         self.status = status
         self.hang = hang
+        self.answer_after = answer_after
         self.requests: list[dict[str, Any]] = []
         self._seen = threading.Condition()
         self._stopped = threading.Event()
@@ -93,6 +95,8 @@ class WebhookReceiver:
                 if hangs:
                     receiver._stopped.wait()
                     return
+                if receiver.answer_after:
+                    receiver._stopped.wait(receiver.answer_after)
                 self.send_response(receiver.status)
                 self.end_headers()
                 self.wfile.write(b"ok")

@@ -21,7 +21,7 @@ def sweep_journal(journal: Journal, config: NotifyConfig, *, server_url: str | N
     (with when something next falls due) and what was sent, by run."""
     sent: dict[str, dict[str, str]] = {}
 
-    def notify(swept: Journal, _waiting: list[RunRecord]) -> None:
-        sent.update(sweep(swept, config, server_url=server_url))
+    def notify(swept: Journal, waiting: list[RunRecord]) -> None:
+        sent.update(sweep(swept, config, server_url=server_url, records=waiting))
 
     return tick(journal, listener=notify if config.channels() else None), sent
