@@ -297,6 +297,19 @@ class Context:
         """
         return call_tools(self._ex, self, message, tools, parallel=parallel)
 
+    def mcp_tools(self, server: Any, *, needs_approval: Any = False, prefix: str = "") -> list:
+        """The tools of an MCP server (``durable_nb.mcp.stdio(...)``, ``durable_nb.mcp.http(...)``)
+        for :meth:`call_tools`, their schemas as the server gave them. The list is a journaled
+        step: a replay offers the model what it saw, and a server whose tools changed since
+        stops it with :class:`~durable_nb.errors.InputChanged`. Each call is a journaled step
+        named after the tool, its step id sent in ``_meta`` (``durable-nb/step-id``);
+        ``needs_approval``: True, or tool names or glob patterns (``["delete_*"]``) that ask
+        for approval first. Needs ``pip install "durable-nb[mcp]"``; see
+        :mod:`durable_nb.mcp`."""
+        from .mcp import mcp_tools
+
+        return mcp_tools(self._ex, server, needs_approval=needs_approval, prefix=prefix)
+
     def approval(self, name: str, details: Any = None, timeout: Duration | None = None,
                  on_timeout: str = "reject", escalate_to: str | Sequence[str] | None = None,
                  remind: Duration | Sequence[Duration] | None = None, *,
