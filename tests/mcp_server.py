@@ -10,14 +10,19 @@ durable_nb passed in ``_meta``), so a test counts the calls that reached it:
 - ``delete_rows(table)``: the same, a tool the tests put behind an approval;
 - ``slow(label)``: writes its file, then waits for a file ``release`` in COUNT_DIR (the test
   kills the kernel while it waits);
-- ``book(city)``: asks the user for the number of nights (elicitation), writes the answer.
+- ``extra(label)``: offered only when $MCP_TEST_EXTRA_TOOL is set (a server whose tools
+  changed);
+- ``book(city)``: asks the user for the number of nights (elicitation), writes the answer;
+  then, while a file ``hold`` is in COUNT_DIR, waits for ``release``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Annotated
@@ -53,6 +58,11 @@ def delete_rows(table: str, ctx: Context) -> str:
     return f"deleted the rows of {table}"
 
 
+def _wait_while_held() -> None:
+    while (COUNT_DIR / "hold").exists() and not (COUNT_DIR / "release").exists():
+        time.sleep(0.05)
+
+
 @server.tool()
 async def slow(label: str, ctx: Context) -> str:
     """Start, then finish when released."""
@@ -76,9 +86,17 @@ def book(city: str, answer: Annotated[ElicitationResult[Nights], Resolve(ask_nig
     """Book a hotel, asking the user how many nights."""
     _record("book", ctx, city=city, action=answer.action,
             nights=answer.data.nights if answer.action == "accept" else None)
+    _wait_while_held()
     if answer.action != "accept":
         return f"not booked ({answer.action})"
     return f"booked {answer.data.nights} nights in {city}"
+
+
+if os.environ.get("MCP_TEST_EXTRA_TOOL"):
+    @server.tool()
+    def extra(label: str) -> str:
+        """A tool that only some versions of the server have."""
+        return label
 
 
 if __name__ == "__main__":

@@ -50,8 +50,10 @@ def mcp_tools(execution: Execution, server: Server, *, needs_approval: NeedsAppr
                         f"durable_nb.mcp.http(...), not {type(server).__name__}")
     asks = _approval_test(needs_approval)
     live = connection(server).list_tools()
+    # Keyed by name, so that a change reads "tools.extra was added", not "5 items instead of 4".
+    described = {tool["name"]: {k: v for k, v in tool.items() if k != "name"} for tool in live}
     listed = execution.step("run", f"tools/list {server.name}", lambda: live,
-                            inputs={"server": server.name, "tools": live})
+                            inputs={"server": server.name, "tools": described})
     return [_tool(execution, server, described, prefix, asks) for described in listed]
 
 
