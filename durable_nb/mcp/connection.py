@@ -19,6 +19,7 @@ import contextvars
 import dataclasses
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -148,11 +149,12 @@ class Connection:
 
             return streamable_http_client(
                 self.server.url, http_client=httpx.AsyncClient(headers=dict(self.server.headers)))
-        from mcp.client.stdio import StdioServerParameters
+        from mcp.client.stdio import StdioServerParameters, stdio_client
 
         env = {**os.environ, **self.server.env} if self.server.env else None
-        return StdioServerParameters(command=self.server.command or "",
-                                     args=list(self.server.args), env=env, cwd=self.server.cwd)
+        params = StdioServerParameters(command=self.server.command or "",
+                                       args=list(self.server.args), env=env, cwd=self.server.cwd)
+        return stdio_client(params, errlog=_server_log())
 
     async def _elicit(self, context: Any, params: Any) -> Any:
         import mcp_types as types
@@ -245,6 +247,19 @@ class Connection:
         if closing is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(closing.set)
         self._thread.join(10)
+
+
+def _server_log() -> Any:
+    """Where a stdio server's stderr goes: the process's own stderr (a kernel's is the
+    Jupyter server's log; a kernel's ``sys.stderr`` is a stream without a file descriptor,
+    which a child process cannot be given), else nowhere."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None and stream.fileno() >= 0:
+                return stream
+        except (OSError, ValueError, AttributeError):
+            continue
+    return open(os.devnull, "w")  # noqa: SIM115 - kept open as long as the process
 
 
 def _reason(exc: BaseException) -> str:
