@@ -34,6 +34,7 @@ __all__ = ["Connection", "ElicitHandler", "Server", "close", "connection", "http
 ElicitHandler = Callable[[str, dict], tuple[str, "dict | None"]]
 
 _CONNECT_TIMEOUT = 30.0
+_CANCEL_TIMEOUT = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +191,7 @@ class Connection:
                   on_elicit: ElicitHandler) -> Any:
         """Call tool ``name``; its ``CallToolResult``. A question the server asks meanwhile
         is answered by ``on_elicit`` in this (the calling) flow; if ``on_elicit`` raises
-        (the run parks, stops), the server is told ``cancel`` and the call abandoned.
+        (the run parks, stops), the call is cancelled (the server is told so) first.
         An ``MCPError`` the server returns is raised as it is; a broken connection is
         :class:`~durable_nb.errors.McpServerUnavailable`."""
         questions: queue.SimpleQueue = queue.SimpleQueue()
@@ -200,7 +201,10 @@ class Connection:
             questions.put((params, reply))
             return await asyncio.wrap_future(reply)
 
+        tasks: list[asyncio.Task] = []
+
         async def call() -> Any:
+            tasks.append(asyncio.current_task())  # type: ignore[arg-type]
             self._handler.set(ask)
             self._handlers.append(ask)
             try:
@@ -211,21 +215,32 @@ class Connection:
         future = asyncio.run_coroutine_threadsafe(call(), self._loop)
         future.add_done_callback(lambda _: questions.put(None))
         while (question := questions.get()) is not None:
-            self._answer(question, on_elicit, future)
+            params, reply = question
+            try:
+                action, content = on_elicit(params.message, dict(params.requested_schema or {}))
+            except BaseException:
+                self._abandon(tasks[0], reply)
+                raise
+            reply.set_result(_elicit_result(action, content))
         return self._wait(future, f"tools/call {name}")
 
-    def _answer(self, question: tuple[Any, concurrent.futures.Future], on_elicit: ElicitHandler,
-                call: concurrent.futures.Future) -> None:
+    def _abandon(self, task: asyncio.Task, reply: concurrent.futures.Future) -> None:
+        """Cancel a call whose question will not be answered now (the run parks or stops):
+        the server is told the call is cancelled before its question gets an error, so the
+        tool never goes on with an answer nobody gave."""
         import mcp_types as types
 
-        params, reply = question
+        async def cancel() -> None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
         try:
-            action, content = on_elicit(params.message, dict(params.requested_schema or {}))
-        except BaseException:
-            reply.set_result(types.ElicitResult(action="cancel"))
-            call.cancel()
-            raise
-        reply.set_result(types.ElicitResult(action=action, content=content))
+            asyncio.run_coroutine_threadsafe(cancel(), self._loop).result(_CANCEL_TIMEOUT)
+        except BaseException:  # noqa: BLE001 - the connection is going away anyway
+            pass
+        if not reply.done():  # (a question asked inside the call's task ended with it)
+            reply.set_result(types.ErrorData(code=types.INTERNAL_ERROR,
+                                             message="the call was cancelled: nobody answers now"))
 
     def _wait(self, future: concurrent.futures.Future, what: str) -> Any:
         from mcp.shared.exceptions import MCPError
@@ -247,6 +262,12 @@ class Connection:
         if closing is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(closing.set)
         self._thread.join(10)
+
+
+def _elicit_result(action: str, content: dict | None) -> Any:
+    import mcp_types as types
+
+    return types.ElicitResult(action=action, content=content)
 
 
 def _server_log() -> Any:
