@@ -294,3 +294,43 @@ def test_a_parked_question_abandons_the_call_and_the_resumed_call_gets_the_answe
     assert answers[0]["content"] == "booked 4 nights in Oslo"
     # The parked call was cancelled before the tool's body ran; the resumed one got the answer.
     assert [(c["action"], c["nights"]) for c in calls(count_dir, "book")] == [("accept", 4)]
+
+
+# -- the OpenAI Agents SDK's mcp_servers ------------------------------------------------------
+
+def test_an_agents_sdk_agent_with_mcp_servers_runs_each_call_once_and_asks_approvals(
+        count_dir, journal):
+    """Refused on 953f9b9 (NotJournaled: "uses MCP servers")."""
+    pytest.importorskip("agents")
+    import openai
+    from agents import Agent
+    from agents.mcp import MCPServerStdio
+
+    from durable_nb.integrations.openai_agents import run
+    from durable_nb.testing import LoopbackServer, Reply, ToolCall
+
+    script = [Reply(tool_calls=[ToolCall("count", {"label": "a"})]),
+              Reply(tool_calls=[ToolCall("delete_rows", {"table": "users"})]), "Done."]
+
+    async def handler(ctx):
+        params = {"command": sys.executable, "args": [str(SERVER), str(count_dir), "stdio"]}
+        async with MCPServerStdio(params, name="tests",
+                                  require_approval={"delete_rows": "always"}) as server:
+            agent = Agent(name="ops", model="loopback-1", mcp_servers=[server])
+            return (await run(ctx, agent, "Count, then clean up.")).final_output
+
+    with LoopbackServer(script) as model:
+        client = openai.AsyncOpenAI(base_url=model.url, api_key="x", max_retries=0)
+        decide_in_background(journal, "sdk-mcp", lambda shown: durable_nb.approve(
+            "sdk-mcp", journal=journal))
+        first = execute("sdk-mcp", handler, journal=journal, client=client, poll_interval=0.05)
+        again = execute("sdk-mcp", handler, journal=journal, client=client, poll_interval=0.05)
+
+    assert first == again == "Done."
+    assert [c["label"] for c in calls(count_dir, "count")] == ["a"]
+    assert [c["table"] for c in calls(count_dir, "delete_rows")] == ["users"]
+    steps = [(e.kind, e.name) for e in journal.steps("sdk-mcp")]
+    assert ("run", "count") in steps and ("approval", "delete_rows") in steps
+    assert ("run", "tools/list tests") in steps
+    count_step = next(e for e in journal.steps("sdk-mcp") if e.name == "count")
+    assert calls(count_dir, "count")[0]["step_id"] == f"sdk-mcp:{count_step.key}"
