@@ -47,7 +47,7 @@ def echo(text: str) -> str:
 if sys.argv[1] == "stdio":
     server.run("stdio")
 else:
-    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), log_level="WARNING")
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
 '''
 
 
@@ -151,7 +151,8 @@ def main() -> None:
         server = dmcp.stdio(sys.executable, str(script), "stdio", name="echo")
     else:
         port = _free_port()
-        process = subprocess.Popen([sys.executable, str(script), "http", str(port)])
+        process = subprocess.Popen([sys.executable, str(script), "http", str(port)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), 0.2).close()
