@@ -10,6 +10,8 @@ durable_nb passed in ``_meta``), so a test counts the calls that reached it:
 - ``delete_rows(table)``: the same, a tool the tests put behind an approval;
 - ``slow(label)``: writes its file, then waits for a file ``release`` in COUNT_DIR (the test
   kills the kernel while it waits);
+- ``exit_once()``: offered only when $MCP_TEST_EXIT_TOOL is set; its first call ends the
+  server's process during the call;
 - ``extra(label)``: offered only when $MCP_TEST_EXTRA_TOOL is set (a server whose tools
   changed);
 - ``book(city)``: asks the user for the number of nights (elicitation), writes the answer;
@@ -90,6 +92,16 @@ def book(city: str, answer: Annotated[ElicitationResult[Nights], Resolve(ask_nig
     if answer.action != "accept":
         return f"not booked ({answer.action})"
     return f"booked {answer.data.nights} nights in {city}"
+
+
+if os.environ.get("MCP_TEST_EXIT_TOOL"):
+    @server.tool()
+    def exit_once(ctx: Context) -> str:
+        """The first call ends the server's process mid-call; later calls answer."""
+        calls = _record("exit_once", ctx)
+        if calls == 1:
+            os._exit(1)
+        return "answered"
 
 
 if os.environ.get("MCP_TEST_EXTRA_TOOL"):

@@ -202,6 +202,23 @@ def test_a_server_that_cannot_start_is_a_clear_error_and_nothing_is_journaled(jo
     assert get_run("mcp-broken", journal=journal).steps == []
 
 
+def test_a_server_that_dies_during_a_call_stops_the_run_with_nothing_journaled_for_it(
+        count_dir, journal, request):
+    server = server_for("stdio", count_dir, request, MCP_TEST_EXIT_TOOL="1")
+
+    def agent(ctx):
+        return ctx.call_tools(tool_calls(("exit_once", {})), ctx.mcp_tools(server))
+
+    with pytest.raises(durable_nb.errors.McpServerUnavailable, match="tools/call exit_once"):
+        execute("mcp-died", agent, journal=journal)
+    assert [e.name for e in journal.steps("mcp-died")] == ["tools/list tests"]
+
+    answers = execute("mcp-died", agent, journal=journal)  # a new connection, the call again
+
+    assert answers[0]["content"] == "answered"
+    assert [c["step_id"] for c in calls(count_dir, "exit_once")] == ["mcp-died:1"] * 2
+
+
 # -- elicitation ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

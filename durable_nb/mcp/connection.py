@@ -35,6 +35,8 @@ ElicitHandler = Callable[[str, dict], tuple[str, "dict | None"]]
 
 _CONNECT_TIMEOUT = 30.0
 _CANCEL_TIMEOUT = 5.0
+# How often a caller waiting for a reply looks whether the connection's thread still runs.
+_LIVENESS_POLL = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +216,7 @@ class Connection:
 
         future = asyncio.run_coroutine_threadsafe(call(), self._loop)
         future.add_done_callback(lambda _: questions.put(None))
-        while (question := questions.get()) is not None:
+        while (question := self._next(questions, future, name)) is not None:
             params, reply = question
             try:
                 action, content = on_elicit(params.message, dict(params.requested_schema or {}))
@@ -223,6 +225,17 @@ class Connection:
                 raise
             reply.set_result(_elicit_result(action, content))
         return self._wait(future, f"tools/call {name}")
+
+    def _next(self, questions: queue.SimpleQueue, call: concurrent.futures.Future,
+              name: str) -> Any:
+        """The next question of a call in flight, or None once it ended; a connection whose
+        thread ended meanwhile (it never will answer) is McpServerUnavailable."""
+        while True:
+            try:
+                return questions.get(timeout=_LIVENESS_POLL)
+            except queue.Empty:
+                if not self._thread.is_alive() and not call.done():
+                    self._wait(call, f"tools/call {name}")
 
     def _abandon(self, task: asyncio.Task, reply: concurrent.futures.Future) -> None:
         """Cancel a call whose question will not be answered now (the run parks or stops):
@@ -243,18 +256,30 @@ class Connection:
                                              message="the call was cancelled: nobody answers now"))
 
     def _wait(self, future: concurrent.futures.Future, what: str) -> Any:
+        """The reply to a request: an error the server answered with is raised as it is (the
+        step's outcome); a connection that broke is McpServerUnavailable (no outcome)."""
         from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
 
         try:
-            return future.result()
-        except MCPError:
-            raise  # the server's answer to this request: the step's outcome
-        except BaseException as exc:
-            forget(self)
-            raise McpServerUnavailable(
-                f"MCP server {self.server.name!r} failed during {what}: {_reason(exc)}. "
-                f"Nothing was journaled for it; run the cell again to reconnect and "
-                f"resume") from None
+            while True:
+                try:
+                    return future.result(_LIVENESS_POLL)
+                except concurrent.futures.TimeoutError:
+                    if not self._thread.is_alive():  # its loop ended: nothing will answer
+                        raise ConnectionError("the connection closed") from None
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise  # the server's answer to this request: the step's outcome
+            broken: BaseException = exc
+        except Exception as exc:  # noqa: BLE001 - the transport's errors are many
+            broken = exc
+        # The connection broke: nothing answered the request.
+        forget(self)
+        raise McpServerUnavailable(
+            f"MCP server {self.server.name!r} failed during {what}: {_reason(broken)}. "
+            f"Nothing was journaled for it; run the cell again to reconnect and resume"
+        ) from None
 
     def close(self) -> None:
         """Close the session (a stdio server's process ends) and stop the thread."""
