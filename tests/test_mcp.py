@@ -8,12 +8,10 @@ the step id durable_nb sent in ``_meta``.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable

@@ -6,7 +6,6 @@ the files the server writes, each with the step id sent in ``_meta``.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
