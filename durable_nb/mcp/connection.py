@@ -119,8 +119,6 @@ class Connection:
             raise McpServerUnavailable(
                 f"MCP server {server.name!r} did not answer within {_CONNECT_TIMEOUT:.0f} s "
                 f"of starting: check that it runs on its own") from None
-        except McpServerUnavailable:
-            raise
 
     async def _main(self) -> None:
         from mcp import Client
@@ -172,6 +170,7 @@ class Connection:
 
     @property
     def alive(self) -> bool:
+        """Whether the connection's thread still serves it (False once the server went)."""
         return self._thread.is_alive() and not self._loop.is_closed()
 
     def list_tools(self) -> list[dict[str, Any]]:
