@@ -30,6 +30,8 @@
     ├── NotAllowedToDecide            this person may not decide this request (approvers, four-eyes)
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
+    ├── McpServerUnavailable          an MCP server cannot be reached, or died mid-call
+    ├── InvalidAnswer                 an answer to an MCP elicitation does not fit its schema
     ├── NotJournaled                  refused: it would reach the world without a journaled step
     │   └── UnsupportedClientCall     ... a durable openai client method durable_nb does not journal
     ├── TerminalError                 raise it from a step: journaled, never retried
@@ -65,6 +67,8 @@ __all__ = [
     "JournalNotWritable",
     "JournalUnavailable",
     "JournalWriteError",
+    "InvalidAnswer",
+    "McpServerUnavailable",
     "MissingExtra",
     "NoJournal",
     "NoPendingApproval",
@@ -456,6 +460,18 @@ class EndpointError(StepFailed):
 
     def __str__(self) -> str:
         return self.message
+
+
+class McpServerUnavailable(DurableError, ConnectionError):
+    """An MCP server could not be started or reached, or its connection broke during a call.
+    Nothing is journaled for the call: it runs again when the run resumes (also a
+    ``ConnectionError``)."""
+
+
+class InvalidAnswer(DurableError, ValueError):
+    """An answer to an MCP server's question (elicitation) that its JSON schema refuses, or
+    an action other than accept, decline and cancel; nothing was written (also a
+    ``ValueError``)."""
 
 
 class NotJournaled(DurableError):
