@@ -22,6 +22,9 @@ is ``agent.run(prompt)`` with these guarantees, through Pydantic AI's public ext
   (:mod:`durable_nb.integrations.pydantic_ai_models`): the ``ModelResponse`` in Pydantic AI's
   serialized form, with tokens, cost, budgets and input comparison. Structured output is parsed
   from the journaled response, so a replay gives the same typed object.
+- **Refused** with :class:`~durable_nb.errors.NotJournaled`: ``model=`` naming a model that is
+  not OpenAI-compatible for an agent without a model of its own (Pydantic AI's durability API
+  needs the agent's model; ``Agent(model, ...)``).
 - **Tools are steps.** A capability's ``wrap_tool_execute`` runs each tool call as a
   ``ctx.run_async`` step named after the tool with its validated arguments as inputs: once, its
   result journaled. Pydantic AI runs a turn's tool calls as asyncio tasks created in call order;
@@ -50,6 +53,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
 
 from ..llm.durable_client import DurableAsyncOpenAI
+from ..errors import NotJournaled
 from .pydantic_ai_models import JournaledModelRequests
 
 __all__ = ["JournaledModelRequests", "JournaledTools", "durable_model", "run"]
@@ -131,6 +135,12 @@ async def run(ctx: Any, agent: Agent, prompt: Any = None, *, model: Any = None,
     if openai_name is not None:
         chosen = durable_model(ctx, openai_name, client)
     else:
+        if agent.model is None:
+            raise NotJournaled(
+                f"agent {agent.name!r} has no model of its own, and Pydantic AI journals the "
+                f"requests of a model that is not OpenAI-compatible ({model!r}) only for an "
+                f"agent built with one: give it as Agent(model, ...); model= may then choose "
+                f"another for a run")
         # A Model instance given here crosses Pydantic AI's durable boundary registered.
         models = {"run": model} if model is not None and not isinstance(model, str) else None
         capabilities.append(JournaledModelRequests(ctx, name=agent.name or "agent",
