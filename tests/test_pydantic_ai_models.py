@@ -214,3 +214,19 @@ def test_sigkill_during_an_anthropic_request_sends_only_that_one_again(tmp_path)
     assert stats["by_round"] == {"0": 1, "1": 2, "2": 1}
     assert len(models) == 3  # its tokens are counted once
     assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
+
+
+def test_the_export_reads_model_steps_as_rounds_with_their_tool_calls(tmp_path, journal):
+    import json
+
+    from durable_nb.export.run import export_run
+
+    durable_nb.execute("sum", _asking(_calculator(Calls(), []), "What is 1 + 2?"),
+                       journal=journal)
+    export_run("sum", tmp_path / "sum.json", journal=journal)
+    rounds = json.loads((tmp_path / "sum.json").read_text())["rounds"]
+    first, second = (r["chat"] for r in rounds)
+    assert [(c["name"], c["arguments"]) for c in first["tool_calls"]] == [("add", {"a": 1, "b": 2})]
+    assert first["request"]["new_messages"] == [{"role": "user", "content": "What is 1 + 2?"}]
+    assert [s["name"] for s in rounds[0]["steps"]] == ["add"]
+    assert second["content"] == "It is 3."

@@ -49,6 +49,7 @@ from pydantic_ai.models import Model, ModelRequestParameters
 
 from ..execution import canonical
 from ..llm.budget import check_budget, llm_meta
+from ..llm.pydantic_ai_messages import model_messages
 from ..llm.tokens import count_message_tokens
 
 __all__ = ["MODEL_STEP", "JournaledModelRequests", "request_inputs", "response_usage"]
@@ -104,21 +105,10 @@ def response_usage(payload: Any) -> tuple[int, int]:
     return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
 
 
-def _chat_like(messages: Sequence[Any]) -> list[dict[str, str]]:
-    """The text of Pydantic AI messages as chat messages, for the offline token estimate."""
-    out: list[dict[str, str]] = []
-    for message in ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"):
-        role = "assistant" if message.get("kind") == "response" else "user"
-        for part in message.get("parts") or []:
-            content = part.get("content")
-            if part.get("part_kind") == "tool-call":
-                content = f"{part.get('tool_name')} {part.get('args')}"
-            if content is not None:
-                out.append({"role": role, "content": content if isinstance(content, str)
-                            else str(content)})
-        if message.get("instructions"):
-            out.append({"role": "system", "content": str(message["instructions"])})
-    return out
+def _chat_like(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """Pydantic AI messages as chat messages, for the offline token estimate."""
+    return [m for item in ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
+            for m in model_messages(item)]
 
 
 def _tools(parameters: Any) -> list[dict[str, Any]]:
