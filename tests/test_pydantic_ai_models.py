@@ -230,3 +230,24 @@ def test_the_export_reads_model_steps_as_rounds_with_their_tool_calls(tmp_path, 
     assert first["request"]["new_messages"] == [{"role": "user", "content": "What is 1 + 2?"}]
     assert [s["name"] for s in rounds[0]["steps"]] == ["add"]
     assert second["content"] == "It is 3."
+
+
+def test_run_stream_with_the_journaled_capabilities_replays_streamed_requests(tmp_path,
+                                                                              journal):
+    from durable_nb.integrations.pydantic_ai import JournaledModelRequests, JournaledTools
+
+    with LoopbackServer(travel.script()) as server:
+        agent = travel_agent(tmp_path, model=anthropic_model(server.url))
+
+        async def handler(ctx):
+            async with agent.run_stream("Book.", capabilities=[
+                    JournaledModelRequests(ctx), JournaledTools(ctx)]) as result:
+                return "".join([piece async for piece in result.stream_text(delta=True)])
+
+        for _ in range(2):
+            assert durable_nb.execute("stream", handler, journal=journal) == travel.FINAL
+        stats = server.stats()
+        streamed = [r.get("stream") for r in server.requests]
+    assert stats["by_round"] == {"0": 1, "1": 1, "2": 1} and streamed == [True] * 3
+    assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
+    assert [e.kind for e in journal.steps("stream")] == ["model", "run", "model", "run", "model"]

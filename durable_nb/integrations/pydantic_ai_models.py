@@ -29,6 +29,7 @@ Tools are not wrapped here (``wrapped_toolset_kinds`` is empty): the integration
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -189,10 +190,18 @@ class _StepBackend(CallableOperationBackend[None]):
         model_name = operation_id.model_name
         live = _ModelCall(self.execution, model_name, messages, settings, parameters,  # type: ignore[arg-type]
                           _base_url(getattr(run_context, "model", None)))
-        return await self.execution.step_async(
+        step = self.execution.step_async(
             MODEL_STEP, model_name, body,
             inputs=request_inputs(model_name, messages, settings, parameters),  # type: ignore[arg-type]
             usage=response_usage, meta=live.meta, before_live=live.before_live)
+        if not operation_id.streaming:
+            return await step
+        # Pydantic AI's run_stream sends a streamed request from the task that reads the
+        # stream, in the context of the task that runs the agent, whose scope it is: not a
+        # flow that may take steps there. The step runs in a task of its own, created (and
+        # so numbered) where the request is made, as the durable openai client runs a
+        # streamed call: its key is the same at every execution.
+        return await asyncio.get_running_loop().create_task(step)
 
 
 class JournaledModelRequests(BaseDurabilityCapability[Any]):
