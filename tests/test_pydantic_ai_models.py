@@ -251,3 +251,15 @@ def test_run_stream_with_the_journaled_capabilities_replays_streamed_requests(tm
     assert stats["by_round"] == {"0": 1, "1": 1, "2": 1} and streamed == [True] * 3
     assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
     assert [e.kind for e in journal.steps("stream")] == ["model", "run", "model", "run", "model"]
+
+
+def test_a_server_reporting_no_usage_gets_estimated_tokens_the_run_counts(tmp_path, journal):
+    from durable_nb.testing import Quirks
+
+    with LoopbackServer(travel.script(), quirks=Quirks(no_usage=True)) as server:
+        done = _travel(tmp_path, server.url, "trip", journal)
+    models = [e for e in journal.steps("trip") if e.kind == "model"]
+    assert done.result == travel.FINAL
+    assert all(e.meta["estimated"] and e.prompt_tokens > 0 and e.completion_tokens > 0
+               for e in models)
+    assert done.record.prompt_tokens == sum(e.prompt_tokens for e in models)

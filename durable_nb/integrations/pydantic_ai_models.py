@@ -14,7 +14,8 @@ What a ``model`` step holds and guarantees:
   credentials) and the request parameters (tool definitions, output mode). A replay whose
   request differs stops with the first difference in one line (``messages[0].parts[0].content:
   'Oslo' -> 'Rome'``), as for a changed prompt in ``ctx.chat``.
-- **Tokens, cost and budgets**: the response's usage is the step's tokens; its cost is priced
+- **Tokens, cost and budgets**: the response's usage is the step's tokens (estimated offline,
+  ``meta["estimated"]``, when the server reported none); its cost is priced
   like a ``chat`` step's (:func:`~durable_nb.llm.budget.llm_meta`: your ``RunOptions(prices=)``,
   then genai-prices by the model's endpoint or name, the database Pydantic AI itself prices
   with); before a live request the run's ``max_iterations``, ``max_tokens`` and ``max_cost`` are
@@ -49,8 +50,9 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_ai.models import Model, ModelRequestParameters
 
 from ..execution import canonical
-from ..llm.budget import check_budget, llm_meta
+from ..llm.budget import calibration, check_budget, llm_meta
 from ..llm.pydantic_ai_messages import model_messages
+from ..llm.streaming import completion_tokens
 from ..llm.tokens import count_message_tokens
 
 __all__ = ["MODEL_STEP", "JournaledModelRequests", "request_inputs", "response_usage"]
@@ -137,6 +139,7 @@ class _ModelCall:
         self.parameters = parameters
         self.endpoint = _Endpoint(base_url) if base_url else None
         self.estimate: int | None = None
+        self.estimated = False
 
     def before_live(self) -> None:
         self.estimate = count_message_tokens(_chat_like(self.messages), self.model_name,
@@ -146,18 +149,35 @@ class _ModelCall:
             request["max_tokens"] = self.settings["max_tokens"]
         check_budget(self.execution, request, estimate=self.estimate)
 
+    def usage(self, payload: Any) -> tuple[int, int]:
+        """The response's (input, output) tokens; estimated offline when the server reported
+        none (the prompt calibrated with the run's earlier replies, the reply's text and tool
+        calls counted), so that budgets hold with such a server too."""
+        prompt, completion = response_usage(payload)
+        if prompt or completion:
+            return prompt, completion
+        self.estimated = True
+        estimate = self.estimate if self.estimate is not None else count_message_tokens(
+            _chat_like(self.messages), self.model_name, _tools(self.parameters))
+        reply = model_messages(_response_json(payload))
+        texts = [str(m.get("content") or "") for m in reply] + [
+            c["function"]["name"] + c["function"]["arguments"]
+            for m in reply for c in m.get("tool_calls", [])]
+        return (calibration(self.execution).best_guess(self.model_name, estimate),
+                completion_tokens(self.model_name, texts))
+
     def meta(self, payload: Any) -> dict[str, Any]:
         response = _response_json(payload)
         usage = response.get("usage") or {}
-        prompt, completion = response_usage(payload)
+        prompt, completion = self.usage(payload)
         cached = usage.get("cache_read_tokens")
         meta = llm_meta(self.execution, requested=self.model_name,
                         model=response.get("model_name") or self.model_name, prompt=prompt,
                         completion=completion,
                         cached=cached if isinstance(cached, int) and cached else None,
                         reasoning=usage.get("output_reasoning_tokens") or None,
-                        prompt_estimate=self.estimate if prompt else None,
-                        estimated=not (prompt or completion), client=self.endpoint)
+                        prompt_estimate=self.estimate, estimated=self.estimated,
+                        client=self.endpoint)
         if response.get("provider_name"):
             meta["provider"] = response["provider_name"]
         return meta
@@ -193,7 +213,7 @@ class _StepBackend(CallableOperationBackend[None]):
         step = self.execution.step_async(
             MODEL_STEP, model_name, body,
             inputs=request_inputs(model_name, messages, settings, parameters),  # type: ignore[arg-type]
-            usage=response_usage, meta=live.meta, before_live=live.before_live)
+            usage=live.usage, meta=live.meta, before_live=live.before_live)
         if not operation_id.streaming:
             return await step
         # Pydantic AI's run_stream sends a streamed request from the task that reads the

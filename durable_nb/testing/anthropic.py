@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
+from .quirks import Quirks
 from .replies import Answer
 from .requests import Invalid
 
@@ -75,8 +76,9 @@ def as_chat(body: dict) -> tuple[list[dict], list[dict] | None]:
     return chat, tools or None
 
 
-def message(a: Answer, model: str) -> dict:
-    """The answer as a Messages API ``message``."""
+def message(a: Answer, model: str, quirks: Quirks | None = None) -> dict:
+    """The answer as a Messages API ``message``; with ``quirks.no_usage``, its usage counts
+    nothing (zeros: the API's client requires the field)."""
     content: list[dict] = []
     if a.reply.content:
         content.append({"type": "text", "text": a.reply.content})
@@ -84,19 +86,22 @@ def message(a: Answer, model: str) -> dict:
         arguments = json.loads(call.arguments_json) if call.arguments_json else {}
         content.append({"type": "tool_use", "id": cid.replace("call_", "toolu_"),
                         "name": call.name, "input": arguments})
+    no_usage = quirks is not None and quirks.no_usage
     stop = "max_tokens" if a.truncated else ("tool_use" if a.reply.tool_calls else "end_turn")
     return {"id": f"msg_{a.digest}", "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": a.prompt_tokens, "output_tokens": a.completion_tokens,
+            "usage": {"input_tokens": 0 if no_usage else a.prompt_tokens,
+                      "output_tokens": 0 if no_usage else a.completion_tokens,
                       "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
 
 
-def events(a: Answer, model: str) -> Iterator[tuple[str, dict]]:
+def events(a: Answer, model: str, quirks: Quirks | None = None
+           ) -> Iterator[tuple[str, dict]]:
     """The answer as the Messages API's server-sent events (name, data): the message, then
     each content block (text in pieces, a tool call's input as one JSON delta), the stop."""
-    whole = message(a, model)
+    whole = message(a, model, quirks)
     start = dict(whole, content=[], stop_reason=None,
-                 usage=dict(whole["usage"], output_tokens=1))
+                 usage=dict(whole["usage"], output_tokens=min(1, whole["usage"]["output_tokens"])))
     yield "message_start", {"type": "message_start", "message": start}
     for index, block in enumerate(whole["content"]):
         if block["type"] == "text":
@@ -113,7 +118,7 @@ def events(a: Answer, model: str) -> Iterator[tuple[str, dict]]:
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
     yield "message_delta", {"type": "message_delta",
                             "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
-                            "usage": {"output_tokens": a.completion_tokens}}
+                            "usage": {"output_tokens": whole["usage"]["output_tokens"]}}
     yield "message_stop", {"type": "message_stop"}
 
 

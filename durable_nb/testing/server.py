@@ -410,9 +410,9 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(wait)
         model = body["model"]
         if messages and body.get("stream"):
-            self._send_events(anthropic.events(answer, model))
+            self._send_events(anthropic.events(answer, model, lb.quirks))
         elif messages:
-            self._send_json(200, anthropic.message(answer, model))
+            self._send_json(200, anthropic.message(answer, model, lb.quirks))
         elif chat and body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self._send_events((None, c)
