@@ -263,3 +263,21 @@ def test_a_server_reporting_no_usage_gets_estimated_tokens_the_run_counts(tmp_pa
     assert all(e.meta["estimated"] and e.prompt_tokens > 0 and e.completion_tokens > 0
                for e in models)
     assert done.record.prompt_tokens == sum(e.prompt_tokens for e in models)
+
+
+def test_a_model_given_to_run_replaces_the_agents_own(journal):
+    own, asked = Calls(), []
+
+    def other(messages: list, info: AgentInfo) -> ModelResponse:
+        asked.append(len(messages))
+        return ModelResponse(parts=[TextPart("From the other model.")])
+
+    agent = Agent(FunctionModel(own), name="calculator")
+
+    async def handler(ctx):
+        return (await run(ctx, agent, "What is 1 + 2?", model=FunctionModel(other))).output
+
+    assert [durable_nb.execute("other", handler, journal=journal)
+            for _ in range(2)] == ["From the other model."] * 2
+    assert asked == [1] and own.count == 0
+    assert [(e.kind, e.name) for e in journal.steps("other")] == [("model", "function:other:")]
