@@ -195,3 +195,15 @@ def test_a_run_over_a_server_that_leaves_fields_out_replays(tmp_path, journal, s
         stats = server.stats()
     assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
     assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
+
+
+def test_an_agent_without_a_model_in_a_run_without_one_is_refused(journal):
+    from durable_nb import NotJournaled
+
+    agent = Agent(name="bare")
+
+    async def handler(ctx):
+        return (await run(ctx, agent, "hi")).output
+
+    with pytest.raises(NotJournaled, match="agent 'bare' has no model, and neither has the run"):
+        durable_nb.execute("bare", handler, journal=journal)

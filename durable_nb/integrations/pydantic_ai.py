@@ -135,6 +135,10 @@ async def run(ctx: Any, agent: Agent, prompt: Any = None, *, model: Any = None,
     if openai_name is not None:
         chosen = durable_model(ctx, openai_name, client)
     else:
+        if agent.model is None and model is None:
+            raise NotJournaled(
+                f"agent {agent.name!r} has no model, and neither has the run: give one "
+                f"(run(..., model='gpt-4.1-mini'), RunOptions(model=...), or Agent(model, ...))")
         if agent.model is None:
             raise NotJournaled(
                 f"agent {agent.name!r} has no model of its own, and Pydantic AI journals the "
