@@ -18,8 +18,9 @@ from typing import Any
 
 __all__ = ["LLM_KINDS", "BatchRecord", "RunRecord", "Status", "StepEntry", "entry_cost", "json_text"]
 
-#: Step kinds that are one LLM round each: the run's iterations count them.
-LLM_KINDS = ("chat", "respond")
+#: Step kinds that are one LLM round each: the run's iterations count them (``model``: a
+#: Pydantic AI model request, durable_nb.integrations.pydantic_ai_models).
+LLM_KINDS = ("chat", "respond", "model")
 
 
 class Status(str, Enum):
