@@ -8,7 +8,7 @@ import durable_nb
 
 def test_exported_names_are_exactly_the_public_api():
     assert set(durable_nb.__all__) == {
-        "ApprovalChanged", "ApprovalPolicyError", "CellSyntaxError", "DecisionNeeded", "DeliveryFailed",
+        "ApprovalChanged", "ApprovalPolicyError", "CellSyntaxError", "DecisionNeeded", "DeliveryFailed", "InvalidAnswer", "McpServerUnavailable",
         "MissingExtra", "NotifyConfigError",
         "Batch", "BudgetExhausted", "Context", "ContextNotActive", "CorruptEntry",
         "DatabaseError", "Decision", "DecisionExists", "DiskJournal", "DurableError", "DurableState",
@@ -31,7 +31,7 @@ def test_every_error_is_a_durable_error():
     errors = [getattr(durable_nb, n) for n in durable_nb.__all__
               if isinstance(getattr(durable_nb, n), type)
               and issubclass(getattr(durable_nb, n), Exception)]
-    assert len(errors) == 35
+    assert len(errors) == 37
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
 
 
