@@ -550,8 +550,8 @@ def test_durable_errors_show_as_their_message_with_what_to_do_and_the_badge_stop
         assert _status(tmp_path, "e") is Status.DONE
 
         assert _one_line(k.execute("%durable approve e")) == (
-            "NoPendingApproval: run 'e' is not waiting for an approval (status DONE). See "
-            "`durable-nb show e`.")
+            "NoPendingApproval: run 'e' is not waiting for an approval (status DONE). Nothing "
+            "was decided. See `durable-nb show e`.")
         assert _one_line(k.execute("%durable reset e --from 99")) == (
             "UsageError: cannot reset run 'e' from step 99: its steps are numbered 0 to 0. "
             "See `durable-nb show e`.")

@@ -191,12 +191,12 @@ def test_notifications_notebook_shows_the_signed_webhook_the_email_and_its_link(
     assert shown.startswith("webhook: signature verified, delivery notify-demo/"), shown
     assert '"name": "send_email"' in shown and "team@example.com" in shown
     assert re.search(r"decision link for the webhook: "
-                     r"http://127\.0\.0\.1:8888/durable-nb/decide/\S+", shown), shown
+                     r"http://127\.0\.0\.1:8888/durable-nb/decide#\S+", shown), shown
     assert "e-mail to oncall@example.org: Approval needed: send_email (run notify-demo)" in shown
     assert "<email.message" not in shown
     assert "Run notify-demo waits for a decision on send_email." in shown
     assert re.search(r"decides once, as oncall@example.org\):\n"
-                     r"http://127\.0\.0\.1:8888/durable-nb/decide/\S+", shown), shown
+                     r"http://127\.0\.0\.1:8888/durable-nb/decide#\S+", shown), shown
     history = _text(_cell(nb, "%durable show notify-demo"))
     assert "notified   2 deliveries" in history
     assert "webhook  sent" in history and "email    sent" in history
