@@ -67,6 +67,7 @@ __all__ = [
     "NoPendingApproval",
     "NotAllowedToDecide",
     "NotJournaled",
+    "RefusedByHub",
     "NotifyConfigError",
     "ReplayDiverged",
     "RunCancelled",
@@ -362,6 +363,31 @@ class NotAllowedToDecide(DurableError):
         if self.started_by is not None:
             return f"{self.by} started the run (four-eyes)"
         return f"{self.by} is not on the approvers' list ({', '.join(self.approvers or ())})"
+
+
+class RefusedByHub(NotAllowedToDecide):
+    """Under JupyterHub (:mod:`durable_nb.hub`), a decision this process may not write: only
+    the hub's durable-nb service writes decisions in the journal, as the hub user who asked
+    it; the service refused (``brief`` says why), or could not be asked. Nothing was
+    written; the refusal is in the run's history."""
+
+    def __init__(self, run_id: str, name: str, by: str, why: str) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.by = by
+        self.approvers = None
+        self.started_by = None
+        self.why = why
+        DurableError.__init__(self, f"run {run_id!r}: {name!r} was not decided: {why}. "
+                                    f"Nothing was written.")
+
+    @property
+    def reason(self) -> str:
+        return "hub"
+
+    @property
+    def brief(self) -> str:
+        return self.why
 
 
 class DecisionNeeded(DurableError):

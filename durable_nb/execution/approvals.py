@@ -27,6 +27,9 @@ takes a decision with :func:`take_decision`, an atomic compare-and-set that stam
 ``replace=True`` changes it on purpose (a compare-and-set too), and the new decision keeps
 the ones it replaced in ``replaced``, which the approval step journals with it.
 
+**On a hub, only the hub's service writes a decision** (:mod:`durable_nb.hub.authority`):
+any other process hands it to the service, which decides as the hub user.
+
 **Only a person the request allows decides it** (:mod:`~durable_nb.execution.approvers`:
 its approvers' list, four-eyes), checked by :func:`leave_decision` too, so on every path:
 anyone else is refused with :class:`~durable_nb.errors.NotAllowedToDecide`, nothing written,
@@ -42,6 +45,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import DecisionExists
+from ..hub.authority import decided_elsewhere
 from ..journal import Journal, StepEntry
 from ..timestamps import format_time
 from .approvers import allowed_approvers, refusal
@@ -114,6 +118,9 @@ def leave_decision(journal: Journal, run_id: str, pending: dict, *, approved: bo
     decision = {"key": pending.get("key"), "digest": pending_digest(pending),
                 "name": pending.get("name"), "approved": approved, "note": note, "by": by,
                 "via": via, "at": time.time()}
+    elsewhere = decided_elsewhere(journal, target, pending, decision, replace=replace)
+    if elsewhere is not None:  # on a hub: the service decided, as the hub user
+        return elsewhere
     refused = refusal(target, pending, by, via)
     if refused is not None:
         record_event(journal, target, "refused",

@@ -1,0 +1,184 @@
+"""The durable-nb hub service: the team's inbox and the only writer of decisions.
+
+Started by JupyterHub (``c.JupyterHub.services``, ``python -m durable_nb.hub.service``) at
+``/services/durable-nb/`` under the hub's public URL, signed in with the hub's OAuth
+(:class:`jupyterhub.services.auth.HubOAuthenticated`): a person is who the hub says, and a
+request from a user's server or kernel is who its hub API token belongs to. It logs in to
+the shared journal (``$DURABLE_NB_JOURNAL``) as the decider role, names itself the decider
+at start (:meth:`~durable_nb.journal.PostgresJournal.become_decider`, granting the roles of
+the configuration's users what they need and no more) and serves:
+
+- ``GET  /services/durable-nb/``: the inbox, every run waiting for a decision, with
+  Approve and Reject for the requests the signed-in user may decide;
+- ``POST /services/durable-nb/decide``: the inbox's buttons (the hub's XSRF check);
+- ``POST /services/durable-nb/api/decide``: a decision from a user's kernel, panel, CLI or
+  server (:mod:`durable_nb.hub.authority`), JSON in and out, authenticated by the token.
+
+Every decision goes through :func:`~durable_nb.hub.decide.decide_as`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from typing import Any
+from urllib.parse import urlparse
+
+from ..errors import DecisionExists, DurableError, NoPendingApproval, NotAllowedToDecide
+from ..execution.approvals import decision_words, pending_digest
+from ..journal import Journal, Status, open_journal
+from .config import HubConfig, load_config
+from .decide import decide_as, starters
+
+__all__ = ["make_app", "main"]
+
+try:
+    from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+    from jupyterhub.utils import url_path_join
+    from tornado import web
+except ImportError as exc:  # pragma: no cover - the extra names what to install
+    raise ImportError(f"the durable-nb hub service needs JupyterHub ({exc}): pip install "
+                      f"'durable-nb[hub]'") from None
+
+
+def _why(exc: DurableError) -> str:
+    """A refusal's reason, without the ``run ...: ... was not decided:`` its message adds."""
+    text = str(exc)
+    text = text.split(" was not decided: ", 1)[-1]
+    return text.removesuffix(" Nothing was written.").rstrip(".")
+
+
+class _Base(HubOAuthenticated, web.RequestHandler):
+    @property
+    def journal(self) -> Journal:
+        return self.settings["durable_nb_journal"]
+
+    @property
+    def config(self) -> HubConfig:
+        return self.settings["durable_nb_config"]
+
+    @property
+    def user_name(self) -> str:
+        return str(self.current_user["name"])
+
+
+class InboxHandler(_Base):
+    """The team's inbox: every run waiting for a decision."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.render_inbox(self.get_argument("said", ""))
+
+    def render_inbox(self, said: str) -> None:
+        rows = []
+        for record in self.journal.list_runs(status=Status.WAITING_APPROVAL):
+            pending = record.pending_approval
+            if not pending:
+                continue
+            started = ", ".join(starters(self.journal, self.config,
+                                         pending.get("run_id", record.run_id))) or "?"
+            details = json.dumps(pending.get("details"), ensure_ascii=False, default=repr)
+            form = (f'<form method="post" action="{self.settings["durable_nb_prefix"]}decide">'
+                    f'{self.xsrf_form_html()}'
+                    f'<input type="hidden" name="run" value="{html.escape(record.run_id)}">'
+                    f'<input type="hidden" name="request" '
+                    f'value="{html.escape(str(pending.get("id") or ""))}">'
+                    f'<input type="hidden" name="digest" '
+                    f'value="{html.escape(pending_digest(pending))}">'
+                    f'<button name="approved" value="yes">Approve</button> '
+                    f'<button name="approved" value="no">Reject</button></form>')
+            rows.append(f"<tr><td>{html.escape(record.run_id)}</td>"
+                        f"<td>{html.escape(str(pending.get('name')))}</td>"
+                        f"<td><code>{html.escape(details)}</code></td>"
+                        f"<td>{html.escape(started)}</td><td>{form}</td></tr>")
+        table = ("<table><tr><th>run</th><th>request</th><th>details</th><th>started by</th>"
+                 "<th></th></tr>" + "".join(rows) + "</table>") if rows else \
+            "<p>Nothing waits for a decision.</p>"
+        note = f'<p class="said">{html.escape(said)}</p>' if said else ""
+        self.finish(f"<!doctype html><title>durable-nb inbox</title><h1>Inbox</h1>"
+                    f"<p>Signed in as {html.escape(self.user_name)}.</p>{note}{table}")
+
+
+class DecideFormHandler(InboxHandler):
+    """The inbox's Approve and Reject."""
+
+    @web.authenticated
+    def post(self) -> None:
+        run_id = self.get_body_argument("run")
+        try:
+            decision = decide_as(self.journal, self.config, run_id, user=self.user_name,
+                                 approved=self.get_body_argument("approved") == "yes",
+                                 note=None, via="hub inbox",
+                                 request_id=self.get_body_argument("request") or None,
+                                 digest=self.get_body_argument("digest"))
+            said = f"run {run_id!r}: {decision_words(decision)}."
+        except (NotAllowedToDecide, DecisionExists, NoPendingApproval) as exc:
+            self.set_status(403 if isinstance(exc, NotAllowedToDecide) else 409)
+            said = str(exc)
+        self.render_inbox(said)
+
+
+class ApiDecideHandler(_Base):
+    """A decision from a user's server, kernel or terminal, as the hub user of its token."""
+
+    @web.authenticated
+    def post(self) -> None:
+        try:
+            body: dict[str, Any] = json.loads(self.request.body)
+            run_id = str(body["run_id"])
+        except (ValueError, KeyError, TypeError):
+            self.set_status(400)
+            self.finish({"why": "the body must be JSON with run_id, request, digest, approved"})
+            return
+        via = f"{body.get('via') or 'API'} on the hub"
+        try:
+            decision = decide_as(self.journal, self.config, run_id, user=self.user_name,
+                                 approved=bool(body.get("approved")), note=body.get("note"),
+                                 via=via, request_id=body.get("request"),
+                                 digest=body.get("digest"), replace=bool(body.get("replace")))
+        except NotAllowedToDecide as exc:
+            self.set_status(403)
+            self.finish({"why": _why(exc), "by": self.user_name})
+            return
+        except DecisionExists as exc:
+            self.set_status(409)
+            self.finish({"decision": exc.decision, "taken": exc.taken, "words": exc.words})
+            return
+        except NoPendingApproval as exc:
+            self.set_status(409)
+            self.finish({"why": str(exc)})
+            return
+        self.finish({"decision": decision})
+
+
+def make_app(journal: Journal, config: HubConfig, prefix: str) -> web.Application:
+    """The service's tornado application under ``prefix`` (``/services/durable-nb/``)."""
+    return web.Application([
+        (prefix, InboxHandler),
+        (url_path_join(prefix, "decide"), DecideFormHandler),
+        (url_path_join(prefix, "api/decide"), ApiDecideHandler),
+        (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+    ], cookie_secret=os.urandom(32), durable_nb_journal=journal, durable_nb_config=config,
+        durable_nb_prefix=prefix)
+
+
+def main() -> None:
+    """Run the service as JupyterHub starts it (its ``JUPYTERHUB_SERVICE_*`` environment)."""
+    import asyncio
+
+    config = load_config()
+    journal = open_journal(os.environ["DURABLE_NB_JOURNAL"])
+    journal.become_decider(sorted(set(config.roles.values())))
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/durable-nb/")
+    where = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
+
+    async def serve() -> None:
+        make_app(journal, config, prefix).listen(where.port, where.hostname)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
