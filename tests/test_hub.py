@@ -1,0 +1,137 @@
+"""Separation of duties on a real JupyterHub (issue 33): JupyterHub 5+/6 with
+configurable-http-proxy on loopback, the dummy authenticator with ana, bo and cy, their
+single-user servers (SimpleLocalProcessSpawner) with durable_nb's server extension, the
+durable-nb service the hub starts, one shared PostgreSQL journal with a role per person
+(tests/hub_roles.py). One hub for the module.
+
+Each bypass of issue 33 worked on 953f9b9 (the decision was written as asked); here each is
+refused with one line, nothing is written, and the refusal is in the run's history.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+import durable_nb as dn
+from durable_nb.execution.approvals import find_decision
+from tests.harness.hub import Hub, run_in_kernel
+from tests.hub_roles import make_hub_database
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(600)]
+
+_AGENT = """
+import durable_nb as dn
+def agent(ctx):
+    if ctx.approval("drop database", {{"db": "staging"}}).approved:
+        return "dropped staging"
+    return "kept"
+print(dn.execute({run!r}, agent, on_approval="park", four_eyes=True))
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(postgres_server):
+    database = make_hub_database(postgres_server)
+    started = Hub(database).start()
+    try:
+        started.servers = {"ana": started.start_server("ana")}
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def service_journal(hub):
+    journal = hub.database.journal("service")
+    yield journal
+    journal.dispose()
+
+
+def _park(hub, run_id: str, code_before: str = "") -> dict:
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token,
+                        code_before + _AGENT.format(run=run_id))
+    assert out.strip().endswith("None"), out
+    journal = hub.database.journal("service")
+    try:
+        return journal.get_run(run_id).pending_approval
+    finally:
+        journal.dispose()
+
+
+def _refusals(journal, run_id: str) -> list[dict]:
+    return [e for e in journal.events(run_id) if e["kind"] == "refused"]
+
+
+def test_her_kernel_naming_bo_is_refused_as_ana(hub, service_journal):
+    pending = _park(hub, "env-user")
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token,
+                        "import os, durable_nb as dn\nos.environ['DURABLE_NB_USER'] = 'bo'\n"
+                        "try:\n    dn.approve('env-user')\n"
+                        "except dn.DurableError as exc:\n    print(exc)\n")
+    (line,) = out.strip().splitlines()
+    assert line == ("run 'env-user': 'drop database' was not decided: ana started the run, "
+                    "and under four-eyes nobody decides a request of a run they started: ask "
+                    "someone else to decide. Nothing was written."), line
+    assert find_decision(service_journal, "env-user", pending) is None
+    (event,) = _refusals(service_journal, "env-user")
+    assert (event["by"], event["via"]) == ("ana", "Python on the hub")
+
+
+def test_her_terminal_with_by_bo_is_refused_as_ana(hub, service_journal):
+    pending = _park(hub, "cli-by")
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token,
+                        "import subprocess, sys\n"
+                        "p = subprocess.run([sys.executable, '-m', 'durable_nb.cli', 'approve', "
+                        "'cli-by', '--by', 'bo'], capture_output=True, text=True)\n"
+                        "print(p.returncode); print(p.stderr)\n")
+    code, line = out.strip().splitlines()
+    assert code == "1"
+    assert line == ("durable-nb: error: run 'cli-by': 'drop database' was not decided: ana "
+                    "started the run, and under four-eyes nobody decides a request of a run "
+                    "they started: ask someone else to decide. Nothing was written."), line
+    assert find_decision(service_journal, "cli-by", pending) is None
+    assert [e["by"] for e in _refusals(service_journal, "cli-by")] == ["ana"]
+
+
+def test_her_server_api_after_starting_as_cy_is_refused_as_ana(hub, service_journal):
+    pending = _park(hub, "as-cy", "import os\nos.environ['DURABLE_NB_USER'] = 'cy'\n")
+    assert pending["started_by"] == "cy"  # what her kernel wrote; the database knows ana
+    headers = {"Authorization": f"token {hub.token('ana')}",
+               "Content-Type": "application/json"}
+    listed = urllib.request.Request(hub.servers["ana"] + "durable-nb/api/journals",
+                                    headers=headers)
+    with urllib.request.urlopen(listed, timeout=60) as response:
+        (journal,) = json.loads(response.read())["journals"]
+    request = urllib.request.Request(
+        hub.servers["ana"] + "durable-nb/api/run/decision", method="POST",
+        data=json.dumps({"id": "as-cy", "approved": True, "journal": journal["id"],
+                         "digest": pending["digest"]}).encode(), headers=headers)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 403
+    answer = json.loads(refused.value.read())
+    assert "ana started the run" in answer["message"], answer
+    assert find_decision(service_journal, "as-cy", pending) is None
+    assert [e["by"] for e in _refusals(service_journal, "as-cy")] == ["ana"]
+
+
+def test_bo_decides_through_the_service_and_ana_s_run_goes_on(hub, service_journal):
+    pending = _park(hub, "happy")
+    request = urllib.request.Request(
+        hub.service_url + "api/decide", method="POST",
+        data=json.dumps({"run_id": "happy", "request": pending["id"],
+                         "digest": pending["digest"], "approved": True,
+                         "via": "test"}).encode(),
+        headers={"Authorization": f"token {hub.token('bo')}",
+                 "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        decision = json.loads(response.read())["decision"]
+    assert (decision["by"], decision["via"]) == ("bo", "test on the hub")
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token, _AGENT.format(run="happy"))
+    assert out.strip() == "dropped staging", out
