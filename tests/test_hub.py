@@ -135,3 +135,57 @@ def test_bo_decides_through_the_service_and_ana_s_run_goes_on(hub, service_journ
     assert (decision["by"], decision["via"]) == ("bo", "test on the hub")
     out = run_in_kernel(hub.servers["ana"], hub.admin_token, _AGENT.format(run="happy"))
     assert out.strip() == "dropped staging", out
+
+
+def _sign_in(browser, hub, user: str):
+    """A browser context signed in to the hub as ``user`` (the hub's login form)."""
+    from tests.harness.hub import PASSWORD
+
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(hub.public_url + "hub/login")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("input[type=submit], button[type=submit]")
+    page.wait_for_url("**/hub/**")
+    return page
+
+
+def test_bo_approves_in_the_service_inbox_with_ana_s_server_stopped(hub, service_journal,
+                                                                    tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from tests.harness.lab import CHROMIUM, CHROMIUM_ARGS, require_chromium
+
+    require_chromium()
+    pending = _park(hub, "inbox")
+    hub.stop_server("ana")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)
+        try:
+            # ana, in the team's inbox, is not offered her own run.
+            ana = _sign_in(browser, hub, "ana")
+            ana.goto(hub.service_url)
+            row = ana.locator("tr", has_text="inbox")
+            assert row.locator("td").nth(3).inner_text() == "ana"
+            assert row.locator("td").nth(4).inner_text() == \
+                "you started this run: under four-eyes someone else decides"
+            assert row.get_by_role("button").count() == 0
+            # bo approves there, as the hub knows him.
+            bo = _sign_in(browser, hub, "bo")
+            bo.goto(hub.service_url)
+            assert "Signed in as bo." in bo.content()
+            bo.locator("tr", has_text="inbox").get_by_role("button", name="Approve").click()
+            assert bo.locator("p.said").inner_text() == \
+                "run 'inbox': approved by bo via hub inbox."
+            assert bo.locator("tr", has_text="inbox").locator("td").nth(4).inner_text() == \
+                "approved by bo via hub inbox; the run goes on when it is resumed"
+            bo.screenshot(path=str(tmp_path / "inbox.png"))
+        finally:
+            browser.close()
+    decision = find_decision(service_journal, "inbox", pending)
+    assert (decision["by"], decision["via"]) == ("bo", "hub inbox")
+    hub.servers["ana"] = hub.start_server("ana")
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token, _AGENT.format(run="inbox"))
+    assert out.strip() == "dropped staging", out

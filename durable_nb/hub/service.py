@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..errors import DecisionExists, DurableError, NoPendingApproval, NotAllowedToDecide
-from ..execution.approvals import decision_words, pending_digest
+from ..execution.approvals import decision_words, find_decision, pending_digest
 from ..journal import Journal, Status, open_journal
 from .config import HubConfig, load_config
 from .decide import decide_as, starters
@@ -76,9 +76,12 @@ class InboxHandler(_Base):
             pending = record.pending_approval
             if not pending:
                 continue
-            started = ", ".join(starters(self.journal, self.config,
-                                         pending.get("run_id", record.run_id))) or "?"
+            started_by = starters(self.journal, self.config,
+                                  pending.get("run_id", record.run_id))
+            started = ", ".join(started_by) or "?"
             details = json.dumps(pending.get("details"), ensure_ascii=False, default=repr)
+            decided = find_decision(self.journal, pending.get("run_id", record.run_id),
+                                    pending)
             form = (f'<form method="post" action="{self.settings["durable_nb_prefix"]}decide">'
                     f'{self.xsrf_form_html()}'
                     f'<input type="hidden" name="run" value="{html.escape(record.run_id)}">'
@@ -88,6 +91,11 @@ class InboxHandler(_Base):
                     f'value="{html.escape(pending_digest(pending))}">'
                     f'<button name="approved" value="yes">Approve</button> '
                     f'<button name="approved" value="no">Reject</button></form>')
+            if decided is not None:
+                form = html.escape(f"{decision_words(decided)}; the run goes on when it is "
+                                   f"resumed")
+            elif self.config.four_eyes and self.user_name in started_by:
+                form = "you started this run: under four-eyes someone else decides"
             rows.append(f"<tr><td>{html.escape(record.run_id)}</td>"
                         f"<td>{html.escape(str(pending.get('name')))}</td>"
                         f"<td><code>{html.escape(details)}</code></td>"
