@@ -10,9 +10,11 @@ refused with one line, nothing is written, and the refusal is in the run's histo
 
 from __future__ import annotations
 
+import email
 import json
-import subprocess
-import sys
+import re
+import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -36,9 +38,35 @@ print(dn.execute({run!r}, agent, on_approval="park", four_eyes=True))
 
 
 @pytest.fixture(scope="module")
-def hub(postgres_server):
+def smtp():
+    """An SMTP server on loopback (aiosmtpd): the messages it received, as they come."""
+    from aiosmtpd.controller import Controller
+
+    received: list = []
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):
+            received.append(envelope)
+            return "250 OK"
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    controller = Controller(Handler(), hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield port, received
+    finally:
+        controller.stop()
+
+
+@pytest.fixture(scope="module")
+def hub(postgres_server, smtp):
     database = make_hub_database(postgres_server)
-    started = Hub(database).start()
+    started = Hub(database, service_env={  # the team's one sender: the service
+        "DURABLE_NB_NOTIFY_SMTP_HOST": "127.0.0.1", "DURABLE_NB_NOTIFY_SMTP_PORT": str(smtp[0]),
+        "DURABLE_NB_NOTIFY_SMTP_FROM": "durable-nb@team.test", "DURABLE_NB_HUB_SWEEP": "1"})
+    started.start()
     try:
         started.servers = {"ana": started.start_server("ana")}
         yield started
@@ -188,4 +216,86 @@ def test_bo_approves_in_the_service_inbox_with_ana_s_server_stopped(hub, service
     assert (decision["by"], decision["via"]) == ("bo", "hub inbox")
     hub.servers["ana"] = hub.start_server("ana")
     out = run_in_kernel(hub.servers["ana"], hub.admin_token, _AGENT.format(run="inbox"))
+    assert out.strip() == "dropped staging", out
+
+
+def _mails_to(smtp, address: str, run_id: str, timeout: float = 60) -> list[str]:
+    """The text of each message ``address`` received about run ``run_id``, waiting for one."""
+    until = time.monotonic() + timeout
+    while True:
+        found = []
+        for envelope in list(smtp[1]):
+            if address not in envelope.rcpt_tos:
+                continue
+            message = email.message_from_bytes(envelope.content)
+            text = "".join(part.get_payload(decode=True).decode()
+                           for part in message.walk() if not part.is_multipart())
+            if f"run {run_id}" in message["Subject"]:
+                found.append(text)
+        if found or time.monotonic() > until:
+            return found
+        time.sleep(0.2)
+
+
+def test_a_link_she_addresses_to_herself_is_never_issued(hub, service_journal, smtp):
+    setting = (f"import os\nos.environ.update(DURABLE_NB_NOTIFY_SMTP_HOST='127.0.0.1', "
+               f"DURABLE_NB_NOTIFY_SMTP_PORT='{smtp[0]}', DURABLE_NB_NOTIFY_SMTP_FROM="
+               f"'ana@team.test', DURABLE_NB_NOTIFY_SMTP_TO='bo@ana-inbox.test', "
+               f"DURABLE_NB_NOTIFY_LINK_BASE_URL={hub.service_url!r})\n")
+    assert run_in_kernel(hub.servers["ana"], hub.admin_token,
+                         setting + _AGENT.format(run="self-link")).strip() == "None"
+    # The team's messages come from the service alone, to the hub's addresses, each with
+    # a link of its own; her kernel's claim to send was refused, so bo@ana-inbox.test got
+    # nothing and no link names that address.
+    for address in ("ana@team.test", "bo@team.test", "cy@team.test"):
+        (mailed,) = _mails_to(smtp, address, "self-link")
+        assert hub.service_url + "durable-nb/decide/" in mailed
+    assert sorted(link["to"] for link in service_journal.link_records("self-link").values()) \
+        == ["ana@team.test", "bo@team.test", "cy@team.test"]
+    assert not [e for e in smtp[1] if "bo@ana-inbox.test" in e.rcpt_tos]
+    # Writing the link record herself, as her kernel's sender would: one line, refused.
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token,
+                        "import durable_nb as dn\ntry:\n    dn.open_journal().add_delivery("
+                        "'self-link', 'link/' + '0' * 64, {'kind': 'link', 'to': "
+                        "'bo@ana-inbox.test'})\nexcept dn.DurableError as exc:\n"
+                        "    print(exc)\n")
+    (line,) = out.strip().splitlines()
+    assert "only the role dnb_service_" in line and "sends notifications and decision " \
+        "links in this journal, not dnb_ana_" in line, line
+
+
+def test_bo_approves_by_his_e_mailed_link_with_ana_s_server_stopped(hub, service_journal,
+                                                                   smtp):
+    from playwright.sync_api import sync_playwright
+
+    from tests.harness.lab import CHROMIUM, CHROMIUM_ARGS, require_chromium
+
+    require_chromium()
+    pending = _park(hub, "mailed")
+    (mailed,) = _mails_to(smtp, "bo@team.test", "mailed")
+    (link,) = set(re.findall(re.escape(hub.service_url) + r"durable-nb/decide/[\w.-]+",
+                             mailed))
+    hub.stop_server("ana")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)
+        try:
+            ana = _sign_in(browser, hub, "ana")  # bo's link is bo's alone
+            ana.goto(link)
+            assert ana.locator("p.said").inner_text() == (
+                "This link was sent to bo@team.test (e-mail), which is bo; you are signed "
+                "in as ana. Nothing was decided.")
+            assert ana.get_by_role("button").count() == 0
+            bo = _sign_in(browser, hub, "bo")
+            bo.goto(link)
+            assert bo.locator("p.said").inner_text() == "This request waits for your decision."
+            bo.get_by_role("button", name="Approve").click()
+            assert bo.locator("p.said").inner_text() == "Approved by bo via link."
+        finally:
+            browser.close()
+    decision = find_decision(service_journal, "mailed", pending)
+    assert (decision["by"], decision["via"]) == ("bo", "link")
+    assert len(_mails_to(smtp, "bo@team.test", "mailed")) == 1  # once per recipient
+    hub.servers["ana"] = hub.start_server("ana")
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token, _AGENT.format(run="mailed"))
     assert out.strip() == "dropped staging", out

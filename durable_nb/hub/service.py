@@ -12,13 +12,20 @@ the configuration's users what they need and no more) and serves:
   Approve and Reject for the requests the signed-in user may decide;
 - ``POST /services/durable-nb/decide``: the inbox's buttons (the hub's XSRF check);
 - ``POST /services/durable-nb/api/decide``: a decision from a user's kernel, panel, CLI or
-  server (:mod:`durable_nb.hub.authority`), JSON in and out, authenticated by the token.
+  server (:mod:`durable_nb.hub.authority`), JSON in and out, authenticated by the token;
+- ``GET|POST /services/durable-nb/durable-nb/decide/TOKEN``: a decision link, for the
+  person it was sent to (:mod:`durable_nb.hub.links`), who signs in to the hub to use it.
+
+With ``$DURABLE_NB_HUB_PUBLIC_URL`` (the hub's ``public_url``) and notification channels in
+its environment it is the team's one sweeper (:func:`~durable_nb.hub.links.start_sweeping`,
+every ``$DURABLE_NB_HUB_SWEEP`` seconds, default 10).
 
 Every decision goes through :func:`~durable_nb.hub.decide.decide_as`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import os
@@ -30,6 +37,7 @@ from ..execution.approvals import decision_words, find_decision, pending_digest
 from ..journal import Journal, Status, open_journal
 from .config import HubConfig, load_config
 from .decide import decide_as, starters
+from .links import LINK_PATH, link_decision, start_sweeping, team_notify_config
 
 __all__ = ["make_app", "main"]
 
@@ -160,12 +168,41 @@ class ApiDecideHandler(_Base):
         self.finish({"decision": decision})
 
 
+class LinkHandler(_Base):
+    """A decision link: the request, and Approve/Reject for the person it was sent to."""
+
+    @web.authenticated
+    def get(self, token: str) -> None:
+        self.page(token, None)
+
+    @web.authenticated
+    def post(self, token: str) -> None:
+        self.page(token, self.get_body_argument("approved") == "yes")
+
+    def page(self, token: str, approved: bool | None) -> None:
+        status, said, pending = link_decision(self.journal, self.config, token,
+                                              user=self.user_name, approved=approved)
+        self.set_status(status)
+        form = ""
+        if pending is not None:
+            details = json.dumps(pending.get("details"), ensure_ascii=False, default=repr)
+            form = (f"<p>{html.escape(str(pending.get('name')))} "
+                    f"<code>{html.escape(details)}</code></p>"
+                    f'<form method="post">{self.xsrf_form_html()}'
+                    f'<button name="approved" value="yes">Approve</button> '
+                    f'<button name="approved" value="no">Reject</button></form>')
+        self.finish(f"<!doctype html><title>durable-nb decision</title><h1>Decision</h1>"
+                    f"<p>Signed in as {html.escape(self.user_name)}.</p>"
+                    f'<p class="said">{html.escape(said)}</p>{form}')
+
+
 def make_app(journal: Journal, config: HubConfig, prefix: str) -> web.Application:
     """The service's tornado application under ``prefix`` (``/services/durable-nb/``)."""
     return web.Application([
         (prefix, InboxHandler),
         (url_path_join(prefix, "decide"), DecideFormHandler),
         (url_path_join(prefix, "api/decide"), ApiDecideHandler),
+        (url_path_join(prefix, LINK_PATH, "(.+)"), LinkHandler),
         (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
     ], cookie_secret=os.urandom(32), durable_nb_journal=journal, durable_nb_config=config,
         durable_nb_prefix=prefix)
@@ -180,6 +217,16 @@ def main() -> None:
     journal.become_decider(sorted(set(config.roles.values())))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/durable-nb/")
     where = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
+    if os.environ.get("DURABLE_NB_NOTIFY_SMTP_HOST"):
+        # E-mail goes to the addresses of the administrator's map, and only there.
+        os.environ["DURABLE_NB_NOTIFY_SMTP_TO"] = ",".join(dict.fromkeys(config.emails.values()))
+    public = os.environ.get("DURABLE_NB_HUB_PUBLIC_URL", "").rstrip("/")
+    notify = team_notify_config(config, public + prefix if public else "")
+    if not public:
+        notify = dataclasses.replace(notify, links=dataclasses.replace(notify.links,
+                                                                       enabled=False))
+    if notify.channels():
+        start_sweeping(journal, notify, float(os.environ.get("DURABLE_NB_HUB_SWEEP", "10")))
 
     async def serve() -> None:
         make_app(journal, config, prefix).listen(where.port, where.hostname)

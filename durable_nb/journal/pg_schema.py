@@ -144,9 +144,10 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
 def _decider_migration(s: str) -> list[str]:
     """Separation of duties in the database (:mod:`durable_nb.hub`): once an administrator
     names a decider role (``meta`` key ``decider``, ``{"role": NAME}``), only members of that
-    role write decisions (request kinds ``decision``/``decision.ID``); any other role may
-    only stamp ``taken_at`` on one (its run taking it), write a rejection by deadline, and
-    journal an approval step only for a decision taken. Each run row records the login
+    role write decisions (request kinds ``decision``/``decision.ID``), decision links and
+    notification claims (deliveries other than ``history/...``); any other role may only stamp ``taken_at`` on a decision (its
+    run taking it), write a rejection by deadline, and journal an approval step only for a
+    decision taken. Each run row records the login
     role that created it and the one that last wrote its record (``created_by``,
     ``written_by``, set here whatever the statement says), which the decider reads as the
     run's starter. Without a decider nothing is checked: the journal behaves as before.
@@ -226,6 +227,28 @@ def _decider_migration(s: str) -> list[str]:
             $fn$""",
         f"""CREATE TRIGGER steps_approval BEFORE INSERT ON {s}.steps
             FOR EACH ROW EXECUTE PROCEDURE {s}.guard_approval_step()""",
+        # A decision link decides as the person it was sent to: only the decider issues
+        # and uses one (its record under ``link/``), so nobody else names a recipient; and
+        # only the decider claims a notification, so nobody keeps the team's from being
+        # sent by claiming it first. Everyone adds to a run's history (``history/``) and claims
+        # an escalation once (its approvers are the request's own, which its run wrote).
+        f"""CREATE FUNCTION {s}.guard_delivery() RETURNS trigger LANGUAGE plpgsql AS $fn$
+            DECLARE
+                decider text;
+            BEGIN
+                IF TG_OP = 'INSERT' AND (NEW.key LIKE 'history/%'
+                                         OR NEW.key LIKE '%/escalation') THEN
+                    RETURN NEW;
+                END IF;
+                {decider};
+                IF decider IS NULL OR pg_has_role(session_user, decider, 'MEMBER') THEN
+                    RETURN NEW;
+                END IF;
+                {refuse.replace("writes decisions", "sends notifications and decision links")};
+            END
+            $fn$""",
+        f"""CREATE TRIGGER deliveries_decider BEFORE INSERT OR UPDATE ON {s}.deliveries
+            FOR EACH ROW EXECUTE PROCEDURE {s}.guard_delivery()""",
     ]
 
 

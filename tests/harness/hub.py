@@ -91,7 +91,9 @@ c.JupyterHub.services = [
       "command": [{sys.executable!r}, "-m", "durable_nb.hub.service"],
       "oauth_no_confirm": True,
       "environment": {{"DURABLE_NB_JOURNAL": journal_urls["service"],
-                      "DURABLE_NB_HUB_CONFIG": {str(hub.root / "durable-nb-hub.json")!r}}}}},
+                      "DURABLE_NB_HUB_CONFIG": {str(hub.root / "durable-nb-hub.json")!r},
+                      "DURABLE_NB_HUB_PUBLIC_URL": {hub.public_url!r},
+                      **json.loads({json.dumps(hub.service_env)!r})}}}},
     {{"name": "test-admin", "api_token": {hub.admin_token!r}}},
 ]
 c.JupyterHub.load_roles = [
@@ -106,8 +108,10 @@ c.JupyterHub.load_roles = [
 class Hub:
     """One JupyterHub with the durable-nb service: ``start()``, ``stop()``."""
 
-    def __init__(self, database: Any, users: tuple[str, ...] = ("ana", "bo", "cy")) -> None:
+    def __init__(self, database: Any, users: tuple[str, ...] = ("ana", "bo", "cy"),
+                 service_env: dict[str, str] | None = None) -> None:
         self.database = database
+        self.service_env = dict(service_env or {})
         self.users = users
         self.proxy = proxy_command()
         self.root = Path(tempfile.mkdtemp(prefix="dnb-hub-"))
@@ -166,7 +170,10 @@ class Hub:
             time.sleep(0.3)
 
     def tail(self) -> str:
-        return (self.root / "hub.log").read_text()[-4000:]
+        """The hub's log's end, and the first traceback in it (a service that failed)."""
+        text = (self.root / "hub.log").read_text()
+        first = text.find("Traceback")
+        return (text[first:first + 3000] + "\n...\n" if first >= 0 else "") + text[-3000:]
 
     def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
         """The hub's REST API (as the test's admin service, or ``token``): the JSON answer."""
