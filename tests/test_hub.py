@@ -171,11 +171,12 @@ def _sign_in(browser, hub, user: str):
 
     context = browser.new_context()
     page = context.new_page()
-    page.goto(hub.public_url + "hub/login")
+    # To the hub's home page after, not to her server (which the hub would start).
+    page.goto(hub.public_url + "hub/login?next=%2Fhub%2Fhome")
     page.fill("input[name=username]", user)
     page.fill("input[name=password]", PASSWORD)
     page.click("input[type=submit], button[type=submit]")
-    page.wait_for_url("**/hub/**")
+    page.wait_for_url("**/hub/home")
     return page
 
 

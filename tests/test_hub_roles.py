@@ -117,3 +117,21 @@ def test_without_a_decider_a_shared_journal_decides_as_before(postgres_server, m
         assert dn.approve("plain", by="bo", journal=journal).by == "bo"
     finally:
         journal.dispose()
+
+
+def test_the_hub_configuration_names_what_is_wrong(tmp_path):
+    from durable_nb.errors import DurableError
+    from durable_nb.hub.config import load_config
+
+    good = tmp_path / "hub.json"
+    good.write_text('{"users": {"ana": {"email": "ana@x.test", "role": "dnb_ana"}}}')
+    config = load_config(good)
+    assert (config.emails, config.roles, config.four_eyes) == \
+        ({"ana": "ana@x.test"}, {"ana": "dnb_ana"}, True)
+    assert (config.person_of_role("dnb_ana"), config.person_of_role("other")) == \
+        ("ana", "other")
+    for text, says in (("{", "cannot be read"), ('{"users": ["ana"]}', '"users" must map'),
+                       ('{"four_eyes": "yes"}', '"four_eyes" must be true or false')):
+        good.write_text(text)
+        with pytest.raises(DurableError, match=says):
+            load_config(good)

@@ -147,7 +147,9 @@ class ApiDecideHandler(_Base):
             self.set_status(400)
             self.finish({"why": "the body must be JSON with run_id, request, digest, approved"})
             return
-        via = f"{body.get('via') or 'API'} on the hub"
+        # How the person decided, as her process says it (a word like "Python" or
+        # "panel"): kept short; the service says it came through it.
+        via = f"{' '.join(str(body.get('via') or 'API').split())[:40]} on the hub"
         try:
             decision = decide_as(self.journal, self.config, run_id, user=self.user_name,
                                  approved=bool(body.get("approved")), note=body.get("note"),
