@@ -205,12 +205,14 @@ def _decider_migration(s: str) -> list[str]:
                 decider text;
                 step jsonb;
             BEGIN
-                step := NEW.entry::jsonb;
-                IF step ->> 'k' IS DISTINCT FROM 'approval' OR step ? 'ok' THEN
-                    RETURN NEW;
-                END IF;
+                -- Every step passes here: parsed only when a decider is named and this is
+                -- not it (a substring test would be fooled by JSON's escapes).
                 {decider};
                 IF decider IS NULL OR pg_has_role(session_user, decider, 'MEMBER') THEN
+                    RETURN NEW;
+                END IF;
+                step := NEW.entry::jsonb;
+                IF step ->> 'k' IS DISTINCT FROM 'approval' OR step ? 'ok' THEN
                     RETURN NEW;
                 END IF;
                 IF EXISTS (SELECT 1 FROM {s}.requests AS r WHERE r.run_id = NEW.run_id
