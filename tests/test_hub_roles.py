@@ -73,6 +73,9 @@ def test_her_own_role_cannot_write_a_decision_an_approval_step_or_who_decides(
                 f"INSERT INTO {s}.steps VALUES ('r', 99, '{{\"id\": \"x\", \"n\": \"drop "
                 f"database\", \"k\": \"approval\", \"r\": {{\"approved\": true, \"by\": "
                 f"\"bo\", \"digest\": \"{pending['digest']}\"}}}}')",
+                f"INSERT INTO {s}.steps VALUES ('r', 98, '{{\"id\": \"x\", \"n\": \"drop "
+                f"database\", \"k\": \"approval\", \"ok\": true, \"r\": {{\"approved\": "
+                f"true, \"by\": \"bo\", \"digest\": \"{pending['digest']}\"}}}}')",
                 f"UPDATE {s}.meta SET value = '{{}}' WHERE key = 'decider'",
                 f"ALTER TABLE {s}.requests DISABLE TRIGGER requests_decider"):
             with pytest.raises(psycopg.Error) as refused:

@@ -203,7 +203,7 @@ def _decider_migration(s: str) -> list[str]:
         f"""CREATE FUNCTION {s}.guard_approval_step() RETURNS trigger LANGUAGE plpgsql AS $fn$
             DECLARE
                 decider text;
-                step jsonb;
+                step json;
             BEGIN
                 -- Every step passes here: parsed only when a decider is named and this is
                 -- not it (a substring test would be fooled by JSON's escapes).
@@ -211,16 +211,18 @@ def _decider_migration(s: str) -> list[str]:
                 IF decider IS NULL OR pg_has_role(session_user, decider, 'MEMBER') THEN
                     RETURN NEW;
                 END IF;
-                step := NEW.entry::jsonb;
-                IF step ->> 'k' IS DISTINCT FROM 'approval' OR step ? 'ok' THEN
+                -- json, not jsonb: a step's data may hold an escaped NUL, which jsonb
+                -- refuses. Only a failed step ("ok": false) is not an approval given.
+                step := NEW.entry::json;
+                IF step ->> 'k' IS DISTINCT FROM 'approval' OR step ->> 'ok' = 'false' THEN
                     RETURN NEW;
                 END IF;
                 IF EXISTS (SELECT 1 FROM {s}.requests AS r WHERE r.run_id = NEW.run_id
                         AND r.kind LIKE 'decision%'
-                        AND r.value::jsonb ->> 'taken_at' IS NOT NULL
-                        AND r.value::jsonb ->> 'digest' = step -> 'r' ->> 'digest'
-                        AND r.value::jsonb -> 'approved' = step -> 'r' -> 'approved'
-                        AND r.value::jsonb ->> 'by' IS NOT DISTINCT FROM step -> 'r' ->> 'by')
+                        AND r.value::json ->> 'taken_at' IS NOT NULL
+                        AND r.value::json ->> 'digest' = step -> 'r' ->> 'digest'
+                        AND r.value::json ->> 'approved' = step -> 'r' ->> 'approved'
+                        AND r.value::json ->> 'by' IS NOT DISTINCT FROM step -> 'r' ->> 'by')
                         THEN
                     RETURN NEW;
                 END IF;
