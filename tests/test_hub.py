@@ -300,3 +300,16 @@ def test_bo_approves_by_his_e_mailed_link_with_ana_s_server_stopped(hub, service
     hub.servers["ana"] = hub.start_server("ana")
     out = run_in_kernel(hub.servers["ana"], hub.admin_token, _AGENT.format(run="mailed"))
     assert out.strip() == "dropped staging", out
+
+
+def test_a_deadline_s_approval_in_her_run_is_written_by_the_service(hub, service_journal):
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token,
+                        "import durable_nb as dn\n"
+                        "def agent(ctx):\n"
+                        "    decision = ctx.approval('deploy', {}, timeout=1, "
+                        "on_timeout='approve')\n"
+                        "    return f'{decision.approved} {decision.by}'\n"
+                        "print(dn.execute('deadline', agent))\n")
+    assert out.strip() == "True timeout", out
+    (event,) = [e for e in service_journal.events("deadline") if e["kind"] == "decided"]
+    assert (event["by"], event["via"]) == ("timeout", "timeout")

@@ -58,12 +58,8 @@ def decided_elsewhere(journal: Journal, run_id: str, pending: dict, decision: di
     name = str(pending.get("name"))
     by = str(decision.get("by"))
     url, token = service_url(), os.environ.get(TOKEN_VARIABLE, "").strip()
-    if decision.get("via") == "timeout":
-        # A deadline's rejection the database lets any run write; its approval is the
-        # service's to write (its sweep applies deadlines).
-        return None if not decision.get("approved") else _refuse(
-            journal, run_id, pending, by, "timeout",
-            "a deadline's approval is written by the hub's durable-nb service, not by the run")
+    if decision.get("via") == "timeout" and not decision.get("approved"):
+        return None  # a deadline's rejection any run may write: it only stops the run
     if not url or not token:
         return _refuse(journal, run_id, pending, by, str(decision.get("via")),
                        f"on this hub only the durable-nb service (database role {decider}) "

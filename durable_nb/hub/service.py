@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 
 from ..errors import DecisionExists, DurableError, NoPendingApproval, NotAllowedToDecide
 from ..execution.approvals import decision_words, find_decision, pending_digest
+from ..execution.deadlines import apply_deadline
 from ..journal import Journal, Status, open_journal
 from .config import HubConfig, load_config
 from .decide import decide_as, starters
@@ -147,6 +148,9 @@ class ApiDecideHandler(_Base):
             self.set_status(400)
             self.finish({"why": "the body must be JSON with run_id, request, digest, approved"})
             return
+        if body.get("via") == "timeout":
+            self.deadline(run_id)
+            return
         # How the person decided, as her process says it (a word like "Python" or
         # "panel"): kept short; the service says it came through it.
         via = f"{' '.join(str(body.get('via') or 'API').split())[:40]} on the hub"
@@ -168,6 +172,23 @@ class ApiDecideHandler(_Base):
             self.finish({"why": str(exc)})
             return
         self.finish({"decision": decision})
+
+    def deadline(self, run_id: str) -> None:
+        """A run's deadline passed, its process says: the service applies the request's
+        policy if it did (:func:`~durable_nb.execution.deadlines.apply_deadline`), as the
+        one writer of decisions."""
+        pending = self.journal.get_run(run_id).pending_approval
+        applied = None if pending is None else apply_deadline(
+            self.journal, pending.get("run_id", run_id), pending)
+        if applied is None or applied[0] != "decided":
+            self.set_status(409)
+            self.finish({"why": f"run {run_id!r} has no request past its deadline"})
+        elif applied[1].get("via") != "timeout":  # a person was first
+            self.set_status(409)
+            self.finish({"decision": applied[1], "taken": False,
+                         "words": decision_words(applied[1])})
+        else:
+            self.finish({"decision": applied[1]})
 
 
 class LinkHandler(_Base):
