@@ -20,7 +20,6 @@ import urllib.request
 
 import pytest
 
-import durable_nb as dn
 from durable_nb.execution.approvals import find_decision
 from tests.harness.hub import Hub, run_in_kernel
 from tests.hub_roles import make_hub_database

@@ -32,7 +32,8 @@ import os
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import DecisionExists, DurableError, NoPendingApproval, NotAllowedToDecide
+from ..errors import (DecisionExists, DurableError, MissingExtra, NoPendingApproval,
+                      NotAllowedToDecide)
 from ..execution.approvals import decision_words, find_decision, pending_digest
 from ..execution.deadlines import apply_deadline
 from ..journal import Journal, Status, open_journal
@@ -47,8 +48,8 @@ try:
     from jupyterhub.utils import url_path_join
     from tornado import web
 except ImportError as exc:  # pragma: no cover - the extra names what to install
-    raise ImportError(f"the durable-nb hub service needs JupyterHub ({exc}): pip install "
-                      f"'durable-nb[hub]'") from None
+    raise MissingExtra(f"the durable-nb hub service needs JupyterHub ({exc}): pip install "
+                       f"'durable-nb[hub]'") from None
 
 
 def _why(exc: DurableError) -> str:
