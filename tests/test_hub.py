@@ -110,6 +110,30 @@ def test_her_kernel_naming_bo_is_refused_as_ana(hub, service_journal):
     assert (event["by"], event["via"]) == ("ana", "Python on the hub")
 
 
+def test_her_panel_s_approve_with_her_kernel_naming_bo_is_refused_as_ana(hub,
+                                                                         service_journal):
+    pending = _park(hub, "panel")
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token, _AGENT.format(run="unused")
+                        .split("print(")[0] + (
+        "import html, os\n"
+        "from durable_nb.journal import open_journal\n"
+        "from durable_nb.notebook.session import NotebookRun\n"
+        "from durable_nb.options import RunOptions\n"
+        "os.environ['DURABLE_NB_USER'] = 'bo'\n"
+        "journal = open_journal()\n"
+        "cell = NotebookRun('panel', agent, RunOptions(on_approval='park', four_eyes=True), "
+        "journal)\n"
+        "cell.panel.on_record(journal.get_run('panel'))\n"
+        "cell.panel.approve_button.click()  # the panel's own button\n"
+        "print(html.unescape(cell.panel.approval_text.value))\n"))
+    assert ("'drop database' was not decided: ana started the run, and under four-eyes "
+            "nobody decides a request of a run they started: ask someone else to decide. "
+            "Nothing was written.") in out, out
+    assert find_decision(service_journal, "panel", pending) is None
+    (event,) = _refusals(service_journal, "panel")
+    assert (event["by"], event["via"]) == ("ana", "panel on the hub")
+
+
 def test_her_terminal_with_by_bo_is_refused_as_ana(hub, service_journal):
     pending = _park(hub, "cli-by")
     out = run_in_kernel(hub.servers["ana"], hub.admin_token,
