@@ -138,3 +138,19 @@ def test_the_hub_configuration_names_what_is_wrong(tmp_path):
         good.write_text(text)
         with pytest.raises(DurableError, match=says):
             load_config(good)
+
+
+def test_rewriting_someone_else_s_run_to_list_herself_makes_her_its_starter(team,
+                                                                            monkeypatch):
+    database, journals = team
+    config = HubConfig(roles=database.user_roles)
+    monkeypatch.setenv("DURABLE_NB_USER", "bo")
+    assert dn.execute("b", _drop("staging", []), journal=journals["bo"], on_approval="park",
+                      approvers=["cy"]) is None
+    record = journals["ana"].get_run("b")  # ana's role may write any run's record
+    record.pending_approval = dict(record.pending_approval, approvers=["ana"])
+    journals["ana"].put_run(record)
+    with pytest.raises(dn.NotAllowedToDecide, match="ana started the run"):
+        decide_as(journals["service"], config, "b", user="ana", approved=True, note=None,
+                  via="hub inbox")
+    assert find_decision(journals["ana"], "b", record.pending_approval) is None
