@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -122,6 +123,15 @@ class Hub:
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 120) -> "Hub":
+        """Start the hub (its proxy and the service with it) and create the users; a hub
+        that does not come up is stopped, its proxy and service too."""
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> "Hub":
         config_d = self.root / "jupyter-config" / "jupyter_server_config.d"
         config_d.mkdir(parents=True)
         (config_d / "durable_nb.json").write_text(json.dumps(
@@ -212,19 +222,27 @@ class Hub:
                         {"note": "test", "expires_in": 3600})["token"]
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            for user in self.users:
+        """Stop the users' servers and the hub, then whatever is left of its process group
+        (the proxy and the service, which a hub that failed leaves running)."""
+        if self.process is not None:
+            if self.process.poll() is None:
+                for user in self.users:
+                    try:
+                        self.stop_server(user)
+                    except (OSError, AssertionError, urllib.error.URLError):
+                        pass
+                self.process.terminate()
                 try:
-                    self.stop_server(user)
-                except (OSError, AssertionError, urllib.error.URLError):
+                    self.process.wait(30)
+                except subprocess.TimeoutExpired:
                     pass
-            self.process.terminate()
             try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
-                self.process.wait(10)
-        self.log.close()
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait(10)
+        if hasattr(self, "log"):
+            self.log.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
