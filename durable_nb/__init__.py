@@ -12,6 +12,14 @@ from .batches.batch import Batch, ItemResult, batch, item_keys, map
 from .context import Context, Decision, DurableState, TokenUsage
 from .errors import (
     ApprovalChanged,
+    ApprovalPolicyError,
+    CellSyntaxError,
+    DecisionNeeded,
+    DeliveryFailed,
+    InvalidAnswer,
+    McpServerUnavailable,
+    MissingExtra,
+    NotifyConfigError,
     BudgetExhausted,
     ContextNotActive,
     CorruptEntry,
@@ -29,6 +37,7 @@ from .errors import (
     NoJournal,
     NoPendingApproval,
     NotAllowedToDecide,
+    RefusedByHub,
     NotJournaled,
     ReplayDiverged,
     RunCancelled,
@@ -46,15 +55,22 @@ from .llm.pricing import Price
 from .journal import DiskJournal, Journal, RunRecord, Status, StepEntry, open_journal
 from .registry import (RunInfo, approve, cancel, copy_run, delete, get_run, reject, rerun_from,
                        reset, runs)
-from .llm.retry import RetryPolicy
+from .execution.retry import RetryPolicy
 from .runner import RunOptions, execute
 from .serde import register_type
 from .llm.tools import Tool, tool
 from .telemetry import tracing
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
+    "ApprovalPolicyError",
+    "CellSyntaxError",
+    "DecisionNeeded",
+    "DeliveryFailed",
+    "InvalidAnswer",
+    "McpServerUnavailable",
+    "MissingExtra",
+    "NotifyConfigError",
     "NoJournal",
     "JournalUnavailable",
     "JournalNotWritable",
@@ -80,6 +96,7 @@ __all__ = [
     "JournalWriteError",
     "NoPendingApproval",
     "NotAllowedToDecide",
+    "RefusedByHub",
     "NotJournaled",
     "ReplayDiverged",
     "Price",

@@ -13,26 +13,31 @@ import argparse
 import difflib
 import json
 import os
-import re
 import shlex
 import signal
 import sys
+import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import registry
 from .execution import attempts
 from .batches.batch import batch as read_batch
+from .cli_usage import JOURNAL_HELP, CommandParser, SubcommandsWithJournal
 from .demo import run_demo
-from .errors import DurableError, NoJournal, UnknownRun
-from .execution.approvals import decision_words, pending_digest, short
+from .errors import ApprovalPolicyError, DurableError, NoJournal, UnknownRun
+from .approvals.request import pending_digest, short
+from .approvals.wording import decision_words
 from .export import export_batch, export_run
 from .devsetup import dev_setup
 from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
-from .execution.history import history, history_lines
-from .execution.deadlines import apply_due_deadlines
+from .approvals.history import history, history_lines
+from .approvals.policy import parse_duration
+from .approvals.state import Effective, effective_state
 from .notify.audit import notification_lines, notifications
+from .notify.start import for_journal
+from .notify.sweeper import sweep_journal
 from .profile import disable, enable
 from .registry import batch_rows, is_interrupted, recorded_decision
 from .summary import (cost_of, elapsed, format_cost, format_duration, is_free, one_line, plain,
@@ -40,7 +45,7 @@ from .summary import (cost_of, elapsed, format_cost, format_duration, is_free, o
 from .timestamps import format_time
 
 __all__ = ["COMMANDS", "INTERRUPTED", "ITEM_STATUSES", "RUN_STATUSES", "STEERING",
-           "explain_usage", "format_batch", "format_batches", "format_run", "format_runs",
+           "format_batch", "format_batches", "format_run", "format_runs",
            "list_runs", "main", "near_runs", "parse_item_status", "parse_status",
            "statuses_help", "steer"]
 
@@ -61,16 +66,21 @@ def statuses_help(choices: tuple[str, ...]) -> str:
     return f"{', '.join(c.lower() for c in choices)} (any case)"
 
 
-def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> str:
+def format_runs(records: list[RunRecord], interrupted: Iterable[str] = (),
+                effective: Mapping[str, Effective] | None = None) -> str:
     """The run table shown by ``durable-nb runs`` and ``%durable runs``; runs listed in
-    ``interrupted`` show as INTERRUPTED."""
+    ``interrupted`` show as INTERRUPTED, runs in ``effective`` (waiting runs whose request
+    was decided, or passed its deadline: :func:`~durable_nb.approvals.state.effective_state`)
+    as what they amount to (``REJECTED``)."""
     if not records:
         return "no runs"
     interrupted = set(interrupted)
+    effective = effective or {}
     rows = [("RUN", "STATUS", "ITER", "TOKENS", "COST", "STEPS", "UPDATED", "TITLE")]
     for r in records:
         iters = f"{r.iteration}/{r.max_iterations}" if r.max_iterations else str(r.iteration)
-        status = "INTERRUPTED" if r.run_id in interrupted else str(r.status)
+        status = ("INTERRUPTED" if r.run_id in interrupted else
+                  effective[r.run_id].status if r.run_id in effective else str(r.status))
         rows.append((r.run_id, status, iters, f"{r.tokens:,}",
                      format_cost(r.cost) if r.cost else "-", str(r.step_count),
                      format_time(r.updated_at), r.title))
@@ -82,10 +92,14 @@ def format_runs(records: list[RunRecord], interrupted: Iterable[str] = ()) -> st
         lines.append("INTERRUPTED: stopped before it finished (its process died, a kernel "
                      "restart or the stop button) and nothing executes it now; re-run its cell "
                      "(or execute it again) to resume it.")
+    for run_id, state in effective.items():
+        lines.append(f"{run_id}: {state.words}; re-run its cell (or execute it again) to "
+                     f"resume it.")
     return "\n".join(lines)
 
 
-def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | None) -> str:
+def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | None,
+                 effective: Effective | None = None) -> str:
     if interrupted and info.status is Status.FAILED:  # by an interrupt: see is_interrupted
         last = attempts.current(info) or {}
         how = attempts.END_WORDS.get(str(last.get("end")), "interrupted")
@@ -103,7 +117,11 @@ def _status_line(info: registry.RunInfo, interrupted: bool, decision: dict | Non
         status += (f": reset to step {reset['to_step']} at {format_time(reset['at'])}, "
                    f"{reset['forgot']} step{'' if reset['forgot'] == 1 else 's'} forgotten; "
                    f"re-run its cell (or execute it again) to execute from there")
-    if decision is not None and not info.executing:
+    if effective is not None and not info.executing and (
+            decision is None or decision.get("via") == "timeout"):
+        status += (f" in the journal, {effective.status} in effect: {effective.words}: re-run "
+                   f"its cell (or execute it again)")
+    elif decision is not None and not info.executing:
         status += (f": {decision_words(decision, timed=True, note=80)}, waiting for the run "
                    f"to resume: re-run its cell (or execute it again)")
     return status
@@ -149,14 +167,14 @@ def _replay_line(info: registry.RunInfo) -> str | None:
 
 def format_run(info: registry.RunInfo, interrupted: bool = False,
                decision: dict | None = None, notified: list[dict] | None = None,
-               events: list[dict] | None = None) -> str:
+               events: list[dict] | None = None, effective: Effective | None = None) -> str:
     """The detail view shown by ``durable-nb show`` and ``%durable show``: words and local
     times, no raw records. ``decision``: one given but not taken yet
     (:func:`recorded_decision`); ``notified``: the run's notifications
     (:func:`~durable_nb.notify.audit.notifications`)."""
     budget = f" of {info.max_tokens:,}" if info.max_tokens else ""
     lines = [f"run        {info.run_id}" + (f"  ({info.title})" if info.title else ""),
-             f"status     {_status_line(info, interrupted, decision)}",
+             f"status     {_status_line(info, interrupted, decision, effective)}",
              f"iteration  {info.iteration}" + (f" / {info.max_iterations}"
                                                if info.max_iterations else ""),
              f"tokens     {info.prompt_tokens:,} prompt + {info.completion_tokens:,} completion"
@@ -229,6 +247,16 @@ def _attempt_lines(info: RunRecord) -> list[str]:
         return []
     total = len(info.attempts or ()) + info.attempts_dropped
     return [f"attempts   {total}"] + [f"  {line}" for line in history]
+
+
+def effective_states(journal: Journal, records: Iterable[RunRecord]) -> dict[str, Effective]:
+    """The effective state of each waiting run of ``records`` that has one (read only)."""
+    return {r.run_id: state for r in records
+            if (state := effective_state(journal, r)) is not None}
+
+
+def _effective_json(state: Effective | None) -> dict | None:
+    return None if state is None else {"status": state.status, "words": state.words}
 
 
 def list_runs(journal: Journal, *, status: str | None = None, prefix: str | None = None,
@@ -383,6 +411,7 @@ COMMANDS = {
     "batch": "one batch: `batch show ID` (totals, items; --status S, --limit N), "
              "`batch export ID` (JSON lines or a notebook report)",
     "show": "one run: status, tokens, cost, its steps",
+    "inbox": "the requests waiting, with Approve / Reject (a widget: %durable only)",
     "approve": "approve the run's pending approval (with an optional note)",
     "reject": "reject it",
     "cancel": "stop the run at its next step (status CANCELLED)",
@@ -392,6 +421,8 @@ COMMANDS = {
     "trace": "send the run's finished attempts as OpenTelemetry spans (--to OTLP_URL)",
     "copy": "copy a run to another journal (--to DIR or postgresql://...; --move, --as NEW)",
     "wait": "wait until the run finishes (headless notebooks)",
+    "sweep": "apply deadlines and send due notices, for a journal no Jupyter server sweeps "
+             "(--once, or --every SECONDS)",
     "demo": "the offline crash-and-resume demo",
     "enable": "load durable_nb in every IPython kernel (writes your IPython profile)",
     "disable": "undo `enable` (also `durable-nb enable --undo`)",
@@ -422,119 +453,6 @@ def parse_status(text: str) -> str:
     return _parse_choice(text, RUN_STATUSES)
 
 
-def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    found: list[str] = []
-    for action in parser._actions:
-        found += [s for s in action.option_strings if s.startswith("--")]
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found += _option_strings(sub)
-    return sorted(set(found))
-
-
-def _command_names(parser: argparse.ArgumentParser) -> list[str]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return list(action.choices)
-    return []
-
-
-def explain_usage(parser: argparse.ArgumentParser, message: str,
-                  words: Sequence[str] = ()) -> str:
-    """An argparse error message with what to do: the option or command meant by a near
-    miss, and the run id an unquoted space split in two."""
-    hints = []
-    unknown = re.match(r"unrecognized arguments: (.*)$", message)
-    if unknown:
-        extras = unknown.group(1).split()
-        options = _option_strings(parser)
-        for word in extras:
-            if word.startswith("-"):
-                name = word.split("=", 1)[0]
-                close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
-                hints.append(f"{name} is not an option (options are never abbreviated)"
-                             + (f": did you mean {close[0]}?" if close else ""))
-        plain = [w for w in extras if not w.startswith("-")]
-        if plain and not hints:
-            hints.append(_split_word_hint(parser, words, plain))
-    hints = [hint for hint in hints if hint]
-    choice = re.search(r"invalid choice: '([^']*)'", message)
-    if choice and not hints:
-        close = difflib.get_close_matches(choice.group(1), _command_names(parser), n=1)
-        if close:
-            hints.append(f"did you mean {close[0]!r}?")
-    return message + "".join(f"\n  {hint}" for hint in hints)
-
-
-def _split_word_hint(parser: argparse.ArgumentParser, words: Sequence[str],
-                     extras: list[str]) -> str | None:
-    """Words left over after an unquoted space: in an option's value (``--timeout 5
-    minutes``), said about that option; else in the run id (``show sales report``)."""
-    # The last place the words left over stand together: an earlier equal word (the command
-    # `runs` in `runs --limit 5 runs`) was consumed.
-    index = next((i for i in range(len(words) - 1, -1, -1)
-                  if list(words[i:i + len(extras)]) == extras), None)
-    before = words[index - 1] if index else None
-    if not before:
-        return None
-    option, value = None, before
-    if before.startswith("--") and "=" in before:
-        option, value = before.split("=", 1)
-    elif not before.startswith("-") and index >= 2 and words[index - 2].startswith("--"):
-        option = words[index - 2]
-    action = _option_action(parser, option) if option else None
-    if action is not None and action.nargs is None:
-        spaced = " ".join([value] + extras)
-        left = f"{' '.join(extras)!r} is left over after {option} {value}: an option's value " \
-               f"is one word"
-        try:
-            if callable(action.type):
-                action.type(spaced)
-        except Exception as exc:  # noqa: BLE001 - the option's own words for a bad value
-            problem = str(exc)
-            if not problem.startswith(option):
-                problem = f"{option} {spaced!r}: {problem}"
-            return f"{left}, and {problem}"
-        return f"{left}; quote a value with a space: {option} {shlex.quote(spaced)}"
-    if before.startswith("-"):
-        return None
-    glued = "-".join([before] + extras)
-    return f"a run id is one word without spaces: did you mean {glued!r}?"
-
-
-def _option_action(parser: argparse.ArgumentParser, option: str) -> argparse.Action | None:
-    """The action of ``option`` in the parser or any of its sub-commands."""
-    for action in parser._actions:
-        if option in action.option_strings:
-            return action
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found = _option_action(sub, option)
-                if found is not None:
-                    return found
-    return None
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse without prefix matching, with suggestions in its errors."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["allow_abbrev"] = False
-        super().__init__(*args, **kwargs)
-        self._words: list[str] = []
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        if not self._words:
-            self._words = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
-
-    def error(self, message: str) -> Any:  # type: ignore[override]
-        if "required: COMMAND" in message:  # nothing asked: say what can be
-            self.exit(2, command_list(self.prog, _command_names(self)) + "\n")
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {explain_usage(self, message, self._words)}\n")
-
-
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -546,11 +464,12 @@ def _count(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="durable-nb", description="Inspect and steer durable agent runs.")
-    parser.add_argument("--journal", metavar="JOURNAL",
-                        help="the journal: a directory or a postgresql:// URL (default: "
-                             "$DURABLE_NB_JOURNAL, $DURABLE_NB_DIR or ./.durable_nb)")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = CommandParser(prog="durable-nb",
+                           description="Inspect and steer durable agent runs.")
+    parser.list_commands = command_list
+    parser.add_argument("--journal", metavar="JOURNAL", help=JOURNAL_HELP)
+    sub = SubcommandsWithJournal(parser.add_subparsers(dest="command", required=True,
+                                                        metavar="COMMAND"))
 
     p = sub.add_parser("runs", help=COMMANDS["runs"])
     p.add_argument("--status", type=parse_status, metavar="STATUS",
@@ -561,11 +480,23 @@ def _parser() -> argparse.ArgumentParser:
                    help="the newest N runs (default 50; 0: all)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    p = sub.add_parser("sweep", help=COMMANDS["sweep"],
+                       description="Apply what time makes due in the journal: deadlines "
+                                   "(decided or escalated by their policy), reminders, and "
+                                   "notices whose sender died; for a journal no Jupyter "
+                                   "server sweeps (cron, a Kubernetes CronJob).")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--once", action="store_true",
+                     help="sweep once and exit (the default; for cron)")
+    how.add_argument("--every", type=_seconds, metavar="SECONDS",
+                     help="keep sweeping: when something falls due, at least every SECONDS")
+
     p = sub.add_parser("batches", help=COMMANDS["batches"])
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("batch", help=COMMANDS["batch"])
-    batch = p.add_subparsers(dest="batch_command", required=True, metavar="show|export")
+    batch = SubcommandsWithJournal(p.add_subparsers(dest="batch_command", required=True,
+                                                     metavar="show|export"))
     b = batch.add_parser("show", help="the batch's totals and its items")
     b.add_argument("batch_id", metavar="ID")
     b.add_argument("--status", type=parse_item_status, metavar="STATUS",
@@ -662,6 +593,8 @@ def _run(args: argparse.Namespace) -> int:
               f"{record.status.value}) to {target.location} as {record.run_id}; execute it "
               f"there to go on")
         return 0
+    if args.command == "sweep":
+        return sweep_command(open_journal(args.journal), args.every)
     if args.command in ("runs", "show", "export", "batches", "batch", "trace"):
         journal = open_journal(args.journal, read_only=True)
     else:
@@ -669,13 +602,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "runs":
         records, more = list_runs(journal, status=args.status, prefix=args.prefix,
                                   limit=args.limit)
-        apply_due_deadlines(records, lambda: open_journal(args.journal))
         interrupted = [r.run_id for r in records if is_interrupted(r, journal)]
+        effective = effective_states(journal, records)
         if args.json:
-            print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted)
+            print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted,
+                                   effective=_effective_json(effective.get(r.run_id)))
                               for r in records], indent=2))
         else:
-            print(format_runs(records, interrupted))
+            print(format_runs(records, interrupted, effective))
             note = more_runs_note(len(records), more, "durable-nb runs")
             if note:
                 print(note)
@@ -685,17 +619,18 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "batch":
         _batch_command(args, journal)
     elif args.command == "show":
-        apply_due_deadlines([journal.get_run(args.run_id)], lambda: open_journal(args.journal))
         info = registry.get_run(args.run_id, journal=journal)
         interrupted = is_interrupted(info, journal)
         decision = recorded_decision(info, journal)
         notified = notifications(journal, args.run_id)
         events = history(journal, args.run_id)
+        effective = effective_state(journal, info)
         if args.json:
             print(json.dumps(dict(info.to_dict(), interrupted=interrupted, decision=decision,
-                                  notifications=notified, history=events), indent=2))
+                                  notifications=notified, history=events,
+                                  effective=_effective_json(effective)), indent=2))
         else:
-            print(format_run(info, interrupted, decision, notified, events))
+            print(format_run(info, interrupted, decision, notified, events, effective))
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),
@@ -710,6 +645,32 @@ def _run(args: argparse.Namespace) -> int:
         sent = send_run(record, list(journal.steps(args.run_id)), args.to)
         print(f"sent {sent} span{'' if sent == 1 else 's'} of run {args.run_id} to {args.to}")
     return 0
+
+
+def sweep_command(journal: Journal, every: float | None = None,
+                  sleep: Callable[[float], object] = time.sleep) -> int:
+    """``durable-nb sweep``: :func:`~durable_nb.notify.sweeper.sweep_journal` once, or
+    (``every``) again when something next falls due and at least every ``every`` seconds,
+    until interrupted. Prints one line for each thing a sweep applied or sent."""
+    while True:
+        ticked, sent = sweep_journal(journal, for_journal(journal))
+        for run_id, what in ticked.applied.items():
+            print(f"{format_time(time.time())} {run_id}: {what} by its deadline's policy")
+        for run_id, outcome in sent.items():
+            print(f"{format_time(time.time())} {run_id}: notified "
+                  f"({', '.join(f'{k} {v}' for k, v in outcome.items())})")
+        sys.stdout.flush()
+        if every is None:
+            return 0
+        wait = every if ticked.next_due is None else min(every, ticked.next_due - time.time())
+        sleep(max(0.05, wait))
+
+
+def _seconds(text: str) -> float:
+    try:
+        return parse_duration(text, "--every")
+    except ApprovalPolicyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _batch_command(args: argparse.Namespace, journal: Journal) -> None:

@@ -12,7 +12,7 @@ import time
 import uuid as _uuid
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import openai
 
@@ -21,12 +21,16 @@ from .llm.compaction import compact
 from .llm.durable_client import DurableAsyncOpenAI, DurableOpenAI
 from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
-from .execution.approvers import approvers_list
-from .execution.deadlines import ApprovalPolicy, Duration
+from .approvals.policy import approvers_list
+from .approvals.policy import ApprovalPolicy, Duration
 from .llm.chat import chat, chat_async
 from .llm.responses import respond, respond_async
-from .llm.retry import RetryPolicy
+from .execution.retry import RetryPolicy
 from .llm.toolcalls import call_tools
+
+if TYPE_CHECKING:  # durable_nb.mcp needs the mcp extra: imported when used
+    from .llm.tools import Tool
+    from .mcp.connection import Server as McpServer
 
 __all__ = ["Context", "Decision", "DurableState", "TokenUsage", "current_context"]
 
@@ -296,6 +300,21 @@ class Context:
         fails the run.
         """
         return call_tools(self._ex, self, message, tools, parallel=parallel)
+
+    def mcp_tools(self, server: McpServer, *,
+                  needs_approval: bool | str | Iterable[str] = False,
+                  prefix: str = "") -> list[Tool]:
+        """The tools of an MCP server (``durable_nb.mcp.stdio(...)``, ``durable_nb.mcp.http(...)``)
+        for :meth:`call_tools`, their schemas as the server gave them. The list is a journaled
+        step: a replay offers the model what it saw, and a server whose tools changed since
+        stops it with :class:`~durable_nb.errors.InputChanged`. Each call is a journaled step
+        named after the tool, its step id sent in ``_meta`` (``durable-nb/step-id``);
+        ``needs_approval``: True, or tool names or glob patterns (``["delete_*"]``) that ask
+        for approval first. Needs ``pip install "durable-nb[mcp]"``; see
+        :mod:`durable_nb.mcp`."""
+        from .mcp import mcp_tools
+
+        return mcp_tools(self._ex, server, needs_approval=needs_approval, prefix=prefix)
 
     def approval(self, name: str, details: Any = None, timeout: Duration | None = None,
                  on_timeout: str = "reject", escalate_to: str | Sequence[str] | None = None,

@@ -25,7 +25,7 @@ from typing import Any
 import openai
 
 from . import registry
-from .execution.approvals import find_decision
+from .approvals.request import find_decision
 from .journal import Status, open_journal
 from .llm.messages import assistant_message
 from .runner import RunOptions, Runner

@@ -28,14 +28,18 @@
     │   ├── ApprovalChanged           ... for the request that was seen: it waits for another
     │   └── DecisionExists            ... more: its request was decided already (who, when, how)
     ├── NotAllowedToDecide            this person may not decide this request (approvers, four-eyes)
+    │   └── RefusedByHub              on a JupyterHub, only its durable-nb service writes decisions
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
+    ├── McpServerUnavailable          an MCP server cannot be reached, or died mid-call
+    ├── InvalidAnswer                 an answer to an MCP elicitation does not fit its schema
     ├── NotJournaled                  refused: it would reach the world without a journaled step
     │   └── UnsupportedClientCall     ... a durable openai client method durable_nb does not journal
     ├── TerminalError                 raise it from a step: journaled, never retried
     ├── DecisionNeeded                a notebook stops until a person decides (Run All halts)
     ├── MissingExtra                  a feature's extra is not installed (also an ImportError)
-    └── NotifyConfigError             the notification configuration is wrong (also a ValueError)
+    ├── NotifyConfigError             the notification configuration is wrong (also a ValueError)
+    └── DeliveryFailed                one attempt to send a notification failed (recorded, never raised)
 
 This module imports nothing else from the package, so any module can import it.
 """
@@ -53,6 +57,8 @@ __all__ = [
     "CorruptEntry",
     "DatabaseError",
     "DecisionExists",
+    "DecisionNeeded",
+    "DeliveryFailed",
     "DurableError",
     "EndpointError",
     "IncompatibleJournal",
@@ -62,6 +68,8 @@ __all__ = [
     "JournalNotWritable",
     "JournalUnavailable",
     "JournalWriteError",
+    "InvalidAnswer",
+    "McpServerUnavailable",
     "MissingExtra",
     "NoJournal",
     "NoPendingApproval",
@@ -314,7 +322,7 @@ class DecisionExists(NoPendingApproval):
         self.taken = taken
         #: ``approved by ana via panel``: who decided and how, for a short refusal. ``words``
         #: and ``timed`` (the same with when: ``... at 2026-12-03 10:02:11``) are written by
-        #: :func:`durable_nb.execution.approvals.decision_words` and passed by the raiser, so
+        #: :func:`durable_nb.approvals.wording.decision_words` and passed by the raiser, so
         #: that a decision has one wording and this module imports nothing of the package.
         self.words = words
         if taken:
@@ -333,13 +341,23 @@ class NotAllowedToDecide(DurableError):
     (None: anyone but the starter), ``started_by`` the starter when four-eyes refused them."""
 
     def __init__(self, run_id: str, name: str, by: str, approvers: list[str] | None, *,
-                 started_by: str | None = None) -> None:
+                 started_by: str | None = None, shared: bool = False,
+                 four_eyes: bool = False) -> None:
         self.run_id = run_id
         self.name = name
         self.by = by
         self.approvers = approvers
         self.started_by = started_by
-        if started_by is not None:
+        #: True: refused because the decider came by a link not bound to one person (a
+        #: Slack channel's, a webhook's) where an approvers' list or four-eyes applies.
+        self.shared = shared
+        if shared:
+            rule = ("four-eyes applies" if four_eyes and approvers is None else
+                    f"only {', '.join(approvers or ())} may decide" +
+                    (" (and four-eyes applies)" if four_eyes else ""))
+            why = (f"a link sent to {by} does not say who clicked it, and {rule}: sign in to "
+                   f"Jupyter and decide there")
+        elif started_by is not None:
             others = ("ask someone else to decide" if approvers is None else
                       f"ask {' or '.join(approvers)}" if approvers else
                       "nobody else is on its approvers' list")
@@ -354,12 +372,16 @@ class NotAllowedToDecide(DurableError):
     @property
     def reason(self) -> str:
         """``"four-eyes"`` or ``"not an approver"``: why, as data."""
+        if self.shared:
+            return "shared link"
         return "four-eyes" if self.started_by is not None else "not an approver"
 
     @property
     def brief(self) -> str:
         """Why, in a few words: ``bo is not on the approvers' list (ana)``, ``ana started
         the run (four-eyes)``."""
+        if self.shared:
+            return f"a link sent to {self.by} does not say who decides (sign in)"
         if self.started_by is not None:
             return f"{self.by} started the run (four-eyes)"
         return f"{self.by} is not on the approvers' list ({', '.join(self.approvers or ())})"
@@ -377,6 +399,7 @@ class RefusedByHub(NotAllowedToDecide):
         self.by = by
         self.approvers = None
         self.started_by = None
+        self.shared = False
         self.why = why
         DurableError.__init__(self, f"run {run_id!r}: {name!r} was not decided: {why}. "
                                     f"Nothing was written.")
@@ -419,6 +442,12 @@ class NotifyConfigError(DurableError, ValueError):
     ``notify=``) is wrong: the message names the file or field."""
 
 
+class DeliveryFailed(DurableError):
+    """One attempt of a channel's ``send`` failed (refused, an HTTP or SMTP error, no answer).
+    Its message is short and holds no secret: it is what the delivery's record keeps. The
+    sender records it and tries again by its retry policy; it never reaches a run."""
+
+
 class StepFailed(DurableError):
     """A journaled step failure whose original exception type cannot be rebuilt.
 
@@ -459,6 +488,18 @@ class EndpointError(StepFailed):
 
     def __str__(self) -> str:
         return self.message
+
+
+class McpServerUnavailable(DurableError, ConnectionError):
+    """An MCP server could not be started or reached, or its connection broke during a call.
+    Nothing is journaled for the call: it runs again when the run resumes (also a
+    ``ConnectionError``)."""
+
+
+class InvalidAnswer(DurableError, ValueError):
+    """An answer to an MCP server's question (elicitation) that its JSON schema refuses, or
+    an action other than accept, decline and cancel; nothing was written (also a
+    ``ValueError``)."""
 
 
 class NotJournaled(DurableError):

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from .execution.approvers import approvers_list
+from .approvals.policy import approvers_list
 from .execution.lease import DEFAULT_STALE_AFTER
 from .llm.pricing import Price
 from .notify.config import NotifySelection, check_selection
@@ -78,7 +78,7 @@ class RunOptions:
     (``@tool(approvers=...)``) or the request (``ctx.approval(..., approvers=...)``) names its
     own; None, anyone. ``four_eyes``: the person who started the run may not decide its
     approvals. Both are checked wherever a decision is given
-    (:mod:`durable_nb.execution.approvers`).
+    (:mod:`durable_nb.approvals.policy`).
     """
 
     title: str | None = None

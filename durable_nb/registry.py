@@ -8,7 +8,6 @@ process at once.
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
 from collections import Counter
@@ -19,10 +18,10 @@ from typing import Any
 
 from . import serde
 from .context import Decision
-from .errors import ApprovalChanged, JournalError, NoPendingApproval, RunLeased
-from .execution.approvals import (decided_already, decision_kind, find_decision,
-                                  leave_decision, pending_digest, short, taken_decision)
-from .execution.approvers import APPROVER_VARIABLE, approver_name
+from .errors import JournalError, RunLeased
+from .approvals.decide import MIN_DIGEST, decide
+from .approvals.policy import APPROVER_VARIABLE, approver_name
+from .approvals.request import decision_kind, find_decision, pending_digest, taken_decision
 from .journal import (
     Journal,
     JournalSpec,
@@ -37,7 +36,7 @@ from .journal import (
 from .journal.base import StatusFilter
 from .journal.edits import child_runs
 from .execution import attempts
-from .execution.deadlines import apply_deadline, apply_deadlines, write_escalation
+from .approvals.tick import apply_deadline, write_escalation
 from .execution.lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .runner import live_execution
 
@@ -93,22 +92,20 @@ def runs(status: StatusFilter = None, *, journal: JournalSpec = None, limit: int
     ``("running", "waiting_approval")``). ``limit``: at most that many, the first in the
     order asked for (``limit=20, newest_first=True``: the 20 newest); ``prefix``: run ids
     starting with it (a batch's items: ``"BATCH/"``). The journal answers filters and
-    limits from an index: a few of 100,000 runs cost what a few runs cost. Approvals past
-    their deadline among them are decided or escalated by their policy first
-    (:mod:`~durable_nb.execution.deadlines`; a journal opened read-only is not changed)."""
+    limits from an index: a few of 100,000 runs cost what a few runs cost. Reading writes
+    nothing: a request past its deadline is listed as it is stored (its effective state:
+    :func:`durable_nb.approvals.state.effective_state`); applying the deadline is
+    :func:`durable_nb.approvals.tick.tick`'s."""
     journal = open_journal(journal)
-    found = journal.list_runs_counted(prefix, status=status, limit=limit,
-                                      newest_first=newest_first)
-    apply_deadlines(journal, found)
-    return found
+    return journal.list_runs_counted(prefix, status=status, limit=limit,
+                                     newest_first=newest_first)
 
 
 def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:
-    """The run with its steps; :class:`~durable_nb.errors.UnknownRun` if there is none."""
+    """The run with its steps; :class:`~durable_nb.errors.UnknownRun` if there is none.
+    Reading writes nothing (see :func:`runs`)."""
     journal = open_journal(journal)
     record = journal.get_run(run_id)
-    if apply_deadlines(journal, [record]).get(run_id) == "escalated":
-        record = journal.get_run(run_id)  # shows its escalation
     info = RunInfo(**{f.name: getattr(record, f.name) for f in fields(RunRecord)})
     info.steps = list(journal.steps(run_id))
     info.step_count = len(info.steps)
@@ -117,59 +114,47 @@ def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:
 
 
 def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
-            journal: JournalSpec, expect: str | None, via: str, replace: bool) -> Decision:
-    """Decide the run's pending approval, bound to the request as read here
-    (:mod:`~durable_nb.execution.approvals`): if the run asks something else by the time
-    it looks, the decision is not applied. ``expect``: the digest (or its first 8 or more
-    characters) of the request the person saw; ApprovalChanged, nothing written, if the
-    pending request is another. Written once (:func:`leave_decision`): DecisionExists,
-    nothing written, if it was decided already (unless ``replace``, before the run took it),
-    or if the request ``expect`` names was decided and taken. NotAllowedToDecide, nothing
-    written, if ``by`` may not decide it (its approvers' list, four-eyes)."""
+            journal: JournalSpec, expect: str | None, via: str, replace: bool,
+            request_id: str | None = None) -> Decision:
+    """Decide the run's pending approval through :func:`~durable_nb.approvals.decide.decide`,
+    bound to the request as read here, or to the one ``request_id`` and ``expect`` (the
+    digest, or its first 8 or more characters) name: what the person saw. A deadline that
+    passed is applied first (:func:`~durable_nb.approvals.tick.apply_deadline`): a late
+    decision is refused, or goes to the approvers the request was escalated to."""
     journal = open_journal(journal)
+    if expect is not None and len(expect) < MIN_DIGEST:
+        raise ValueError(f"expect={expect!r} is too short to name a request: give "
+                         f"{MIN_DIGEST} or more characters of its digest (`durable-nb show "
+                         f"{run_id}` prints it).")
     record = journal.get_run(run_id)
     pending = record.pending_approval
-    if expect is not None and len(expect) < 8:
-        raise ValueError(f"expect={expect!r} is too short to name a request: give 8 or more "
-                         f"characters of its digest (`durable-nb show {run_id}` prints it).")
-    digest = pending_digest(pending) if pending is not None else None
-    if pending is None or (expect is not None and not digest.startswith(expect.lower())):
-        # The request seen is not the one pending (or none is): was it decided and taken?
-        taken = taken_decision(journal.steps(run_id), expect)
-        if taken is not None:
-            raise decided_already(run_id, taken.name, taken.result, taken=True)
-    if pending is None:
-        raise NoPendingApproval(
-            f"run {run_id!r} is not waiting for an approval (status {record.status}). "
-            f"See `durable-nb show {run_id}`.")
-    if expect is not None and not digest.startswith(expect.lower()):
-        raise ApprovalChanged(
-            f"run {run_id!r} now waits for approval of {pending.get('name')!r} "
-            f"{_details_text(pending.get('details'))} (request {short(digest)}), not for the "
-            f"request {expect!r} that was seen: nothing was decided. Look at it with "
-            f"`durable-nb show {run_id}` and decide again.")
-    target = pending.get("run_id", run_id)
-    # A deadline that passed is applied first: a late decision is refused, or goes to the
-    # approvers the request was escalated to.
-    applied = apply_deadline(journal, target, pending)
-    if applied is not None and applied[0] == "escalated":
-        pending = applied[1]
-        write_escalation(journal, record, pending)
-    decision = leave_decision(journal, run_id, pending, approved=approved, note=note,
-                              by=by or approver_name(), via=via, replace=replace)
+    if pending is not None and record.status is Status.WAITING_APPROVAL:
+        target = pending.get("run_id", run_id)
+        applied = apply_deadline(journal, target, pending)
+        if applied is not None and applied[0] == "escalated":
+            write_escalation(journal, record, applied[1])
+    seen_id = request_id if request_id is not None else (pending or {}).get("id")
+    if expect is not None:
+        seen_digest = expect
+    elif pending is not None:
+        seen_digest = pending_digest(pending)
+    else:  # nothing waits: refused, naming the last decision the run took, if any
+        taken = taken_decision(journal.steps(run_id))
+        seen_digest = str((taken.result or {}).get("digest") or "") if taken else ""
+        seen_digest = seen_digest if len(seen_digest) >= MIN_DIGEST else "-" * MIN_DIGEST
+    decision = decide(journal, run_id, request_id=seen_id, digest=seen_digest,
+                      approved=approved, note=note, by=by or approver_name(), via=via,
+                      replace=replace)
+    target = (pending or {}).get("run_id", run_id)
     for waiting in (live_execution(target), live_execution(run_id)):
         if waiting is not None:
             waiting.wake_event.set()
     return Decision(approved, note, decision["by"])
 
 
-def _details_text(details: Any) -> str:
-    text = json.dumps(details, ensure_ascii=False, default=str)
-    return text if len(text) <= 200 else text[:199] + "\u2026"
-
-
 def approve(run_id: str, note: str | None = None, *, by: str | None = None,
-            expect: str | None = None, replace: bool = False, via: str = "Python",
+            expect: str | None = None, request_id: str | None = None,
+            replace: bool = False, via: str = "Python",
             journal: JournalSpec = None) -> Decision:
     """Approve the run's pending approval, as it reads now, or only if it is the request
     whose digest is ``expect`` (what the person saw: ``durable-nb show``, the panel). The
@@ -181,20 +166,25 @@ def approve(run_id: str, note: str | None = None, *, by: str | None = None,
     Jupyter server, another process racing this one) is refused with
     :class:`~durable_nb.errors.DecisionExists`, which names who decided, how and when.
     Only a person the request allows decides it (its approvers' list, four-eyes:
-    :mod:`~durable_nb.execution.approvers`): anyone else is refused with
+    :mod:`~durable_nb.approvals.policy`): anyone else is refused with
     :class:`~durable_nb.errors.NotAllowedToDecide`. ``by`` (default
     :func:`approver_name`) is who decides. ``replace=True`` changes a decision the run has
     not taken yet (the run's history keeps both); one the run took never changes. ``via``:
-    how it was given, as the history and a refusal say it (``"Python"``; the CLI, a panel, the server say their own)."""
-    return _decide(run_id, True, note, by, journal, expect, via, replace)
+    how it was given, as the history and a refusal say it (``"Python"``; the CLI, a panel,
+    the server say their own). ``request_id``: the id of the request the person saw (with
+    ``expect``, what a view shows); a decision then never decides another request, however
+    alike. Every path decides through :func:`~durable_nb.approvals.decide.decide`."""
+    return _decide(run_id, True, note, by, journal, expect, via, replace, request_id)
 
 
 def reject(run_id: str, note: str | None = None, *, by: str | None = None,
-           expect: str | None = None, replace: bool = False, via: str = "Python",
+           expect: str | None = None, request_id: str | None = None,
+           replace: bool = False, via: str = "Python",
            journal: JournalSpec = None) -> Decision:
-    """Reject the run's pending approval (``expect``, ``replace`` and ``via`` as for
-    :func:`approve`: written once); ``ctx.approval`` returns ``approved=False``."""
-    return _decide(run_id, False, note, by, journal, expect, via, replace)
+    """Reject the run's pending approval (``expect``, ``request_id``, ``replace`` and
+    ``via`` as for :func:`approve`: written once); ``ctx.approval`` returns
+    ``approved=False``."""
+    return _decide(run_id, False, note, by, journal, expect, via, replace, request_id)
 
 
 def cancel(run_id: str, *, journal: JournalSpec = None) -> RunRecord:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import functools
 import hashlib
 import inspect
 import json
@@ -55,9 +54,10 @@ from .journal import (
     staged_copies,
     this_host,
 )
-from .execution.approvers import approver_name
+from .approvals.policy import approver_name
 from .execution.lease import Lease
-from .notify.delivery import deliver_decided, deliver_failed, in_background, notify_in_background
+from .execution.events import RunFailed, snapshot
+from .notify.notifier import Notifier
 from .notify.start import for_run, sweep_once_in_background
 from .options import RunOptions
 from .redact import redact_source
@@ -173,6 +173,7 @@ class Runner:
         # Where a request for approval is sent (a wrong configuration is refused here,
         # before the run starts).
         self._notify, self._notify_skip = for_run(self.journal, self.options.notify)
+        self._notifier = Notifier(self.journal, self._notify, self._notify_skip)
         self.execution: Execution | None = None
         self._heartbeat_error: BaseException | None = None
         self._attempt: dict | None = None  # this execution's, in the record's attempts
@@ -353,22 +354,13 @@ class Runner:
             self.execution = execution
             with _live_lock:
                 _live[self.run_id] = execution
-            if self._notify.channels() or self._notify_skip:
-                execution.on_waiting = functools.partial(
-                    notify_in_background, self.journal, config=self._notify,
-                    skip=self._notify_skip)
-            if self._notify.channels() and {"decided", "timed_out"} & set(self._notify.events):
-                execution.on_decided = self._notify_decided
+            if self._notifier.listens:
+                execution.listener = self._notifier
+                execution.notify_choice = self._notifier.choice
             # Once per journal and process: the journal's channels, not this run's own
             # choice (``notify=``), send other runs' requests; deadlines due are applied.
             sweep_once_in_background(self.journal, exclude=self.run_id)
         return execution
-
-    def _notify_decided(self, record: RunRecord, pending: dict, decision: dict) -> None:
-        snapshot = RunRecord.from_json(record.to_json())
-        in_background(lambda: deliver_decided(self.journal, snapshot, pending, decision,
-                                              self._notify),
-                      name=f"durable-nb-notify-{self.run_id}")
 
     def _call_handler(self, execution: Execution) -> Any:
         """The handler's value, run in a context where the execution's root scope is
@@ -454,11 +446,8 @@ class Runner:
         self._end_attempt(execution, exc)
         try:
             execution.save_record()
-            if record.status is Status.FAILED and "failed" in self._notify.events \
-                    and self._notify.channels():
-                snapshot = RunRecord.from_json(record.to_json())
-                in_background(lambda: deliver_failed(self.journal, snapshot, self._notify),
-                              name=f"durable-nb-notify-{self.run_id}")
+            if record.status is Status.FAILED and execution.listener is not None:
+                execution.listener.on_event(RunFailed(snapshot(record)))
         except RunLeased:
             pass
         except JournalWriteError as failed:

@@ -13,6 +13,7 @@ from typing import Any
 from .execution import load_request
 from .journal import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 from .journal.blobs import expand_list
+from .llm.pydantic_ai_messages import model_messages, model_reply
 from .llm.responses import response_messages
 
 __all__ = ["cost_of", "elapsed", "format_cost", "format_duration", "is_free", "item_messages",
@@ -179,7 +180,9 @@ def request_items(kind: str, request: dict) -> list[Any]:
 
 def item_messages(kind: str, item: Any) -> list[Any]:
     """One request item as chat messages, for reading (a Responses item may be a function
-    call or its output)."""
+    call or its output; a ``model`` step's item is a Pydantic AI message)."""
+    if kind == "model":
+        return model_messages(item)
     return response_messages({"input": [item]}) if kind == "respond" else [item]
 
 
@@ -187,9 +190,11 @@ def llm_reply(kind: str, response: Any) -> dict[str, Any] | None:
     """The model's reply in a chat or respond entry's result (plain JSON): ``content``,
     ``refusal``, ``finish_reason`` (a Response's ``status``) and ``tool_calls`` as ``{"id",
     "name", "arguments"}`` with the arguments' JSON text as sent; None if the result is not
-    an OpenAI chat completion or Response."""
+    an OpenAI chat completion or Response (a ``model`` step's: Pydantic AI's ``ModelResponse``)."""
     if not isinstance(response, dict):
         return None
+    if kind == "model":
+        return model_reply(response)
     if kind == "respond":
         output = response.get("output")
         if not isinstance(output, list):

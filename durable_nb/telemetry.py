@@ -63,6 +63,7 @@ from typing import Any
 
 from .errors import DurableError
 from .execution import NullObserver, attempts
+from .version import __version__
 
 __all__ = ["TraceObserver", "attempt_begun", "export_run", "send_run", "traced", "tracing",
            "workflow"]
@@ -88,7 +89,6 @@ def tracing(tracer_provider: Any = None, meter_provider: Any = None, *,
         raise DurableError("tracing needs OpenTelemetry: pip install 'durable-nb[otel]'"
                            ) from None
 
-    from . import __version__
     tracer = trace.get_tracer("durable_nb", __version__, tracer_provider,
                               schema_url=SCHEMA_URL)
     _chosen_ids(tracer)
@@ -506,8 +506,11 @@ class TraceObserver:
 
     def _emit(self, entry: Any) -> None:
         meta = entry.meta or {}
-        if entry.kind in ("chat", "respond") or (entry.kind == "compact" and "model" in meta):
-            if not (self._openai_spans and entry.kind != "respond"):  # else reported already
+        if entry.kind in ("chat", "respond", "model") or (entry.kind == "compact"
+                                                          and "model" in meta):
+            # openai's instrumentation reported chat calls already; a Pydantic AI model step
+            # (kind "model") is any provider's, which it does not see.
+            if not (self._openai_spans and entry.kind in ("chat", "compact")):
                 self._chat(entry, meta)
             self._note_tool_calls(entry)
         elif entry.kind == "approval":
@@ -555,11 +558,17 @@ class TraceObserver:
         # A compaction's call is to its summary model.
         requested = str(request.get("summary_model") or request.get("model") or entry.name)
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+            "gen_ai.operation.name": "chat",
+            # A Pydantic AI model step names its provider; "_OTHER" (the conventions' value
+            # for one they do not list) when it has none (a FunctionModel).
+            "gen_ai.provider.name": str(meta.get("provider") or (
+                "_OTHER" if entry.kind == "model" else "openai")),
             "gen_ai.request.model": requested,
-            "openai.api.type": "responses" if entry.kind == "respond" else "chat_completions",
             "gen_ai.usage.input_tokens": entry.prompt_tokens,
             "gen_ai.usage.output_tokens": entry.completion_tokens}
+        if entry.kind != "model":
+            attributes["openai.api.type"] = ("responses" if entry.kind == "respond"
+                                             else "chat_completions")
         if meta.get("model"):
             attributes["gen_ai.response.model"] = str(meta["model"])
         attributes.update(_server(meta.get("endpoint")))
@@ -581,8 +590,10 @@ class TraceObserver:
             reply = llm_reply(entry.kind, result)
             if reply is not None and reply.get("finish_reason"):
                 attributes["gen_ai.response.finish_reasons"] = [str(reply["finish_reason"])]
-            if isinstance(result, dict) and result.get("id"):
-                attributes["gen_ai.response.id"] = str(result["id"])
+            response_id = (result.get("provider_response_id") if entry.kind == "model"
+                           else result.get("id")) if isinstance(result, dict) else None
+            if response_id:
+                attributes["gen_ai.response.id"] = str(response_id)
         if self._content_from and entry.kind != "compact":
             attributes.update(self._messages(entry))
         self._span(entry, f"chat {requested}", attributes, kind=trace.SpanKind.CLIENT)
@@ -625,7 +636,7 @@ class TraceObserver:
     # -- tool call ids: a tool step is a ``run`` step named after a tool the model asked for
 
     def _note_tool_calls(self, entry: Any) -> None:
-        if entry.kind not in ("chat", "respond") or not entry.ok:
+        if entry.kind not in ("chat", "respond", "model") or not entry.ok:
             return
         from .summary import llm_reply, plain
         reply = llm_reply(entry.kind, plain(entry.result)) or {}
@@ -753,7 +764,6 @@ def send_run(record: Any, entries: list, url: str, timeout: float = 10.0) -> int
     service = os.environ.get("OTEL_SERVICE_NAME") or "durable-nb"
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     provider.add_span_processor(SimpleSpanProcessor(collected))
-    from . import __version__
     if not export_run(record, entries, provider.get_tracer("durable_nb", __version__,
                                                            schema_url=SCHEMA_URL)):
         raise DurableError(f"run {record.run_id!r} has no finished attempt to export (an "

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from durable_nb import approve
-from durable_nb.execution.approvals import find_decision
+from durable_nb.approvals.request import find_decision
 from durable_nb.journal import Journal, Status
 from durable_nb.testing import Reply, ToolCall
 from durable_nb.llm.tokens import encoding_for

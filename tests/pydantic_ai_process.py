@@ -12,16 +12,18 @@ from tests.agent_process import _run_child
 from tests.openai_agents_process import MODEL, _KillAfterTool
 
 
-def travel_agent(workdir: Path, *, finish_last: str | None = None) -> Any:
+def travel_agent(workdir: Path, *, finish_last: str | None = None, model: Any = None) -> Any:
     """Tools ``find_flight`` and ``book_flight`` append to ``effects.log``; ``charge_card``
     needs approval. With ``finish_last``, a ``find_flight`` for that city, called in parallel
-    with another, waits until the other finished (5 s at most, for a call alone)."""
+    with another, waits until the other finished (5 s at most, for a call alone). ``model``:
+    the agent's own (a Pydantic AI model), else none."""
     import asyncio
 
     from pydantic_ai import Agent
 
-    # No model: the run's model= names it (and no API key is needed to build the agent).
-    agent = Agent(instructions="Book the trip.", name="travel")
+    # Without model=, no model: the run's model= names it (and no API key is needed to build
+    # the agent).
+    agent = Agent(model, instructions="Book the trip.", name="travel")
 
     def effect(line: str) -> None:
         with open(workdir / "effects.log", "a") as f:
@@ -77,4 +79,37 @@ def pydantic_child(journal_dir: str, url: str, workdir: str, run_id: str,
     runner = Runner(run_id, handler, journal=journal_dir,
                     observer=_KillAfterTool(root, kill_after),
                     options=RunOptions(client=client, model=MODEL, poll_interval=0.05))
+    _run_child(workdir, lambda: runner.run().result)
+
+
+def anthropic_model(url: str) -> Any:
+    """Pydantic AI's real ``AnthropicModel`` over the real ``anthropic`` client, sending to
+    the Messages API at ``url`` (the loopback server's ``/v1`` URL, or a real server's);
+    the client's own retries off, so each request the server counts is one the run sent."""
+    import anthropic
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+
+    client = anthropic.AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key="offline",
+                                      max_retries=0)
+    return AnthropicModel("claude-sonnet-4-5",
+                          provider=AnthropicProvider(anthropic_client=client))
+
+
+def anthropic_child(journal_dir: str, url: str, workdir: str, run_id: str,
+                    kill_after: str | None) -> None:
+    """Process target: :func:`pydantic_child` with Pydantic AI's ``AnthropicModel`` (every
+    request a ``model`` step) instead of the run's OpenAI client."""
+    from durable_nb.integrations.pydantic_ai import run
+    from durable_nb.runner import RunOptions, Runner
+
+    root = Path(workdir)
+    agent = travel_agent(root, model=anthropic_model(url))
+
+    async def handler(ctx: Any) -> Any:
+        return (await run(ctx, agent, "Book me a flight to Oslo.")).output
+
+    runner = Runner(run_id, handler, journal=journal_dir,
+                    observer=_KillAfterTool(root, kill_after),
+                    options=RunOptions(poll_interval=0.05))
     _run_child(workdir, lambda: runner.run().result)

@@ -15,8 +15,8 @@ import pytest
 
 import durable_nb as dn
 from durable_nb import Status
-from durable_nb.execution.approvals import (decision_kind, find_decision, leave_decision,
-                                           request_digest)
+from durable_nb.approvals.decide import decide
+from durable_nb.approvals.request import decision_kind, find_decision, request_digest
 
 REPO = Path(__file__).resolve().parents[1]
 _WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
@@ -130,8 +130,8 @@ def test_concurrent_approvals_never_take_or_remove_each_others_decisions(journal
     # A late decision on a (from someone who read the run while a was pending) goes to a's
     # own place, where a's taken decision refuses it: b's is neither replaced nor removed.
     with pytest.raises(dn.DecisionExists, match="has taken that decision"):
-        leave_decision(journal, "r", first, approved=False, note="late", by="bo", via="test",
-                       replace=True)
+        decide(journal, "r", request_id=first["id"], digest=first["digest"], approved=False,
+               note="late", by="bo", via="test", replace=True)
     assert find_decision(journal, "r", second)["note"] == "for b"
     assert dn.execute("r", handler, journal=journal) == ["a:for a", "b:for b"]
     assert journal.get_request(decision_kind(first), "r")["note"] == "for a"

@@ -1,5 +1,5 @@
 """Who may approve (issue 27, item 3): a request's approvers' list and the four-eyes rule,
-checked where every path decides (:func:`durable_nb.execution.approvals.leave_decision`).
+checked where every path decides (:func:`durable_nb.approvals.decide.decide`).
 
 A person the request does not allow is refused with a short reason that says who may
 decide, nothing is written, and the refusal is in the run's history. Real parts: the
@@ -23,7 +23,7 @@ import pytest
 
 import durable_nb as dn
 from durable_nb import NotAllowedToDecide, Status
-from durable_nb.execution.approvals import find_decision
+from durable_nb.approvals.request import find_decision
 from durable_nb.testing import LoopbackServer, Reply, ToolCall
 from tests.test_approvals import _drop
 

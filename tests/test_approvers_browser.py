@@ -13,7 +13,7 @@ import pytest
 
 import durable_nb as dn
 from durable_nb import Status
-from durable_nb.execution.approvals import find_decision
+from durable_nb.approvals.request import find_decision
 from durable_nb.journal import DiskJournal
 from tests.harness.lab import JupyterLab, LabPage
 

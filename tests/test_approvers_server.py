@@ -12,7 +12,7 @@ pytest.importorskip("jupyter_server")
 from pytest_jupyter.jupyter_server import *  # noqa: E402,F401,F403 - fixtures for this module
 
 import durable_nb as dn  # noqa: E402
-from durable_nb.execution.approvals import find_decision  # noqa: E402
+from durable_nb.approvals.request import find_decision# noqa: E402
 from durable_nb.journal.index import journal_id  # noqa: E402
 from tests.test_approvals import _drop  # noqa: E402
 from tests.test_server import _NamedIdentity, api, index, shared  # noqa: E402,F401
@@ -30,7 +30,7 @@ def _park(journal, run_id: str, dropped: list[str], **options) -> dict:
 def _decide(api, journal, run_id: str, pending: dict, expect: int) -> dict:
     return api("run/decision", method="POST", expect=expect, body={
         "journal": journal_id(str(journal.directory)), "id": run_id, "approved": True,
-        "digest": pending["digest"]})
+        "digest": pending["digest"], "request_id": pending["id"]})
 
 
 @pytest.mark.parametrize("jp_server_config", [_NAMED])

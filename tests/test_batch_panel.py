@@ -14,7 +14,7 @@ import durable_nb as dn
 from durable_nb import Status
 from durable_nb.batches.batch import BatchObserver, prepare
 from durable_nb.notebook.batch_panel import BatchPanel
-from durable_nb.execution.approvals import find_decision, request_digest
+from durable_nb.approvals.request import find_decision, request_digest
 
 
 def _text(fragment: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -183,11 +184,14 @@ def _shots(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
-    """Jupyter Notebook 7 serving a folder (skipped when the notebook package is missing)."""
+    """Jupyter Notebook 7 serving a folder, without durable-nb's extensions: a restarted
+    kernel's panel stays, and says why its buttons do nothing (with the extensions its saved
+    view decides instead: tests/test_sidebar_notebook7.py). Skipped when the notebook
+    package is missing."""
     require_chromium()
     if not notebook7_available():
         pytest.skip("Jupyter Notebook 7 is not installed (pip install 'notebook>=7')")
-    with JupyterLab(tmp_path_factory.mktemp("nb7"), app="notebook") as server:
+    with JupyterLab(tmp_path_factory.mktemp("nb7"), app="notebook", checkout=False) as server:
         yield server
 
 
@@ -289,6 +293,41 @@ def test_an_error_is_one_line_under_a_stopped_badge(lab: JupyterLab, tmp_path: P
         output.screenshot(path=str(shots / "lab-error.png"))
     assert shown.startswith("InputChanged: run 'e' no longer matches its journal")
     assert "File " not in shown and "Traceback" not in shown
+
+
+def test_a_refused_run_and_an_approvals_deadline_as_the_panel_shows_them(
+        lab: JupyterLab, tmp_path: Path) -> None:
+    """A run refused before it started (a channel named, none configured) shows the refusal
+    and no run status; a parked approval shows by when to decide and what happens then."""
+    shots = _shots(tmp_path)
+    folder = lab.root_dir / "told"
+    folder.mkdir()
+    write_notebook(folder / "told.ipynb", [
+        "%load_ext durable_nb\nprint('setup ok')",
+        "%%durable_agent refused --notify slack\nctx.run('a', str, 'x')",
+        "%%durable_agent timed\nctx.approval('publish', {'post': 'hello'}, timeout='15m')"])
+    with LabPage(lab, timeout=60) as page:
+        page.open_notebook("told/told.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        refused = page.cell(1).locator(".jp-Cell-outputArea")
+        refused.locator(".dnb-live").get_by_text("not started", exact=True).wait_for()
+        refused_text = refused.locator(".dnb-live").first.inner_text()
+        refused.screenshot(path=str(shots / "lab-refused.png"))
+        page.run_cell(2)
+        timed = page.cell(2).locator(".jp-Cell-outputArea")
+        timed.locator(".dnb-live").get_by_text("WAITING_APPROVAL", exact=True).wait_for()
+        deadline = timed.locator(".dnb-deadline").first
+        deadline.wait_for(state="visible")
+        deadline_text = deadline.inner_text()
+        timed.screenshot(path=str(shots / "lab-deadline.png"))
+    assert "durable_nb refused to start this run (NotifyConfigError" in refused_text
+    assert "RUNNING" not in refused_text and "in the journal" not in refused_text
+    pending = DiskJournal(folder / ".durable_nb").get_run("timed").pending_approval
+    by = time.strftime("%H:%M", time.localtime(pending["timeout_at"]))
+    assert re.fullmatch(rf"Decide by {by} \(in 1[45] min\), then rejected", deadline_text.strip())
 
 
 # -- a batch -------------------------------------------------------------------------------------

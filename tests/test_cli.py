@@ -276,7 +276,8 @@ def test_enable_writes_the_profile_once_and_disable_removes_it(tmp_path: Path) -
     assert str(config) in first.stdout
     assert cli("enable", env=env).returncode == 0
     text = config.read_text()
-    assert text.count('c.InteractiveShellApp.extensions.append("durable_nb")') == 1
+    assert text.count(
+        'c.InteractiveShellApp.extensions.append("durable_nb.notebook.magics")') == 1
     assert "already" in cli("enable", env=env).stdout
     disabled = cli("disable", env=env)
     assert disabled.returncode == 0 and "durable_nb" not in config.read_text()
@@ -501,3 +502,39 @@ def test_no_journal_here_points_to_the_journals_below(tmp_path: Path) -> None:
         "Journals below this folder: notebooks/work/quickstart/.durable_nb (e.g. `durable-nb "
         "--journal notebooks/work/quickstart/.durable_nb runs`).")
     assert not (tmp_path / ".durable_nb").exists()
+
+
+def test_journal_may_come_after_the_command_and_its_words(tmp_path: Path, run) -> None:
+    """``--journal`` anywhere, as argparse users expect: before the command, after it, after
+    the run id, between a sub-command's words."""
+    _done_run(tmp_path / "j")
+    where = str(tmp_path / "j")
+    shown = run("show", "--json", "r", "--journal", where)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["run_id"] == "r", shown.stderr
+    assert run("--journal", where, "show", "--json", "r").stdout == shown.stdout
+    listed = run("runs", "--journal", where, "--limit", "1")
+    assert listed.returncode == 0 and listed.stdout.splitlines()[1].startswith("r "), listed
+    batch = run("batch", "show", "--journal", where, "nobatch")
+    assert batch.returncode == 1 and f"no batch 'nobatch' in the journal at {where}" in \
+        batch.stderr, batch.stderr
+    exported = run("export", "r", "--journal", where, "--to", str(tmp_path / "r.json"))
+    assert exported.returncode == 0 and (tmp_path / "r.json").exists(), exported.stderr
+
+
+def test_a_note_may_follow_the_options_of_approve(tmp_path: Path) -> None:
+    _park_for_approval(tmp_path / "j")
+    approved = cli("approve", "mail", "--by", "ana", "looks right", "--journal",
+                   str(tmp_path / "j"))
+    assert approved.returncode == 0, approved.stderr
+    data = json.loads(cli("--journal", str(tmp_path / "j"), "show", "mail", "--json").stdout)
+    assert (data["decision"]["by"], data["decision"]["note"]) == ("ana", "looks right")
+
+
+def test_an_option_of_another_command_says_which_commands_take_it(tmp_path: Path,
+                                                                   run) -> None:
+    _done_run(tmp_path / "j")
+    proc = run("--journal", str(tmp_path / "j"), "runs", "--to", "x")
+    assert proc.returncode == 2
+    assert ("--to is not an option of this command; it is one of `durable-nb batch export`, "
+            "`durable-nb export`, `durable-nb trace`, `durable-nb copy`") in proc.stderr
+    assert "did you mean --to" not in proc.stderr

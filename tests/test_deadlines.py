@@ -27,8 +27,8 @@ from pytest_jupyter.jupyter_server import *  # noqa: E402,F401,F403 - jp_servera
 import durable_nb as dn  # noqa: E402
 from durable_nb import DiskJournal, Status
 from durable_nb.errors import ApprovalPolicyError, DecisionExists
-from durable_nb.execution.approvals import decision_kind, find_decision
-from durable_nb.execution.history import history
+from durable_nb.approvals.request import decision_kind, find_decision
+from durable_nb.approvals.history import history
 from durable_nb.notify.loopback import WebhookReceiver
 from tests.harness import wait_until
 from tests.test_journal_conformance import Backend, pg_backend  # noqa: F401 (fixture)
@@ -73,7 +73,8 @@ def _subprocess_env(**extra: str) -> dict:
 
 # --- bad input ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad", ["2 hours", "soon", -5, 0, True, "1w"])
+@pytest.mark.parametrize("bad", ["2 hours", "soon", -5, 0, True, "1w", 10**400,
+                                 "\u0669\u0660", "\uff19\uff10s", float("nan")])
 def test_a_bad_timeout_is_a_short_error_saying_the_forms(tmp_path: Path, bad) -> None:
     journal = DiskJournal(tmp_path / "j")
     with pytest.raises(ApprovalPolicyError) as caught:
@@ -81,8 +82,24 @@ def test_a_bad_timeout_is_a_short_error_saying_the_forms(tmp_path: Path, bad) ->
                    on_approval="park")
     message = str(caught.value)
     assert message.startswith(f"timeout={bad!r} is not a duration: use seconds")
-    assert '"90s", "30m", "2h", "1d"' in message and "\n" not in message
+    assert '"90s", "90sec", "30m", "30min", "2h", "1d"' in message and "\n" not in message
     assert journal.find_run("bad").pending_approval is None  # nothing asked
+
+
+@pytest.mark.parametrize("form, seconds", [("90", 90.0), ("30min", 1800.0), ("90sec", 90.0),
+                                           ("1.5h", 5400.0)])
+def test_one_duration_grammar_for_the_call_the_tool_and_the_magic(tmp_path: Path, form: str,
+                                                                    seconds: float) -> None:
+    """ctx.approval(timeout=), @tool(timeout=) and %durable_agent --timeout read a duration
+    the same way: "90" and "30min" were taken by --timeout and refused by ctx.approval."""
+    from durable_nb.notebook.magics import parse_duration as magic_duration
+
+    journal = DiskJournal(tmp_path / "j")
+    pending = _park(journal, "call", timeout=form)
+    assert pending["timeout_at"] - pending["requested_at"] == pytest.approx(seconds)
+    tool = dn.tool(name="pay", needs_approval=True, timeout=form)(lambda: None)
+    assert tool.approval_policy.timeout == seconds
+    assert magic_duration(form) == seconds
 
 
 def test_bad_policies_are_refused_at_the_call_and_at_the_tool(tmp_path: Path) -> None:
@@ -140,8 +157,8 @@ def test_the_server_sweep_decides_a_parked_run_past_its_deadline(jp_serverapp,
 # --- escalation ----------------------------------------------------------------------------------
 
 def test_escalation_then_a_second_deadline_rejects(tmp_path: Path) -> None:
-    """``durable-nb show`` (another process, no notification channel) escalates once past
-    the first deadline, and rejects past the second."""
+    """``durable-nb sweep`` (another process, no notification channel) escalates once past
+    the first deadline, and rejects past the second; ``show`` then says so."""
     journal = DiskJournal(tmp_path / "j")
     pending = _park(journal, "esc", timeout=1, on_timeout="escalate",
                     escalate_to=["bo@example.org", "ana"])
@@ -150,9 +167,11 @@ def test_escalation_then_a_second_deadline_rejects(tmp_path: Path) -> None:
                           DURABLE_NB_INDEX=str(tmp_path / "index"))
 
     def notify() -> str:
-        return subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
-                               str(tmp_path / "j"), "show", "esc"], env=env, check=True,
-                              capture_output=True, text=True, timeout=120).stdout
+        for command in (["sweep", "--once"], ["show", "esc"]):
+            shown = subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                                    str(tmp_path / "j"), *command], env=env, check=True,
+                                   capture_output=True, text=True, timeout=120).stdout
+        return shown
 
     _past(pending["timeout_at"])
     shown = notify()
@@ -174,6 +193,50 @@ def test_escalation_then_a_second_deadline_rejects(tmp_path: Path) -> None:
     assert _resume(journal, "esc") == [False, "timeout", decision["note"]]
 
 
+def _records(journal, run_id: str) -> list:
+    """Everything the journal holds about run ``run_id``, record for record."""
+    record = journal.get_run(run_id)
+    pending = record.pending_approval
+    return [record.to_json(), [s.__dict__ for s in journal.steps(run_id)],
+            journal.get_request(decision_kind(pending), run_id) if pending else None,
+            journal.events(run_id), journal.deliveries(run_id), journal.link_records(run_id)]
+
+
+def _cli(tmp_path: Path, *command: str) -> str:
+    env = _subprocess_env(DURABLE_NB_NOTIFY_CONFIG=str(tmp_path / "none.toml"),
+                          DURABLE_NB_INDEX=str(tmp_path / "index"))
+    return subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                           str(tmp_path / "j"), *command], env=env, check=True,
+                          capture_output=True, text=True, timeout=120).stdout
+
+
+def test_reading_a_run_past_its_deadline_writes_nothing_and_says_its_effective_state(
+        tmp_path: Path) -> None:
+    """``show``, ``runs``, ``durable_nb.runs`` and ``get_run`` used to apply the deadline
+    (``show`` wrote a decision and three events); they read now, and say what the run
+    amounts to: rejected by its deadline, not resumed yet. ``sweep`` writes it."""
+    journal = DiskJournal(tmp_path / "j")
+    pending = _park(journal, "late", timeout=1)
+    _past(pending["timeout_at"])
+    before = _records(journal, "late")
+    shown = _cli(tmp_path, "show", "late")
+    listed = _cli(tmp_path, "runs")
+    dn.runs(journal=str(tmp_path / "j"))
+    dn.get_run("late", journal=str(tmp_path / "j"))
+    assert _records(journal, "late") == before  # record for record
+    assert find_decision(journal, "late", pending) is None and history(journal, "late") == []
+    assert "REJECTED in effect: rejected by its deadline at" in shown, shown
+    row = next(line for line in listed.splitlines() if line.startswith("late "))
+    assert "REJECTED" in row and "WAITING_APPROVAL" not in row, listed
+    assert "late: rejected by its deadline at" in listed
+
+    _cli(tmp_path, "sweep", "--once")  # the write is the sweep's
+    decision = find_decision(journal, "late", pending)
+    assert decision["by"] == "timeout" and decision["approved"] is False
+    assert "REJECTED in effect: rejected by its deadline at" in _cli(tmp_path, "show", "late")
+    assert _resume(journal, "late") == [False, "timeout", "no decision within 1 s"]
+
+
 def test_a_late_decision_after_the_deadline_is_refused_naming_the_policy(
         tmp_path: Path) -> None:
     journal = DiskJournal(tmp_path / "j")
@@ -188,9 +251,9 @@ def test_a_late_decision_after_the_deadline_is_refused_naming_the_policy(
 
 _RACER = textwrap.dedent("""
     import os, sys, time
-    from durable_nb.errors import DecisionExists
-    from durable_nb.execution.approvals import leave_decision
-    from durable_nb.execution.deadlines import apply_deadlines
+    from durable_nb.errors import DecisionExists, NoPendingApproval
+    from durable_nb.approvals.decide import decide
+    from durable_nb.approvals.tick import tick
     from durable_nb.journal import open_journal
     journal = open_journal(sys.argv[1])
     record = journal.get_run("race")
@@ -198,13 +261,14 @@ _RACER = textwrap.dedent("""
         time.sleep(0.005)
     if sys.argv[3] == "person":
         try:
-            leave_decision(journal, "race", record.pending_approval, approved=True,
-                           note="looks fine", by="ana", via="CLI")
+            pending = record.pending_approval
+            decide(journal, "race", request_id=pending["id"], digest=pending["digest"],
+                   approved=True, note="looks fine", by="ana", via="CLI")
             print("person decided")
-        except DecisionExists:
+        except (DecisionExists, NoPendingApproval):  # decided, or past its deadline
             print("person refused")
     else:
-        print(apply_deadlines(journal, [record]))
+        print(tick(journal, records=[record]).applied)
 """)
 
 
@@ -308,8 +372,9 @@ def test_an_escalation_is_notified_once_by_email_to_the_new_approvers(tmp_path: 
         assert escalated["event"] == "approval.escalated" and hook.requests[1]["verified"]
         assert escalated["approvers"] == ["bo@example.org", "ana", "cy@example.org"]
         assert escalated["delivery"] == f"esc/{pending['id']}/webhook/escalated"
-    assert [r.rcpt_tos for r in received] == [["oncall@example.org"],
-                                              ["bo@example.org", "cy@example.org"]]
+    # One message to each address (a refused one would fail alone).
+    assert [r.rcpt_tos for r in received] == [["oncall@example.org"], ["bo@example.org"],
+                                              ["cy@example.org"]]
     message = email.message_from_bytes(received[1].content)
     assert message["Subject"] == "Escalated: approval needed: deploy (run esc)"
     assert "Escalated to: bo@example.org, ana, cy@example.org" in message.get_payload()
@@ -365,3 +430,68 @@ def test_a_waiting_run_escalates_itself_and_takes_an_escalation_approvers_decisi
     waiting.join(60)
     assert outcome["result"] == expected
     assert _kinds(journal, "self") == events
+
+
+def test_the_servers_sweeper_applies_a_deadline_when_it_falls_due_not_a_period_later(
+        tmp_path: Path, monkeypatch) -> None:
+    """The sweeper sleeps until the next thing falls due, at most its period: with a period
+    of an hour, a deadline two seconds away is still applied when it passes. (On 953f9b9 it
+    slept a whole period between sweeps: a deadline was applied up to a period late.)"""
+    from durable_nb.server.notify import start_sweeper
+
+    monkeypatch.setenv("DURABLE_NB_INDEX", str(tmp_path / "index"))
+    monkeypatch.setenv("DURABLE_NB_NOTIFY_CONFIG", str(tmp_path / "none.toml"))
+    journal = DiskJournal(tmp_path / "j")
+    monkeypatch.setenv("DURABLE_NB_JOURNAL", str(journal.directory))
+    pending = _park(journal, "due", timeout=2)
+    running = [True]
+    start_sweeper(period=3600, running=lambda: running[0])
+    try:
+        wait_until(lambda: find_decision(journal, "due", pending) is not None,
+                   what="the sweeper to apply the deadline", timeout=60)
+    finally:
+        running[0] = False
+    decision = find_decision(journal, "due", pending)
+    assert decision["by"] == "timeout" and decision["at"] >= pending["timeout_at"]
+
+
+def test_durable_nb_sweep_sends_what_nobody_sent_for_a_journal_no_server_sweeps(
+        tmp_path: Path) -> None:
+    """``durable-nb sweep --once`` (cron, a CronJob) ticks the journal with its channels as
+    the listener: a request parked with no channel is sent once to the configured webhook,
+    and a second sweep sends nothing more."""
+    journal = DiskJournal(tmp_path / "j")
+    assert dn.execute("quiet", lambda ctx: ctx.approval("pay", {"eur": 5}), journal=journal,
+                      on_approval="park", notify="none") is None
+    with WebhookReceiver("sweep-secret") as hook:
+        env = _subprocess_env(DURABLE_NB_NOTIFY_CONFIG=str(tmp_path / "none.toml"),
+                              DURABLE_NB_INDEX=str(tmp_path / "index"),
+                              DURABLE_NB_NOTIFY_WEBHOOK=hook.url,
+                              DURABLE_NB_NOTIFY_WEBHOOK_SECRET="sweep-secret")
+        for sweep in range(2):
+            printed = subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                                      str(tmp_path / "j"), "sweep", "--once"], env=env,
+                                     check=True, capture_output=True, text=True,
+                                     timeout=120).stdout
+            if sweep == 0:
+                assert "quiet: notified (webhook sent)" in printed, printed
+        request = hook.wait_for(1)[0]
+        assert request["verified"] and request["json"]["run_id"] == "quiet"
+        assert len(hook.requests) == 1
+
+
+def test_a_tick_applies_a_deadline_once_and_then_has_nothing_due(tmp_path: Path) -> None:
+    """The tick that applies a deadline says so; the next one (the run not resumed yet)
+    applies nothing and has nothing due, so a sweeper sleeps its period instead of ticking
+    again at once; before the deadline, the deadline is what falls due next."""
+    from durable_nb.approvals.tick import tick
+
+    journal = DiskJournal(tmp_path / "j")
+    pending = _park(journal, "once", timeout=2)
+    assert tick(journal).next_due == pending["timeout_at"]
+    _past(pending["timeout_at"])
+    first = tick(journal)
+    assert first.applied == {"once": "decided"} and first.next_due is None
+    second = tick(journal)
+    assert second.applied == {} and second.overdue == [] and second.next_due is None
+    assert _kinds(journal, "once") == ["decided", "timed_out"]

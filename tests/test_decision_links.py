@@ -1,4 +1,4 @@
-"""Decision links (durable_nb.notify.links, durable_nb.server.decide), with real parts: a
+"""Decision links (durable_nb.approvals.links, durable_nb.server.decide), with real parts: a
 Jupyter server from tests/harness with the server extension, runs parked on a disk journal
 (and a PostgreSQL one for racing servers), the link taken from what a real receiver got (the
 signed-webhook receiver, aiosmtpd), Chromium opening the page and clicking Approve.
@@ -28,7 +28,7 @@ from durable_nb.journal import Status, open_journal
 from durable_nb.notify import EmailConfig, NotifyConfig, WebhookConfig
 from durable_nb.notify.config import LinksConfig
 from durable_nb.notify.delivery import deliver
-from durable_nb.notify.links import issue_links, parse_token, use_link
+from durable_nb.approvals.links import issue_links, parse_token, use_link
 from durable_nb.notify.loopback import WebhookReceiver
 from durable_nb.cli import main as cli
 from tests.harness.kernel import wait_until
@@ -62,8 +62,20 @@ def _link_of(request: dict) -> str:
     return links[0]["url"]
 
 
+def _page_of(link: str) -> str:
+    """The page's URL: the link without its fragment (the token), as a server sees it."""
+    return link.split("#", 1)[0]
+
+
+def _token_of(link: str) -> str:
+    """The token a link carries in its fragment (before a ``?choice=`` a button adds)."""
+    return link.split("#", 1)[1].split("?", 1)[0]
+
+
 class Browserless:
-    """An HTTP client with a cookie jar, as a person's browser posts the link's form."""
+    """An HTTP client with a cookie jar that does what the page's script does: GET the page
+    (the XSRF cookie and field), POST the fragment's token to view the request, POST it with
+    a choice to decide."""
 
     def __init__(self) -> None:
         self.opener = urllib.request.build_opener(
@@ -78,20 +90,28 @@ class Browserless:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
 
-    def xsrf(self, url: str) -> str:
+    def xsrf(self, link: str) -> str:
         """The form's XSRF value (and its cookie, kept) from a GET of the page."""
-        status, page = self.open(url)
+        status, page = self.open(_page_of(link))
         found = re.search(r'name="_xsrf" value="([^"]+)"', page)
         assert found, (status, page[:500])
         return found.group(1)
 
-    def decide(self, url: str, choice: str, note: str = "", xsrf: str | None = None
+    def view(self, link: str, xsrf: str | None = None) -> tuple[int, str]:
+        """What the page shows for the link (its script's first POST)."""
+        return self.open(_page_of(link), {"_xsrf": xsrf or self.xsrf(link), "action": "view",
+                                          "token": _token_of(link)})
+
+    def decide(self, link: str, choice: str, note: str = "", xsrf: str | None = None
                ) -> tuple[int, str]:
-        return self.open(url, {"_xsrf": xsrf or self.xsrf(url), "choice": choice, "note": note})
+        return self.open(_page_of(link), {"_xsrf": xsrf or self.xsrf(link), "action": choice,
+                                          "token": _token_of(link), "note": note})
 
 
 def _link_records(journal_dir: str, run_id: str) -> list[dict]:
-    return list(open_journal(journal_dir).link_records(run_id).values())
+    """The run's links (without the marks of refusals recorded once per link)."""
+    return [r for r in open_journal(journal_dir).link_records(run_id).values()
+            if r.get("kind") == "link"]
 
 
 def _decision(journal_dir: str, run_id: str) -> dict | None:
@@ -121,18 +141,23 @@ def test_a_link_opened_in_chromium_decides_once_and_the_run_continues(
         assert dn.execute("r", _ask, journal=journal, on_approval="park",
                           notify=_config(hook, lab.url)) is None
         link = _link_of(hook.wait_for(1)[0])
-    assert link.startswith(f"{lab.url}/durable-nb/decide/")
-    token = link.rsplit("/", 1)[1]
-    secret = parse_token(token)[2]
+    assert link.startswith(f"{lab.url}/durable-nb/decide#")
+    secret = parse_token(_token_of(link))[2]
     replay = Browserless()
     replay_xsrf = replay.xsrf(link)  # another tab's form, posted after the decision
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                     args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 900, "height": 900})
-        answer = page.goto(link)  # no Jupyter login, no kernel, no JupyterLab
-        assert answer.status == 200
+        posted: list[tuple[int, str]] = []  # what the page posted, and what it was answered
+        page.on("response", lambda r: r.request.method == "POST" and posted.append(
+            (r.status, r.request.post_data or "")))
+        page.goto(link)  # no Jupyter login, no kernel, no JupyterLab
+        page.locator("#outcome").wait_for()
+        assert [status for status, _ in posted] == [200]
+        assert f"token={urllib.parse.quote(_token_of(link))}" in posted[0][1]  # in the body
         assert page.locator("h1").inner_text() == "Approval: drop_table"
+        assert page.url == f"{lab.url}/durable-nb/decide"  # the token left the address bar
         assert "users" in page.locator("pre").inner_text()
         assert "webhook" in page.locator("table").inner_text()
         page.screenshot(path=str(tmp_path / "link-page.png"), full_page=True)
@@ -142,12 +167,18 @@ def test_a_link_opened_in_chromium_decides_once_and_the_run_continues(
         page.fill("textarea#note", "fine for the nightly job")
         with page.expect_navigation():
             page.click("button.approve")
-        assert "Approved, as webhook." in page.locator(".message").inner_text(timeout=5000), \
+        assert "Approved, as webhook." in page.locator("#outcome").inner_text(timeout=5000), \
             page.content()[:3000]
         page.screenshot(path=str(tmp_path / "link-decided.png"), full_page=True)
         # The page opened again (a second visit, a link scanner): used, 410, says when.
-        again = page.goto(link)
-        assert again.status == 410 and "used already" in page.locator(".message").inner_text()
+        posted.clear()
+        page = browser.new_page()  # (the same tab would only move to the fragment)
+        page.on("response", lambda r: r.request.method == "POST" and posted.append(
+            (r.status, r.request.post_data or "")))
+        page.goto(link)
+        page.locator("#outcome.used").wait_for()
+        assert [status for status, _ in posted] == [410]
+        assert "used already" in page.locator("#outcome").inner_text()
         browser.close()
     decision = _decision(journal, "r")
     assert decision["by"] == "webhook" and decision["via"] == "link"
@@ -185,13 +216,13 @@ def test_a_forged_token_a_changed_request_and_an_expired_link_decide_nothing(
         old_link = _link_of(hook.wait_for(1)[0])
         old_xsrf = client.xsrf(old_link)
         # A forged token: the right journal and run, a secret never issued -> 404.
-        ref, run_b64, secret = old_link.rsplit("/", 1)[1].split(".")
-        forged = f"{lab.url}/durable-nb/decide/{ref}.{run_b64}.{secret[::-1]}"
-        assert client.open(forged)[0] == 404
+        ref, run_b64, secret = _token_of(old_link).split(".")
+        forged = f"{lab.url}/durable-nb/decide#{ref}.{run_b64}.{secret[::-1]}"
+        assert client.view(forged, xsrf=old_xsrf)[0] == 404
         status, page = client.decide(forged, "approve", xsrf=old_xsrf)
         assert status == 404 and "Nothing was decided" in page
-        garbage = f"{lab.url}/durable-nb/decide/not-a-token"
-        assert client.open(garbage)[0] == 404
+        garbage = f"{lab.url}/durable-nb/decide#not-a-token"
+        assert client.view(garbage, xsrf=old_xsrf)[0] == 404
         assert client.decide(garbage, "approve", xsrf=old_xsrf)[0] == 404
         # The cell edited: the run asks something else at that step, and a new link is sent.
         assert dn.execute("r", _ask_other, journal=journal, on_approval="park",
@@ -200,7 +231,7 @@ def test_a_forged_token_a_changed_request_and_an_expired_link_decide_nothing(
     assert new_link != old_link
     status, page = client.decide(old_link, "approve", xsrf=old_xsrf)
     assert status == 409 and "no longer the one waiting" in page
-    assert client.open(old_link)[0] == 409  # the page says so too, without a form
+    assert client.view(old_link)[0] == 409  # the page says so too, without a form
     assert _decision(journal, "r") is None  # nothing decided, on either request
     # A link issued by a delivery whose clock says eight days ago (so past the default
     # max age of seven days) -> 410, nothing decided.
@@ -211,7 +242,7 @@ def test_a_forged_token_a_changed_request_and_an_expired_link_decide_nothing(
         assert deliver(opened, opened.get_run("old"), _config(hook, lab.url),
                        now=lambda: eight_days_ago) == {"webhook": "sent"}
         expired_link = _link_of(hook.wait_for(1)[0])
-    status, page = client.open(expired_link)
+    status, page = client.view(expired_link)
     assert status == 410 and "expired" in page
     status, page = client.decide(expired_link, "approve", xsrf=old_xsrf)
     assert status == 410 and "expired" in page
@@ -248,7 +279,7 @@ def test_each_email_recipient_gets_a_link_of_their_own_and_decides_as_themselves
         assert envelope.rcpt_tos == [message["To"]]  # each recipient a message of their own
         text = message.get_body(("plain",)).get_content()
         html = message.get_body(("html",)).get_content()
-        found = re.findall(rf"{re.escape(lab.url)}/durable-nb/decide/[\w.-]+", text)
+        found = re.findall(rf"{re.escape(lab.url)}/durable-nb/decide#[\w.-]+", text)
         assert len(found) == 1 and f'href="{found[0]}"' in html
         links[message["To"]] = found[0]
     assert links["ana@example.org"] != links["bo@example.org"]
@@ -277,11 +308,11 @@ def test_a_link_sent_to_someone_not_on_the_approvers_list_is_refused_and_stays_u
     links, _ = issue_links(journal, "r", pending, channel="email",
                            recipients=["bo@example.org", "ana@example.org"],
                            config=LinksConfig(base_url="http://127.0.0.1:1/"), delivery="r/x/email")
-    secret = {to: parse_token(url.rsplit("/", 1)[1])[2] for to, url in links}
+    secret = {to: parse_token(_token_of(url))[2] for to, url in links}
     refused = use_link(journal, "r", secret["bo@example.org"], approved=True, note=None)
     assert refused.status == 403 and "ana@example.org" in refused.message
     assert _decision(journal_dir, "r") is None
-    assert [r["state"] for r in journal.link_records("r").values()] == ["issued", "issued"]
+    assert [r["state"] for r in _link_records(journal_dir, "r")] == ["issued", "issued"]
     assert [e["kind"] for e in journal.events("r")].count("refused") == 1
     decided = use_link(journal, "r", secret["ana@example.org"], approved=True, note="ok")
     assert decided.status == 200 and _decision(journal_dir, "r")["by"] == "ana@example.org"
@@ -313,7 +344,7 @@ def test_the_server_sends_links_to_itself(lab: JupyterLab) -> None:
             f'[webhook]\nurl = "{hook.url}"\nsecret = "{SECRET}"\n')
         quiet = hook.wait_for(1, timeout=60)[0]
     assert quiet["json"]["run_id"] == "quiet"
-    assert _link_of(quiet).startswith(f"{lab.url}/durable-nb/decide/")
+    assert _link_of(quiet).startswith(f"{lab.url}/durable-nb/decide#")
     status, page = Browserless().decide(_link_of(quiet), "approve")
     assert status == 200 and "Approved" in page
 
@@ -348,17 +379,19 @@ _POSTER = textwrap.dedent("""
     opener = urllib.request.build_opener(
         urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
         urllib.request.ProxyHandler({}))
+    page_url, token = url.split("#")
     try:
-        page = opener.open(url, timeout=30).read().decode()
+        page = opener.open(page_url, timeout=30).read().decode()
     except urllib.error.HTTPError as exc:
         sys.exit(f"GET {exc.code}: {exc.read()[:300]!r}")
     xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
     open(sys.argv[4], "w").close()  # ready: the form is here
     while not os.path.exists(go):
         time.sleep(0.005)
-    form = urllib.parse.urlencode({"_xsrf": xsrf, "choice": sys.argv[3], "note": ""}).encode()
+    form = urllib.parse.urlencode({"_xsrf": xsrf, "action": sys.argv[3], "token": token,
+                                   "note": ""}).encode()
     try:
-        status = opener.open(url, data=form, timeout=60).status
+        status = opener.open(page_url, data=form, timeout=60).status
     except urllib.error.HTTPError as exc:
         status = exc.code
     print(status)
@@ -377,10 +410,10 @@ def test_two_servers_posting_one_link_at_once_decide_exactly_once(
             assert dn.execute("race", _ask, journal=pg_backend.location, on_approval="park",
                               notify=_config(hook, one.url)) is None
             link = _link_of(hook.wait_for(1)[0])
-        token = link.rsplit("/", 1)[1]
+        token = _token_of(link)
         go = tmp_path / "go"
         posters = [subprocess.Popen(
-            [sys.executable, "-c", _POSTER, f"{server.url}/durable-nb/decide/{token}", str(go),
+            [sys.executable, "-c", _POSTER, f"{server.url}/durable-nb/decide#{token}", str(go),
              choice, str(tmp_path / f"ready-{choice}")], stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
             for server, choice in ((one, "approve"), (two, "reject"))]
@@ -417,12 +450,11 @@ def test_slack_buttons_open_the_page_and_the_page_alone_decides(lab: JupyterLab)
     buttons = {b["text"]["text"]: b["url"] for b in actions[0]["elements"]}
     assert set(buttons) == {"Approve…", "Reject…"}
     client = Browserless()
-    for url in buttons.values():  # a click on a button is a GET: it decides nothing
-        status, page = client.open(url)
-        assert status == 200 and 'name="choice" value="reject"' in page
-    assert 'value="reject" class="reject" autofocus' in client.open(buttons["Reject…"])[1]
+    for url in buttons.values():  # a click on a button opens the page: it decides nothing
+        assert url.startswith(f"{lab.url}/durable-nb/decide?choice=")
+        status, page = client.view(url)
+        assert status == 200 and 'name="action" value="reject"' in page
     assert _decision(lab.journal, "r") is None
-    link = buttons["Reject…"].split("?")[0]
-    status, page = client.decide(link, "reject", "not today")
+    status, page = client.decide(buttons["Reject…"], "reject", "not today")
     assert status == 200 and "Rejected, as slack." in page
     assert _decision(lab.journal, "r")["by"] == "slack"

@@ -24,7 +24,7 @@ import pytest
 import durable_nb as dn
 from durable_nb import Status
 from durable_nb.execution import attempts
-from durable_nb.execution.approvals import find_decision
+from durable_nb.approvals.request import find_decision
 from durable_nb.export import export_run
 from durable_nb.notebook.panel import RunPanel
 from tests.test_approvals import _drop

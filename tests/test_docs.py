@@ -305,3 +305,15 @@ def test_the_who_may_approve_example_runs_as_written(tmp_path: Path) -> None:
     section = page.split("## Who may approve\n", 1)[1].split("\n## ", 1)[0]
     outputs = run_page(section, tmp_path)
     assert outputs and "only ana may decide" in outputs[-1]
+
+
+@pytest.mark.kernel
+def test_the_pydantic_ai_models_guide_runs_as_written(tmp_path: Path) -> None:
+    """guide/pydantic-ai-models.md: an agent on Pydantic AI's AnthropicModel, against the
+    loopback server's Messages API, ends DONE with the answer, its requests ``model`` steps."""
+    pytest.importorskip("pydantic_ai")
+    pytest.importorskip("anthropic")
+    run_page((DOCS / "guide" / "pydantic-ai-models.md").read_text(), tmp_path)
+    run = durable_nb.get_run("oslo-flight-claude", journal=str(tmp_path / ".durable_nb"))
+    assert run.status is durable_nb.Status.DONE
+    assert [step.kind for step in run.steps] == ["model", "run", "model"]

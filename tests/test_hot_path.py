@@ -25,7 +25,7 @@ from durable_nb.runner import Runner
 from durable_nb import serde
 from durable_nb.errors import RunLeased
 from durable_nb.journal import DiskJournal, RunRecord, Status, StepEntry
-from durable_nb.journal.local import _record_tag, _run_tag
+from durable_nb.journal.disk_layout import record_tag, run_tag
 from durable_nb.journal.records import PLAIN_MAX_BRACKETS
 from durable_nb.llm import tokens
 
@@ -156,7 +156,7 @@ def test_the_record_written_with_a_step_keeps_its_listing_tag_and_its_storage(tm
     journal.create_run(record)
     record.prompt_tokens = 7
     journal.append_step("r", _entry(0), record_json=record.to_json())  # same status: UPDATE
-    assert _record_row(journal, "r") == (_run_tag("RUNNING", 1764590000.5), None, 0, 1, None)
+    assert _record_row(journal, "r") == (run_tag("RUNNING", 1764590000.5), None, 0, 1, None)
     record.status = Status.WAITING_APPROVAL  # another tag: written by diskcache's set()
     journal.append_step("r", _entry(1), record_json=record.to_json())
     assert journal.list_runs(status="waiting_approval")[0].prompt_tokens == 7
@@ -181,9 +181,9 @@ def test_the_listing_tag_read_from_the_records_first_fields_is_the_parsed_one(cr
         text = record.to_json()
         data = json.loads(text)
         assert text.startswith('{"status":')
-        assert _record_tag(text) == _run_tag(data["status"], data["created_at"])
+        assert record_tag(text) == run_tag(data["status"], data["created_at"])
     older = json.dumps({"run_id": "r", "status": "DONE", "created_at": 3.0})  # other order
-    assert _record_tag(older) == _run_tag("DONE", 3.0)
+    assert record_tag(older) == run_tag("DONE", 3.0)
 
 
 def test_token_counts_remembered_per_text_are_the_counted_ones(monkeypatch):

@@ -20,8 +20,8 @@ import urllib.request
 
 import pytest
 
-from durable_nb.execution.approvals import find_decision
-from tests.harness.hub import Hub, run_in_kernel
+from durable_nb.approvals.request import find_decision
+from tests.harness.hub import PASSWORD, Hub, run_in_kernel
 from tests.hub_roles import make_hub_database
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(600)]
@@ -190,8 +190,6 @@ def test_bo_decides_through_the_service_and_ana_s_run_goes_on(hub, service_journ
 
 def _sign_in(browser, hub, user: str):
     """A browser context signed in to the hub as ``user`` (the hub's login form)."""
-    from tests.harness.hub import PASSWORD
-
     context = browser.new_context()
     page = context.new_page()
     # To the hub's home page after, not to her server (which the hub would start).
@@ -220,8 +218,8 @@ def test_bo_approves_in_the_service_inbox_with_ana_s_server_stopped(hub, service
             ana = _sign_in(browser, hub, "ana")
             ana.goto(hub.service_url)
             row = ana.locator("tr", has_text="inbox")
-            assert row.locator("td").nth(3).inner_text() == "ana"
-            assert row.locator("td").nth(4).inner_text() == \
+            assert row.locator("td").nth(4).inner_text() == "ana"
+            assert row.locator("td").nth(5).inner_text() == \
                 "you started this run: under four-eyes someone else decides"
             assert row.get_by_role("button").count() == 0
             # bo approves there, as the hub knows him.
@@ -231,7 +229,7 @@ def test_bo_approves_in_the_service_inbox_with_ana_s_server_stopped(hub, service
             bo.locator("tr", has_text="inbox").get_by_role("button", name="Approve").click()
             assert bo.locator("p.said").inner_text() == \
                 "run 'inbox': approved by bo via hub inbox."
-            assert bo.locator("tr", has_text="inbox").locator("td").nth(4).inner_text() == \
+            assert bo.locator("tr", has_text="inbox").locator("td").nth(5).inner_text() == \
                 "approved by bo via hub inbox; the run goes on when it is resumed"
             bo.screenshot(path=str(tmp_path / "inbox.png"))
         finally:
@@ -273,7 +271,7 @@ def test_a_link_she_addresses_to_herself_is_never_issued(hub, service_journal, s
     # nothing and no link names that address.
     for address in ("ana@team.test", "bo@team.test", "cy@team.test"):
         (mailed,) = _mails_to(smtp, address, "self-link")
-        assert hub.service_url + "durable-nb/decide/" in mailed
+        assert hub.service_url + "durable-nb/decide#" in mailed
     assert sorted(link["to"] for link in service_journal.link_records("self-link").values()) \
         == ["ana@team.test", "bo@team.test", "cy@team.test"]
     assert not [e for e in smtp[1] if "bo@ana-inbox.test" in e.rcpt_tos]
@@ -297,7 +295,7 @@ def test_bo_approves_by_his_e_mailed_link_with_ana_s_server_stopped(hub, service
     require_chromium()
     pending = _park(hub, "mailed")
     (mailed,) = _mails_to(smtp, "bo@team.test", "mailed")
-    (link,) = set(re.findall(re.escape(hub.service_url) + r"durable-nb/decide/[\w.-]+",
+    (link,) = set(re.findall(re.escape(hub.service_url) + r"durable-nb/decide#[\w.-]+",
                              mailed))
     hub.stop_server("ana")
     with sync_playwright() as pw:
@@ -306,15 +304,21 @@ def test_bo_approves_by_his_e_mailed_link_with_ana_s_server_stopped(hub, service
         try:
             ana = _sign_in(browser, hub, "ana")  # bo's link is bo's alone
             ana.goto(link)
-            assert ana.locator("p.said").inner_text() == (
+            assert ana.locator("#outcome").inner_text() == (
                 "This link was sent to bo@team.test (e-mail), which is bo; you are signed "
                 "in as ana. Nothing was decided.")
             assert ana.get_by_role("button").count() == 0
-            bo = _sign_in(browser, hub, "bo")
+            # bo opens it before signing in: the hub's login keeps the token in the tab.
+            bo = browser.new_context().new_page()
             bo.goto(link)
-            assert bo.locator("p.said").inner_text() == "This request waits for your decision."
+            bo.wait_for_url("**/hub/login**")
+            bo.fill("input[name=username]", "bo")
+            bo.fill("input[name=password]", PASSWORD)
+            bo.click("input[type=submit], button[type=submit]")
+            assert bo.locator("#outcome").inner_text() == "This request waits for a decision."
             bo.get_by_role("button", name="Approve").click()
-            assert bo.locator("p.said").inner_text() == "Approved by bo via link."
+            assert bo.locator("#outcome").inner_text() == \
+                "Approved, as bo. The run goes on when its cell is run again."
         finally:
             browser.close()
     decision = find_decision(service_journal, "mailed", pending)

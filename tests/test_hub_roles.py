@@ -10,10 +10,10 @@ import pytest
 
 import durable_nb as dn
 from durable_nb.errors import DatabaseError, RefusedByHub
-from durable_nb.execution.approvals import find_decision
+from durable_nb.approvals.request import find_decision
 from durable_nb.hub.config import HubConfig
 from durable_nb.hub.decide import decide_as
-from durable_nb.hub.authority import SERVICE_VARIABLE, TOKEN_VARIABLE
+from durable_nb.approvals.authority import SERVICE_VARIABLE, TOKEN_VARIABLE
 from tests.hub_roles import make_hub_database
 from tests.test_approvals import _drop
 
@@ -98,10 +98,11 @@ def test_the_service_decides_as_the_hub_user_with_the_starter_the_database_recor
     assert pending["started_by"] == "cy" and pending["four_eyes"]
     with pytest.raises(dn.NotAllowedToDecide, match="ana started the run"):
         decide_as(journals["service"], config, "r", user="ana", approved=True, note=None,
-                  via="hub inbox", digest=pending["digest"])
+                  via="hub inbox", request_id=pending["id"], digest=pending["digest"])
     assert [e["kind"] for e in journals["ana"].events("r")] == ["refused"]
     decision = decide_as(journals["service"], config, "r", user="bo", approved=True,
-                         note=None, via="hub inbox", digest=pending["digest"])
+                         note=None, via="hub inbox", request_id=pending["id"],
+                         digest=pending["digest"])
     assert (decision["by"], decision["via"]) == ("bo", "hub inbox")
     # ana's kernel resumes the run with her own role, takes the decision, journals the step.
     dropped: list[str] = []
@@ -152,5 +153,6 @@ def test_rewriting_someone_else_s_run_to_list_herself_makes_her_its_starter(team
     journals["ana"].put_run(record)
     with pytest.raises(dn.NotAllowedToDecide, match="ana started the run"):
         decide_as(journals["service"], config, "b", user="ana", approved=True, note=None,
-                  via="hub inbox")
+                  via="hub inbox", request_id=record.pending_approval["id"],
+                  digest=record.pending_approval["digest"])
     assert find_decision(journals["ana"], "b", record.pending_approval) is None

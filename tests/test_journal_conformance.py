@@ -1162,9 +1162,9 @@ def test_postgres_password_never_in_location_repr_errors_logs_or_journal(
 ])
 def test_journal_urls_lose_their_passwords_and_schema_only(url: str, location: str,
                                                              conninfo: str):
-    from durable_nb.journal.postgres import _Url
+    from durable_nb.journal.pg_connection import PostgresUrl
 
-    parsed = _Url(url)
+    parsed = PostgresUrl(url)
     assert (parsed.location, parsed.conninfo) == (location, conninfo)
     assert parsed.schema == ("team_a" if "team_a" in url else "durable_nb")
     assert all(secret not in parsed.location for secret in parsed.secrets)

@@ -13,7 +13,7 @@ import pytest
 import durable_nb as dn
 from durable_nb import Status
 from durable_nb.llm.endpoints import DEFAULT_RETRY, MAX_RETRY_WAIT, default_client, is_transient
-from durable_nb.llm.retry import RetryPolicy
+from durable_nb.execution.retry import RetryPolicy
 from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall
 from tests.openai_http import HTTP
 

@@ -281,11 +281,12 @@ def test_a_first_error_in_a_cell_is_shown_once_as_its_message(ip, monkeypatch, c
         in words
 
 
-def test_durable_show_applies_a_deadline_that_passed(ip, tmp_path: Path, capsys) -> None:
-    """``%durable show`` reads a read-only journal, but a deadline due is applied (through a
-    writable handle opened only then): the policy's decision is shown and recorded."""
+def test_durable_runs_and_show_read_a_passed_deadline_without_applying_it(
+        ip, tmp_path: Path, capsys) -> None:
+    """``%durable runs`` and ``show`` write nothing, even past a deadline (on 953f9b9 they
+    applied it): they say what the run amounts to, rejected by its deadline."""
     import durable_nb as dn
-    from durable_nb.execution.approvals import find_decision
+    from durable_nb.approvals.request import find_decision
     journal = DiskJournal(tmp_path / "journal")
     assert dn.execute("due", lambda ctx: ctx.approval("deploy", timeout=1).approved,
                       journal=journal, on_approval="park") is None
@@ -293,7 +294,10 @@ def test_durable_show_applies_a_deadline_that_passed(ip, tmp_path: Path, capsys)
     while time.time() < pending["timeout_at"]:
         time.sleep(0.05)
     capsys.readouterr()
-    ip.run_line_magic("durable", "show due")
+    ip.run_line_magic("durable", f"runs --journal {tmp_path / 'journal'}")
+    ip.run_line_magic("durable", f"show due --journal {tmp_path / 'journal'}")
     shown = capsys.readouterr().out
-    assert "timed_out" in shown and "rejected by the policy on_timeout='reject'" in shown
-    assert find_decision(journal, "due", pending)["by"] == "timeout"
+    assert "REJECTED in effect: rejected by its deadline at" in shown, shown
+    row = next(line for line in shown.splitlines() if line.startswith("due "))
+    assert "REJECTED" in row and "WAITING_APPROVAL" not in row
+    assert find_decision(journal, "due", pending) is None and journal.events("due") == []

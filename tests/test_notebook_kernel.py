@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -265,6 +266,73 @@ def test_a_done_cell_edited_and_rerun_keeps_its_fork_done_not_cancelled(tmp_path
     assert {(r["run_id"], r["status"], r["interrupted"]) for r in listing.runs} == {
         ("forked", "DONE", False), ("forked@1", "DONE", False)}
     assert views.list_runs([(known, known.open())], groups=("CANCELLED",)).total == 0
+
+# -- what the panel tells -------------------------------------------------------------------------
+
+def _seen(fragment: str) -> str:
+    """An HTML fragment as a person reads it: no style sheets, no tags, spaces collapsed."""
+    fragment = re.sub(r"<style>.*?</style>", "", fragment, flags=re.S)
+    fragment = re.sub(r"<div class='dnb-dead'>.*?</div>", "", fragment, flags=re.S)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def test_a_run_refused_before_it_started_shows_the_refusal_and_no_run(tmp_path: Path) -> None:
+    env = {**_env(), "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    with start_kernel(tmp_path, env=env) as k:
+        _load(k)
+        refused = k.execute("%%durable_agent refused --notify slack\nctx.run('a', lambda: 1)")
+        assert "NotifyConfigError" in refused.traceback
+        header = _seen(_panel_html(k, "<b>refused</b>"))
+        summary = k.execute("from durable_nb.notebook.session import active_run\n"
+                            "print(active_run('refused').panel.summary())").stdout
+    assert _status(tmp_path, "refused") is None  # no such run
+    assert "not started durable_nb refused to start this run (NotifyConfigError" in header
+    assert "nothing was executed or journaled" in header
+    assert "RUNNING" not in header and "in the journal (unchanged)" not in header
+    # what nbclient and papermill keep of it
+    assert summary.startswith("durable run refused: not started (refused before it started")
+    assert "RUNNING" not in summary and "NotifyConfigError" in summary, summary
+
+
+_SEVEN_THEN_APPROVAL = """%%durable_agent seven
+for i in range(7):
+    ctx.run(f'step {i}', lambda i=i: i)
+ctx.approval('go ahead', {'why': 'test'})
+[ctx.run(f'after {i}', lambda i=i: i) for i in range(2)]
+"""
+
+
+def test_a_run_resumed_in_its_kernel_counts_what_the_resumed_execution_replayed(
+        tmp_path: Path, capsys) -> None:
+    """7 steps executed, parked, approved in the panel, resumed by the kernel's watcher: the
+    resumed execution replayed the 7 and executed 3 (the approval and 2 steps), as
+    `durable-nb show` tells the attempts; the panel counts the same."""
+    from durable_nb.cli import main
+
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        k.execute(_SEVEN_THEN_APPROVAL).raise_for_error()
+        k.click_widget_button(k.find_button("Approve"))
+        _wait_status(tmp_path, "seven", Status.DONE)
+        wait_until(lambda: "DONE" in _panel_html(k, "<b>seven</b>"), 10, "the panel to say DONE")
+        stats = _seen(_panel_html(k, "replayed"))
+    assert "steps 7 replayed, 10 executed" in stats, stats
+    capsys.readouterr()
+    assert main(["--journal", str(tmp_path / ".durable_nb"), "show", "seven"]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"attempt 1 .*: replayed 0, executed 7; parked", shown), shown
+    assert re.search(r"attempt 2 .*: replayed 7, executed 3; completed", shown), shown
+
+
+def test_a_parked_approval_shows_its_deadline_and_what_happens_then(tmp_path: Path) -> None:
+    with start_kernel(tmp_path, env=_env()) as k:
+        _load(k)
+        k.execute(_parking_cell("timed", timeout=", timeout='15m'")).raise_for_error()
+        shown = _seen(_panel_html(k, "Approval needed"))
+    pending = _journal(tmp_path).get_run("timed").pending_approval
+    deadline = time.strftime("%H:%M", time.localtime(pending["timeout_at"]))
+    assert re.search(rf"Decide by {deadline} \(in 1[45] min\), then rejected", shown), shown
+
 
 # -- cancel, interrupt ----------------------------------------------------------------------------
 
@@ -571,6 +639,43 @@ def test_durable_nb_enable_makes_the_magic_exist_after_every_restart(tmp_path: P
         gone = k.execute(cell)
         assert "Cell magic `%%durable_agent` not found" in gone.stderr + gone.traceback
     assert [e.name for e in _journal(tmp_path).steps("enabled")] == ["a"]
+
+
+_EARLIER_BLOCK = """c = get_config()  # noqa
+
+# >>> durable_nb: added by `durable-nb enable`; `durable-nb disable` removes it >>>
+# %%durable_agent and %durable in every IPython kernel and shell of this profile.
+c.InteractiveShellApp.extensions.append("durable_nb")
+# <<< durable_nb <<<
+"""
+
+
+@pytest.mark.parametrize("written_by", ["this_version", "an_earlier_version"])
+def test_load_ext_in_a_kernel_whose_profile_loads_durable_nb_prints_nothing(
+        tmp_path: Path, written_by: str) -> None:
+    """The README's first cell, ``%load_ext durable_nb``, in every notebook of a profile
+    that ``durable-nb enable`` set up: silent, and the magic works (an enable written by an
+    earlier version is brought up to date by enabling again)."""
+    env = {**_env(), "IPYTHONDIR": str(tmp_path / "ipython")}
+    if written_by == "an_earlier_version":
+        config = tmp_path / "ipython" / "profile_default" / "ipython_config.py"
+        config.parent.mkdir(parents=True)
+        config.write_text(_EARLIER_BLOCK)
+    enabled = subprocess.run([sys.executable, "-m", "durable_nb.cli", "enable"],
+                             env={**os.environ, **env}, capture_output=True, text=True,
+                             timeout=60)
+    assert enabled.returncode == 0 and "enabled durable_nb in" in enabled.stdout, enabled
+    with start_kernel(tmp_path, env=env) as k:
+        loaded = k.execute("%load_ext durable_nb").raise_for_error()
+        assert (loaded.stdout, loaded.stderr) == ("", "")
+        cell = "%%durable_agent loaded\nctx.run('a', lambda: 41) + 1"
+        assert k.execute(cell).raise_for_error().text == "42"
+        # one panel, one cell-id tracker: the second load registered nothing
+        trackers = k.execute(
+            "from durable_nb.notebook.magics import DurableMagics\n"
+            "sum(isinstance(getattr(c, '__self__', None), DurableMagics)"
+            " for c in get_ipython().events.callbacks['pre_run_cell'])").raise_for_error()
+        assert trackers.text == "1"
 
 
 # Parks; after the approval it finishes, and the pure replay that checks a finished run

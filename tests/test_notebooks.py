@@ -7,6 +7,7 @@ it), so "every tool ran once" stays true."""
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ ALL_TOOLS_ONCE = Counter(read_csv=1, analyse=1, write_report=1, send_email=1)
 EFFECTS = {"quickstart": ALL_TOOLS_ONCE, "crash_and_resume": ALL_TOOLS_ONCE,
            "batch": Counter(send_reply=12), "notifications": ALL_TOOLS_ONCE,
            "openai_agents": Counter(get_weather=1, send_message=1),
-           "pydantic_ai": Counter(get_weather=1, send_message=1)}
+           "pydantic_ai": Counter(get_weather=1, send_message=1),
+           "mcp": Counter(count_rows=1, delete_rows=1)}
 TICKETS = [f"T-{n}" for n in range(101, 113)]
 
 
@@ -133,8 +135,8 @@ def _effects(workdir: Path) -> Counter:
 
 
 def test_every_notebook_has_a_test() -> None:
-    assert NAMES == ["approvals", "batch", "crash_and_resume", "notifications", "openai_agents",
-                     "pydantic_ai", "quickstart"]
+    assert NAMES == ["approvals", "batch", "crash_and_resume", "mcp", "notifications",
+                     "openai_agents", "pydantic_ai", "quickstart"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -171,15 +173,30 @@ def test_quickstart_runs_the_agent_to_done_after_approval(tmp_path: Path, offlin
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing outside work/
 
 
-def test_notifications_notebook_shows_the_signed_webhook_and_the_email(tmp_path: Path,
-                                                                       offline) -> None:
-    pytest.importorskip("aiosmtpd")
-    nb = _run("notifications", tmp_path)
-    work = _work(tmp_path, "notifications")
-    shown = _text(_cell(nb, "import email, json"))
+def test_notifications_notebook_shows_the_signed_webhook_the_email_and_its_link(
+        tmp_path: Path, offline, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the documented install (``durable-nb[lab]``: no aiosmtpd, which the kernel here
+    cannot import), with a Jupyter server named for the links as a deployment's config
+    would."""
+    blocked = tmp_path / "no-aiosmtpd"
+    (blocked / "aiosmtpd").mkdir(parents=True)
+    (blocked / "aiosmtpd" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'aiosmtpd'\", name='aiosmtpd')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(blocked), os.environ["PYTHONPATH"]]))
+    monkeypatch.setenv("DURABLE_NB_NOTIFY_LINK_BASE_URL", "http://127.0.0.1:8888/")
+    (tmp_path / "nb").mkdir()
+    nb = _run("notifications", tmp_path / "nb")
+    work = _work(tmp_path / "nb", "notifications")
+    shown = _text(_cell(nb, "import json"))
     assert shown.startswith("webhook: signature verified, delivery notify-demo/"), shown
     assert '"name": "send_email"' in shown and "team@example.com" in shown
+    assert re.search(r"decision link for the webhook: "
+                     r"http://127\.0\.0\.1:8888/durable-nb/decide/\S+", shown), shown
     assert "e-mail to oncall@example.org: Approval needed: send_email (run notify-demo)" in shown
+    assert "<email.message" not in shown
+    assert "Run notify-demo waits for a decision on send_email." in shown
+    assert re.search(r"decides once, as oncall@example.org\):\n"
+                     r"http://127\.0\.0\.1:8888/durable-nb/decide/\S+", shown), shown
     history = _text(_cell(nb, "%durable show notify-demo"))
     assert "notified   2 deliveries" in history
     assert "webhook  sent" in history and "email    sent" in history
@@ -222,6 +239,26 @@ def test_framework_notebook_resumes_the_agent_with_each_tool_once(
     assert lines == ["get_weather Tokyo", "send_message team: It is sunny in Tokyo."]
 
 
+def test_mcp_notebook_runs_the_mcp_agent_with_each_tool_once_after_the_approval(
+        tmp_path: Path, offline) -> None:
+    pytest.importorskip("mcp")
+    first, nb = _run_all_twice("mcp", tmp_path)
+    work = _work(tmp_path, "mcp")
+    for cells in (first, nb):
+        assert "orders has 1200 rows; I emptied orders_tmp." in _text(
+            _cell(cells, "%durable wait warehouse"))
+        assert _text(_cell(cells, "from collections import Counter")) == \
+            "Counter({'count_rows': 1, 'delete_rows': 1})"
+    assert _has_panel(_cell(first, "%%durable_agent warehouse"))
+    shown = _text(_cell(nb, "%durable show warehouse"))
+    assert "status     DONE" in shown and "approval delete_rows" in shown
+    # the journaled step's id reached the server in the call's _meta
+    steps = DiskJournal(work / ".durable_nb").steps("warehouse")
+    delete = next(e for e in steps if e.kind == "run" and e.name == "delete_rows")
+    assert (work / "side_effects.log").read_text().splitlines() == [
+        "count_rows orders", f"delete_rows orders_tmp (step warehouse:{delete.key})"]
+
+
 # A package made unimportable by a sitecustomize on the kernel's PYTHONPATH (the kernel and
 # the notebook's child process both inherit it): ``sys.modules[name] = None`` makes every
 # import of it fail with ModuleNotFoundError, as in an environment without the extra; with
@@ -255,7 +292,8 @@ def _error_of(nb: nbformat.NotebookNode) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("name,extra,package", [("openai_agents", "agents", "agents"),
-                                                ("pydantic_ai", "pydantic-ai", "pydantic_ai")])
+                                                ("pydantic_ai", "pydantic-ai", "pydantic_ai"),
+                                                ("mcp", "mcp", "mcp")])
 def test_a_framework_notebook_without_its_extra_stops_first_saying_what_to_install(
         tmp_path: Path, offline, monkeypatch: pytest.MonkeyPatch, name: str, extra: str,
         package: str) -> None:

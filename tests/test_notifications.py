@@ -24,7 +24,7 @@ import pytest
 import durable_nb as dn
 from durable_nb.errors import NotifyConfigError
 from durable_nb.journal import Status, open_journal
-from durable_nb.llm.retry import RetryPolicy
+from durable_nb.execution.retry import RetryPolicy
 from durable_nb.notify import EmailConfig, NotifyConfig, WebhookConfig, load_config
 from durable_nb.notify.audit import notifications
 from durable_nb.notify.delivery import drain, sweep

@@ -14,7 +14,7 @@ import pytest
 import durable_nb
 from durable_nb import DiskJournal, InputChanged, RunRecord, Status, StepEntry
 from durable_nb.demo import SALES_CSV, make_tools, sales_agent
-from durable_nb.execution.approvals import request_digest
+from durable_nb.approvals.request import request_digest
 from durable_nb.notebook.panel import RunPanel
 from durable_nb.registry import get_run
 from durable_nb.testing import LoopbackServer
@@ -387,3 +387,30 @@ def test_the_status_badge_is_sent_after_the_counts_it_ends() -> None:
     order.clear()
     panel.on_record(RunRecord(run_id="r", status=Status.DONE, created_at=time.time()))
     assert "DONE" in panel.header.value and order[-1] == "header" and "stats" in order
+
+
+def test_an_approvals_deadline_says_by_when_and_what_its_policy_does_then() -> None:
+    from durable_nb.approvals.policy import ApprovalPolicy
+    from durable_nb.notebook.approval_view import deadline_words
+
+    now = time.mktime((2026, 12, 4, 10, 18, 0, 0, 0, -1))
+    asked = now - 60
+
+    def pending(**policy) -> dict:
+        return {"requested_at": asked, **ApprovalPolicy.of(**policy).pending_fields(asked)}
+
+    assert deadline_words({"requested_at": asked, "timeout_at": None}, now) is None
+    assert deadline_words(pending(timeout="15m"), now) == \
+        "decide by 10:32 (in 14 min), then rejected"
+    assert deadline_words(pending(timeout="2h", on_timeout="approve"), now) == \
+        "decide by 12:17 (in 1 h 59 min), then approved"
+    escalating = pending(timeout="15m", on_timeout="escalate", escalate_to="lead@example.com")
+    assert deadline_words(escalating, now) == \
+        "decide by 10:32 (in 14 min), then escalated to lead@example.com"
+    escalated = dict(escalating, escalation={"at": now, "approvers": ["lead@example.com"],
+                                             "timeout_at": now + 30})
+    assert deadline_words(escalated, now) == "decide by 10:18 (in 30 s), then rejected"
+    assert deadline_words(pending(timeout="15m"), now + 3600) == \
+        "its deadline 10:32 passed: rejected at the next look"
+    tomorrow = pending(timeout="1d")
+    assert deadline_words(tomorrow, now).startswith("decide by 2026-12-05 10:17 (in 23 h 59")

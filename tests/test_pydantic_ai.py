@@ -89,18 +89,30 @@ def test_structured_output_replays_to_the_same_typed_object(journal, monkeypatch
     assert [(e.kind, e.name) for e in journal.steps("plan")] == [("chat", "loopback-1")]
 
 
-def test_a_model_that_is_not_openai_compatible_is_refused(journal):
+def test_a_model_that_is_not_openai_compatible_is_journaled_not_refused(journal):
     from pydantic_ai.models.test import TestModel
 
-    from durable_nb import NotJournaled
-
-    agent = Agent(TestModel())
+    model = TestModel(custom_output_text="Hello.")
+    agent = Agent(model)
 
     async def handler(ctx):
         return (await run(ctx, agent, "hi")).output
 
-    with pytest.raises(NotJournaled, match="does not journal"):
-        durable_nb.execute("test-model", handler, journal=journal)
+    assert [durable_nb.execute("test-model", handler, journal=journal)
+            for _ in range(2)] == ["Hello."] * 2
+    assert [(e.kind, e.name) for e in journal.steps("test-model")] == [("model", "test")]
+
+
+def test_another_providers_model_for_an_agent_without_one_is_refused(journal):
+    from durable_nb import NotJournaled
+
+    agent = Agent(name="bare")
+
+    async def handler(ctx):
+        return (await run(ctx, agent, "hi", model="anthropic:claude-sonnet-4-5")).output
+
+    with pytest.raises(NotJournaled, match=r"agent 'bare' has no model of its own.*Agent\(model"):
+        durable_nb.execute("bare", handler, journal=journal)
 
 
 def test_parallel_tool_calls_are_steps_of_their_own_replayed(tmp_path, journal):
@@ -183,3 +195,15 @@ def test_a_run_over_a_server_that_leaves_fields_out_replays(tmp_path, journal, s
         stats = server.stats()
     assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
     assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
+
+
+def test_an_agent_without_a_model_in_a_run_without_one_is_refused(journal):
+    from durable_nb import NotJournaled
+
+    agent = Agent(name="bare")
+
+    async def handler(ctx):
+        return (await run(ctx, agent, "hi")).output
+
+    with pytest.raises(NotJournaled, match="agent 'bare' has no model, and neither has the run"):
+        durable_nb.execute("bare", handler, journal=journal)

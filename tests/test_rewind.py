@@ -286,16 +286,71 @@ def test_cut_at_key_keeps_the_tasks_journaled_as_created_before_the_change():
         entry(1, "alice#0.0", [0]),            # created before it, completed after: stays
         entry(2, "bob#0.tip#0.0", [0, 0]),     # created by bob before it: stays
         entry(3, "carol#0.0", [1]),            # created after it: goes
-        entry(4, "alice#0.late#0.0", [0, 2]),  # created later by a task that was there: stays
-        entry(5, "bob#0.1", [0]),              # bob's own later step: goes
-        entry(6, "dave#0.0"),                  # journaled before creations were: as before,
+        entry(4, "alice#0.early#0.0", [0, 0]),  # created by alice before it: stays
+        entry(5, "alice#0.late#0.0", [0, 2]),  # created after it by a task that was there: goes
+        entry(6, "bob#0.1", [0]),              # bob's own later step: goes
+        entry(7, "dave#0.0"),                  # journaled before creations were: as before,
     ]                                          # its first entry after the change: goes
     assert [e.key for e in cut_at_key(journal, journal[0])] == [
-        "alice#0.0", "bob#0.tip#0.0", "alice#0.late#0.0"]
+        "alice#0.0", "bob#0.tip#0.0", "alice#0.early#0.0"]
     # one entry of a task says it was created after the change (another execution's): the
     # latest creation counts, the whole task goes
     again = journal[:2] + [entry(2, "alice#0.1", [1])]
     assert [e.key for e in cut_at_key(again, again[0])] == []
+
+
+def _uses_k_in_a_task_made_after_it(k: int, depth: int, k_in_task: bool):
+    """Step ``k`` (its input edited between executions), then, once it completed, a task
+    made ``depth`` tasks deep (every task around it running since before ``k``) takes step
+    ``use``, which reads k's result from shared state, not from its inputs."""
+    async def agent(ctx):
+        seen: dict[str, int] = {}
+        k_done = asyncio.Event()
+
+        async def read_k() -> str:  # k reaches it through shared state, not its inputs
+            return f"used k={seen['k']}"
+
+        async def use() -> str:
+            return await ctx.run_async("use", read_k)
+
+        async def around(level: int) -> str:
+            if level == 1:  # the innermost task around `use`, running since before k
+                await k_done.wait()
+                return await asyncio.create_task(use())
+            return await asyncio.create_task(around(level - 1))
+
+        async def take_k() -> None:
+            seen["k"] = await ctx.run_async("k", _identity, k)
+            k_done.set()
+
+        waiting = asyncio.ensure_future(around(depth - 1)) if depth > 1 else None
+        if k_in_task:
+            await asyncio.create_task(take_k())
+        else:
+            await take_k()
+        return await (waiting if waiting is not None else asyncio.create_task(use()))
+    return agent
+
+
+async def _identity(value: int) -> int:
+    return value
+
+
+@pytest.mark.parametrize("k_in_task", [False, True], ids=["k_at_the_root", "k_in_a_task"])
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_a_task_made_after_the_changed_step_executes_again_at_every_depth(
+        backend: Backend, depth: int, k_in_task: bool):  # noqa: F811
+    """The rule of a re-run (docs: guarantees, on_change="rerun") at every depth: a task
+    created after the changed step completed executes again, also when the task that
+    created it existed before the change and keeps its own place."""
+    store = backend.open()
+    assert dn.execute("r", _uses_k_in_a_task_made_after_it(1, depth, k_in_task),
+                      journal=store) == "used k=1"
+    use_key = next(e.key for e in store.steps("r") if e.name == "use")
+    assert use_key.count("#") == depth, use_key
+    assert dn.execute("r", _uses_k_in_a_task_made_after_it(2, depth, k_in_task),
+                      journal=store, on_change="rerun") == "used k=2"
+    assert [e.result for e in store.steps("r") if e.name == "use"] == ["used k=2"]
 
 
 def test_a_rewind_renumbers_when_the_kept_tasks_were_created(backend: Backend):  # noqa: F811

@@ -33,7 +33,7 @@ import durable_nb as dn  # noqa: E402
 from jupyter_server.auth.identity import IdentityProvider, User  # noqa: E402
 
 from durable_nb import DiskJournal, RunRecord, Status, StepEntry  # noqa: E402
-from durable_nb.execution.approvals import decision_kind  # noqa: E402
+from durable_nb.approvals.request import decision_kind# noqa: E402
 from durable_nb.journal import index as index_module  # noqa: E402
 from durable_nb.journal.index import (  # noqa: E402
     index_dir,
@@ -241,7 +241,7 @@ def test_approve_with_the_digest_shown_and_the_run_goes_on_when_resumed(shared, 
     shown = api("runs")["runs"][0]["pending_approval"]
     answer = api("run/decision", method="POST", body={
         "journal": journal_id(str(shared.directory)), "id": "r", "approved": True,
-        "note": "ship it", "digest": shown["digest"]})
+        "note": "ship it", "digest": shown["digest"], "request_id": shown["id"]})
     assert answer["ok"] and not answer["taken"]
     assert answer["message"] == "approved; re-run its cell to continue"
     decision = shared.get_request(decision_kind(pending), "r")
@@ -257,10 +257,10 @@ def test_approve_with_the_digest_shown_and_the_run_goes_on_when_resumed(shared, 
 def _decide_by(shared, api, run_id: str) -> str:
     """Park ``run_id``, approve it through the API; who the journal says decided."""
     pending = _park(shared, run_id, [])
-    digest = api("runs")["runs"][0]["pending_approval"]["digest"]
+    shown = api("runs")["runs"][0]["pending_approval"]
     answer = api("run/decision", method="POST", body={
         "journal": journal_id(str(shared.directory)), "id": run_id, "approved": True,
-        "digest": digest})
+        "digest": shown["digest"], "request_id": shown["id"]})
     recorded = shared.get_request(decision_kind(pending), run_id)["by"]
     assert answer["by"] == recorded
     return recorded
@@ -304,18 +304,20 @@ def test_the_saved_panels_decide_here_markup_decides_through_the_server_bound_to
     _park(shared, "saved", dropped)
     view = RunPanel(shared.get_run("saved"), journal=shared).static_html()
     found = re.search(r"class='dnb-decide-here' data-durable-nb-decide='([^']*)' "
-                      r"data-durable-nb-digest='([0-9a-f]+)'", view)
+                      r"data-durable-nb-digest='([0-9a-f]+)' data-durable-nb-request='([^']*)'",
+                      view)
     assert found and found.group(1) == "saved"
     _park(shared, "saved", dropped, db="production")  # the request changed since it was drawn
     changed = api("run/decision", method="POST", expect=409, body={
         "journal": journal_id(str(shared.directory)), "id": "saved", "approved": True,
-        "digest": found.group(2)})
+        "digest": found.group(2), "request_id": found.group(3)})
     assert "saved" in changed["message"]
     view = RunPanel(shared.get_run("saved"), journal=shared).static_html()
-    digest = re.search(r"data-durable-nb-digest='([0-9a-f]+)'", view).group(1)
+    found = re.search(r"data-durable-nb-digest='([0-9a-f]+)' data-durable-nb-request='([^']*)'",
+                      view)
     answer = api("run/decision", method="POST", body={
         "journal": journal_id(str(shared.directory)), "id": "saved", "approved": True,
-        "digest": digest})
+        "digest": found.group(1), "request_id": found.group(2)})
     assert answer["by"] and answer["message"] == "approved; re-run its cell to continue"
     assert dn.execute("saved", _drop("production", dropped), journal=shared) == \
         "dropped production"
@@ -334,7 +336,8 @@ def test_a_decision_taken_at_once_by_a_waiting_executor_says_the_run_resumes(sha
         time.sleep(0.02)
     answer = api("run/decision", method="POST", body={
         "journal": journal_id(str(shared.directory)), "id": "w", "approved": True,
-        "digest": record.pending_approval["digest"]})
+        "digest": record.pending_approval["digest"],
+        "request_id": record.pending_approval["id"]})
     worker.join(60)
     assert answer["taken"] and answer["message"] == "approved; the run resumes in its kernel"
     assert outcome == ["dropped staging"] and dropped == ["staging"]
@@ -348,7 +351,7 @@ def test_a_decision_on_a_request_that_changed_since_it_was_shown_is_refused(shar
     _park(shared, "r", dropped, "production")  # the cell was edited: it asks something else
     refused = api("run/decision", method="POST", expect=409, body={
         "journal": journal_id(str(shared.directory)), "id": "r", "approved": True,
-        "digest": shown["digest"]})
+        "digest": shown["digest"], "request_id": shown["id"]})
     assert "production" in refused["message"] and "nothing was decided" in refused["message"]
     assert api("runs")["pending_approvals"] == 1
     api("run/decision", method="POST", expect=400, body={
@@ -358,25 +361,26 @@ def test_a_decision_on_a_request_that_changed_since_it_was_shown_is_refused(shar
 def test_reject_with_a_note_and_the_run_takes_the_rejection(shared, api):
     dropped: list[str] = []
     _park(shared, "r", dropped)
-    digest = api("runs")["runs"][0]["pending_approval"]["digest"]
+    shown = api("runs")["runs"][0]["pending_approval"]
+    digest, request_id = shown["digest"], shown["id"]
     api("run/decision", method="POST", body={
         "journal": journal_id(str(shared.directory)), "id": "r", "approved": False,
-        "note": "not today", "digest": digest})
+        "note": "not today", "digest": digest, "request_id": request_id})
     assert dn.execute("r", _drop("staging", dropped), journal=shared) == "kept"
     assert dropped == []
     api("run/decision", method="POST", expect=409, body={
         "journal": journal_id(str(shared.directory)), "id": "r", "approved": True,
-        "digest": digest})  # DONE: nothing pending any more
+        "digest": digest, "request_id": request_id})  # DONE: nothing pending any more
 
 
 def test_concurrent_decisions_one_wins_per_request_and_each_run_gets_its_own(shared, api):
     dropped: list[str] = []
-    digests = {f"item-{i}": _park(shared, f"item-{i}", dropped, f"db{i}")["digest"]
-               for i in range(12)}
+    asked = {f"item-{i}": _park(shared, f"item-{i}", dropped, f"db{i}") for i in range(12)}
     jid = journal_id(str(shared.directory))
     responses = api.gather(*[api.request("run/decision", method="POST", body={
-        "journal": jid, "id": run_id, "approved": True, "digest": digest})
-        for run_id, digest in digests.items()])
+        "journal": jid, "id": run_id, "approved": True, "digest": pending["digest"],
+        "request_id": pending["id"]})
+        for run_id, pending in asked.items()])
     assert [r.code for r in responses] == [200] * 12
     assert api("summary")["pending_approvals"] == 0
     for i in range(12):
@@ -385,7 +389,8 @@ def test_concurrent_decisions_one_wins_per_request_and_each_run_gets_its_own(sha
 
     pending = _park(shared, "contested", dropped, "main")
     both = api.gather(*[api.request("run/decision", method="POST", body={
-        "journal": jid, "id": "contested", "approved": approved, "digest": pending["digest"]})
+        "journal": jid, "id": "contested", "approved": approved, "digest": pending["digest"],
+        "request_id": pending["id"]})
         for approved in (True, False)])
     assert sorted(r.code for r in both) == [200, 409]
     winner = json.loads(next(r.body for r in both if r.code == 200))["message"].split(";")[0]
@@ -403,7 +408,8 @@ def test_a_second_decision_is_refused_naming_the_first_and_replace_changes_it(sh
     dropped: list[str] = []
     pending = _park(shared, "r", dropped)
     _cli(str(shared.directory), "approve", "r", "fine", "--by", "ana")
-    body = {"journal": journal_id(str(shared.directory)), "id": "r", "digest": pending["digest"]}
+    body = {"journal": journal_id(str(shared.directory)), "id": "r", "digest": pending["digest"],
+            "request_id": pending["id"]}
     refused = api("run/decision", method="POST", expect=409, body={**body, "approved": False})
     assert re.fullmatch(r"run 'r': 'drop database' was already approved by ana via durable-nb "
                         r"at \d{4}-\d\d-\d\d [\d:]+; nothing was changed\. To change it before "
@@ -461,7 +467,7 @@ def test_a_cookie_authenticated_post_without_the_xsrf_token_is_refused(shared, a
     cookies = "; ".join(c.split(";")[0] for c in response.headers.get_list("Set-Cookie"))
     assert cookies
     body = {"journal": journal_id(str(shared.directory)), "id": "r", "approved": True,
-            "digest": pending["digest"]}
+            "digest": pending["digest"], "request_id": pending["id"]}
     api("run/decision", method="POST", body=body, expect=403,
         headers={"Authorization": "", "Cookie": cookies})
     assert shared.get_request(decision_kind(pending), "r") is None
@@ -512,7 +518,8 @@ def test_a_journal_outside_the_allowed_ones_is_refused(shared, api, tmp_path):
     for name in (str(other.directory), str(tmp_path / "shared" / ".." / "elsewhere")):
         api("runs", params={"journal": name}, expect=403)
         api("run/decision", method="POST", expect=403, body={
-            "journal": name, "id": "r", "approved": True, "digest": pending["digest"]})
+            "journal": name, "id": "r", "approved": True, "digest": pending["digest"],
+            "request_id": pending["id"]})
     assert other.get_request(decision_kind(pending), "r") is None
     api("runs", params={"journal": str(tmp_path / "new")}, expect=403)
     assert not (tmp_path / "new").exists()  # nothing created
@@ -815,8 +822,10 @@ def test_listing_and_deciding_on_a_postgresql_journal(postgres_server, index, mo
     assert listing["pending_approvals"] == 1
     jid = journals[0]["id"]
     api("run/decision", method="POST", expect=409, body={
-        "journal": jid, "id": "waiting", "approved": True, "digest": "0123456789abcdef"})
+        "journal": jid, "id": "waiting", "approved": True, "digest": "0123456789abcdef",
+        "request_id": pending["id"]})
     api("run/decision", method="POST", body={
-        "journal": jid, "id": "waiting", "approved": True, "digest": pending["digest"]})
+        "journal": jid, "id": "waiting", "approved": True, "digest": pending["digest"],
+        "request_id": pending["id"]})
     assert dn.execute("waiting", _drop("staging", dropped), journal=journal) == "dropped staging"
     assert api("runs", params={"journal": jid})["runs"][0]["status"] == "DONE"

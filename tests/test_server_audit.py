@@ -19,7 +19,7 @@ from pytest_jupyter.jupyter_server import *  # noqa: E402,F401,F403 - fixtures f
 import durable_nb as dn  # noqa: E402
 from durable_nb.errors import DecisionExists  # noqa: E402
 from durable_nb.journal.index import journal_id  # noqa: E402
-from durable_nb.llm.retry import RetryPolicy  # noqa: E402
+from durable_nb.execution.retry import RetryPolicy  # noqa: E402
 from durable_nb.notify import NotifyConfig, WebhookConfig  # noqa: E402
 from durable_nb.notify.delivery import deliver  # noqa: E402
 from durable_nb.notify.loopback import WebhookReceiver  # noqa: E402

@@ -30,6 +30,7 @@ Needs the server extension (durable_nb.server); skipped, with that reason, where
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -42,7 +43,7 @@ import pytest
 
 import durable_nb as dn
 from durable_nb import Status
-from durable_nb.execution.approvals import find_decision, pending_digest
+from durable_nb.approvals.request import find_decision, pending_digest
 from durable_nb.journal import DiskJournal
 from tests.harness import wait_until
 from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
@@ -237,6 +238,10 @@ def test_a_dead_kernels_panel_approves_through_the_server_and_the_rerun_cell_fin
         shown = page.cell(1).locator(".dnb-saved").inner_text()
         assert "kubectl apply -f prod.yaml" in shown
         page.cell(1).screenshot(path=str(shots / "panel-dead-kernel-waiting.png"))
+        posted: list[dict] = []  # the decision sent (issue 32: the request's id and digest)
+        page.page.on("request", lambda request: posted.append(json.loads(request.post_data))
+                     if request.method == "POST" and "/durable-nb/api/run/decision"
+                     in request.url else None)
         here.locator(".dnr-note").fill("from the panel")
         here.locator(".dnr-approve").click()
         here.locator(".dnr-decided").wait_for(state="visible")
@@ -247,6 +252,8 @@ def test_a_dead_kernels_panel_approves_through_the_server_and_the_rerun_cell_fin
         decision = find_decision(journal, "panel-deploy", pending)
         assert decision["approved"] and decision["note"] == "from the panel"
         assert decision["digest"] == pending_digest(pending)
+        assert [(p["request_id"], p["digest"]) for p in posted] == [
+            (pending["id"], pending_digest(pending))]
         assert decision["by"] and f"approved by {decision['by']};" in decided_text
         assert not (folder / "side_effects.log").exists()
 

@@ -39,7 +39,7 @@ TOAST = ".jp-toastContainer .Toastify__toast"
 PARK = """\
 import sys
 import durable_nb as dn
-from durable_nb.llm.retry import RetryPolicy
+from durable_nb.execution.retry import RetryPolicy
 from durable_nb.notify import NotifyConfig, WebhookConfig
 
 journal, run_id, title, url = sys.argv[1:5]

@@ -688,3 +688,34 @@ def test_with_the_official_openai_instrumentation_each_executed_call_is_one_clie
                                      provider.get_tracer("t")) == 2
     assert [s.name for s in sent.get_finished_spans() if s.kind is SpanKind.CLIENT] == [
         "chat gpt-4o-mini", "chat gpt-4o-mini"]
+
+
+def test_a_pydantic_ai_model_request_is_a_chat_span_of_its_provider(otel, journal, tmp_path):
+    pytest.importorskip("pydantic_ai")
+    pytest.importorskip("anthropic")
+    from durable_nb.integrations.pydantic_ai import run
+    from tests.openai_agents_process import script as travel_script
+    from tests.pydantic_ai_process import anthropic_model, travel_agent
+
+    exporter, _ = otel
+    with LoopbackServer(travel_script()) as server:
+        agent = travel_agent(tmp_path, model=anthropic_model(server.url))
+
+        async def handler(ctx):
+            return (await run(ctx, agent, "Book me a flight to Oslo.")).output
+
+        dn.execute("trip", handler, journal=journal)
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == [
+        "chat claude-sonnet-4-5", "execute_tool find_flight", "chat claude-sonnet-4-5",
+        "execute_tool book_flight", "chat claude-sonnet-4-5", "invoke_agent trip"]
+    first, tool_span = spans[0], spans[1]
+    assert first.kind is SpanKind.CLIENT
+    assert first.attributes["gen_ai.provider.name"] == "anthropic"
+    assert "openai.api.type" not in first.attributes
+    assert first.attributes["server.port"] == server.port
+    assert tuple(first.attributes["gen_ai.response.finish_reasons"]) == ("tool_call",)
+    assert first.attributes["gen_ai.response.id"].startswith("msg_")
+    entry = list(journal.steps("trip"))[0]
+    assert first.attributes["gen_ai.usage.input_tokens"] == entry.prompt_tokens > 0
+    assert tool_span.attributes["gen_ai.tool.call.id"] == "toolu_0_0"

@@ -32,7 +32,7 @@ from .. import serde
 from .cluster import batch_executor
 from ..errors import DurableError, SerializationError
 from ..execution import canonical
-from ..execution.approvals import find_decision
+from ..approvals.request import find_decision
 from ..journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepEntry, open_journal
 from .limits import BatchLimits
 from ..options import RunOptions
@@ -238,11 +238,11 @@ class ItemExecutor(Protocol):
     """Runs a batch's items elsewhere than on this process's threads
     (:class:`durable_nb.batches.cluster.DaskExecutor`: a Dask cluster's workers)."""
 
-    def execute(self, execution: "_BatchExecution", todo: list[int]) -> None:
+    def execute(self, execution: "BatchExecution", todo: list[int]) -> None:
         """Run the items ``todo`` and set their ``execution.results``."""
 
 
-class _BatchExecution:
+class BatchExecution:
     """One call of :func:`map`: decides what each item needs, runs the rest on a pool (or
     hands them to an :class:`ItemExecutor`)."""
 
@@ -437,7 +437,7 @@ def prepare(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_i
             observer: BatchObserver | None = None, requests_per_minute: float | None = None,
             tokens_per_minute: float | None = None, max_total_tokens: int | None = None,
             max_total_cost: float | None = None, executor: Any = None,
-            **options: Any) -> tuple[_BatchExecution, list[int]]:
+            **options: Any) -> tuple[BatchExecution, list[int]]:
     """:func:`map` up to running anything: the batch keyed, recorded and planned. Returns
     the execution and the indexes of the items it must execute (``execution.execute(todo)``
     runs them; the notebook's batch cell drives it this way, resuming parked items later)."""
@@ -459,7 +459,7 @@ def prepare(handler: Callable[[Any, Any], Any], items: Iterable[Any], *, batch_i
                          max_total_cost=max_total_cost)
     run_options = RunOptions(**{"on_approval": "park", **options}, call_gate=limits)
     record = _batch_record(opened, batch_id, keys, title)
-    execution = _BatchExecution(handler, items, keys, record, opened, run_options, concurrency,
+    execution = BatchExecution(handler, items, keys, record, opened, run_options, concurrency,
                                 retry_failed, limits, observer or BatchObserver(), executor)
     todo = execution.plan()
     limits.start(sum(r.tokens for r in execution.results), sum(r.cost for r in execution.results))

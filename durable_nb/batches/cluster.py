@@ -53,7 +53,7 @@ from ..journal import DiskJournal, Journal, PostgresJournal, Status, open_journa
 from ..runner import Runner
 
 if TYPE_CHECKING:
-    from .batch import ItemResult, _BatchExecution
+    from .batch import BatchExecution, ItemResult
 
 __all__ = ["DaskExecutor", "JournalRef", "batch_executor", "run_item"]
 
@@ -198,7 +198,7 @@ def run_item(ref: JournalRef, run_id: str, handler: Any, item: Any, options: Any
 class _Progress:
     """Reads the journal for the items in flight and tells the batch observer what changed."""
 
-    def __init__(self, execution: "_BatchExecution") -> None:
+    def __init__(self, execution: "BatchExecution") -> None:
         self.execution = execution
         self.seen: dict[int, tuple] = {}
         self.steps: dict[int, int] = {}
@@ -258,7 +258,7 @@ class DaskExecutor:
         refuse_workers(self.ref, reports, socket.gethostname(), here)
         self._checked = True
 
-    def execute(self, execution: "_BatchExecution", todo: list[int]) -> None:
+    def execute(self, execution: "BatchExecution", todo: list[int]) -> None:
         """Run the items in ``todo`` on the cluster, at most ``execution.concurrency`` at
         once; their outcomes land in ``execution.results``. An interrupt cancels the items
         not started and asks those running to stop (CANCELLED, resumable), then is raised
@@ -299,7 +299,7 @@ class DaskExecutor:
             self._interrupt(execution, running)
             raise
 
-    def _submit(self, execution: "_BatchExecution", index: int, options: Any) -> Any:
+    def _submit(self, execution: "BatchExecution", index: int, options: Any) -> Any:
         run_id = execution.run_id(index)
         item = execution.items[index]
         _shippable(f"item {index} of the batch", item)
@@ -308,7 +308,7 @@ class DaskExecutor:
                                   pure=False)
 
     @staticmethod
-    def _outcome(execution: "_BatchExecution", index: int, future: Any) -> "ItemResult":
+    def _outcome(execution: "BatchExecution", index: int, future: Any) -> "ItemResult":
         run_id = execution.run_id(index)
         try:
             report = future.result()
@@ -329,7 +329,7 @@ class DaskExecutor:
             result.status, result.error = Status.FAILED, report["error"]
         return result
 
-    def _interrupt(self, execution: "_BatchExecution", running: dict[Any, int]) -> None:
+    def _interrupt(self, execution: "BatchExecution", running: dict[Any, int]) -> None:
         execution.interrupted.set()
         if running:
             self.client.cancel(list(running))

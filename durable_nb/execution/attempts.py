@@ -61,7 +61,7 @@ from typing import Any
 from ..errors import JournalError, JournalMismatch, RunCancelled, RunLeased
 from ..journal import Journal, RunRecord, Status, this_host
 from ..timestamps import format_time
-from .approvals import decision_words
+from ..approvals.wording import decision_words
 from .lease import Lease
 
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",

@@ -44,17 +44,20 @@ from ..errors import (
     UnserializableResult,
 )
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
-from ..options import RunOptions
-from ..llm.retry import NO_RETRY, RetryPolicy
 from ..timestamps import format_time
-from .approvals import (applies, decision_kind, decision_words, find_decision, pending_digest,
-                        request_digest, take_decision)
-from .deadlines import ApprovalPolicy, apply_deadline, deadline_of
+from ..approvals.request import (applies, decision_kind, find_decision, pending_digest,
+                                 request_digest, take_decision)
+from ..approvals.wording import decision_words
+from ..approvals.policy import ApprovalPolicy, deadline_of
+from ..approvals.tick import apply_deadline
 from .inputs import (canonical, first_difference, fingerprint, load_request, step_identity,
                      store_request)
+from .options import ExecutionOptions
 from .replay import ReplayLog, enclosing_step
+from .retry import NO_RETRY, RetryPolicy
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
 from . import attempts
+from .events import ExecutionListener, RequestWaiting, decision_event, snapshot
 from .writer import JournalWriter
 
 __all__ = ["ChildStarter", "Execution", "NullObserver", "Observer", "Restart",
@@ -114,7 +117,7 @@ def child_run_id(parent: str, name: str, key: str) -> str:
 class Execution:
     """One attempt at executing a run in this process: the step cursor over its journal."""
 
-    def __init__(self, journal: Journal, record: RunRecord, options: RunOptions,
+    def __init__(self, journal: Journal, record: RunRecord, options: ExecutionOptions,
                  observer: Observer, *, token: str, start_child: ChildStarter | None = None,
                  parent: "Execution | None" = None, strict: bool = False) -> None:
         self.journal = journal
@@ -156,12 +159,12 @@ class Execution:
         self.interrupted = False
         self.finished = False
         self.parking = False
-        #: Called with the run's record once a pending approval is written (the runner
-        #: sends notifications from it); None: nothing to call.
-        self.on_waiting: Callable[[RunRecord], None] | None = None
-        #: Called with the run's record, the pending approval and the decision taken, once
-        #: the run took a decision (the runner notifies it, if configured to).
-        self.on_decided: Callable[[RunRecord, dict, dict], None] | None = None
+        #: Told of the run's requests and their decisions (:mod:`.events`; the runner
+        #: registers its notifier); None: nobody listens.
+        self.listener: ExecutionListener | None = None
+        #: The run's choice of notification channels, recorded with each request it asks,
+        #: so that every sender honours it; None: no choice (the journal's channels).
+        self.notify_choice: dict | None = None
         self.restart_from: int | None = None
         # The journal mismatch found in one flow: every other flow stops at its next step.
         self.mismatch: JournalMismatch | None = None
@@ -627,10 +630,10 @@ class Execution:
     def approval(self, name: str, details: Any, policy: ApprovalPolicy | None = None,
                  approvers: list[str] | None = None) -> dict:
         """Journaled approval: record it pending, wait for (or park until) a decision given
-        for what it shows (:mod:`~durable_nb.execution.approvals`), or the one its deadline's
-        ``policy`` takes (:mod:`~durable_nb.execution.deadlines`), by whom it allows:
+        for what it shows (:mod:`~durable_nb.approvals.request`), or the one its deadline's
+        ``policy`` takes (:mod:`~durable_nb.approvals.tick`), by whom it allows:
         ``approvers`` (a tool's or the request's), else the run's
-        (:mod:`~durable_nb.execution.approvers`)."""
+        (:mod:`~durable_nb.approvals.policy`)."""
         scope = self.scope()
         key = scope.next_key()
         inputs = {"details": details}
@@ -645,8 +648,9 @@ class Execution:
         # Stamped taken in the journal (and left there) before the step: from here on the
         # decision can never change, and a second one is refused naming this one.
         decision = take_decision(self.journal, self.run_id, pending, decision)
-        if self.on_decided is not None:
-            self.on_decided(self.record, dict(pending, run_id=self.run_id), decision)
+        if self.listener is not None:
+            self.listener.on_event(decision_event(self.record, dict(pending, run_id=self.run_id),
+                                                  decision))
         result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
                   "by": decision.get("by"), "at": decision.get("at", time.time()),
                   "digest": digest}
@@ -687,6 +691,8 @@ class Execution:
                         approvers=approvers if approvers is not None else self.options.approvers,
                         four_eyes=bool(self.options.four_eyes),
                         started_by=self.record.started_by)
+                    if self.notify_choice is not None:
+                        pending["notify"] = self.notify_choice
                     self._set_pending(pending)
                     break
             if self.options.on_approval == "park":
@@ -697,8 +703,8 @@ class Execution:
             self.wake_event.clear()
         self.save_record()
         self._save_ancestors()
-        if self.on_waiting is not None:
-            self.on_waiting(self.record)
+        if self.listener is not None:
+            self.listener.on_event(RequestWaiting(snapshot(self.record)))
         return pending
 
     @staticmethod
@@ -738,7 +744,7 @@ class Execution:
     def _wait_for_decision(self, pending: dict) -> dict:
         """Wait for a decision on approval ``pending`` (one given for what it shows), or
         for its deadline, whose policy decides or escalates it
-        (:func:`~durable_nb.execution.deadlines.apply_deadline`): the decision;
+        (:func:`~durable_nb.approvals.tick.apply_deadline`): the decision;
         :class:`Suspend` when the run parks instead of waiting.
 
         The journal tells of a decision or a cancel given anywhere
@@ -764,8 +770,8 @@ class Execution:
                         self._set_pending(pending)
                     self.save_record()
                     self._save_ancestors()
-                    if self.on_waiting is not None:
-                        self.on_waiting(self.record)  # the escalation's notifications
+                    if self.listener is not None:  # the escalation's notifications
+                        self.listener.on_event(RequestWaiting(snapshot(self.record)))
                     continue
             if options.on_approval == "park":
                 self.parking = True

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..execution import attempts
-from ..execution.history import history
+from ..approvals.history import history
+from ..approvals.wording import verdict_words
 from ..journal import LLM_KINDS, Journal, open_journal
 from ..llm.streaming import tool_names
 from ..notify.audit import notifications
@@ -106,7 +107,7 @@ def export_data(info: RunInfo, *, journal: Journal | None = None) -> dict[str, A
     """The run as JSON data: ``{"export_version", "run", "rounds", "result", "attempts",
     "code", "notifications", "history"}``: ``notifications`` are the deliveries of its
     requests for approval, without where their senders ran; ``history`` what people and
-    policies did about them (:mod:`durable_nb.execution.history`).
+    policies did about them (:mod:`durable_nb.approvals.history`).
 
     ``journal`` (the one ``info`` came from) lets child steps name their child run's status.
     """
@@ -482,17 +483,13 @@ def _step_md(step: dict[str, Any]) -> str:
     elif kind == "approval":
         head = f"**Approval {md.code(name)}**"
         if step["ok"] and isinstance(result, dict):
-            verdict = "approved" if result.get("approved") else "rejected"
-            via = f" via {result['via']}" if result.get("via") else ""
             note = f": {result['note']}" if result.get("note") else ""
-            head += f": {verdict} by {result.get('by') or 'unknown'}{via}{note}"
+            head += f": {verdict_words(result)}{note}"
         details = (step.get("meta") or {}).get("details")
         if details is not None:
             body = ["", "Details:", "", md.fence(md.json_text(details), "json")]
         for earlier in (step.get("meta") or {}).get("replaced") or ():  # --replace, in order
-            body += ["", f"Replacing: {'approved' if earlier.get('approved') else 'rejected'} "
-                         f"by {earlier.get('by') or 'unknown'}"
-                         + (f" via {earlier['via']}" if earlier.get("via") else "")]
+            body += ["", f"Replacing: {verdict_words(earlier)}"]
         when = f"step {step['position']}, waited {md.duration(step['duration'])}"
     elif kind == "compact":
         meta = step.get("meta") or {}

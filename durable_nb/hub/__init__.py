@@ -14,10 +14,10 @@ describes, three parts hold the rule:
   the hub's OAuth or a hub API token names, with the starter read from the database and the
   addresses from the administrator's configuration (:mod:`durable_nb.hub.config`);
 - **every other process** (a kernel, a panel, the CLI, a single-user server's REST API):
-  :func:`~durable_nb.hub.authority.decided_elsewhere` sends its decision to the service with
+  :func:`~durable_nb.approvals.authority.decided_elsewhere` sends its decision to the service with
   the hub API token its server was given, or refuses it when there is none.
 
-This package's :mod:`~durable_nb.hub.authority` imports only the journal and errors (it is
-called from the decision path in ``execution/``); the service and its configuration sit on
-top of everything.
+That check lives in the approvals room (:mod:`durable_nb.approvals.authority`, called by
+its one :func:`~durable_nb.approvals.decide.decide`), so every path goes through it; this
+package (the service and its configuration) sits on top of everything.
 """

@@ -1,20 +1,21 @@
 """How the hub's service decides: as the hub user, with the starter the database recorded.
 
 The service logs in as the journal's decider role, so the decision path lets it write
-(:func:`~durable_nb.hub.authority.decided_elsewhere` answers None there). Before it does,
-:func:`decide_as` replaces what a run's own record says about who started it (which the
-starter's kernel wrote, and could have written as anyone) with the hub users whose database
-roles created and last wrote the run, and applies the hub's four-eyes rule
-(:class:`~durable_nb.hub.config.HubConfig`); then the request's approvers' list and
-four-eyes are checked as everywhere (:mod:`~durable_nb.execution.approvers`), and a refusal
-is one line and an event in the run's history.
+(:func:`~durable_nb.approvals.authority.decided_elsewhere` answers None there). It decides
+through :func:`~durable_nb.approvals.decide.decide`, as every path does, with the request id
+and digest the person saw, and one substitution (``vetted``): what a run's own record says
+about who started it (which the starter's kernel wrote, and could have written as anyone)
+is replaced with the hub users whose database roles created and last wrote the run, and the
+hub's four-eyes rule (:class:`~durable_nb.hub.config.HubConfig`) is added; then the
+request's approvers' list and four-eyes are checked as everywhere
+(:func:`~durable_nb.approvals.policy.refusal`), and a refusal is one line and an event in
+the run's history.
 """
 
 from __future__ import annotations
 
-from ..errors import ApprovalChanged, NoPendingApproval
-from ..execution.approvals import leave_decision, pending_digest
-from ..execution.approvers import same_person
+from ..approvals.decide import decide
+from ..approvals.policy import same_person
 from ..journal import Journal
 from .config import HubConfig
 
@@ -34,26 +35,21 @@ def starters(journal: Journal, config: HubConfig, run_id: str) -> list[str]:
 
 
 def decide_as(journal: Journal, config: HubConfig, run_id: str, *, user: str,
-              approved: bool, note: str | None, via: str, request_id: str | None = None,
-              digest: str | None = None, replace: bool = False) -> dict:
-    """Decide run ``run_id``'s pending approval as hub user ``user``: the decision written.
-    ``request_id``/``digest``: the request the person saw (refused with
-    :class:`~durable_nb.errors.ApprovalChanged` if the run now asks something else)."""
-    record = journal.get_run(run_id)
-    pending = record.pending_approval
-    if pending is None:
-        raise NoPendingApproval(f"run {run_id!r} is not waiting for an approval (status "
-                                f"{record.status}).")
-    if ((request_id is not None and pending.get("id") != request_id) or
-            (digest is not None and pending_digest(pending) != digest)):
-        raise ApprovalChanged(f"run {run_id!r} now waits for another request than the one "
-                              f"that was seen: nothing was decided. Look at it again.")
-    target = pending.get("run_id", run_id)
-    vetted = dict(pending)
-    known = starters(journal, config, target)
-    if config.four_eyes and known:
-        vetted["four_eyes"] = True
-    if known:
-        vetted["started_by"] = next((s for s in known if same_person(s, user)), known[-1])
-    return leave_decision(journal, run_id, vetted, approved=approved, note=note, by=user,
-                          via=via, replace=replace)
+              approved: bool, note: str | None, via: str, request_id: str | None,
+              digest: str, replace: bool = False, refusals_once: str | None = None) -> dict:
+    """Decide run ``run_id``'s pending approval as hub user ``user``, if it is the request
+    ``request_id`` and ``digest`` name (the one the person saw): the decision written.
+    Errors as :func:`~durable_nb.approvals.decide.decide`'s."""
+    def vetted(pending: dict) -> dict:
+        known = starters(journal, config, pending.get("run_id", run_id))
+        if not known:
+            return pending
+        facts = dict(pending, started_by=next((s for s in known if same_person(s, user)),
+                                              known[-1]))
+        if config.four_eyes:
+            facts["four_eyes"] = True
+        return facts
+
+    return decide(journal, run_id, request_id=request_id, digest=digest, approved=approved,
+                  by=user, via=via, note=note, replace=replace, refusals_once=refusals_once,
+                  vetted=vetted)

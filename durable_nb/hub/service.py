@@ -12,13 +12,19 @@ the configuration's users what they need and no more) and serves:
   Approve and Reject for the requests the signed-in user may decide;
 - ``POST /services/durable-nb/decide``: the inbox's buttons (the hub's XSRF check);
 - ``POST /services/durable-nb/api/decide``: a decision from a user's kernel, panel, CLI or
-  server (:mod:`durable_nb.hub.authority`), JSON in and out, authenticated by the token;
-- ``GET|POST /services/durable-nb/durable-nb/decide/TOKEN``: a decision link, for the
+  server (:mod:`durable_nb.approvals.authority`), JSON in and out, authenticated by the token;
+- ``GET|POST /services/durable-nb/durable-nb/decide#TOKEN``: a decision link, for the
   person it was sent to (:mod:`durable_nb.hub.links`), who signs in to the hub to use it.
+  The page is the Jupyter server's (:mod:`durable_nb.server.decide`): the token stays in
+  the URL's fragment, which no browser sends, so neither the hub, its proxy nor this
+  service logs it; the page's script posts it in the body; every answer says
+  ``Referrer-Policy: no-referrer``. A person not signed in yet is sent through the hub's
+  login with the token kept in the tab's ``sessionStorage``, never in a URL.
 
-With ``$DURABLE_NB_HUB_PUBLIC_URL`` (the hub's ``public_url``) and notification channels in
-its environment it is the team's one sweeper (:func:`~durable_nb.hub.links.start_sweeping`,
-every ``$DURABLE_NB_HUB_SWEEP`` seconds, default 10).
+It is the team's one sweeper (:func:`~durable_nb.hub.links.start_sweeping`, every
+``$DURABLE_NB_HUB_SWEEP`` seconds, default 10): deadlines always, and, with
+``$DURABLE_NB_HUB_PUBLIC_URL`` (the hub's ``public_url``) and notification channels in its
+environment, the team's notifications with their links.
 
 Every decision goes through :func:`~durable_nb.hub.decide.decide_as`.
 """
@@ -32,14 +38,18 @@ import os
 from typing import Any
 from urllib.parse import urlparse
 
+from ..approvals.links import LINK_PATH, parse_token
+from ..approvals.request import find_decision, pending_digest
+from ..approvals.tick import apply_deadline
+from ..approvals.wording import decision_words
 from ..errors import (DecisionExists, DurableError, MissingExtra, NoPendingApproval,
                       NotAllowedToDecide)
-from ..execution.approvals import decision_words, find_decision, pending_digest
-from ..execution.deadlines import apply_deadline
 from ..journal import Journal, Status, open_journal
+from ..notify.config import NotifyConfig
+from ..notify.start import for_directory
 from .config import HubConfig, load_config
 from .decide import decide_as, starters
-from .links import LINK_PATH, link_decision, start_sweeping, team_notify_config
+from .links import link_decision, start_sweeping
 
 __all__ = ["make_app", "main"]
 
@@ -47,9 +57,23 @@ try:
     from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
     from jupyterhub.utils import url_path_join
     from tornado import web
+
+    from ..server.decide import loader_page, render
 except ImportError as exc:  # pragma: no cover - the extra names what to install
-    raise MissingExtra(f"the durable-nb hub service needs JupyterHub ({exc}): pip install "
-                       f"'durable-nb[hub]'") from None
+    raise MissingExtra(f"the durable-nb hub service needs JupyterHub and Jupyter Server "
+                       f"({exc}): pip install 'durable-nb[hub]'") from None
+
+_NOTE_CHARS = 2000
+
+
+def team_notify_config(service_url: str) -> NotifyConfig:
+    """The service's notification configuration (its environment, where :func:`main` put
+    the map's addresses as the e-mail recipients), with links to ``service_url`` (none
+    without it)."""
+    notify = for_directory(None)
+    links = dataclasses.replace(notify.links, base_url=service_url or None,
+                                enabled=bool(service_url) and notify.links.enabled)
+    return dataclasses.replace(notify, links=links)
 
 
 def _why(exc: DurableError) -> str:
@@ -107,11 +131,12 @@ class InboxHandler(_Base):
             elif self.config.four_eyes and self.user_name in started_by:
                 form = "you started this run: under four-eyes someone else decides"
             rows.append(f"<tr><td>{html.escape(record.run_id)}</td>"
+                        f"<td>{html.escape(record.notebook or '')}</td>"
                         f"<td>{html.escape(str(pending.get('name')))}</td>"
                         f"<td><code>{html.escape(details)}</code></td>"
                         f"<td>{html.escape(started)}</td><td>{form}</td></tr>")
-        table = ("<table><tr><th>run</th><th>request</th><th>details</th><th>started by</th>"
-                 "<th></th></tr>" + "".join(rows) + "</table>") if rows else \
+        table = ("<table><tr><th>run</th><th>notebook</th><th>request</th><th>details</th>"
+                 "<th>started by</th><th></th></tr>" + "".join(rows) + "</table>") if rows else \
             "<p>Nothing waits for a decision.</p>"
         note = f'<p class="said">{html.escape(said)}</p>' if said else ""
         self.finish(f"<!doctype html><title>durable-nb inbox</title><h1>Inbox</h1>"
@@ -131,8 +156,9 @@ class DecideFormHandler(InboxHandler):
                                  request_id=self.get_body_argument("request") or None,
                                  digest=self.get_body_argument("digest"))
             said = f"run {run_id!r}: {decision_words(decision)}."
-        except (NotAllowedToDecide, DecisionExists, NoPendingApproval) as exc:
-            self.set_status(403 if isinstance(exc, NotAllowedToDecide) else 409)
+        except (NotAllowedToDecide, DecisionExists, NoPendingApproval, ValueError) as exc:
+            self.set_status(403 if isinstance(exc, NotAllowedToDecide) else
+                            400 if isinstance(exc, ValueError) else 409)
             said = str(exc)
         self.render_inbox(said)
 
@@ -159,7 +185,12 @@ class ApiDecideHandler(_Base):
             decision = decide_as(self.journal, self.config, run_id, user=self.user_name,
                                  approved=bool(body.get("approved")), note=body.get("note"),
                                  via=via, request_id=body.get("request"),
-                                 digest=body.get("digest"), replace=bool(body.get("replace")))
+                                 digest=str(body.get("digest") or ""),
+                                 replace=bool(body.get("replace")))
+        except ValueError as exc:
+            self.set_status(400)
+            self.finish({"why": str(exc)})
+            return
         except NotAllowedToDecide as exc:
             self.set_status(403)
             self.finish({"why": _why(exc), "by": self.user_name})
@@ -176,7 +207,7 @@ class ApiDecideHandler(_Base):
 
     def deadline(self, run_id: str) -> None:
         """A run's deadline passed, its process says: the service applies the request's
-        policy if it did (:func:`~durable_nb.execution.deadlines.apply_deadline`), as the
+        policy if it did (:func:`~durable_nb.approvals.tick.apply_deadline`), as the
         one writer of decisions."""
         pending = self.journal.get_run(run_id).pending_approval
         applied = None if pending is None else apply_deadline(
@@ -193,31 +224,58 @@ class ApiDecideHandler(_Base):
 
 
 class LinkHandler(_Base):
-    """A decision link: the request, and Approve/Reject for the person it was sent to."""
+    """A decision link's page: the request, and Approve/Reject for the person it was sent
+    to. GET answers the page whose script posts the fragment's token (or, to someone not
+    signed in, keeps the token in the tab and goes through the hub's login first); POST
+    shows (``action=view``) or decides (``approve``, ``reject``)."""
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("Referrer-Policy", "no-referrer")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Robots-Tag", "noindex, nofollow")
+
+    def get(self) -> None:
+        if self.current_user is None and not self.get_argument("signin", ""):
+            self.finish(_KEEP_TOKEN)
+            return
+        self.signed_in_page()
 
     @web.authenticated
-    def get(self, token: str) -> None:
-        self.page(token, None)
+    def signed_in_page(self) -> None:
+        self.finish(loader_page(self.xsrf_form_html()))
 
     @web.authenticated
-    def post(self, token: str) -> None:
-        self.page(token, self.get_body_argument("approved") == "yes")
+    def post(self) -> None:
+        token = self.get_body_argument("token", "")
+        action = self.get_body_argument("action", "view")
+        if action not in ("view", "approve", "reject"):
+            raise web.HTTPError(400, "choose Approve or Reject")
+        note = self.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None
+        outcome = link_decision(self.journal, self.config, token, user=self.user_name,
+                                approved=None if action == "view" else action == "approve",
+                                note=note)
+        if outcome.kind == "unknown":
+            self.log.warning("durable_nb: a decision link that names no link was posted by "
+                             "%s; nothing was decided", self.user_name)
+        self.set_status(outcome.status)
+        form = (self.xsrf_form_html() + f'<input type="hidden" name="token" '
+                f'value="{html.escape(token)}">') if outcome.kind == "open" else ""
+        parsed = parse_token(token) if outcome.kind != "unknown" else None
+        self.finish(render(outcome, parsed[1] if parsed else "", form=form, taken=False,
+                           choice=self.get_body_argument("choice", "")))
 
-    def page(self, token: str, approved: bool | None) -> None:
-        status, said, pending = link_decision(self.journal, self.config, token,
-                                              user=self.user_name, approved=approved)
-        self.set_status(status)
-        form = ""
-        if pending is not None:
-            details = json.dumps(pending.get("details"), ensure_ascii=False, default=repr)
-            form = (f"<p>{html.escape(str(pending.get('name')))} "
-                    f"<code>{html.escape(details)}</code></p>"
-                    f'<form method="post">{self.xsrf_form_html()}'
-                    f'<button name="approved" value="yes">Approve</button> '
-                    f'<button name="approved" value="no">Reject</button></form>')
-        self.finish(f"<!doctype html><title>durable-nb decision</title><h1>Decision</h1>"
-                    f"<p>Signed in as {html.escape(self.user_name)}.</p>"
-                    f'<p class="said">{html.escape(said)}</p>{form}')
+
+#: Before the hub's login (whose form would drop the URL's fragment): the token kept in
+#: this tab's sessionStorage, then the same page again, signed in; the server's page reads
+#: it from there (:func:`~durable_nb.server.decide.loader_page`).
+_KEEP_TOKEN = """<!DOCTYPE html><html><head><meta charset="utf-8">
+<meta name="referrer" content="no-referrer"><title>Decision link</title></head><body>
+<p>Signing in to the hub&hellip;</p><script>
+var token = window.location.hash.slice(1);
+if (token) { window.sessionStorage.setItem("durable-nb-link", token); }
+window.location.replace(window.location.pathname + "?signin=1");
+</script></body></html>"""
 
 
 def make_app(journal: Journal, config: HubConfig, prefix: str) -> web.Application:
@@ -226,7 +284,7 @@ def make_app(journal: Journal, config: HubConfig, prefix: str) -> web.Applicatio
         (prefix, InboxHandler),
         (url_path_join(prefix, "decide"), DecideFormHandler),
         (url_path_join(prefix, "api/decide"), ApiDecideHandler),
-        (url_path_join(prefix, LINK_PATH, "(.+)"), LinkHandler),
+        (url_path_join(prefix, LINK_PATH), LinkHandler),
         (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
     ], cookie_secret=os.urandom(32), durable_nb_journal=journal, durable_nb_config=config,
         durable_nb_prefix=prefix)
@@ -245,12 +303,8 @@ def main() -> None:
         # E-mail goes to the addresses of the administrator's map, and only there.
         os.environ["DURABLE_NB_NOTIFY_SMTP_TO"] = ",".join(dict.fromkeys(config.emails.values()))
     public = os.environ.get("DURABLE_NB_HUB_PUBLIC_URL", "").rstrip("/")
-    notify = team_notify_config(config, public + prefix if public else "")
-    if not public:
-        notify = dataclasses.replace(notify, links=dataclasses.replace(notify.links,
-                                                                       enabled=False))
-    if notify.channels():
-        start_sweeping(journal, notify, float(os.environ.get("DURABLE_NB_HUB_SWEEP", "10")))
+    notify = team_notify_config(public + prefix if public else "")
+    start_sweeping(journal, notify, float(os.environ.get("DURABLE_NB_HUB_SWEEP", "10")))
 
     async def serve() -> None:
         make_app(journal, config, prefix).listen(where.port, where.hostname)

@@ -18,6 +18,7 @@ __all__ = ["EXTRAS", "require"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "agents": ("agents",),
     "pydantic-ai": ("pydantic_ai", "pydantic_ai.models.openai"),
+    "mcp": ("mcp",),
 }
 
 

@@ -32,10 +32,17 @@ is ``Runner.run(agent, input)`` with these guarantees:
 - **Tracing is off** (``RunConfig.tracing_disabled``) unless ``tracing=True``: the SDK's
   exporter sends traces to OpenAI, which fails offline, and a resumed run would export the
   replayed part again.
+- **MCP servers** (``mcp_servers=``, connected as the SDK asks: ``async with
+  MCPServerStdio(...)``) are wrapped (:class:`DurableMCPServer`): each tool list the SDK asks
+  for is a journaled step (a replay offers the model what it saw; a server whose tools changed
+  since is an :class:`~durable_nb.errors.InputChanged`), and each tool call a
+  ``ctx.run_async`` step named after the tool, its step id sent in ``_meta`` under
+  ``durable-nb/step-id`` (with the SDK's own ``tool_meta_resolver`` entries). The server's
+  ``require_approval`` asks through ``ctx.approval`` like any tool's ``needs_approval``.
 - **Refused** with :class:`~durable_nb.errors.NotJournaled`, before anything runs: an agent
   given a ``Model`` object (name a model instead: durable_nb provides it), tools other than
-  function tools (shell, computer, apply-patch: they act outside a step), MCP servers, and
-  ``session=`` (its store would be written again on replay).
+  function tools (shell, computer, apply-patch: they act outside a step), and ``session=``
+  (its store would be written again on replay).
 """
 
 from __future__ import annotations
@@ -45,15 +52,17 @@ import json
 from typing import Any, Literal
 
 from agents import Agent, FunctionTool, Handoff, RunConfig, Runner
+from agents.mcp import MCPServer
 from agents.models.default_models import get_default_model
 from agents.models.interface import Model, ModelProvider
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
 
 from ..llm.durable_client import DurableAsyncOpenAI
+from ..mcp.tools import STEP_ID_META_KEY  # the SDK brings the mcp package
 from ..errors import NotJournaled
 
-__all__ = ["DurableModelProvider", "StreamedRun", "durable_agent", "durable_run_config", "run",
+__all__ = ["DurableMCPServer", "DurableModelProvider", "StreamedRun", "durable_agent", "durable_run_config", "run",
            "run_streamed"]
 
 
@@ -106,10 +115,8 @@ class _Durable:
                 f"agent {agent.name!r} has a model object ({type(agent.model).__name__}), whose "
                 f"calls durable_nb cannot journal: give it a model name (model='gpt-4.1') and "
                 f"durable_nb provides the model over ctx.async_openai")
-        if agent.mcp_servers:
-            raise NotJournaled(f"agent {agent.name!r} uses MCP servers, whose tool calls "
-                               f"durable_nb does not journal")
-        copy = agent.clone(tools=[self.tool(agent, t) for t in agent.tools], handoffs=[])
+        copy = agent.clone(tools=[self.tool(agent, t) for t in agent.tools], handoffs=[],
+                           mcp_servers=[DurableMCPServer(self.ctx, s) for s in agent.mcp_servers])
         self.copies[id(agent)] = copy
         copy.handoffs = [self.handoff(h) for h in agent.handoffs]
         return copy
@@ -139,6 +146,67 @@ class _Durable:
             return self.agent(await invoke(context, arguments))
 
         return dataclasses.replace(target, on_invoke_handoff=on_invoke_handoff)
+
+
+class DurableMCPServer(MCPServer):
+    """An Agents SDK MCP server whose tool lists and tool calls are journaled steps of
+    ``ctx``'s run (see the module docstring); everything else (connecting, prompts,
+    approval policy, guardrails) is the wrapped server's."""
+
+    def __init__(self, ctx: Any, server: MCPServer) -> None:
+        # Not MCPServer.__init__: every setting is read from the wrapped server.
+        self._ctx = ctx
+        self._server = server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
+
+    @property
+    def name(self) -> str:
+        return self._server.name
+
+    async def connect(self) -> None:
+        await self._server.connect()
+
+    async def cleanup(self) -> None:
+        await self._server.cleanup()
+
+    async def list_prompts(self) -> Any:
+        return await self._server.list_prompts()
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        return await self._server.get_prompt(name, arguments)
+
+    async def list_tools(self, run_context: Any = None, agent: Any = None) -> list[Any]:
+        """The server's tools now, journaled: keyed by name in the step's inputs, so that a
+        change since reads "tools.NAME was added"."""
+        from mcp import Tool as MCPTool
+
+        live = [t.model_dump(mode="json", by_alias=True, exclude_none=True)
+                for t in await self._server.list_tools(run_context, agent)]
+        described = {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in live}
+
+        async def listed(inputs: Any) -> list[dict[str, Any]]:
+            return live
+
+        journaled = await self._ctx.run_async(f"tools/list {self.name}", listed,
+                                              {"server": self.name, "tools": described})
+        return [MCPTool.model_validate(t) for t in journaled]
+
+    async def call_tool(self, tool_name: str, arguments: dict[str, Any] | None,
+                        meta: dict[str, Any] | None = None) -> Any:
+        """One journaled step named after the tool, its arguments the inputs."""
+        from mcp.types import CallToolResult
+
+        ctx, server = self._ctx, self._server
+
+        async def call(inputs: Any) -> dict[str, Any]:
+            sent = {**(meta or {}), STEP_ID_META_KEY: ctx.step_id}
+            result = await server.call_tool(tool_name, arguments, meta=sent)
+            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+        return CallToolResult.model_validate(
+            await ctx.run_async(tool_name, call, arguments or {}))
 
 
 def durable_agent(ctx: Any, agent: Agent) -> Agent:

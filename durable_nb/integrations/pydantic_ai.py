@@ -10,12 +10,21 @@ In a ``%%durable_agent`` cell (or an async ``durable_nb.execute`` handler)::
 is ``agent.run(prompt)`` with these guarantees, through Pydantic AI's public extension points
 (a per-run model and a capability), without changing the agent:
 
-- **Model calls are steps.** The run uses the SDK's ``OpenAIChatModel`` over
-  ``ctx.async_openai`` (or ``client=``, wrapped), named as the agent's model is (``model=``
-  to choose another; the run's ``model=`` when the agent has none): every request is a ``chat``
-  step like ``ctx.chat`` (budgets, tokens and cost, retries, input comparison). The calls go
-  through the run's client, not the agent's own provider. Structured output is parsed from the
-  journaled completion, so a replay gives the same typed object.
+- **Model calls are steps, whatever the model.** An OpenAI-compatible model (an agent without a
+  model, a model name without a provider or with ``openai:``, an ``OpenAIChatModel``) runs as
+  the SDK's ``OpenAIChatModel`` over ``ctx.async_openai`` (or ``client=``, wrapped), named as
+  the agent's model is (``model=`` to choose another; the run's ``model=`` when the agent has
+  none): every request is a ``chat`` step like ``ctx.chat`` (budgets, tokens and cost,
+  retries, input comparison), sent through the run's client, not the agent's own provider.
+  Any other model (Anthropic, Gemini, Bedrock, Groq, ``FunctionModel`` ..., an instance or a
+  ``provider:name`` string, the agent's or ``model=``) is called by Pydantic AI itself, and
+  each request is a ``model`` step journaled through Pydantic AI's durability API
+  (:mod:`durable_nb.integrations.pydantic_ai_models`): the ``ModelResponse`` in Pydantic AI's
+  serialized form, with tokens, cost, budgets and input comparison. Structured output is parsed
+  from the journaled response, so a replay gives the same typed object.
+- **Refused** with :class:`~durable_nb.errors.NotJournaled`: ``model=`` naming a model that is
+  not OpenAI-compatible for an agent without a model of its own (Pydantic AI's durability API
+  needs the agent's model; ``Agent(model, ...)``).
 - **Tools are steps.** A capability's ``wrap_tool_execute`` runs each tool call as a
   ``ctx.run_async`` step named after the tool with its validated arguments as inputs: once, its
   result journaled. Pydantic AI runs a turn's tool calls as asyncio tasks created in call order;
@@ -26,12 +35,11 @@ is ``agent.run(prompt)`` with these guarantees, through Pydantic AI's public ext
   and answered with ``DeferredToolResults`` (approved, or ``ToolDenied``) in the next
   ``agent.run``, which goes on from the message history. Calls deferred for external
   execution are left to the caller: the result with them is returned.
-- **Refused** with :class:`~durable_nb.errors.NotJournaled`: an agent whose model is not an
-  OpenAI-compatible one (Anthropic, Gemini ...).
 
-For ``agent.run_stream`` / ``agent.iter``, pass ``model=durable_model(ctx, name)`` and
-``capabilities=[JournaledTools(ctx)]`` yourself: model calls and tools are steps the same way;
-approvals are then yours to answer.
+For ``agent.run_stream`` / ``agent.iter``, pass ``model=durable_model(ctx, name)`` (an
+OpenAI-compatible model) or ``JournaledModelRequests(ctx)`` (any model) with
+``JournaledTools(ctx)`` in ``capabilities=`` yourself: model calls and tools are steps the same
+way; approvals are then yours to answer.
 """
 
 from __future__ import annotations
@@ -46,8 +54,12 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDen
 
 from ..llm.durable_client import DurableAsyncOpenAI
 from ..errors import NotJournaled
+from .pydantic_ai_models import JournaledModelRequests
 
-__all__ = ["JournaledTools", "durable_model", "run"]
+__all__ = ["JournaledModelRequests", "JournaledTools", "durable_model", "run"]
+
+#: Provider prefixes of model names durable_nb sends through the run's OpenAI client.
+_OPENAI_PREFIXES = ("openai", "openai-chat")
 
 
 class JournaledTools(AbstractCapability):
@@ -65,20 +77,29 @@ class JournaledTools(AbstractCapability):
         return await self.ctx.run_async(call.tool_name, execute, call.args_as_dict())
 
 
-def _model_name(ctx: Any, agent: Agent, model: str | None) -> str:
-    if model:
-        return model.split(":", 1)[1] if ":" in model else model
+def _openai_name(name: str) -> str | None:
+    """The model of ``name`` when it names an OpenAI-compatible one (no provider, or
+    ``openai:``), else None."""
+    provider, colon, model = name.partition(":")
+    if not colon:
+        return name
+    return model if provider in _OPENAI_PREFIXES else None
+
+
+def _openai_model(ctx: Any, agent: Agent, model: Any) -> str | None:
+    """The name of the OpenAI-compatible model the run calls through ``ctx.async_openai``,
+    or None when the model is another provider's (called by Pydantic AI, journaled as
+    ``model`` steps)."""
+    if model is not None:
+        return _openai_name(model) if isinstance(model, str) else None
     given = agent.model
     if isinstance(given, (OpenAIChatModel, OpenAIResponsesModel)):
         return given.model_name
     if isinstance(given, str):
-        return given.split(":", 1)[1] if ":" in given else given
+        return _openai_name(given)
     if given is None and ctx._ex.options.model:
         return str(ctx._ex.options.model)
-    raise NotJournaled(
-        f"agent {agent.name!r} has the model {given!r}, which durable_nb does not journal: "
-        f"give an OpenAI-compatible model name (model='gpt-4.1-mini'); durable_nb calls it "
-        f"through ctx.async_openai")
+    return None
 
 
 def durable_model(ctx: Any, name: str, client: Any = None) -> OpenAIChatModel:
@@ -102,15 +123,34 @@ def _decisions(ctx: Any, requests: DeferredToolRequests) -> DeferredToolResults:
     return DeferredToolResults(approvals=approvals)
 
 
-async def run(ctx: Any, agent: Agent, prompt: Any = None, *, model: str | None = None,
+async def run(ctx: Any, agent: Agent, prompt: Any = None, *, model: Any = None,
               client: Any = None, output_type: Any = None, **run_options: Any) -> Any:
     """``agent.run(prompt, ...)`` as part of ``ctx``'s run (see the module docstring); returns
-    the ``AgentRunResult`` of the last ``agent.run`` (after the last approval).
+    the ``AgentRunResult`` of the last ``agent.run`` (after the last approval). ``model``: a
+    model name or a Pydantic AI ``Model`` to use instead of the agent's.
     ``run_options`` are ``agent.run``'s (``deps``, ``message_history``, ``usage_limits`` ...)."""
     capabilities = [*(run_options.pop("capabilities", None) or ()), JournaledTools(ctx)]
     history = run_options.pop("message_history", None)
-    options = dict(run_options, capabilities=capabilities,
-                   model=durable_model(ctx, _model_name(ctx, agent, model), client),
+    openai_name = _openai_model(ctx, agent, model)
+    if openai_name is not None:
+        chosen = durable_model(ctx, openai_name, client)
+    else:
+        if agent.model is None and model is None:
+            raise NotJournaled(
+                f"agent {agent.name!r} has no model, and neither has the run: give one "
+                f"(run(..., model='gpt-4.1-mini'), RunOptions(model=...), or Agent(model, ...))")
+        if agent.model is None:
+            raise NotJournaled(
+                f"agent {agent.name!r} has no model of its own, and Pydantic AI journals the "
+                f"requests of a model that is not OpenAI-compatible ({model!r}) only for an "
+                f"agent built with one: give it as Agent(model, ...); model= may then choose "
+                f"another for a run")
+        # A Model instance given here crosses Pydantic AI's durable boundary registered.
+        models = {"run": model} if model is not None and not isinstance(model, str) else None
+        capabilities.append(JournaledModelRequests(ctx, name=agent.name or "agent",
+                                                   models=models))
+        chosen = model
+    options = dict(run_options, capabilities=capabilities, model=chosen,
                    output_type=_with_deferred(output_type or agent.output_type))
     result = await agent.run(prompt, message_history=history, **options)
     while isinstance(result.output, DeferredToolRequests) and result.output.approvals \

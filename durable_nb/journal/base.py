@@ -44,7 +44,7 @@ FENCED_ADVICE = ("this executor was fenced out: it lost the run's lease (it stal
 
 #: The kinds of requests other processes leave for a run's executor. A decision on an
 #: approval is left under ``decision.ID``, the id of the pending approval it decides
-#: (:mod:`durable_nb.execution.approvals`); ``decision`` alone is what older versions wrote.
+#: (:mod:`durable_nb.approvals.request`); ``decision`` alone is what older versions wrote.
 REQUEST_KINDS = ("decision", "cancel")
 _DECISION_KIND = re.compile(r"decision\.[0-9a-f]{32}")
 
@@ -304,7 +304,7 @@ class Journal(abc.ABC):
         NOTHING``): of processes racing to add, exactly one writes. None when the request
         is ``value`` now (written by this call, or by this same call made again after a
         lost connection); else the request that was there, unchanged. How a decision is
-        written once (:func:`durable_nb.execution.approvals.leave_decision`)."""
+        written once (:func:`durable_nb.approvals.decide.decide`)."""
 
     @abc.abstractmethod
     def swap_request(self, kind: str, run_id: str, old: dict, new: dict) -> bool:
@@ -384,7 +384,7 @@ class Journal(abc.ABC):
                 if not k.startswith((HISTORY_PREFIX, LINK_PREFIX))}
 
     def link_records(self, run_id: str) -> dict[str, dict]:
-        """The run's decision links' records by key (:mod:`durable_nb.notify.links`), kept
+        """The run's decision links' records by key (:mod:`durable_nb.approvals.links`), kept
         with its deliveries (added and swapped as they are) under keys of their own."""
         return {k: v for k, v in self._run_records(run_id).items()
                 if k.startswith(LINK_PREFIX)}
@@ -409,7 +409,7 @@ class Journal(abc.ABC):
 
     def add_event(self, run_id: str, event: dict) -> None:
         """Append ``event`` (JSON data) to the history of run ``run_id``: kept, never changed,
-        deleted with the run (:mod:`durable_nb.execution.history` writes and reads them)."""
+        deleted with the run (:mod:`durable_nb.approvals.history` writes and reads them)."""
         # Kept in the deliveries' store, under a key no delivery has (their keys start with a
         # request's hex id): a history needs the same per-run, add-once records, and no
         # PostgreSQL migration.

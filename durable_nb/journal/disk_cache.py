@@ -21,11 +21,11 @@ from diskcache.core import MODE_PICKLE, MODE_RAW, MODE_TEXT
 from ..errors import CorruptEntry, NoJournal
 from .base import read_only_error
 
-_DIR_MODE = 0o700
+DIR_MODE = 0o700
 _FILE_MODE = 0o600
 
 
-class _JsonOnlyDisk(diskcache.Disk):
+class JsonOnlyDisk(diskcache.Disk):
     """A diskcache Disk that stores and loads str keys and str values only (never pickle),
     and writes value files owner-only, fsynced when ``fsync`` is set."""
 
@@ -56,8 +56,8 @@ class _JsonOnlyDisk(diskcache.Disk):
         full_dir = op.dirname(full_path)
         for attempt in range(10):
             # makedirs gives `mode` to the leaf only: make the outer folder first.
-            os.makedirs(op.dirname(full_dir), mode=_DIR_MODE, exist_ok=True)
-            os.makedirs(full_dir, mode=_DIR_MODE, exist_ok=True)
+            os.makedirs(op.dirname(full_dir), mode=DIR_MODE, exist_ok=True)
+            os.makedirs(full_dir, mode=DIR_MODE, exist_ok=True)
             try:
                 fd = os.open(full_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
                 break
@@ -85,7 +85,7 @@ def _fsync_directory(path: str) -> None:
         os.close(fd)
 
 
-class _Cache(diskcache.Cache):
+class JournalCache(diskcache.Cache):
     """A diskcache Cache whose SQLite connections (one per thread) use this object's
     ``synchronous`` level: diskcache keeps pragmas in the shared database, where another
     process opening the same journal with another durability would change them."""
@@ -97,12 +97,12 @@ class _Cache(diskcache.Cache):
         con = super()._con
         if self.synchronous is not None and \
                 getattr(self._local, "synchronous", None) != self.synchronous:
-            _retry_locked(lambda: con.execute(f"PRAGMA synchronous = {self.synchronous}"))
+            retry_locked(lambda: con.execute(f"PRAGMA synchronous = {self.synchronous}"))
             self._local.synchronous = self.synchronous
         return con
 
 
-def _retry_locked(action: Callable[[], Any], seconds: float = 60.0) -> Any:
+def retry_locked(action: Callable[[], Any], seconds: float = 60.0) -> Any:
     """``action()``, tried again while SQLite says the database is locked: another process
     opening the same journal at the same moment holds it for a few milliseconds."""
     deadline = time.monotonic() + seconds
@@ -115,7 +115,7 @@ def _retry_locked(action: Callable[[], Any], seconds: float = 60.0) -> Any:
         time.sleep(0.005)
 
 
-class _ReadOnlyCache:
+class ReadOnlyCache:
     """The reads DiskJournal makes of a diskcache Cache, done on a SQLite connection opened
     read-only (one per thread), never writing; the write methods raise."""
 
@@ -151,11 +151,11 @@ class _ReadOnlyCache:
     def _con(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = self._local.con = _retry_locked(self._connect)
+            con = self._local.con = retry_locked(self._connect)
         return con
 
     def _sql(self, query: str, params: tuple = ()) -> sqlite3.Cursor:
-        return _retry_locked(lambda: self._con.execute(query, params))
+        return retry_locked(lambda: self._con.execute(query, params))
 
     def _row(self, key: str) -> tuple | None:
         return self._sql("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 "
@@ -197,7 +197,7 @@ class _ReadOnlyCache:
             con.close()
 
 
-def _not_writable(directory: Path, exc: BaseException) -> str | None:
+def not_writable(directory: Path, exc: BaseException) -> str | None:
     """Why opening the journal for writing failed when the cause is that it can be read but
     not written (a read-only file system, mount or copy); None for other failures."""
     if isinstance(exc, OSError) and exc.errno == errno.EROFS:

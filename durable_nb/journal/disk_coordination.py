@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from ..errors import CorruptEntry, RunLeased
 from .base import delivery_text, read_only_error
-from .disk_layout import _DELIVERY_SEP, _delivery_key, _prefix_end, _request_key
+from .disk_layout import DELIVERY_SEP, delivery_key, prefix_end, request_key
 
 
-class _RunCoordination:
+class DiskRunCoordination:
     """Leases, requests and a run's keyed records of
     :class:`~durable_nb.journal.local.DiskJournal`."""
 
@@ -51,12 +51,12 @@ class _RunCoordination:
     # -- requests -------------------------------------------------------------------------
 
     def put_request(self, kind: str, run_id: str, value: dict) -> None:
-        self._set_json(_request_key(kind, run_id), value)
+        self._set_json(request_key(kind, run_id), value)
 
     def add_request(self, kind: str, run_id: str, value: dict) -> dict | None:
         if self.read_only:
             raise read_only_error(self.location, "be written")
-        key = _request_key(kind, run_id)
+        key = request_key(kind, run_id)
         while True:
             # Cache.add is one SQLite transaction: of writers racing, exactly one adds.
             if self._cache.add(key, json.dumps(value, separators=(",", ":")), retry=True):
@@ -69,7 +69,7 @@ class _RunCoordination:
     def swap_request(self, kind: str, run_id: str, old: dict, new: dict) -> bool:
         if self.read_only:
             raise read_only_error(self.location, "be written")
-        key = _request_key(kind, run_id)
+        key = request_key(kind, run_id)
         with self._cache.transact(retry=True):
             there = self._read_json(key)
             if there == new:
@@ -80,34 +80,34 @@ class _RunCoordination:
         return True
 
     def get_request(self, kind: str, run_id: str) -> dict | None:
-        value = self._read_json(_request_key(kind, run_id))
+        value = self._read_json(request_key(kind, run_id))
         return value if isinstance(value, dict) else None
 
     def delete_request(self, kind: str, run_id: str) -> None:
-        self._cache.delete(_request_key(kind, run_id), retry=True)
+        self._cache.delete(request_key(kind, run_id), retry=True)
 
     # -- deliveries -----------------------------------------------------------------------
 
     def add_delivery(self, run_id: str, key: str, value: dict) -> bool:
         if self.read_only:
             raise read_only_error(self.location, "be written")
-        return bool(self._cache.add(_delivery_key(run_id, key), delivery_text(value),
+        return bool(self._cache.add(delivery_key(run_id, key), delivery_text(value),
                                     retry=True))
 
     def swap_delivery(self, run_id: str, key: str, expected: dict, value: dict) -> bool:
         if self.read_only:
             raise read_only_error(self.location, "be written")
         with self._cache.transact(retry=True):
-            if self._get(_delivery_key(run_id, key)) != delivery_text(expected):
+            if self._get(delivery_key(run_id, key)) != delivery_text(expected):
                 return False
-            self._cache.set(_delivery_key(run_id, key), delivery_text(value), retry=True)
+            self._cache.set(delivery_key(run_id, key), delivery_text(value), retry=True)
         return True
 
     def _run_records(self, run_id: str) -> dict[str, dict]:
-        prefix = _delivery_key(run_id, "")
+        prefix = delivery_key(run_id, "")
         found = {}
         for key, text in self._range(prefix):
-            if _DELIVERY_SEP in key[len(prefix):]:
+            if DELIVERY_SEP in key[len(prefix):]:
                 continue  # a run whose id starts with this one's and the separator
             try:
                 found[key[len(prefix):]] = json.loads(text)
@@ -116,7 +116,7 @@ class _RunCoordination:
         return found
 
     def _delivery_keys(self, sql: Callable, run_id: str) -> list[str]:
-        prefix = _delivery_key(run_id, "")
+        prefix = delivery_key(run_id, "")
         rows = sql("SELECT key FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
-                   (prefix, _prefix_end(prefix))).fetchall()
-        return [key for key, in rows if _DELIVERY_SEP not in key[len(prefix):]]
+                   (prefix, prefix_end(prefix))).fetchall()
+        return [key for key, in rows if DELIVERY_SEP not in key[len(prefix):]]

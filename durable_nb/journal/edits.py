@@ -26,9 +26,10 @@ changes nothing.
 
 **Cuts by key.** :func:`cut_at_key` says which entries a changed step invalidates: its own
 scope from that step on, what ran inside them, what completed after it in the scopes
-enclosing it, and tasks created after it completed (each entry journals when the tasks it
-was made in were created). The steps of tasks that existed before it completed stay (they
-replay), whatever their completion order.
+enclosing it, and tasks created after it completed, at any depth (each entry journals when
+the tasks it was made in were created). The steps of tasks that existed before it completed
+stay (they replay), whatever their completion order, unless a task inside them was created
+after it.
 """
 
 from __future__ import annotations
@@ -277,9 +278,13 @@ def dropped_by_change(entries: list[StepEntry], changed: StepEntry,
         common = 0
         while common < min(len(own), len(scope)) and own[common] == scope[common]:
             common += 1
-        for depth in range(common, len(own)):
-            if "#" in own[depth]:  # the task it runs in, apart from K's: did it exist before K?
-                return spawns.get(tuple(own[:depth + 1]), p + 1) > p
+        # The tasks it runs in, apart from K's: it stays only if every one of them existed
+        # before K completed. A task created after K by one that existed before it may have
+        # been started because of K's result, at any depth, as at the top.
+        tasks = [tuple(own[:depth + 1]) for depth in range(common, len(own))
+                 if "#" in own[depth]]
+        if tasks:
+            return any(spawns.get(task, p + 1) > p for task in tasks)
         return position > p  # inside a step of S or of a scope enclosing it
 
     return dropped
@@ -293,11 +298,13 @@ def cut_at_key(entries: list[StepEntry], changed: StepEntry,
     drops: K and S's later steps (index >= n) and everything under them; the entries of
     S's scope and of the scopes enclosing it that completed after p (their flow may have
     waited for K's result), and of steps of those scopes; and every entry of a task created
-    after p (it may have been started because of K: its creation is journaled with its
-    steps, ``StepEntry.spawned``; for entries journaled before that, a task's first entry
-    stands for it). The entries of tasks that already existed when K completed stay,
-    whatever their completion order and wherever they were created (beside K's task, inside
-    it, inside another): they replay instead of executing again. So do the entries from
+    after p, and of the tasks inside it, wherever the task was created (at the top, or inside
+    a task that existed before K): it may have been started because of K. Its creation is
+    journaled with its steps, ``StepEntry.spawned``; for entries journaled before that, a
+    task's first entry stands for it. The entries of tasks that already existed when K
+    completed, and all the tasks around them too, stay, whatever their completion order and
+    wherever they were created (beside K's task, inside it, inside another): they replay
+    instead of executing again. So do the entries from
     ``live_from`` on (see :func:`dropped_by_change`)."""
     dropped = dropped_by_change(entries, changed, live_from)
     return [e for e in entries if not dropped(e.key, e.position)]

@@ -61,29 +61,29 @@ from .base import (
     wanted_statuses,
 )
 from .disk_cache import (
-    _DIR_MODE,
-    _Cache,
-    _JsonOnlyDisk,
-    _not_writable,
-    _ReadOnlyCache,
-    _retry_locked,
+    DIR_MODE,
+    JournalCache,
+    JsonOnlyDisk,
+    ReadOnlyCache,
+    not_writable,
+    retry_locked,
 )
-from .disk_coordination import _RunCoordination
+from .disk_coordination import DiskRunCoordination
 from .disk_layout import (
-    _IN_RUNS,
-    _INSERT_IF_ABSENT,
-    _INSERT_IF_LEASED,
-    _READ_AHEAD,
-    _RUNS_INDEX,
-    _SELECT_STEPS,
-    _SELECT_VALUE,
-    _STATUS_NAMES,
-    _UPDATE_INLINE,
-    _prefix_end,
-    _record_tag,
-    _request_key,
-    _run_tag,
-    _step_key,
+    IN_RUNS,
+    INSERT_IF_ABSENT,
+    INSERT_IF_LEASED,
+    READ_AHEAD,
+    RUNS_INDEX,
+    SELECT_STEPS,
+    SELECT_VALUE,
+    STATUS_NAMES,
+    UPDATE_INLINE,
+    prefix_end,
+    record_tag,
+    request_key,
+    run_tag,
+    step_key,
 )
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
@@ -99,7 +99,7 @@ _SYNCHRONOUS = {"process": 1, "power": 2}  # SQLite NORMAL, FULL
 _HELD_KEPT = 1024
 
 
-class DiskJournal(_RunCoordination, Journal):
+class DiskJournal(DiskRunCoordination, Journal):
     """The journal in one directory (default ``./.durable_nb``) on this machine.
 
     Safe to share between threads and processes: every write is a SQLite transaction.
@@ -119,7 +119,7 @@ class DiskJournal(_RunCoordination, Journal):
         self.read_only = read_only
         if read_only:
             try:
-                self._cache = _ReadOnlyCache(self.directory)
+                self._cache = ReadOnlyCache(self.directory)
             except (OSError, sqlite3.Error) as exc:
                 raise IncompatibleJournal(
                     f"cannot open the journal at {self.directory} read-only: {exc}. Check that "
@@ -127,11 +127,11 @@ class DiskJournal(_RunCoordination, Journal):
             self._check_format()
             return
         try:
-            self.directory.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+            self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             old_umask = os.umask(0o077)
             try:
-                self._cache = _retry_locked(lambda: _Cache(
-                    str(self.directory), disk=_JsonOnlyDisk, eviction_policy="none",
+                self._cache = retry_locked(lambda: JournalCache(
+                    str(self.directory), disk=JsonOnlyDisk, eviction_policy="none",
                     size_limit=2**62, cull_limit=0, statistics=False, tag_index=False,
                     # A replay reads each entry once, in order: SQLite's default 64 MiB map
                     # and 32 MiB page cache would only grow the kernel's memory with the
@@ -141,7 +141,7 @@ class DiskJournal(_RunCoordination, Journal):
             finally:
                 os.umask(old_umask)
         except (OSError, sqlite3.Error) as exc:
-            reason = _not_writable(self.directory, exc)
+            reason = not_writable(self.directory, exc)
             if reason is not None:
                 raise JournalNotWritable(str(self.directory), reason) from exc
             raise IncompatibleJournal(
@@ -156,15 +156,15 @@ class DiskJournal(_RunCoordination, Journal):
     def _index_runs(self) -> None:
         """Create the index of run records by status and creation time (once per journal),
         and tag the records an older durable_nb wrote without one."""
-        _retry_locked(lambda: self._cache._sql(_RUNS_INDEX))
-        query = f"SELECT key, mode, filename, value FROM Cache WHERE {_IN_RUNS} AND tag IS NULL"
+        retry_locked(lambda: self._cache._sql(RUNS_INDEX))
+        query = f"SELECT key, mode, filename, value FROM Cache WHERE {IN_RUNS} AND tag IS NULL"
         if self._cache._sql(query + " LIMIT 1").fetchone() is None:
             return
         fetch = self._cache._disk.fetch
         with self._cache.transact(retry=True):
             for key, mode, filename, value in self._cache._sql(query).fetchall():
                 try:
-                    tag = _record_tag(fetch(mode, filename, value, False))
+                    tag = record_tag(fetch(mode, filename, value, False))
                 except (OSError, CorruptEntry):
                     continue  # unreadable: listed (and reported) as it is
                 if tag is not None:
@@ -217,7 +217,7 @@ class DiskJournal(_RunCoordination, Journal):
         range query (diskcache has no public prefix scan)."""
         rows = self._cache._sql(
             "SELECT key, mode, filename, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
-            (prefix, _prefix_end(prefix))).fetchall()
+            (prefix, prefix_end(prefix))).fetchall()
         fetch = self._cache._disk.fetch
         return [(key, fetch(mode, filename, value, False)) for key, mode, filename, value in rows]
 
@@ -228,7 +228,7 @@ class DiskJournal(_RunCoordination, Journal):
             return
         # One indexed SELECT on the transaction's own connection (diskcache's get() would
         # add its expiry and statistics bookkeeping to every step).
-        row = (sql or self._cache._sql)(_SELECT_VALUE, (f"lease:{run_id}",)).fetchone()
+        row = (sql or self._cache._sql)(SELECT_VALUE, (f"lease:{run_id}",)).fetchone()
         if row is not None and row[0] == MODE_RAW and self._held.get(run_id) == (token, row[2]):
             return  # the very lease text found to be this token's at an earlier write
         holder = None
@@ -269,7 +269,7 @@ class DiskJournal(_RunCoordination, Journal):
         does not apply.
         """
         size, mode, filename, value = columns
-        return sql(_INSERT_IF_ABSENT, (key, now, now, size, mode, filename, value)).rowcount == 1
+        return sql(INSERT_IF_ABSENT, (key, now, now, size, mode, filename, value)).rowcount == 1
 
     def _insert_under_held_lease(self, sql: Callable, run_id: str, token: str | None,
                                  key: str, columns: tuple, now: float) -> bool:
@@ -282,14 +282,14 @@ class DiskJournal(_RunCoordination, Journal):
         if held is None or held[0] != token:
             return False
         size, mode, filename, value = columns
-        return sql(_INSERT_IF_LEASED, (key, now, now, size, mode, filename, value,
+        return sql(INSERT_IF_LEASED, (key, now, now, size, mode, filename, value,
                                        f"lease:{run_id}", MODE_RAW, held[1])).rowcount == 1
 
     # -- runs -----------------------------------------------------------------------------
 
     def create_run(self, record: RunRecord) -> bool:
         return bool(self._cache.add(f"run:{record.run_id}", record.to_json(),
-                                    tag=_run_tag(record.status, record.created_at), retry=True))
+                                    tag=run_tag(record.status, record.created_at), retry=True))
 
     def find_run(self, run_id: str) -> RunRecord | None:
         text = self._get(f"run:{run_id}")
@@ -303,7 +303,7 @@ class DiskJournal(_RunCoordination, Journal):
         with self._cache.transact(retry=True):
             self._fenced(record.run_id, token)
             self._cache.set(f"run:{record.run_id}", text,
-                            tag=_run_tag(record.status, record.created_at), retry=True)
+                            tag=run_tag(record.status, record.created_at), retry=True)
 
     def list_runs(self, prefix: str = "", *, status: StatusFilter = None,
                   limit: int | None = None, newest_first: bool = False) -> list[RunRecord]:
@@ -322,13 +322,13 @@ class DiskJournal(_RunCoordination, Journal):
         first ``limit`` of them in the order asked for), and the records written without a
         tag (by an older durable_nb), which only parsing can place."""
         low = "run:" + prefix
-        bounds = (low, _prefix_end(low))
+        bounds = (low, prefix_end(low))
         order = "DESC" if newest_first else "ASC"
         cut = "" if limit is None else f" LIMIT {max(int(limit), 0)}"
-        queries = [(f"SELECT key, mode, filename, value FROM Cache WHERE {_IN_RUNS} AND tag >= ? "
+        queries = [(f"SELECT key, mode, filename, value FROM Cache WHERE {IN_RUNS} AND tag >= ? "
                     f"AND tag < ? AND key >= ? AND key < ? ORDER BY tag {order}, key {order}{cut}",
                     (f"{s.value}|", f"{s.value}}}", *bounds)) for s in (wanted or Status)]
-        queries.append((f"SELECT key, mode, filename, value FROM Cache WHERE {_IN_RUNS} "
+        queries.append((f"SELECT key, mode, filename, value FROM Cache WHERE {IN_RUNS} "
                         f"AND tag IS NULL AND key >= ? AND key < ?", bounds))
         fetch = self._cache._disk.fetch
         rows = []
@@ -341,15 +341,15 @@ class DiskJournal(_RunCoordination, Journal):
         """Counted on the ``durable_nb_runs`` index (records written without a tag, by an
         older durable_nb, are parsed)."""
         low = "run:" + prefix
-        bounds = (low, _prefix_end(low))
+        bounds = (low, prefix_end(low))
         counts: dict[Status, int] = {}
         query = (f"SELECT substr(tag, 1, instr(tag, '|') - 1), count(*) FROM Cache "
-                 f"WHERE {_IN_RUNS} AND tag IS NOT NULL AND key >= ? AND key < ? GROUP BY 1")
+                 f"WHERE {IN_RUNS} AND tag IS NOT NULL AND key >= ? AND key < ? GROUP BY 1")
         for name, count in self._cache._sql(query, bounds).fetchall():
-            if name in _STATUS_NAMES:
+            if name in STATUS_NAMES:
                 counts[Status(name)] = counts.get(Status(name), 0) + count
         fetch = self._cache._disk.fetch
-        untagged = (f"SELECT key, mode, filename, value FROM Cache WHERE {_IN_RUNS} "
+        untagged = (f"SELECT key, mode, filename, value FROM Cache WHERE {IN_RUNS} "
                     f"AND tag IS NULL AND key >= ? AND key < ?")
         for key, mode, filename, value in self._cache._sql(untagged, bounds).fetchall():
             status = _parse_record(key, fetch(mode, filename, value, False), key[4:]).status
@@ -366,22 +366,22 @@ class DiskJournal(_RunCoordination, Journal):
         probes = []
         for record in records:
             hint = max(int(record.step_count or 0), 0)
-            probes.append(_step_key(record.run_id, hint))
+            probes.append(step_key(record.run_id, hint))
             if hint:
-                probes.append(_step_key(record.run_id, hint - 1))
+                probes.append(step_key(record.run_id, hint - 1))
         present = self._present(probes)
         for record in records:
             hint = max(int(record.step_count or 0), 0)
-            if _step_key(record.run_id, hint) in present or \
-                    (hint and _step_key(record.run_id, hint - 1) not in present):
+            if step_key(record.run_id, hint) in present or \
+                    (hint and step_key(record.run_id, hint - 1) not in present):
                 record.step_count = self.count_steps(record.run_id, hint)
         return records
 
     def _present(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` the journal holds, 256 a query."""
         present: set[str] = set()
-        for start in range(0, len(keys), _READ_AHEAD):
-            chunk = keys[start:start + _READ_AHEAD]
+        for start in range(0, len(keys), READ_AHEAD):
+            chunk = keys[start:start + READ_AHEAD]
             query = f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({', '.join('?' * len(chunk))})"
             present.update(key for key, in self._cache._sql(query, chunk).fetchall())
         return present
@@ -411,7 +411,7 @@ class DiskJournal(_RunCoordination, Journal):
             for gone in (*children, run_id):
                 keys = [*self._step_keys(sql, gone, 0), *self._blob_keys(sql, gone),
                         f"run:{gone}", f"lease:{gone}",
-                        *(_request_key(kind, gone) for kind in REQUEST_KINDS),
+                        *(request_key(kind, gone) for kind in REQUEST_KINDS),
                         *self._decision_keys(sql, gone), *self._delivery_keys(sql, gone)]
                 self._delete_rows(sql, cleanup, keys)
 
@@ -424,14 +424,14 @@ class DiskJournal(_RunCoordination, Journal):
                 return False
             for staging, record in staged:
                 self._delete_rows(sql, cleanup, [f"run:{staging}"])
-                renames = [(key, _step_key(record.run_id, int(key.rsplit(":", 1)[1])))
+                renames = [(key, step_key(record.run_id, int(key.rsplit(":", 1)[1])))
                            for key in self._step_keys(sql, staging, 0)]
                 renames += [(key, f"blob:{record.run_id}:{key.rsplit(':', 1)[1]}")
                             for key in self._blob_keys(sql, staging)]
                 for old, new in renames:
                     sql("UPDATE Cache SET key = ? WHERE key = ? AND raw = 1", (new, old))
                 self._cache.add(f"run:{record.run_id}", record.to_json(),
-                                tag=_run_tag(record.status, record.created_at), retry=True)
+                                tag=run_tag(record.status, record.created_at), retry=True)
         return True
 
     @staticmethod
@@ -440,14 +440,14 @@ class DiskJournal(_RunCoordination, Journal):
         contiguous run of positions)."""
         keys = []
         while True:
-            chunk = [_step_key(run_id, p) for p in range(start, start + _READ_AHEAD)]
+            chunk = [step_key(run_id, p) for p in range(start, start + READ_AHEAD)]
             found = {key for key, in sql("SELECT key FROM Cache WHERE raw = 1 AND key IN ("
                                          + ", ".join("?" * len(chunk)) + ")", chunk)}
             for key in chunk:
                 if key not in found:
                     return keys
                 keys.append(key)
-            start += _READ_AHEAD
+            start += READ_AHEAD
 
     @staticmethod
     def _blob_keys(sql: Callable, run_id: str) -> list[str]:
@@ -455,7 +455,7 @@ class DiskJournal(_RunCoordination, Journal):
         also starts the keys of run ``RUN:2``'s blobs: a digest has no colon)."""
         prefix = f"blob:{run_id}:"
         rows = sql("SELECT key FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
-                   (prefix, _prefix_end(prefix))).fetchall()
+                   (prefix, prefix_end(prefix))).fetchall()
         return [key for key, in rows if ":" not in key[len(prefix):]]
 
     @staticmethod
@@ -463,7 +463,7 @@ class DiskJournal(_RunCoordination, Journal):
         """Inside a transaction: the keys ``decision.ID:RUN`` of the decisions left for the
         run's approvals (ID is hex: the first ':' ends it)."""
         rows = sql("SELECT key FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
-                   ("decision.", _prefix_end("decision."))).fetchall()
+                   ("decision.", prefix_end("decision."))).fetchall()
         return [key for key, in rows if key.split(":", 1)[1] == run_id]
 
     @staticmethod
@@ -483,7 +483,7 @@ class DiskJournal(_RunCoordination, Journal):
     # -- steps ----------------------------------------------------------------------------
 
     def get_step(self, run_id: str, position: int) -> StepEntry | None:
-        key = _step_key(run_id, position)
+        key = step_key(run_id, position)
         text = self._get(key)
         if text is None:
             if key in self._cache:  # the row exists but its value file is gone
@@ -493,18 +493,18 @@ class DiskJournal(_RunCoordination, Journal):
         return _parse_entry(key, run_id, position, text)
 
     def has_step(self, run_id: str, position: int) -> bool:
-        return _step_key(run_id, position) in self._cache
+        return step_key(run_id, position) in self._cache
 
     def steps(self, run_id: str, start: int = 0) -> Iterator[StepEntry]:
-        """The run's entries in position order, read :data:`_READ_AHEAD` positions a query
+        """The run's entries in position order, read :data:`READ_AHEAD` positions a query
         (one indexed ``key IN (...)`` lookup instead of a query per entry: keys sort as
         text, ``step:R:10`` before ``step:R:2``, so a range scan would not do); stops at the
         first missing position, as the interface's own version does."""
         fetch = self._cache._disk.fetch
         position = start
         while True:
-            keys = [_step_key(run_id, p) for p in range(position, position + _READ_AHEAD)]
-            rows = self._cache._sql(_SELECT_STEPS, keys).fetchall()
+            keys = [step_key(run_id, p) for p in range(position, position + READ_AHEAD)]
+            rows = self._cache._sql(SELECT_STEPS, keys).fetchall()
             found = {key: (mode, filename, value) for key, mode, filename, value in rows}
             for key in keys:
                 row = found.get(key)
@@ -519,7 +519,7 @@ class DiskJournal(_RunCoordination, Journal):
                                        position=position) from None
                 yield _parse_entry(key, run_id, position, text)
                 position += 1
-            if len(rows) < _READ_AHEAD:
+            if len(rows) < READ_AHEAD:
                 return
 
     @contextmanager
@@ -542,7 +542,7 @@ class DiskJournal(_RunCoordination, Journal):
         if self.read_only:
             raise read_only_error(self.location, "be written")
         cache = self._cache
-        key = _step_key(run_id, entry.position)
+        key = step_key(run_id, entry.position)
         rows = [(key, self._columns(key, entry.to_json()))]
         for digest, blob in (blobs or {}).items():
             blob_key = f"blob:{run_id}:{digest}"
@@ -569,9 +569,9 @@ class DiskJournal(_RunCoordination, Journal):
         record and ``text`` are inline (always but for a record over 32 KiB) and its tag
         (status) is the same, with the columns diskcache's ``set`` writes; ``set`` itself
         otherwise."""
-        key, tag = f"run:{run_id}", _record_tag(text)
+        key, tag = f"run:{run_id}", record_tag(text)
         if len(text) < self._cache._disk.min_file_size and sql(
-                _UPDATE_INLINE, (now, now, MODE_RAW, text, key, tag)).rowcount == 1:
+                UPDATE_INLINE, (now, now, MODE_RAW, text, key, tag)).rowcount == 1:
             return
         self._cache.set(key, text, tag=tag, retry=True)
 
@@ -582,14 +582,14 @@ class DiskJournal(_RunCoordination, Journal):
             raise read_only_error(self.location, "be written")
         cache = self._cache
         rows = [(key, self._columns(key, entry.to_json())) for key, entry in
-                ((_step_key(run_id, from_position + i), e) for i, e in enumerate(entries))]
+                ((step_key(run_id, from_position + i), e) for i, e in enumerate(entries))]
         with self._value_files_of(rows), cache._transact(retry=True) as (sql, cleanup):
             self._fenced(run_id, token, sql)
             deleted = self._delete_rows(sql, cleanup,
                                         self._step_keys(sql, run_id, from_position))
             self._delete_rows(sql, cleanup, [
                 *(f"blob:{run_id}:{digest}" for digest in drop_blobs),
-                *((*(_request_key(kind, run_id) for kind in REQUEST_KINDS),
+                *((*(request_key(kind, run_id) for kind in REQUEST_KINDS),
                    *self._decision_keys(sql, run_id)) if drop_requests else ())])
             now = time.time()
             for key, columns in rows:

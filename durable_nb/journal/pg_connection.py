@@ -1,7 +1,7 @@
 """Connections to the PostgreSQL journal: its URL (the password given to libpq only, cut out
 of every text and of psycopg's log records), the connection pool (replaced in a forked child),
 psycopg errors as :class:`~durable_nb.errors.JournalError`, and calls made again, whole, while
-their connection is lost (:func:`_retried`; see :mod:`durable_nb.journal.postgres`)."""
+their connection is lost (:func:`retried`; see :mod:`durable_nb.journal.postgres`)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def is_postgres_url(location: Any) -> bool:
         and "://" in location
 
 
-class _Url:
+class PostgresUrl:
     """A journal URL taken apart: what libpq gets, the schema, and what may be shown."""
 
     def __init__(self, url: str) -> None:
@@ -97,7 +97,7 @@ def _join(scheme: str, netloc: str, path: str, query: list[str]) -> str:
 
 def location_of(url: str) -> str:
     """The URL as durable_nb shows it: without its password."""
-    return _Url(url).location
+    return PostgresUrl(url).location
 
 
 # Pools left behind by a fork: the child must neither use nor close the parent's connections
@@ -106,7 +106,7 @@ _inherited: list[Any] = []
 
 
 class _ConnectionLost(JournalUnavailable):
-    """A call's connection was lost or could not be had: :func:`_retried` makes it again,
+    """A call's connection was lost or could not be had: :func:`retried` makes it again,
     and says ``gave_up`` once it stops trying."""
 
     def __init__(self, message: str, where: str, action: str, text: str) -> None:
@@ -120,7 +120,7 @@ class _ConnectionLost(JournalUnavailable):
             f"reachable; a run stopped by this resumes from its journal when executed again.")
 
 
-def _retried(method: Callable[..., _T]) -> Callable[..., _T]:
+def retried(method: Callable[..., _T]) -> Callable[..., _T]:
     """``method`` made again, whole, on a new connection, while its connection is lost (see
     the module docstring), for up to the journal's ``retry_for`` seconds; then a short
     :class:`JournalUnavailable`. Once a call gave up, the next ones are tried once each
@@ -152,7 +152,7 @@ def _retried(method: Callable[..., _T]) -> Callable[..., _T]:
     return again
 
 
-class _Connections:
+class PgConnections:
     """The connection part of :class:`~durable_nb.journal.postgres.PostgresJournal`: its
     pool, and a connection per call with psycopg errors translated."""
 
@@ -234,7 +234,7 @@ class _Connections:
     @contextmanager
     def _conn(self, action: str = "a query") -> Iterator[Any]:
         """A checked connection from the pool for one call; its errors as JournalErrors
-        (a lost connection as one that :func:`_retried` makes again)."""
+        (a lost connection as one that :func:`retried` makes again)."""
         retrying = self._down or getattr(self._local, "retrying", False)
         timeout = _RETRY_CHECKOUT if retrying else None
         try:
@@ -266,7 +266,7 @@ class _Connections:
             pool.close()
 
 
-class _ScrubSecrets(logging.Filter):
+class ScrubSecrets(logging.Filter):
     """Cuts the passwords of every journal URL opened in this process out of psycopg's log
     records (the pool logs connection failures with libpq's message)."""
 
@@ -283,6 +283,6 @@ class _ScrubSecrets(logging.Filter):
         return True
 
 
-_scrub_filter = _ScrubSecrets()
+_scrub_filter = ScrubSecrets()
 for _name in ("psycopg", "psycopg.pool"):
     logging.getLogger(_name).addFilter(_scrub_filter)

@@ -14,11 +14,11 @@ from typing import Any
 
 from ..errors import CorruptEntry, RunLeased
 from .base import check_request_kind, delivery_text
-from .pg_connection import _retried
-from .pg_listen import _RECHECK, _Listener
+from .pg_connection import retried
+from .pg_listen import RECHECK, Listener
 
 
-class _RunCoordination:
+class PgRunCoordination:
     """Leases, requests and a run's keyed records of
     :class:`~durable_nb.journal.postgres.PostgresJournal`."""
 
@@ -36,7 +36,7 @@ class _RunCoordination:
         holder["heartbeat"] = time.time() - holder["heartbeat_age"]
         return holder
 
-    @_retried
+    @retried
     def acquire_lease(self, run_id: str, holder: dict,
                       holder_alive: Callable[[dict], bool]) -> None:
         self._writable("take a lease")
@@ -62,20 +62,20 @@ class _RunCoordination:
                     conn.execute(self._sql["replace_lease"], (token, text, run_id))
                     return
 
-    @_retried
+    @retried
     def renew_lease(self, run_id: str, token: str, heartbeat: float) -> bool:
         """Stamp the heartbeat with the database's ``now()`` (``heartbeat`` is not used)."""
         self._writable("renew a lease")
         with self._conn("renewing a lease") as conn:
             return conn.execute(self._sql["renew_lease"], (run_id, token)).rowcount == 1
 
-    @_retried
+    @retried
     def release_lease(self, run_id: str, token: str) -> None:
         self._writable("release a lease")
         with self._conn("releasing a lease") as conn:
             conn.execute(self._sql["release_lease"], (run_id, token))
 
-    @_retried
+    @retried
     def lease(self, run_id: str) -> dict | None:
         with self._conn("reading a lease") as conn:
             row = conn.execute(self._sql["lease"], (run_id,)).fetchone()
@@ -83,7 +83,7 @@ class _RunCoordination:
 
     # -- requests ---------------------------------------------------------------------------
 
-    @_retried
+    @retried
     def put_request(self, kind: str, run_id: str, value: dict) -> None:
         check_request_kind(kind)
         self._writable("leave a request")
@@ -91,7 +91,7 @@ class _RunCoordination:
             conn.execute(self._sql["put_request"],
                          (run_id, kind, json.dumps(value, separators=(",", ":")), self._channel))
 
-    @_retried
+    @retried
     def add_request(self, kind: str, run_id: str, value: dict) -> dict | None:
         check_request_kind(kind)
         self._writable("leave a request")
@@ -109,7 +109,7 @@ class _RunCoordination:
                 return None if there == value else there
             # deleted between the insert and the read (its run reset): add again
 
-    @_retried
+    @retried
     def swap_request(self, kind: str, run_id: str, old: dict, new: dict) -> bool:
         check_request_kind(kind)
         self._writable("replace a request")
@@ -119,7 +119,7 @@ class _RunCoordination:
                 json.dumps(old, separators=(",", ":")), self._channel)).fetchone()
         return swapped is not None or self.get_request(kind, run_id) == new
 
-    @_retried
+    @retried
     def get_request(self, kind: str, run_id: str) -> dict | None:
         check_request_kind(kind)
         with self._conn("reading a request") as conn:
@@ -132,7 +132,7 @@ class _RunCoordination:
             raise CorruptEntry(f"{kind}:{run_id}", "not JSON", run_id=run_id) from None
         return value if isinstance(value, dict) else None
 
-    @_retried
+    @retried
     def delete_request(self, kind: str, run_id: str) -> None:
         check_request_kind(kind)
         self._writable("delete a request")
@@ -141,14 +141,14 @@ class _RunCoordination:
 
     # -- deliveries ---------------------------------------------------------------------------
 
-    @_retried
+    @retried
     def add_delivery(self, run_id: str, key: str, value: dict) -> bool:
         self._writable("record a delivery")
         with self._conn("recording a delivery") as conn:
             return conn.execute(self._sql["add_delivery"],
                                 (run_id, key, delivery_text(value))).rowcount == 1
 
-    @_retried
+    @retried
     def swap_delivery(self, run_id: str, key: str, expected: dict, value: dict) -> bool:
         self._writable("record a delivery")
         with self._conn("recording a delivery") as conn:
@@ -156,7 +156,7 @@ class _RunCoordination:
                                 (delivery_text(value), run_id, key,
                                  delivery_text(expected))).rowcount == 1
 
-    @_retried
+    @retried
     def _run_records(self, run_id: str) -> dict[str, dict]:
         with self._conn("reading deliveries") as conn:
             rows = conn.execute(self._sql["deliveries"], (run_id,)).fetchall()
@@ -178,7 +178,7 @@ class _RunCoordination:
         5 s)``."""
         check_request_kind(kind)
         until = None if timeout is None else time.monotonic() + timeout
-        recheck = max(poll_interval, _RECHECK)
+        recheck = max(poll_interval, RECHECK)
         event = wake if wake is not None else threading.Event()
         with self._current_listener().watching(run_id, event):
             return self._await_request(kind, run_id, until, accept, wake, event, recheck)
@@ -192,11 +192,11 @@ class _RunCoordination:
         with self._current_listener().watching(None, wake):
             yield
 
-    def _current_listener(self) -> "_Listener":
+    def _current_listener(self) -> "Listener":
         self._current_pool()  # a forked child drops the parent's listener there
         with self._pool_lock:
             if self._listener is None:
-                self._listener = _Listener(self._psycopg, self._url.conninfo,
+                self._listener = Listener(self._psycopg, self._url.conninfo,
                                            dict(self._kwargs, application_name="durable_nb listen"),
                                            self._channel)
             return self._listener

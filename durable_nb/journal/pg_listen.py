@@ -12,12 +12,12 @@ from contextlib import contextmanager
 from typing import Any
 
 #: Waiters read their request again at least this often, even without a notification.
-_RECHECK = 5.0
+RECHECK = 5.0
 #: The LISTEN connection is closed once nobody waited for this long.
 _LISTEN_IDLE = 10.0
 
 
-def _channel(schema: str) -> str:
+def notify_channel(schema: str) -> str:
     """The NOTIFY channel of a schema's requests (a channel name has at most 63 bytes)."""
     name = f"durable_nb.{schema}"
     if len(name.encode()) > 63:
@@ -25,7 +25,7 @@ def _channel(schema: str) -> str:
     return name
 
 
-class _Listener:
+class Listener:
     """One ``LISTEN`` connection of a journal in this process, open while runs wait.
 
     Waiters register an Event under their run id (None: every run); a NOTIFY for that run

@@ -14,10 +14,10 @@ from .pg_connection import DEFAULT_SCHEMA
 
 __all__ = ["FORMAT_VERSION", "MIGRATIONS"]
 
-_BATCH = 500  # entries fetched per query when a run's steps are read in order
+BATCH = 500  # entries fetched per query when a run's steps are read in order
 
 
-def _q(schema: str) -> str:
+def quoted(schema: str) -> str:
     return f'"{schema}"'
 
 
@@ -257,7 +257,7 @@ def _decider_migration(s: str) -> list[str]:
 
 
 #: The names of the schema migrations, in order (version N is ``MIGRATIONS[N - 1]``).
-MIGRATIONS = [name for name, _ in _migrations(_q(DEFAULT_SCHEMA))]
+MIGRATIONS = [name for name, _ in _migrations(quoted(DEFAULT_SCHEMA))]
 #: The format version of the entries and records; the same wire format as the disk journal.
 FORMAT_VERSION = 2
 
@@ -267,7 +267,7 @@ def _lock_key(schema: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class _Schema:
+class PgSchema:
     """The schema part of :class:`~durable_nb.journal.postgres.PostgresJournal`: opening,
     migrating and checking its schema, and its statements."""
 
@@ -294,7 +294,7 @@ class _Schema:
             "get_step": f"SELECT entry FROM {s}.steps WHERE run_id = %s AND position = %s",
             "has_step": f"SELECT 1 FROM {s}.steps WHERE run_id = %s AND position = %s",
             "steps": f"SELECT position, entry FROM {s}.steps WHERE run_id = %s AND position >= %s "
-                     f"ORDER BY position LIMIT {_BATCH}",
+                     f"ORDER BY position LIMIT {BATCH}",
             "count_steps": f"SELECT max(position) FROM {s}.steps WHERE run_id = %s",
             "append_step": f"SELECT {s}.append_step(%s, %s, %s, %s, %s, %s, %s)",
             "truncate": f"DELETE FROM {s}.steps WHERE run_id = %s AND position >= %s",
@@ -349,10 +349,10 @@ class _Schema:
 
     def _schema_version(self, conn: Any) -> int | None:
         """How many migrations the schema has, or None if it has no journal."""
-        found = conn.execute("SELECT to_regclass(%s)", (f"{_q(self.schema)}.migrations",)).fetchone()
+        found = conn.execute("SELECT to_regclass(%s)", (f"{quoted(self.schema)}.migrations",)).fetchone()
         if found[0] is None:
             return None
-        return conn.execute(f"SELECT coalesce(max(version), 0) FROM {_q(self.schema)}.migrations"
+        return conn.execute(f"SELECT coalesce(max(version), 0) FROM {quoted(self.schema)}.migrations"
                             ).fetchone()[0]
 
     def _refuse_newer(self, version: int) -> None:
@@ -387,7 +387,7 @@ class _Schema:
         self._check_format(conn)
 
     def _migrate(self, conn: Any) -> None:
-        s = _q(self.schema)
+        s = quoted(self.schema)
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
             # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema
@@ -410,7 +410,7 @@ class _Schema:
                              (version, name))
 
     def _check_format(self, conn: Any) -> None:
-        row = conn.execute(f"SELECT value FROM {_q(self.schema)}.meta WHERE key = 'format'"
+        row = conn.execute(f"SELECT value FROM {quoted(self.schema)}.meta WHERE key = 'format'"
                            ).fetchone()
         try:
             version = json.loads(row[0])["version"] if row else None

@@ -97,16 +97,16 @@ from .base import (
 from .pg_connection import (
     DEFAULT_SCHEMA,
     RETRY_FOR,
-    _Connections,
-    _retried,
-    _ScrubSecrets,
-    _Url,
+    PgConnections,
+    PostgresUrl,
+    ScrubSecrets,
     is_postgres_url,
     location_of,
+    retried,
 )
-from .pg_coordination import _RunCoordination
-from .pg_listen import _channel, _Listener
-from .pg_schema import _BATCH, FORMAT_VERSION, MIGRATIONS, _q, _Schema
+from .pg_coordination import PgRunCoordination
+from .pg_listen import Listener, notify_channel
+from .pg_schema import BATCH, FORMAT_VERSION, MIGRATIONS, PgSchema, quoted
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
 __all__ = ["DEFAULT_SCHEMA", "FORMAT_VERSION", "MIGRATIONS", "PostgresJournal",
@@ -120,7 +120,7 @@ def _created_at(record: RunRecord) -> float:
         return 0.0
 
 
-class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
+class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
     """The journal in a PostgreSQL schema, shared by every process that reaches the database.
 
     ``read_only=True``: nothing is created or written (the sessions are read-only too); a
@@ -143,8 +143,8 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
                 f"pip install 'durable-nb[postgres]'") from None
         self._psycopg = psycopg
         self._pool_class = psycopg_pool.ConnectionPool
-        self._url = _Url(url)
-        _ScrubSecrets.secrets.update(self._url.secrets)
+        self._url = PostgresUrl(url)
+        ScrubSecrets.secrets.update(self._url.secrets)
         self.location = self._url.location
         self.schema = self._url.schema
         self.read_only = read_only
@@ -157,12 +157,12 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
                                         "application_name": "durable_nb"}
         if "connect_timeout" not in self._url.conninfo:
             self._kwargs["connect_timeout"] = max(1, int(connect_timeout))
-        self._sql = self._statements(_q(self.schema))
-        self._channel = _channel(self.schema)
+        self._sql = self._statements(quoted(self.schema))
+        self._channel = notify_channel(self.schema)
         self._pid = os.getpid()
         self._pool_lock = threading.Lock()
         self._pool: Any = None
-        self._listener: _Listener | None = None
+        self._listener: Listener | None = None
         with self._errors("open"):
             with psycopg.connect(self._url.conninfo, **self._kwargs) as conn:
                 self._configure(conn)
@@ -171,7 +171,7 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
 
     # -- runs -------------------------------------------------------------------------------
 
-    @_retried
+    @retried
     def create_run(self, record: RunRecord) -> bool:
         self._writable("create a run")
         with self._conn("creating a run") as conn:
@@ -179,13 +179,13 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
                                   (record.run_id, _created_at(record), record.to_json()))
             return cursor.rowcount == 1
 
-    @_retried
+    @retried
     def find_run(self, run_id: str) -> RunRecord | None:
         with self._conn("reading a run") as conn:
             row = conn.execute(self._sql["find_run"], (run_id,)).fetchone()
         return None if row is None else _parse_record(f"run:{run_id}", row[0], run_id)
 
-    @_retried
+    @retried
     def put_run(self, record: RunRecord, *, token: str | None = None) -> None:
         self._writable("write a run record")
         record.updated_at = time.time()
@@ -205,14 +205,14 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
         """:meth:`list_runs` with each ``step_count`` from the steps table, in one query."""
         return self._listing(True, prefix, status, limit, newest_first)
 
-    @_retried
+    @retried
     def count_runs(self, prefix: str = "") -> dict[Status, int]:
         """One query on the ``runs_by_status`` index."""
         with self._conn("counting runs") as conn:
             rows = conn.execute(self._sql["count_runs"], _id_range(prefix)).fetchall()
         return {Status(name): count for name, count in rows if name in _STATUS_NAMES}
 
-    @_retried
+    @retried
     def _listing(self, counted: bool, prefix: str, status: StatusFilter, limit: int | None,
                  newest_first: bool) -> list[RunRecord]:
         """One query: the status filter and the limit on the ``runs_by_status`` and
@@ -242,7 +242,7 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
 
     # -- who decides (durable_nb.hub) ---------------------------------------------------------
 
-    @_retried
+    @retried
     def decision_authority(self, run_id: str | None = None
                            ) -> tuple[str | None, bool, tuple[str | None, str | None]]:
         """``(decider, is_decider, (created_by, written_by))``: the role an administrator
@@ -254,11 +254,11 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
             row = conn.execute(
                 f"SELECT d.role, d.role IS NULL OR pg_has_role(session_user, d.role, "
                 f"'MEMBER') FROM (SELECT (SELECT value::json ->> 'role' FROM "
-                f"{_q(self.schema)}.meta WHERE key = 'decider') AS role) AS d").fetchone()
+                f"{quoted(self.schema)}.meta WHERE key = 'decider') AS role) AS d").fetchone()
             writers = None
             if run_id is not None:
                 writers = conn.execute(f"SELECT created_by, written_by FROM "
-                                       f"{_q(self.schema)}.runs WHERE run_id = %s",
+                                       f"{quoted(self.schema)}.runs WHERE run_id = %s",
                                        (run_id,)).fetchone()
         return row[0], bool(row[1]), tuple(writers) if writers else (None, None)
 
@@ -269,7 +269,7 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
         and ``migrations`` (so that none can name another decider). Idempotent; run by the
         service at its start."""
         self._writable("name the decider")
-        s = _q(self.schema)
+        s = quoted(self.schema)
         tables = ", ".join(f"{s}.{t}" for t in ("runs", "steps", "blobs", "leases", "requests",
                                                  "deliveries", "batches"))
         with self._conn("naming the decider") as conn, conn.transaction():
@@ -284,7 +284,7 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
 
     # -- batches ----------------------------------------------------------------------------
 
-    @_retried
+    @retried
     def put_batch(self, record: BatchRecord) -> None:
         self._writable("write a batch record")
         record.updated_at = time.time()
@@ -292,13 +292,13 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
             conn.execute(self._sql["put_batch"],
                          (record.batch_id, record.created_at or time.time(), record.to_json()))
 
-    @_retried
+    @retried
     def find_batch(self, batch_id: str) -> BatchRecord | None:
         with self._conn("reading a batch") as conn:
             row = conn.execute(self._sql["find_batch"], (batch_id,)).fetchone()
         return None if row is None else _parse_batch(batch_id, row[0])
 
-    @_retried
+    @retried
     def list_batches(self) -> list[BatchRecord]:
         with self._conn("listing batches") as conn:
             rows = conn.execute(self._sql["list_batches"]).fetchall()
@@ -344,13 +344,13 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
 
     # -- steps ------------------------------------------------------------------------------
 
-    @_retried
+    @retried
     def get_step(self, run_id: str, position: int) -> StepEntry | None:
         with self._conn("reading a step") as conn:
             row = conn.execute(self._sql["get_step"], (run_id, position)).fetchone()
         return None if row is None else _parse_entry(run_id, position, row[0])
 
-    @_retried
+    @retried
     def has_step(self, run_id: str, position: int) -> bool:
         with self._conn("reading a step") as conn:
             return conn.execute(self._sql["has_step"], (run_id, position)).fetchone() is not None
@@ -366,22 +366,22 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
                     return
                 yield _parse_entry(run_id, position, text)
                 position += 1
-            if len(rows) < _BATCH:
+            if len(rows) < BATCH:
                 return
 
-    @_retried
+    @retried
     def _step_rows(self, run_id: str, start: int) -> list[tuple[int, str]]:
         with self._conn("reading steps") as conn:
             return conn.execute(self._sql["steps"], (run_id, start)).fetchall()
 
-    @_retried
+    @retried
     def count_steps(self, run_id: str, hint: int = 0) -> int:
         """One query: entries are a contiguous prefix, so the count is the last position + 1."""
         with self._conn("counting steps") as conn:
             last = conn.execute(self._sql["count_steps"], (run_id,)).fetchone()[0]
         return 0 if last is None else last + 1
 
-    @_retried
+    @retried
     def append_step(self, run_id: str, entry: StepEntry, *, record_json: str | None = None,
                     token: str | None = None, blobs: dict[str, str] | None = None) -> None:
         self._writable("append a step")
@@ -405,7 +405,7 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
             raise RunLeased(run_id, self.lease(run_id) or {},
                             advice=position_taken_advice(entry.position))
 
-    @_retried
+    @retried
     def rewrite_steps(self, run_id: str, from_position: int, entries: list[StepEntry], *,
                       record_json: str | None = None, token: str | None = None,
                       drop_blobs: Iterable[str] = (), drop_requests: bool = False) -> int:
@@ -434,7 +434,7 @@ class PostgresJournal(_Connections, _Schema, _RunCoordination, Journal):
 
     # -- blobs ------------------------------------------------------------------------------
 
-    @_retried
+    @retried
     def get_blob(self, run_id: str, digest: str) -> str | None:
         with self._conn("reading a blob") as conn:
             row = conn.execute(self._sql["get_blob"], (run_id, digest)).fetchone()

@@ -18,8 +18,9 @@ from typing import Any
 
 __all__ = ["LLM_KINDS", "BatchRecord", "RunRecord", "Status", "StepEntry", "entry_cost", "json_text"]
 
-#: Step kinds that are one LLM round each: the run's iterations count them.
-LLM_KINDS = ("chat", "respond")
+#: Step kinds that are one LLM round each: the run's iterations count them (``model``: a
+#: Pydantic AI model request, durable_nb.integrations.pydantic_ai_models).
+LLM_KINDS = ("chat", "respond", "model")
 
 
 class Status(str, Enum):
@@ -217,7 +218,7 @@ class RunRecord:
     #: as its kernel knows it (``JPY_SESSION_NAME``) and the cell's id. Shown, never used.
     notebook: str | None = None
     cell_id: str | None = None
-    #: Who started the run (:func:`durable_nb.execution.approvers.approver_name` where it was
+    #: Who started the run (:func:`durable_nb.approvals.policy.approver_name` where it was
     #: created): the four-eyes rule refuses them its approvals. None in older records.
     started_by: str | None = None
 

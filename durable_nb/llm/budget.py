@@ -60,7 +60,7 @@ _MAX_SLOPE = 3.0
 _MIN_SPREAD = 8
 _KEEP = 8
 _CAP_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
-_LLM_ENTRY_KINDS = ("chat", "respond", "compact")
+_LLM_ENTRY_KINDS = ("chat", "respond", "compact", "model")
 
 
 def _known_model(model: str) -> bool:

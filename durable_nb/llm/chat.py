@@ -27,7 +27,7 @@ from .endpoints import (
     without_retries,
 )
 from ..execution import Execution, canonical
-from .retry import RetryPolicy
+from ..execution.retry import RetryPolicy
 from .streaming import ChatAssembler, completion_tokens, drain, drain_async
 
 __all__ = ["CHAT_RETRY", "ChatCall", "chat", "chat_async", "chat_inputs", "check_budget",

@@ -48,7 +48,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 import openai
 
 from ..errors import EndpointError
-from .retry import RetryPolicy
+from ..execution.retry import RetryPolicy
 
 __all__ = ["DEFAULT_RETRY", "EndpointError", "MAX_RETRY_WAIT", "ReplyProblem",
            "call_with_retries", "call_with_retries_async", "default_client", "endpoint_url",

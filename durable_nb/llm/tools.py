@@ -22,8 +22,8 @@ from typing import Any, Literal, Union
 # typing_extensions (a pydantic dependency) also recognises its own TypedDict on Python 3.10.
 from typing_extensions import NotRequired, Required, is_typeddict
 
-from ..execution.approvers import approvers_list
-from ..execution.deadlines import ApprovalPolicy, Duration
+from ..approvals.policy import approvers_list
+from ..approvals.policy import ApprovalPolicy, Duration
 
 __all__ = ["Tool", "parse_arguments", "tool"]
 

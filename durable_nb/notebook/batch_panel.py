@@ -34,10 +34,11 @@ import ipywidgets as w
 
 from ..batches.batch import Batch, BatchObserver, ItemResult
 from ..errors import DecisionExists, DurableError, NotAllowedToDecide
-from ..execution.approvals import pending_digest
+from ..approvals.request import pending_digest
 from ..journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
-from .panel import _CSS as _RUN_CSS
-from .panel import _LOG_KEPT, _STATUS_COLOURS, _STOPPED, RunPanel, saved_view
+from .panel import PANEL_CSS, RunPanel
+from .saved_view import LOG_KEPT, saved_view
+from .step_view import STATUS_COLOURS, STOPPED_COLOUR
 from .step_view import badge as _badge
 from ..registry import get_run
 from ..summary import cost_of, format_cost, format_duration
@@ -45,7 +46,7 @@ from ..summary import cost_of, format_cost, format_duration
 __all__ = ["BatchPanel"]
 
 PENDING = "PENDING"  # an item that never started
-_COLOURS = {**{s.value: c for s, c in _STATUS_COLOURS.items()}, PENDING: "#afb8c1"}
+_COLOURS = {**{s.value: c for s, c in STATUS_COLOURS.items()}, PENDING: "#afb8c1"}
 #: Order of the progress bar's segments and of the "status" sort (what needs a look first).
 _ORDER = ["FAILED", "WAITING_APPROVAL", "RUNNING", "CANCELLED", PENDING, "DONE"]
 _BAR_ORDER = ["DONE", "FAILED", "CANCELLED", "WAITING_APPROVAL", "RUNNING", PENDING]
@@ -171,7 +172,7 @@ class BatchPanel(BatchObserver):
         self._replayed_tokens = 0
         self._replayed_cost = 0.0
         self._log_buffer: list[str] = []
-        self._log_kept = ""  # the log's last _LOG_KEPT characters, for the saved view
+        self._log_kept = ""  # the log's last LOG_KEPT characters, for the saved view
         self._message = ""
         self._last_refresh = 0.0
         self._timer: threading.Timer | None = None
@@ -390,7 +391,7 @@ class BatchPanel(BatchObserver):
         if text:
             with self._lock:
                 self._log_buffer.append(text)
-                self._log_kept = (self._log_kept + text)[-_LOG_KEPT:]
+                self._log_kept = (self._log_kept + text)[-LOG_KEPT:]
             self.refresh()
 
     def tell(self, message: str) -> None:
@@ -641,7 +642,7 @@ class BatchPanel(BatchObserver):
         total = len(self._items)
         finished = counts["DONE"] + counts["FAILED"] + counts["CANCELLED"]
         if self._stopped:
-            return f"stopped: {self._stopped}", _STOPPED
+            return f"stopped: {self._stopped}", STOPPED_COLOUR
         if self._t0 is None:
             return "STARTING", _COLOURS["RUNNING"]
         if self._executing:
@@ -652,7 +653,7 @@ class BatchPanel(BatchObserver):
             if counts["DONE"] == total:
                 return "DONE", _COLOURS["DONE"]
             return f"FINISHED: {total - counts['DONE']:,} not done", _COLOURS["FAILED"]
-        return "INCOMPLETE: re-run the cell to finish", _STOPPED
+        return "INCOMPLETE: re-run the cell to finish", STOPPED_COLOUR
 
     def _summary_html(self, message: bool = True) -> str:
         """The summary; with ``message``, the last one-line message (a click's answer,
@@ -663,7 +664,7 @@ class BatchPanel(BatchObserver):
         dead = ("<div class='dnb-dead'><b>This panel belongs to a kernel that stopped</b>; "
                 "re-run the cell to reconnect (DONE items are answered from the journal, the "
                 "others resume). What it shows is as of the moment the kernel stopped.</div>")
-        head = (f"{_RUN_CSS}{_CSS}{dead}<b>batch {html.escape(self.batch_id)}</b>{title} "
+        head = (f"{PANEL_CSS}{_CSS}{dead}<b>batch {html.escape(self.batch_id)}</b>{title} "
                 f"{_badge(*self._state(counts))}")
         segments = "".join(
             f"<span style='width:{100 * counts[s] / total:.3f}%;background:{_COLOURS[s]}' "
@@ -813,7 +814,7 @@ class BatchPanel(BatchObserver):
     # -- the saved view ------------------------------------------------------------------
 
     def static_html(self) -> str:
-        """The panel as it is now, in static HTML (:func:`~durable_nb.notebook.panel.saved_view`):
+        """The panel as it is now, in static HTML (:func:`~durable_nb.notebook.saved_view.saved_view`):
         the summary, the items waiting for approval with how to decide them, and the first
         items in status order (problems first)."""
         with self._lock:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..devsetup import checkout_root
-from ..notify.links import kernel_server_url as _server_url
+from ..approvals.links import kernel_server_url as _server_url
 
 __all__ = ["Missing", "missing_extensions", "start_check"]
 

@@ -8,7 +8,6 @@ never durable_nb's internals.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import sys
 import sysconfig
@@ -32,19 +31,21 @@ from ..batches.batch import item_keys
 from ..cli import (
     STEERING,
     command_list,
-    explain_usage,
     format_batch,
     format_batches,
     format_run,
     format_runs,
     list_runs,
+    effective_states,
     more_runs_note,
     near_runs,
     parse_item_status,
     parse_status,
     steer,
 )
+from ..cli_usage import explain_usage
 from ..errors import (
+    ApprovalPolicyError,
     CellSyntaxError,
     ContextNotActive,
     DurableError,
@@ -55,11 +56,11 @@ from ..errors import (
 )
 from ..export import export_batch, export_run
 from ..journal import Journal, Status, default_location, open_journal
-from ..execution.deadlines import apply_due_deadlines
-from ..execution.history import history
+from ..approvals.state import effective_state
+from ..approvals.history import history
 from ..notify.audit import notifications
 from ..notify.config import check_selection
-from ..execution.approvers import approvers_list
+from ..approvals.policy import approvers_list, parse_duration as policy_duration
 from . import (
     NotebookBatch,
     NotebookRun,
@@ -72,6 +73,7 @@ from . import (
     wait_for_batch,
 )
 from .extensions import start_check
+from .inbox import ApprovalsInbox
 from ..profile import disable, enable
 from ..registry import batch_rows, is_interrupted, recorded_decision
 from ..runner import RunOptions, validate_run_id
@@ -79,18 +81,18 @@ from ..runner import RunOptions, validate_run_id
 __all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_duration",
            "unload_ipython_extension"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$")
-_UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
-_MAGIC_COMMANDS = ["runs", "show", "approve", "reject", "cancel", "reset", "delete", "wait",
-                   "export", "batches", "batch", "enable", "disable"]
+_MAGIC_COMMANDS = ["runs", "show", "inbox", "approve", "reject", "cancel", "reset", "delete",
+                   "wait", "export", "batches", "batch", "enable", "disable"]
 
 
 def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` -> seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise UsageError(f"--timeout {text!r} is not a duration: write e.g. 90s, 30m, 2h or 1d")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """``--timeout``'s value in seconds, in the one grammar of a duration
+    (:func:`durable_nb.approvals.policy.parse_duration`); UsageError otherwise."""
+    try:
+        return policy_duration(text, "--timeout")
+    except ApprovalPolicyError:
+        raise UsageError(f"--timeout {text!r} is not a duration: write e.g. 90s, 30m, 2h "
+                         f"or 1d") from None
 
 
 def parse_cost(text: str) -> float:
@@ -430,7 +432,8 @@ class DurableMagics(Magics):
                    "resume the run")
     @argument("--notify", type=_notify_channels, metavar="CHANNELS",
               help="where a request for approval is sent when the run starts waiting: "
-                   "channel names (webhook, slack, email; comma-separated) or none; "
+                   "channel names (webhook, slack, email, or an installed plug-in's; "
+                   "comma-separated) or none; "
                    "default: every channel configured for the journal or the user "
                    "(notify.toml, DURABLE_NB_NOTIFY_*)")
     @argument("--approvers", type=_approvers, metavar="NAMES",
@@ -598,6 +601,8 @@ class DurableMagics(Magics):
 
         %durable runs [--status STATUS]     list runs (status in any case: done, DONE)
         %durable show RUN                   one run: status, tokens, cost, its steps
+        %durable inbox                      the requests waiting, across runs and notebooks,
+                                            with Approve / Reject (for VS Code, Colab)
         %durable approve RUN [NOTE]         approve the pending approval (once; --replace
                                             changes a decision the run has not taken)
         %durable reject RUN [NOTE]          reject it
@@ -669,6 +674,7 @@ class DurableMagics(Magics):
             else:
                 p.add_argument("path", metavar="PATH")
         command("show", "run_id")
+        command("inbox")
         for verb in ("approve", "reject"):
             # default=[]: without it argparse reports the optional note as required (fix).
             decide = command(verb, "run_id")
@@ -689,16 +695,18 @@ class DurableMagics(Magics):
         if args.command in ("enable", "disable"):
             print(enable(args.profile) if args.command == "enable" else disable(args.profile))
             return None
+        if args.command == "inbox":  # a widget over the journal, opened per click
+            return ApprovalsInbox(args.journal)
         read_only = args.command in ("runs", "show", "export", "batches") or (
             args.command == "batch" and args.batch_command in ("show", "export"))
         journal = open_journal(args.journal, read_only=read_only)
         if args.command == "runs":
             records, more = list_runs(journal, status=args.status, prefix=args.prefix,
                                       limit=args.limit)
-            apply_due_deadlines(records, lambda: open_journal(args.journal))
             print(format_runs(records, [r.run_id for r in records
                                         if is_interrupted(r, journal)
-                                        and active_run(r.run_id) is None]))
+                                        and active_run(r.run_id) is None],
+                              effective_states(journal, records)))
             note = more_runs_note(len(records), more, "%durable runs")
             if note:
                 print(note)
@@ -707,13 +715,11 @@ class DurableMagics(Magics):
         elif args.command == "batch":
             return self._batch(args, journal)
         elif args.command == "show":
-            apply_due_deadlines([journal.get_run(args.run_id)],
-                                lambda: open_journal(args.journal))
             info = registry.get_run(args.run_id, journal=journal)
             print(format_run(info, is_interrupted(info, journal),
                              recorded_decision(info, journal),
                              notifications(journal, args.run_id),
-                             history(journal, args.run_id)))
+                             history(journal, args.run_id), effective_state(journal, info)))
         elif args.command in STEERING:
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,
@@ -781,7 +787,13 @@ _no_abbrev(DurableMagics.durable_agent.parser)
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext durable_nb``: register the magics; report runs a dead kernel left behind."""
+    """``%load_ext durable_nb``: register the magics; report runs a dead kernel left behind.
+    Silent and changing nothing where they are registered already (``durable-nb enable``'s
+    profile loads this module at start, and the notebook's own ``%load_ext durable_nb``
+    follows)."""
+    if any(isinstance(getattr(callback, "__self__", None), DurableMagics)
+           for callback in ipython.events.callbacks["pre_run_cell"]):
+        return
     start_check()  # what the Jupyter server lacks, asked once, before a panel needs it
     magics = DurableMagics(ipython)
     ipython.register_magics(magics)

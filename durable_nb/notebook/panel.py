@@ -29,20 +29,17 @@ import ipywidgets as w
 from ..execution import attempts
 from ..errors import (DecisionExists, InputChanged, JournalError, JournalMismatch,
                       NotAllowedToDecide, RunLeased)
-from ..execution.approvals import decision_words, find_decision, pending_digest, short
-from ..execution.approvers import allowed_approvers
+from ..approvals.request import find_decision, pending_digest, short
+from ..approvals.wording import decision_words
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
 from ..summary import elapsed, format_cost, format_duration, replay_savings
 from ..timestamps import format_time
-from .step_view import StepView, badge, clip
+from .approval_view import approval_html, open_in_lab
+from .saved_view import LOG_KEPT, saved_view
+from .step_view import STATUS_COLOURS, STOPPED_COLOUR, StepView, badge, clip
 
-__all__ = ["RunPanel"]
+__all__ = ["PANEL_CSS", "RunPanel"]
 
-_STATUS_COLOURS = {
-    Status.RUNNING: "#1f6feb", Status.WAITING_APPROVAL: "#bf8700", Status.DONE: "#1a7f37",
-    Status.FAILED: "#cf222e", Status.CANCELLED: "#6e7781",
-}
-_STOPPED = "#9a6700"
 _STARTING = "#6e7781"
 #: Seconds between redraws of a running run's panel when nothing else redraws it (the
 #: elapsed time ticks), and at least between two redraws of its timeline that are not forced:
@@ -56,11 +53,10 @@ _STOP_HINT = ("<div style='color:#6e7781'>Running in this cell: stop it with the
 _SETUP_STYLE = ("background:#fff8c5;border:1px solid #d4a72c;color:#4d2d00;padding:4px 8px;"
                 "margin:2px 0 6px 0;border-radius:4px;line-height:1.4")
 _TIMELINE_ROWS = 30
-_LOG_KEPT = 20_000  # characters of the log the saved view keeps
 
 # Scoped to the panel (class dnb-panel on its outer box). ipywidgets adds the class
 # jupyter-widgets-disconnected to every view of a model whose kernel connection is gone.
-_CSS = """<style>
+PANEL_CSS = """<style>
 .dnb-panel .dnb-dead {display: none}
 .dnb-panel.jupyter-widgets-disconnected .dnb-dead {display: block; background: #fff8c5;
   border: 1px solid #d4a72c; color: #4d2d00; padding: 4px 8px; margin: 2px 0 6px 0;
@@ -110,13 +106,6 @@ def _stopped_badge(error: BaseException) -> str:
     return "stopped: error"
 
 
-def _open_in_lab(escaped_run_id: str) -> str:
-    """A link that JupyterLab's Durable runs extension opens as the run's view (it listens for
-    clicks on ``data-durable-nb-run``); elsewhere it does nothing."""
-    return (f"<a href='#' class='dnb-open-run' data-durable-nb-run='{escaped_run_id}' "
-            f"style='text-decoration: underline'>Durable runs</a>")
-
-
 def _timing(record: RunRecord) -> str:
     """How long the run took (DONE), ran (FAILED, CANCELLED), has run (RUNNING, redrawn every
     second while it runs; with the time of this attempt when it is not the first), or since
@@ -141,35 +130,6 @@ def _degraded_text(record: RunRecord) -> str:
         return ("the run finished, but the journal does not hold it all and it is not "
                 "recorded DONE; executing it again executes those steps again.")
     return "writes are failing and being retried; these steps may run again after a crash."
-
-
-# The saved view is a display of its own right after the live panel's. Where the panel is live
-# (class dnb-live), the saved view is hidden; where the panel's widget model is gone (a notebook
-# reopened: JupyterLab and Notebook 7 then show "Error displaying widget: model not found",
-# whatever else the output's bundle holds), that output is hidden and the saved view shown.
-# Front ends without these classes (nbviewer, GitHub) show the saved view and the panel's text.
-# Rendered HTML gets the front end's table styles (right-aligned cells): the saved view resets them.
-_SAVED_CSS = """<style>
-.jp-OutputArea-child:has(.dnb-live) + .jp-OutputArea-child:has(.dnb-saved) {display: none}
-.jp-OutputArea-child:not(:has(.dnb-live)):has(+ .jp-OutputArea-child .dnb-saved) {
-  display: none}
-.dnb-saved .dnb-saved-note {color: #6e7781; font-size: 0.85em; margin: 0 0 4px 0}
-.dnb-saved pre.dnb-log {max-height: 240px; overflow: auto; font-size: 0.85em; margin: 4px 0}
-.dnb-panel.dnb-saved table th, .dnb-panel.dnb-saved table td {text-align: left;
-  padding: 2px 6px}
-.dnb-panel.dnb-saved table td.dnb-num {text-align: right}
-</style>"""
-
-
-def saved_view(body: str, what: str, log: str = "") -> str:
-    """A panel as static HTML for a saved notebook (see _SAVED_CSS): ``body`` (the panel's
-    HTML, with its own CSS), a note saying it is a saved view of ``what`` and when, and the
-    log's text."""
-    note = (f"<div class='dnb-saved-note'>Saved view of {html.escape(what)} as of "
-            f"{format_time(time.time())}: the live panel needs the kernel that drew it; re-run the "
-            f"cell for it.</div>")
-    shown = f"<pre class='dnb-log'>{html.escape(log)}</pre>" if log else ""
-    return (f"{_SAVED_CSS}<div class='dnb-panel dnb-saved'>{note}{body}{shown}</div>")
 
 
 class RunPanel:
@@ -221,16 +181,19 @@ class RunPanel:
         # had none: a run whose every call was priced at zero says "free" once.
         self._price_sources: dict[str, None] = {}
         self._priced = self._unpriced = False
-        self._replayed_steps = 0
         # Positions already in the timeline: a run resumed after an approval replays its
-        # steps again, and those must not show twice or count as replayed twice.
+        # steps again; they are counted as replayed (by that execution, as `durable-nb show`
+        # counts its attempts) but not shown twice.
         self._shown: set[int] = set()
+        self._rows = 0  # timeline rows so far (the last _TIMELINE_ROWS are drawn)
+        # The error that refused the run before it started (nothing journaled, no run).
+        self._refusal: BaseException | None = None
         self._note = note
         self._error: BaseException | None = None
         self._result_html = ""
         self._result_text = ""
         self._log_buffer: list[str] = []
-        self._log_kept = ""  # the log's last _LOG_KEPT characters, for the saved view
+        self._log_kept = ""  # the log's last LOG_KEPT characters, for the saved view
         self._log_ends_line = True
         self._journaled = 0  # steps a loaded panel shows that no execution it saw touched
         self._streaming = False
@@ -261,6 +224,13 @@ class RunPanel:
         for button in (self.approve_button, self.reject_button, self.cancel_button):
             button.add_class("dnb-button")
         self.stop_hint = w.HTML(_STOP_HINT, layout=w.Layout(display="none"))
+        # Every request waiting in the journal, of any run or notebook, under the panel: the
+        # inbox of front ends without the Lab sidebar (VS Code, Colab).
+        self.inbox_button = w.Button(description="Approvals inbox", icon="inbox",
+                                     tooltip="every request waiting in this journal",
+                                     layout=w.Layout(width="auto", align_self="flex-start"))
+        self.inbox_button.on_click(lambda _: self._toggle_inbox())
+        self.inbox_area = w.VBox()
         self.approval_buttons = w.HBox([self.approval_note, self.approve_button,
                                         self.reject_button])
         self.approval_box = w.VBox([self.approval_text, self.approval_buttons],
@@ -271,7 +241,8 @@ class RunPanel:
         self.cancel_button.on_click(lambda _: self._cancel())
         self.widget = w.VBox([self.setup, self.header, self.attempts, self.stats,
                               self.approval_box, self.timeline, self.log, self.result,
-                              self.cancel_button, self.stop_hint])
+                              self.cancel_button, self.stop_hint, self.inbox_button,
+                              self.inbox_area])
         self.widget.add_class("dnb-panel")
         self.widget.add_class("dnb-live")  # tells the saved view (static_html) to hide
         self.refresh(force=True)
@@ -293,6 +264,12 @@ class RunPanel:
         panel._shown = {entry.position for entry in info.steps}
         panel.refresh(force=True)
         return panel
+
+    @property
+    def record(self) -> RunRecord:
+        """The run's record as the panel shows it now."""
+        with self._lock:
+            return self._record
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
         """The widget, with a readable text/plain summary for frontends without widgets
@@ -321,6 +298,12 @@ class RunPanel:
         except Exception as exc:  # shown, never raised into the comm handler
             self.approve_button.disabled = self.reject_button.disabled = False
             self.append_log(f"durable_nb: could not record the decision: {exc}\n")
+
+    def _toggle_inbox(self) -> None:
+        from .inbox import ApprovalsInbox  # imported late: the inbox imports the session's
+
+        shown = bool(self.inbox_area.children)
+        self.inbox_area.children = () if shown else (ApprovalsInbox(self._journal),)
 
     def _cancel(self) -> None:
         if self._on_cancel is None:
@@ -352,6 +335,7 @@ class RunPanel:
     def _count(self, entry: StepEntry, replayed: bool | None) -> None:
         """Put a step in the timeline and count it by how it was got (see origin_badge)."""
         self._recent.append((entry, replayed))
+        self._rows += 1
         if entry.tokens and (entry.kind in LLM_KINDS or entry.kind == "compact"):
             source = (entry.meta or {}).get("price_source")
             if isinstance((entry.meta or {}).get("cost"), (int, float)):
@@ -363,19 +347,25 @@ class RunPanel:
         if replayed is None:
             self._journaled += 1
         elif replayed:
-            self._replayed += 1
-            if entry.tokens:
-                self._replayed_entries.append(entry)
+            self._count_replay(entry)
         else:
             self._executed += 1
+
+    def _count_replay(self, entry: StepEntry) -> None:
+        self._replayed += 1
+        if entry.tokens:
+            self._replayed_entries.append(entry)
 
     def on_step(self, entry: StepEntry, replayed: bool) -> None:
         with self._lock:
             if replayed and entry.position in self._shown:
-                return  # already shown by an earlier execution of this run
-            self._shown.add(entry.position)
-            self.steps.note_messages(entry)
-            self._count(entry, replayed)
+                # Shown by an earlier execution of this run (resumed after an approval):
+                # this one replayed it, and its row stays as it is.
+                self._count_replay(entry)
+            else:
+                self._shown.add(entry.position)
+                self.steps.note_messages(entry)
+                self._count(entry, replayed)
             if self._streaming and entry.kind in LLM_KINDS:
                 self._streaming = False
                 if not self._log_ends_line:  # the streamed reply ends its line
@@ -445,7 +435,7 @@ class RunPanel:
             return
         with self._lock:
             self._log_buffer.append(text)
-            self._log_kept = (self._log_kept + text)[-_LOG_KEPT:]
+            self._log_kept = (self._log_kept + text)[-LOG_KEPT:]
             self._log_ends_line = text.endswith("\n")
         self.refresh()
 
@@ -488,6 +478,14 @@ class RunPanel:
             self._result_text = plain
         self.refresh(force=True)
 
+    def show_refusal(self, error: BaseException, shown_below: bool = False) -> None:
+        """Say that the run was refused before it started (bad options, a channel named but
+        not configured ...): nothing was journaled, so there is no run to tell of, only the
+        refusal (``error``, or with ``shown_below`` a pointer to it below the panel)."""
+        with self._lock:
+            self._refusal = error
+        self.show_result(error=error, shown_below=shown_below)
+
     # -- drawing -----------------------------------------------------------------------
 
     def refresh(self, force: bool = False) -> None:
@@ -502,7 +500,7 @@ class RunPanel:
             header, stats = self._header_html(record, attempts=False), self._stats_html(record)
             tried = _attempts_live_html(record, self._token)
             timeline = None  # None: the timeline drawn last stays (a later redraw draws it)
-            steps = self._replayed + self._executed + self._journaled
+            steps = self._rows
             if force or (now - self._last_timeline >= _TICK and steps != self._timeline_steps):
                 timeline, self._last_timeline = self._timeline_html(), now
                 self._timeline_steps = steps
@@ -564,52 +562,35 @@ class RunPanel:
 
     def _approval_html(self, pending: dict, in_cell: bool = False,
                        decided: dict | None = None) -> str:
-        details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
-        asked = format_time(pending.get("requested_at"), "")
-        since = f" &middot; asked at {asked}" if asked else ""
-        run_id = html.escape(str(pending.get("run_id") or self._record.run_id))
-        changed = _changed_html(pending.get("replaces"))
-        head = (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
-                f"(step {html.escape(str(pending.get('key')))}, request "
-                f"{short(pending_digest(pending))}){since}"
-                f"<pre class='dnb-text'>{html.escape(clip(details))}</pre>{changed}")
-        if decided:
-            return head + _decided_html(decided)
-        head += _deciders_html(pending)
         refused = self._not_allowed
-        if refused is not None and refused[0] == pending_digest(pending):
-            head += (f"<div class='dnb-not-allowed' style='color:#cf222e'>"
-                     f"{html.escape(refused[1])}</div>")
-        # The cell waits for a decision from outside (--wait): no buttons, see executing_in_cell.
-        outside = "" if not in_cell else (
-            f"<div>This cell waits for a decision from outside; a click cannot reach the busy "
-            f"kernel. Decide with <code>durable-nb approve {run_id}</code> (or "
-            f"<code>reject</code>) in a terminal, or in {_open_in_lab(run_id)} (JupyterLab)."
-            f"</div>")
-        return (f"{head}{outside}"
-                f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
-                f"drew them stopped. Re-run the cell for live buttons, decide in "
-                f"{_open_in_lab(run_id)} (JupyterLab, no kernel needed), or from anywhere: "
-                f"<code>durable-nb approve {run_id}</code> in a terminal, "
-                f"<code>%durable approve {run_id}</code> in a notebook.</div>")
+        not_allowed = refused[1] if refused is not None and \
+            refused[0] == pending_digest(pending) else None
+        return approval_html(pending, self._record.run_id, in_cell=in_cell, decided=decided,
+                             not_allowed=not_allowed)
 
     def _header_html(self, record: RunRecord, attempts: bool = True) -> str:
         """Run id, title, status badge and notes; with ``attempts``, the attempts (the live
         panel has them in a widget of their own: see self.attempts)."""
         title = f" &middot; {html.escape(record.title)}" if record.title else ""
         error = self._error
-        if self._starting and record.status is not Status.DONE:
+        if self._refusal is not None:
+            shown = badge("not started", _STARTING)
+            state = (f"<div style='color:#6e7781'>durable_nb refused to start this run "
+                     f"({html.escape(type(self._refusal).__name__)}, see the error below): "
+                     f"nothing was executed or journaled. Fix what the error says and run the "
+                     f"cell again.</div>")
+        elif self._starting and record.status is not Status.DONE:
             shown = badge("starting", _STARTING)
             state = (f"<div style='color:#6e7781'>Taking the run over; it was {record.status} "
                      f"when the last execution ended.</div>")
         elif error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
             # The journal keeps its status (a mismatch changes nothing); this execution stopped.
-            shown = badge(_stopped_badge(error), _STOPPED)
+            shown = badge(_stopped_badge(error), STOPPED_COLOUR)
             state = (f"<div style='color:#6e7781'>The run is {record.status} in the journal "
                      f"(unchanged); this execution of the cell stopped, see the error below."
                      f"</div>")
         else:
-            shown = badge(str(record.status), _STATUS_COLOURS[record.status])
+            shown = badge(str(record.status), STATUS_COLOURS[record.status])
             state = ""
         note = f"<div style='color:#bf8700'>{html.escape(self._note)}</div>" if self._note else ""
         degraded = ""
@@ -620,9 +601,9 @@ class RunPanel:
         dead = ("<div class='dnb-dead'><b>This panel belongs to a kernel that stopped</b>; "
                 "re-run the cell to reconnect (the run resumes or replays from its journal). "
                 "What it shows is as of the moment the kernel stopped; "
-                f"{_open_in_lab(html.escape(record.run_id))} (JupyterLab) shows it as it is "
+                f"{open_in_lab(html.escape(record.run_id))} (JupyterLab) shows it as it is "
                 "now.</div>")
-        return (f"{_CSS}{dead}<b>{html.escape(record.run_id)}</b>{title} "
+        return (f"{PANEL_CSS}{dead}<b>{html.escape(record.run_id)}</b>{title} "
                 f"{shown}{state}{_attempts_html(record) if attempts else ''}{note}{degraded}")
 
     def _free(self, record: RunRecord) -> bool:
@@ -640,6 +621,8 @@ class RunPanel:
         return f"cost <b{title}>{text}</b>"
 
     def _stats_html(self, record: RunRecord) -> str:
+        if self._refusal is not None:
+            return ""  # no run: nothing to count
         iters = f"{record.iteration}" + (f" / {record.max_iterations}"
                                          if record.max_iterations else "")
         budget = f" of {record.max_tokens:,}" if record.max_tokens else ""
@@ -676,7 +659,7 @@ class RunPanel:
         if not self._recent:
             return ""
         rows = [self.steps.row(entry, replayed) for entry, replayed in self._recent]
-        hidden = self._replayed + self._executed + self._journaled - len(self._recent)
+        hidden = self._rows - len(self._recent)
         more = (f"<div style='color:#6e7781'>{hidden:,} earlier steps not shown "
                 f"(<code>%durable show {html.escape(self._record.run_id)}</code> lists all)</div>"
                 if hidden > 0 else "")
@@ -692,11 +675,12 @@ class RunPanel:
         pending approval with how to decide it, the timeline (each step opens to its
         details, decided approvals included), the log and the result.
 
-        A pending approval carries an empty ``dnb-decide-here`` element naming the run and
-        the digest of the request shown: JupyterLab's Durable runs extension turns it into
-        Approve / Reject buttons that decide through the Jupyter server (no kernel needed),
-        bound to that digest; elsewhere it shows nothing. A request decided already (here or
-        elsewhere: a terminal, the Jupyter server) shows that decision instead."""
+        A pending approval carries an empty ``dnb-decide-here`` element naming the run, the
+        digest and the id of the request shown: JupyterLab's Durable runs extension turns it
+        into Approve / Reject buttons that decide through the Jupyter server (no kernel
+        needed), bound to that request; elsewhere it shows nothing. A request decided
+        already (here or elsewhere: a terminal, the Jupyter server) shows that decision
+        instead."""
         with self._lock:
             record = self._record
             body = [self._setup_html, self._header_html(record),
@@ -710,11 +694,13 @@ class RunPanel:
         elif pending:
             run_id = html.escape(record.run_id, quote=True)
             digest = html.escape(pending_digest(pending), quote=True)
+            request = html.escape(str(pending.get("id") or ""), quote=True)
             body.append("<div style='border:1px solid #bf8700;padding:6px'>"
                         f"{self._approval_html(pending)}"
                         f"Decide from anywhere: <code>durable-nb approve {run_id}</code>."
                         f"<div class='dnb-decide-here' data-durable-nb-decide='{run_id}' "
-                        f"data-durable-nb-digest='{digest}'></div></div>")
+                        f"data-durable-nb-digest='{digest}' "
+                        f"data-durable-nb-request='{request}'></div></div>")
         body += [timeline, f"<div>{result}</div>"]
         return saved_view("".join(body), f"run {record.run_id}", log)
 
@@ -727,6 +713,9 @@ class RunPanel:
             record = self._record
             error = self._error
             result = self._result_text
+        if self._refusal is not None:
+            return (f"durable run {record.run_id}: not started (refused before it started; "
+                    f"nothing was executed or journaled)\n{result}")
         status = str(record.status)
         if self._starting and record.status is not Status.DONE:
             status = f"starting (it was {record.status} when the last execution ended)"
@@ -761,55 +750,12 @@ class RunPanel:
                          f"{short(pending_digest(p))})")
             decided = self._decision_on(p)
             if decided:
-                lines.append(f"{'approved' if decided.get('approved') else 'rejected'} by "
-                             f"{decided.get('by') or 'someone'}"
-                             + (f" via {decided['via']}" if decided.get("via") else "")
-                             + "; re-run its cell to continue")
+                lines.append(f"{decision_words(decided)}; re-run its cell to continue")
         if record.error and not result.startswith("error"):
             lines.append(f"error: {record.error}")
         if result:
             lines.append(result)
         return "\n".join(lines)
-
-
-def _changed_html(earlier: dict | None) -> str:
-    """What a request that replaced another at its step says of the one it replaced: that
-    a decision given for it is not applied (only when one was given)."""
-    if not earlier:
-        return ""
-    was = (f"{html.escape(str(earlier.get('name')))} "
-           f"<code>{html.escape(clip(json.dumps(earlier.get('details'), default=str)))}</code> "
-           f"(request {short(earlier.get('digest'))})")
-    if earlier.get("decided"):
-        return (f"<div><b>The request at this step changed</b>: the decision given for "
-                f"{was} ({html.escape(str(earlier['decided']))}) is not applied to this one."
-                f"</div>")
-    return f"<div><b>The request at this step changed</b> since it was shown: it was {was}.</div>"
-
-
-def _decided_html(decision: dict) -> str:
-    """A decision given on the pending request that its run has not gone on with yet."""
-    words = decision_words(decision, timed=isinstance(decision.get("at"), (int, float)))
-    verdict, rest = words.split(" ", 1)
-    note = (f": &ldquo;{html.escape(clip(str(decision['note']), 300))}&rdquo;"
-            if decision.get("note") else "")
-    colour = "#1a7f37" if decision.get("approved") else "#cf222e"
-    return (f"<div class='dnb-decided' style='color:{colour}'><b>{verdict.capitalize()}</b> "
-            f"{html.escape(rest)}{note}. The run goes on with this decision when it resumes "
-            f"(re-run its cell if no kernel watches it).</div>")
-
-
-def _deciders_html(pending: dict) -> str:
-    """Who may decide ``pending``, when not anyone: its approvers, and the starter excluded
-    under four-eyes."""
-    approvers = allowed_approvers(pending)
-    starter = pending.get("started_by") if pending.get("four_eyes") else None
-    if approvers is None and not starter:
-        return ""
-    who = ", ".join(approvers) if approvers else "anyone"
-    but = f" but {starter}, who started the run (four-eyes)" if starter else ""
-    return (f"<div class='dnb-deciders' style='color:#6e7781'>Who may decide: "
-            f"{html.escape(who + but)}</div>")
 
 
 def _attempt_number(record: RunRecord) -> int:

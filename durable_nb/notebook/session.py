@@ -23,8 +23,9 @@ from typing import Any, Callable
 from .. import registry
 from ..journal import Journal, JournalSpec, RunRecord, Status, open_journal, this_host
 from ..errors import DecisionNeeded, JournalError, RunLeased
-from ..execution.approvals import applies, decision_kind, find_decision
-from ..execution.deadlines import apply_deadline, deadline_of, write_escalation
+from ..approvals.request import applies, decision_kind, find_decision
+from ..approvals.policy import deadline_of
+from ..approvals.tick import apply_deadline, write_escalation
 from .extensions import missing_extensions
 from .panel import RunPanel
 from ..runner import RunOptions, RunOutcome, Runner, live_execution
@@ -128,10 +129,14 @@ class NotebookRun:
                              options=self.options, observer=self.panel).run()
         except BaseException as exc:
             try:
-                self.panel.on_record(self.journal.find_run(self.run_id) or self.panel._record)
+                record = self.journal.find_run(self.run_id)
             except (JournalError, OSError):
-                pass  # the journal is what failed: the panel keeps the record it has
+                record = self.panel.record  # the journal is what failed: the panel keeps it
             # In the foreground the cell shows the error right below the panel.
+            if record is None:  # refused before it started: there is no run to show
+                self.panel.show_refusal(exc, shown_below=foreground)
+                raise
+            self.panel.on_record(record)
             self.panel.show_result(error=exc, shown_below=foreground)
             raise
         finally:

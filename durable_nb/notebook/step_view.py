@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from ..execution import load_request
-from ..execution.approvals import short
-from ..journal import LLM_KINDS, Journal, StepEntry
+from ..approvals.request import short
+from ..journal import LLM_KINDS, Journal, Status, StepEntry
 from ..llm.streaming import tool_names
 from ..summary import (
     format_duration,
@@ -23,7 +23,16 @@ from ..summary import (
     stored_digests,
 )
 
-__all__ = ["ESTIMATED", "StepView", "badge", "clip", "origin_badge"]
+__all__ = ["ESTIMATED", "STATUS_COLOURS", "STOPPED_COLOUR", "StepView", "badge", "clip",
+           "origin_badge"]
+
+#: The colour of each status badge, in a run's panel and a batch's.
+STATUS_COLOURS = {
+    Status.RUNNING: "#1f6feb", Status.WAITING_APPROVAL: "#bf8700", Status.DONE: "#1a7f37",
+    Status.FAILED: "#cf222e", Status.CANCELLED: "#6e7781",
+}
+#: The colour of a badge that says an execution stopped while the journal keeps the status.
+STOPPED_COLOUR = "#9a6700"
 
 
 def badge(text: str, colour: str) -> str:

@@ -11,13 +11,15 @@ __all__ = ["delivery_outcome", "notification_lines", "notifications", "request_d
 
 
 def notifications(journal: Journal, run_id: str, *, private: bool = True) -> list[dict]:
-    """The run's delivery records, oldest first, without the claim's token; without where
-    the sender ran (host, pid) unless ``private`` (an export leaves it out)."""
+    """The run's delivery records, oldest first, without the claim's token and the notice
+    a claim keeps to send again; ``to`` the recipient of an e-mail's delivery (one each);
+    without where the sender ran (host, pid) unless ``private`` (an export leaves it
+    out)."""
     rows = []
     for key, record in journal.deliveries(run_id).items():
         if "channel" not in record:
-            continue  # an escalation's claim (durable_nb.execution.deadlines), not a delivery
-        row = {k: v for k, v in record.items() if k not in ("token", "heartbeat")}
+            continue  # an escalation's claim (durable_nb.approvals.tick), not a delivery
+        row = {k: v for k, v in record.items() if k not in ("token", "heartbeat", "notice")}
         row["request"] = key.split("/", 1)[0]
         if not private:
             row.pop("by", None)
@@ -55,7 +57,10 @@ def request_deliveries(rows: dict[str, dict], request_id: str) -> dict:
         if outcome in ("failed", "retrying"):
             why = attempts[-1].get("error") if attempts else None
             tried = f"{len(attempts)} attempt{'' if len(attempts) == 1 else 's'}"
-            problems.append(f"{row.get('channel', key[len(prefix):])} {outcome} after "
+            where = row.get("channel", key[len(prefix):])
+            if row.get("to"):
+                where = f"{where} to {row['to']}"
+            problems.append(f"{where} {outcome} after "
                             f"{tried}: {why or 'no reason recorded'}")
     if problems:
         counts["problem"] = "; ".join(problems)
@@ -76,6 +81,8 @@ def notification_lines(rows: list[dict]) -> list[str]:
                 "approval.escalated": "escalation of "}.get(row.get("event", ""), "")
         line = (f"  {row.get('channel', '?'):<8} {state:<8} {what}request "
                 f"{str(row.get('digest', ''))[:12]} {row.get('name')!r}")
+        if row.get("to"):
+            line += f" to {row['to']}"
         if attempts:
             line += f", {len(attempts)} attempt{'' if len(attempts) == 1 else 's'}"
         if row.get("takeovers"):

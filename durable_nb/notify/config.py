@@ -35,6 +35,13 @@ journal's directory), then the environment (``DURABLE_NB_NOTIFY_*``)::
     max_age = 604800        # seconds a link lives when its request has no deadline (7 days)
     enabled = true          # false: no decision links in messages
 
+    [teams]                 # a channel a package adds (durable_nb.notify.channels)
+    url = "https://..."
+
+The channels' sections and variables are the channels' own (each class's ``from_config`` and
+``env``, found in the registry of :mod:`durable_nb.notify.channels`); this module reads the
+files and the environment, and the settings that are not channels.
+
 Secrets (the webhook's secret, the SMTP password, the Slack URL, which holds its token) stay
 in this object: its ``repr`` leaves them out, and nothing of them is written to a journal.
 """
@@ -49,18 +56,18 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..errors import NotifyConfigError
-from ..llm.retry import RetryPolicy
+from ..execution.retry import RetryPolicy
+from .channels import (BUILT_IN, Channel, EmailConfig, Section, SlackConfig, WebhookConfig,
+                       channel_class, channel_names, plugin_names)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - 3.10 only: tomli (a dependency there), imported when a file is read
     tomllib = None
 
-__all__ = ["CHANNELS", "EVENTS", "EmailConfig", "LinksConfig", "NotifyConfig", "NotifySelection",
-           "SlackConfig", "WebhookConfig", "choose", "load_config", "user_config_path"]
-
-#: The channel names, as ``notify=`` and the delivery records name them.
-CHANNELS = ("webhook", "slack", "email")
+__all__ = ["EVENTS", "EmailConfig", "LinksConfig", "NotifyConfig", "NotifySelection",
+           "SlackConfig", "WebhookConfig", "check_selection", "choose", "load_config",
+           "user_config_path"]
 
 #: What can be notified: a request waiting (with its reminders and escalation), a request
 #: decided by a person, decided by its deadline's policy, a run that failed.
@@ -70,41 +77,16 @@ EVENTS = ("waiting", "decided", "timed_out", "failed")
 #: names (a list, or one string with commas), or a :class:`NotifyConfig` of its own.
 NotifySelection = Union[None, bool, str, Sequence[str], "NotifyConfig"]
 
-DEFAULT_TIMEOUT = 10.0  # seconds for one attempt's connect and answer
+#: The sections that are not channels.
+SETTINGS = ("events", "retry", "links")
+_SWITCHES = ("none", "off", "all", "on")
+
 DEFAULT_RETRY = RetryPolicy(max_attempts=5, initial_delay=1.0, max_delay=30.0)
 
 
 @dataclass(frozen=True)
-class WebhookConfig:
-    """A JSON POST to ``url``, signed with ``secret`` when there is one."""
-    url: str
-    secret: str | None = field(default=None, repr=False)
-    timeout: float = DEFAULT_TIMEOUT
-
-
-@dataclass(frozen=True)
-class SlackConfig:
-    """A Slack-compatible incoming webhook (its URL is a secret: it holds the token)."""
-    url: str = field(repr=False)
-    timeout: float = DEFAULT_TIMEOUT
-
-
-@dataclass(frozen=True)
-class EmailConfig:
-    """E-mail over SMTP to ``to`` from ``sender``; STARTTLS and login when asked."""
-    host: str
-    sender: str
-    to: tuple[str, ...]
-    port: int = 25
-    starttls: bool = False
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    timeout: float = DEFAULT_TIMEOUT
-
-
-@dataclass(frozen=True)
 class LinksConfig:
-    """Decision links (:mod:`durable_nb.notify.links`): the Jupyter server they open
+    """Decision links (:mod:`durable_nb.approvals.links`): the Jupyter server they open
     (``base_url``; None: the server this process knows, if any), how long one lives when its
     request has no deadline, and whether messages carry them at all."""
     base_url: str | None = None
@@ -118,6 +100,9 @@ class NotifyConfig:
     webhook: WebhookConfig | None = None
     slack: SlackConfig | None = None
     email: EmailConfig | None = None
+    #: Channels of plug-ins (:mod:`durable_nb.notify.channels`), configured, each under its
+    #: own ``name``.
+    plugins: tuple[Channel, ...] = ()
     #: How a failed delivery is tried again: ``max_attempts`` in all, then it is failed.
     retry: RetryPolicy = field(default_factory=lambda: DEFAULT_RETRY)
     #: Seconds after which a claimed delivery nobody finished (its sender died) may be
@@ -128,22 +113,38 @@ class NotifyConfig:
     #: The decision links each message carries.
     links: LinksConfig = field(default_factory=LinksConfig)
 
-    def channels(self) -> dict[str, Any]:
-        """The configured channels by name."""
-        return {name: getattr(self, name) for name in CHANNELS if getattr(self, name)}
+    def __post_init__(self) -> None:
+        for name, channel in (("webhook", self.webhook), ("slack", self.slack),
+                              ("email", self.email)):
+            if channel is not None and getattr(channel, "name", None) != name:
+                raise NotifyConfigError(f"NotifyConfig({name}=...) takes a "
+                                        f"{BUILT_IN[name].__name__}, not {channel!r}.")
+        names = [getattr(p, "name", None) for p in self.plugins]
+        for plugin, name in zip(self.plugins, names):
+            if not isinstance(plugin, Channel) or name in BUILT_IN or names.count(name) > 1:
+                raise NotifyConfigError(f"NotifyConfig(plugins=...) takes configured "
+                                        f"channels of plug-ins, each name once, not "
+                                        f"{plugin!r}.")
+
+    def channels(self) -> dict[str, Channel]:
+        """The configured channels by name (the built-ins first)."""
+        built_in = {name: getattr(self, name) for name in BUILT_IN if getattr(self, name)}
+        return {**built_in, **{plugin.name: plugin for plugin in self.plugins}}
 
     def only(self, names: Sequence[str]) -> "NotifyConfig":
         """This configuration with only the channels ``names`` (each must be configured)."""
+        configured = self.channels()
         for name in names:
-            if name not in CHANNELS:
-                raise NotifyConfigError(f"notify names an unknown channel {name!r}: use "
-                                        f"{', '.join(CHANNELS)} or 'none'.")
-            if getattr(self, name) is None:
+            if name not in configured:
+                if name not in channel_names():
+                    raise NotifyConfigError(f"notify names an unknown channel {name!r}: use "
+                                            f"{', '.join(channel_names())} or 'none'.")
                 raise NotifyConfigError(
                     f"notify names the channel {name!r}, but none is configured: set it in "
                     f"{user_config_path()} or with DURABLE_NB_NOTIFY_* (see the docs' "
                     f"Notifications page).")
-        return replace(self, **{name: None for name in CHANNELS if name not in names})
+        return replace(self, **{name: None for name in BUILT_IN if name not in names},
+                       plugins=tuple(p for p in self.plugins if p.name in names))
 
 
 def user_config_path(env: Mapping[str, str] = os.environ) -> Path:
@@ -188,17 +189,18 @@ def choose(config: NotifyConfig, selection: NotifySelection) -> NotifyConfig:
 
 
 def check_selection(selection: Any) -> None:
-    """Refuse a ``notify=`` that is not one of :data:`NotifySelection`'s forms."""
+    """Refuse a ``notify=`` that is not one of :data:`NotifySelection`'s forms, or names a
+    channel that does not exist (built in or installed)."""
     if selection is None or isinstance(selection, (bool, NotifyConfig)):
         return
     names = selection.split(",") if isinstance(selection, str) else selection
     if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-        raise NotifyConfigError(f"notify must be channel names ({', '.join(CHANNELS)}), "
+        raise NotifyConfigError(f"notify must be channel names ({', '.join(channel_names())}), "
                                 f"'none', True/False or a NotifyConfig, not {selection!r}.")
     for name in (n.strip().lower() for n in names if n.strip()):
-        if name not in (*CHANNELS, "none", "off", "all", "on"):
+        if name not in (*_SWITCHES, *BUILT_IN) and name not in plugin_names():
             raise NotifyConfigError(f"notify names an unknown channel {name!r}: use "
-                                    f"{', '.join(CHANNELS)}, 'all' or 'none'.")
+                                    f"{', '.join(channel_names())}, 'all' or 'none'.")
 
 
 def _read_file(path: Path) -> dict[str, dict[str, Any]]:
@@ -220,92 +222,67 @@ def _read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise NotifyConfigError(f"the notification config {path} cannot be read: {exc}. "
                                 f"Fix the file (TOML) or remove it.") from None
     for section, values in data.items():
-        if section not in (*CHANNELS, "retry", "events", "links") \
-                or not isinstance(values, dict):
+        known = section in (*BUILT_IN, *SETTINGS) or section in plugin_names()
+        if not known or not isinstance(values, dict):
+            sections = ", ".join(f"[{name}]" for name in (*channel_names(), *SETTINGS))
             raise NotifyConfigError(f"the notification config {path} has an unknown section "
-                                    f"[{section}]: use [webhook], [slack], [email], [events], "
-                                    f"[retry], [links].")
+                                    f"[{section}]: use {sections}.")
     return data
 
 
-_ENV = {  # variable suffix -> (section, field)
-    "WEBHOOK": ("webhook", "url"), "WEBHOOK_SECRET": ("webhook", "secret"),
-    "SLACK_WEBHOOK": ("slack", "url"),
-    "SMTP_HOST": ("email", "host"), "SMTP_PORT": ("email", "port"),
-    "SMTP_STARTTLS": ("email", "starttls"), "SMTP_USER": ("email", "username"),
-    "SMTP_PASSWORD": ("email", "password"), "SMTP_FROM": ("email", "from"),
-    "SMTP_TO": ("email", "to"), "EVENTS": ("events", "send"),
-    "LINK_BASE_URL": ("links", "base_url"), "LINK_MAX_AGE": ("links", "max_age"),
-    "LINKS": ("links", "enabled"),
+_SETTINGS_ENV = {  # the settings' variables -> (section, field); channels declare their own
+    "DURABLE_NB_NOTIFY_EVENTS": ("events", "send"),
+    "DURABLE_NB_NOTIFY_LINK_BASE_URL": ("links", "base_url"),
+    "DURABLE_NB_NOTIFY_LINK_MAX_AGE": ("links", "max_age"),
+    "DURABLE_NB_NOTIFY_LINKS": ("links", "enabled"),
 }
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The sections the environment sets: the settings', each built-in channel's (its
+    ``env``), and each plug-in's that has a ``DURABLE_NB_NOTIFY_<NAME>_`` variable set."""
+    table = dict(_SETTINGS_ENV)
+    for cls in BUILT_IN.values():
+        table.update({variable: (cls.name, name) for variable, name in cls.env.items()})
+    others = [v for v in env if v.startswith("DURABLE_NB_NOTIFY_") and v not in table
+              and v != "DURABLE_NB_NOTIFY_CONFIG"]
+    for name in plugin_names() if others else ():  # entry points read only when needed
+        prefix = f"DURABLE_NB_NOTIFY_{name.upper()}_"
+        if any(variable.startswith(prefix) and env[variable] for variable in others):
+            cls = channel_class(name)
+            table.update({variable: (name, key) for variable, key in cls.env.items()})
     found: dict[str, dict[str, Any]] = {}
-    for suffix, (section, name) in _ENV.items():
-        value = env.get(f"DURABLE_NB_NOTIFY_{suffix}")
+    for variable, (section, name) in table.items():
+        value = env.get(variable)
         if value:
             found.setdefault(section, {})[name] = value
     return found
 
 
 def _build(data: dict[str, dict[str, Any]], where: str) -> NotifyConfig:
-    def need(section: str, name: str) -> Any:
-        if not data[section].get(name):
-            raise NotifyConfigError(f"[{section}] needs {name!r} (in {where}).")
-        return data[section][name]
-
-    def number(section: str, name: str, default: float, kind: type = float) -> Any:
-        value = data.get(section, {}).get(name, default)
-        try:
-            value = kind(value)
-        except (TypeError, ValueError):
-            raise NotifyConfigError(f"[{section}] {name} must be a number, not {value!r} "
-                                    f"(in {where}).") from None
-        if value <= 0:
-            raise NotifyConfigError(f"[{section}] {name} must be positive (in {where}).")
-        return value
-
     config: dict[str, Any] = {}
-    if "webhook" in data:
-        config["webhook"] = WebhookConfig(
-            url=_url(need("webhook", "url"), "webhook", where),
-            secret=data["webhook"].get("secret") or None,
-            timeout=number("webhook", "timeout", DEFAULT_TIMEOUT))
-    if "slack" in data:
-        config["slack"] = SlackConfig(url=_url(need("slack", "url"), "slack", where),
-                                      timeout=number("slack", "timeout", DEFAULT_TIMEOUT))
-    if "email" in data:
-        to = need("email", "to")
-        to = tuple(a.strip() for a in (to.split(",") if isinstance(to, str) else to)
-                   if a.strip())
-        config["email"] = EmailConfig(
-            host=need("email", "host"), sender=need("email", "from"), to=to,
-            port=number("email", "port", 25, int),
-            starttls=_flag(data["email"].get("starttls", False)),
-            username=data["email"].get("username") or None,
-            password=data["email"].get("password") or None,
-            timeout=number("email", "timeout", DEFAULT_TIMEOUT))
-    known = ("attempts", "first_delay", "max_delay", "lease")
-    for name in data.get("retry", {}):
-        if name not in known:
-            raise NotifyConfigError(f"[retry] has no field {name!r}: use "
-                                    f"{', '.join(known)} (in {where}).")
+    plugins = []
+    for name in BUILT_IN:
+        if name in data:
+            config[name] = BUILT_IN[name].from_config(data[name], where)
+    for name in data:
+        if name not in BUILT_IN and name not in SETTINGS:
+            plugins.append(channel_class(name).from_config(data[name], where))
+    retry = Section(data.get("retry", {}), "retry", where)
+    retry.known(("attempts", "first_delay", "max_delay", "lease"))
     config["retry"] = replace(
-        DEFAULT_RETRY, max_attempts=number("retry", "attempts", DEFAULT_RETRY.max_attempts, int),
-        initial_delay=number("retry", "first_delay", DEFAULT_RETRY.initial_delay),
-        max_delay=number("retry", "max_delay", DEFAULT_RETRY.max_delay))
-    config["lease"] = number("retry", "lease", NotifyConfig.lease)
+        DEFAULT_RETRY, max_attempts=retry.number("attempts", DEFAULT_RETRY.max_attempts, int),
+        initial_delay=retry.number("first_delay", DEFAULT_RETRY.initial_delay),
+        max_delay=retry.number("max_delay", DEFAULT_RETRY.max_delay))
+    config["lease"] = retry.number("lease", NotifyConfig.lease)
     if "events" in data:
         config["events"] = _events(data["events"], where)
-    config["links"] = _links(data.get("links", {}), number, where)
-    return NotifyConfig(**config)
+    config["links"] = _links(Section(data.get("links", {}), "links", where))
+    return NotifyConfig(plugins=tuple(plugins), **config)
 
 
 def _events(section: dict[str, Any], where: str) -> tuple[str, ...]:
-    for name in section:
-        if name != "send":
-            raise NotifyConfigError(f"[events] has no field {name!r}: use send (in {where}).")
+    Section(section, "events", where).known(("send",))
     send = section.get("send", ["waiting"])
     names = send.split(",") if isinstance(send, str) else send
     if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
@@ -319,28 +296,11 @@ def _events(section: dict[str, Any], where: str) -> tuple[str, ...]:
     return chosen
 
 
-def _links(values: dict[str, Any], number: Any, where: str) -> LinksConfig:
-    known = ("base_url", "max_age", "enabled")
-    for name in values:
-        if name not in known:
-            raise NotifyConfigError(f"[links] has no field {name!r}: use "
-                                    f"{', '.join(known)} (in {where}).")
-    base_url = values.get("base_url") or None
-    if base_url is not None:
-        base_url = _url(base_url, "links", where, "base_url")
-        base_url = base_url if base_url.endswith("/") else base_url + "/"
+def _links(section: Section) -> LinksConfig:
+    section.known(("base_url", "max_age", "enabled"))
+    base_url = section.url("base_url") if section.values.get("base_url") else None
+    if base_url is not None and not base_url.endswith("/"):
+        base_url += "/"
     return LinksConfig(base_url=base_url,
-                       max_age=number("links", "max_age", LinksConfig.max_age),
-                       enabled=_flag(values.get("enabled", True)))
-
-
-def _url(value: Any, section: str, where: str, name: str = "url") -> str:
-    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise NotifyConfigError(f"[{section}] {name} must be an http(s) URL (in {where}).")
-    return value
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
+                       max_age=section.number("max_age", LinksConfig.max_age),
+                       enabled=section.flag("enabled", True))

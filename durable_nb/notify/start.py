@@ -8,8 +8,8 @@ import threading
 from typing import Any
 
 from ..journal import Journal
-from .config import CHANNELS, NotifyConfig, NotifySelection, choose, load_config, user_config_path
-from .delivery import sweep
+from .config import NotifyConfig, NotifySelection, choose, load_config, user_config_path
+from .delivery import in_background, sweep
 
 __all__ = ["for_directory", "for_journal", "for_run", "sweep_once_in_background"]
 
@@ -43,17 +43,17 @@ def for_run(journal: Journal, selection: NotifySelection) -> tuple[NotifyConfig,
     configured ones it leaves out (recorded as skipped, so no other process sends them)."""
     base = NotifyConfig() if isinstance(selection, NotifyConfig) else for_journal(journal)
     chosen = choose(base, selection)
-    skip = tuple(name for name in CHANNELS
-                 if getattr(base, name) is not None and getattr(chosen, name) is None)
+    skip = tuple(name for name in base.channels() if name not in chosen.channels())
     return chosen, skip
 
 
 def sweep_once_in_background(journal: Journal, exclude: str | None = None) -> None:
-    """The first time this process opens ``journal`` for a run: on a thread of its own,
-    apply the deadlines due and send, with the journal's channels (:func:`for_journal`),
-    what no process sent for the runs already waiting
-    (:func:`~durable_nb.notify.delivery.sweep`), but for the run ``exclude`` (the one this
-    process starts, which notifies with its own ``notify=``)."""
+    """The first time this process opens ``journal`` for a run: on a thread of its own
+    (waited for at exit, :func:`~durable_nb.notify.delivery.drain`), apply the deadlines
+    due and send, with the journal's channels (:func:`for_journal`) as each run chose
+    them, what is due or lapsed (:func:`~durable_nb.notify.delivery.sweep`), but for the
+    run ``exclude`` (the one this process starts, which notifies with its own
+    ``notify=``)."""
     if journal.read_only:
         return
     with _swept_lock:
@@ -61,13 +61,10 @@ def sweep_once_in_background(journal: Journal, exclude: str | None = None) -> No
             return
         _swept.add(journal.location)
 
-    def work() -> None:
-        try:
-            sweep(journal, for_journal(journal), exclude=exclude)
-        except Exception:
-            pass  # the next process that opens the journal tries again
-
-    threading.Thread(target=work, name="durable-nb-notify-sweep", daemon=True).start()
+    # Waited for at a normal exit, like the run's own deliveries (a message sent is a
+    # message recorded; the next process that opens the journal sends what was left).
+    in_background(lambda: sweep(journal, for_journal(journal), exclude=exclude),
+                  name="durable-nb-notify-sweep")
 
 
 def _mtime(path: Any) -> float | None:

@@ -1,15 +1,23 @@
-"""The decision-link page, ``{base_url}durable-nb/decide/TOKEN`` (:mod:`durable_nb.notify.links`).
+"""The decision-link page, ``{base_url}durable-nb/decide#TOKEN``
+(:mod:`durable_nb.approvals.links`).
 
-GET shows the request (run, notebook, tool, details, to whom the link was sent, until when it
-is valid) and a form, Approve / Reject with a note; it never decides (link scanners and chat
-previews open links). The form's POST decides once, as the link's recipient, via ``link``.
-The token is the credential: no Jupyter login is needed, and no kernel or JupyterLab. The
-form carries Jupyter's XSRF token (tornado's ``_xsrf`` field and cookie), so a page elsewhere
-cannot post it.
+The token is the credential, and it is kept out of every URL a server or proxy sees: it is
+in the fragment, which browsers never send. GET answers a small page whose script reads the
+fragment, removes it from the address bar and posts it in the body (``action=view``); the
+answer shows the request (run, notebook, tool, details, to whom the link was sent, until when
+it is valid) and, only when the link may decide it, a form, Approve / Reject with a note,
+which posts the token again in its body. Viewing never decides (link scanners and chat
+previews open links). The form's POST decides once, as the link's recipient, via ``link``,
+through :func:`~durable_nb.approvals.decide.decide`. No Jupyter login is needed, and no
+kernel or JupyterLab. The form carries Jupyter's XSRF token (tornado's ``_xsrf`` field and
+cookie), so a page elsewhere cannot post it; every answer says ``Referrer-Policy:
+no-referrer`` (a browser then sends ``Origin: null`` with the form, which this handler
+accepts: the XSRF check and the token in the body are what protect it).
 
 Answers: 200 the form, or decided; 404 a token that names no link (nothing decided, logged
 without the token); 410 used already or expired; 409 the request changed since the link was
-sent, or someone decided it already; 403 the approver check refused the recipient.
+sent, or someone decided it already; 403 the link may not decide it (shown before any
+button: an approvers' list or four-eyes applies and the link does not say who clicks it).
 """
 
 from __future__ import annotations
@@ -27,10 +35,11 @@ from tornado import web
 
 from ..errors import JournalError
 from ..journal import Journal
-from ..notify.links import (LINK_PATH, LinkOutcome, inspect_link, journal_ref, parse_token,
-                           sent_to, use_link)
+from ..approvals.links import (LINK_PATH, LinkOutcome, inspect_link, journal_ref,
+                               parse_token, sent_to, use_link)
+from ..approvals.wording import decision_words
 from ..timestamps import format_time
-from .handlers import TAKEN_WITHIN, _taken, _workers
+from .handlers import TAKEN_WITHIN, WORKERS, taken_within
 from .journals import allowed_journals
 
 try:  # jupyter_server >= 2.13: a handler open to a request without a login says so
@@ -39,7 +48,7 @@ except ImportError:  # pragma: no cover - older servers let any handler through
     def allow_unauthenticated(method: Any) -> Any:
         return method
 
-__all__ = ["DecideHandler", "decide_handlers"]
+__all__ = ["DecideHandler", "decide_handlers", "loader_page", "render"]
 
 T = TypeVar("T")
 _NOTE_CHARS = 2000
@@ -56,11 +65,25 @@ def _find_journal(ref: str) -> Journal | None:
 
 
 class DecideHandler(JupyterHandler):
-    """GET: the request and the form; POST: the decision (see the module's docstring)."""
+    """GET: the page that posts the fragment's token; POST: the request and the form
+    (``action=view``), or the decision (``action=approve|reject``)."""
+
+    def check_origin(self, origin_to_satisfy_tornado: str = "") -> bool:
+        # "no-referrer" makes a browser send "Origin: null" with the form's POST: accepted
+        # here, where the XSRF cookie and the token in the body decide.
+        if self.request.headers.get("Origin") == "null":
+            return True
+        return bool(super().check_origin(origin_to_satisfy_tornado))
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("Referrer-Policy", "no-referrer")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Robots-Tag", "noindex, nofollow")
 
     async def _blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(
-            _workers, functools.partial(fn, *args, **kwargs))
+            WORKERS, functools.partial(fn, *args, **kwargs))
 
     async def _locate(self, token: str) -> tuple[Journal, str, str] | None:
         parsed = parse_token(token)
@@ -76,33 +99,28 @@ class DecideHandler(JupyterHandler):
         return journal, parsed[1], parsed[2]
 
     @allow_unauthenticated
-    async def get(self, token: str) -> None:
-        found = await self._locate(token)
-        if found is None:
-            return self._page(_UNKNOWN, "")
-        journal, run_id, secret = found
-        try:
-            _, outcome = await self._blocking(inspect_link, journal, run_id, secret)
-        except JournalError as exc:
-            raise web.HTTPError(503, str(exc)) from None
-        if outcome.kind == "unknown":
-            self.log.warning("durable_nb: a decision link with an unknown secret was opened "
-                             "(run %r, from %s)", run_id, self.request.remote_ip)
-        self._page(outcome, run_id, choice=self.get_argument("choice", ""))
+    async def get(self) -> None:
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(loader_page(self.xsrf_form_html()))
 
     @allow_unauthenticated
-    async def post(self, token: str) -> None:
+    async def post(self) -> None:
+        token = self.get_body_argument("token", "")
+        action = self.get_body_argument("action", "view")
         choice = self.get_body_argument("choice", "")
-        if choice not in ("approve", "reject"):
+        if action not in ("view", "approve", "reject"):
             raise web.HTTPError(400, "choose Approve or Reject")
         note = self.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None
         found = await self._locate(token)
         if found is None:
-            return self._page(_UNKNOWN, "")
+            return self._page(_UNKNOWN, "", "")
         journal, run_id, secret = found
         try:
-            outcome = await self._blocking(use_link, journal, run_id, secret,
-                                           approved=choice == "approve", note=note)
+            if action == "view":
+                _, outcome = await self._blocking(inspect_link, journal, run_id, secret)
+            else:
+                outcome = await self._blocking(use_link, journal, run_id, secret,
+                                               approved=action == "approve", note=note)
         except JournalError as exc:
             raise web.HTTPError(503, str(exc)) from None
         if outcome.kind == "unknown":
@@ -111,24 +129,59 @@ class DecideHandler(JupyterHandler):
                              self.request.remote_ip)
         taken = False
         if outcome.kind == "decided":
-            taken = await self._blocking(_taken, journal, run_id, TAKEN_WITHIN)
-        self._page(outcome, run_id, taken=taken)
+            taken = await self._blocking(taken_within, journal, run_id, TAKEN_WITHIN)
+        self._page(outcome, run_id, token, taken=taken, choice=choice)
 
-    def _page(self, outcome: LinkOutcome, run_id: str, *, choice: str = "",
-              taken: bool = False) -> None:
+    def _page(self, outcome: LinkOutcome, run_id: str, token: str, *,
+              taken: bool = False, choice: str = "") -> None:
         self.set_status(outcome.status)
         self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.set_header("Cache-Control", "no-store")
-        # The URL is the credential: never sent to another site as a Referer ("no-referrer"
-        # would make the form's POST say "Origin: null", which Jupyter refuses).
-        self.set_header("Referrer-Policy", "same-origin")
-        self.set_header("X-Robots-Tag", "noindex, nofollow")
-        form = self.xsrf_form_html() if outcome.kind == "open" else ""
-        self.finish(render(outcome, run_id, form=form, choice=choice, taken=taken))
+        form = (self.xsrf_form_html() + f'<input type="hidden" name="token" '
+                f'value="{html.escape(token)}">') if outcome.kind == "open" else ""
+        self.finish(render(outcome, run_id, form=form, taken=taken, choice=choice))
 
 
-def render(outcome: LinkOutcome, run_id: str, *, form: str = "", choice: str = "",
-           taken: bool = False) -> str:
+#: The page a link opens: it posts the fragment's token (never sent by a browser in a URL)
+#: and takes it out of the address bar, so that it is neither logged nor bookmarked.
+_LOADER = """<!DOCTYPE html><html><head><meta charset="utf-8">
+<meta name="robots" content="noindex"><meta name="referrer" content="no-referrer">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Decision link</title><style>{style}</style></head><body><main>
+<h1>Decision link</h1><form id="view" method="post">{xsrf}
+<input type="hidden" name="action" value="view"><input type="hidden" name="token" value="">
+<input type="hidden" name="choice" value="">
+<p class="message open" id="status">Opening the request&hellip;</p>
+<noscript><p class="message unknown">This page needs JavaScript to read its link.</p></noscript>
+</form><script>
+(function () {{
+  // "#TOKEN", and the button's choice from "?choice=reject" before or after it.
+  var fragment = window.location.hash.slice(1).split("?");
+  // (or, on a JupyterHub service, kept in this tab while its login dropped the fragment)
+  var token = fragment[0] || window.sessionStorage.getItem("durable-nb-link") || "";
+  window.sessionStorage.removeItem("durable-nb-link");
+  var query = new URLSearchParams(fragment[1] || window.location.search);
+  var form = document.getElementById("view");
+  if (!token) {{
+    document.getElementById("status").textContent =
+      "This link has no token: open the whole link from the message. Nothing was decided.";
+    return;
+  }}
+  window.history.replaceState(null, "", window.location.pathname);
+  form.elements.token.value = token;
+  form.elements.choice.value = query.get("choice") || "";
+  form.submit();
+}})();
+</script></main></body></html>"""
+
+
+def loader_page(xsrf: str) -> str:
+    """The page a link's GET answers (``xsrf``: the form's XSRF field): its script posts the
+    fragment's token in the body of ``action=view`` to the same path."""
+    return _LOADER.format(xsrf=xsrf, style=_STYLE)
+
+
+def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = False,
+           choice: str = "") -> str:
     """The page's HTML for ``outcome`` (``form``: the XSRF field, when it may decide)."""
     e = html.escape
     link, run, pending = outcome.link or {}, outcome.run or {}, outcome.pending or {}
@@ -140,9 +193,7 @@ def render(outcome: LinkOutcome, run_id: str, *, form: str = "", choice: str = "
             ("Valid until", link.get("expires_at") and format_time(link["expires_at"], "?"))]
     if outcome.decision:
         decision = outcome.decision
-        rows.append(("Decision", f"{'approved' if decision.get('approved') else 'rejected'}"
-                                 f" by {decision.get('by')} via {decision.get('via')} at "
-                                 f"{format_time(decision.get('at'), '?')}"))
+        rows.append(("Decision", decision_words(decision, timed=True)))
         if decision.get("note"):
             rows.append(("Note", decision["note"]))
     table = "".join(f"<tr><th>{e(label)}</th><td>{e(str(value))}</td></tr>"
@@ -156,19 +207,17 @@ def render(outcome: LinkOutcome, run_id: str, *, form: str = "", choice: str = "
     if outcome.kind == "decided":
         message += (" The run resumes in its kernel." if taken else
                     " The run goes on when its cell is run again.")
-    body = (f'<p class="message {e(outcome.kind)}">{e(message)}</p>'
+    body = (f'<p class="message {e(outcome.kind)}" id="outcome">{e(message)}</p>'
             f"<table>{table}</table>{details}")
     if outcome.kind == "open":
-        approve_first = ' autofocus' if choice != "reject" else ""
-        reject_first = ' autofocus' if choice == "reject" else ""
         body += (f'<form method="post">{form}'
                  f'<label for="note">Note (optional)</label>'
                  f'<textarea id="note" name="note" rows="3" maxlength="{_NOTE_CHARS}">'
                  f'</textarea><div class="buttons">'
-                 f'<button type="submit" name="choice" value="approve" class="approve"'
-                 f'{approve_first}>Approve</button>'
-                 f'<button type="submit" name="choice" value="reject" class="reject"'
-                 f'{reject_first}>Reject</button></div>'
+                 f'<button type="submit" name="action" value="approve" class="approve"'
+                 f'{"" if choice == "reject" else " autofocus"}>Approve</button>'
+                 f'<button type="submit" name="action" value="reject" class="reject"'
+                 f'{" autofocus" if choice == "reject" else ""}>Reject</button></div>'
                  f"<p class=\"fine\">Deciding uses this link: it works once, as "
                  f"{e(str(link.get('to')))}.</p></form>")
     title = f"Approval: {link.get('name')}" if link.get("name") else "Decision link"
@@ -204,4 +253,4 @@ button.approve { background: #2e7d32; } button.reject { background: #c62828; }
 
 def decide_handlers(base_url: str) -> list[tuple[str, type]]:
     """The page's route, under the server's ``base_url``."""
-    return [(url_path_join(base_url, LINK_PATH, r"([^/?#]+)"), DecideHandler)]
+    return [(url_path_join(base_url, LINK_PATH), DecideHandler)]

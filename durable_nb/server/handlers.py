@@ -29,7 +29,7 @@ from .. import registry
 from ..registry import batch_rows
 from ..errors import (DecisionExists, JournalError, NoJournal, NoPendingApproval,
                       NotAllowedToDecide, RunLeased, UnknownRun)
-from ..execution.approvals import decision_kind
+from ..approvals.request import decision_kind
 from ..journal import Journal, Status
 from . import live, views
 from .journals import KnownJournal, NotAllowed, UnknownJournal, allowed_journals, resolve
@@ -53,7 +53,7 @@ _WATCHER = "durable_nb_watcher"
 #: The extension's own threads for journal calls: a journal that hangs (a database that went
 #: away: each call waits for its connect timeout) ties up these, never the threads Jupyter
 #: Server uses for files and kernels.
-_workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-nb-api")
+WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-nb-api")
 #: The ``summary`` being computed, per set of journals: polls that arrive meanwhile wait for
 #: it instead of starting another (a slow journal never piles up polls).
 _summaries_in_flight: dict[tuple[str, ...], asyncio.Future] = {}
@@ -96,7 +96,7 @@ class _Handler(APIHandler):
         ``{"message"}``."""
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                _workers, functools.partial(fn, *args, **kwargs))
+                WORKERS, functools.partial(fn, *args, **kwargs))
         except (NotAllowed, NotAllowedToDecide) as exc:  # a journal, a request not theirs
             raise web.HTTPError(403, str(exc)) from None
         except (UnknownJournal, UnknownRun, NoJournal) as exc:
@@ -218,6 +218,7 @@ class DecisionHandler(_Handler):
         run_id, approved, note, digest, replace = (data.get("id"), data.get("approved"),
                                                    data.get("note"), data.get("digest"),
                                                    data.get("replace", False))
+        request_id = data.get("request_id")
         if not isinstance(run_id, str) or not run_id:
             raise web.HTTPError(400, "'id' (the run id) is missing")
         if not isinstance(approved, bool):
@@ -230,10 +231,18 @@ class DecisionHandler(_Handler):
             raise web.HTTPError(400, "'digest' (of the pending request as shown, 8 or more "
                                      "characters) is missing: a decision is bound to what "
                                      "the person saw")
+        if request_id is not None and (not isinstance(request_id, str) or not request_id):
+            raise web.HTTPError(400, "'request_id' must be the pending request's id (a "
+                                     "string), as the run view shows it")
+        if "request_id" not in data:
+            raise web.HTTPError(400, "'request_id' (the id of the pending request as shown; "
+                                     "null for a request written before ids) is missing: a "
+                                     "decision is bound to the request the person saw, not "
+                                     "to an identical one asked after it")
         known, opened = await self.one_journal(data.get("journal"), write=True)
         by = _user_name(self.current_user)
-        refused = await self.blocking(_decide, opened, run_id, approved, note, by, digest,
-                                      replace)
+        refused = await self.blocking(_decide, opened, run_id, approved, note, by,
+                                      request_id, digest, replace)
         if isinstance(refused, NotAllowedToDecide):  # not this user's to decide: who may
             self.set_status(403)
             self.finish({"message": str(refused), "reason": refused.reason, "by": refused.by,
@@ -246,7 +255,7 @@ class DecisionHandler(_Handler):
             self.finish({"message": str(refused), "reason": "decided already",
                          "taken": refused.taken, "decision": decision})
             return
-        taken = await self.blocking(_taken, opened, run_id, TAKEN_WITHIN)
+        taken = await self.blocking(taken_within, opened, run_id, TAKEN_WITHIN)
         verdict = "approved" if approved else "rejected"
         self.finish({"ok": True, "taken": taken, "by": by, "status": (await self.blocking(
             opened.get_run, run_id)).status.value,
@@ -255,21 +264,23 @@ class DecisionHandler(_Handler):
 
 
 def _decide(journal: Journal, run_id: str, approved: bool, note: str | None, by: str,
-            digest: str, replace: bool) -> DecisionExists | NotAllowedToDecide | None:
-    """Decide the run's pending approval if it is the request ``digest`` names: written
-    once (:func:`~durable_nb.execution.approvals.leave_decision`), so of concurrent decisions
-    anywhere the first wins; the refusal of a later one (what was decided) is returned, as
-    is the refusal of a user the request does not allow (its approvers, four-eyes)."""
+            request_id: str | None, digest: str, replace: bool
+            ) -> DecisionExists | NotAllowedToDecide | None:
+    """Decide the run's pending approval if it is the request ``request_id`` and ``digest``
+    name (:func:`~durable_nb.approvals.decide.decide`, written once), so of concurrent
+    decisions anywhere the first wins; the refusal of a later one (what was decided) is
+    returned, as is the refusal of a user the request does not allow (its approvers,
+    four-eyes)."""
     decide = registry.approve if approved else registry.reject
     try:
-        decide(run_id, note, by=by, expect=digest, replace=replace, via="Jupyter server",
-               journal=journal)
+        decide(run_id, note, by=by, expect=digest, request_id=request_id, replace=replace,
+               via="Jupyter server", journal=journal)
     except (DecisionExists, NotAllowedToDecide) as exc:
         return exc
     return None
 
 
-def _taken(journal: Journal, run_id: str, within: float) -> bool:
+def taken_within(journal: Journal, run_id: str, within: float) -> bool:
     """Whether an executor (a kernel watching the parked run, or one waiting in it) took the
     decision just left for ``run_id`` within ``within`` seconds: it stamps the decision
     taken and the run stops waiting."""
@@ -353,7 +364,7 @@ def _summary_of_all() -> tuple[dict, list[Journal]]:
 
 
 async def _check() -> tuple[dict, list[Journal]]:
-    return await asyncio.get_running_loop().run_in_executor(_workers, _summary_of_all)
+    return await asyncio.get_running_loop().run_in_executor(WORKERS, _summary_of_all)
 
 
 class EventsHandler(_Handler):

@@ -20,7 +20,8 @@ from ..journal import Journal, open_journal
 from ..journal.index import journal_id, known_locations
 from ..journal.postgres import is_postgres_url, location_of
 
-__all__ = ["KnownJournal", "NotAllowed", "UnknownJournal", "allowed_journals", "resolve"]
+__all__ = ["KnownJournal", "NotAllowed", "UnknownJournal", "allowed_journals", "is_news",
+           "resolve"]
 
 
 #: Seconds a PostgreSQL journal that could not be opened is reported unavailable untried.
@@ -29,6 +30,8 @@ _open_failures: dict[str, tuple[float, str]] = {}
 #: The journals opened, by location and read-only: a listing of hundreds of journals looks
 #: each up here instead of resolving its path again (open_journal's own cache key).
 _handles: dict[tuple[str, bool], Journal] = {}
+#: What the server's log was last told of each journal that failed, by location.
+_reported: dict[str, str] = {}
 
 
 class NotAllowed(Exception):
@@ -74,6 +77,7 @@ class KnownJournal:
                 _open_failures[self.location] = (time.monotonic() + RETRY_OPEN_AFTER, str(exc))
             raise
         _handles[(self.location, read_only)] = handle
+        _reported.pop(self.location, None)  # a later failure is news again
         return handle
 
     def release(self) -> None:
@@ -86,6 +90,18 @@ class KnownJournal:
 
     def to_json(self) -> dict:
         return {"id": self.id, "location": self.display, "kind": self.kind}
+
+
+def is_news(known: KnownJournal, error: Exception) -> bool:
+    """Whether ``error`` about ``known`` is news for the server's log: the first time the
+    journal failed so since it last opened. A journal the server cannot use (a PostgreSQL
+    journal without psycopg installed, a database down) is reported once, and again only when
+    it fails otherwise or after it opened, not at every sweep."""
+    said = str(error)
+    if _reported.get(known.location) == said:
+        return False
+    _reported[known.location] = said
+    return True
 
 
 def _normal(location: str) -> str:

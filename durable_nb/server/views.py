@@ -19,12 +19,12 @@ from typing import Any
 
 from ..registry import is_interrupted, recorded_decision
 from ..summary import shown_value
-from ..execution.approvers import allowed_approvers
-from ..execution.approvals import pending_digest
+from ..approvals.policy import allowed_approvers
+from ..approvals.request import pending_digest
 from ..registry import lease_holder
 from ..errors import JournalError
 from ..journal import Journal, RunRecord, Status, StepEntry
-from ..execution.history import history
+from ..approvals.history import history
 from ..notify.audit import delivery_outcome, notifications, request_deliveries
 from ..notify.delivery import pending_of
 from .journals import KnownJournal

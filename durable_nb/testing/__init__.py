@@ -8,7 +8,10 @@ Used by the project's tests and its offline demo through the real ``openai`` cli
         client.responses.create(model="loopback-1", input="...")
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses``, ``GET /v1/models`` and
-``GET /_stats`` (the counters of :meth:`LoopbackServer.stats`).
+``GET /_stats`` (the counters of :meth:`LoopbackServer.stats`); and Anthropic's Messages API,
+``POST /v1/messages`` (whole, or streamed as its events), answered from the same script
+(:mod:`durable_nb.testing.anthropic`; a client's ``base_url`` is the server's root there),
+counted with the chat requests by round, validated only for its required fields.
 
 Guarantees:
 

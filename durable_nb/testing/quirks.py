@@ -84,7 +84,8 @@ class Quirks:
 
     no_usage: bool = False
     """The server reports no usage at all: chat completions and chunks have no ``usage``
-    (whatever ``stream_options`` says), Responses replies and events ``"usage": null``."""
+    (whatever ``stream_options`` says), Responses replies and events ``"usage": null``,
+    Messages API replies zero tokens."""
 
     def __post_init__(self) -> None:
         for name in ("loading_for", "extra_prompt_tokens"):

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from ..llm.tokens import count_message_tokens
 from .quirks import Quirks
-from . import replies
+from . import anthropic, replies
 from .requests import Invalid, first_system_text, responses_messages, validate_chat, \
     validate_responses
 from .scripts import DEMO_SCRIPT, FINAL_TEXT, Echo, Reply, Script, script_named
@@ -32,11 +32,14 @@ DEFAULT_SUMMARY_MARKER = "Summarise the conversation"
 #: the replies are scripted, not a model's.
 SCRIPT_HEADER = "X-Loopback-Script"
 KINDS = ("chat", "summary", "failure", "invalid", "dropped")
-ENDPOINTS = {"/v1/chat/completions": "chat/completions", "/v1/responses": "responses"}
+ENDPOINTS = {"/v1/chat/completions": "chat/completions", "/v1/responses": "responses",
+             "/v1/messages": anthropic.ENDPOINT}
 # Where clients send requests: /v1/... (OpenAI, a custom base_url), and Azure OpenAI's
 # /openai/deployments/NAME/chat/completions?api-version=... (azure_endpoint), its
-# base_url form BASE/deployments/NAME/... and /openai/responses; the query is ignored.
-_ROUTE = re.compile(r"^/(?:v1|openai|openai/v1)(?:/deployments/[^/]+)?/(chat/completions|responses)$")
+# base_url form BASE/deployments/NAME/... and /openai/responses; Anthropic's /v1/messages
+# (a client's base_url is the server's root there); the query is ignored.
+_ROUTE = re.compile(r"^/(?:v1|openai|openai/v1)(?:/deployments/[^/]+)?/(chat/completions|responses"
+                    r"|messages)$")
 
 
 def _endpoint(path: str) -> str | None:
@@ -76,7 +79,8 @@ class _Fault:
 
 class LoopbackServer:
     """An OpenAI-compatible chat-completions and responses server on 127.0.0.1 with scripted
-    replies.
+    replies, which answers Anthropic's Messages API (``/v1/messages``) from the
+    same script (:mod:`durable_nb.testing.anthropic`).
 
     ``script``: replies taken round by round (:class:`Reply`, plain strings or JSON-form
     dicts), :data:`ECHO` (the generic mode, :class:`Echo`), or the name of one of those
@@ -298,6 +302,14 @@ class LoopbackServer:
                             replies.digest_of(body.get("model"), body["messages"]),
                             body.get("tool_choice"))
 
+    def _answer_messages(self, body: dict) -> replies.Answer:
+        messages, tools = anthropic.as_chat(body)
+        cap = None if self.quirks.ignore_completion_caps else body.get("max_tokens")
+        return self._answer(messages, str(body["model"]), tools, cap,
+                            replies.digest_of(body.get("model"), body.get("system"),
+                                              body["messages"]),
+                            (body.get("tool_choice") or {}).get("type"))
+
     def _answer_responses(self, body: dict) -> replies.Answer:
         return self._answer(responses_messages(body), str(body["model"]), body.get("tools"),
                             body.get("max_output_tokens"),
@@ -349,6 +361,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(503, replies.LOADING_BODY)
             return
         chat = endpoint == "chat/completions"
+        messages = endpoint == anthropic.ENDPOINT
+        validate = (validate_chat if chat else anthropic.validate_messages if messages
+                    else validate_responses)
         try:
             try:
                 body = json.loads(raw)
@@ -356,14 +371,15 @@ class _Handler(BaseHTTPRequestHandler):
                 raise Invalid("We could not parse the JSON body of your request. The OpenAI "
                                "API expects a JSON payload, but what was sent was not valid "
                                "JSON.") from None
-            (validate_chat if chat else validate_responses)(body)
+            validate(body)
         except Invalid as e:
             lb._record(endpoint, "invalid", None)
             self._send_json(400, replies.error_body(str(e), "invalid_request_error", e.param,
                                                     e.code))
             return
 
-        answer = lb._answer_chat(body) if chat else lb._answer_responses(body)
+        answer = (lb._answer_chat(body) if chat else lb._answer_messages(body) if messages
+                  else lb._answer_responses(body))
         rnd = answer.round if answer.kind == "chat" else None
         fault = lb._take_fault()
         if fault is not None and fault.status is None:
@@ -393,7 +409,11 @@ class _Handler(BaseHTTPRequestHandler):
         if wait > 0:
             time.sleep(wait)
         model = body["model"]
-        if chat and body.get("stream"):
+        if messages and body.get("stream"):
+            self._send_events(anthropic.events(answer, model, lb.quirks))
+        elif messages:
+            self._send_json(200, anthropic.message(answer, model, lb.quirks))
+        elif chat and body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self._send_events((None, c)
                               for c in replies.chunks(answer, model, include_usage, lb.quirks))

@@ -13,6 +13,7 @@ export interface IPending {
   name: string;
   details: unknown;
   digest: string;
+  /** The request's id: a request asked again (even identical) has a new one. */
   id: string | null;
   requested_at: number | null;
   timeout_at: number | null;
@@ -241,7 +242,10 @@ export const api = {
   run: (journal: string, id: string): Promise<IRunDetail> =>
     request('run' + query({ journal, id })),
 
-  /** Decide the pending approval `digest` names (409 when the run shows another). */
+  /**
+   * Decide the pending approval shown: bound to its request id and its digest both (409 when
+   * the run asks another request now, even an identical one asked again after this one).
+   */
   decide: (
     run: { journal: string; run_id: string },
     pending: IPending,
@@ -253,6 +257,7 @@ export const api = {
       id: run.run_id,
       approved,
       note: note || null,
+      request_id: pending.id,
       digest: pending.digest
     }),
 

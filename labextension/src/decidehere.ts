@@ -3,10 +3,12 @@
  *
  * The saved view of a kernel panel (durable_nb/notebook/panel.py, `static_html`) marks a
  * pending approval with an empty `.dnb-decide-here` element naming the run
- * (`data-durable-nb-decide`) and the digest of the request it shows
- * (`data-durable-nb-digest`). Each such element gets a note, Approve and Reject that
- * decide through the server extension, bound to that digest: a request that changed since
- * the view was drawn is refused (409) and said, never decided in its place; one decided
+ * (`data-durable-nb-decide`), the digest of the request it shows (`data-durable-nb-digest`)
+ * and that request's id (`data-durable-nb-request`). Each such element gets a note, Approve
+ * and Reject that decide through the server extension, bound to that id and digest: a
+ * request that changed since the view was drawn, or was asked again identically (a new id),
+ * is refused (409) and said, never decided in its place. A view saved before it carried the
+ * id is bound to the id of the request waiting now with that digest. One decided
  * elsewhere meanwhile (a decision is written once) shows that decision instead. After a
  * decision it says who decided and that the cell must be re-run for the run to continue
  * (or that the kernel took it, when a live kernel watches the parked run).
@@ -64,9 +66,19 @@ async function waitingRun(id: string): Promise<IRunSummary | null> {
   return runs.length ? runs[0] : null;
 }
 
-/** Whether `run` still asks the request whose digest the saved view shows. */
-function asksShown(run: IRunSummary, digest: string): boolean {
-  return !!run.pending_approval?.digest.startsWith(digest);
+/** The request a saved view shows: its digest (a prefix) and its id, when the view has it. */
+interface IShown {
+  digest: string;
+  requestId: string | null;
+}
+
+/** Whether `run` still asks the request the saved view shows. */
+function asksShown(run: IRunSummary, shown: IShown): boolean {
+  const pending = run.pending_approval;
+  return (
+    !!pending?.digest.startsWith(shown.digest) &&
+    (shown.requestId === null || pending.id === shown.requestId)
+  );
 }
 
 function showDecided(host: HTMLElement, decision: IVerdict, taken: boolean): void {
@@ -83,6 +95,7 @@ async function mount(host: HTMLElement): Promise<void> {
   if (!id || digest.length < 8) {
     return;
   }
+  const shown: IShown = { digest, requestId: host.dataset.durableNbRequest || null };
   let run: IRunSummary | null;
   try {
     run = await waitingRun(id);
@@ -91,7 +104,7 @@ async function mount(host: HTMLElement): Promise<void> {
     say(host, 'dnr-error', `Deciding here needs the server's durable_nb extension: ${why}`);
     return;
   }
-  if (!run || !asksShown(run, digest)) {
+  if (!run || !asksShown(run, shown)) {
     say(
       host,
       'dnr-muted',
@@ -112,7 +125,7 @@ async function mount(host: HTMLElement): Promise<void> {
   const standing = async (): Promise<IDecision | null> => {
     try {
       const now = await waitingRun(id);
-      const given = now && asksShown(now, digest) ? now.decision : null;
+      const given = now && asksShown(now, shown) ? now.decision : null;
       return given && (!given.digest || given.digest.startsWith(digest)) ? given : null;
     } catch {
       return null;
@@ -127,7 +140,7 @@ async function mount(host: HTMLElement): Promise<void> {
     try {
       const reply = await api.decide(
         { journal, run_id: id },
-        { ...run!.pending_approval!, digest },
+        { ...run!.pending_approval!, digest, id: shown.requestId ?? run!.pending_approval!.id },
         approved,
         note.value
       );

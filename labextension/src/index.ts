@@ -1,20 +1,25 @@
 /**
- * durable-nb's JupyterLab extension: the "Durable runs" sidebar, the approvals inbox and
- * the run view, all over the server extension's REST API (`{base_url}durable-nb/api/`), so
- * they work with no kernel running.
+ * durable-nb's JupyterLab and Notebook 7 extension: the "Durable runs" sidebar, the approvals
+ * inbox and the run view, all over the server extension's REST API
+ * (`{base_url}durable-nb/api/`), so they work with no kernel running.
  *
  * The sidebar, the open run views and the inbox come back after a page reload (the layout
  * restorer and a widget tracker each); the sidebar says when the server extension is missing
  * or of another version (model.ts).
  *
- * Commands: `durable-nb:open-inbox`, `durable-nb:open-run` ({journal, id}; without a journal,
- * the first journal that has the run). A click on an element with `data-durable-nb-run="ID"`
- * (the kernel panel's link, shown once its kernel stopped) opens that run's view; a kernel
- * panel's pending approval gets Approve / Reject that work without its kernel (decidehere.ts).
+ * Commands: `durable-nb:open-inbox`, `durable-nb:open-sidebar`, `durable-nb:open-run`
+ * ({journal, id}; without a journal, the first journal that has the run). A click on an element
+ * with `data-durable-nb-run="ID"` (the kernel panel's link, shown once its kernel stopped) opens
+ * that run's view; a kernel panel's pending approval gets Approve / Reject that work without
+ * its kernel (decidehere.ts).
  *
  * A new pending approval shows a toast (toast.ts) whose action opens its run view.
  *
- * JupyterLab only (it requires the Lab shell): Notebook 7 does not load it.
+ * JupyterLab and Jupyter Notebook 7. Notebook 7's shell has no Lab shell and keeps one widget
+ * in its main area (the notebook, or the file browser on the tree page): there the sidebar
+ * goes to the left side area and the inbox and the run view (one at a time) to the right one,
+ * each opened from the View menu's "Left Sidebar" / "Right Sidebar", the command palette, a
+ * toast or a panel's link.
  */
 import {
   ILabShell,
@@ -71,21 +76,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'durable-nb:plugin',
   description: 'Durable runs sidebar, approvals inbox and run view',
   autoStart: true,
-  requires: [ILabShell],
-  optional: [ILayoutRestorer, ICommandPalette],
+  optional: [ILabShell, ILayoutRestorer, ICommandPalette],
   activate: (
     app: JupyterFrontEnd,
-    _shell: ILabShell,
+    labShell: ILabShell | null,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null
   ) => {
+    const inLab = labShell !== null;
+    // Where a run view and the inbox open: a tab of Lab's main area; elsewhere (Notebook 7,
+    // whose main area takes no second widget) the right side area.
+    const viewArea = inLab ? 'main' : 'right';
     const model = new RunsModel();
     const views = new Map<string, RunView>();
     let inbox: ApprovalsInbox | null = null;
-    // The open run views and the inbox, saved in the workspace: a page reload opens them again.
+    // The open run views and the inbox, saved in the workspace: a page reload opens them again
+    // (Lab's workspaces; Notebook 7 restores no such tabs).
     const runViews = new WidgetTracker<RunView>({ namespace: 'durable-nb-run' });
     const inboxes = new WidgetTracker<ApprovalsInbox>({ namespace: 'durable-nb-inbox' });
-    if (restorer) {
+    if (restorer && inLab) {
       void restorer.restore(runViews, {
         command: 'durable-nb:open-run',
         args: view => ({ journal: view.journal, id: view.runId }),
@@ -122,10 +131,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const key = `${journal}\n${id}`;
         let view = views.get(key);
         if (!view || view.isDisposed) {
+          if (!inLab) {
+            // One run view in a side area: the one shown before gives way.
+            views.forEach(shown => shown.dispose());
+            views.clear();
+          }
           view = new RunView(journal, id, model, actions);
           view.id = `durable-nb-run-${views.size}`;
           views.set(key, view);
-          app.shell.add(view, 'main');
+          app.shell.add(view, viewArea, { rank: 700 });
           void runViews.add(view);
         } else {
           void view.load();
@@ -139,7 +153,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => {
         if (!inbox || inbox.isDisposed) {
           inbox = new ApprovalsInbox(model, actions);
-          app.shell.add(inbox, 'main');
+          app.shell.add(inbox, viewArea, { rank: 600 });
           void inboxes.add(inbox);
         }
         app.shell.activateById(inbox.id);
@@ -162,12 +176,21 @@ const plugin: JupyterFrontEndPlugin<void> = {
     watchDecideHere(app);
     new RequestToasts(model, actions);
 
-    palette?.addItem({ command: 'durable-nb:open-inbox', category: 'Durable runs' });
-
     const sidebar = new RunsSidebar(model, actions);
     sidebar.title.icon = runsIcon;
+    if (!inLab) {
+      // Notebook 7 names its side panels in the View menu and the palette by their label.
+      sidebar.title.label = 'Durable runs';
+    }
     app.shell.add(sidebar, 'left', { rank: 600 });
     restorer?.add(sidebar, 'durable-nb-sidebar');
+
+    app.commands.addCommand('durable-nb:open-sidebar', {
+      label: 'Durable runs: show the sidebar',
+      execute: () => app.shell.activateById(sidebar.id)
+    });
+    palette?.addItem({ command: 'durable-nb:open-inbox', category: 'Durable runs' });
+    palette?.addItem({ command: 'durable-nb:open-sidebar', category: 'Durable runs' });
   }
 };
 

@@ -29,7 +29,9 @@ refused with a divergence error, and no step journaled before the kill may run a
 With ``--edits``, each program is executed again (after a kill, or after it finished) with
 ``on_change="rerun"`` and one step inside a branch of a gather edited (see *edits inside
 concurrent tasks* below): it must end as the edited program uninterrupted, and the steps of
-the other branches, whose tasks existed before the edited step completed, replay.
+the other branches, whose tasks existed before the edited step completed, replay; a task that
+another branch creates once the edited step completed, whose step reads its result through
+shared state, executes again and sees the new result.
 
 Usage: ``python tests/fuzz/replay_fuzz.py --examples 2000 [--seed N] [--changes | --edits]``.
 The quick variants in the suite are in ``tests/test_replay_fuzz.py``.
@@ -139,6 +141,11 @@ class Interpreter:
         self.client = openai.OpenAI(base_url=url, api_key="fuzz", max_retries=0)
         self.conversations: dict[tuple[str, int], list[dict]] = {}
         self.kill_at = kill_at  # SIGKILL this process as its kill_at-th step starts
+        # The step a program's ``after_edit`` ops wait for (``watch``: its id), its result
+        # once it completed in this execution, and the event they wait on.
+        self.watch: int | None = None
+        self.watched: Any = None
+        self.edit_done: asyncio.Event | None = None
         self.started = 0
         self.lock = threading.Lock()
 
@@ -173,6 +180,19 @@ class Interpreter:
         value = self._effect(ctx, name, arg, uid, extra)
         await asyncio.sleep(random.random() * 0.004)
         return value
+
+    async def reading_edit(self, ctx: Any, name: str, arg: int, uid: int | None = None,
+                           extra: int | None = None) -> str:
+        """A step whose result depends on the watched step's, read from shared state."""
+        return f"{await self.compute_async(ctx, name, arg, uid, extra)} saw {self.watched}"
+
+    def _watched(self, op: dict, value: Any) -> None:
+        """The watched step (a program's ``watch``) completed with ``value``: shared state
+        for the steps that read it (``reads_edit``), and the event they wait for."""
+        if self.edit_done is not None and op.get("uid") is not None \
+                and op.get("uid") == self.watch:
+            self.watched = value
+            self.edit_done.set()
 
     def raiser(self, ctx: Any, kind: str) -> None:
         key = self._key(ctx)
@@ -229,6 +249,7 @@ class Interpreter:
         if kind == "run":
             args, kwargs = _effect_args(op)
             seen[path] = ctx.run(op["name"], self.compute, ctx, *args, **kwargs)
+            self._watched(op, seen[path])
         elif kind == "chat":
             messages = self.chat_request(path, op["conv"])
             reply = ctx.chat(model=MODEL, messages=messages, client=self.client)
@@ -272,8 +293,9 @@ class Interpreter:
         await asyncio.sleep(random.random() * 0.003)
         if kind == "run_async":
             args, kwargs = _effect_args(op)
-            seen[path] = await ctx.run_async(op["name"], self.compute_async, ctx, *args,
-                                             **kwargs)
+            work = self.reading_edit if op.get("reads_edit") else self.compute_async
+            seen[path] = await ctx.run_async(op["name"], work, ctx, *args, **kwargs)
+            self._watched(op, seen[path])
         elif kind == "chat_async":
             import openai
 
@@ -289,6 +311,18 @@ class Interpreter:
 
             await asyncio.gather(*(branch(ops, f"{path}/b{j}")
                                    for j, ops in enumerate(op["branches"])))
+        elif kind == "after_edit":
+            # Waits for the watched step's result, then creates a task: always after it.
+            try:
+                await asyncio.wait_for(self.edit_done.wait(), CHILD_TIMEOUT / 2)
+            except asyncio.TimeoutError:
+                self.watched = "never completed"
+
+            async def after(ops: list, where: str) -> None:
+                for i, sub in enumerate(ops):
+                    await self.async_op(ctx, sub, f"{where}.{i}", seen)
+
+            await asyncio.create_task(after(op["ops"], f"{path}/after"))
         elif kind in ("task", "wait_for"):
             async def body(ops: list, where: str) -> None:
                 for i, sub in enumerate(ops):
@@ -312,6 +346,7 @@ class Interpreter:
 
         async def run_async(ctx: Any) -> dict:
             self.conversations.clear()
+            self.watch, self.watched, self.edit_done = program.get("watch"), None, asyncio.Event()
             seen: dict = {}
             for i, op in enumerate(program["ops"]):
                 await self.async_op(ctx, op, str(i), seen)
@@ -744,7 +779,11 @@ def check_changed_program(program: dict, changed: dict, kill_at: int, root: Path
 # gather changed. It must end as P' uninterrupted (result and journal), and no step that P
 # journaled in another branch of a gather around the changed step (reached in that branch
 # without a task or gather of its own, so its task existed before the changed step
-# completed) may be executed again: it is unchanged, and it replays.
+# completed) may be executed again: it is unchanged, and it replays. Most programs also get
+# a reader (``after_edit``): another branch of a gather around the changed step waits for
+# it, then creates a task whose step reads its result from shared state (not its inputs).
+# That task is created after the changed step inside a task that existed before it: the
+# re-run must execute it again, or the result differs from P' uninterrupted.
 
 def edited_programs() -> st.SearchStrategy[tuple[dict, dict, int, int]]:
     """``(P, P', the id of the step edited, kill_at)``; P is SIGKILLed as its kill_at-th
@@ -758,6 +797,8 @@ def edited_programs() -> st.SearchStrategy[tuple[dict, dict, int, int]]:
         # Half the time a branch's first step: the other branches' steps then often
         # complete after it, where a cut by completion order went wrong.
         leaf = rng.choice(first if first and rng.random() < 0.5 else candidates)
+        if rng.random() < 0.75:
+            _add_reader_after(program, leaf, rng)
         edited = json.loads(json.dumps(program))
         target = next(op for op in _leaves(edited["ops"], LOGGED) if op["uid"] == leaf["uid"])
         if rng.random() < 0.5:
@@ -767,6 +808,31 @@ def edited_programs() -> st.SearchStrategy[tuple[dict, dict, int, int]]:
         return program, edited, leaf["uid"], 2 + kill % len(_leaves(ops, LOGGED))
     return st.builds(build, _changing_async.filter(lambda ops: bool(_in_branches(ops))),
                      st.integers(0, 2**32), st.integers(0, 10**6))
+
+
+def _add_reader_after(program: dict, leaf: dict, rng: random.Random) -> None:
+    """Make another branch of a gather around ``leaf`` (a task that exists before ``leaf``
+    completes) wait for it, then create a task whose step reads ``leaf``'s result through
+    shared state, not its inputs: a task created after the edited step inside a task that
+    existed before it, which a re-run must execute again (the rule holds at every depth)."""
+    gathers: dict[int, dict] = {}
+
+    def walk(ops: list) -> None:
+        for op in ops:
+            if op["op"] == "gather":
+                gathers[id(op)] = op
+            for inner in _inner_lists(op):
+                walk(inner)
+
+    walk(program["ops"])
+    gather_id, branch, _ = rng.choice(_gathers_above(program["ops"])[id(leaf)])
+    others = [j for j in range(len(gathers[gather_id]["branches"])) if j != branch]
+    uid = 1 + max(op["uid"] for op in _leaves(program["ops"], LOGGED + ("approval",)))
+    reader = _op("run_async", name=rng.choice(NAMES), arg=rng.randrange(10), uid=uid,
+                 reads_edit=True)
+    gathers[gather_id]["branches"][rng.choice(others)].insert(0, _op("after_edit",
+                                                                     ops=[reader]))
+    program["watch"] = leaf["uid"]
 
 
 def _gathers_above(ops: list, above: tuple = (), out: dict | None = None) -> dict[int, tuple]:
@@ -781,7 +847,7 @@ def _gathers_above(ops: list, above: tuple = (), out: dict | None = None) -> dic
             for j, branch in enumerate(op["branches"]):
                 inner = tuple((g, b, False) for g, b, _ in above) + ((id(op), j, True),)
                 _gathers_above(branch, inner, out)
-        elif op["op"] == "task":
+        elif op["op"] in ("task", "after_edit"):
             _gathers_above(op["ops"], tuple((g, b, False) for g, b, _ in above), out)
         else:
             for inner in _inner_lists(op):
@@ -857,7 +923,8 @@ def check_edited_program(program: dict, edited: dict, uid: int, kill_at: int, ro
                 problems.append(f"P' journaled other steps than uninterrupted at {differing[:8]}")
         TOTALS.update(edited_programs=1, kills=int(killed),
                       forks=int(journal.find_run(f"{RUN_ID}@1") is not None),
-                      replayed_in_other_tasks=len(done))
+                      replayed_in_other_tasks=len(done), readers_after_the_edit=int(
+                          "watch" in program))
         return problems
     finally:
         journal.close()

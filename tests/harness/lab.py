@@ -156,14 +156,16 @@ class JupyterLab:
     `checkout=False`: this interpreter without durable_nb's extensions (an editable install's
     server, which has neither unless its environment was set up for them). `toasts=True`:
     notifications show as toasts (JupyterLab's "do not disturb" mode, on by default here, off).
+    `log_level="DEBUG"`: the server logs every request (its log is `log_path`).
     """
 
     def __init__(
         self, root_dir: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 180,
         app: str = "lab", python: str | os.PathLike[str] | None = None, checkout: bool = True,
-        toasts: bool = False,
+        toasts: bool = False, log_level: str | None = None,
     ) -> None:
         self.toasts = toasts
+        self.log_level = log_level
         self.app = app
         self.checkout = checkout
         self.python = None if python is None else str(python)
@@ -200,6 +202,8 @@ class JupyterLab:
             "--allow-root", f"--port={self.port}", "--port-retries=0", "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={self.root_dir}",
         ]  # fmt: skip
+        if self.log_level is not None:
+            cmd.append(f"--ServerApp.log_level={self.log_level}")
         with self.log_path.open("wb") as log:
             self._proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:

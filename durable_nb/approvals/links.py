@@ -1,7 +1,9 @@
 """Decision links: a single-use URL in a notification that decides one request.
 
-A link is ``{base}durable-nb/decide/TOKEN``; the Jupyter server extension serves it
-(:mod:`durable_nb.server.decide`). The token is ``JOURNAL.RUN.SECRET``:
+A link is ``{base}durable-nb/decide#TOKEN``; the Jupyter server extension serves the page
+(:mod:`durable_nb.server.decide`). The token is in the URL's fragment, which a browser never
+sends: servers and proxies log no secret, and no Referer carries one. The page's script
+reads it and sends it only in a POST's body. The token is ``JOURNAL.RUN.SECRET``:
 
 - ``JOURNAL``: the journal's id (:func:`~durable_nb.journal.index.journal_id`), which the
   server looks up among the journals it shows; ``RUN``: the run id in URL-safe base64. Both
@@ -15,7 +17,13 @@ The record is bound to the request (its ``id`` and ``digest``), to whom it was s
 an expiry (the request's ``timeout_at``, else issue time plus ``[links] max_age``). It is
 used once: its state goes ``issued`` -> ``used`` by the journal's compare-and-set
 (:meth:`~durable_nb.journal.Journal.swap_delivery`), so of any number of racing uses exactly
-one decides (:func:`use_link`).
+one decides (:func:`use_link`), through :func:`~durable_nb.approvals.decide.decide` like
+every other path. A link sent to one person (an e-mail address) decides as that person; a
+link sent to a Slack channel or a webhook does not say who clicks it, so it decides only a
+request that allows anyone (no approvers' list, no four-eyes).
+
+Anonymous requests cannot grow the journal without bound: a refused use is recorded in the
+run's history once per link and reason.
 """
 
 from __future__ import annotations
@@ -30,24 +38,38 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
-from ..errors import DecisionExists, DurableError, JournalError, NotAllowedToDecide, UnknownRun
-from ..execution.approvals import decision_words, leave_decision, pending_digest
-from ..execution.history import record_event
+from ..errors import (ApprovalChanged, DecisionExists, DurableError, JournalError,
+                      NoPendingApproval, NotAllowedToDecide, UnknownRun)
 from ..journal import Journal, Status
 from ..journal.base import LINK_PREFIX
 from ..journal.index import journal_id
 from ..journal.postgres import is_postgres_url
 from ..timestamps import format_time
-from .config import LinksConfig
+from .decide import decide
+from .history import record_event
+from .policy import refusal
+from .request import pending_digest
+from .wording import decision_words
 
-__all__ = ["LINK_PATH", "LINK_PREFIX", "LinkOutcome", "base_url", "inspect_link",
-           "issue_links", "journal_ref", "kernel_server_url", "link_key", "parse_token",
-           "sent_to", "use_link"]
+__all__ = ["LINK_PATH", "LINK_PREFIX", "PERSONAL_CHANNELS", "LinkOutcome", "LinkSettings",
+           "base_url", "choice_url", "inspect_link", "issue_links", "journal_ref",
+           "kernel_server_url", "link_key", "parse_token", "sent_to", "use_link"]
 
-#: The path under a Jupyter server's base URL that serves links.
-LINK_PATH = "durable-nb/decide/"
+#: The path under a Jupyter server's base URL that serves the page; the token follows ``#``.
+LINK_PATH = "durable-nb/decide"
+#: The channels whose links reach one person (so a link decides as them).
+PERSONAL_CHANNELS = frozenset({"email"})
+
+
+class LinkSettings(Protocol):
+    """What links are issued with (``[links]`` of the notification configuration)."""
+    base_url: str | None
+    max_age: float
+    enabled: bool
+
 
 def kernel_server_url(env: Mapping[str, str] = os.environ) -> str | None:
     """The URL of the Jupyter server that started this kernel (found by its pid,
@@ -84,7 +106,7 @@ def _hub_url(env: Mapping[str, str]) -> str | None:
     return public if public.endswith("/") else public + "/"
 
 
-def base_url(config: LinksConfig, env: Mapping[str, str] = os.environ,
+def base_url(config: LinkSettings, env: Mapping[str, str] = os.environ,
              server_url: str | None = None) -> tuple[str | None, str]:
     """The base URL links are sent with, and where it came from (or, with None, why there is
     none): ``[links] base_url`` (or ``$DURABLE_NB_NOTIFY_LINK_BASE_URL``); a JupyterHub
@@ -105,6 +127,13 @@ def base_url(config: LinksConfig, env: Mapping[str, str] = os.environ,
         return kernel, "the Jupyter server of this kernel"
     return None, ("no decision links: no Jupyter server is known to the sender; set [links] "
                   "base_url in notify.toml or DURABLE_NB_NOTIFY_LINK_BASE_URL")
+
+
+def choice_url(url: str, choice: str) -> str:
+    """A link that opens its page with ``choice`` (``approve``, ``reject``) focused: the
+    query goes before the fragment that holds the token."""
+    page, _, token = url.partition("#")
+    return f"{page}?choice={choice}#{token}"
 
 
 def sent_to(link: dict) -> str:
@@ -151,7 +180,7 @@ def parse_token(token: str) -> tuple[str, str, str] | None:
 
 
 def issue_links(journal: Journal, run_id: str, pending: dict, *, channel: str,
-                recipients: Sequence[str], config: LinksConfig, delivery: str,
+                recipients: Sequence[str], config: LinkSettings, delivery: str,
                 now: Callable[[], float] = time.time, env: Mapping[str, str] = os.environ,
                 server_url: str | None = None) -> tuple[list[tuple[str, str]], dict]:
     """A link per recipient for ``pending`` of run ``run_id`` (the run that asked), each
@@ -177,9 +206,13 @@ def issue_links(journal: Journal, run_id: str, pending: dict, *, channel: str,
                      f"decision link sent to {sent_to(record)}, valid until "
                      f"{format_time(expires_at, '?')}", pending=pending, to=recipient,
                      channel=channel, expires_at=expires_at)
-        made.append((recipient, f"{base}{LINK_PATH}{token}"))
+        made.append((recipient, f"{base}{LINK_PATH}#{token}"))
         kept.append(recipient)
     return made, {"links": {"to": kept, "expires_at": expires_at, "base": source}}
+
+
+_CHANGED = ("The request this link was sent for is no longer the one waiting (the run went on, "
+            "or asks something else now, or its deadline passed). Nothing was decided.")
 
 
 @dataclass(frozen=True)
@@ -233,37 +266,58 @@ def inspect_link(journal: Journal, run_id: str, secret: str,
     if run is None or run.status is not Status.WAITING_APPROVAL or not pending \
             or pending.get("id") != link.get("request") \
             or pending_digest(pending) != link.get("digest"):
-        return key, LinkOutcome("changed", 409, "The request this link was sent for is no "
-                                "longer the one waiting (the run went on, or asks something "
-                                "else now). Nothing was decided.", link, run=about)
+        return key, LinkOutcome("changed", 409, _CHANGED, link, run=about)
+    refused = refusal(run_id, pending, str(link.get("to")), "link",
+                      signed_in=link.get("channel") in PERSONAL_CHANNELS)
+    if refused is not None:
+        return key, LinkOutcome("refused", 403, f"This link cannot decide this request: "
+                                f"{_why(refused, link)} Nothing was decided.", link,
+                                pending=pending, run=about)
     return key, LinkOutcome("open", 200, "This request waits for a decision.", link,
                             pending=pending, run=about)
+
+
+def _why(refused: NotAllowedToDecide, link: dict) -> str:
+    """A refusal in words for the page's reader, who may not be the link's recipient."""
+    if refused.shared:
+        allowed = refused.approvers
+        who = (f"only {', '.join(allowed)} may decide it" if allowed else
+               "the person who started the run may not decide it (four-eyes)")
+        return (f"it was sent to {sent_to(link)}, which does not say who clicks it, and {who}. "
+                f"Sign in to Jupyter and decide in its inbox (the durable_nb sidebar), or "
+                f"with `durable-nb approve`.")
+    return refused.brief + "."
 
 
 def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
              note: str | None, now: Callable[[], float] = time.time) -> LinkOutcome:
     """Decide by the link: used once (compare-and-set in the journal), then the decision
-    left through :func:`~durable_nb.execution.approvals.leave_decision` by the link's
-    recipient, via ``link``. A refusal (decided already, an approver not allowed) or a
-    journal error (raised) puts the link back unused and decides nothing."""
+    left through :func:`~durable_nb.approvals.decide.decide` by the link's recipient, via
+    ``link`` (signed in only for a link sent to one person). A refusal (decided already,
+    not allowed) or a journal error (raised) puts the link back unused and decides nothing;
+    each kind of refusal is recorded once per link."""
     key, outcome = inspect_link(journal, run_id, secret, now)
-    if outcome.kind != "open":
+    if outcome.kind in ("unknown", "used", "expired"):  # the link's own state
         if key is not None:
-            _refused(journal, run_id, outcome)
+            _refused(journal, run_id, key, outcome)
         return outcome
+    # Whether the request may be decided by this link is decide()'s to say, not this page's.
     link, pending = outcome.link, outcome.pending
-    assert key is not None and link is not None and pending is not None
+    assert key is not None and link is not None
     used = dict(link, state="used", used_at=now(), approved=approved)
     if not journal.swap_delivery(run_id, key, link, used):
         current = journal.link_records(run_id).get(key) or {}
         lost = LinkOutcome("used", 410, f"This link was used already, at "
                            f"{format_time(current.get('used_at'), '?')}. A link decides once.",
                            current or link, run=outcome.run)
-        _refused(journal, run_id, lost)
+        _refused(journal, run_id, key, lost)
         return lost
     try:
-        decision = leave_decision(journal, run_id, pending, approved=approved, note=note,
-                                  by=str(link.get("to")), via="link")
+        decision = decide(journal, run_id, request_id=link.get("request"),
+                          digest=str(link.get("digest") or ""), approved=approved, note=note,
+                          by=str(link.get("to")), via="link",
+                          signed_in=link.get("channel") in PERSONAL_CHANNELS,
+                          refusals_once=key)
     except DurableError as exc:
         journal.swap_delivery(run_id, key, used, link)  # nothing decided: unused again
         if isinstance(exc, JournalError):
@@ -274,11 +328,14 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
                                  f"Nothing was changed.", link, decision=exc.decision,
                                  run=outcome.run)
         elif isinstance(exc, NotAllowedToDecide):
-            failed = LinkOutcome("refused", 403, str(exc), link, run=outcome.run)
+            failed = LinkOutcome("refused", 403, f"This link cannot decide this request: "
+                                 f"{_why(exc, link)} Nothing was decided.", link, run=outcome.run)
+        elif isinstance(exc, (ApprovalChanged, NoPendingApproval)):
+            failed = LinkOutcome("changed", 409, _CHANGED, link, run=outcome.run)
         else:
             failed = LinkOutcome("failed", 409, str(exc), link, run=outcome.run)
         if not isinstance(exc, (DecisionExists, NotAllowedToDecide)):
-            _refused(journal, run_id, failed)  # (leave_decision recorded those refusals)
+            _refused(journal, run_id, key, failed)  # (decide recorded those refusals)
         return failed
     record_event(journal, run_id, "link_used",
                  f"decision link sent to {sent_to(link)} used: "
@@ -289,10 +346,14 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
                        run=outcome.run)
 
 
-def _refused(journal: Journal, run_id: str, outcome: LinkOutcome) -> None:
+def _refused(journal: Journal, run_id: str, key: str, outcome: LinkOutcome) -> None:
+    """The refused use in the run's history, once per link and reason: whoever holds a used
+    or forged link can post it any number of times without growing the journal."""
     link = outcome.link or {}
+    if not journal.add_delivery(run_id, f"{key}/refused/{outcome.kind}",
+                                {"kind": "refusal", "at": time.time()}):
+        return
     record_event(journal, run_id, "link_refused",
                  f"decision link sent to {sent_to(link)} refused: "
                  f"{outcome.message}", request=link.get("request"), digest=link.get("digest"),
                  name=link.get("name"), to=link.get("to"), reason=outcome.kind)
-

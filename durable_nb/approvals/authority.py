@@ -1,9 +1,9 @@
 """Whether this process writes a decision itself, or the hub's service writes it.
 
-The one check the decision path calls (today
-:func:`~durable_nb.execution.approvals.leave_decision`, through
-:func:`decided_elsewhere`) before anything is written. A journal whose database names a
-decider role (set up for a hub, :mod:`durable_nb.hub.roles`) takes decisions only from that
+The one check :func:`~durable_nb.approvals.decide.decide` (so every path that decides)
+makes through :func:`decided_elsewhere` before anything is written. A journal whose
+database names a decider role (set up for a hub by the service,
+:meth:`~durable_nb.journal.PostgresJournal.become_decider`) takes decisions only from that
 role, so a process logged in as another role never writes one: it asks the service named
 by ``$DURABLE_NB_HUB_SERVICE`` (set by the hub's administrator in every user's server),
 authenticated by the hub API token the hub gave the user's server
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import urllib.error
 import urllib.request
 
 from ..errors import DecisionExists, DurableError, RefusedByHub
 from ..journal import Journal
+from .history import record_event
 
 __all__ = ["SERVICE_VARIABLE", "TOKEN_VARIABLE", "decided_elsewhere", "service_url"]
 
@@ -107,9 +107,6 @@ def _answer(exc: urllib.error.HTTPError) -> dict:
 def _refuse(journal: Journal, run_id: str, pending: dict, by: str, via: str, why: str
             ) -> dict:
     """Record the refusal in the run's history and raise it."""
-    event = {"kind": "refused", "at": time.time(),
-             "text": f"a decision by {by} via {via} refused: {why}",
-             "request": pending.get("id"), "digest": pending.get("digest"),
-             "name": pending.get("name"), "by": by, "via": via}
-    journal.add_event(run_id, {k: v for k, v in event.items() if v is not None})
+    record_event(journal, run_id, "refused", f"a decision by {by} via {via} refused: {why}",
+                 pending=pending, by=by, via=via)
     raise RefusedByHub(run_id, str(pending.get("name")), by, why)

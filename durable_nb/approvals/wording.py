@@ -1,0 +1,34 @@
+"""The one wording of a decision: the CLI, the panel, the decision page, the Slack message,
+the export, a refusal and the history all say a decision with :func:`decision_words`."""
+
+from __future__ import annotations
+
+from ..timestamps import format_time
+
+__all__ = ["decision_words", "verdict_words"]
+
+
+def decision_words(decision: dict, *, timed: bool = False, note: int = 0) -> str:
+    """``approved by ana via panel``, and what it replaced: ``(replacing rejected by bo via
+    durable-nb)``; with ``timed``, each followed by when (``at 2026-12-03 10:02:11``); with
+    ``note``, the decision's note on one line, cut to ``note`` characters (``('ship it')``).
+    The one wording of a decision: the CLI, the panel, a refusal and the history use it."""
+    words = verdict_words(decision, timed)
+    if note and decision.get("note"):
+        text = " ".join(str(decision["note"]).split())
+        text = text if len(text) <= note else text[:note - 1] + "\u2026"
+        words += f" ({text!r})"
+    replaced = decision.get("replaced") or ()
+    if replaced:
+        words += " (replacing " + ", then ".join(verdict_words(r, timed)
+                                                 for r in replaced) + ")"
+    return words
+
+
+def verdict_words(decision: dict, timed: bool = False) -> str:
+    """``approved by ana via panel`` (with ``timed``: ``... at 2026-12-03 10:02:11``): one
+    decision without its note or what it replaced."""
+    verdict = "approved" if decision.get("approved") else "rejected"
+    how = f" via {decision['via']}" if decision.get("via") else ""
+    when = f" at {format_time(decision.get('at'), '?')}" if timed else ""
+    return f"{verdict} by {decision.get('by') or 'someone'}{how}{when}"
