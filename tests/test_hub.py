@@ -162,7 +162,8 @@ def test_her_server_api_after_starting_as_cy_is_refused_as_ana(hub, service_jour
     request = urllib.request.Request(
         hub.servers["ana"] + "durable-nb/api/run/decision", method="POST",
         data=json.dumps({"id": "as-cy", "approved": True, "journal": journal["id"],
-                         "digest": pending["digest"]}).encode(), headers=headers)
+                         "request_id": pending["id"], "digest": pending["digest"]}).encode(),
+        headers=headers)
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=60)
     assert refused.value.code == 403
@@ -340,3 +341,12 @@ def test_a_deadline_s_approval_in_her_run_is_written_by_the_service(hub, service
     assert out.strip() == "True timeout", out
     (event,) = [e for e in service_journal.events("deadline") if e["kind"] == "decided"]
     assert (event["by"], event["via"]) == ("timeout", "timeout")
+
+
+def test_users_servers_leave_the_team_s_sweep_to_the_service(hub):
+    """One sweep per journal for the team: each user's server, told where the service is,
+    starts no sweeper of its own (it would only be refused by the database)."""
+    text = (hub.root / "hub.log").read_text()
+    said = text.count(f"the hub's durable-nb service at {hub.service_url} sweeps the "
+                      f"journals; this server does not")
+    assert said == len(hub.servers), text[-3000:]
