@@ -326,6 +326,11 @@ def test_bo_approves_by_his_e_mailed_link_with_ana_s_server_stopped(hub, service
             browser.close()
     decision = find_decision(service_journal, "mailed", pending)
     assert (decision["by"], decision["via"]) == ("bo", "link")
+    # The token travelled in the fragment and in POST bodies only: the hub, its proxy and
+    # the service (whose output is the hub's log) never saw it in a URL.
+    log = (hub.root / "hub.log").read_text()
+    assert "POST /services/durable-nb/durable-nb/decide" in log  # the service's access log
+    assert link.partition("#")[2] not in log
     assert len(_mails_to(smtp, "bo@team.test", "mailed")) == 1  # once per recipient
     hub.servers["ana"] = hub.start_server("ana")
     out = run_in_kernel(hub.servers["ana"], hub.admin_token, _AGENT.format(run="mailed"))

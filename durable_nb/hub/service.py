@@ -293,7 +293,12 @@ def make_app(journal: Journal, config: HubConfig, prefix: str) -> web.Applicatio
 def main() -> None:
     """Run the service as JupyterHub starts it (its ``JUPYTERHUB_SERVICE_*`` environment)."""
     import asyncio
+    import logging
 
+    # Each request on a line (tornado's access log), as a Jupyter server logs them: a link's
+    # token is never among them (it is in the fragment and in POST bodies).
+    logging.basicConfig(level=logging.INFO,
+                        format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
     config = load_config()
     journal = open_journal(os.environ["DURABLE_NB_JOURNAL"])
     journal.become_decider(sorted(set(config.roles.values())))
