@@ -14,12 +14,14 @@ import email
 import json
 import re
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
+from durable_nb import Status
 from durable_nb.approvals.request import find_decision
 from tests.harness.hub import PASSWORD, Hub, run_in_kernel
 from tests.hub_roles import make_hub_database
@@ -358,3 +360,35 @@ def test_users_servers_leave_the_team_s_sweep_to_the_service(hub):
     declined = text.count(f"the hub's durable-nb service at {hub.service_url} sweeps the "
                           f"journals; this server does not")
     assert loaded >= 1 and declined == loaded, text[-3000:]
+
+
+def test_her_waiting_cell_goes_on_when_bo_approves_in_the_service(hub, service_journal):
+    """The happy path without re-running anything: ana's cell waits in her kernel; bo
+    approves through the service; her run takes his decision and goes on."""
+    approved: list[dict] = []
+
+    def bo_approves_once_it_waits() -> None:
+        while True:  # the cell below ends (and the test with it) only once this approves
+            record = service_journal.find_run("waiting")
+            if record is not None and record.pending_approval:
+                break
+            time.sleep(0.2)
+        pending = record.pending_approval
+        request = urllib.request.Request(
+            hub.service_url + "api/decide", method="POST",
+            data=json.dumps({"run_id": "waiting", "request": pending["id"],
+                             "digest": pending["digest"], "approved": True,
+                             "via": "test"}).encode(),
+            headers={"Authorization": f"token {hub.token('bo')}",
+                     "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            approved.append(json.loads(response.read())["decision"])
+
+    deciding = threading.Thread(target=bo_approves_once_it_waits, daemon=True)
+    deciding.start()
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token,
+                        _AGENT.format(run="waiting").replace('on_approval="park", ', ""))
+    deciding.join(timeout=60)
+    assert out.strip() == "dropped staging", out
+    assert [(d["by"], d["via"]) for d in approved] == [("bo", "test on the hub")]
+    assert service_journal.get_run("waiting").status is Status.DONE
