@@ -17,13 +17,18 @@ decision:
    A decision for request #1 never approves an identical #2.
 3. **Not past its deadline** (unless it is the deadline deciding): the policy decides then
    (:func:`durable_nb.approvals.tick.tick`); :class:`~durable_nb.errors.NoPendingApproval`.
-4. **The person may decide it** (:func:`~durable_nb.approvals.policy.refusal`: its
+4. **Who writes it**: on a JupyterHub whose journal names a decider role, a process that
+   is not the hub's service hands the decision to the service
+   (:func:`~durable_nb.approvals.authority.decided_elsewhere`), which decides as the hub
+   user its token names, through this function; where the service cannot be asked,
+   :class:`~durable_nb.errors.RefusedByHub`, the refusal in the run's history.
+5. **The person may decide it** (:func:`~durable_nb.approvals.policy.refusal`: its
    approvers' list, four-eyes). A decider the path did not identify (``signed_in=False``: a
    link sent to a Slack channel or a webhook, which anyone who sees the message can click)
    decides only a request that allows anyone: where an approvers' list or four-eyes applies
    they must sign in. :class:`~durable_nb.errors.NotAllowedToDecide`, the refusal in the
    run's history.
-5. **Written once**: the journal's atomic :meth:`~durable_nb.journal.Journal.add_request`,
+6. **Written once**: the journal's atomic :meth:`~durable_nb.journal.Journal.add_request`,
    so of deciders racing exactly one wins and every other is refused with
    :class:`~durable_nb.errors.DecisionExists`. ``replace=True`` changes a decision the run
    has not taken yet (compare-and-set), keeping the ones it replaced in ``replaced``.
@@ -67,7 +72,7 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
     requests cannot grow the journal without bound. ``vetted`` (the hub's service,
     :mod:`durable_nb.hub.decide`) is given the pending request once it is known to be the
     one seen, and returns it with the policy facts the caller trusts over the run's own
-    record (who started the run, four-eyes); checks 3 to 5 use what it returns."""
+    record (who started the run, four-eyes); checks 3 to 6 use what it returns."""
     if not isinstance(digest, str) or len(digest) < MIN_DIGEST:
         raise ValueError(f"digest={digest!r} is too short to name a request: give "
                          f"{MIN_DIGEST} or more characters of its digest (`durable-nb show "
