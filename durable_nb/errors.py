@@ -28,6 +28,7 @@
     │   ├── ApprovalChanged           ... for the request that was seen: it waits for another
     │   └── DecisionExists            ... more: its request was decided already (who, when, how)
     ├── NotAllowedToDecide            this person may not decide this request (approvers, four-eyes)
+    │   └── RefusedByHub              on a JupyterHub, only its durable-nb service writes decisions
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
     ├── McpServerUnavailable          an MCP server cannot be reached, or died mid-call
@@ -74,6 +75,7 @@ __all__ = [
     "NoPendingApproval",
     "NotAllowedToDecide",
     "NotJournaled",
+    "RefusedByHub",
     "NotifyConfigError",
     "ReplayDiverged",
     "RunCancelled",
@@ -383,6 +385,32 @@ class NotAllowedToDecide(DurableError):
         if self.started_by is not None:
             return f"{self.by} started the run (four-eyes)"
         return f"{self.by} is not on the approvers' list ({', '.join(self.approvers or ())})"
+
+
+class RefusedByHub(NotAllowedToDecide):
+    """Under JupyterHub (:mod:`durable_nb.hub`), a decision this process may not write: only
+    the hub's durable-nb service writes decisions in the journal, as the hub user who asked
+    it; the service refused (``brief`` says why), or could not be asked. Nothing was
+    written; the refusal is in the run's history."""
+
+    def __init__(self, run_id: str, name: str, by: str, why: str) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.by = by
+        self.approvers = None
+        self.started_by = None
+        self.shared = False
+        self.why = why
+        DurableError.__init__(self, f"run {run_id!r}: {name!r} was not decided: {why}. "
+                                    f"Nothing was written.")
+
+    @property
+    def reason(self) -> str:
+        return "hub"
+
+    @property
+    def brief(self) -> str:
+        return self.why
 
 
 class DecisionNeeded(DurableError):

@@ -883,7 +883,8 @@ def test_postgres_migrations_are_applied_once_in_order(pg_backend: Backend):
     functions = pg_backend.sql(
         "SELECT proname FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY proname",
         (f'"{pg_backend.schema}"',))
-    assert functions == [("append_step",), ("put_run",), ("run_status",)]
+    assert functions == [("append_step",), ("guard_approval_step",), ("guard_decision",),
+                         ("guard_delivery",), ("put_run",), ("run_status",), ("run_writer",)]
 
 
 @pytest.mark.postgres

@@ -15,7 +15,7 @@ def test_exported_names_are_exactly_the_public_api():
         "EndpointError", "IncompatibleJournal", "InputChanged", "ItemResult", "Journal",
         "JournalError", "JournalMismatch", "JournalNotWritable", "JournalUnavailable",
         "JournalWriteError", "NoJournal", "NoPendingApproval", "NotAllowedToDecide", "NotJournaled",
-        "Price", "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
+        "Price", "RefusedByHub", "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunExpired", "RunInfo", "RunLeased",
         "RunOptions", "RunRecord", "SerializationError", "Status", "StepEntry", "StepFailed",
         "TerminalError", "TokenUsage", "Tool", "UnknownRun", "UnserializableResult",
         "UnsupportedClientCall", "approve", "assistant_message",
@@ -31,7 +31,7 @@ def test_every_error_is_a_durable_error():
     errors = [getattr(durable_nb, n) for n in durable_nb.__all__
               if isinstance(getattr(durable_nb, n), type)
               and issubclass(getattr(durable_nb, n), Exception)]
-    assert len(errors) == 37
+    assert len(errors) == 38
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
 
 

@@ -5,6 +5,8 @@
 - :mod:`.request`: a request's identity (id and digest) and the decision left for it; the
   executor's take.
 - :mod:`.decide`: :func:`~.decide.decide`, the one way in for every path that decides.
+- :mod:`.authority`: on a JupyterHub set up for it, whether this process writes a decision
+  or hands it to the hub's service (:mod:`durable_nb.hub`), checked by :func:`~.decide.decide`.
 - :mod:`.tick`: :func:`~.tick.tick`, what time makes due, applied by whoever sweeps.
 - :mod:`.state`: what a waiting run amounts to, read without writing (``runs``, ``show``).
 - :mod:`.links`: single-use decision links, deciding through :func:`~.decide.decide`.

@@ -17,13 +17,18 @@ decision:
    A decision for request #1 never approves an identical #2.
 3. **Not past its deadline** (unless it is the deadline deciding): the policy decides then
    (:func:`durable_nb.approvals.tick.tick`); :class:`~durable_nb.errors.NoPendingApproval`.
-4. **The person may decide it** (:func:`~durable_nb.approvals.policy.refusal`: its
+4. **Who writes it**: on a JupyterHub whose journal names a decider role, a process that
+   is not the hub's service hands the decision to the service
+   (:func:`~durable_nb.approvals.authority.decided_elsewhere`), which decides as the hub
+   user its token names, through this function; where the service cannot be asked,
+   :class:`~durable_nb.errors.RefusedByHub`, the refusal in the run's history.
+5. **The person may decide it** (:func:`~durable_nb.approvals.policy.refusal`: its
    approvers' list, four-eyes). A decider the path did not identify (``signed_in=False``: a
    link sent to a Slack channel or a webhook, which anyone who sees the message can click)
    decides only a request that allows anyone: where an approvers' list or four-eyes applies
    they must sign in. :class:`~durable_nb.errors.NotAllowedToDecide`, the refusal in the
    run's history.
-5. **Written once**: the journal's atomic :meth:`~durable_nb.journal.Journal.add_request`,
+6. **Written once**: the journal's atomic :meth:`~durable_nb.journal.Journal.add_request`,
    so of deciders racing exactly one wins and every other is refused with
    :class:`~durable_nb.errors.DecisionExists`. ``replace=True`` changes a decision the run
    has not taken yet (compare-and-set), keeping the ones it replaced in ``replaced``.
@@ -33,10 +38,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 from ..errors import ApprovalChanged, DecisionExists, NoPendingApproval
 from ..journal import Journal, Status
 from ..timestamps import format_time
+from .authority import decided_elsewhere
 from .history import record_event
 from .policy import allowed_approvers, deadline_of, refusal
 from .request import (applies, decision_kind, find_decision, pending_digest, short,
@@ -52,7 +59,8 @@ MIN_DIGEST = 8
 def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str,
            approved: bool, by: str, via: str, note: str | None = None,
            replace: bool = False, signed_in: bool = True,
-           refusals_once: str | None = None) -> dict:
+           refusals_once: str | None = None,
+           vetted: Callable[[dict], dict] | None = None) -> dict:
     """Decide the request run ``run_id`` waits for, if it is the one ``request_id`` and
     ``digest`` (the whole digest, or its first :data:`MIN_DIGEST` or more characters) name:
     the decision written, as the journal holds it. The checks and errors are the module's.
@@ -61,7 +69,10 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
     ``durable-nb``, ``Python``, ``timeout``); ``signed_in`` False for a decider the path did
     not identify (a shared link). ``refusals_once`` (a caller nobody signed in: a link's key)
     records each kind of refusal in the history once for that key, so that anonymous
-    requests cannot grow the journal without bound."""
+    requests cannot grow the journal without bound. ``vetted`` (the hub's service,
+    :mod:`durable_nb.hub.decide`) is given the pending request once it is known to be the
+    one seen, and returns it with the policy facts the caller trusts over the run's own
+    record (who started the run, four-eyes); checks 3 to 6 use what it returns."""
     if not isinstance(digest, str) or len(digest) < MIN_DIGEST:
         raise ValueError(f"digest={digest!r} is too short to name a request: give "
                          f"{MIN_DIGEST} or more characters of its digest (`durable-nb show "
@@ -92,6 +103,8 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
     target = pending.get("run_id", run_id)
     now = time.time()
     pending = with_escalation(journal, target, pending, now)
+    if vetted is not None:
+        pending = vetted(pending)
     deadline = deadline_of(pending)
     if via != "timeout" and deadline is not None and now >= deadline \
             and find_decision(journal, target, pending) is None:  # (else: decided already)
@@ -123,6 +136,9 @@ def _leave(journal: Journal, target: str, pending: dict, *, approved: bool, note
     decision = {"key": pending.get("key"), "digest": pending_digest(pending),
                 "name": pending.get("name"), "approved": approved, "note": note, "by": by,
                 "via": via, "at": time.time()}
+    elsewhere = decided_elsewhere(journal, target, pending, decision, replace=replace)
+    if elsewhere is not None:  # on a hub: the service decided, as the hub user
+        return elsewhere
     refused = refusal(target, pending, by, via, signed_in=signed_in)
     if refused is not None:
         _refused(journal, target, pending, refused.reason, refusals_once,

@@ -394,6 +394,17 @@ class Journal(abc.ABC):
         the run's history (:meth:`add_event`)."""
         return {}
 
+    # -- who decides ---------------------------------------------------------------------------
+
+    def decision_authority(self, run_id: str | None = None
+                           ) -> tuple[str | None, bool, tuple[str | None, str | None]]:
+        """``(decider, is_decider, (created_by, written_by))``: the database role that alone
+        writes decisions in this journal, whether this process logs in as it, and who the
+        database says created and last wrote run ``run_id``. Only a PostgreSQL journal set
+        up for a hub (:mod:`durable_nb.hub`) names a decider; every other journal answers
+        ``(None, True, (None, None))``: whoever can write it decides, as always."""
+        return None, True, (None, None)
+
     # -- a run's history (its audit trail) ----------------------------------------------------
 
     def add_event(self, run_id: str, event: dict) -> None:

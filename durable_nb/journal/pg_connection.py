@@ -215,6 +215,11 @@ class PgConnections:
             if self._lost(exc):
                 return _ConnectionLost(message, where, action, text)
             return JournalUnavailable(message)
+        if getattr(exc, "sqlstate", None) == "42501":
+            # Refused by the grants or by a hub's rule (pg_schema's triggers): the reason is
+            # the primary message, on one line, without the server's CONTEXT lines.
+            primary = getattr(getattr(exc, "diag", None), "message_primary", None) or text
+            return DatabaseError(f"{where}: {action} refused: {self._url.scrub(primary)}")
         return DatabaseError(f"{where}: {action} failed ({type(exc).__name__}): {text}")
 
     def _lost(self, exc: BaseException) -> bool:

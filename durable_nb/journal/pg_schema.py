@@ -137,6 +137,122 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
             f"""CREATE TABLE {s}.deliveries (run_id text COLLATE "C" NOT NULL,
                 key text NOT NULL, value text NOT NULL, PRIMARY KEY (run_id, key))""",
         ]),
+        ("decisions written by the decider role", _decider_migration(s)),
+    ]
+
+
+def _decider_migration(s: str) -> list[str]:
+    """Separation of duties in the database (:mod:`durable_nb.hub`): once an administrator
+    names a decider role (``meta`` key ``decider``, ``{"role": NAME}``), only members of that
+    role write decisions (request kinds ``decision``/``decision.ID``), decision links and
+    notification claims (deliveries other than ``history/...``); any other role may only stamp ``taken_at`` on a decision (its
+    run taking it), write a rejection by deadline, and journal an approval step only for a
+    decision taken. Each run row records the login
+    role that created it and the one that last wrote its record (``created_by``,
+    ``written_by``, set here whatever the statement says), which the decider reads as the
+    run's starter. Without a decider nothing is checked: the journal behaves as before.
+    These are triggers, so they bind every role that does not own the tables."""
+    refuse = ("RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege', MESSAGE = "
+              "format('only the role %s (the durable-nb hub service) writes decisions "
+              "in this journal, not %s: decide through the service', decider, session_user)")
+    decider = (f"SELECT value::json ->> 'role' INTO decider FROM {s}.meta "
+               f"WHERE key = 'decider'")
+    return [
+        f"ALTER TABLE {s}.runs ADD COLUMN created_by text, ADD COLUMN written_by text",
+        f"""CREATE FUNCTION {s}.run_writer() RETURNS trigger LANGUAGE plpgsql AS $fn$
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    NEW.created_by := session_user;
+                    NEW.written_by := session_user;
+                ELSE
+                    NEW.created_by := OLD.created_by;
+                    NEW.written_by := CASE WHEN NEW.record IS DISTINCT FROM OLD.record
+                                      THEN session_user ELSE OLD.written_by END;
+                END IF;
+                RETURN NEW;
+            END
+            $fn$""",
+        f"""CREATE TRIGGER runs_writer BEFORE INSERT OR UPDATE ON {s}.runs
+            FOR EACH ROW EXECUTE PROCEDURE {s}.run_writer()""",
+        f"""CREATE FUNCTION {s}.guard_decision() RETURNS trigger LANGUAGE plpgsql AS $fn$
+            DECLARE
+                decider text;
+            BEGIN
+                IF NEW.kind NOT LIKE 'decision%' AND
+                        (TG_OP = 'INSERT' OR OLD.kind NOT LIKE 'decision%') THEN
+                    RETURN NEW;
+                END IF;
+                {decider};
+                IF decider IS NULL OR pg_has_role(session_user, decider, 'MEMBER') THEN
+                    RETURN NEW;
+                END IF;
+                IF TG_OP = 'UPDATE' AND OLD.kind = NEW.kind AND OLD.run_id = NEW.run_id
+                        AND OLD.value::jsonb ->> 'taken_at' IS NULL
+                        AND NEW.value::jsonb - 'taken_at' = OLD.value::jsonb - 'taken_at' THEN
+                    RETURN NEW;  -- the run takes the decision the decider wrote
+                END IF;
+                IF TG_OP = 'INSERT' AND NEW.value::jsonb ->> 'via' = 'timeout'
+                        AND NEW.value::jsonb -> 'approved' = 'false'::jsonb THEN
+                    RETURN NEW;  -- a deadline's rejection only stops a run
+                END IF;
+                {refuse};
+            END
+            $fn$""",
+        f"""CREATE TRIGGER requests_decider BEFORE INSERT OR UPDATE ON {s}.requests
+            FOR EACH ROW EXECUTE PROCEDURE {s}.guard_decision()""",
+        f"""CREATE FUNCTION {s}.guard_approval_step() RETURNS trigger LANGUAGE plpgsql AS $fn$
+            DECLARE
+                decider text;
+                step json;
+            BEGIN
+                -- Every step passes here: parsed only when a decider is named and this is
+                -- not it (a substring test would be fooled by JSON's escapes).
+                {decider};
+                IF decider IS NULL OR pg_has_role(session_user, decider, 'MEMBER') THEN
+                    RETURN NEW;
+                END IF;
+                -- json, not jsonb: a step's data may hold an escaped NUL, which jsonb
+                -- refuses. Only a failed step ("ok": false) is not an approval given.
+                step := NEW.entry::json;
+                IF step ->> 'k' IS DISTINCT FROM 'approval' OR step ->> 'ok' = 'false' THEN
+                    RETURN NEW;
+                END IF;
+                IF EXISTS (SELECT 1 FROM {s}.requests AS r WHERE r.run_id = NEW.run_id
+                        AND r.kind LIKE 'decision%'
+                        AND r.value::json ->> 'taken_at' IS NOT NULL
+                        AND r.value::json ->> 'digest' = step -> 'r' ->> 'digest'
+                        AND r.value::json ->> 'approved' = step -> 'r' ->> 'approved'
+                        AND r.value::json ->> 'by' IS NOT DISTINCT FROM step -> 'r' ->> 'by')
+                        THEN
+                    RETURN NEW;
+                END IF;
+                {refuse};
+            END
+            $fn$""",
+        f"""CREATE TRIGGER steps_approval BEFORE INSERT ON {s}.steps
+            FOR EACH ROW EXECUTE PROCEDURE {s}.guard_approval_step()""",
+        # A decision link decides as the person it was sent to: only the decider issues
+        # and uses one (its record under ``link/``), so nobody else names a recipient; and
+        # only the decider claims a notification, so nobody keeps the team's from being
+        # sent by claiming it first. Everyone adds to a run's history (``history/``) and claims
+        # an escalation once (its approvers are the request's own, which its run wrote).
+        f"""CREATE FUNCTION {s}.guard_delivery() RETURNS trigger LANGUAGE plpgsql AS $fn$
+            DECLARE
+                decider text;
+            BEGIN
+                IF TG_OP = 'INSERT' AND (NEW.key LIKE 'history/%'
+                                         OR NEW.key LIKE '%/escalation') THEN
+                    RETURN NEW;
+                END IF;
+                {decider};
+                IF decider IS NULL OR pg_has_role(session_user, decider, 'MEMBER') THEN
+                    RETURN NEW;
+                END IF;
+                {refuse.replace("writes decisions", "sends notifications and decision links")};
+            END
+            $fn$""",
+        f"""CREATE TRIGGER deliveries_decider BEFORE INSERT OR UPDATE ON {s}.deliveries
+            FOR EACH ROW EXECUTE PROCEDURE {s}.guard_delivery()""",
     ]
 
 

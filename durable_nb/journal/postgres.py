@@ -240,6 +240,48 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
         # Linear (already in this order); drops rows whose status column was NULL.
         return select_runs(records, wanted, None, newest_first)
 
+    # -- who decides (durable_nb.hub) ---------------------------------------------------------
+
+    @retried
+    def decision_authority(self, run_id: str | None = None
+                           ) -> tuple[str | None, bool, tuple[str | None, str | None]]:
+        """``(decider, is_decider, (created_by, written_by))``: the role an administrator
+        named to alone write decisions here (None: any role may, as without a hub), whether
+        this journal's login role is a member of it, and the login roles that created run
+        ``run_id`` and last wrote its record (as the database recorded them, whatever the
+        record says)."""
+        with self._conn("reading who decides") as conn:
+            row = conn.execute(
+                f"SELECT d.role, d.role IS NULL OR pg_has_role(session_user, d.role, "
+                f"'MEMBER') FROM (SELECT (SELECT value::json ->> 'role' FROM "
+                f"{quoted(self.schema)}.meta WHERE key = 'decider') AS role) AS d").fetchone()
+            writers = None
+            if run_id is not None:
+                writers = conn.execute(f"SELECT created_by, written_by FROM "
+                                       f"{quoted(self.schema)}.runs WHERE run_id = %s",
+                                       (run_id,)).fetchone()
+        return row[0], bool(row[1]), tuple(writers) if writers else (None, None)
+
+    def become_decider(self, user_roles: Iterable[str]) -> None:
+        """Make this journal's login role (the hub service's, owning the schema) the one
+        that alone writes decisions, and let ``user_roles`` (the hub users' roles) park,
+        read, resume and take decisions: read and write the run tables, only read ``meta``
+        and ``migrations`` (so that none can name another decider). Idempotent; run by the
+        service at its start."""
+        self._writable("name the decider")
+        s = quoted(self.schema)
+        tables = ", ".join(f"{s}.{t}" for t in ("runs", "steps", "blobs", "leases", "requests",
+                                                 "deliveries", "batches"))
+        with self._conn("naming the decider") as conn, conn.transaction():
+            for role in user_roles:
+                who = self._psycopg.sql.Identifier(role).as_string(conn)
+                conn.execute(f"GRANT USAGE ON SCHEMA {s} TO {who}")
+                conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {who}")
+                conn.execute(f"GRANT SELECT ON {s}.meta, {s}.migrations TO {who}")
+            conn.execute(f"INSERT INTO {s}.meta (key, value) VALUES ('decider', "
+                         f"json_build_object('role', session_user)::text) ON CONFLICT (key) "
+                         f"DO UPDATE SET value = EXCLUDED.value")
+
     # -- batches ----------------------------------------------------------------------------
 
     @retried

@@ -22,6 +22,7 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Add the API's routes to the server's web application."""
+    from ..approvals.authority import service_url
     from .decide import decide_handlers
     from .handlers import handlers
 
@@ -33,6 +34,13 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     serverapp.log.info("durable_nb: REST API at %sdurable-nb/api/", base_url)
     # Parked runs' deadlines and the requests no kernel notified, with decision links to
     # this server when no base URL is configured; until the server's event loop is closed.
+    # On a JupyterHub with the durable-nb service, it alone sweeps the team's journals (once
+    # for everyone, links to the hub's public URL); a user's server would only be refused.
+    hub_service = service_url()
+    if hub_service:
+        serverapp.log.info("durable_nb: the hub's durable-nb service at %s sweeps the "
+                           "journals; this server does not", hub_service)
+        return
     loop = getattr(serverapp.io_loop, "asyncio_loop", None)
     start_sweeper(server_url=serverapp.connection_url,
                   running=lambda: loop is None or not loop.is_closed())

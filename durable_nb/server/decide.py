@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - older servers let any handler through
     def allow_unauthenticated(method: Any) -> Any:
         return method
 
-__all__ = ["DecideHandler", "decide_handlers"]
+__all__ = ["DecideHandler", "decide_handlers", "loader_page", "render"]
 
 T = TypeVar("T")
 _NOTE_CHARS = 2000
@@ -101,7 +101,7 @@ class DecideHandler(JupyterHandler):
     @allow_unauthenticated
     async def get(self) -> None:
         self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.finish(_LOADER.format(xsrf=self.xsrf_form_html(), style=_STYLE))
+        self.finish(loader_page(self.xsrf_form_html()))
 
     @allow_unauthenticated
     async def post(self) -> None:
@@ -156,7 +156,9 @@ _LOADER = """<!DOCTYPE html><html><head><meta charset="utf-8">
 (function () {{
   // "#TOKEN", and the button's choice from "?choice=reject" before or after it.
   var fragment = window.location.hash.slice(1).split("?");
-  var token = fragment[0];
+  // (or, on a JupyterHub service, kept in this tab while its login dropped the fragment)
+  var token = fragment[0] || window.sessionStorage.getItem("durable-nb-link") || "";
+  window.sessionStorage.removeItem("durable-nb-link");
   var query = new URLSearchParams(fragment[1] || window.location.search);
   var form = document.getElementById("view");
   if (!token) {{
@@ -170,6 +172,12 @@ _LOADER = """<!DOCTYPE html><html><head><meta charset="utf-8">
   form.submit();
 }})();
 </script></main></body></html>"""
+
+
+def loader_page(xsrf: str) -> str:
+    """The page a link's GET answers (``xsrf``: the form's XSRF field): its script posts the
+    fragment's token in the body of ``action=view`` to the same path."""
+    return _LOADER.format(xsrf=xsrf, style=_STYLE)
 
 
 def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = False,

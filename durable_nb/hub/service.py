@@ -1,0 +1,322 @@
+"""The durable-nb hub service: the team's inbox and the only writer of decisions.
+
+Started by JupyterHub (``c.JupyterHub.services``, ``python -m durable_nb.hub.service``) at
+``/services/durable-nb/`` under the hub's public URL, signed in with the hub's OAuth
+(:class:`jupyterhub.services.auth.HubOAuthenticated`): a person is who the hub says, and a
+request from a user's server or kernel is who its hub API token belongs to. It logs in to
+the shared journal (``$DURABLE_NB_JOURNAL``) as the decider role, names itself the decider
+at start (:meth:`~durable_nb.journal.PostgresJournal.become_decider`, granting the roles of
+the configuration's users what they need and no more) and serves:
+
+- ``GET  /services/durable-nb/``: the inbox, every run waiting for a decision, with
+  Approve and Reject for the requests the signed-in user may decide;
+- ``POST /services/durable-nb/decide``: the inbox's buttons (the hub's XSRF check);
+- ``POST /services/durable-nb/api/decide``: a decision from a user's kernel, panel, CLI or
+  server (:mod:`durable_nb.approvals.authority`), JSON in and out, authenticated by the token;
+- ``GET|POST /services/durable-nb/durable-nb/decide#TOKEN``: a decision link, for the
+  person it was sent to (:mod:`durable_nb.hub.links`), who signs in to the hub to use it.
+  The page is the Jupyter server's (:mod:`durable_nb.server.decide`): the token stays in
+  the URL's fragment, which no browser sends, so neither the hub, its proxy nor this
+  service logs it; the page's script posts it in the body; every answer says
+  ``Referrer-Policy: no-referrer``. A person not signed in yet is sent through the hub's
+  login with the token kept in the tab's ``sessionStorage``, never in a URL.
+
+It is the team's one sweeper (:func:`~durable_nb.hub.links.start_sweeping`, every
+``$DURABLE_NB_HUB_SWEEP`` seconds, default 10): deadlines always, and, with
+``$DURABLE_NB_HUB_PUBLIC_URL`` (the hub's ``public_url``) and notification channels in its
+environment, the team's notifications with their links.
+
+Every decision goes through :func:`~durable_nb.hub.decide.decide_as`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import os
+from typing import Any
+from urllib.parse import urlparse
+
+from ..approvals.links import LINK_PATH, parse_token
+from ..approvals.request import find_decision, pending_digest
+from ..approvals.tick import apply_deadline
+from ..approvals.wording import decision_words
+from ..errors import (DecisionExists, DurableError, MissingExtra, NoPendingApproval,
+                      NotAllowedToDecide)
+from ..journal import Journal, Status, open_journal
+from ..notify.config import NotifyConfig
+from ..notify.start import for_directory
+from .config import HubConfig, load_config
+from .decide import decide_as, starters
+from .links import link_decision, start_sweeping
+
+__all__ = ["make_app", "main"]
+
+try:
+    from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+    from jupyterhub.utils import url_path_join
+    from tornado import web
+
+    from ..server.decide import loader_page, render
+except ImportError as exc:  # pragma: no cover - the extra names what to install
+    raise MissingExtra(f"the durable-nb hub service needs JupyterHub and Jupyter Server "
+                       f"({exc}): pip install 'durable-nb[hub]'") from None
+
+_NOTE_CHARS = 2000
+
+
+def team_notify_config(service_url: str) -> NotifyConfig:
+    """The service's notification configuration (its environment, where :func:`main` put
+    the map's addresses as the e-mail recipients), with links to ``service_url`` (none
+    without it)."""
+    notify = for_directory(None)
+    links = dataclasses.replace(notify.links, base_url=service_url or None,
+                                enabled=bool(service_url) and notify.links.enabled)
+    return dataclasses.replace(notify, links=links)
+
+
+def _why(exc: DurableError) -> str:
+    """A refusal's reason, without the ``run ...: ... was not decided:`` its message adds."""
+    text = str(exc)
+    text = text.split(" was not decided: ", 1)[-1]
+    return text.removesuffix(" Nothing was written.").rstrip(".")
+
+
+class _Base(HubOAuthenticated, web.RequestHandler):
+    @property
+    def journal(self) -> Journal:
+        return self.settings["durable_nb_journal"]
+
+    @property
+    def config(self) -> HubConfig:
+        return self.settings["durable_nb_config"]
+
+    @property
+    def user_name(self) -> str:
+        return str(self.current_user["name"])
+
+
+class InboxHandler(_Base):
+    """The team's inbox: every run waiting for a decision."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.render_inbox(self.get_argument("said", ""))
+
+    def render_inbox(self, said: str) -> None:
+        rows = []
+        for record in self.journal.list_runs(status=Status.WAITING_APPROVAL):
+            pending = record.pending_approval
+            if not pending:
+                continue
+            started_by = starters(self.journal, self.config,
+                                  pending.get("run_id", record.run_id))
+            started = ", ".join(started_by) or "?"
+            details = json.dumps(pending.get("details"), ensure_ascii=False, default=repr)
+            decided = find_decision(self.journal, pending.get("run_id", record.run_id),
+                                    pending)
+            form = (f'<form method="post" action="{self.settings["durable_nb_prefix"]}decide">'
+                    f'{self.xsrf_form_html()}'
+                    f'<input type="hidden" name="run" value="{html.escape(record.run_id)}">'
+                    f'<input type="hidden" name="request" '
+                    f'value="{html.escape(str(pending.get("id") or ""))}">'
+                    f'<input type="hidden" name="digest" '
+                    f'value="{html.escape(pending_digest(pending))}">'
+                    f'<button name="approved" value="yes">Approve</button> '
+                    f'<button name="approved" value="no">Reject</button></form>')
+            if decided is not None:
+                form = html.escape(f"{decision_words(decided)}; the run goes on when it is "
+                                   f"resumed")
+            elif self.config.four_eyes and self.user_name in started_by:
+                form = "you started this run: under four-eyes someone else decides"
+            rows.append(f"<tr><td>{html.escape(record.run_id)}</td>"
+                        f"<td>{html.escape(record.notebook or '')}</td>"
+                        f"<td>{html.escape(str(pending.get('name')))}</td>"
+                        f"<td><code>{html.escape(details)}</code></td>"
+                        f"<td>{html.escape(started)}</td><td>{form}</td></tr>")
+        table = ("<table><tr><th>run</th><th>notebook</th><th>request</th><th>details</th>"
+                 "<th>started by</th><th></th></tr>" + "".join(rows) + "</table>") if rows else \
+            "<p>Nothing waits for a decision.</p>"
+        note = f'<p class="said">{html.escape(said)}</p>' if said else ""
+        self.finish(f"<!doctype html><title>durable-nb inbox</title><h1>Inbox</h1>"
+                    f"<p>Signed in as {html.escape(self.user_name)}.</p>{note}{table}")
+
+
+class DecideFormHandler(InboxHandler):
+    """The inbox's Approve and Reject."""
+
+    @web.authenticated
+    def post(self) -> None:
+        run_id = self.get_body_argument("run")
+        try:
+            decision = decide_as(self.journal, self.config, run_id, user=self.user_name,
+                                 approved=self.get_body_argument("approved") == "yes",
+                                 note=None, via="hub inbox",
+                                 request_id=self.get_body_argument("request") or None,
+                                 digest=self.get_body_argument("digest"))
+            said = f"run {run_id!r}: {decision_words(decision)}."
+        except (NotAllowedToDecide, DecisionExists, NoPendingApproval, ValueError) as exc:
+            self.set_status(403 if isinstance(exc, NotAllowedToDecide) else
+                            400 if isinstance(exc, ValueError) else 409)
+            said = str(exc)
+        self.render_inbox(said)
+
+
+class ApiDecideHandler(_Base):
+    """A decision from a user's server, kernel or terminal, as the hub user of its token."""
+
+    @web.authenticated
+    def post(self) -> None:
+        try:
+            body: dict[str, Any] = json.loads(self.request.body)
+            run_id = str(body["run_id"])
+        except (ValueError, KeyError, TypeError):
+            self.set_status(400)
+            self.finish({"why": "the body must be JSON with run_id, request, digest, approved"})
+            return
+        if body.get("via") == "timeout":
+            self.deadline(run_id)
+            return
+        # How the person decided, as her process says it (a word like "Python" or
+        # "panel"): kept short; the service says it came through it.
+        via = f"{' '.join(str(body.get('via') or 'API').split())[:40]} on the hub"
+        try:
+            decision = decide_as(self.journal, self.config, run_id, user=self.user_name,
+                                 approved=bool(body.get("approved")), note=body.get("note"),
+                                 via=via, request_id=body.get("request"),
+                                 digest=str(body.get("digest") or ""),
+                                 replace=bool(body.get("replace")))
+        except ValueError as exc:
+            self.set_status(400)
+            self.finish({"why": str(exc)})
+            return
+        except NotAllowedToDecide as exc:
+            self.set_status(403)
+            self.finish({"why": _why(exc), "by": self.user_name})
+            return
+        except DecisionExists as exc:
+            self.set_status(409)
+            self.finish({"decision": exc.decision, "taken": exc.taken, "words": exc.words})
+            return
+        except NoPendingApproval as exc:
+            self.set_status(409)
+            self.finish({"why": str(exc)})
+            return
+        self.finish({"decision": decision})
+
+    def deadline(self, run_id: str) -> None:
+        """A run's deadline passed, its process says: the service applies the request's
+        policy if it did (:func:`~durable_nb.approvals.tick.apply_deadline`), as the
+        one writer of decisions."""
+        pending = self.journal.get_run(run_id).pending_approval
+        applied = None if pending is None else apply_deadline(
+            self.journal, pending.get("run_id", run_id), pending)
+        if applied is None or applied[0] != "decided":
+            self.set_status(409)
+            self.finish({"why": f"run {run_id!r} has no request past its deadline"})
+        elif applied[1].get("via") != "timeout":  # a person was first
+            self.set_status(409)
+            self.finish({"decision": applied[1], "taken": False,
+                         "words": decision_words(applied[1])})
+        else:
+            self.finish({"decision": applied[1]})
+
+
+class LinkHandler(_Base):
+    """A decision link's page: the request, and Approve/Reject for the person it was sent
+    to. GET answers the page whose script posts the fragment's token (or, to someone not
+    signed in, keeps the token in the tab and goes through the hub's login first); POST
+    shows (``action=view``) or decides (``approve``, ``reject``)."""
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("Referrer-Policy", "no-referrer")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Robots-Tag", "noindex, nofollow")
+
+    def get(self) -> None:
+        if self.current_user is None and not self.get_argument("signin", ""):
+            self.finish(_KEEP_TOKEN)
+            return
+        self.signed_in_page()
+
+    @web.authenticated
+    def signed_in_page(self) -> None:
+        self.finish(loader_page(self.xsrf_form_html()))
+
+    @web.authenticated
+    def post(self) -> None:
+        token = self.get_body_argument("token", "")
+        action = self.get_body_argument("action", "view")
+        if action not in ("view", "approve", "reject"):
+            raise web.HTTPError(400, "choose Approve or Reject")
+        note = self.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None
+        outcome = link_decision(self.journal, self.config, token, user=self.user_name,
+                                approved=None if action == "view" else action == "approve",
+                                note=note)
+        if outcome.kind == "unknown":
+            self.log.warning("durable_nb: a decision link that names no link was posted by "
+                             "%s; nothing was decided", self.user_name)
+        self.set_status(outcome.status)
+        form = (self.xsrf_form_html() + f'<input type="hidden" name="token" '
+                f'value="{html.escape(token)}">') if outcome.kind == "open" else ""
+        parsed = parse_token(token) if outcome.kind != "unknown" else None
+        self.finish(render(outcome, parsed[1] if parsed else "", form=form, taken=False,
+                           choice=self.get_body_argument("choice", "")))
+
+
+#: Before the hub's login (whose form would drop the URL's fragment): the token kept in
+#: this tab's sessionStorage, then the same page again, signed in; the server's page reads
+#: it from there (:func:`~durable_nb.server.decide.loader_page`).
+_KEEP_TOKEN = """<!DOCTYPE html><html><head><meta charset="utf-8">
+<meta name="referrer" content="no-referrer"><title>Decision link</title></head><body>
+<p>Signing in to the hub&hellip;</p><script>
+var token = window.location.hash.slice(1);
+if (token) { window.sessionStorage.setItem("durable-nb-link", token); }
+window.location.replace(window.location.pathname + "?signin=1");
+</script></body></html>"""
+
+
+def make_app(journal: Journal, config: HubConfig, prefix: str) -> web.Application:
+    """The service's tornado application under ``prefix`` (``/services/durable-nb/``)."""
+    return web.Application([
+        (prefix, InboxHandler),
+        (url_path_join(prefix, "decide"), DecideFormHandler),
+        (url_path_join(prefix, "api/decide"), ApiDecideHandler),
+        (url_path_join(prefix, LINK_PATH), LinkHandler),
+        (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+    ], cookie_secret=os.urandom(32), durable_nb_journal=journal, durable_nb_config=config,
+        durable_nb_prefix=prefix)
+
+
+def main() -> None:
+    """Run the service as JupyterHub starts it (its ``JUPYTERHUB_SERVICE_*`` environment)."""
+    import asyncio
+    import logging
+
+    # Each request on a line (tornado's access log), as a Jupyter server logs them: a link's
+    # token is never among them (it is in the fragment and in POST bodies).
+    logging.basicConfig(level=logging.INFO,
+                        format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
+    config = load_config()
+    journal = open_journal(os.environ["DURABLE_NB_JOURNAL"])
+    journal.become_decider(sorted(set(config.roles.values())))
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/durable-nb/")
+    where = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
+    if os.environ.get("DURABLE_NB_NOTIFY_SMTP_HOST"):
+        # E-mail goes to the addresses of the administrator's map, and only there.
+        os.environ["DURABLE_NB_NOTIFY_SMTP_TO"] = ",".join(dict.fromkeys(config.emails.values()))
+    public = os.environ.get("DURABLE_NB_HUB_PUBLIC_URL", "").rstrip("/")
+    notify = team_notify_config(public + prefix if public else "")
+    start_sweeping(journal, notify, float(os.environ.get("DURABLE_NB_HUB_SWEEP", "10")))
+
+    async def serve() -> None:
+        make_app(journal, config, prefix).listen(where.port, where.hostname)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
