@@ -27,6 +27,16 @@ decision:
    so of deciders racing exactly one wins and every other is refused with
    :class:`~durable_nb.errors.DecisionExists`. ``replace=True`` changes a decision the run
    has not taken yet (compare-and-set), keeping the ones it replaced in ``replaced``.
+
+A decision says more than yes or no where the request allows it (checked after 2, before 3;
+bad content writes nothing: :class:`~durable_nb.errors.InvalidAnswer`, one line naming what
+is wrong):
+
+- **approve with edited arguments** (``args``): only on a request that carries the JSON
+  schema of its arguments (a tool's call: its ``schema``); the edit must fit that schema.
+  The decision keeps ``args``, and the tool runs with them, live and on replay.
+- **reject with a message** (``message``): the text the model receives as the tool's
+  answer in place of the standard one.
 """
 
 from __future__ import annotations
@@ -34,8 +44,9 @@ from __future__ import annotations
 import json
 import time
 
-from ..errors import ApprovalChanged, DecisionExists, NoPendingApproval
+from ..errors import ApprovalChanged, DecisionExists, InvalidAnswer, NoPendingApproval
 from ..journal import Journal, Status
+from ..schema_check import json_type, schema_problems
 from ..timestamps import format_time
 from .history import record_event
 from .policy import allowed_approvers, deadline_of, refusal
@@ -52,7 +63,8 @@ MIN_DIGEST = 8
 def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str,
            approved: bool, by: str, via: str, note: str | None = None,
            replace: bool = False, signed_in: bool = True,
-           refusals_once: str | None = None) -> dict:
+           refusals_once: str | None = None, args: dict | None = None,
+           message: str | None = None) -> dict:
     """Decide the request run ``run_id`` waits for, if it is the one ``request_id`` and
     ``digest`` (the whole digest, or its first :data:`MIN_DIGEST` or more characters) name:
     the decision written, as the journal holds it. The checks and errors are the module's.
@@ -61,7 +73,8 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
     ``durable-nb``, ``Python``, ``timeout``); ``signed_in`` False for a decider the path did
     not identify (a shared link). ``refusals_once`` (a caller nobody signed in: a link's key)
     records each kind of refusal in the history once for that key, so that anonymous
-    requests cannot grow the journal without bound."""
+    requests cannot grow the journal without bound. ``args`` (with ``approved``): the edited
+    arguments the tool runs with; ``message`` (without): what the model is told."""
     if not isinstance(digest, str) or len(digest) < MIN_DIGEST:
         raise ValueError(f"digest={digest!r} is too short to name a request: give "
                          f"{MIN_DIGEST} or more characters of its digest (`durable-nb show "
@@ -89,6 +102,7 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
             f"{short(pending_digest(pending))}, id {pending.get('id') or '-'}), not for the "
             f"request {short(digest)} (id {request_id or '-'}) that was seen: nothing was "
             f"decided. Look at it with `durable-nb show {run_id}` and decide again.")
+    content = _content(run_id, pending, approved=approved, args=args, message=message)
     target = pending.get("run_id", run_id)
     now = time.time()
     pending = with_escalation(journal, target, pending, now)
@@ -100,7 +114,43 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
             f"{format_time(deadline, '?')}, so its policy decides it "
             f"(on_timeout={pending.get('on_timeout') or 'reject'!r}). Nothing was decided.")
     return _leave(journal, target, pending, approved=approved, note=note, by=by, via=via,
-                  replace=replace, signed_in=signed_in, refusals_once=refusals_once)
+                  replace=replace, signed_in=signed_in, refusals_once=refusals_once,
+                  content=content)
+
+
+def _content(run_id: str, pending: dict, *, approved: bool, args: dict | None,
+             message: str | None) -> dict:
+    """The decision's content beyond yes or no (``args``, ``message``), checked against
+    ``pending``: :class:`~durable_nb.errors.InvalidAnswer` naming what is wrong."""
+    name = pending.get("name")
+    content: dict = {}
+    if args is not None:
+        if not approved:
+            raise InvalidAnswer(f"run {run_id!r}: edited arguments go with an approval, not a "
+                                f"rejection (reject with a message instead). Nothing was "
+                                f"decided.")
+        schema = pending.get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidAnswer(f"run {run_id!r}: {name!r} has no arguments to edit (only a "
+                                f"tool call's approval has). Nothing was decided.")
+        if not isinstance(args, dict):
+            raise InvalidAnswer(f"run {run_id!r}: the edited arguments for {name!r} must be a "
+                                f"JSON object, got {json_type(args)}. Nothing was decided.")
+        problems = schema_problems(args, schema)
+        if problems:
+            raise InvalidAnswer(f"run {run_id!r}: the edited arguments for {name!r} do not fit "
+                                f"its schema: {'; '.join(problems)}. Nothing was decided.")
+        content["args"] = args
+    if message is not None:
+        if approved:
+            raise InvalidAnswer(f"run {run_id!r}: a message for the model goes with a "
+                                f"rejection; an approval runs the call (edit its arguments "
+                                f"instead). Nothing was decided.")
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidAnswer(f"run {run_id!r}: the message for the model must be "
+                                f"non-empty text. Nothing was decided.")
+        content["message"] = message
+    return content
 
 
 def _details_text(details: object) -> str:
@@ -118,11 +168,11 @@ def _names(pending: dict, request_id: str | None, digest: str) -> bool:
 
 def _leave(journal: Journal, target: str, pending: dict, *, approved: bool, note: str | None,
            by: str, via: str, replace: bool, signed_in: bool,
-           refusals_once: str | None) -> dict:
+           refusals_once: str | None, content: dict) -> dict:
     kind = decision_kind(pending)
     decision = {"key": pending.get("key"), "digest": pending_digest(pending),
                 "name": pending.get("name"), "approved": approved, "note": note, "by": by,
-                "via": via, "at": time.time()}
+                "via": via, "at": time.time(), **content}
     refused = refusal(target, pending, by, via, signed_in=signed_in)
     if refused is not None:
         _refused(journal, target, pending, refused.reason, refusals_once,
@@ -175,10 +225,11 @@ def _recorded(journal: Journal, run_id: str, pending: dict, decision: dict) -> d
     """``decision``, written, after adding it to the run's history."""
     record_event(journal, run_id, "decided", decision_words(decision), pending=pending,
                  by=decision.get("by"), via=decision.get("via"),
-                 approved=bool(decision.get("approved")), note=decision.get("note"))
+                 approved=bool(decision.get("approved")), note=decision.get("note"),
+                 args=decision.get("args"), message=decision.get("message"))
     return decision
 
 
 #: What a replaced decision keeps in ``replaced``.
-_KEPT_OF_REPLACED = ("approved", "note", "by", "via", "at")
+_KEPT_OF_REPLACED = ("approved", "note", "by", "via", "at", "args", "message")
 

@@ -1,0 +1,268 @@
+"""Answers beyond yes or no (issue 34, part 2): approve with edited arguments, reject with a
+message for the model. Both are decisions through the one ``decide``: bound to the request,
+written once, by whom the request allows, in the history and the export, replayed exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+import durable_nb as dn
+from durable_nb import Status
+from durable_nb.approvals.decide import decide
+from durable_nb.approvals.history import history
+from durable_nb.approvals.request import find_decision, pending_digest
+from durable_nb.export import export_data, export_run
+from durable_nb.testing import LoopbackServer, Reply, ToolCall
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def server():
+    with LoopbackServer() as s:
+        yield s
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server.url, api_key="test", max_retries=0)
+
+
+def _agent(client, log: list):
+    @dn.tool(needs_approval=True)
+    def query(database: str, sql: str, limit: int = 10) -> str:
+        """Run SQL on a database."""
+        log.append((database, sql, limit))
+        return f"ran on {database}"
+
+    def handler(ctx):
+        messages = [{"role": "user", "content": "count the users"}]
+        while True:
+            message = ctx.chat(client=client, model="gpt-4", messages=messages,
+                               tools=[query.schema]).choices[0].message
+            messages.append(dn.assistant_message(message))
+            if not message.tool_calls:
+                return messages
+            messages += ctx.call_tools(message, [query])
+    return handler
+
+
+def _script(server):
+    server.script = (Reply(tool_calls=[ToolCall("query", {"database": "production",
+                                                          "sql": "select count(*) from users"})]),
+                     Reply.coerce("done"))
+
+
+def _park(journal, client, log):
+    assert dn.execute("r", _agent(client, log), journal=journal, on_approval="park") is None
+    return journal.get_run("r").pending_approval
+
+
+def test_approve_with_edited_arguments_runs_the_tool_with_them_live_and_on_replay(
+        journal, server, client):
+    _script(server)
+    log: list = []
+    pending = _park(journal, client, log)
+    assert pending["schema"]["required"] == ["database", "sql"]
+    decision = dn.approve("r", args={"database": "staging", "sql": "select 1"}, by="ana",
+                          journal=journal)
+    assert decision.approved and decision.args == {"database": "staging", "sql": "select 1"}
+    messages = dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
+    assert log == [("staging", "select 1", 10)]
+    assert next(m for m in messages if m["role"] == "tool")["content"] == "ran on staging"
+    approval = next(s for s in journal.steps("r") if s.kind == "approval")
+    assert approval.result["args"] == {"database": "staging", "sql": "select 1"}
+    assert approval.meta["details"]["arguments"]["database"] == "production"  # what was asked
+    ran = next(s for s in journal.steps("r") if s.kind == "run")
+    assert ran.name == "query"
+    # Replay gives the same answers and runs nothing.
+    assert dn.execute("r", _agent(client, log), journal=journal) == messages
+    assert log == [("staging", "select 1", 10)]
+    # The history and the export say it.
+    decided = [e for e in history(journal, "r") if e["kind"] == "decided"]
+    assert decided[0]["args"] == {"database": "staging", "sql": "select 1"}
+    assert "approved with edited arguments by ana" in decided[0]["text"]
+    data = export_data(dn.get_run("r", journal=journal), journal=journal)
+    assert any(e.get("args") == {"database": "staging", "sql": "select 1"}
+               for e in data["history"])
+    export_run("r", journal.directory / "r.ipynb", journal=journal)
+    text = (journal.directory / "r.ipynb").read_text()
+    assert "approved with edited arguments by ana" in text
+    assert "Edited arguments" in text and '\\"database\\": \\"staging\\"' in text
+
+
+@pytest.mark.parametrize("args, wrong", [
+    ({"database": "staging"}, "missing required argument 'sql'"),
+    ({"database": "staging", "sql": "x", "limit": "ten"}, "argument 'limit' must be an integer"),
+    (["staging"], "must be a JSON object, got array"),
+])
+def test_edited_arguments_that_do_not_fit_the_schema_are_refused_in_one_line(
+        journal, server, client, args, wrong):
+    _script(server)
+    pending = _park(journal, client, [])
+    with pytest.raises(dn.InvalidAnswer) as raised:
+        dn.approve("r", args=args, by="ana", journal=journal)
+    text = str(raised.value)
+    assert wrong in text and "'query'" in text and "Nothing was decided" in text
+    assert "\n" not in text
+    assert find_decision(journal, "r", pending) is None
+    assert [e for e in history(journal, "r") if e["kind"] == "decided"] == []
+
+
+def test_reject_with_a_message_is_the_tools_answer_to_the_model(journal, server, client):
+    _script(server)
+    log: list = []
+    _park(journal, client, log)
+    dn.reject("r", message="Denied: use the staging database", by="ana", journal=journal)
+    messages = dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
+    assert log == []
+    tool = next(m for m in messages if m["role"] == "tool")
+    assert tool["content"] == "Denied: use the staging database"
+    # The model was sent it, and the loop went on.
+    last = server.requests[-1]["messages"]
+    assert last[-1] == {"role": "tool", "tool_call_id": "call_0_0",
+                        "content": "Denied: use the staging database"}
+    assert messages[-1]["content"] == "done"
+    decided = [e for e in history(journal, "r") if e["kind"] == "decided"]
+    assert decided[0]["message"] == "Denied: use the staging database"
+    assert dn.execute("r", _agent(client, log), journal=journal) == messages
+
+
+def test_content_that_does_not_go_with_the_decision_is_refused(journal, server, client):
+    _script(server)
+    pending = _park(journal, client, [])
+    seen = {"request_id": pending["id"], "digest": pending_digest(pending), "by": "ana",
+            "via": "Python"}
+    with pytest.raises(dn.InvalidAnswer, match="go with an approval, not a rejection"):
+        decide(journal, "r", approved=False, args={"database": "x", "sql": "y"}, **seen)
+    with pytest.raises(dn.InvalidAnswer, match="goes with a rejection"):
+        decide(journal, "r", approved=True, message="no", **seen)
+    with pytest.raises(dn.InvalidAnswer, match="non-empty"):
+        dn.reject("r", message="  ", journal=journal)
+
+
+def test_a_plain_approval_has_no_arguments_to_edit(journal):
+    assert dn.execute("p", lambda ctx: ctx.approval("deploy", {"to": "prod"}).approved,
+                      journal=journal, on_approval="park") is None
+    with pytest.raises(dn.InvalidAnswer, match="'deploy' has no arguments to edit"):
+        dn.approve("p", args={"to": "staging"}, journal=journal)
+
+
+def test_an_edit_is_a_decision_for_four_eyes_and_the_approvers_list(journal, server, client):
+    _script(server)
+    os.environ["DURABLE_NB_USER"] = "bo"  # bo starts the run
+    try:
+        assert dn.execute("r", _agent(client, []), journal=journal, on_approval="park",
+                          four_eyes=True, approvers=["ana", "bo"]) is None
+    finally:
+        del os.environ["DURABLE_NB_USER"]
+    with pytest.raises(dn.NotAllowedToDecide):
+        dn.approve("r", args={"database": "staging", "sql": "x"}, by="bo", journal=journal)
+    with pytest.raises(dn.NotAllowedToDecide):
+        dn.reject("r", message="no", by="cy", journal=journal)
+    dn.approve("r", args={"database": "staging", "sql": "x"}, by="ana", journal=journal)
+    with pytest.raises(dn.DecisionExists):
+        dn.reject("r", message="no", by="ana", journal=journal)
+
+
+def _cli(journal, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                           str(journal.directory), *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_the_cli_approves_with_args_and_rejects_with_a_message(journal, server, client):
+    _script(server)
+    log: list = []
+    _park(journal, client, log)
+    bad = _cli(journal, "approve", "r", "--args", '{"database": 1, "sql": "x"}')
+    assert bad.returncode != 0 and "argument 'database' must be a string" in bad.stderr
+    bad = _cli(journal, "approve", "r", "--args", "{nope")
+    assert bad.returncode != 0 and "--args" in bad.stderr and "JSON" in bad.stderr
+    done = _cli(journal, "approve", "r", "--args", '{"database": "staging", "sql": "x"}')
+    assert done.returncode == 0, done.stderr
+    assert "with edited arguments" in done.stdout
+    dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
+    assert log == [("staging", "x", 10)]
+
+    _script(server)
+    dn.reset("r", journal=journal)
+    _park(journal, client, log)
+    done = _cli(journal, "reject", "r", "--message", "Denied: use staging")
+    assert done.returncode == 0, done.stderr and "with a message" in done.stdout
+    messages = dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
+    assert next(m for m in messages if m["role"] == "tool")["content"] == "Denied: use staging"
+
+
+_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    import openai
+    import durable_nb as dn
+    url, directory, log_path, marker = sys.argv[1:5]
+    client = openai.OpenAI(base_url=url, api_key="t", max_retries=0)
+
+    @dn.tool(needs_approval=True)
+    def query(database: str, sql: str, limit: int = 10) -> str:
+        "Run SQL on a database."
+        with open(log_path, "a") as f:
+            f.write(f"{database}|{sql}|{limit}\\n")
+        return f"ran on {database}"
+
+    def handler(ctx):
+        messages = [{"role": "user", "content": "count the users"}]
+        while True:
+            message = ctx.chat(client=client, model="gpt-4", messages=messages,
+                               tools=[query.schema]).choices[0].message
+            messages.append(dn.assistant_message(message))
+            if not message.tool_calls:
+                return messages[-1]["content"]
+            messages += ctx.call_tools(message, [query])
+            if not os.path.exists(marker):  # killed once, right after the tool's step
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    print(dn.execute("r", handler, journal=directory, poll_interval=0.05))
+""")
+
+
+def test_an_edited_call_runs_once_with_its_edit_across_sigkills(journal, server, tmp_path):
+    _script(server)
+    log, marker = tmp_path / "log", tmp_path / "marker"
+    argv = [sys.executable, "-c", _CHILD, server.url, str(journal.directory), str(log),
+            str(marker)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # 1: the child waits for the decision; it is killed while it waits.
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 60
+        while journal.find_run("r") is None or journal.get_run("r").pending_approval is None:
+            assert time.time() < deadline and child.poll() is None, child.stderr.read()
+            time.sleep(0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    dn.approve("r", args={"database": "staging", "sql": "select 1", "limit": 3}, by="ana",
+               journal=journal)
+    # 2: a new process takes the decision, runs the edited call, and is killed after it.
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == -signal.SIGKILL, second.stderr
+    assert log.read_text() == "staging|select 1|3\n"
+    # 3: the run finishes; the call is not made again.
+    third = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert third.returncode == 0, third.stderr
+    assert third.stdout.strip() == "done"
+    assert log.read_text() == "staging|select 1|3\n"
+    assert journal.get_run("r").status is Status.DONE
+    approval = next(s for s in journal.steps("r") if s.kind == "approval")
+    assert approval.result["args"] == {"database": "staging", "sql": "select 1", "limit": 3}
