@@ -192,7 +192,7 @@ def test_the_cli_approves_with_args_and_rejects_with_a_message(journal, server, 
     assert bad.returncode != 0 and "--args" in bad.stderr and "JSON" in bad.stderr
     done = _cli(journal, "approve", "r", "--args", '{"database": "staging", "sql": "x"}')
     assert done.returncode == 0, done.stderr
-    assert "with edited arguments" in done.stdout
+    assert "approved with edited arguments run r" in done.stdout
     dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
     assert log == [("staging", "x", 10)]
 
@@ -200,7 +200,8 @@ def test_the_cli_approves_with_args_and_rejects_with_a_message(journal, server, 
     dn.reset("r", journal=journal)
     _park(journal, client, log)
     done = _cli(journal, "reject", "r", "--message", "Denied: use staging")
-    assert done.returncode == 0, done.stderr and "with a message" in done.stdout
+    assert done.returncode == 0, done.stderr
+    assert "rejected with a message run r" in done.stdout
     messages = dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
     assert next(m for m in messages if m["role"] == "tool")["content"] == "Denied: use staging"
 
