@@ -21,7 +21,7 @@ from typing import Any
 from ..context import Decision
 from ..errors import InvalidAnswer, NoPendingApproval
 from ..execution import Execution
-from ..execution.approvals import pending_digest
+from ..approvals.request import pending_digest
 from ..journal import JournalSpec, open_journal
 from ..llm.tools import Tool
 from ..registry import approve, reject
