@@ -267,3 +267,80 @@ def test_an_edited_call_runs_once_with_its_edit_across_sigkills(journal, server,
     assert journal.get_run("r").status is Status.DONE
     approval = next(s for s in journal.steps("r") if s.kind == "approval")
     assert approval.result["args"] == {"database": "staging", "sql": "select 1", "limit": 3}
+
+
+# -- the inbox and the panel: arguments editable in place ---------------------------------
+
+def test_the_inbox_card_edits_the_arguments_in_place(journal, server, client):
+    from html import unescape
+
+    from durable_nb.notebook.inbox import ApprovalsInbox
+
+    _script(server)
+    log: list = []
+    _park(journal, client, log)
+    inbox = ApprovalsInbox(journal.directory)
+    card = inbox.cards["r"]
+    assert json.loads(card.form.arguments.value) == {"database": "production",
+                                                     "sql": "select count(*) from users"}
+    card.form.arguments.value = '{"database": "staging"}'  # sql left out: refused
+    card.approve.click()
+    assert "missing required argument 'sql'" in unescape(inbox.notice.value)
+    assert "nothing was decided" in inbox.notice.value
+    card = inbox.cards["r"]
+    card.form.arguments.value = '{"database": "staging", "sql": "select 1"}'
+    card.approve.click()
+    assert "approved with edited arguments by" in inbox.notice.value
+    dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
+    assert log == [("staging", "select 1", 10)]
+
+
+_PANEL_CELLS = (
+    "%load_ext durable_nb",
+    # A tool call's approval, with the tool's schema: its arguments are editable.
+    "%%durable_agent edit-1\n"
+    "schema = {'type': 'object', 'properties': {'database': {'type': 'string'}},\n"
+    "          'required': ['database'], 'additionalProperties': False}\n"
+    "d = ctx.approval('query', {'tool': 'query', 'arguments': {'database': 'prod'}},\n"
+    "                 schema=schema)\n"
+    "ctx.run('query', lambda: open('ran.log', 'a').write(d.args['database'] + '\\n'))",
+    # What a person does in the panel: edits the JSON in place and clicks Approve (nbclient
+    # has no browser; Button.click runs the on_click callbacks). A wrong edit first.
+    "from durable_nb.notebook import active_run\n"
+    "session = active_run('edit-1')\npanel = session.panel\n"
+    "panel.answer_form.arguments.value = '{\"db\": \"staging\"}'\n"
+    "panel.approve_button.click()\n"
+    "print(panel._log_kept)\n"
+    "panel.answer_form.arguments.value = '{\"database\": \"staging\"}'\n"
+    "panel.approve_button.click()\n"
+    "print(session.wait(60))",
+)
+
+
+def test_the_panel_in_a_real_kernel_approves_with_arguments_edited_in_place(tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    journal_dir = tmp_path / "journal"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in _PANEL_CELLS])
+    env_before = dict(os.environ)
+    os.environ.update(DURABLE_NB_JOURNAL=str(journal_dir), PYTHONPATH=os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    try:
+        NotebookClient(nb, timeout=120, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+    said = nb.cells[2].outputs[0]["text"]
+    assert "unknown argument 'db'" in said and "Nothing was decided" in said
+    assert nb.cells[2].outputs[-1]["text"].strip() == "True"
+    assert (tmp_path / "ran.log").read_text() == "staging\n"
+    journal = dn.DiskJournal(journal_dir)
+    try:
+        approval = next(s for s in journal.steps("edit-1") if s.kind == "approval")
+        assert approval.result["args"] == {"database": "staging"}
+        assert approval.result["via"] == "panel"
+        assert journal.get_run("edit-1").status is Status.DONE
+    finally:
+        journal.close()
