@@ -344,3 +344,54 @@ def test_the_panel_in_a_real_kernel_approves_with_arguments_edited_in_place(tmp_
         assert journal.get_run("edit-1").status is Status.DONE
     finally:
         journal.close()
+
+
+_LAB_AGENT_CELL = """\
+%%durable_agent lab-edit --title "Query, approved with edited arguments"
+schema = {"type": "object", "properties": {"database": {"type": "string"},
+          "sql": {"type": "string"}}, "required": ["database", "sql"]}
+d = ctx.approval("query", {"tool": "query", "arguments": {"database": "production",
+                 "sql": "select count(*) from users"}}, schema=schema)
+ctx.run("query", lambda: open("ran.log", "a").write(d.args["database"] + "\\n"))"""
+
+
+def test_in_jupyterlab_the_panels_arguments_are_edited_in_place_and_approved(
+        tmp_path_factory, tmp_path):
+    from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
+
+    require_chromium()
+    shots = Path(os.environ.get("DURABLE_NB_SHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    journal_dir = tmp_path_factory.mktemp("journal") / "journal"
+    env = {"DURABLE_NB_JOURNAL": str(journal_dir),
+           "HOME": str(tmp_path_factory.mktemp("home")),
+           "DURABLE_NB_INDEX": str(tmp_path_factory.mktemp("index"))}
+    root = tmp_path_factory.mktemp("lab")
+    write_notebook(root / "edit.ipynb", ["%load_ext durable_nb\nprint('setup ok')",
+                                         _LAB_AGENT_CELL])
+    with JupyterLab(root, env=env) as lab, LabPage(lab, timeout=60) as page:
+        page.open_notebook("edit.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("Approval needed", cell_index=1)
+        output = page.cell(1).locator(".jp-Cell-outputArea")
+        area = output.locator("textarea").first
+        area.wait_for(state="visible")
+        assert json.loads(area.input_value())["database"] == "production"
+        area.fill('{"database": "staging", "sql": "select 1"}')
+        output.screenshot(path=str(shots / "answers-lab-edited.png"))
+        page.click_button("Approve", cell_index=1)
+
+        def done() -> bool:
+            journal = dn.DiskJournal(journal_dir)
+            try:
+                return journal.get_run("lab-edit").status is Status.DONE
+            finally:
+                journal.close()
+
+        from tests.harness import wait_until
+        wait_until(done, 60, "the kernel ran the approved call")
+        output.screenshot(path=str(shots / "answers-lab-approved.png"))
+    assert (root / "ran.log").read_text() == "staging\n"

@@ -31,12 +31,12 @@ class AnswerForm:
     """Arguments (a Textarea with their JSON) and a message for the model."""
 
     def __init__(self) -> None:
-        self.arguments = widgets.Textarea(
-            rows=4, layout=widgets.Layout(width="100%"),
-            description="Arguments", tooltip="edit, then Approve runs the tool with them")
+        self.arguments = widgets.Textarea(rows=4, layout=widgets.Layout(width="auto"))
         self.message = widgets.Text(placeholder="message for the model, sent on Reject",
-                                    layout=widgets.Layout(width="100%"))
-        self.box = widgets.VBox([self.arguments, self.message],
+                                    layout=widgets.Layout(width="auto"))
+        label = widgets.HTML("<b>Arguments</b> (JSON: edit them, then Approve runs the tool "
+                             "with them)")
+        self.box = widgets.VBox([label, self.arguments, self.message],
                                 layout=widgets.Layout(display="none"))
         self._shown: Any = None
 
