@@ -14,17 +14,10 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ..approvals.request import editable
 from ..errors import InvalidAnswer
 
-__all__ = ["AnswerForm", "editable"]
-
-
-def editable(pending: dict | None) -> bool:
-    """Whether a pending request's arguments may be edited: a tool call's, with its schema."""
-    pending = pending or {}
-    details = pending.get("details")
-    return isinstance(pending.get("schema"), dict) and isinstance(details, dict) \
-        and isinstance(details.get("arguments"), dict)
+__all__ = ["AnswerForm"]
 
 
 class AnswerForm:

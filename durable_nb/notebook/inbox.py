@@ -29,7 +29,7 @@ import ipywidgets as widgets
 
 from .. import registry
 from ..errors import DurableError
-from ..approvals.request import pending_digest, short
+from ..approvals.request import editable, pending_digest, short
 from .answer_form import AnswerForm
 from ..journal import JournalSpec, RunRecord, Status, default_location, open_journal
 from ..timestamps import format_time
@@ -231,8 +231,11 @@ class _Card:
                 f"<i>{verdict} by {html.escape(str(given.get('by')))}; not taken by the run "
                 "yet (a kernel watching it takes it within seconds, else re-run its cell)</i>")
         else:
-            row = widgets.VBox([self.form.box,
-                                widgets.HBox([self.note, self.approve, self.reject])])
+            buttons = widgets.HBox([self.note, self.approve, self.reject])
+            # A tool call's arguments, editable, and a message for the model; not there
+            # (not even hidden) for a request without arguments to edit.
+            row = widgets.VBox([self.form.box, buttons]) if editable(request.pending) \
+                else buttons
         self.box = widgets.VBox([text, row], layout=widgets.Layout(
             border="1px solid #bf8700", padding="4px", margin="4px 0"))
 
