@@ -395,3 +395,58 @@ def test_in_jupyterlab_the_panels_arguments_are_edited_in_place_and_approved(
         wait_until(done, 60, "the kernel ran the approved call")
         output.screenshot(path=str(shots / "answers-lab-approved.png"))
     assert (root / "ran.log").read_text() == "staging\n"
+
+
+def _ask_query(ctx) -> list:
+    schema = {"type": "object", "properties": {"database": {"type": "string"}},
+              "required": ["database"], "additionalProperties": False}
+    decision = ctx.approval("query", {"tool": "query", "arguments": {"database": "prod"}},
+                            schema=schema)
+    return [decision.approved, decision.args, decision.message]
+
+
+def test_the_lab_sidebars_inbox_edits_arguments_and_rejects_with_a_message(
+        tmp_path_factory, tmp_path):
+    from tests.harness.lab import LabPage
+    from tests.test_sidebar import _open_lab, sidebar_lab
+
+    shots = Path(os.environ.get("DURABLE_NB_SHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    journal_dir = tmp_path_factory.mktemp("journal") / "journal"
+    journal = dn.DiskJournal(journal_dir)
+    try:
+        for run_id in ("sb-edit", "sb-deny"):
+            assert dn.execute(run_id, _ask_query, journal=journal, on_approval="park") is None
+        with sidebar_lab(tmp_path_factory, journal_dir) as lab, \
+                LabPage(lab, timeout=60) as page:
+            _open_lab(page)
+            page.page.locator(".dnr-inbox-button").click()
+            inbox = page.page.locator(".dnr-inbox")
+            edit = inbox.locator(".dnr-card[data-run='sb-edit']")
+            args = edit.locator(".dnr-args")
+            args.wait_for(state="visible")
+            assert json.loads(args.input_value()) == {"database": "prod"}
+            args.fill('{"db": "staging"}')
+            edit.locator(".dnr-approve").click()
+            refused = inbox.locator(".dnr-error")
+            refused.wait_for(state="visible")
+            assert "unknown argument 'db'" in refused.inner_text()
+            assert "nothing was decided" in refused.inner_text()
+            edit = inbox.locator(".dnr-card[data-run='sb-edit']")
+            edit.locator(".dnr-args").fill('{"database": "staging"}')
+            page.page.screenshot(path=str(shots / "answers-sidebar-edited.png"))
+            edit.locator(".dnr-approve").click()
+            inbox.locator(".dnr-ok").filter(has_text="sb-edit: approved").wait_for(
+                state="visible")
+            deny = inbox.locator(".dnr-card[data-run='sb-deny']")
+            deny.locator(".dnr-message").fill("Denied: use staging")
+            deny.locator(".dnr-reject").click()
+            inbox.locator(".dnr-ok").filter(has_text="sb-deny: rejected").wait_for(
+                state="visible")
+            page.page.screenshot(path=str(shots / "answers-sidebar-decided.png"))
+        assert dn.execute("sb-edit", _ask_query, journal=journal) == [
+            True, {"database": "staging"}, None]
+        assert dn.execute("sb-deny", _ask_query, journal=journal) == [
+            False, None, "Denied: use staging"]
+    finally:
+        journal.close()
