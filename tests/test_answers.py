@@ -450,3 +450,49 @@ def test_the_lab_sidebars_inbox_edits_arguments_and_rejects_with_a_message(
             False, None, "Denied: use staging"]
     finally:
         journal.close()
+
+
+_RACER = """
+import pathlib, sys, time
+import durable_nb as dn
+url, go, who = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+journal = dn.open_journal(url)
+journal.get_run("r")  # connected, and the run read: ready to race
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.001)
+try:
+    if int(who) % 2:
+        dn.approve("r", args={"database": f"db{who}"}, by=f"racer {who}", journal=journal)
+    else:
+        dn.reject("r", message=f"no, says {who}", by=f"racer {who}", journal=journal)
+    print("won", flush=True)
+except dn.DecisionExists as exc:
+    print("refused:", exc, flush=True)
+"""
+
+
+@pytest.mark.postgres
+def test_edits_and_messages_racing_on_postgresql_exactly_one_is_the_decision(
+        postgres_server, tmp_path):
+    import uuid
+
+    url = f"{postgres_server.url}?schema=answers_{uuid.uuid4().hex[:10]}"
+    journal = dn.open_journal(url)
+    assert dn.execute("r", _ask_query, journal=journal, on_approval="park") is None
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    racers = [subprocess.Popen([sys.executable, "-c", _RACER, url, str(go), str(i)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env) for i in range(6)]
+    for racer in racers:
+        assert racer.stdout.readline().strip() == "ready", racer.stderr.read()
+    go.touch()
+    said = [racer.communicate(timeout=120)[0].strip() for racer in racers]
+    winners = [i for i, s in enumerate(said) if s == "won"]
+    assert len(winners) == 1 and all(s.startswith("refused:") for i, s in enumerate(said)
+                                     if i not in winners), said
+    [winner] = winners
+    expected = ([True, {"database": f"db{winner}"}, None] if winner % 2
+                else [False, None, f"no, says {winner}"])
+    assert dn.execute("r", _ask_query, journal=journal) == expected
