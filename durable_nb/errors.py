@@ -31,7 +31,7 @@
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
     ├── McpServerUnavailable          an MCP server cannot be reached, or died mid-call
-    ├── InvalidAnswer                 edited arguments or an MCP answer that do not fit the schema
+    ├── InvalidAnswer                 an edit, a message or an MCP answer that does not fit
     ├── NotJournaled                  refused: it would reach the world without a journaled step
     │   └── UnsupportedClientCall     ... a durable openai client method durable_nb does not journal
     ├── TerminalError                 raise it from a step: journaled, never retried

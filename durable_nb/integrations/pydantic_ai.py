@@ -34,8 +34,9 @@ is ``agent.run(prompt)`` with these guarantees, through Pydantic AI's public ext
   ``ctx.approval(tool name, {"tool", "arguments"})`` (the panel, ``durable_nb.approve``, the CLI)
   and answered with ``DeferredToolResults`` in the next ``agent.run``, which goes on from the
   message history: approved (``ToolApproved(override_args=...)`` when a person edited the
-  arguments, checked against the tool's schema) or ``ToolDenied`` (with their message). Calls deferred for external
-  execution are left to the caller: the result with them is returned.
+  arguments, checked against the tool's schema) or ``ToolDenied`` (with their message).
+  Calls deferred for external execution are left to the caller: the result with them is
+  returned.
 
 For ``agent.run_stream`` / ``agent.iter``, pass ``model=durable_model(ctx, name)`` (an
 OpenAI-compatible model) or ``JournaledModelRequests(ctx)`` (any model) with
