@@ -496,3 +496,34 @@ def test_edits_and_messages_racing_on_postgresql_exactly_one_is_the_decision(
     expected = ([True, {"database": f"db{winner}"}, None] if winner % 2
                 else [False, None, f"no, says {winner}"])
     assert dn.execute("r", _ask_query, journal=journal) == expected
+
+
+def test_an_mcp_tools_call_approved_with_edited_arguments_reaches_the_server_edited(
+        tmp_path):
+    """An MCP server's tool (the real ``mcp`` SDK over stdio) is edited like any tool: its
+    input schema checks the edit, and the server receives the edited arguments, once."""
+    import durable_nb.mcp as dmcp
+    from tests.test_mcp import SERVER, calls, tool_calls
+
+    count_dir = tmp_path / "calls"
+    count_dir.mkdir()
+    journal = dn.DiskJournal(tmp_path / "journal")
+    server = dmcp.stdio(sys.executable, str(SERVER), str(count_dir), "stdio", name="tests")
+
+    def agent(ctx):
+        tools = ctx.mcp_tools(server, needs_approval=["delete_*"])
+        return ctx.call_tools(tool_calls(("delete_rows", {"table": "users"})), tools)
+
+    try:
+        assert dn.execute("mcp-edit", agent, journal=journal, on_approval="park") is None
+        with pytest.raises(dn.InvalidAnswer, match="argument 'table' must be a string"):
+            dn.approve("mcp-edit", args={"table": 1}, journal=journal)
+        dn.approve("mcp-edit", args={"table": "staging_users"}, journal=journal)
+        answers = dn.execute("mcp-edit", agent, journal=journal)
+        assert [c["table"] for c in calls(count_dir, "delete_rows")] == ["staging_users"]
+        assert answers[0]["content"] == "deleted the rows of staging_users"
+        assert dn.execute("mcp-edit", agent, journal=journal) == answers  # replayed
+        assert len(calls(count_dir, "delete_rows")) == 1
+    finally:
+        dmcp.close()
+        journal.close()
