@@ -26,9 +26,9 @@ from .execution import attempts
 from .batches.batch import batch as read_batch
 from .cli_usage import JOURNAL_HELP, CommandParser, SubcommandsWithJournal
 from .demo import run_demo
-from .errors import ApprovalPolicyError, DurableError, NoJournal, UnknownRun
+from .errors import ApprovalPolicyError, DurableError, InvalidAnswer, NoJournal, UnknownRun
 from .approvals.request import pending_digest, short
-from .approvals.wording import decision_words
+from .approvals.wording import decision_words, verdict_words
 from .export import export_batch, export_run
 from .devsetup import dev_setup
 from .journal import Journal, RunRecord, Status, StepEntry, default_location, open_journal
@@ -370,22 +370,44 @@ def format_batch(batch: Any, *, status: str | None = None, limit: int | None = 5
 STEERING = ("approve", "reject", "cancel", "reset", "delete")
 
 
+def arguments_json(text: str) -> Any:
+    """The edited arguments given as JSON text (``--args``); InvalidAnswer, in one line,
+    when the text is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidAnswer(f"--args is not JSON ({exc}): give the arguments as a JSON "
+                            f"object, e.g. '{{\"database\": \"staging\"}}'") from None
+
+
 def steer(command: str, run_id: str, journal: Journal, *, note: str | None = None,
           by: str | None = None, from_step: int = 0, expect: str | None = None,
-          replace: bool = False, via: str = "durable-nb") -> str:
+          replace: bool = False, via: str = "durable-nb", args: str | None = None,
+          message: str | None = None) -> str:
     """One of :data:`STEERING` on a run, for ``durable-nb`` and ``%durable`` (``via``);
     returns the line to print. ``approve``/``reject`` decide the request the line names
     (``expect``: only if it is the request with that digest), once: DecisionExists if it
-    was decided already, unless ``replace`` (before the run took it)."""
+    was decided already, unless ``replace`` (before the run took it). ``args`` (approve:
+    the edited arguments as JSON text) and ``message`` (reject: what the model is told)
+    answer beyond yes or no."""
     if command in ("approve", "reject"):
         record = journal.get_run(run_id)
         pending = record.pending_approval or {}
         digest = pending_digest(pending) if pending else None
         earlier = recorded_decision(record, journal) if replace else None
+        content: dict[str, Any] = {}
+        if args is not None:
+            if command != "approve":
+                raise InvalidAnswer("--args goes with approve; reject takes --message")
+            content["args"] = arguments_json(args)
+        if message is not None:
+            if command != "reject":
+                raise InvalidAnswer("--message goes with reject; approve takes --args")
+            content["message"] = message
         decide = registry.approve if command == "approve" else registry.reject
         decision = decide(run_id, note, by=by, expect=expect or digest, replace=replace,
-                          via=via, journal=journal)
-        done = "approved" if command == "approve" else "rejected"
+                          via=via, journal=journal, **content)
+        done = verdict_words({"approved": command == "approve", **content}).split(" by ")[0]
         replaced = f", replacing {decision_words(earlier, timed=True, note=80)}" if earlier else ""
         return (f"{done} run {run_id} (by {decision.by}{replaced}): {pending.get('name')!r} "
                 f"{json.dumps(pending.get('details'))} (request {short(digest)})")
@@ -526,6 +548,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="change a decision already given that the run has not taken yet "
                             "(the run's history keeps both); without it a second decision "
                             "is refused")
+        if name == "approve":
+            p.add_argument("--args", metavar="JSON", dest="edited_args",
+                           help="approve with edited arguments (a tool call's): a JSON object "
+                                "that fits the tool's schema; the tool runs with them")
+        else:
+            p.add_argument("--message", metavar="TEXT",
+                           help="what the model receives as the tool's answer, e.g. "
+                                "'Denied: use the staging database'")
 
     p = sub.add_parser("cancel", help=COMMANDS["cancel"])
     p.add_argument("run_id", metavar="RUN")
@@ -635,7 +665,9 @@ def _run(args: argparse.Namespace) -> int:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),
                     expect=getattr(args, "expect", None),
-                    replace=getattr(args, "replace", False)))
+                    replace=getattr(args, "replace", False),
+                    args=getattr(args, "edited_args", None),
+                    message=getattr(args, "message", None)))
     elif args.command == "export":
         path = export_run(args.run_id, args.to, format=args.format, journal=journal)
         print(f"wrote {path}")

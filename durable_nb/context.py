@@ -39,11 +39,15 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Decision:
-    """A person's answer to ``ctx.approval``: approved or not, an optional note, and who."""
+    """A person's answer to ``ctx.approval``: approved or not, an optional note, and who;
+    ``args`` the arguments they edited when approving (a request given a ``schema``),
+    ``message`` what they said to the model when rejecting."""
 
     approved: bool
     note: str | None = None
     by: str | None = None
+    args: dict | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -319,7 +323,8 @@ class Context:
     def approval(self, name: str, details: Any = None, timeout: Duration | None = None,
                  on_timeout: str = "reject", escalate_to: str | Sequence[str] | None = None,
                  remind: Duration | Sequence[Duration] | None = None, *,
-                 approvers: str | Iterable[str] | None = None) -> Decision:
+                 approvers: str | Iterable[str] | None = None,
+                 schema: dict | None = None) -> Decision:
         """Ask a person to approve ``name`` (``details`` is shown to them, JSON data).
 
         The run is WAITING_APPROVAL until someone decides: the panel's buttons,
@@ -337,11 +342,16 @@ class Context:
         ``approvers`` (Jupyter user names or e-mail addresses) are the only people who may
         decide this request, in place of the run's (``RunOptions.approvers``); anyone else
         is refused with :class:`~durable_nb.errors.NotAllowedToDecide`.
+
+        ``schema``: the JSON schema of ``details["arguments"]`` (a tool call's): a person
+        may then approve with edited arguments that fit it (:attr:`Decision.args`); a
+        rejection may carry a message for the model (:attr:`Decision.message`).
         """
         policy = ApprovalPolicy.of(timeout, on_timeout, escalate_to, remind)
         decision = self._ex.approval(name, serde.encode(details), policy,
-                                     approvers_list(approvers))
-        return Decision(bool(decision.get("approved")), decision.get("note"), decision.get("by"))
+                                     approvers_list(approvers), schema)
+        return Decision(bool(decision.get("approved")), decision.get("note"), decision.get("by"),
+                        decision.get("args"), decision.get("message"))
 
     def now(self) -> float:
         """The current Unix time, journaled: the same value on replay."""

@@ -32,7 +32,7 @@
     ├── StepFailed                    a journaled step failure whose type cannot be rebuilt
     │   └── EndpointError             an LLM call failed at its endpoint (URL, step, what to do)
     ├── McpServerUnavailable          an MCP server cannot be reached, or died mid-call
-    ├── InvalidAnswer                 an answer to an MCP elicitation does not fit its schema
+    ├── InvalidAnswer                 an edit, a message or an MCP answer that does not fit
     ├── NotJournaled                  refused: it would reach the world without a journaled step
     │   └── UnsupportedClientCall     ... a durable openai client method durable_nb does not journal
     ├── TerminalError                 raise it from a step: journaled, never retried
@@ -497,9 +497,11 @@ class McpServerUnavailable(DurableError, ConnectionError):
 
 
 class InvalidAnswer(DurableError, ValueError):
-    """An answer to an MCP server's question (elicitation) that its JSON schema refuses, or
-    an action other than accept, decline and cancel; nothing was written (also a
-    ``ValueError``)."""
+    """An answer that does not fit its request; nothing was written (also a ``ValueError``):
+    edited arguments that the tool's JSON schema refuses (or on a request with none to
+    edit), a message for the model on an approval, an answer to an MCP server's question
+    (elicitation) that its schema refuses, or an action other than accept, decline and
+    cancel."""
 
 
 class NotJournaled(DurableError):

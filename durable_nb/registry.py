@@ -115,7 +115,8 @@ def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:
 
 def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             journal: JournalSpec, expect: str | None, via: str, replace: bool,
-            request_id: str | None = None) -> Decision:
+            request_id: str | None = None, args: dict | None = None,
+            message: str | None = None) -> Decision:
     """Decide the run's pending approval through :func:`~durable_nb.approvals.decide.decide`,
     bound to the request as read here, or to the one ``request_id`` and ``expect`` (the
     digest, or its first 8 or more characters) name: what the person saw. A deadline that
@@ -144,17 +145,18 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
         seen_digest = seen_digest if len(seen_digest) >= MIN_DIGEST else "-" * MIN_DIGEST
     decision = decide(journal, run_id, request_id=seen_id, digest=seen_digest,
                       approved=approved, note=note, by=by or approver_name(), via=via,
-                      replace=replace)
+                      replace=replace, args=args, message=message)
     target = (pending or {}).get("run_id", run_id)
     for waiting in (live_execution(target), live_execution(run_id)):
         if waiting is not None:
             waiting.wake_event.set()
-    return Decision(approved, note, decision["by"])
+    return Decision(approved, note, decision["by"], args=decision.get("args"),
+                    message=decision.get("message"))
 
 
 def approve(run_id: str, note: str | None = None, *, by: str | None = None,
             expect: str | None = None, request_id: str | None = None,
-            replace: bool = False, via: str = "Python",
+            replace: bool = False, via: str = "Python", args: dict | None = None,
             journal: JournalSpec = None) -> Decision:
     """Approve the run's pending approval, as it reads now, or only if it is the request
     whose digest is ``expect`` (what the person saw: ``durable-nb show``, the panel). The
@@ -173,18 +175,25 @@ def approve(run_id: str, note: str | None = None, *, by: str | None = None,
     how it was given, as the history and a refusal say it (``"Python"``; the CLI, a panel,
     the server say their own). ``request_id``: the id of the request the person saw (with
     ``expect``, what a view shows); a decision then never decides another request, however
-    alike. Every path decides through :func:`~durable_nb.approvals.decide.decide`."""
-    return _decide(run_id, True, note, by, journal, expect, via, replace, request_id)
+    alike. Every path decides through :func:`~durable_nb.approvals.decide.decide`.
+
+    ``args``: approve with edited arguments (a tool call's approval): the tool runs with
+    them, live and on replay; they must fit the tool's JSON schema, else
+    :class:`~durable_nb.errors.InvalidAnswer` names what is wrong and nothing is written."""
+    return _decide(run_id, True, note, by, journal, expect, via, replace, request_id,
+                   args=args)
 
 
 def reject(run_id: str, note: str | None = None, *, by: str | None = None,
            expect: str | None = None, request_id: str | None = None,
-           replace: bool = False, via: str = "Python",
+           replace: bool = False, via: str = "Python", message: str | None = None,
            journal: JournalSpec = None) -> Decision:
     """Reject the run's pending approval (``expect``, ``request_id``, ``replace`` and
     ``via`` as for :func:`approve`: written once); ``ctx.approval`` returns
-    ``approved=False``."""
-    return _decide(run_id, False, note, by, journal, expect, via, replace, request_id)
+    ``approved=False``. ``message``: what the model receives as the rejected tool call's
+    answer (``"Denied: use the staging database"``), so that its loop goes on with it."""
+    return _decide(run_id, False, note, by, journal, expect, via, replace, request_id,
+                   message=message)
 
 
 def cancel(run_id: str, *, journal: JournalSpec = None) -> RunRecord:

@@ -259,6 +259,53 @@ def test_a_forged_token_a_changed_request_and_an_expired_link_decide_nothing(
     assert "link_refused" in shown and "no longer the one waiting" in shown
 
 
+_QUERY_SCHEMA = {"type": "object", "properties": {"database": {"type": "string"}},
+                 "required": ["database"], "additionalProperties": False}
+
+
+def _ask_query(ctx: dn.Context) -> list:
+    decision = ctx.approval("query", {"tool": "query", "arguments": {"database": "prod"}},
+                            schema=_QUERY_SCHEMA)
+    return [decision.approved, decision.args, decision.message]
+
+
+def test_the_page_approves_with_edited_arguments_and_rejects_with_a_message(
+        lab: JupyterLab) -> None:
+    """Issue 34: the page shows a tool call's arguments editable; an edit that does not fit
+    the schema decides nothing and leaves the link unused; one that fits is the decision."""
+    journal = lab.journal
+    client = Browserless()
+    with WebhookReceiver(SECRET) as hook:
+        for run_id in ("edit", "deny"):
+            assert dn.execute(run_id, _ask_query, journal=journal, on_approval="park",
+                              notify=_config(hook, lab.url)) is None
+        edit_link, deny_link = (_link_of(r) for r in hook.wait_for(2))
+    runs = {}
+    for link in (edit_link, deny_link):
+        status, page = client.view(link)
+        assert status == 200 and 'name="args"' in page and "&quot;prod&quot;" in page
+        runs["edit" if "Run</th><td>edit<" in page else "deny"] = link
+    shown = '{\n  "database": "prod"\n}'
+    xsrf = client.xsrf(runs["edit"])
+    status, page = client.open(_page_of(runs["edit"]), {
+        "_xsrf": xsrf, "action": "approve", "token": _token_of(runs["edit"]),
+        "args": '{"db": "staging"}', "args_shown": shown})
+    assert status == 409 and "unknown argument &#x27;db&#x27;" in page
+    assert _decision(journal, "edit") is None
+    status, page = client.open(_page_of(runs["edit"]), {
+        "_xsrf": xsrf, "action": "approve", "token": _token_of(runs["edit"]),
+        "args": '{"database": "staging"}', "args_shown": shown})
+    assert status == 200 and "Approved" in page
+    status, page = client.open(_page_of(runs["deny"]), {
+        "_xsrf": client.xsrf(runs["deny"]), "action": "reject",
+        "token": _token_of(runs["deny"]), "message": "Denied: use staging"})
+    assert status == 200 and "Rejected" in page
+    assert dn.execute("edit", _ask_query, journal=journal) == [True, {"database": "staging"},
+                                                               None]
+    assert dn.execute("deny", _ask_query, journal=journal) == [False, None,
+                                                               "Denied: use staging"]
+
+
 # --- e-mail: a link per recipient ------------------------------------------------------------
 
 def test_each_email_recipient_gets_a_link_of_their_own_and_decides_as_themselves(

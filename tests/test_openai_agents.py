@@ -117,6 +117,20 @@ def test_a_tool_needing_approval_parks_the_run_and_the_sdk_gets_the_decision(
     assert server.stats()["by_round"] == {"0": 1, "1": 1}  # round 0 replayed after parking
 
 
+def test_a_rejection_message_reaches_the_model_through_the_sdks_rejection_message(
+        tmp_path, journal, charge_script):
+    """Issue 34: ``reject(run, message=...)`` is the Agents SDK's ``rejection_message``."""
+    agent = travel.travel_agent(tmp_path)
+    with LoopbackServer(charge_script) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        _execute("charge", agent, journal, client, on_approval="park")
+        reject("charge", message="Denied: charge at most 100", journal=journal)
+        done = _execute("charge", agent, journal, client, on_approval="park")
+        told = server.requests[-1]["messages"][-1]
+    assert done.record.status is Status.DONE and travel.effects(tmp_path) == []
+    assert told["role"] == "tool" and told["content"] == "Denied: charge at most 100"
+
+
 def test_an_edited_instruction_is_input_changed_at_the_first_model_call(tmp_path, journal):
     with LoopbackServer(travel.script()) as server:
         client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)

@@ -66,6 +66,33 @@ def test_a_tool_requiring_approval_parks_and_pydantic_ai_gets_the_decision(
     assert server.stats()["by_round"] == {"0": 1, "1": 1}
 
 
+@pytest.mark.parametrize("answer", ["edit", "message"])
+def test_an_edit_is_tool_approved_override_args_and_a_message_is_tool_denied(
+        tmp_path, journal, answer):
+    """Issue 34: approve with edited arguments reaches Pydantic AI as
+    ``ToolApproved(override_args=...)`` (checked against the tool's schema first), a
+    rejection's message as ``ToolDenied(message)``: the model receives it."""
+    agent = travel_agent(tmp_path)
+    script = [Reply(tool_calls=[ToolCall("charge_card", {"amount": 120})]), "Charged."]
+    with LoopbackServer(script) as server:
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+        parked = _execute("charge", agent, journal, client, on_approval="park")
+        assert parked.record.pending_approval["schema"]["required"] == ["amount"]
+        if answer == "edit":
+            with pytest.raises(durable_nb.InvalidAnswer, match="'amount' must be an integer"):
+                approve("charge", args={"amount": "ninety"}, journal=journal)
+            approve("charge", args={"amount": 90}, journal=journal)
+        else:
+            reject("charge", message="Denied: charge at most 100", journal=journal)
+        done = _execute("charge", agent, journal, client, on_approval="park")
+        told = server.requests[-1]["messages"][-1]
+    assert done.record.status is Status.DONE and done.result == "Charged."
+    if answer == "edit":
+        assert travel.effects(tmp_path) == ["charge 90"] and told["content"] == "charged 90"
+    else:
+        assert travel.effects(tmp_path) == [] and told["content"] == "Denied: charge at most 100"
+
+
 class Trip(pydantic.BaseModel):
     city: str
     days: int

@@ -254,6 +254,34 @@ def test_approve_with_the_digest_shown_and_the_run_goes_on_when_resumed(shared, 
     assert dropped == ["staging"]
 
 
+def test_the_decision_post_takes_edited_args_and_a_message(shared, api):
+    """Issue 34: ``args`` approves with edited arguments (checked against the schema: a 400
+    naming what is wrong, nothing written), ``message`` rejects with a message."""
+    schema = {"type": "object", "properties": {"database": {"type": "string"}},
+              "required": ["database"]}
+
+    def query(ctx):
+        decision = ctx.approval("query", {"tool": "query", "arguments": {"database": "prod"}},
+                                schema=schema)
+        return [decision.approved, decision.args, decision.message]
+
+    journal = journal_id(str(shared.directory))
+    for run_id in ("a", "b"):
+        assert dn.execute(run_id, query, journal=shared, on_approval="park") is None
+    shown = {r["run_id"]: r["pending_approval"] for r in api("runs")["runs"]}
+    seen = {"journal": journal, "approved": True, "digest": shown["a"]["digest"],
+            "request_id": shown["a"]["id"], "id": "a"}
+    bad = api("run/decision", method="POST", expect=400, body={**seen, "args": {"db": "x"}})
+    assert "missing required argument 'database'" in bad["message"]
+    assert shared.get_request(decision_kind(shown["a"]), "a") is None
+    api("run/decision", method="POST", body={**seen, "args": {"database": "staging"}})
+    api("run/decision", method="POST", body={
+        "journal": journal, "id": "b", "approved": False, "digest": shown["b"]["digest"],
+        "request_id": shown["b"]["id"], "message": "Denied: use staging"})
+    assert dn.execute("a", query, journal=shared) == [True, {"database": "staging"}, None]
+    assert dn.execute("b", query, journal=shared) == [False, None, "Denied: use staging"]
+
+
 def _decide_by(shared, api, run_id: str) -> str:
     """Park ``run_id``, approve it through the API; who the journal says decided."""
     pending = _park(shared, run_id, [])

@@ -67,7 +67,8 @@ def decided_elsewhere(journal: Journal, run_id: str, pending: dict, decision: di
                        f"started (it sets ${SERVICE_VARIABLE} and ${TOKEN_VARIABLE})")
     body = {"run_id": run_id, "request": pending.get("id"), "digest": decision.get("digest"),
             "approved": bool(decision.get("approved")), "note": decision.get("note"),
-            "via": decision.get("via"), "replace": replace}
+            "via": decision.get("via"), "replace": replace,
+            **{k: decision[k] for k in ("args", "message") if k in decision}}
     request = urllib.request.Request(
         url + "api/decide", data=json.dumps(body).encode(), method="POST",
         headers={"Authorization": f"token {token}", "Content-Type": "application/json"})

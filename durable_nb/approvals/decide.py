@@ -32,6 +32,16 @@ decision:
    so of deciders racing exactly one wins and every other is refused with
    :class:`~durable_nb.errors.DecisionExists`. ``replace=True`` changes a decision the run
    has not taken yet (compare-and-set), keeping the ones it replaced in ``replaced``.
+
+A decision says more than yes or no where the request allows it (checked after 2, before 3;
+bad content writes nothing: :class:`~durable_nb.errors.InvalidAnswer`, one line naming what
+is wrong):
+
+- **approve with edited arguments** (``args``): only on a request that carries the JSON
+  schema of its arguments (a tool's call: its ``schema``); the edit must fit that schema.
+  The decision keeps ``args``, and the tool runs with them, live and on replay.
+- **reject with a message** (``message``): the text the model receives as the tool's
+  answer in place of the standard one.
 """
 
 from __future__ import annotations
@@ -40,8 +50,9 @@ import json
 import time
 from collections.abc import Callable
 
-from ..errors import ApprovalChanged, DecisionExists, NoPendingApproval
+from ..errors import ApprovalChanged, DecisionExists, InvalidAnswer, NoPendingApproval
 from ..journal import Journal, Status
+from ..schema_check import json_type, schema_problems
 from ..timestamps import format_time
 from .authority import decided_elsewhere
 from .history import record_event
@@ -60,7 +71,8 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
            approved: bool, by: str, via: str, note: str | None = None,
            replace: bool = False, signed_in: bool = True,
            refusals_once: str | None = None,
-           vetted: Callable[[dict], dict] | None = None) -> dict:
+           vetted: Callable[[dict], dict] | None = None, args: dict | None = None,
+           message: str | None = None) -> dict:
     """Decide the request run ``run_id`` waits for, if it is the one ``request_id`` and
     ``digest`` (the whole digest, or its first :data:`MIN_DIGEST` or more characters) name:
     the decision written, as the journal holds it. The checks and errors are the module's.
@@ -72,7 +84,9 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
     requests cannot grow the journal without bound. ``vetted`` (the hub's service,
     :mod:`durable_nb.hub.decide`) is given the pending request once it is known to be the
     one seen, and returns it with the policy facts the caller trusts over the run's own
-    record (who started the run, four-eyes); checks 3 to 6 use what it returns."""
+    record (who started the run, four-eyes); checks 3 to 6 use what it returns. ``args``
+    (with ``approved``): the edited arguments the tool runs with; ``message`` (without):
+    what the model is told."""
     if not isinstance(digest, str) or len(digest) < MIN_DIGEST:
         raise ValueError(f"digest={digest!r} is too short to name a request: give "
                          f"{MIN_DIGEST} or more characters of its digest (`durable-nb show "
@@ -100,6 +114,7 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
             f"{short(pending_digest(pending))}, id {pending.get('id') or '-'}), not for the "
             f"request {short(digest)} (id {request_id or '-'}) that was seen: nothing was "
             f"decided. Look at it with `durable-nb show {run_id}` and decide again.")
+    content = _content(run_id, pending, approved=approved, args=args, message=message)
     target = pending.get("run_id", run_id)
     now = time.time()
     pending = with_escalation(journal, target, pending, now)
@@ -113,7 +128,43 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
             f"{format_time(deadline, '?')}, so its policy decides it "
             f"(on_timeout={pending.get('on_timeout') or 'reject'!r}). Nothing was decided.")
     return _leave(journal, target, pending, approved=approved, note=note, by=by, via=via,
-                  replace=replace, signed_in=signed_in, refusals_once=refusals_once)
+                  replace=replace, signed_in=signed_in, refusals_once=refusals_once,
+                  content=content)
+
+
+def _content(run_id: str, pending: dict, *, approved: bool, args: dict | None,
+             message: str | None) -> dict:
+    """The decision's content beyond yes or no (``args``, ``message``), checked against
+    ``pending``: :class:`~durable_nb.errors.InvalidAnswer` naming what is wrong."""
+    name = pending.get("name")
+    content: dict = {}
+    if args is not None:
+        if not approved:
+            raise InvalidAnswer(f"run {run_id!r}: edited arguments go with an approval, not a "
+                                f"rejection (reject with a message instead). Nothing was "
+                                f"decided.")
+        schema = pending.get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidAnswer(f"run {run_id!r}: {name!r} has no arguments to edit (only a "
+                                f"tool call's approval has). Nothing was decided.")
+        if not isinstance(args, dict):
+            raise InvalidAnswer(f"run {run_id!r}: the edited arguments for {name!r} must be a "
+                                f"JSON object, got {json_type(args)}. Nothing was decided.")
+        problems = schema_problems(args, schema)
+        if problems:
+            raise InvalidAnswer(f"run {run_id!r}: the edited arguments for {name!r} do not fit "
+                                f"its schema: {'; '.join(problems)}. Nothing was decided.")
+        content["args"] = args
+    if message is not None:
+        if approved:
+            raise InvalidAnswer(f"run {run_id!r}: a message for the model goes with a "
+                                f"rejection; an approval runs the call (edit its arguments "
+                                f"instead). Nothing was decided.")
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidAnswer(f"run {run_id!r}: the message for the model must be "
+                                f"non-empty text. Nothing was decided.")
+        content["message"] = message
+    return content
 
 
 def _details_text(details: object) -> str:
@@ -131,11 +182,11 @@ def _names(pending: dict, request_id: str | None, digest: str) -> bool:
 
 def _leave(journal: Journal, target: str, pending: dict, *, approved: bool, note: str | None,
            by: str, via: str, replace: bool, signed_in: bool,
-           refusals_once: str | None) -> dict:
+           refusals_once: str | None, content: dict) -> dict:
     kind = decision_kind(pending)
     decision = {"key": pending.get("key"), "digest": pending_digest(pending),
                 "name": pending.get("name"), "approved": approved, "note": note, "by": by,
-                "via": via, "at": time.time()}
+                "via": via, "at": time.time(), **content}
     elsewhere = decided_elsewhere(journal, target, pending, decision, replace=replace)
     if elsewhere is not None:  # on a hub: the service decided, as the hub user
         return elsewhere
@@ -191,10 +242,11 @@ def _recorded(journal: Journal, run_id: str, pending: dict, decision: dict) -> d
     """``decision``, written, after adding it to the run's history."""
     record_event(journal, run_id, "decided", decision_words(decision), pending=pending,
                  by=decision.get("by"), via=decision.get("via"),
-                 approved=bool(decision.get("approved")), note=decision.get("note"))
+                 approved=bool(decision.get("approved")), note=decision.get("note"),
+                 args=decision.get("args"), message=decision.get("message"))
     return decision
 
 
 #: What a replaced decision keeps in ``replaced``.
-_KEPT_OF_REPLACED = ("approved", "note", "by", "via", "at")
+_KEPT_OF_REPLACED = ("approved", "note", "by", "via", "at", "args", "message")
 

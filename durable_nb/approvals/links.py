@@ -290,12 +290,15 @@ def _why(refused: NotAllowedToDecide, link: dict) -> str:
 
 
 def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
-             note: str | None, now: Callable[[], float] = time.time) -> LinkOutcome:
+             note: str | None, now: Callable[[], float] = time.time,
+             args: dict | None = None, message: str | None = None) -> LinkOutcome:
     """Decide by the link: used once (compare-and-set in the journal), then the decision
     left through :func:`~durable_nb.approvals.decide.decide` by the link's recipient, via
     ``link`` (signed in only for a link sent to one person). A refusal (decided already,
     not allowed) or a journal error (raised) puts the link back unused and decides nothing;
-    each kind of refusal is recorded once per link."""
+    each kind of refusal is recorded once per link. ``args`` (edited arguments) and
+    ``message`` (for the model) are the decision's, checked by ``decide``: content that does
+    not fit leaves the link unused."""
     key, outcome = inspect_link(journal, run_id, secret, now)
     if outcome.kind in ("unknown", "used", "expired"):  # the link's own state
         if key is not None:
@@ -317,7 +320,7 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
                           digest=str(link.get("digest") or ""), approved=approved, note=note,
                           by=str(link.get("to")), via="link",
                           signed_in=link.get("channel") in PERSONAL_CHANNELS,
-                          refusals_once=key)
+                          refusals_once=key, args=args, message=message)
     except DurableError as exc:
         journal.swap_delivery(run_id, key, used, link)  # nothing decided: unused again
         if isinstance(exc, JournalError):

@@ -32,7 +32,8 @@ from typing import Any
 from ..journal import Journal, StepEntry
 from .policy import escalation_key
 
-__all__ = ["LEGACY_KIND", "applies", "decision_kind", "escalation_fields", "find_decision",
+__all__ = ["LEGACY_KIND", "applies", "decision_kind", "editable", "escalation_fields",
+           "find_decision",
            "pending_digest", "request_digest", "short", "take_decision", "taken_decision",
            "with_escalation"]
 
@@ -57,6 +58,15 @@ def pending_digest(pending: dict) -> str:
     digests)."""
     return pending.get("digest") or request_digest(pending.get("name", ""),
                                                    pending.get("details"))
+
+
+def editable(pending: dict | None) -> bool:
+    """Whether a decision on ``pending`` may edit its arguments: a tool call's request, with
+    the JSON schema of ``details["arguments"]`` (``schema``)."""
+    pending = pending or {}
+    details = pending.get("details")
+    return isinstance(pending.get("schema"), dict) and isinstance(details, dict) \
+        and isinstance(details.get("arguments"), dict)
 
 
 def decision_kind(pending: dict) -> str:

@@ -628,12 +628,14 @@ class Execution:
     # -- approvals --------------------------------------------------------------------------
 
     def approval(self, name: str, details: Any, policy: ApprovalPolicy | None = None,
-                 approvers: list[str] | None = None) -> dict:
+                 approvers: list[str] | None = None, schema: dict | None = None) -> dict:
         """Journaled approval: record it pending, wait for (or park until) a decision given
         for what it shows (:mod:`~durable_nb.approvals.request`), or the one its deadline's
         ``policy`` takes (:mod:`~durable_nb.approvals.tick`), by whom it allows:
         ``approvers`` (a tool's or the request's), else the run's
-        (:mod:`~durable_nb.approvals.policy`)."""
+        (:mod:`~durable_nb.approvals.policy`). ``schema`` (a tool call's: the JSON schema of
+        ``details["arguments"]``) lets a decision edit the arguments; the step's result then
+        carries them (``args``), as it carries a rejection's ``message``."""
         scope = self.scope()
         key = scope.next_key()
         inputs = {"details": details}
@@ -643,7 +645,7 @@ class Execution:
             return self.outcome(entry)
         digest = request_digest(name, details)
         pending = self._claim_pending(key, name, details, digest, policy or ApprovalPolicy(),
-                                      approvers)
+                                      approvers, schema)
         decision = self._wait_for_decision(pending)
         # Stamped taken in the journal (and left there) before the step: from here on the
         # decision can never change, and a second one is refused naming this one.
@@ -654,8 +656,9 @@ class Execution:
         result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
                   "by": decision.get("by"), "at": decision.get("at", time.time()),
                   "digest": digest}
-        if decision.get("via"):
-            result["via"] = decision["via"]
+        for field in ("via", "args", "message"):
+            if decision.get(field) is not None:
+                result[field] = decision[field]
         meta: dict[str, Any] = {"details": details}
         if decision.get("replaced"):
             meta["replaced"] = decision["replaced"]
@@ -670,7 +673,8 @@ class Execution:
         return result
 
     def _claim_pending(self, key: str, name: str, details: Any, digest: str,
-                       policy: ApprovalPolicy, approvers: list[str] | None = None) -> dict:
+                       policy: ApprovalPolicy, approvers: list[str] | None = None,
+                       schema: dict | None = None) -> dict:
         """Make this approval the run's pending one; one waits at a time (a concurrent one
         parks, or waits for the slot). The pending approval left at this step by an earlier
         execution is kept (its id, its timeout running on) only if it shows the same name and
@@ -691,6 +695,8 @@ class Execution:
                         approvers=approvers if approvers is not None else self.options.approvers,
                         four_eyes=bool(self.options.four_eyes),
                         started_by=self.record.started_by)
+                    if schema is not None:  # as the code says now, like who decides
+                        pending["schema"] = schema
                     if self.notify_choice is not None:
                         pending["notify"] = self.notify_choice
                     self._set_pending(pending)

@@ -488,6 +488,11 @@ def _step_md(step: dict[str, Any]) -> str:
         details = (step.get("meta") or {}).get("details")
         if details is not None:
             body = ["", "Details:", "", md.fence(md.json_text(details), "json")]
+        if isinstance(result, dict) and result.get("args") is not None:
+            body += ["", "Edited arguments (the tool ran with these):", "",
+                     md.fence(md.json_text(result["args"]), "json")]
+        if isinstance(result, dict) and result.get("message"):
+            body += ["", "Message to the model:", "", md.fence(str(result["message"]), "text")]
         for earlier in (step.get("meta") or {}).get("replaced") or ():  # --replace, in order
             body += ["", f"Replacing: {verdict_words(earlier)}"]
         when = f"step {step['position']}, waited {md.duration(step['duration'])}"

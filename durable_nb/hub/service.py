@@ -186,7 +186,8 @@ class ApiDecideHandler(_Base):
                                  approved=bool(body.get("approved")), note=body.get("note"),
                                  via=via, request_id=body.get("request"),
                                  digest=str(body.get("digest") or ""),
-                                 replace=bool(body.get("replace")))
+                                 replace=bool(body.get("replace")), args=body.get("args"),
+                                 message=body.get("message"))
         except ValueError as exc:
             self.set_status(400)
             self.finish({"why": str(exc)})

@@ -238,10 +238,11 @@ def _decide(ctx: Any, state: Any, item: Any) -> None:
     tool = item.tool_name or item.name or "tool"
     details = {"agent": item.agent.name, "tool": tool,
                "arguments": _arguments(item.arguments or "")}
-    if ctx.approval(tool, details).approved:
+    decision = ctx.approval(tool, details)
+    if decision.approved:
         state.approve(item)
-    else:
-        state.reject(item)
+    else:  # the SDK sends a person's message to the model as the call's answer
+        state.reject(item, rejection_message=decision.message)
 
 
 def _check_options(runner_options: dict) -> None:

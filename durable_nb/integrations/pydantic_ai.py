@@ -32,9 +32,11 @@ is ``agent.run(prompt)`` with these guarantees, through Pydantic AI's public ext
 - **Approvals.** A tool with ``requires_approval=True`` ends an ``agent.run`` with
   ``DeferredToolRequests`` (added to the run's output types); each call is asked with
   ``ctx.approval(tool name, {"tool", "arguments"})`` (the panel, ``durable_nb.approve``, the CLI)
-  and answered with ``DeferredToolResults`` (approved, or ``ToolDenied``) in the next
-  ``agent.run``, which goes on from the message history. Calls deferred for external
-  execution are left to the caller: the result with them is returned.
+  and answered with ``DeferredToolResults`` in the next ``agent.run``, which goes on from the
+  message history: approved (``ToolApproved(override_args=...)`` when a person edited the
+  arguments, checked against the tool's schema) or ``ToolDenied`` (with their message).
+  Calls deferred for external execution are left to the caller: the result with them is
+  returned.
 
 For ``agent.run_stream`` / ``agent.iter``, pass ``model=durable_model(ctx, name)`` (an
 OpenAI-compatible model) or ``JournaledModelRequests(ctx)`` (any model) with
@@ -50,7 +52,7 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 
 from ..llm.durable_client import DurableAsyncOpenAI
 from ..errors import NotJournaled
@@ -114,12 +116,34 @@ def _with_deferred(output_type: Any) -> Any:
     return types if DeferredToolRequests in types else [*types, DeferredToolRequests]
 
 
-def _decisions(ctx: Any, requests: DeferredToolRequests) -> DeferredToolResults:
+def _schemas(agent: Agent) -> dict[str, dict]:
+    """The JSON schema of each function tool's arguments, by name (the tools an edit is
+    checked against; a toolset that lists no tools up front, such as an MCP server's, has
+    none here, so its calls are approved or rejected as asked)."""
+    schemas: dict[str, dict] = {}
+    for toolset in agent.toolsets:
+        for name, made in (getattr(toolset, "tools", None) or {}).items():
+            schemas[name] = made.tool_def.parameters_json_schema
+    return schemas
+
+
+def _decisions(ctx: Any, requests: DeferredToolRequests,
+               schemas: dict[str, dict]) -> DeferredToolResults:
+    """Each call's approval through ``ctx.approval``, as Pydantic AI takes it: approved
+    (``ToolApproved(override_args=...)`` with a person's edited arguments) or
+    ``ToolDenied`` (with their message for the model, if they gave one)."""
     approvals: dict[str, Any] = {}
     for call in requests.approvals:
         decision = ctx.approval(call.tool_name, {"tool": call.tool_name,
-                                                 "arguments": call.args_as_dict()})
-        approvals[call.tool_call_id] = True if decision.approved else ToolDenied()
+                                                 "arguments": call.args_as_dict()},
+                                schema=schemas.get(call.tool_name))
+        if not decision.approved:
+            approvals[call.tool_call_id] = (ToolDenied(decision.message) if decision.message
+                                            else ToolDenied())
+        elif decision.args is not None:
+            approvals[call.tool_call_id] = ToolApproved(override_args=decision.args)
+        else:
+            approvals[call.tool_call_id] = True
     return DeferredToolResults(approvals=approvals)
 
 
@@ -156,5 +180,7 @@ async def run(ctx: Any, agent: Agent, prompt: Any = None, *, model: Any = None,
     while isinstance(result.output, DeferredToolRequests) and result.output.approvals \
             and not result.output.calls:
         result = await agent.run(message_history=result.all_messages(),
-                                 deferred_tool_results=_decisions(ctx, result.output), **options)
+                                 deferred_tool_results=_decisions(ctx, result.output,
+                                                                  _schemas(agent)),
+                                 **options)
     return result

@@ -10,7 +10,7 @@ from typing import Any
 from ..execution import Execution, canonical
 from .tools import Tool, parse_arguments, tool
 
-__all__ = ["call_tools", "function_call_output", "tool_message"]
+__all__ = ["call_tools", "function_call_output", "rejection_text", "tool_message"]
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -77,12 +77,23 @@ def _prepare(execution: Execution, name: str, arguments: Any, by_name: dict[str,
         return None, f"error: {exc}"
     if chosen.requires_approval(args):
         decision = execution.approval(name, {"tool": name, "arguments": args},
-                                      chosen.approval_policy, chosen.approvers)
+                                      chosen.approval_policy, chosen.approvers,
+                                      schema=chosen.parameters)
         if not decision["approved"]:
-            note = f" Their note: {decision['note']}" if decision.get("note") else ""
-            return None, (f"The user rejected this call to {name} (decided by "
-                          f"{decision.get('by')}).{note} Do not retry it unless the user asks.")
+            return None, rejection_text(name, decision)
+        if decision.get("args") is not None:  # approved with edited arguments
+            args = dict(decision["args"])
     return (chosen, args), None
+
+
+def rejection_text(name: str, decision: Mapping[str, Any]) -> str:
+    """What the model receives for a rejected call to tool ``name``: the person's message
+    when they gave one (``reject(run, message=...)``), else the standard refusal."""
+    if decision.get("message"):
+        return str(decision["message"])
+    note = f" Their note: {decision['note']}" if decision.get("note") else ""
+    return (f"The user rejected this call to {name} (decided by "
+            f"{decision.get('by')}).{note} Do not retry it unless the user asks.")
 
 
 def _run(ctx: Any, chosen: Tool, args: dict[str, Any]) -> Callable[[], Any]:

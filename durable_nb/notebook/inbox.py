@@ -29,7 +29,8 @@ import ipywidgets as widgets
 
 from .. import registry
 from ..errors import DurableError
-from ..approvals.request import pending_digest, short
+from ..approvals.request import editable, pending_digest, short
+from .answer_form import AnswerForm
 from ..journal import JournalSpec, RunRecord, Status, default_location, open_journal
 from ..timestamps import format_time
 from . import active_run, batch_of_run
@@ -57,6 +58,8 @@ class WaitingRequest:
     requested_at: float | None
     #: A decision given already that the run has not taken yet (its kernel gone), or None.
     decided: dict | None
+    #: The pending request as read (its schema makes its arguments editable).
+    pending: dict | None = None
 
 
 def waiting_requests(journal: JournalSpec = None) -> list[WaitingRequest]:
@@ -79,27 +82,30 @@ def _request(record: RunRecord, pending: dict, decided: dict | None) -> WaitingR
         name=str(pending.get("name")), details=pending.get("details"),
         request_id=None if request_id is None else str(request_id),
         digest=pending_digest(pending), requested_at=pending.get("requested_at"),
-        decided=decided)
+        decided=decided, pending=pending)
 
 
 def decide_request(journal: JournalSpec, request: WaitingRequest, *, approved: bool,
-                   note: str | None) -> str:
+                   note: str | None, **content: Any) -> str:
     """Decide ``request`` as its card showed it; the sentence to show. Raises a
     :class:`~durable_nb.errors.DurableError` (decided already, changed, not this person's
     to decide) with nothing written.
 
     The one call of this module that decides: the registry's decision, the same as
     ``durable-nb approve``, the panel and the Jupyter server, bound to the request's id and
-    digest, so a card of request #1 does not decide an identical #2 asked after it."""
+    digest, so a card of request #1 does not decide an identical #2 asked after it.
+    ``content``: ``args`` (edited arguments) or ``message`` (for the model)."""
     opened = open_journal(journal)
     decide = registry.approve if approved else registry.reject
     decision = decide(request.run_id, note or None, expect=request.digest,
-                      request_id=request.request_id, via=VIA, journal=opened)
+                      request_id=request.request_id, via=VIA, journal=opened, **content)
     # A parked run (or batch item) of this kernel resumes without waiting for its poll.
     for watcher in (active_run(request.run_id), batch_of_run(request.run_id)):
         if watcher is not None:
             watcher.wake()
-    verdict = "approved" if approved else "rejected"
+    verdict = ("approved" if approved else "rejected") + (
+        " with edited arguments" if decision.args is not None else
+        " with a message" if decision.message else "")
     return (f"{verdict} by {decision.by}: the run resumes in a kernel that watches it, else "
             f"when its cell is run again")
 
@@ -180,11 +186,15 @@ class ApprovalsInbox(widgets.VBox):
         self._cards.children = [card.box for card in self.cards.values()] or [
             widgets.HTML("<i>No approval is pending.</i>")]
 
-    def decide(self, request: WaitingRequest, approved: bool, note: str) -> None:
-        """A card's click: decide, then redraw with what it did."""
+    def decide(self, request: WaitingRequest, approved: bool, note: str,
+               form: AnswerForm | None = None) -> None:
+        """A card's click: decide (with the form's edited arguments or message), then redraw
+        with what it did."""
         with self._lock:
             try:
-                done = decide_request(self._journal, request, approved=approved, note=note)
+                content = form.content(approved) if form is not None else {}
+                done = decide_request(self._journal, request, approved=approved, note=note,
+                                      **content)
                 said = _ok(f"{request.run_id}: {done}")
             except DurableError as exc:
                 said = _error(f"{request.run_id}: nothing was decided: {exc}")
@@ -209,8 +219,11 @@ class _Card:
         self.note = widgets.Text(placeholder="note (optional, recorded with the decision)")
         self.approve = widgets.Button(description="Approve", button_style="success")
         self.reject = widgets.Button(description="Reject", button_style="danger")
-        self.approve.on_click(lambda _b: inbox.decide(request, True, self.note.value))
-        self.reject.on_click(lambda _b: inbox.decide(request, False, self.note.value))
+        self.form = AnswerForm()
+        self.form.show(request.pending)
+        self.approve.on_click(lambda _b: inbox.decide(request, True, self.note.value, self.form))
+        self.reject.on_click(lambda _b: inbox.decide(request, False, self.note.value,
+                                                     self.form))
         if request.decided is not None:
             given = request.decided
             verdict = "approved" if given.get("approved") else "rejected"
@@ -218,7 +231,11 @@ class _Card:
                 f"<i>{verdict} by {html.escape(str(given.get('by')))}; not taken by the run "
                 "yet (a kernel watching it takes it within seconds, else re-run its cell)</i>")
         else:
-            row = widgets.HBox([self.note, self.approve, self.reject])
+            buttons = widgets.HBox([self.note, self.approve, self.reject])
+            # A tool call's arguments, editable, and a message for the model; not there
+            # (not even hidden) for a request without arguments to edit.
+            row = widgets.VBox([self.form.box, buttons]) if editable(request.pending) \
+                else buttons
         self.box = widgets.VBox([text, row], layout=widgets.Layout(
             border="1px solid #bf8700", padding="4px", margin="4px 0"))
 

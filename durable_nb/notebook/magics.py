@@ -605,7 +605,8 @@ class DurableMagics(Magics):
                                             with Approve / Reject (for VS Code, Colab)
         %durable approve RUN [NOTE]         approve the pending approval (once; --replace
                                             changes a decision the run has not taken)
-        %durable reject RUN [NOTE]          reject it
+                                            (--args JSON: with edited arguments)
+        %durable reject RUN [NOTE]          reject it (--message TEXT: what the model is told)
         %durable cancel RUN                 stop the run at its next step (status CANCELLED)
         %durable reset RUN --from N         forget steps N and later, so they run again
         %durable delete RUN                 delete the run and its journal
@@ -680,6 +681,10 @@ class DurableMagics(Magics):
             decide = command(verb, "run_id")
             decide.add_argument("note", nargs="*", default=[])
             decide.add_argument("--replace", action="store_true")
+            if verb == "approve":
+                decide.add_argument("--args", dest="edited_args", metavar="JSON")
+            else:
+                decide.add_argument("--message", metavar="TEXT")
         command("cancel", "run_id")
         command("reset", "run_id").add_argument("--from", dest="from_step", type=int,
                                                 required=True)
@@ -724,7 +729,9 @@ class DurableMagics(Magics):
             note = " ".join(args.note) if getattr(args, "note", None) else None
             print(steer(args.command, args.run_id, journal, note=note,
                         from_step=getattr(args, "from_step", 0),
-                        replace=getattr(args, "replace", False), via="%durable"))
+                        replace=getattr(args, "replace", False), via="%durable",
+                        args=getattr(args, "edited_args", None),
+                        message=getattr(args, "message", None)))
             # A parked run (or batch item) of this kernel resumes without waiting for its poll.
             for watcher in (active_run(args.run_id), batch_of_run(args.run_id)):
                 if watcher is not None:

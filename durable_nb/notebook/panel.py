@@ -30,6 +30,7 @@ from ..execution import attempts
 from ..errors import (DecisionExists, InputChanged, JournalError, JournalMismatch,
                       NotAllowedToDecide, RunLeased)
 from ..approvals.request import find_decision, pending_digest, short
+from .answer_form import AnswerForm
 from ..approvals.wording import decision_words
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
 from ..summary import elapsed, format_cost, format_duration, replay_savings
@@ -142,10 +143,11 @@ class RunPanel:
     """
 
     def __init__(self, record: RunRecord, *,
-                 on_decide: Callable[[bool, str, str | None], None] | None = None,
+                 on_decide: Callable[..., None] | None = None,
                  on_cancel: Callable[[], None] | None = None, refresh_interval: float = 0.5,
                  note: str | None = None, journal: Journal | None = None,
-                 starting: bool = False, setup_html: str = "") -> None:
+                 starting: bool = False, setup_html: str = "", answers: bool = False
+                 ) -> None:
         self._lock = threading.RLock()
         self._record = record
         # ``starting``: an execution is about to take the run; until it reports (on_record),
@@ -233,7 +235,11 @@ class RunPanel:
         self.inbox_area = w.VBox()
         self.approval_buttons = w.HBox([self.approval_note, self.approve_button,
                                         self.reject_button])
-        self.approval_box = w.VBox([self.approval_text, self.approval_buttons],
+        # ``answers``: on_decide takes edited arguments / a message (``args=``, ``message=``).
+        self.answer_form = AnswerForm() if answers else None
+        self.approval_box = w.VBox([self.approval_text,
+                                    *([self.answer_form.box] if self.answer_form else []),
+                                    self.approval_buttons],
                                    layout=w.Layout(display="none", border="1px solid #bf8700",
                                                    padding="6px"))
         self.approve_button.on_click(lambda _: self._decide(True))
@@ -285,7 +291,9 @@ class RunPanel:
             return
         self.approve_button.disabled = self.reject_button.disabled = True
         try:
-            self._on_decide(approved, self.approval_note.value.strip(), self._shown_digest)
+            content = self.answer_form.content(approved) if self.answer_form else {}
+            self._on_decide(approved, self.approval_note.value.strip(), self._shown_digest,
+                            **content)
         except DecisionExists as exc:  # decided elsewhere first: that decision is shown
             with self._lock:
                 self._refused = exc.decision
@@ -554,8 +562,12 @@ class RunPanel:
                 self.approval_buttons.layout.display = ("none" if in_cell or decided
                                                         else "flex")
                 self.approve_button.disabled = self.reject_button.disabled = bool(decided)
+                if self.answer_form is not None:
+                    self.answer_form.show(None if in_cell or decided else pending)
             else:
                 self.approval_box.layout.display = "none"
+                if self.answer_form is not None:
+                    self.answer_form.show(None)
             self.cancel_button.layout.display = "none" if finished or in_cell else None
             self.stop_hint.layout.display = None if in_cell and not finished else "none"
             self.header.value = header

@@ -62,7 +62,7 @@ class NotebookRun:
         self.executing = False
         record = journal.find_run(run_id) or RunRecord(run_id=run_id, title=options.title or "")
         missing = missing_extensions()
-        self.panel = RunPanel(record, on_decide=self.decide, on_cancel=self.cancel,
+        self.panel = RunPanel(record, on_decide=self.decide, on_cancel=self.cancel, answers=True,
                               journal=journal, starting=True,
                               setup_html=missing.html() if missing else "")
 
@@ -245,12 +245,13 @@ class NotebookRun:
 
     # -- buttons -----------------------------------------------------------------------
 
-    def decide(self, approved: bool, note: str, digest: str | None) -> None:
+    def decide(self, approved: bool, note: str, digest: str | None, **content: Any) -> None:
         """The panel's Approve / Reject: written once (DecisionExists, shown by the panel,
-        when the request was decided already)."""
+        when the request was decided already); ``content``: the edited ``args`` or the
+        ``message`` for the model."""
         decide = registry.approve if approved else registry.reject
         decide(self.run_id, note or None, by=f"{registry.approver_name(host=False)} (notebook)",
-               expect=digest, via="panel", journal=self.journal)
+               expect=digest, via="panel", journal=self.journal, **content)
         self._wake.set()
 
     def cancel(self) -> None:

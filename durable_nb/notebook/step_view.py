@@ -129,7 +129,9 @@ class StepView:
                 outcome = (badge("approved", "#1a7f37") if decided.get("approved")
                            else badge("rejected", "#cf222e"))
                 note = f": {decided['note']}" if decided.get("note") else ""
-                extra = html.escape(f"by {decided.get('by')}{note} \u00b7 {waited}")
+                beyond = (" with edited arguments" if decided.get("args") is not None else
+                          " with a message" if decided.get("message") else "")
+                extra = html.escape(f"by {decided.get('by')}{beyond}{note} \u00b7 {waited}")
             else:
                 extra = html.escape(waited)
         meta = entry.meta or {}
@@ -210,6 +212,12 @@ class StepView:
             parts.append(f"<div><b>Decision:</b> {verdict} by "
                          f"{html.escape(str(result.get('by')))}{html.escape(note)}, after "
                          f"{html.escape(format_duration(entry.duration))}{request}</div>")
+            if result.get("args") is not None:
+                parts.append(f"<div><b>Edited arguments</b> (the tool ran with these):</div>"
+                             f"{pre(result['args'])}")
+            if result.get("message"):
+                parts.append(f"<div><b>Message to the model:</b> "
+                             f"{html.escape(str(result['message']))}</div>")
         else:
             parts.append(f"<div><b>Result:</b></div>{pre(result)}")
         facts = [f"{entry.duration * 1000:,.1f} ms" if entry.kind != "approval"

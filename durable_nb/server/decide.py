@@ -37,6 +37,7 @@ from ..errors import JournalError
 from ..journal import Journal
 from ..approvals.links import (LINK_PATH, LinkOutcome, inspect_link, journal_ref,
                                parse_token, sent_to, use_link)
+from ..approvals.request import editable
 from ..approvals.wording import decision_words
 from ..timestamps import format_time
 from .handlers import TAKEN_WITHIN, WORKERS, taken_within
@@ -111,6 +112,9 @@ class DecideHandler(JupyterHandler):
         if action not in ("view", "approve", "reject"):
             raise web.HTTPError(400, "choose Approve or Reject")
         note = self.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None
+        content = _content(action, self.get_body_argument("args", ""),
+                           self.get_body_argument("args_shown", ""),
+                           self.get_body_argument("message", ""))
         found = await self._locate(token)
         if found is None:
             return self._page(_UNKNOWN, "", "")
@@ -120,7 +124,8 @@ class DecideHandler(JupyterHandler):
                 _, outcome = await self._blocking(inspect_link, journal, run_id, secret)
             else:
                 outcome = await self._blocking(use_link, journal, run_id, secret,
-                                               approved=action == "approve", note=note)
+                                               approved=action == "approve", note=note,
+                                               **content)
         except JournalError as exc:
             raise web.HTTPError(503, str(exc)) from None
         if outcome.kind == "unknown":
@@ -139,6 +144,22 @@ class DecideHandler(JupyterHandler):
         form = (self.xsrf_form_html() + f'<input type="hidden" name="token" '
                 f'value="{html.escape(token)}">') if outcome.kind == "open" else ""
         self.finish(render(outcome, run_id, form=form, taken=taken, choice=choice))
+
+
+def _content(action: str, args: str, args_shown: str, message: str) -> dict:
+    """What the form says beyond yes or no: the arguments on Approve when they were edited
+    (text that is not JSON: a 400, nothing decided), the message on Reject when one was
+    typed. Whether the arguments fit the tool's schema is ``decide``'s to say."""
+    if action == "approve" and args.strip():
+        try:
+            edited, shown = json.loads(args), json.loads(args_shown or "null")
+        except ValueError as exc:
+            raise web.HTTPError(400, f"the arguments are not JSON ({exc}): nothing was "
+                                     f"decided; open the link again") from None
+        return {} if edited == shown else {"args": edited}
+    if action == "reject" and message.strip():
+        return {"message": message.strip()[:_NOTE_CHARS]}
+    return {}
 
 
 #: The page a link opens: it posts the fragment's token (never sent by a browser in a URL)
@@ -210,7 +231,17 @@ def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = F
     body = (f'<p class="message {e(outcome.kind)}" id="outcome">{e(message)}</p>'
             f"<table>{table}</table>{details}")
     if outcome.kind == "open":
-        body += (f'<form method="post">{form}'
+        answers = ""
+        if editable(pending):
+            shown = json.dumps(pending["details"]["arguments"], indent=2, ensure_ascii=False)
+            answers = (f'<label for="args">Arguments (JSON: edit them, then Approve runs the '
+                       f'tool with them)</label><textarea id="args" name="args" rows="6" '
+                       f'class="code">{e(shown)}</textarea>'
+                       f'<input type="hidden" name="args_shown" value="{e(shown)}">'
+                       f'<label for="message">Message for the model (sent on Reject)</label>'
+                       f'<textarea id="message" name="message" rows="2" '
+                       f'maxlength="{_NOTE_CHARS}"></textarea>')
+        body += (f'<form method="post">{form}{answers}'
                  f'<label for="note">Note (optional)</label>'
                  f'<textarea id="note" name="note" rows="3" maxlength="{_NOTE_CHARS}">'
                  f'</textarea><div class="buttons">'
@@ -243,6 +274,7 @@ pre { background: #f0f0f0; padding: .8rem; border-radius: 4px; overflow-x: auto;
 .message.refused, .message.unknown, .message.failed { background: #fdecea; }
 label { display: block; margin: 1rem 0 .3rem; font-weight: 600; }
 textarea { width: 100%; box-sizing: border-box; font: inherit; }
+textarea.code { font-family: ui-monospace, monospace; }
 .buttons { margin-top: .8rem; display: flex; gap: .8rem; }
 button { font-size: 1rem; padding: .5rem 1.4rem; border: 0; border-radius: 4px; color: #fff;
          cursor: pointer; }

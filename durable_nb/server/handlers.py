@@ -219,6 +219,9 @@ class DecisionHandler(_Handler):
                                                    data.get("note"), data.get("digest"),
                                                    data.get("replace", False))
         request_id = data.get("request_id")
+        # Beyond yes or no: edited arguments (approve) or a message for the model (reject),
+        # checked by decide (400 naming what is wrong; nothing written).
+        content = {k: data[k] for k in ("args", "message") if data.get(k) is not None}
         if not isinstance(run_id, str) or not run_id:
             raise web.HTTPError(400, "'id' (the run id) is missing")
         if not isinstance(approved, bool):
@@ -242,7 +245,7 @@ class DecisionHandler(_Handler):
         known, opened = await self.one_journal(data.get("journal"), write=True)
         by = _user_name(self.current_user)
         refused = await self.blocking(_decide, opened, run_id, approved, note, by,
-                                      request_id, digest, replace)
+                                      request_id, digest, replace, **content)
         if isinstance(refused, NotAllowedToDecide):  # not this user's to decide: who may
             self.set_status(403)
             self.finish({"message": str(refused), "reason": refused.reason, "by": refused.by,
@@ -264,17 +267,17 @@ class DecisionHandler(_Handler):
 
 
 def _decide(journal: Journal, run_id: str, approved: bool, note: str | None, by: str,
-            request_id: str | None, digest: str, replace: bool
+            request_id: str | None, digest: str, replace: bool, **content: Any
             ) -> DecisionExists | NotAllowedToDecide | None:
     """Decide the run's pending approval if it is the request ``request_id`` and ``digest``
     name (:func:`~durable_nb.approvals.decide.decide`, written once), so of concurrent
     decisions anywhere the first wins; the refusal of a later one (what was decided) is
     returned, as is the refusal of a user the request does not allow (its approvers,
-    four-eyes)."""
+    four-eyes). ``content``: ``args`` (approve) or ``message`` (reject)."""
     decide = registry.approve if approved else registry.reject
     try:
         decide(run_id, note, by=by, expect=digest, request_id=request_id, replace=replace,
-               via="Jupyter server", journal=journal)
+               via="Jupyter server", journal=journal, **content)
     except (DecisionExists, NotAllowedToDecide) as exc:
         return exc
     return None

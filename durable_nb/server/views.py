@@ -20,7 +20,7 @@ from typing import Any
 from ..registry import is_interrupted, recorded_decision
 from ..summary import shown_value
 from ..approvals.policy import allowed_approvers
-from ..approvals.request import pending_digest
+from ..approvals.request import editable, pending_digest
 from ..registry import lease_holder
 from ..errors import JournalError
 from ..journal import Journal, RunRecord, Status, StepEntry
@@ -84,7 +84,9 @@ def _pending(record: RunRecord) -> dict | None:
             "timeout_at": pending.get("timeout_at"),
             # Who may decide (None: anyone), and the starter four-eyes refuses.
             "approvers": allowed_approvers(pending), "four_eyes": bool(pending.get("four_eyes")),
-            "started_by": pending.get("started_by")}
+            "started_by": pending.get("started_by"),
+            # A tool call's arguments may be edited (the decision's ``args``).
+            "editable": editable(pending)}
 
 
 def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,

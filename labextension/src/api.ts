@@ -17,6 +17,14 @@ export interface IPending {
   id: string | null;
   requested_at: number | null;
   timeout_at: number | null;
+  /** A tool call's request: its `details.arguments` may be edited (decided with `args`). */
+  editable?: boolean;
+}
+
+/** A decision beyond yes or no: edited arguments (approve) or a message for the model. */
+export interface IAnswer {
+  args?: unknown;
+  message?: string;
 }
 
 /** A decision already given but not yet taken by the run (its kernel is gone). */
@@ -250,7 +258,8 @@ export const api = {
     run: { journal: string; run_id: string },
     pending: IPending,
     approved: boolean,
-    note: string
+    note: string,
+    answer: IAnswer = {}
   ): Promise<IDecisionReply> =>
     post('run/decision', {
       journal: run.journal,
@@ -258,7 +267,8 @@ export const api = {
       approved,
       note: note || null,
       request_id: pending.id,
-      digest: pending.digest
+      digest: pending.digest,
+      ...answer
     }),
 
   cancel: (journal: string, id: string): Promise<{ message?: string }> =>

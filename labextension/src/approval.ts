@@ -7,7 +7,7 @@
  * the card says "approved; re-run its cell to continue" and offers the notebook at
  * that cell.
  */
-import { api, APIError, IDecision, IPending, IRunSummary } from './api';
+import { api, APIError, IAnswer, IDecision, IPending, IRunSummary } from './api';
 import { button, clock, h, pretty, short } from './dom';
 
 /** What the views ask the application to do. */
@@ -107,14 +107,59 @@ export function pendingDetails(pending: IPending): HTMLElement {
 export async function decide(
   run: IRunSummary,
   approved: boolean,
-  note: string
+  note: string,
+  answer: IAnswer = {}
 ): Promise<string> {
   const pending = run.pending_approval;
   if (!pending) {
     throw new APIError(409, `${run.run_id} waits for no approval`);
   }
-  const reply = await api.decide(run, pending, approved, note);
+  const reply = await api.decide(run, pending, approved, note, answer);
   return reply.message;
+}
+
+/**
+ * A tool call's arguments as JSON, editable, and a message for the model: what a click
+ * sends beyond yes or no (`answer`). Whether the arguments fit the tool's schema is the
+ * server's to say (one line, nothing decided).
+ */
+function answerForm(pending: IPending): {
+  form: HTMLElement;
+  answer: (approved: boolean) => IAnswer;
+} {
+  const shown = (pending.details as { arguments: unknown }).arguments;
+  const text = JSON.stringify(shown, null, 2);
+  const args = h('textarea', { class: 'dnr-args', rows: '4' });
+  args.value = text;
+  const message = h('input', {
+    class: 'dnr-message',
+    type: 'text',
+    placeholder: 'message for the model, sent on Reject'
+  });
+  const form = h(
+    'div',
+    { class: 'dnr-answer' },
+    h(
+      'div',
+      { class: 'dnr-muted' },
+      'Arguments (JSON: edit them, then Approve runs the tool with them)'
+    ),
+    args,
+    message
+  );
+  const answer = (approved: boolean): IAnswer => {
+    if (!approved) {
+      return message.value.trim() ? { message: message.value.trim() } : {};
+    }
+    let edited: unknown;
+    try {
+      edited = JSON.parse(args.value);
+    } catch (error) {
+      throw new Error(`the arguments are not JSON (${(error as Error).message})`);
+    }
+    return JSON.stringify(edited) === JSON.stringify(shown) ? {} : { args: edited };
+  };
+  return { form, answer };
 }
 
 /**
@@ -150,6 +195,10 @@ export function approvalCard(
     return card;
   }
   card.append(pendingDetails(pending));
+  const answers = pending.editable ? answerForm(pending) : null;
+  if (answers) {
+    card.append(answers.form);
+  }
   const note = h('input', {
     class: 'dnr-note',
     type: 'text',
@@ -157,7 +206,8 @@ export function approvalCard(
   });
   const act = async (approved: boolean) => {
     try {
-      const message = await decide(run, approved, note.value);
+      const answer = answers ? answers.answer(approved) : {};
+      const message = await decide(run, approved, note.value, answer);
       const decision: IDecision = {
         approved,
         by: null,
