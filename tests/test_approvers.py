@@ -121,9 +121,9 @@ def test_a_batchs_approve_all_says_which_items_were_refused(journal):
     from durable_nb.notebook.batch_panel import BatchPanel
     from tests.test_batch_panel import _text
 
-    def decide(run_id, approved, note, digest, via="panel"):
+    def decide(run_id, approved, note, digest, request_id, via="panel"):
         (dn.approve if approved else dn.reject)(run_id, note or None, by="bo", expect=digest,
-                                                via=via, journal=journal)
+                                                request_id=request_id, via=via, journal=journal)
 
     panel = BatchPanel("p", journal=journal, on_decide=decide)
     dn.map(lambda ctx, x: ctx.approval("publish", {"n": x},

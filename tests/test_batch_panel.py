@@ -182,12 +182,14 @@ def test_an_items_approve_button_decides_that_item_only(journal) -> None:
     assert '{"n": 1}' in _text(rows[1].children[0].value)
     panel.approval_note.value = "ok by me"
     rows[1].children[1].click()
-    # The decision is for the request the row shows: its digest goes with it.
+    # The decision is for the request the row shows: its digest and id go with it.
     shown = request_digest("publish", {"n": 1})
-    assert decided == [("p/1", True, "ok by me", shown)]
+    asked = journal.get_run("p/1").pending_approval["id"]
+    assert decided == [("p/1", True, "ok by me", shown, asked)]
     assert rows[1].children[1].disabled and rows[1].children[2].disabled
     rows[2].children[2].click()
-    assert decided[-1] == ("p/2", False, "ok by me", request_digest("publish", {"n": 2}))
+    assert decided[-1] == ("p/2", False, "ok by me", request_digest("publish", {"n": 2}),
+                           journal.get_run("p/2").pending_approval["id"])
 
 
 def test_approve_all_shown_asks_first_and_approves_only_the_items_shown(journal) -> None:
@@ -208,6 +210,7 @@ def test_approve_all_shown_asks_first_and_approves_only_the_items_shown(journal)
     assert sorted(d[0] for d in decided) == ["p/1", "p/10", "p/11"]
     assert all(d[1] is True for d in decided)
     assert all(d[3] == request_digest("publish", {"n": int(d[0][2:])}) for d in decided)
+    assert all(d[4] == journal.get_run(d[0]).pending_approval["id"] for d in decided)
     assert "approved 3 items" in _text(panel.summary_html.value)
 
 

@@ -174,7 +174,7 @@ def test_the_approve_button_decides_the_request_the_panel_shows(journal) -> None
     staging = request_digest("drop database", {"db": "staging"})
     assert "The request at this step changed" in shown and staging[:12] in shown
     panel.approve_button.click()
-    assert decided == [(True, "", production)]
+    assert decided == [(True, "", production, record.pending_approval["id"])]
 
 
 def test_the_saved_view_holds_status_timeline_decision_log_and_result(demo_run) -> None:

@@ -132,9 +132,9 @@ def _close_tree(widget: Any) -> None:
 
 
 class BatchPanel(BatchObserver):
-    """A live view of one batch. ``on_decide(run_id, approved, note, digest)`` (``digest``:
-    of the approval request shown; Approve all adds ``via="Approve all"`` as a fifth
-    argument) and ``on_cancel(run_id)`` are called from its buttons;
+    """A live view of one batch. ``on_decide(run_id, approved, note, digest, request_id)``
+    (``digest`` and ``request_id``: of the approval request shown; Approve all adds
+    ``via="Approve all"`` as a sixth argument) and ``on_cancel(run_id)`` are called from its buttons;
     ``journal`` is where the items are (for pending approvals' details and the item
     panels)."""
 
@@ -180,7 +180,8 @@ class BatchPanel(BatchObserver):
         self._item_panel: RunPanel | None = None
         self._shown_pending: tuple[int, ...] = ()
         self._rows_in_cell = False  # whether the approval rows shown were drawn without buttons
-        self._confirming: list[tuple[str, str]] = []  # (run id, digest of what is shown)
+        # (run id, digest and id of the request shown)
+        self._confirming: list[tuple[str, str, str | None]] = []
         self._in_cell = False  # executing in the foreground of its cell: see executing_in_cell
         self.redraws = 0
 
@@ -419,12 +420,13 @@ class BatchPanel(BatchObserver):
             self.page = max(0, self.page + step)
         self.refresh(force=True)
 
-    def _decide(self, run_id: str, approved: bool, digest: str | None) -> None:
+    def _decide(self, run_id: str, approved: bool, digest: str | None,
+                request_id: str | None) -> None:
         if self._on_decide is None:
             return
         note = self.approval_note.value.strip()
         try:
-            self._on_decide(run_id, approved, note, digest)
+            self._on_decide(run_id, approved, note, digest, request_id)
         except DecisionExists as exc:  # its buttons stay off: the first decision stands
             self.tell(f"{run_id} was {exc.words} already; nothing was changed")
             return
@@ -437,7 +439,8 @@ class BatchPanel(BatchObserver):
         with self._lock:
             shown = self._pending_shown()
             runs = [self._items[i].run_id for i in shown]
-            self._confirming = [(self._items[i].run_id, pending_digest(self._pending[i]))
+            self._confirming = [(self._items[i].run_id, pending_digest(self._pending[i]),
+                                 self._pending[i].get("id"))
                                 for i in shown if self._pending.get(i)]
         if not runs:
             self.tell("no pending approvals are shown")
@@ -457,9 +460,9 @@ class BatchPanel(BatchObserver):
             return
         note = self.approval_note.value.strip()
         done, skipped, decided, refused = 0, 0, [], []
-        for run_id, digest in runs:
+        for run_id, digest, request_id in runs:
             try:
-                self._on_decide(run_id, True, note, digest, "Approve all")
+                self._on_decide(run_id, True, note, digest, request_id, "Approve all")
                 done += 1
             except DecisionExists as exc:  # decided meanwhile, elsewhere: that one stands
                 decided.append(exc)
@@ -512,7 +515,8 @@ class BatchPanel(BatchObserver):
             origins = dict(self._origins.get(index, {}))
         panel = RunPanel.load(
             info, origins, journal=self._journal,
-            on_decide=(lambda ok, note, digest: self._on_decide(run_id, ok, note, digest))
+            on_decide=(lambda ok, note, digest, request_id:
+                       self._on_decide(run_id, ok, note, digest, request_id))
             if self._on_decide else None,
             on_cancel=(lambda: self._on_cancel(run_id)) if self._on_cancel else None)
         with self._lock:
@@ -800,7 +804,9 @@ class BatchPanel(BatchObserver):
         def decide(approved: bool) -> None:
             approve.disabled = reject.disabled = True
             try:
-                self._decide(item.run_id, approved, pending_digest(pending) if pending else None)
+                self._decide(item.run_id, approved,
+                             pending_digest(pending) if pending else None,
+                             pending.get("id") if pending else None)
             except Exception:
                 approve.disabled = reject.disabled = False
                 raise

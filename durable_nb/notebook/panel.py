@@ -136,8 +136,9 @@ def _degraded_text(record: RunRecord) -> str:
 class RunPanel:
     """A live view of one run. Implements :class:`~durable_nb.execution.Observer`.
 
-    ``on_decide(approved, note, digest)`` and ``on_cancel()`` are called from the buttons;
-    ``digest`` is that of the approval request the panel shows (the decision is for it).
+    ``on_decide(approved, note, digest, request_id)`` and ``on_cancel()`` are called from
+    the buttons; ``digest`` and ``request_id`` name the approval request the panel shows
+    (the decision is for it, never for another one the run asks meanwhile).
     ``journal`` (where the run is) lets step details show what each step was asked.
     ``setup_html`` (HTML) says what the Jupyter server lacks, shown live and saved.
     """
@@ -163,6 +164,7 @@ class RunPanel:
         self._journal = journal
         self._on_decide = on_decide
         self._shown_digest: str | None = None  # of the approval request shown
+        self._shown_request: str | None = None  # its id
         # A decision on it that refused this panel's (given elsewhere first): shown even
         # without a journal to read it from.
         self._refused: dict | None = None
@@ -293,7 +295,7 @@ class RunPanel:
         try:
             content = self.answer_form.content(approved) if self.answer_form else {}
             self._on_decide(approved, self.approval_note.value.strip(), self._shown_digest,
-                            **content)
+                            self._shown_request, **content)
         except DecisionExists as exc:  # decided elsewhere first: that decision is shown
             with self._lock:
                 self._refused = exc.decision
@@ -557,6 +559,7 @@ class RunPanel:
             if pending:
                 self.approval_text.value = self._approval_html(pending, in_cell, decided)
                 self._shown_digest = pending_digest(pending)
+                self._shown_request = pending.get("id")
                 self.approval_box.layout.display = "flex"
                 # Decided (here or elsewhere): the decision is shown, not live buttons.
                 self.approval_buttons.layout.display = ("none" if in_cell or decided

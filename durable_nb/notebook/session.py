@@ -245,13 +245,15 @@ class NotebookRun:
 
     # -- buttons -----------------------------------------------------------------------
 
-    def decide(self, approved: bool, note: str, digest: str | None, **content: Any) -> None:
-        """The panel's Approve / Reject: written once (DecisionExists, shown by the panel,
-        when the request was decided already); ``content``: the edited ``args`` or the
-        ``message`` for the model."""
+    def decide(self, approved: bool, note: str, digest: str | None,
+               request_id: str | None = None, **content: Any) -> None:
+        """The panel's Approve / Reject of the request it shows (``digest``, ``request_id``):
+        written once (DecisionExists, shown by the panel, when the request was decided
+        already); ``content``: the edited ``args`` or the ``message`` for the model."""
         decide = registry.approve if approved else registry.reject
         decide(self.run_id, note or None, by=f"{registry.approver_name(host=False)} (notebook)",
-               expect=digest, via="panel", journal=self.journal, **content)
+               expect=digest, request_id=request_id, via="panel", journal=self.journal,
+               **content)
         self._wake.set()
 
     def cancel(self) -> None:
