@@ -239,7 +239,7 @@ def test_framework_notebook_resumes_the_agent_with_each_tool_once(
     assert lines == ["get_weather Tokyo", "send_message team: It is sunny in Tokyo."]
 
 
-def test_mcp_notebook_runs_the_mcp_agent_with_each_tool_once_after_the_approval(
+def test_mcp_notebook_runs_the_mcp_agent_with_each_tool_once_after_an_edited_approval(
         tmp_path: Path, offline) -> None:
     pytest.importorskip("mcp")
     first, nb = _run_all_twice("mcp", tmp_path)
@@ -252,9 +252,13 @@ def test_mcp_notebook_runs_the_mcp_agent_with_each_tool_once_after_the_approval(
     assert _has_panel(_cell(first, "%%durable_agent warehouse"))
     shown = _text(_cell(nb, "%durable show warehouse"))
     assert "status     DONE" in shown and "approval delete_rows" in shown
+    assert "with edited arguments" in shown
     # the journaled step's id reached the server in the call's _meta
-    steps = DiskJournal(work / ".durable_nb").steps("warehouse")
+    steps = list(DiskJournal(work / ".durable_nb").steps("warehouse"))
     delete = next(e for e in steps if e.kind == "run" and e.name == "delete_rows")
+    # the model asked for orders; the tool ran once, with the table the person gave
+    asked = next(e for e in steps if e.kind == "approval")
+    assert asked.result["args"] == {"table": "orders_tmp"}
     assert (work / "side_effects.log").read_text().splitlines() == [
         "count_rows orders", f"delete_rows orders_tmp (step warehouse:{delete.key})"]
 
