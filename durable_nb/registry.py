@@ -174,8 +174,9 @@ def approve(run_id: str, note: str | None = None, *, by: str | None = None,
     not taken yet (the run's history keeps both); one the run took never changes. ``via``:
     how it was given, as the history and a refusal say it (``"Python"``; the CLI, a panel,
     the server say their own). ``request_id``: the id of the request the person saw (with
-    ``expect``, what a view shows); a decision then never decides another request, however
-    alike. Every path decides through :func:`~durable_nb.approvals.decide.decide`.
+    ``expect``, what a view shows; ``""`` for a request asked before requests had ids); a
+    decision then never decides another request, however alike. Without it, the decision
+    is for the request pending now (``expect`` still checks its digest). Every path decides through :func:`~durable_nb.approvals.decide.decide`.
 
     ``args``: approve with edited arguments (a tool call's approval): the tool runs with
     them, live and on replay; they must fit the tool's JSON schema, else

@@ -107,6 +107,10 @@ def test_a_decision_for_request_1_does_not_approve_an_identical_request_2(lab) -
     status, answer = _rest_decision(lab, {"id": "stale", "approved": True,
                                           "digest": second["digest"]})
     assert status == 400 and "request_id" in answer["message"]
+    # Nor does one that saw a request asked before ids ("request_id": null): #2 has one.
+    status, answer = _rest_decision(lab, {**card, "request_id": None})
+    assert status == 409, answer
+    assert journal.get_request(f"decision.{second['id']}", "stale") is None
     assert _rest_decision(lab, {**card, "request_id": second["id"]})[0] == 200
     assert dn.execute("stale", _two_charges, journal=lab.journal) == [10, 10]
 

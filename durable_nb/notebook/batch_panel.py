@@ -440,7 +440,7 @@ class BatchPanel(BatchObserver):
             shown = self._pending_shown()
             runs = [self._items[i].run_id for i in shown]
             self._confirming = [(self._items[i].run_id, pending_digest(self._pending[i]),
-                                 self._pending[i].get("id"))
+                                 self._pending[i].get("id") or "")
                                 for i in shown if self._pending.get(i)]
         if not runs:
             self.tell("no pending approvals are shown")
@@ -806,7 +806,7 @@ class BatchPanel(BatchObserver):
             try:
                 self._decide(item.run_id, approved,
                              pending_digest(pending) if pending else None,
-                             pending.get("id") if pending else None)
+                             (pending.get("id") or "") if pending else None)
             except Exception:
                 approve.disabled = reject.disabled = False
                 raise

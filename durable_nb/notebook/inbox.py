@@ -98,7 +98,8 @@ def decide_request(journal: JournalSpec, request: WaitingRequest, *, approved: b
     opened = open_journal(journal)
     decide = registry.approve if approved else registry.reject
     decision = decide(request.run_id, note or None, expect=request.digest,
-                      request_id=request.request_id, via=VIA, journal=opened, **content)
+                      request_id=request.request_id or "", via=VIA, journal=opened,
+                      **content)
     # A parked run (or batch item) of this kernel resumes without waiting for its poll.
     for watcher in (active_run(request.run_id), batch_of_run(request.run_id)):
         if watcher is not None:

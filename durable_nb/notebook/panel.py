@@ -559,7 +559,7 @@ class RunPanel:
             if pending:
                 self.approval_text.value = self._approval_html(pending, in_cell, decided)
                 self._shown_digest = pending_digest(pending)
-                self._shown_request = pending.get("id")
+                self._shown_request = pending.get("id") or ""  # "": asked before ids
                 self.approval_box.layout.display = "flex"
                 # Decided (here or elsewhere): the decision is shown, not live buttons.
                 self.approval_buttons.layout.display = ("none" if in_cell or decided

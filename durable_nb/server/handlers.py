@@ -244,8 +244,10 @@ class DecisionHandler(_Handler):
                                      "to an identical one asked after it")
         known, opened = await self.one_journal(data.get("journal"), write=True)
         by = _user_name(self.current_user)
+        # null: the person saw a request written before ids, which is not the one pending
+        # if that one has an id ("" says so to decide; None would take the pending one's).
         refused = await self.blocking(_decide, opened, run_id, approved, note, by,
-                                      request_id, digest, replace, **content)
+                                      request_id or "", digest, replace, **content)
         if isinstance(refused, NotAllowedToDecide):  # not this user's to decide: who may
             self.set_status(403)
             self.finish({"message": str(refused), "reason": refused.reason, "by": refused.by,
