@@ -156,3 +156,27 @@ def test_rewriting_someone_else_s_run_to_list_herself_makes_her_its_starter(team
                   via="hub inbox", request_id=record.pending_approval["id"],
                   digest=record.pending_approval["digest"])
     assert find_decision(journals["ana"], "b", record.pending_approval) is None
+
+
+def test_a_link_decides_with_what_was_typed_on_its_page(team, monkeypatch):
+    """The service's link page offers a message for the model (and the arguments to edit):
+    what the person typed is part of the decision, not dropped (found in review)."""
+    from durable_nb.approvals.links import issue_links
+    from durable_nb.hub.links import link_decision
+    from durable_nb.notify.config import LinksConfig
+
+    database, journals = team
+    config = HubConfig(roles=database.user_roles, emails={"bo": "bo@example.org"})
+    pending = _park(journals["ana"], monkeypatch, "ana")
+    service = journals["service"]
+    links, _ = issue_links(service, "r", pending, channel="email", recipients=["bo@example.org"],
+                           config=LinksConfig(base_url="https://hub.example.org/services/dnb/"),
+                           delivery="r/test")
+    ((to, url),) = links
+    token = url.split("#", 1)[1]
+    outcome = link_decision(service, config, token, user="bo", approved=False,
+                            message="Denied: drop the staging copy instead")
+    assert outcome.kind == "decided", outcome.message
+    decision = find_decision(service, "r", pending)
+    assert (decision["by"], decision["approved"], decision["message"]) == (
+        "bo", False, "Denied: drop the staging copy instead")

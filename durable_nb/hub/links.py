@@ -65,10 +65,12 @@ def start_sweeping(journal: Journal, notify: NotifyConfig, period: float
 
 
 def link_decision(journal: Journal, config: HubConfig, token: str, *, user: str,
-                  approved: bool | None, note: str | None = None) -> LinkOutcome:
+                  approved: bool | None, note: str | None = None,
+                  args: dict | None = None, message: str | None = None) -> LinkOutcome:
     """What the link ``token`` does for hub user ``user`` (the page renders it). With
-    ``approved`` (Approve or Reject) it decides, as ``user``, once: the link marked used
-    first, put back when the decision is refused."""
+    ``approved`` (Approve or Reject) it decides, as ``user``, once, with the edited
+    ``args`` or the ``message`` for the model if given: the link marked used first, put
+    back when the decision is refused."""
     parsed = parse_token(token)
     if parsed is None or parsed[0] != journal_ref(journal.location):
         return _UNKNOWN
@@ -97,7 +99,8 @@ def link_decision(journal: Journal, config: HubConfig, token: str, *, user: str,
     try:
         decision = decide_as(journal, config, run_id, user=user, approved=approved,
                              note=note, via="link", request_id=link.get("request"),
-                             digest=str(link.get("digest") or ""), refusals_once=key)
+                             digest=str(link.get("digest") or ""), refusals_once=key,
+                             args=args, message=message)
     except DurableError as exc:
         journal.swap_delivery(run_id, key, used, link)  # nothing decided: unused again
         if isinstance(exc, JournalError):

@@ -54,7 +54,7 @@ class Server:
     args: tuple[str, ...] = ()
     env: Mapping[str, str] | None = dataclasses.field(default=None, compare=False, repr=False)
     cwd: str | None = None
-    url: str | None = None
+    url: str | None = dataclasses.field(default=None, repr=False)  # may hold a credential
     headers: Mapping[str, str] | None = dataclasses.field(default=None, compare=False,
                                                            repr=False)
 

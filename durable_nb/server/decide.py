@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - older servers let any handler through
     def allow_unauthenticated(method: Any) -> Any:
         return method
 
-__all__ = ["DecideHandler", "decide_handlers", "loader_page", "render"]
+__all__ = ["DecideHandler", "decide_handlers", "form_content", "loader_page", "render"]
 
 T = TypeVar("T")
 _NOTE_CHARS = 2000
@@ -112,7 +112,7 @@ class DecideHandler(JupyterHandler):
         if action not in ("view", "approve", "reject"):
             raise web.HTTPError(400, "choose Approve or Reject")
         note = self.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None
-        content = _content(action, self.get_body_argument("args", ""),
+        content = form_content(action, self.get_body_argument("args", ""),
                            self.get_body_argument("args_shown", ""),
                            self.get_body_argument("message", ""))
         found = await self._locate(token)
@@ -146,7 +146,7 @@ class DecideHandler(JupyterHandler):
         self.finish(render(outcome, run_id, form=form, taken=taken, choice=choice))
 
 
-def _content(action: str, args: str, args_shown: str, message: str) -> dict:
+def form_content(action: str, args: str, args_shown: str, message: str) -> dict:
     """What the form says beyond yes or no: the arguments on Approve when they were edited
     (text that is not JSON: a 400, nothing decided), the message on Reject when one was
     typed. Whether the arguments fit the tool's schema is ``decide``'s to say."""

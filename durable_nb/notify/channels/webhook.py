@@ -40,7 +40,7 @@ def sign(secret: str, timestamp: str, delivery: str, body: bytes) -> str:
 class WebhookConfig:
     """The webhook channel: a JSON POST of the notice to ``url``, signed with ``secret``
     when there is one."""
-    url: str
+    url: str = field(repr=False)  # may hold a token
     secret: str | None = field(default=None, repr=False)
     timeout: float = DEFAULT_TIMEOUT
 
