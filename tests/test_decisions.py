@@ -111,9 +111,10 @@ def test_another_panel_on_a_decided_request_shows_the_decision_not_live_buttons(
     pending = _park(journal)
     decided: list = []
 
-    def decide(approved: bool, note: str, digest: str | None) -> None:
+    def decide(approved: bool, note: str, digest: str | None, request_id: str | None) -> None:
         decided.append(approved)
-        (dn.approve if approved else dn.reject)("r", note, expect=digest, via="panel",
+        (dn.approve if approved else dn.reject)("r", note, expect=digest,
+                                                 request_id=request_id, via="panel",
                                                  journal=journal)
 
     # Drawn before the decision: live buttons. Then the request is decided in a terminal.
