@@ -58,12 +58,10 @@ try:
     from jupyterhub.utils import url_path_join
     from tornado import web
 
-    from ..server.decide import form_content, loader_page, render
+    from ..server.decide import loader_page, read_form, render
 except ImportError as exc:  # pragma: no cover - the extra names what to install
     raise MissingExtra(f"the durable-nb hub service needs JupyterHub and Jupyter Server "
                        f"({exc}): pip install 'durable-nb[hub]'") from None
-
-_NOTE_CHARS = 2000
 
 
 def team_notify_config(service_url: str) -> NotifyConfig:
@@ -248,19 +246,13 @@ class LinkHandler(_Base):
 
     @web.authenticated
     def post(self) -> None:
-        token = self.get_body_argument("token", "")
-        action = self.get_body_argument("action", "view")
-        if action not in ("view", "approve", "reject"):
-            raise web.HTTPError(400, "choose Approve or Reject")
-        note = self.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None
         # The page shows the arguments to edit and a message field: what is typed there is
         # part of the decision, as on a user's own server.
-        content = form_content(action, self.get_body_argument("args", ""),
-                               self.get_body_argument("args_shown", ""),
-                               self.get_body_argument("message", ""))
+        posted = read_form(self)
+        token, action = posted.token, posted.action
         outcome = link_decision(self.journal, self.config, token, user=self.user_name,
                                 approved=None if action == "view" else action == "approve",
-                                note=note, **content)
+                                note=posted.note, **posted.content)
         if outcome.kind == "unknown":
             self.log.warning("durable_nb: a decision link that names no link was posted by "
                              "%s; nothing was decided", self.user_name)

@@ -27,6 +27,7 @@ import functools
 import html
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from jupyter_server.base.handlers import JupyterHandler
@@ -49,7 +50,7 @@ except ImportError:  # pragma: no cover - older servers let any handler through
     def allow_unauthenticated(method: Any) -> Any:
         return method
 
-__all__ = ["DecideHandler", "decide_handlers", "form_content", "loader_page", "render"]
+__all__ = ["DecideHandler", "LinkForm", "decide_handlers", "loader_page", "read_form", "render"]
 
 T = TypeVar("T")
 _NOTE_CHARS = 2000
@@ -106,15 +107,9 @@ class DecideHandler(JupyterHandler):
 
     @allow_unauthenticated
     async def post(self) -> None:
-        token = self.get_body_argument("token", "")
-        action = self.get_body_argument("action", "view")
-        choice = self.get_body_argument("choice", "")
-        if action not in ("view", "approve", "reject"):
-            raise web.HTTPError(400, "choose Approve or Reject")
-        note = self.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None
-        content = form_content(action, self.get_body_argument("args", ""),
-                           self.get_body_argument("args_shown", ""),
-                           self.get_body_argument("message", ""))
+        posted = read_form(self)
+        token, action, choice, note, content = (posted.token, posted.action, posted.choice,
+                                                posted.note, posted.content)
         found = await self._locate(token)
         if found is None:
             return self._page(_UNKNOWN, "", "")
@@ -144,6 +139,33 @@ class DecideHandler(JupyterHandler):
         form = (self.xsrf_form_html() + f'<input type="hidden" name="token" '
                 f'value="{html.escape(token)}">') if outcome.kind == "open" else ""
         self.finish(render(outcome, run_id, form=form, taken=taken, choice=choice))
+
+
+@dataclass(frozen=True)
+class LinkForm:
+    """What a decision page posted: its link's ``token``, the ``action`` (``view``,
+    ``approve``, ``reject``), the button's ``choice`` to focus, the ``note``, and the
+    decision's ``content`` beyond yes or no (:func:`form_content`)."""
+    token: str
+    action: str
+    choice: str
+    note: str | None
+    content: dict
+
+
+def read_form(handler: web.RequestHandler) -> LinkForm:
+    """The decision page's POST, read and checked (a 400 for an unknown action or arguments
+    that are not JSON): the one reading of it, for a user's server and the hub's service."""
+    action = handler.get_body_argument("action", "view")
+    if action not in ("view", "approve", "reject"):
+        raise web.HTTPError(400, "choose Approve or Reject")
+    return LinkForm(
+        token=handler.get_body_argument("token", ""), action=action,
+        choice=handler.get_body_argument("choice", ""),
+        note=handler.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None,
+        content=form_content(action, handler.get_body_argument("args", ""),
+                             handler.get_body_argument("args_shown", ""),
+                             handler.get_body_argument("message", "")))
 
 
 def form_content(action: str, args: str, args_shown: str, message: str) -> dict:
