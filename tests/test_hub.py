@@ -287,8 +287,8 @@ def test_a_link_she_addresses_to_herself_is_never_issued(hub, service_journal, s
                         "'bo@ana-inbox.test'})\nexcept dn.DurableError as exc:\n"
                         "    print(exc)\n")
     (line,) = out.strip().splitlines()
-    assert "only the role dnb_service_" in line and "sends notifications and decision " \
-        "links in this journal, not dnb_ana_" in line, line
+    assert "only the role dnb_service_" in line and "sends notifications, decision links " \
+        "and escalations in this journal, not dnb_ana_" in line, line
 
 
 def test_bo_approves_by_his_e_mailed_link_with_ana_s_server_stopped(hub, service_journal,

@@ -6,6 +6,8 @@ itself: tests/test_hub.py)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import durable_nb as dn
@@ -141,21 +143,174 @@ def test_the_hub_configuration_names_what_is_wrong(tmp_path):
             load_config(good)
 
 
-def test_rewriting_someone_else_s_run_to_list_herself_makes_her_its_starter(team,
-                                                                            monkeypatch):
+def _bo_parks(journals, monkeypatch, run_id: str, **approval) -> dict:
+    """bo's kernel (his role) parks run ``run_id`` asking "deploy" with ``approval``."""
+    monkeypatch.setenv("DURABLE_NB_USER", "bo")
+
+    def agent(ctx):
+        where = ctx.run("where", lambda: "prod")  # a step before it asks
+        return "deployed" if ctx.approval("deploy", {"to": where}, **approval).approved \
+            else "kept"
+
+    assert dn.execute(run_id, agent, journal=journals["bo"], on_approval="park") is None
+    return journals["bo"].get_run(run_id).pending_approval
+
+
+def _one_line(exc: BaseException) -> str:
+    (line,) = str(exc).splitlines()
+    return line
+
+
+def test_another_role_cannot_rewrite_someone_else_s_run_nor_vouch_for_it_by_a_copy(
+        team, monkeypatch):
+    """Review hole 2: ana's role could rewrite bo's run (clearing the approvers' list the
+    service checks) or show a copy of his request in a run of her own without the list;
+    with the hub's four-eyes off she then approved his run past his list."""
+    database, journals = team
+    config = HubConfig(roles=database.user_roles, four_eyes=False)
+    pending = _bo_parks(journals, monkeypatch, "b", approvers=["cy"])
+    record = journals["ana"].get_run("b")
+    record.pending_approval = dict(pending, approvers=None, four_eyes=False)
+    with pytest.raises(DatabaseError) as refused:
+        journals["ana"].put_run(record)
+    assert _one_line(refused.value).endswith(
+        f"refused: run b was started by the role {database.user_roles['bo']}: only that role "
+        f"and {database.service_role} (the durable-nb hub service) write or delete its record "
+        f"and steps, not {database.user_roles['ana']}")
+    assert journals["ana"].get_run("b").pending_approval["approvers"] == ["cy"]
+    # Her own run showing his request without its list: the service reads his run's own.
+    _park(journals["ana"], monkeypatch, "ana", "mine")
+    mine = journals["ana"].get_run("mine")
+    mine.pending_approval = dict(pending, run_id="b", approvers=None, four_eyes=False)
+    journals["ana"].put_run(mine)
+    with pytest.raises(dn.NotAllowedToDecide) as refused:
+        decide_as(journals["service"], config, "mine", user="ana", approved=True, note=None,
+                  via="hub inbox", request_id=pending["id"], digest=pending["digest"])
+    assert "only cy may decide" in _one_line(refused.value), refused.value
+    assert find_decision(journals["service"], "b", pending) is None
+    assert [e["by"] for e in journals["service"].events("b") if e["kind"] == "refused"] \
+        == ["ana"]
+
+
+def test_her_role_cannot_claim_an_escalation_and_its_approvers_are_the_request_s_own(
+        team, monkeypatch):
+    """Review hole 1: any role could insert a request's escalation claim naming herself,
+    and the escalation's approvers then decided."""
     database, journals = team
     config = HubConfig(roles=database.user_roles)
-    monkeypatch.setenv("DURABLE_NB_USER", "bo")
-    assert dn.execute("b", _drop("staging", []), journal=journals["bo"], on_approval="park",
-                      approvers=["cy"]) is None
-    record = journals["ana"].get_run("b")  # ana's role may write any run's record
-    record.pending_approval = dict(record.pending_approval, approvers=["ana"])
-    journals["ana"].put_run(record)
-    with pytest.raises(dn.NotAllowedToDecide, match="ana started the run"):
-        decide_as(journals["service"], config, "b", user="ana", approved=True, note=None,
-                  via="hub inbox", request_id=record.pending_approval["id"],
-                  digest=record.pending_approval["digest"])
-    assert find_decision(journals["ana"], "b", record.pending_approval) is None
+    pending = _bo_parks(journals, monkeypatch, "e", timeout=0.2, on_timeout="escalate",
+                        escalate_to=["cy"])
+    while time.time() <= pending["timeout_at"]:  # its first deadline passed
+        time.sleep(0.05)
+    claim = {"at": time.time(), "approvers": ["ana"], "timeout_at": time.time() + 3600,
+             "digest": pending["digest"]}
+    with pytest.raises(DatabaseError) as refused:
+        journals["ana"].add_delivery("e", f"{pending['id']}/escalation", claim)
+    assert _one_line(refused.value).endswith(
+        f"refused: only the role {database.service_role} (the durable-nb hub service) sends "
+        f"notifications, decision links and escalations in this journal, not "
+        f"{database.user_roles['ana']}")
+    # A claim the service made from a copy naming others still gives the request's own list.
+    assert journals["service"].add_delivery("e", f"{pending['id']}/escalation", claim)
+    with pytest.raises(dn.NotAllowedToDecide, match="only cy may decide"):
+        decide_as(journals["service"], config, "e", user="ana", approved=True, note=None,
+                  via="hub inbox", request_id=pending["id"], digest=pending["digest"])
+    assert find_decision(journals["service"], "e", pending) is None
+
+
+def test_a_run_whose_starter_the_database_does_not_know_is_refused_under_four_eyes(
+        team, monkeypatch, postgres_server):
+    """Review hole 3: the hub's four-eyes was skipped for a run whose creating role the
+    database did not record (one from before the hub's roles): it fails closed now."""
+    database, journals = team
+    config = HubConfig(roles=database.user_roles)
+    monkeypatch.setenv("DURABLE_NB_USER", "cy")  # what her kernel wrote
+    assert dn.execute("old", _drop("staging", []), journal=journals["ana"],
+                      on_approval="park") is None
+    pending = journals["ana"].get_run("old").pending_approval
+    s = database.schema
+    with postgres_server.connect() as conn:  # as a row written before the hub's migration
+        conn.execute(f"ALTER TABLE {s}.runs DISABLE TRIGGER runs_writer")
+        conn.execute(f"UPDATE {s}.runs SET created_by = NULL, written_by = NULL")
+        conn.execute(f"ALTER TABLE {s}.runs ENABLE TRIGGER runs_writer")
+    with pytest.raises(RefusedByHub) as refused:
+        decide_as(journals["service"], config, "old", user="ana", approved=True, note=None,
+                  via="hub inbox", request_id=pending["id"], digest=pending["digest"])
+    assert _one_line(refused.value) == (
+        "run 'old': 'drop database' was not decided: the database does not know who started "
+        "run 'old' (it predates the hub's roles), so four-eyes cannot be checked: the hub's "
+        "administrator decides it. Nothing was written.")
+    assert find_decision(journals["service"], "old", pending) is None
+    (event,) = journals["service"].events("old")
+    assert (event["kind"], event["by"]) == ("refused", "ana")
+
+
+def test_her_role_cannot_write_a_deadline_s_rejection_the_service_applies_deadlines(
+        team, monkeypatch):
+    """Review hole 4: any role could reject any run "by timeout", at any time."""
+    database, journals = team
+    pending = _bo_parks(journals, monkeypatch, "t", timeout=3600)
+    rejection = {"key": pending["key"], "digest": pending["digest"], "name": "deploy",
+                 "approved": False, "note": "no decision", "by": "timeout", "via": "timeout",
+                 "at": time.time()}
+    with pytest.raises(DatabaseError) as refused:
+        journals["ana"].add_request(f"decision.{pending['id']}", "t", rejection)
+    assert _one_line(refused.value).endswith(
+        f"refused: only the role {database.service_role} (the durable-nb hub service) writes "
+        f"decisions in this journal, not {database.user_roles['ana']}: decide through the "
+        f"service")
+    assert find_decision(journals["service"], "t", pending) is None
+    # Past its deadline, the service's sweep applies it (and no user's first sweep tries).
+    from durable_nb.approvals.tick import tick
+    short = _bo_parks(journals, monkeypatch, "t2", timeout=0.2)
+    while time.time() <= short["timeout_at"]:
+        time.sleep(0.05)
+    assert tick(journals["service"]).applied == {"t2": "decided"}
+    assert find_decision(journals["bo"], "t2", short)["by"] == "timeout"
+
+
+def test_no_user_role_erases_a_decision_or_a_history(team, monkeypatch):
+    """Review hole 5: DELETE by any user role erased undecided decisions and histories."""
+    import psycopg
+
+    database, journals = team
+    config = HubConfig(roles=database.user_roles)
+    pending = _bo_parks(journals, monkeypatch, "d")
+    decide_as(journals["service"], config, "d", user="cy", approved=False, note=None,
+              via="hub inbox", request_id=pending["id"], digest=pending["digest"])
+    s = database.schema
+    for who in ("ana", "bo"):  # bo, whose run it is, too: the decision is cy's
+        with psycopg.connect(database.urls[who].split("?")[0], autocommit=True) as conn:
+            for table in ("requests", "deliveries", "runs", "steps"):
+                if who == "bo" and table in ("runs", "steps"):
+                    continue  # his own run's rows: deleting them cascades to the above
+                with pytest.raises(psycopg.Error) as refused:
+                    conn.execute(f"DELETE FROM {s}.{table} WHERE run_id = 'd'")
+                assert refused.value.sqlstate == "42501", (who, table)
+    assert journals["service"].count_steps("d") == 1
+    with pytest.raises(DatabaseError) as refused:
+        dn.delete("d", journal=journals["bo"])
+    assert "refused: only the role" in _one_line(refused.value)
+    assert find_decision(journals["service"], "d", pending)["by"] == "cy"
+    assert [e["kind"] for e in journals["service"].events("d")] == ["decided"]
+
+
+def test_a_user_s_first_sweep_is_left_to_the_service(team, monkeypatch, caplog):
+    """A kernel opening a hub's journal starts no sweep of its own (it used to try, and
+    wrote deadlines' rejections of other people's runs; now the database would refuse)."""
+    from durable_nb.notify.delivery import drain
+    from durable_nb.notify.start import sweep_once_in_background
+
+    database, journals = team
+    pending = _bo_parks(journals, monkeypatch, "s", timeout=0.2)
+    while time.time() <= pending["timeout_at"]:
+        time.sleep(0.05)
+    caplog.set_level("DEBUG", logger="durable_nb")
+    sweep_once_in_background(journals["ana"])
+    assert drain(60)
+    assert find_decision(journals["service"], "s", pending) is None
+    assert journals["service"].events("s") == []
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
 
 
 def test_a_link_decides_with_what_was_typed_on_its_page(team, monkeypatch):

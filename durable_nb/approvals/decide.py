@@ -121,6 +121,12 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
     if vetted is not None:
         pending = vetted(pending)
     deadline = deadline_of(pending)
+    if via == "timeout" and (deadline is None or approved and (
+            pending.get("on_timeout") != "approve" or pending.get("escalation"))):
+        # A deadline decides as the asking run's own record says (not a parent's copy).
+        raise NoPendingApproval(f"run {run_id!r}: {pending.get('name')!r} has no deadline "
+                                f"whose policy {'approves' if approved else 'decides'} it. "
+                                f"Nothing was decided.")
     if via != "timeout" and deadline is not None and now >= deadline \
             and find_decision(journal, target, pending) is None:  # (else: decided already)
         raise NoPendingApproval(
@@ -187,7 +193,8 @@ def _leave(journal: Journal, target: str, pending: dict, *, approved: bool, note
     decision = {"key": pending.get("key"), "digest": pending_digest(pending),
                 "name": pending.get("name"), "approved": approved, "note": note, "by": by,
                 "via": via, "at": time.time(), **content}
-    elsewhere = decided_elsewhere(journal, target, pending, decision, replace=replace)
+    elsewhere = decided_elsewhere(journal, target, pending, decision, replace=replace,
+                                  signed_in=signed_in)
     if elsewhere is not None:  # on a hub: the service decided, as the hub user
         return elsewhere
     refused = refusal(target, pending, by, via, signed_in=signed_in)

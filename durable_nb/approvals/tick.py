@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from ..errors import DecisionExists, DurableError, NoPendingApproval
 from ..journal import Journal, RunRecord, Status, this_host
 from ..timestamps import format_time
+from .authority import deadline_elsewhere
 from .decide import decide
 from .history import record_event
 from .policy import deadline_of, escalation_key, next_due
@@ -141,6 +142,9 @@ def apply_deadline(journal: Journal, run_id: str, pending: dict, *,
     decided = find_decision(journal, run_id, pending)
     if decided is not None:
         return "decided", decided
+    handed = deadline_elsewhere(journal, run_id, pending)  # on a hub: the service's to apply
+    if handed is not None:
+        return None if handed[1] is None else (handed[0], handed[1])
     policy = pending.get("on_timeout") or "reject"
     if policy == "escalate" and not pending.get("escalation"):
         return "escalated", _escalate(journal, run_id, pending, now)

@@ -85,10 +85,14 @@ def link_decision(journal: Journal, config: HubConfig, token: str, *, user: str,
         why = (f"This link was sent to {sent_to(link)}"
                f"{f', which is {recipient}' if recipient else ', no user of this hub'}; you "
                f"are signed in as {user}. Nothing was decided.")
-        record_event(journal, run_id, "link_refused", f"decision link sent to "
-                     f"{sent_to(link)} refused: opened by {user}", request=link.get("request"),
-                     digest=link.get("digest"), name=link.get("name"), to=link.get("to"),
-                     by=user, reason="not the recipient")
+        # Once per link and person: viewing it again does not grow the journal.
+        if journal.add_delivery(run_id, f"{key}/refused/not-recipient/{user}",
+                                {"kind": "refusal", "at": time.time()}):
+            record_event(journal, run_id, "link_refused", f"decision link sent to "
+                         f"{sent_to(link)} refused: opened by {user}",
+                         request=link.get("request"), digest=link.get("digest"),
+                         name=link.get("name"), to=link.get("to"), by=user,
+                         reason="not the recipient")
         return LinkOutcome("refused", 403, why, link, run=outcome.run)
     if approved is None:
         return outcome

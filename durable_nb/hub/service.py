@@ -48,7 +48,7 @@ from ..journal import Journal, Status, open_journal
 from ..notify.config import NotifyConfig
 from ..notify.start import for_directory
 from .config import HubConfig, load_config
-from .decide import decide_as, starters
+from .decide import decide_as, own_request, starters
 from .links import link_decision, start_sweeping
 
 __all__ = ["make_app", "main"]
@@ -185,7 +185,8 @@ class ApiDecideHandler(_Base):
                                  via=via, request_id=body.get("request"),
                                  digest=str(body.get("digest") or ""),
                                  replace=bool(body.get("replace")), args=body.get("args"),
-                                 message=body.get("message"))
+                                 message=body.get("message"),
+                                 signed_in=body.get("signed_in") is not False)
         except ValueError as exc:
             self.set_status(400)
             self.finish({"why": str(exc)})
@@ -207,11 +208,16 @@ class ApiDecideHandler(_Base):
     def deadline(self, run_id: str) -> None:
         """A run's deadline passed, its process says: the service applies the request's
         policy if it did (:func:`~durable_nb.approvals.tick.apply_deadline`), as the
-        one writer of decisions."""
-        pending = self.journal.get_run(run_id).pending_approval
+        one writer of decisions and escalations, with the request as the run that asked
+        holds it (:func:`~durable_nb.hub.decide.own_request`). Answers the decision, or
+        the request as escalated (``escalated``)."""
+        shown = self.journal.get_run(run_id).pending_approval
+        pending = None if shown is None else own_request(self.journal, shown, run_id)
         applied = None if pending is None else apply_deadline(
-            self.journal, pending.get("run_id", run_id), pending)
-        if applied is None or applied[0] != "decided":
+            self.journal, pending["run_id"], pending)
+        if applied is not None and applied[0] == "escalated":
+            self.finish({"escalated": applied[1]})
+        elif applied is None:
             self.set_status(409)
             self.finish({"why": f"run {run_id!r} has no request past its deadline"})
         elif applied[1].get("via") != "timeout":  # a person was first

@@ -138,6 +138,8 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
                 key text NOT NULL, value text NOT NULL, PRIMARY KEY (run_id, key))""",
         ]),
         ("decisions written by the decider role", _decider_migration(s)),
+        ("hub: runs their creator's, deadlines the decider's, nothing erased",
+         _owner_migration(s)),
     ]
 
 
@@ -252,6 +254,153 @@ def _decider_migration(s: str) -> list[str]:
             END
             $fn$""",
         f"""CREATE TRIGGER deliveries_decider BEFORE INSERT OR UPDATE ON {s}.deliveries
+            FOR EACH ROW EXECUTE PROCEDURE {s}.guard_delivery()""",
+    ]
+
+
+def _owner_migration(s: str) -> list[str]:
+    """Once a decider is named, what governs a decision is out of every user role's reach
+    (closing what review found in :func:`_decider_migration`):
+
+    - a run's row (its record, with the request's approvers' list and four-eyes) is written
+      and deleted only by the role that created it, and its steps are written and deleted only
+      by that role: another user cannot clear the policy a request of someone else's run is
+      checked against, nor rewrite its past;
+    - only the decider writes a decision of any kind, a deadline's rejection too, and claims
+      an escalation (whose approvers then decide): the service is the team's one sweeper;
+    - nothing a user role deletes erases a decision or a history: no role but the decider
+      deletes a delivery (history, links, claims) or a decision the run has not taken; a
+      run's creator may delete a decision its run took (a re-run from a step drops it),
+      whose approval step and history events tell it.
+
+    A run whose creator the database does not know (one from before
+    :func:`_decider_migration`) is written only by the decider. Without a decider nothing
+    is checked, as before."""
+    decider = (f"SELECT value::json ->> 'role' INTO decider FROM {s}.meta "
+               f"WHERE key = 'decider'")
+    not_decider = "decider IS NOT NULL AND NOT pg_has_role(session_user, decider, 'MEMBER')"
+
+    def refuse(what: str, *args: str) -> str:
+        text = what.replace("'", "''")
+        return (f"RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege', MESSAGE = "
+                f"format('{text}', {', '.join(args)})")
+
+    not_owner = refuse("run %s was started by the role %s: only that role and %s (the "
+                       "durable-nb hub service) write or delete its record and steps, not %s",
+                       "run", "coalesce(owner, 'unknown')", "decider", "session_user")
+    return [
+        f"""CREATE OR REPLACE FUNCTION {s}.run_writer() RETURNS trigger LANGUAGE plpgsql
+            AS $fn$
+            DECLARE
+                decider text;
+                run text := OLD.run_id;
+                owner text := OLD.created_by;
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    NEW.created_by := session_user;
+                    NEW.written_by := session_user;
+                    RETURN NEW;
+                END IF;
+                {decider};
+                IF {not_decider} AND owner IS DISTINCT FROM session_user THEN
+                    {not_owner};
+                END IF;
+                IF TG_OP = 'DELETE' THEN
+                    RETURN OLD;
+                END IF;
+                NEW.created_by := OLD.created_by;
+                NEW.written_by := CASE WHEN NEW.record IS DISTINCT FROM OLD.record
+                                  THEN session_user ELSE OLD.written_by END;
+                RETURN NEW;
+            END
+            $fn$""",
+        f"""CREATE TRIGGER runs_owner BEFORE DELETE ON {s}.runs
+            FOR EACH ROW EXECUTE PROCEDURE {s}.run_writer()""",
+        # A step is its run's creator's to write or delete; a run with no row yet (its first
+        # append writes it) has nothing to protect.
+        f"""CREATE FUNCTION {s}.guard_run_steps() RETURNS trigger LANGUAGE plpgsql AS $fn$
+            DECLARE
+                decider text;
+                run text := CASE WHEN TG_OP = 'DELETE' THEN OLD.run_id ELSE NEW.run_id END;
+                owner text;
+            BEGIN
+                {decider};
+                IF {not_decider} THEN
+                    SELECT created_by INTO owner FROM {s}.runs WHERE run_id = run;
+                    IF FOUND AND owner IS DISTINCT FROM session_user THEN
+                        {not_owner};
+                    END IF;
+                END IF;
+                RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+            END
+            $fn$""",
+        f"""CREATE TRIGGER steps_owner BEFORE INSERT OR UPDATE OR DELETE ON {s}.steps
+            FOR EACH ROW EXECUTE PROCEDURE {s}.guard_run_steps()""",
+        f"""CREATE OR REPLACE FUNCTION {s}.guard_decision() RETURNS trigger
+            LANGUAGE plpgsql AS $fn$
+            DECLARE
+                decider text;
+            BEGIN
+                IF TG_OP = 'DELETE' THEN
+                    IF OLD.kind NOT LIKE 'decision%' THEN
+                        RETURN OLD;
+                    END IF;
+                    {decider};
+                    IF NOT ({not_decider}) OR (OLD.value::jsonb ->> 'taken_at' IS NOT NULL
+                            AND EXISTS (SELECT 1 FROM {s}.runs WHERE run_id = OLD.run_id
+                                        AND created_by = session_user)) THEN
+                        RETURN OLD;  -- a decision its run took, deleted by the run's creator
+                    END IF;
+                    {refuse("only the role %s (the durable-nb hub service) deletes a "
+                            "decision its run has not taken, not %s", "decider",
+                            "session_user")};
+                END IF;
+                IF NEW.kind NOT LIKE 'decision%' AND
+                        (TG_OP = 'INSERT' OR OLD.kind NOT LIKE 'decision%') THEN
+                    RETURN NEW;
+                END IF;
+                {decider};
+                IF NOT ({not_decider}) THEN
+                    RETURN NEW;
+                END IF;
+                IF TG_OP = 'UPDATE' AND OLD.kind = NEW.kind AND OLD.run_id = NEW.run_id
+                        AND OLD.value::jsonb ->> 'taken_at' IS NULL
+                        AND NEW.value::jsonb - 'taken_at' = OLD.value::jsonb - 'taken_at' THEN
+                    RETURN NEW;  -- the run takes the decision the decider wrote
+                END IF;
+                {refuse("only the role %s (the durable-nb hub service) writes decisions in "
+                        "this journal, not %s: decide through the service",
+                        "decider", "session_user")};
+            END
+            $fn$""",
+        f"""CREATE TRIGGER requests_delete BEFORE DELETE ON {s}.requests
+            FOR EACH ROW EXECUTE PROCEDURE {s}.guard_decision()""",
+        # Everyone adds to a run's history; everything else in this store (links, claims
+        # of notifications and escalations) is the decider's, and nothing here is deleted
+        # but by it.
+        f"""CREATE OR REPLACE FUNCTION {s}.guard_delivery() RETURNS trigger
+            LANGUAGE plpgsql AS $fn$
+            DECLARE
+                decider text;
+            BEGIN
+                IF TG_OP = 'INSERT' AND NEW.key LIKE 'history/%' THEN
+                    RETURN NEW;
+                END IF;
+                {decider};
+                IF NOT ({not_decider}) THEN
+                    RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+                END IF;
+                IF TG_OP = 'DELETE' THEN
+                    {refuse("only the role %s (the durable-nb hub service) deletes a run's "
+                            "history, links and notifications, not %s", "decider",
+                            "session_user")};
+                END IF;
+                {refuse("only the role %s (the durable-nb hub service) sends notifications, "
+                        "decision links and escalations in this journal, not %s", "decider",
+                        "session_user")};
+            END
+            $fn$""",
+        f"""CREATE TRIGGER deliveries_delete BEFORE DELETE ON {s}.deliveries
             FOR EACH ROW EXECUTE PROCEDURE {s}.guard_delivery()""",
     ]
 

@@ -53,7 +53,8 @@ def sweep_once_in_background(journal: Journal, exclude: str | None = None) -> No
     due and send, with the journal's channels (:func:`for_journal`) as each run chose
     them, what is due or lapsed (:func:`~durable_nb.notify.delivery.sweep`), but for the
     run ``exclude`` (the one this process starts, which notifies with its own
-    ``notify=``)."""
+    ``notify=``). Not on a hub's journal (one that names a decider role this process is
+    not): the hub's service is its one sweeper."""
     if journal.read_only:
         return
     with _swept_lock:
@@ -63,8 +64,13 @@ def sweep_once_in_background(journal: Journal, exclude: str | None = None) -> No
 
     # Waited for at a normal exit, like the run's own deliveries (a message sent is a
     # message recorded; the next process that opens the journal sends what was left).
-    in_background(lambda: sweep(journal, for_journal(journal), exclude=exclude),
-                  name="durable-nb-notify-sweep")
+    def first_sweep() -> None:
+        decider, is_decider, _ = journal.decision_authority()
+        if decider is not None and not is_decider:
+            return  # a hub's journal: its service alone sweeps (the database refuses us)
+        sweep(journal, for_journal(journal), exclude=exclude)
+
+    in_background(first_sweep, name="durable-nb-notify-sweep")
 
 
 def _mtime(path: Any) -> float | None:
