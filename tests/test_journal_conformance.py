@@ -884,7 +884,8 @@ def test_postgres_migrations_are_applied_once_in_order(pg_backend: Backend):
         "SELECT proname FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY proname",
         (f'"{pg_backend.schema}"',))
     assert functions == [("append_step",), ("guard_approval_step",), ("guard_decision",),
-                         ("guard_delivery",), ("put_run",), ("run_status",), ("run_writer",)]
+                         ("guard_delivery",), ("guard_run_steps",), ("put_run",), ("run_status",),
+                         ("run_writer",)]
 
 
 @pytest.mark.postgres
