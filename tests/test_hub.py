@@ -352,6 +352,101 @@ def test_a_deadline_s_approval_in_her_run_is_written_by_the_service(hub, service
     assert (event["by"], event["via"]) == ("timeout", "timeout")
 
 
+def test_a_deadline_s_rejection_in_her_run_is_written_by_the_service(hub, service_journal):
+    """Under a hub only the service applies deadlines (review hole 4): her waiting run asks
+    it when the deadline passes, and goes on rejected."""
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token,
+                        "import durable_nb as dn\n"
+                        "def agent(ctx):\n"
+                        "    decision = ctx.approval('deploy', {}, timeout=1)\n"
+                        "    return f'{decision.approved} {decision.by}'\n"
+                        "print(dn.execute('deadline-reject', agent))\n")
+    assert out.strip() == "False timeout", out
+    events = service_journal.events("deadline-reject")
+    assert [(e["kind"], e["by"]) for e in events] == [("decided", "timeout"),
+                                                      ("timed_out", "timeout")]
+
+
+def _park_as_bo(hub, run_id: str) -> dict:
+    """bo's run, parked with his database role (no server of his needed)."""
+    import durable_nb as dn
+
+    journal = hub.database.journal("bo")
+    try:
+        def agent(ctx):
+            return "deployed" if ctx.approval("deploy", {"to": "prod"}).approved else "kept"
+
+        assert dn.execute(run_id, agent, journal=journal, on_approval="park") is None
+        return journal.get_run(run_id).pending_approval
+    finally:
+        journal.dispose()
+
+
+def test_a_link_nobody_signed_in_to_decides_nothing_through_her_server(hub,
+                                                                       service_journal):
+    """Review hole 6: a decision by a link that does not say who clicked it (a channel's),
+    handed to the service by her server, was written as ana signed in; the service now
+    applies the rule for such links (four-eyes holds on this hub: they must sign in)."""
+    pending = _park_as_bo(hub, "shared-link")
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token, (
+        "import durable_nb as dn\n"
+        "from durable_nb.approvals.decide import decide\n"
+        "try:\n"
+        f"    decide(dn.open_journal(), 'shared-link', request_id={pending['id']!r}, "
+        f"digest={pending['digest']!r}, approved=True, by='#ops', via='link', "
+        "signed_in=False)\n"
+        "except dn.DurableError as exc:\n    print(exc)\n"))
+    (line,) = out.strip().splitlines()
+    assert line == ("run 'shared-link': 'deploy' was not decided: a link sent to ana does "
+                    "not say who clicked it, and four-eyes applies: sign in to Jupyter and "
+                    "decide there. Nothing was written."), line
+    assert find_decision(service_journal, "shared-link", pending) is None
+    (event,) = _refusals(service_journal, "shared-link")
+    assert (event["by"], event["via"]) == ("ana", "link on the hub")
+
+
+def test_her_panel_goes_on_when_bo_approves_in_the_service(hub, service_journal):
+    """The happy path seen in her notebook: the cell parks, its panel's watcher waits; bo
+    approves through the service; the panel's run resumes and shows DONE."""
+    approved: list[dict] = []
+
+    def bo_approves_once_it_waits() -> None:
+        while True:  # the cell below ends (and the test with it) only once this approves
+            record = service_journal.find_run("widget")
+            if record is not None and record.pending_approval:
+                break
+            time.sleep(0.2)
+        pending = record.pending_approval
+        request = urllib.request.Request(
+            hub.service_url + "api/decide", method="POST",
+            data=json.dumps({"run_id": "widget", "request": pending["id"],
+                             "digest": pending["digest"], "approved": True,
+                             "via": "test"}).encode(),
+            headers={"Authorization": f"token {hub.token('bo')}",
+                     "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            approved.append(json.loads(response.read())["decision"])
+
+    deciding = threading.Thread(target=bo_approves_once_it_waits, daemon=True)
+    deciding.start()
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token, _AGENT.format(run="unused")
+                        .split("print(")[0] + (
+        "import time\n"
+        "from durable_nb import Status\n"
+        "from durable_nb.journal import open_journal\n"
+        "from durable_nb.notebook.session import NotebookRun\n"
+        "from durable_nb.options import RunOptions\n"
+        "cell = NotebookRun('widget', agent, RunOptions(on_approval='park', four_eyes=True), "
+        "open_journal())\n"
+        "print(cell.start().status.name)\n"
+        "while cell.panel.record.status is not Status.DONE:  # its watcher resumes it\n"
+        "    time.sleep(0.2)\n"
+        "print(cell.panel.record.status.name, cell.panel.record.result)\n"))
+    deciding.join(timeout=60)
+    assert out.strip().splitlines() == ["WAITING_APPROVAL", "DONE dropped staging"], out
+    assert [(d["by"], d["via"]) for d in approved] == [("bo", "test on the hub")]
+
+
 def test_users_servers_leave_the_team_s_sweep_to_the_service(hub):
     """One sweep per journal for the team: each user's server, told where the service is,
     starts no sweeper of its own (it would only be refused by the database)."""

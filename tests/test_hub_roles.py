@@ -335,3 +335,26 @@ def test_a_link_decides_with_what_was_typed_on_its_page(team, monkeypatch):
     decision = find_decision(service, "r", pending)
     assert (decision["by"], decision["approved"], decision["message"]) == (
         "bo", False, "Denied: drop the staging copy instead")
+
+
+def test_a_link_viewed_by_someone_else_is_recorded_once_per_person(team, monkeypatch):
+    """A non-recipient viewing a link again and again records one ``link_refused`` event
+    (per link and person), not one per view: the history is bounded."""
+    from durable_nb.approvals.links import issue_links
+    from durable_nb.hub.links import link_decision
+    from durable_nb.notify.config import LinksConfig
+
+    database, journals = team
+    config = HubConfig(roles=database.user_roles, emails={"bo": "bo@example.org"})
+    pending = _park(journals["ana"], monkeypatch, "ana")
+    service = journals["service"]
+    ((_, url),), _ = issue_links(service, "r", pending, channel="email",
+                                 recipients=["bo@example.org"],
+                                 config=LinksConfig(base_url="https://hub.example.org/s/"),
+                                 delivery="r/test")
+    token = url.split("#", 1)[1]
+    for user in ("ana", "ana", "ana", "cy", "cy"):
+        outcome = link_decision(service, config, token, user=user, approved=None)
+        assert (outcome.kind, outcome.status) == ("refused", 403)
+    refused = [e for e in service.events("r") if e["kind"] == "link_refused"]
+    assert [e["by"] for e in refused] == ["ana", "cy"]
