@@ -6,9 +6,10 @@ as the threat model's "advisory" wording says. On a hub set up as the deployment
 describes, three parts hold the rule:
 
 - the **database** (:mod:`durable_nb.journal.pg_schema`'s last migration, the grants of
-  :func:`~durable_nb.hub.roles.grant_statements`): only the decider role writes a decision;
-  the users' roles park, read, resume and take decisions, and record which role started and
-  last wrote each run;
+  :meth:`~durable_nb.journal.PostgresJournal.become_decider`): only the decider role writes
+  a decision (a deadline's too), claims an escalation or a notification, and deletes a
+  decision or a history; the users' roles park, read, resume and take decisions, each
+  writing only the runs it created (the database records which role that is);
 - the **service** (:mod:`durable_nb.hub.service`), started by the hub at
   ``/services/durable-nb/`` and logging in as the decider role: it decides as the hub user
   the hub's OAuth or a hub API token names, with the starter read from the database and the
