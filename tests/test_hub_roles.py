@@ -296,8 +296,12 @@ def test_no_user_role_erases_a_decision_or_a_history(team, monkeypatch):
 
 
 def test_a_user_s_first_sweep_is_left_to_the_service(team, monkeypatch, caplog):
-    """A kernel opening a hub's journal starts no sweep of its own (it used to try, and
-    wrote deadlines' rejections of other people's runs; now the database would refuse)."""
+    """A kernel opening a hub's journal starts no sweep of its own: it used to try, and
+    wrote deadlines' rejections of other people's runs; now it neither writes nor asks the
+    service (a loopback receiver standing in for it hears nothing)."""
+    import http.server
+    import threading
+
     from durable_nb.notify.delivery import drain
     from durable_nb.notify.start import sweep_once_in_background
 
@@ -305,9 +309,29 @@ def test_a_user_s_first_sweep_is_left_to_the_service(team, monkeypatch, caplog):
     pending = _bo_parks(journals, monkeypatch, "s", timeout=0.2)
     while time.time() <= pending["timeout_at"]:
         time.sleep(0.05)
-    caplog.set_level("DEBUG", logger="durable_nb")
-    sweep_once_in_background(journals["ana"])
-    assert drain(60)
+    asked: list[str] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            asked.append(self.path)
+            self.send_response(409)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    receiver = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv(SERVICE_VARIABLE, f"http://127.0.0.1:{receiver.server_port}/")
+        monkeypatch.setenv(TOKEN_VARIABLE, "ana-token")
+        caplog.set_level("DEBUG", logger="durable_nb")
+        sweep_once_in_background(journals["ana"])
+        assert drain(60)
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
+    assert asked == []
     assert find_decision(journals["service"], "s", pending) is None
     assert journals["service"].events("s") == []
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
