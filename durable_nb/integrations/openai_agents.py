@@ -186,11 +186,12 @@ class DurableMCPServer(MCPServer):
                 for t in await self._server.list_tools(run_context, agent)]
         described = {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in live}
 
-        async def listed(inputs: Any) -> list[dict[str, Any]]:
+        async def listed() -> list[dict[str, Any]]:
             return live
 
-        journaled = await self._ctx.run_async(f"tools/list {self.name}", listed,
-                                              {"server": self.name, "tools": described})
+        journaled = await self._ctx._ex.step_async(
+            "run", f"tools/list {self.name}", listed,
+            inputs={"server": self.name, "tools": described})
         return [MCPTool.model_validate(t) for t in journaled]
 
     async def call_tool(self, tool_name: str, arguments: dict[str, Any] | None,

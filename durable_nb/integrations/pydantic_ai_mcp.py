@@ -123,11 +123,12 @@ class JournaledMCPToolset(WrapperToolset[Any]):
         described = {name: {k: v for k, v in d.items() if k != "name"}
                      for name, d in dumped.items()}
 
-        async def listed(inputs: Any) -> dict[str, Any]:
+        async def listed() -> dict[str, Any]:
             return dumped
 
-        journaled = await self.ctx.run_async(f"tools/list {self.journal_name}", listed,
-                                             {"server": self.journal_name, "tools": described})
+        journaled = await self.ctx._ex.step_async(
+            "run", f"tools/list {self.journal_name}", listed,
+            inputs={"server": self.journal_name, "tools": described})
         return _TOOL_DEFINITIONS.validate_python(journaled)
 
     # -- calls ------------------------------------------------------------------------------
