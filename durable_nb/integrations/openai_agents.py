@@ -39,6 +39,9 @@ is ``Runner.run(agent, input)`` with these guarantees:
   ``ctx.run_async`` step named after the tool, its step id sent in ``_meta`` under
   ``durable-nb/step-id`` (with the SDK's own ``tool_meta_resolver`` entries). The server's
   ``require_approval`` asks through ``ctx.approval`` like any tool's ``needs_approval``.
+  A server's questions (elicitation) are not asked: the SDK (0.24) opens its
+  ``mcp.ClientSession`` without an ``elicitation_callback`` and takes none to pass on, so the
+  session does not declare the capability and a server refuses a call that would ask.
 - **Refused** with :class:`~durable_nb.errors.NotJournaled`, before anything runs: an agent
   given a ``Model`` object (name a model instead: durable_nb provides it), tools other than
   function tools (shell, computer, apply-patch: they act outside a step), and ``session=``

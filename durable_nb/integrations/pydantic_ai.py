@@ -37,6 +37,11 @@ is ``agent.run(prompt)`` with these guarantees, through Pydantic AI's public ext
   arguments, checked against the tool's schema) or ``ToolDenied`` (with their message).
   Calls deferred for external execution are left to the caller: the result with them is
   returned.
+- **MCP toolsets** (``MCPToolset``, ``pip install "pydantic-ai-slim[mcp]"``): each server's
+  tool list is a journaled step compared on replay, each call a step with its step id in
+  ``_meta``, ``needs_approval=`` asks before the matching tools' calls, and the server's
+  questions (elicitation) are asked as the run's requests
+  (:mod:`durable_nb.integrations.pydantic_ai_mcp`).
 
 For ``agent.run_stream`` / ``agent.iter``, pass ``model=durable_model(ctx, name)`` (an
 OpenAI-compatible model) or ``JournaledModelRequests(ctx)`` (any model) with
