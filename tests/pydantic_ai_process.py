@@ -119,20 +119,26 @@ def anthropic_child(journal_dir: str, url: str, workdir: str, run_id: str,
 MCP_SERVER = Path(__file__).with_name("mcp_server.py")
 
 
-def mcp_toolset(count_dir: Path, url: str | None = None, **env: str) -> Any:
+def mcp_toolset(count_dir: Path, url: str | None = None, *, legacy: bool = False,
+                **env: str) -> Any:
     """Pydantic AI's ``MCPToolset`` (id ``tests``) for the tests' MCP server
-    (tests/mcp_server.py) over stdio, or at the streamable-HTTP ``url``."""
+    (tests/mcp_server.py) over stdio, or at the streamable-HTTP ``url``. ``legacy``: the
+    client speaks the handshake-era protocol (a server's question then comes as a request of
+    its own, not inside the call's result)."""
     import sys
 
+    from fastmcp import Client
     from fastmcp.client.transports import StdioTransport
     from pydantic_ai.mcp import MCPToolset
 
     if url is not None:
         return MCPToolset(url, id="tests")
-    return MCPToolset(StdioTransport(command=sys.executable,
-                                     args=[str(MCP_SERVER), str(count_dir), "stdio"],
-                                     env={**os.environ, **env} if env else None),
-                        id="tests")
+    transport = StdioTransport(command=sys.executable,
+                               args=[str(MCP_SERVER), str(count_dir), "stdio"],
+                               env={**os.environ, **env} if env else None)
+    if legacy:
+        return MCPToolset(Client(transport, mode="legacy"), id="tests")
+    return MCPToolset(transport, id="tests")
 
 
 def mcp_child(journal_dir: str, url: str, workdir: str, run_id: str,

@@ -35,8 +35,8 @@ from tests.test_mcp import calls, count_dir, http_server  # noqa: E402,F401 - fi
 
 def toolset_for(transport: str, count_dir: Path, request: pytest.FixtureRequest,
                 **env: str) -> Any:
-    if transport == "stdio":
-        return mcp_toolset(count_dir, **env)
+    if transport in ("stdio", "stdio-legacy"):
+        return mcp_toolset(count_dir, legacy=transport == "stdio-legacy", **env)
     return mcp_toolset(count_dir, request.getfixturevalue("http_server"))
 
 
@@ -111,7 +111,7 @@ def test_a_tool_matching_needs_approval_parks_and_gets_the_decision(decision, co
         assert told["content"] == "Denied: not prod"
 
 
-@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("transport", ["stdio", "http", "stdio-legacy"])
 def test_a_servers_question_parks_the_run_and_the_resumed_call_gets_the_journaled_answer(
         transport, count_dir, journal, request):
     agent = Agent(name="ops", toolsets=[toolset_for(transport, count_dir, request)])
@@ -191,3 +191,28 @@ def test_sigkill_during_a_call_sends_it_again_with_the_same_step_id(tmp_path):
     sent = calls(count_dir, "slow")
     slow = step_key(durable_nb.DiskJournal(journal), "pai-kill-during", "slow")
     assert [c["step_id"] for c in sent] == [f"pai-kill-during:{slow}"] * 2
+
+
+def test_an_agent_with_a_model_of_another_provider_journals_its_mcp_calls_too(count_dir,
+                                                                             journal):
+    """The same wrapping under Pydantic AI's durability API (a model that is not
+    OpenAI-compatible: each request a ``model`` step)."""
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def model(messages: list, info: Any) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("count", {"label": "a"})])
+        return ModelResponse(parts=[TextPart("Counted.")])
+
+    agent = Agent(FunctionModel(model), name="ops", toolsets=[mcp_toolset(count_dir)])
+
+    async def handler(ctx: Any) -> Any:
+        return (await run(ctx, agent, "Count.")).output
+
+    runs = [durable_nb.execute("pai-function", handler, journal=journal) for _ in range(2)]
+
+    assert runs == ["Counted."] * 2
+    count = step_key(journal, "pai-function", "count")
+    assert [c["step_id"] for c in calls(count_dir, "count")] == [f"pai-function:{count}"]
+    assert [e.kind for e in journal.steps("pai-function")].count("model") == 2

@@ -50,6 +50,8 @@ from ..mcp.tools import STEP_ID_META_KEY, NeedsApproval, approval_test
 __all__ = ["JournaledMCPToolset", "journaled_mcp_toolsets"]
 
 _TOOL_DEFINITIONS = TypeAdapter(dict[str, ToolDefinition])
+# The fields of a ToolDefinition that come from the server's description of the tool.
+_SERVER_FIELDS = ("description", "parameters_json_schema", "return_schema", "metadata")
 
 
 class _Call:
@@ -119,8 +121,10 @@ class JournaledMCPToolset(WrapperToolset[Any]):
     async def _journaled_list(self, ctx: Any) -> dict[str, ToolDefinition]:
         live = {name: tool.tool_def for name, tool in (await self.wrapped.get_tools(ctx)).items()}
         dumped = _TOOL_DEFINITIONS.dump_python(live, mode="json", exclude_none=True)
-        # Keyed by name, so that a change reads "tools.extra was added".
-        described = {name: {k: v for k, v in d.items() if k != "name"}
+        # What the server said of each tool (not the fields Pydantic AI adds, which another
+        # version of it may add otherwise), keyed by name, so that a change reads
+        # "tools.extra was added".
+        described = {name: {k: d[k] for k in _SERVER_FIELDS if k in d}
                      for name, d in dumped.items()}
 
         async def listed() -> dict[str, Any]:
