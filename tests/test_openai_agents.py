@@ -418,3 +418,33 @@ def test_a_servers_question_under_the_agents_sdk_is_refused_by_the_sdk_not_asked
     assert told == "An error occurred while running the tool. Please try again."
     assert calls(count_dir, "book") == []
     assert [e for e in journal.steps("sdk-ask") if e.kind == "approval"] == []
+
+
+def test_an_mcp_server_whose_tools_changed_stops_the_replay_in_one_line(tmp_path, journal):
+    import os
+    import sys
+
+    from agents.mcp import MCPServerStdio
+
+    from tests.test_mcp import SERVER
+
+    def handler_for(**env: str):
+        async def handler(ctx):
+            params = {"command": sys.executable, "args": [str(SERVER), str(tmp_path), "stdio"],
+                      "env": {**os.environ, **env}}
+            async with MCPServerStdio(params, name="tests") as server:
+                agent = Agent(name="ops", model="loopback-1", mcp_servers=[server])
+                return (await run(ctx, agent, "Anything?")).final_output
+        return handler
+
+    with LoopbackServer(["Nothing to do."]) as model:
+        client = openai.AsyncOpenAI(base_url=model.url, api_key="x", max_retries=0)
+        assert durable_nb.execute("sdk-changed", handler_for(), journal=journal,
+                                  client=client) == "Nothing to do."
+        with pytest.raises(InputChanged) as raised:
+            durable_nb.execute("sdk-changed", handler_for(MCP_TEST_EXTRA_TOOL="1"),
+                               journal=journal, client=client)
+
+    message = str(raised.value)
+    assert "run 'tools/list tests': tools.extra was added" in message
+    assert len(message.splitlines()) == 1
