@@ -216,3 +216,20 @@ def test_an_agent_with_a_model_of_another_provider_journals_its_mcp_calls_too(co
     count = step_key(journal, "pai-function", "count")
     assert [c["step_id"] for c in calls(count_dir, "count")] == [f"pai-function:{count}"]
     assert [e.kind for e in journal.steps("pai-function")].count("model") == 2
+
+
+@pytest.mark.parametrize("transport", ["stdio", "stdio-legacy"])
+def test_a_servers_question_waits_for_the_answer_given_meanwhile(transport, count_dir,
+                                                                  journal, request):
+    from tests.test_mcp import decide_in_background
+
+    agent = Agent(name="ops", toolsets=[toolset_for(transport, count_dir, request)])
+    script = [Reply(tool_calls=[ToolCall("book", {"city": "Rome"})]), "Booked."]
+    decide_in_background(journal, "pai-wait", lambda shown: dmcp.answer(
+        "pai-wait", "accept", {"nights": 2}, by="ana", journal=journal))
+    with LoopbackServer(script) as model:
+        done = execute("pai-wait", agent, journal, model.url)
+        told = model.requests[-1]["messages"][-1]
+
+    assert done.result == "Booked." and told["content"] == "booked 2 nights in Rome"
+    assert [(c["action"], c["nights"]) for c in calls(count_dir, "book")] == [("accept", 2)]

@@ -177,6 +177,8 @@ class JournaledMCPToolset(WrapperToolset[Any]):
         except BaseException:
             sent.cancel()
             await asyncio.gather(sent, return_exceptions=True)
+            if call.asked.done():  # a question not taken yet
+                reply = call.asked.result()[2]
             if reply is not None and not reply.done():  # asked outside the call: told now
                 reply.set_result(("cancel", None))
             raise
