@@ -233,3 +233,33 @@ def test_a_servers_question_waits_for_the_answer_given_meanwhile(transport, coun
 
     assert done.result == "Booked." and told["content"] == "booked 2 nights in Rome"
     assert [(c["action"], c["nights"]) for c in calls(count_dir, "book")] == [("accept", 2)]
+
+
+def test_sigkill_after_a_question_was_answered_asks_nobody_again(tmp_path):
+    """The process dies during a call whose question was answered: the call is sent again on
+    resume and the server's question gets the journaled answer; nobody is asked."""
+    journal = str(tmp_path / "journal")
+    count_dir = tmp_path / "calls"
+    count_dir.mkdir()
+    (count_dir / "hold").touch()  # the tool waits for "release" after recording the answer
+    disk = durable_nb.DiskJournal(journal)
+    script = [Reply(tool_calls=[ToolCall("book", {"city": "Oslo"})]), "Booked."]
+    with LoopbackServer(script) as model:
+        child = agent_process.start(mcp_child, journal, model.url, str(tmp_path),
+                                    "pai-kill-ask", None)
+        wait_until(lambda: getattr(disk.find_run("pai-kill-ask"), "pending_approval", None),
+                   60, "the server's question")
+        dmcp.answer("pai-kill-ask", "accept", {"nights": 3}, by="ana", journal=journal)
+        wait_until(lambda: calls(count_dir, "book"), 60, "the answer to reach the server")
+        assert agent_process.kill(child)
+        (count_dir / "release").touch()
+        child = agent_process.start(mcp_child, journal, model.url, str(tmp_path),
+                                    "pai-kill-ask", None)
+        child.join(120)
+
+    assert agent_process.read_result(tmp_path) == "Booked."
+    book = step_key(disk, "pai-kill-ask", "book")
+    assert [(c["action"], c["nights"], c["step_id"]) for c in calls(count_dir, "book")] == [
+        ("accept", 3, f"pai-kill-ask:{book}")] * 2
+    asked = [e for e in disk.steps("pai-kill-ask") if e.kind == "approval"]
+    assert [(e.key, e.result["by"]) for e in asked] == [(f"{book}.0", "ana")]
