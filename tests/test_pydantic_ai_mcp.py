@@ -263,3 +263,12 @@ def test_sigkill_after_a_question_was_answered_asks_nobody_again(tmp_path):
         ("accept", 3, f"pai-kill-ask:{book}")] * 2
     asked = [e for e in disk.steps("pai-kill-ask") if e.kind == "approval"]
     assert [(e.key, e.result["by"]) for e in asked] == [(f"{book}.0", "ana")]
+
+
+@pytest.mark.parametrize("wrong", [5, ["delete_*", 5]])
+def test_needs_approval_of_another_kind_is_refused_before_the_run(wrong):
+    from durable_nb.integrations.pydantic_ai import JournaledTools
+
+    with pytest.raises(TypeError, match=r"needs_approval takes True, a tool name or glob "
+                                        r"pattern, or a list of them"):
+        JournaledTools(None, needs_approval=wrong)

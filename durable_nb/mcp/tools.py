@@ -64,7 +64,8 @@ def approval_test(needs_approval: NeedsApproval) -> Callable[[str], bool]:
     anything runs, for a value of another kind."""
     if isinstance(needs_approval, bool):
         return lambda name: needs_approval
-    patterns = [needs_approval] if isinstance(needs_approval, str) else list(needs_approval)
+    patterns = (list(needs_approval) if isinstance(needs_approval, Iterable)
+                and not isinstance(needs_approval, str) else [needs_approval])
     if not all(isinstance(p, str) for p in patterns):
         raise TypeError("needs_approval takes True, a tool name or glob pattern, or a list of "
                         "them (needs_approval=['delete_*', 'send_email'])")
