@@ -145,8 +145,9 @@ def _with_deferred(output_type: Any) -> Any:
 
 def _schemas(agent: Agent) -> dict[str, dict]:
     """The JSON schema of each function tool's arguments, by name (the tools an edit is
-    checked against; a toolset that lists no tools up front, such as an MCP server's, has
-    none here, so its calls are approved or rejected as asked)."""
+    checked against; an MCP server's come from the tool list its
+    :class:`JournaledTools` journaled, ``mcp_schemas``; any other toolset that lists no tools
+    up front has none, so its calls are approved or rejected as asked)."""
     schemas: dict[str, dict] = {}
     for toolset in agent.toolsets:
         for name, made in (getattr(toolset, "tools", None) or {}).items():
