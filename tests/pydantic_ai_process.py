@@ -5,6 +5,7 @@ for Pydantic AI, answering the same :func:`~tests.openai_agents_process.script`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -112,4 +113,53 @@ def anthropic_child(journal_dir: str, url: str, workdir: str, run_id: str,
     runner = Runner(run_id, handler, journal=journal_dir,
                     observer=_KillAfterTool(root, kill_after),
                     options=RunOptions(poll_interval=0.05))
+    _run_child(workdir, lambda: runner.run().result)
+
+
+MCP_SERVER = Path(__file__).with_name("mcp_server.py")
+
+
+def mcp_toolset(count_dir: Path, url: str | None = None, *, legacy: bool = False,
+                **env: str) -> Any:
+    """Pydantic AI's ``MCPToolset`` (id ``tests``) for the tests' MCP server
+    (tests/mcp_server.py) over stdio, or at the streamable-HTTP ``url``. ``legacy``: the
+    client speaks the handshake-era protocol (a server's question then comes as a request of
+    its own, not inside the call's result)."""
+    import sys
+
+    from fastmcp import Client
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai.mcp import MCPToolset
+
+    if url is not None:
+        return MCPToolset(url, id="tests")
+    transport = StdioTransport(command=sys.executable,
+                               args=[str(MCP_SERVER), str(count_dir), "stdio"],
+                               env={**os.environ, **env} if env else None)
+    if legacy:
+        return MCPToolset(Client(transport, mode="legacy"), id="tests")
+    return MCPToolset(transport, id="tests")
+
+
+def mcp_child(journal_dir: str, url: str, workdir: str, run_id: str,
+              kill_after: str | None) -> None:
+    """Process target: a Pydantic AI agent whose tools are the tests' MCP server's (stdio,
+    calls recorded in ``workdir/calls``), run as ``run_id``; SIGKILL after the journal write
+    of the first live step named ``kill_after`` (once)."""
+    import openai
+    from pydantic_ai import Agent
+
+    from durable_nb.integrations.pydantic_ai import run
+    from durable_nb.runner import RunOptions, Runner
+
+    root = Path(workdir)
+    agent = Agent(name="ops", toolsets=[mcp_toolset(root / "calls")])
+
+    async def handler(ctx: Any) -> Any:
+        return (await run(ctx, agent, "Count.")).output
+
+    client = openai.AsyncOpenAI(base_url=url, api_key="offline", max_retries=0)
+    runner = Runner(run_id, handler, journal=journal_dir,
+                    observer=_KillAfterTool(root, kill_after),
+                    options=RunOptions(client=client, model=MODEL, poll_interval=0.05))
     _run_child(workdir, lambda: runner.run().result)

@@ -382,3 +382,69 @@ def test_a_run_over_a_server_that_leaves_fields_out_replays(tmp_path, journal, a
         stats = server.stats()
     assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
     assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
+
+
+def test_a_servers_question_under_the_agents_sdk_is_refused_by_the_sdk_not_asked(tmp_path,
+                                                                               journal):
+    """openai-agents 0.24 opens its MCP ClientSession without an elicitation callback (and
+    takes none to pass on): the session does not declare the elicitation capability, the
+    server refuses the call that would ask, and the run never waits on it. A later
+    SDK that takes a callback makes this fail: then wire it to durable_nb.mcp.elicitation.ask
+    in DurableMCPServer."""
+    import sys
+
+    from agents.mcp import MCPServerStdio
+
+    from tests.test_mcp import SERVER, calls
+
+    count_dir = tmp_path / "calls"
+    count_dir.mkdir()
+    script = [Reply(tool_calls=[ToolCall("book", {"city": "Oslo"})]), "Done."]
+
+    async def handler(ctx):
+        params = {"command": sys.executable, "args": [str(SERVER), str(count_dir), "stdio"]}
+        async with MCPServerStdio(params, name="tests") as server:
+            agent = Agent(name="ops", model="loopback-1", mcp_servers=[server])
+            return (await run(ctx, agent, "Book Oslo.")).final_output
+
+    with LoopbackServer(script) as model:
+        client = openai.AsyncOpenAI(base_url=model.url, api_key="x", max_retries=0)
+        assert durable_nb.execute("sdk-ask", handler, journal=journal, client=client,
+                                  poll_interval=0.05) == "Done."
+        told = model.requests[-1]["messages"][-1]["content"]
+
+    book = next(e for e in journal.steps("sdk-ask") if e.name == "book")
+    assert "Client did not declare the form elicitation capability" in book.error["message"]
+    assert told == "An error occurred while running the tool. Please try again."
+    assert calls(count_dir, "book") == []
+    assert [e for e in journal.steps("sdk-ask") if e.kind == "approval"] == []
+
+
+def test_an_mcp_server_whose_tools_changed_stops_the_replay_in_one_line(tmp_path, journal):
+    import os
+    import sys
+
+    from agents.mcp import MCPServerStdio
+
+    from tests.test_mcp import SERVER
+
+    def handler_for(**env: str):
+        async def handler(ctx):
+            params = {"command": sys.executable, "args": [str(SERVER), str(tmp_path), "stdio"],
+                      "env": {**os.environ, **env}}
+            async with MCPServerStdio(params, name="tests") as server:
+                agent = Agent(name="ops", model="loopback-1", mcp_servers=[server])
+                return (await run(ctx, agent, "Anything?")).final_output
+        return handler
+
+    with LoopbackServer(["Nothing to do."]) as model:
+        client = openai.AsyncOpenAI(base_url=model.url, api_key="x", max_retries=0)
+        assert durable_nb.execute("sdk-changed", handler_for(), journal=journal,
+                                  client=client) == "Nothing to do."
+        with pytest.raises(InputChanged) as raised:
+            durable_nb.execute("sdk-changed", handler_for(MCP_TEST_EXTRA_TOOL="1"),
+                               journal=journal, client=client)
+
+    message = str(raised.value)
+    assert "run 'tools/list tests': tools.extra was added" in message
+    assert len(message.splitlines()) == 1

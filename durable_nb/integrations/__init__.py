@@ -3,7 +3,9 @@
 - :mod:`durable_nb.integrations.openai_agents`: the OpenAI Agents SDK (``pip install
   durable-nb[agents]``);
 - :mod:`durable_nb.integrations.pydantic_ai`: Pydantic AI (``pip install
-  durable-nb[pydantic-ai]``).
+  durable-nb[pydantic-ai]``), with any model (:mod:`~durable_nb.integrations.pydantic_ai_models`)
+  and MCP toolsets (:mod:`~durable_nb.integrations.pydantic_ai_mcp`, imported only when the
+  agent has one).
 """
 
 from __future__ import annotations

@@ -39,6 +39,9 @@ is ``Runner.run(agent, input)`` with these guarantees:
   ``ctx.run_async`` step named after the tool, its step id sent in ``_meta`` under
   ``durable-nb/step-id`` (with the SDK's own ``tool_meta_resolver`` entries). The server's
   ``require_approval`` asks through ``ctx.approval`` like any tool's ``needs_approval``.
+  A server's questions (elicitation) are not asked: the SDK (0.24) opens its
+  ``mcp.ClientSession`` without an ``elicitation_callback`` and takes none to pass on, so the
+  session does not declare the capability and a server refuses a call that would ask.
 - **Refused** with :class:`~durable_nb.errors.NotJournaled`, before anything runs: an agent
   given a ``Model`` object (name a model instead: durable_nb provides it), tools other than
   function tools (shell, computer, apply-patch: they act outside a step), and ``session=``
@@ -186,11 +189,12 @@ class DurableMCPServer(MCPServer):
                 for t in await self._server.list_tools(run_context, agent)]
         described = {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in live}
 
-        async def listed(inputs: Any) -> list[dict[str, Any]]:
+        async def listed() -> list[dict[str, Any]]:
             return live
 
-        journaled = await self._ctx.run_async(f"tools/list {self.name}", listed,
-                                              {"server": self.name, "tools": described})
+        journaled = await self._ctx._ex.step_async(
+            "run", f"tools/list {self.name}", listed,
+            inputs={"server": self.name, "tools": described})
         return [MCPTool.model_validate(t) for t in journaled]
 
     async def call_tool(self, tool_name: str, arguments: dict[str, Any] | None,

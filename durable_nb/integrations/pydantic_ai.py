@@ -37,6 +37,11 @@ is ``agent.run(prompt)`` with these guarantees, through Pydantic AI's public ext
   arguments, checked against the tool's schema) or ``ToolDenied`` (with their message).
   Calls deferred for external execution are left to the caller: the result with them is
   returned.
+- **MCP toolsets** (``MCPToolset``, ``pip install "pydantic-ai-slim[mcp]"``): each server's
+  tool list is a journaled step compared on replay, each call a step with its step id in
+  ``_meta``, ``needs_approval=`` asks before the matching tools' calls, and the server's
+  questions (elicitation) are asked as the run's requests
+  (:mod:`durable_nb.integrations.pydantic_ai_mcp`).
 
 For ``agent.run_stream`` / ``agent.iter``, pass ``model=durable_model(ctx, name)`` (an
 OpenAI-compatible model) or ``JournaledModelRequests(ctx)`` (any model) with
@@ -46,7 +51,8 @@ way; approvals are then yours to answer.
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
@@ -58,6 +64,9 @@ from ..llm.durable_client import DurableAsyncOpenAI
 from ..errors import NotJournaled
 from .pydantic_ai_models import JournaledModelRequests
 
+if TYPE_CHECKING:
+    from ..mcp.tools import NeedsApproval
+
 __all__ = ["JournaledModelRequests", "JournaledTools", "durable_model", "run"]
 
 #: Provider prefixes of model names durable_nb sends through the run's OpenAI client.
@@ -66,10 +75,28 @@ _OPENAI_PREFIXES = ("openai", "openai-chat")
 
 class JournaledTools(AbstractCapability):
     """A capability running every tool call of the agent as a journaled step of ``ctx``'s
-    run (``ctx.run_async``, named after the tool, its validated arguments as inputs)."""
+    run (``ctx.run_async``, named after the tool, its validated arguments as inputs), and
+    every MCP toolset's tool list as one
+    (:class:`~durable_nb.integrations.pydantic_ai_mcp.JournaledMCPToolset`, whose tools
+    matching ``needs_approval`` ask before each call)."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, *, needs_approval: NeedsApproval = False) -> None:
+        if needs_approval is not False:  # (durable_nb.mcp needs the mcp extra)
+            from ..mcp.tools import approval_test
+
+            approval_test(needs_approval)  # a wrong kind of value is refused before the run
         self.ctx = ctx
+        self.needs_approval = needs_approval
+        #: The MCP tools' JSON schemas by name, as offered to the model (edits are checked
+        #: against them).
+        self.mcp_schemas: dict[str, dict] = {}
+
+    def get_wrapper_toolset(self, toolset: Any) -> Any:
+        if "pydantic_ai.mcp" not in sys.modules:  # never imported: no MCPToolset among them
+            return None
+        from .pydantic_ai_mcp import journaled_mcp_toolsets
+
+        return journaled_mcp_toolsets(toolset, self.ctx, self.needs_approval, self.mcp_schemas)
 
     async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any,
                                 handler: Any) -> Any:
@@ -118,8 +145,9 @@ def _with_deferred(output_type: Any) -> Any:
 
 def _schemas(agent: Agent) -> dict[str, dict]:
     """The JSON schema of each function tool's arguments, by name (the tools an edit is
-    checked against; a toolset that lists no tools up front, such as an MCP server's, has
-    none here, so its calls are approved or rejected as asked)."""
+    checked against; an MCP server's come from the tool list its
+    :class:`JournaledTools` journaled, ``mcp_schemas``; any other toolset that lists no tools
+    up front has none, so its calls are approved or rejected as asked)."""
     schemas: dict[str, dict] = {}
     for toolset in agent.toolsets:
         for name, made in (getattr(toolset, "tools", None) or {}).items():
@@ -148,12 +176,17 @@ def _decisions(ctx: Any, requests: DeferredToolRequests,
 
 
 async def run(ctx: Any, agent: Agent, prompt: Any = None, *, model: Any = None,
-              client: Any = None, output_type: Any = None, **run_options: Any) -> Any:
+              client: Any = None, output_type: Any = None,
+              needs_approval: NeedsApproval = False, **run_options: Any) -> Any:
     """``agent.run(prompt, ...)`` as part of ``ctx``'s run (see the module docstring); returns
     the ``AgentRunResult`` of the last ``agent.run`` (after the last approval). ``model``: a
     model name or a Pydantic AI ``Model`` to use instead of the agent's.
+    ``needs_approval``: the MCP servers' tools that ask before each call, as
+    ``ctx.mcp_tools`` takes it (True, a tool name or glob pattern such as ``"delete_*"``, or
+    several), matched against the server's names for them.
     ``run_options`` are ``agent.run``'s (``deps``, ``message_history``, ``usage_limits`` ...)."""
-    capabilities = [*(run_options.pop("capabilities", None) or ()), JournaledTools(ctx)]
+    tools = JournaledTools(ctx, needs_approval=needs_approval)
+    capabilities = [*(run_options.pop("capabilities", None) or ()), tools]
     history = run_options.pop("message_history", None)
     openai_name = _openai_model(ctx, agent, model)
     if openai_name is not None:
@@ -181,6 +214,7 @@ async def run(ctx: Any, agent: Agent, prompt: Any = None, *, model: Any = None,
             and not result.output.calls:
         result = await agent.run(message_history=result.all_messages(),
                                  deferred_tool_results=_decisions(ctx, result.output,
-                                                                  _schemas(agent)),
+                                                                  {**tools.mcp_schemas,
+                                                                   **_schemas(agent)}),
                                  **options)
     return result

@@ -22,12 +22,14 @@ from ..llm.tools import Tool
 from .connection import Server, connection
 from .elicitation import ask
 
-__all__ = ["STEP_ID_META_KEY", "call_value", "mcp_tools", "step_id_meta"]
+__all__ = ["STEP_ID_META_KEY", "NeedsApproval", "approval_test", "call_value", "mcp_tools",
+           "step_id_meta"]
 
 #: The ``_meta`` key of a tool call that carries durable_nb's step id
 #: (``RUN_ID:STEP_KEY``, the same on every attempt of that step).
 STEP_ID_META_KEY = "durable-nb/step-id"
 
+#: True (every tool), a tool name or glob pattern (``"delete_*"``), or several.
 NeedsApproval = bool | str | Iterable[str]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -48,7 +50,7 @@ def mcp_tools(execution: Execution, server: Server, *, needs_approval: NeedsAppr
     if not isinstance(server, Server):
         raise TypeError(f"ctx.mcp_tools needs a server from durable_nb.mcp.stdio(...) or "
                         f"durable_nb.mcp.http(...), not {type(server).__name__}")
-    asks = _approval_test(needs_approval)
+    asks = approval_test(needs_approval)
     live = connection(server).list_tools()
     # Keyed by name, so that a change reads "tools.extra was added", not "5 items instead of 4".
     described = {tool["name"]: {k: v for k, v in tool.items() if k != "name"} for tool in live}
@@ -57,10 +59,13 @@ def mcp_tools(execution: Execution, server: Server, *, needs_approval: NeedsAppr
     return [_tool(execution, server, described, prefix, asks) for described in listed]
 
 
-def _approval_test(needs_approval: NeedsApproval) -> Callable[[str], bool]:
+def approval_test(needs_approval: NeedsApproval) -> Callable[[str], bool]:
+    """Whether a tool of this name needs approval under ``needs_approval``; TypeError, before
+    anything runs, for a value of another kind."""
     if isinstance(needs_approval, bool):
         return lambda name: needs_approval
-    patterns = [needs_approval] if isinstance(needs_approval, str) else list(needs_approval)
+    patterns = (list(needs_approval) if isinstance(needs_approval, Iterable)
+                and not isinstance(needs_approval, str) else [needs_approval])
     if not all(isinstance(p, str) for p in patterns):
         raise TypeError("needs_approval takes True, a tool name or glob pattern, or a list of "
                         "them (needs_approval=['delete_*', 'send_email'])")
