@@ -182,19 +182,19 @@ class DurableMCPServer(MCPServer):
 
     async def list_tools(self, run_context: Any = None, agent: Any = None) -> list[Any]:
         """The server's tools now, journaled: keyed by name in the step's inputs, so that a
-        change since reads "tools.NAME was added"."""
+        change since reads "args[0].tools.NAME was added"."""
         from mcp import Tool as MCPTool
 
         live = [t.model_dump(mode="json", by_alias=True, exclude_none=True)
                 for t in await self._server.list_tools(run_context, agent)]
         described = {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in live}
 
-        async def listed() -> list[dict[str, Any]]:
+        async def listed(inputs: Any) -> list[dict[str, Any]]:
             return live
 
-        journaled = await self._ctx._ex.step_async(
-            "run", f"tools/list {self.name}", listed,
-            inputs={"server": self.name, "tools": described})
+        # ctx.run_async's form of the inputs: journals already written compare against it.
+        journaled = await self._ctx.run_async(f"tools/list {self.name}", listed,
+                                              {"server": self.name, "tools": described})
         return [MCPTool.model_validate(t) for t in journaled]
 
     async def call_tool(self, tool_name: str, arguments: dict[str, Any] | None,
