@@ -66,13 +66,13 @@ from . import (
     NotebookRun,
     active_batch,
     active_run,
-    batch_of_run,
     compile_cell,
     compile_item_cell,
     describe_unfinished,
     wait_for_batch,
 )
 from .extensions import start_check
+from .watchers import wake_watchers
 from .inbox import ApprovalsInbox
 from ..profile import disable, enable
 from ..registry import batch_rows, is_interrupted, recorded_decision
@@ -733,9 +733,7 @@ class DurableMagics(Magics):
                         args=getattr(args, "edited_args", None),
                         message=getattr(args, "message", None)))
             # A parked run (or batch item) of this kernel resumes without waiting for its poll.
-            for watcher in (active_run(args.run_id), batch_of_run(args.run_id)):
-                if watcher is not None:
-                    watcher.wake()
+            wake_watchers(args.run_id)
         elif args.command == "wait":
             return self._wait(args.run_id, args.timeout, journal)
         elif args.command == "export":
