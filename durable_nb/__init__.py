@@ -9,7 +9,8 @@ In a notebook: ``%load_ext durable_nb`` then a ``%%durable_agent RUN_ID`` cell. 
 """
 
 from .batches.batch import Batch, ItemResult, batch, item_keys, map
-from .context import Context, Decision, DurableState, TokenUsage
+from .approvals.decision import Decision
+from .context import Context, DurableState, TokenUsage
 from .errors import (
     ApprovalChanged,
     ApprovalPolicyError,

@@ -228,6 +228,9 @@ def _pending_lines(pending: dict) -> list[str]:
     lines = [f"waiting    approval {pending.get('name')!r} (step {pending.get('key')}, request "
              f"{short(pending_digest(pending))})"
              + (f": {shown_value(details, 300)}" if plain(details) else "")]
+    if pending.get("id"):
+        lines.append(f"           request id {pending['id']} (`approve`/`reject --request "
+                     f"{pending['id']}` decide this request only)")
     earlier = pending.get("replaces")
     if earlier:
         was = (f"{earlier.get('name')!r} ({shown_value(earlier.get('details'), 200)}, "
@@ -382,12 +385,13 @@ def arguments_json(text: str) -> Any:
 
 def steer(command: str, run_id: str, journal: Journal, *, note: str | None = None,
           by: str | None = None, from_step: int = 0, expect: str | None = None,
-          replace: bool = False, via: str = "durable-nb", args: str | None = None,
-          message: str | None = None) -> str:
+          request_id: str | None = None, replace: bool = False, via: str = "durable-nb",
+          args: str | None = None, message: str | None = None) -> str:
     """One of :data:`STEERING` on a run, for ``durable-nb`` and ``%durable`` (``via``);
     returns the line to print. ``approve``/``reject`` decide the request the line names
-    (``expect``: only if it is the request with that digest), once: DecisionExists if it
-    was decided already, unless ``replace`` (before the run took it). ``args`` (approve:
+    (``expect``: only if it is the request with that digest; ``request_id``: only if it is
+    the request with that id, never a later one that asks the same), once: DecisionExists
+    if it was decided already, unless ``replace`` (before the run took it). ``args`` (approve:
     the edited arguments as JSON text) and ``message`` (reject: what the model is told)
     answer beyond yes or no."""
     if command in ("approve", "reject"):
@@ -405,8 +409,9 @@ def steer(command: str, run_id: str, journal: Journal, *, note: str | None = Non
                 raise InvalidAnswer("--message goes with reject; approve takes --args")
             content["message"] = message
         decide = registry.approve if command == "approve" else registry.reject
-        decision = decide(run_id, note, by=by, expect=expect or digest, replace=replace,
-                          via=via, journal=journal, **content)
+        decision = decide(run_id, note, by=by, expect=expect or digest,
+                          request_id=request_id, replace=replace, via=via, journal=journal,
+                          **content)
         done = verdict_words({"approved": command == "approve", **content}).split(" by ")[0]
         replaced = f", replacing {decision_words(earlier, timed=True, note=80)}" if earlier else ""
         return (f"{done} run {run_id} (by {decision.by}{replaced}): {pending.get('name')!r} "
@@ -544,6 +549,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--expect", metavar="DIGEST",
                        help="decide only if the pending request is the one with this digest "
                             "(`show` prints it; 8 or more characters): for scripts")
+        p.add_argument("--request", metavar="ID", dest="request_id",
+                       help="decide only the request with this id (`show` prints it), never "
+                            "a later one that asks the same thing: for scripts")
         p.add_argument("--replace", action="store_true",
                        help="change a decision already given that the run has not taken yet "
                             "(the run's history keeps both); without it a second decision "
@@ -665,6 +673,7 @@ def _run(args: argparse.Namespace) -> int:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),
                     expect=getattr(args, "expect", None),
+                    request_id=getattr(args, "request_id", None),
                     replace=getattr(args, "replace", False),
                     args=getattr(args, "edited_args", None),
                     message=getattr(args, "message", None)))

@@ -21,6 +21,7 @@ from .llm.compaction import compact
 from .llm.durable_client import DurableAsyncOpenAI, DurableOpenAI
 from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
+from .approvals.decision import Decision
 from .approvals.policy import approvers_list
 from .approvals.policy import ApprovalPolicy, Duration
 from .llm.chat import chat, chat_async
@@ -32,22 +33,9 @@ if TYPE_CHECKING:  # durable_nb.mcp needs the mcp extra: imported when used
     from .llm.tools import Tool
     from .mcp.connection import Server as McpServer
 
-__all__ = ["Context", "Decision", "DurableState", "TokenUsage", "current_context"]
+__all__ = ["Context", "DurableState", "TokenUsage", "current_context"]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A person's answer to ``ctx.approval``: approved or not, an optional note, and who;
-    ``args`` the arguments they edited when approving (a request given a ``schema``),
-    ``message`` what they said to the model when rejecting."""
-
-    approved: bool
-    note: str | None = None
-    by: str | None = None
-    args: dict | None = None
-    message: str | None = None
 
 
 @dataclass(frozen=True)

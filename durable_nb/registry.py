@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import serde
-from .context import Decision
 from .errors import JournalError, RunLeased
 from .approvals.decide import MIN_DIGEST, decide
+from .approvals.decision import Decision
 from .approvals.policy import APPROVER_VARIABLE, approver_name
 from .approvals.request import decision_kind, find_decision, pending_digest, taken_decision
 from .journal import (
@@ -38,7 +38,7 @@ from .journal.edits import child_runs
 from .execution import attempts
 from .approvals.tick import apply_deadline, write_escalation
 from .execution.lease import DEFAULT_STALE_AFTER, Lease, holder_alive
-from .runner import live_execution
+from .execution.live import live_execution
 
 __all__ = ["APPROVER_VARIABLE", "RunInfo", "approve", "approver_name", "batch_rows", "cancel",
            "copy_run", "delete", "get_run", "is_interrupted", "lease_holder", "recorded_decision", "reject", "rerun_from", "reset",

@@ -56,6 +56,7 @@ from .journal import (
 )
 from .approvals.policy import approver_name
 from .execution.lease import Lease
+from .execution.live import forget_live, register_live
 from .execution.events import RunFailed, snapshot
 from .notify.notifier import Notifier
 from .notify.start import for_run, sweep_once_in_background
@@ -64,8 +65,7 @@ from .redact import redact_source
 from .telemetry import attempt_begun, traced
 from .timestamps import format_time
 
-__all__ = ["RunOptions", "RunOutcome", "Runner", "execute", "live_execution", "source_hash",
-           "validate_run_id"]
+__all__ = ["RunOptions", "RunOutcome", "Runner", "execute", "source_hash", "validate_run_id"]
 
 
 @dataclass
@@ -79,15 +79,6 @@ class RunOutcome:
     def status(self) -> Status:
         return self.record.status
 
-
-# Runs executing in this process, so that cancel() and approvals reach them without polling.
-_live: dict[str, Execution] = {}
-_live_lock = threading.Lock()
-
-
-def live_execution(run_id: str) -> Execution | None:
-    with _live_lock:
-        return _live.get(run_id)
 
 
 class _Heartbeats:
@@ -263,9 +254,7 @@ class Runner:
                 return outcome
         finally:
             _heartbeats.remove(self)
-            with _live_lock:
-                if _live.get(self.run_id) is self.execution:
-                    _live.pop(self.run_id, None)
+            forget_live(self.run_id, self.execution)
             try:
                 lease.release()
             except (OSError, sqlite3.Error, JournalError):
@@ -352,8 +341,7 @@ class Runner:
                               start_child=self._start_child, parent=self.parent, strict=strict)
         if not strict:
             self.execution = execution
-            with _live_lock:
-                _live[self.run_id] = execution
+            register_live(self.run_id, execution)
             if self._notifier.listens:
                 execution.listener = self._notifier
                 execution.notify_choice = self._notifier.choice

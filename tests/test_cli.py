@@ -538,3 +538,41 @@ def test_an_option_of_another_command_says_which_commands_take_it(tmp_path: Path
     assert ("--to is not an option of this command; it is one of `durable-nb batch export`, "
             "`durable-nb export`, `durable-nb trace`, `durable-nb copy`") in proc.stderr
     assert "did you mean --to" not in proc.stderr
+
+
+def _charge_twice(ctx: dn.Context) -> int:
+    """Two requests that show the same thing: a second charge of the same amount."""
+    charged = 0
+    for _ in range(2):
+        if ctx.approval("charge", {"card": "4242", "amount": 10}).approved:
+            charged += ctx.run("charge", lambda: 10)
+    return charged
+
+
+def test_approve_with_request_never_decides_a_later_identical_request(tmp_path: Path) -> None:
+    """`approve --request ID` run again (a script's retry) after the run took #1 and waits on an
+    identical #2: refused, #2 still waits; `show` prints the id that decides #2."""
+    where = str(tmp_path / "j")
+    journal = DiskJournal(where)
+    assert dn.execute("pay", _charge_twice, journal=journal, on_approval="park") is None
+    first = journal.get_run("pay").pending_approval
+    shown = cli("--journal", where, "show", "pay").stdout
+    assert f"\n           request id {first['id']} " in shown, shown
+    command = ("--journal", where, "approve", "pay", "--by", "ana", "--request", first["id"])
+    assert cli(*command).returncode == 0
+    assert dn.execute("pay", _charge_twice, journal=journal, on_approval="park") is None
+    second = journal.get_run("pay").pending_approval
+    assert second["digest"] == first["digest"] and second["id"] != first["id"]
+
+    stale = cli(*command)
+    assert stale.returncode == 1 and "has taken that decision" in stale.stderr, stale
+    assert journal.get_run("pay").status is Status.WAITING_APPROVAL
+    assert journal.get_request(f"decision.{second['id']}", "pay") is None
+    refused = cli("--journal", where, "reject", "pay", "--request", first["id"])
+    assert refused.returncode == 1 and journal.get_run("pay").status is \
+        Status.WAITING_APPROVAL, refused
+
+    assert f"request id {second['id']} " in cli("--journal", where, "show", "pay").stdout
+    assert cli("--journal", where, "approve", "pay", "--request", second["id"]).returncode == 0
+    assert dn.execute("pay", _charge_twice, journal=journal) == 20
+    journal.close()

@@ -11,6 +11,7 @@ short (sent again by the next process), attempts counted afresh after a takeover
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -21,11 +22,12 @@ from pathlib import Path
 import pytest
 
 import durable_nb as dn
-from durable_nb.journal import Status, open_journal
+from durable_nb.errors import JournalError
+from durable_nb.journal import DiskJournal, Status, open_journal
 from durable_nb.execution.retry import RetryPolicy
 from durable_nb.notify import EmailConfig, NotifyConfig, WebhookConfig
 from durable_nb.notify.audit import notifications
-from durable_nb.notify.delivery import drain, sweep
+from durable_nb.notify.delivery import drain, in_background, notify_in_background, sweep
 from durable_nb.notify.loopback import WebhookReceiver, free_port
 from durable_nb.notify.start import for_journal
 from tests.harness.kernel import wait_until
@@ -262,6 +264,42 @@ def smtp_refusing():
         yield port, received
     finally:
         controller.stop()
+
+
+def test_a_background_delivery_that_fails_is_logged_once(tmp_path: Path, caplog) -> None:
+    """A run's notice sent in the background on a journal it cannot write (read-only here):
+    one warning names the delivery and the error; nothing is sent. On 29bcdb7 it left no
+    trace at all."""
+    where = str(tmp_path / "j")
+    dn.execute("r", lambda ctx: ctx.approval("pay", {"amount": 120}), journal=where,
+               on_approval="park")
+    read_only = DiskJournal(where, read_only=True)
+    with WebhookReceiver(SECRET) as hook, caplog.at_level(logging.WARNING, "durable_nb"):
+        notify_in_background(read_only, read_only.get_run("r"),
+                             NotifyConfig(webhook=WebhookConfig(hook.url, secret=SECRET)))
+        assert drain(30)
+        assert hook.requests == []
+    logged = [r for r in caplog.records if r.name.startswith("durable_nb")]
+    assert len(logged) == 1, logged
+    assert logged[0].levelno == logging.WARNING
+    assert logged[0].getMessage().startswith(
+        "durable_nb: durable-nb-notify-r stopped: JournalError: the journal at "), logged[0].getMessage()
+    assert SECRET not in logged[0].getMessage()
+
+
+def test_a_failed_background_delivery_logs_no_url(caplog) -> None:
+    """The error of a journal that cannot be reached names its URL, password included: the
+    warning shows the error without it."""
+    def send() -> None:
+        raise JournalError("cannot reach postgresql://ana:pw-7f3a@db.example:5432/runs")
+
+    with caplog.at_level(logging.WARNING, "durable_nb"):
+        in_background(send, name="durable-nb-sweep")
+        assert drain(30)
+    [logged] = [r.getMessage() for r in caplog.records if r.name.startswith("durable_nb")]
+    assert logged.startswith("durable_nb: durable-nb-sweep stopped: JournalError: cannot "
+                             "reach <URL>. "), logged
+    assert "pw-7f3a" not in logged and "ana" not in logged
 
 
 def test_one_refused_address_fails_alone(tmp_path: Path, smtp_refusing) -> None:

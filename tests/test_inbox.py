@@ -31,7 +31,7 @@ from durable_nb.approvals.request import find_decision, pending_digest
 from durable_nb.journal import DiskJournal
 from durable_nb.notebook.inbox import VIA, ApprovalsInbox
 from tests.harness import wait_until
-from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
+from tests.harness.lab import SETUP_CELL, JupyterLab, LabPage, require_chromium, write_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,6 @@ def test_the_inbox_in_a_notebook_run_by_nbclient_approves_a_run_parked_elsewhere
     assert decision["via"] == VIA and decision["digest"] == pending_digest(pending)
 
 
-_SETUP_CELL = "%load_ext durable_nb\nprint('setup ok')"
 _AGENT_CELL = """\
 %%durable_agent inbox-deploy --title "Deploy, approved from another notebook"
 if ctx.approval("kubectl apply", {"cmd": "kubectl apply -f prod.yaml"}).approved:
@@ -146,17 +145,12 @@ def test_in_lab_without_the_extension_the_inbox_approves_a_run_another_notebook_
            "HOME": str(tmp_path_factory.mktemp("home")),
            "DURABLE_NB_INDEX": str(tmp_path_factory.mktemp("index"))}
     root = tmp_path_factory.mktemp("lab")
-    write_notebook(root / "deploy.ipynb", [_SETUP_CELL, _AGENT_CELL])
+    write_notebook(root / "deploy.ipynb", [SETUP_CELL, _AGENT_CELL])
     write_notebook(root / "inbox.ipynb", ["%load_ext durable_nb\n%durable inbox"])
     # checkout=False: neither durable-nb's Lab extension nor its server extension, as in
     # VS Code or Colab, which show widgets and no Jupyter extension.
     with JupyterLab(root, env=env, checkout=False) as lab, LabPage(lab, timeout=60) as page:
-        page.open_notebook("deploy.ipynb")
-        page.wait_kernel_idle()
-        page.run_cell(0)
-        page.wait_for_text("setup ok", cell_index=0)
-        page.run_cell(1)
-        page.wait_for_text("Approval needed", cell_index=1)
+        page.park("deploy.ipynb")
         assert not page.page.locator(".dnr-sidebar").count()  # no Lab extension here
         page.cell(1).locator(".jp-Cell-outputArea").screenshot(
             path=str(shots / "inbox-lab-parked-panel.png"))

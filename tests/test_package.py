@@ -1,7 +1,9 @@
 """The package's shape: its public names, and a core that needs no Jupyter."""
 
+import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import durable_nb
 
@@ -58,6 +60,8 @@ import sys
 for blocked in ("IPython", "ipywidgets", "ipykernel", "nbformat", "comm", "distributed",
                 "dask", "psycopg", "psycopg_pool"):
     sys.modules[blocked] = None  # any import of these now fails
+from collections.abc import Iterator
+
 import durable_nb
 calls = []
 def agent(ctx):
@@ -100,3 +104,69 @@ def test_no_module_imports_another_ones_private_names():
                 found += [f"{where}:{node.lineno} {a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert found == []
+
+
+def _imports_at_run_time(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements of a module that run (at its import or in a function), not
+    those under ``if TYPE_CHECKING:``."""
+    def walk(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                yield from (n for c in child.orelse for n in walk_one(c))
+                continue
+            yield from walk_one(child)
+
+    def walk_one(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from walk(node)
+
+    yield from walk(tree)
+
+
+def package_import_graph() -> dict[str, set[str]]:
+    """Each module of durable_nb -> the modules of durable_nb it imports when it runs (at
+    its import or lazily in a function; a package's ``__init__`` stands for the package)."""
+    from pathlib import Path
+
+    package = Path(durable_nb.__file__).parent
+    modules: dict[str, Path] = {}
+    for path in package.rglob("*.py"):
+        parts = ("durable_nb",) + path.relative_to(package).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in _imports_at_run_time(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[:len(here.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules
+                           else base for alias in node.names]
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def test_the_package_imports_have_no_cycle():
+    """Layers import downward: no chain of imports of the package's modules (lazy ones in
+    functions included; ``TYPE_CHECKING`` ones, never run, left out) comes back to where it
+    started. A cycle found is printed as its modules, each importing the next."""
+    graph = package_import_graph()
+    cycles, done = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for imported in sorted(graph[module]):
+            if imported in path:
+                cycles.append(path[path.index(imported):] + [imported])
+            elif imported not in done:
+                visit(imported, path + [imported])
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    assert [" -> ".join(c) for c in cycles] == []

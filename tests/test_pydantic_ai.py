@@ -18,14 +18,19 @@ from durable_nb.integrations.pydantic_ai import run  # noqa: E402
 from durable_nb.runner import Runner  # noqa: E402
 from durable_nb.testing import LoopbackServer, Quirks, Reply, ToolCall  # noqa: E402
 from tests import agent_process, openai_agents_process as travel  # noqa: E402
-from tests.pydantic_ai_process import pydantic_child, travel_agent  # noqa: E402
+from tests.pydantic_ai_process import anthropic_child, pydantic_child, travel_agent  # noqa: E402
 
 
-def test_sigkill_after_the_second_tool_resumes_with_each_round_and_effect_once(tmp_path):
+@pytest.mark.parametrize("child_target", [pydantic_child, anthropic_child],
+                         ids=["openai-chat-model", "anthropic-model"])
+def test_sigkill_after_the_second_tool_resumes_with_each_round_and_effect_once(
+        tmp_path, child_target):
+    """Killed between requests, after a tool ran, whichever model class the agent has:
+    each request is sent once, each tool's effect happens once."""
     journal = str(tmp_path / "journal")
     with LoopbackServer(travel.script()) as server:
         for kill in ("book_flight", None):
-            child = agent_process.start(pydantic_child, journal, server.url, str(tmp_path),
+            child = agent_process.start(child_target, journal, server.url, str(tmp_path),
                                         "trip", kill)
             child.join(60)
         stats = server.stats()

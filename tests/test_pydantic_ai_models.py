@@ -177,20 +177,6 @@ def test_an_approval_parks_the_anthropic_run_and_the_tool_runs_once_approved(tmp
     assert server.stats()["by_round"] == {"0": 1, "1": 1}
 
 
-def test_sigkill_between_anthropic_requests_resumes_with_each_request_sent_once(tmp_path):
-    journal = str(tmp_path / "journal")
-    with LoopbackServer(travel.script()) as server:
-        for kill in ("book_flight", None):
-            child = agent_process.start(anthropic_child, journal, server.url, str(tmp_path),
-                                        "trip", kill)
-            child.join(60)
-        stats = server.stats()
-    assert (tmp_path / "killed-after-book_flight").exists()
-    assert agent_process.read_result(tmp_path) == travel.FINAL
-    assert stats["by_round"] == {"0": 1, "1": 1, "2": 1}
-    assert travel.effects(tmp_path) == ["find Oslo", "book SK123"]
-
-
 def test_sigkill_during_an_anthropic_request_sends_only_that_one_again(tmp_path):
     # Round 1 answers after 1.5 s: the child is killed while it waits.
     slow = travel.script()

@@ -24,14 +24,14 @@ import pytest
 from durable_nb import Status
 from durable_nb.approvals.request import find_decision, pending_digest
 from durable_nb.journal import DiskJournal
-from tests.harness.lab import JupyterLab, LabPage, notebook7_available, write_notebook
+from tests.harness.lab import (SETUP_CELL, JupyterLab, LabPage, notebook7_available,
+                               write_notebook)
 from tests.test_sidebar import journal_dir, sidebar_lab  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.browser
 pytest.importorskip("durable_nb.server", reason="durable_nb.server (the REST API) is missing")
 
 TOAST = ".jp-toastContainer .Toastify__toast"
-_SETUP_CELL = "%load_ext durable_nb\nprint('setup ok')"
 # The plan step leaves a line in plans.log each time it executes: a replay leaves none.
 _AGENT_CELL = """\
 %%durable_agent nb7-deploy --title "Deploy from Notebook 7"
@@ -72,17 +72,12 @@ def test_notebook7_toasts_a_park_lists_it_and_approves_it_with_the_kernel_shut_d
     shots = _shots(tmp_path)
     folder = notebook7.root_dir / "nb7"
     folder.mkdir()
-    write_notebook(folder / "deploy.ipynb", [_SETUP_CELL, _AGENT_CELL])
+    write_notebook(folder / "deploy.ipynb", [SETUP_CELL, _AGENT_CELL])
     with LabPage(notebook7, timeout=60) as page:
         errors: list[str] = []
         page.page.on("console", lambda message: errors.append(message.text)
                      if "durable-nb" in message.text and message.type == "error" else None)
-        page.open_notebook("nb7/deploy.ipynb")
-        page.wait_kernel_idle()
-        page.run_cell(0)
-        page.wait_for_text("setup ok", cell_index=0)
-        page.run_cell(1)
-        page.wait_for_text("Approval needed", cell_index=1)
+        page.park("nb7/deploy.ipynb")
 
         toast = page.page.locator(TOAST).filter(has_text="nb7-deploy")
         toast.wait_for(state="visible")

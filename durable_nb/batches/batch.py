@@ -36,7 +36,8 @@ from ..approvals.request import find_decision
 from ..journal import BatchRecord, Journal, JournalSpec, RunRecord, Status, StepEntry, open_journal
 from .limits import BatchLimits
 from ..options import RunOptions
-from ..runner import Runner, live_execution, validate_run_id
+from ..execution.live import live_execution
+from ..runner import Runner, validate_run_id
 from ..telemetry import workflow
 
 __all__ = ["Batch", "BatchObserver", "ItemResult", "batch", "item_keys", "map"]

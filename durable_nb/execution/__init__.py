@@ -1,6 +1,7 @@
 """Executing a run's steps: their identity (:mod:`.scope`), the cursor that replays or runs
 them (:mod:`.cursor`), what they were asked (:mod:`.inputs`), the ordered, fenced writer
-of their entries (:mod:`.writer`) and which decision decides an approval (:mod:`.approvals`)."""
+of their entries (:mod:`.writer`), an approval's request while it waits for a person
+(:mod:`.asking`) and the executions live in this process (:mod:`.live`)."""
 
 from .cursor import (
     ChildStarter,

@@ -20,7 +20,6 @@ import functools
 import re
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -45,11 +44,9 @@ from ..errors import (
 )
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry, entry_cost
 from ..timestamps import format_time
-from ..approvals.request import (applies, decision_kind, find_decision, pending_digest,
-                                 request_digest, take_decision)
-from ..approvals.wording import decision_words
-from ..approvals.policy import ApprovalPolicy, deadline_of
-from ..approvals.tick import apply_deadline
+from ..approvals.request import request_digest, take_decision
+from ..approvals.policy import ApprovalPolicy
+from .asking import claim_pending, save_ancestors, set_pending, wait_for_decision
 from .inputs import (canonical, first_difference, fingerprint, load_request, step_identity,
                      store_request)
 from .options import ExecutionOptions
@@ -57,7 +54,7 @@ from .replay import ReplayLog, enclosing_step
 from .retry import NO_RETRY, RetryPolicy
 from .scope import Scope, current_flow, current_scope, enter, install_task_numbering, leave
 from . import attempts
-from .events import ExecutionListener, RequestWaiting, decision_event, snapshot
+from .events import ExecutionListener, decision_event
 from .writer import JournalWriter
 
 __all__ = ["ChildStarter", "Execution", "NullObserver", "Observer", "Restart",
@@ -644,9 +641,12 @@ class Execution:
         if entry is not None:
             return self.outcome(entry)
         digest = request_digest(name, details)
-        pending = self._claim_pending(key, name, details, digest, policy or ApprovalPolicy(),
-                                      approvers, schema)
-        decision = self._wait_for_decision(pending)
+        pending = claim_pending(self, key, name, details, digest, policy or ApprovalPolicy(),
+                                approvers, schema)
+        decision = None if pending is None else wait_for_decision(self, pending)
+        if decision is None:  # the run parks: its request stays pending in the journal
+            self.parking = True
+            raise Suspend()
         # Stamped taken in the journal (and left there) before the step: from here on the
         # decision can never change, and a second one is refused naming this one.
         decision = take_decision(self.journal, self.run_id, pending, decision)
@@ -663,137 +663,14 @@ class Execution:
         if decision.get("replaced"):
             meta["replaced"] = decision["replaced"]
         with self.lock:
-            self._set_pending(None)
+            set_pending(self, None)
             attempts.note_decision(self.record, name, result, decision.get("replaced"))
             self._append(StepEntry(-1, key, name, "approval", fp, result=result,
                                    started_at=pending["requested_at"], finished_at=time.time(),
                                    meta=meta), inputs, record_changed=True)
         self.wake_event.set()  # a concurrent approval waiting for the slot takes it now
-        self._save_ancestors()
+        save_ancestors(self)
         return result
-
-    def _claim_pending(self, key: str, name: str, details: Any, digest: str,
-                       policy: ApprovalPolicy, approvers: list[str] | None = None,
-                       schema: dict | None = None) -> dict:
-        """Make this approval the run's pending one; one waits at a time (a concurrent one
-        parks, or waits for the slot). The pending approval left at this step by an earlier
-        execution is kept (its id, its timeout running on) only if it shows the same name and
-        details; otherwise this is a new request, with a new id, that no earlier decision
-        decides."""
-        while True:
-            with self.lock:
-                pending = self.record.pending_approval
-                if not pending or (pending.get("key") == key
-                                   and pending.get("run_id", self.run_id) == self.run_id):
-                    decided = (find_decision(self.journal, self.run_id, pending)
-                               if pending and pending_digest(pending) != digest else None)
-                    pending = self._pending_for(pending, key, name, details, digest, policy,
-                                                decided)
-                    # Who may decide, as the code says now (also on a request kept from an
-                    # earlier execution: an edited list applies to it).
-                    pending.update(
-                        approvers=approvers if approvers is not None else self.options.approvers,
-                        four_eyes=bool(self.options.four_eyes),
-                        started_by=self.record.started_by)
-                    if schema is not None:  # as the code says now, like who decides
-                        pending["schema"] = schema
-                    if self.notify_choice is not None:
-                        pending["notify"] = self.notify_choice
-                    self._set_pending(pending)
-                    break
-            if self.options.on_approval == "park":
-                self.parking = True
-                raise Suspend()
-            self.check_live()
-            self.wake_event.wait(self.options.poll_interval)
-            self.wake_event.clear()
-        self.save_record()
-        self._save_ancestors()
-        if self.listener is not None:
-            self.listener.on_event(RequestWaiting(snapshot(self.record)))
-        return pending
-
-    @staticmethod
-    def _pending_for(earlier: dict | None, key: str, name: str, details: Any, digest: str,
-                     policy: ApprovalPolicy, decided: dict | None = None) -> dict:
-        if earlier and pending_digest(earlier) == digest:
-            kept = {k: v for k, v in earlier.items() if k != "run_id"}
-            return dict(kept, digest=digest)  # one written before digests gets its digest
-        now = time.time()
-        pending = {"key": key, "name": name, "details": details, "digest": digest,
-                   "id": uuid.uuid4().hex, "requested_at": now, **policy.pending_fields(now)}
-        if earlier:
-            # Shown with the request, so that a person knows the request at this step changed,
-            # and that a decision they gave (``decided``, if one was) is not applied to it.
-            pending["replaces"] = {"name": earlier.get("name"), "details": earlier.get("details"),
-                                   "digest": pending_digest(earlier)}
-            if decided is not None:
-                pending["replaces"]["decided"] = decision_words(decided)
-        return pending
-
-    def _set_pending(self, pending: dict | None) -> None:
-        # A child's pending approval is shown (and approved) through its ancestors too.
-        execution: Execution | None = self
-        while execution is not None:
-            execution.record.pending_approval = (
-                None if pending is None else dict(pending, run_id=self.run_id))
-            execution.record.status = (Status.RUNNING if pending is None
-                                       else Status.WAITING_APPROVAL)
-            execution = execution.parent
-
-    def _save_ancestors(self) -> None:
-        execution = self.parent
-        while execution is not None:
-            execution.save_record()
-            execution = execution.parent
-
-    def _wait_for_decision(self, pending: dict) -> dict:
-        """Wait for a decision on approval ``pending`` (one given for what it shows), or
-        for its deadline, whose policy decides or escalates it
-        (:func:`~durable_nb.approvals.tick.apply_deadline`): the decision;
-        :class:`Suspend` when the run parks instead of waiting.
-
-        The journal tells of a decision or a cancel given anywhere
-        (:meth:`~durable_nb.journal.Journal.wait_for_request`: PostgreSQL's NOTIFY; the disk
-        journal is read every ``poll_interval``); one given in this process, an interrupt or
-        a cancel the heartbeat found set ``wake_event``. A journal that notifies is read
-        again at least every ``max(poll_interval, stale_after)`` seconds."""
-        options = self.options
-        kind = decision_kind(pending)
-        decision = find_decision(self.journal, self.run_id, pending)
-        while True:
-            if decision is not None:
-                return decision
-            timeout_at = deadline_of(pending)
-            if timeout_at is not None and time.time() >= timeout_at:
-                applied = apply_deadline(self.journal, self.run_id, pending)
-                if applied is not None and applied[0] == "decided":
-                    return applied[1]
-                if applied is not None:  # escalated (here or elsewhere): a new deadline
-                    pending = applied[1]
-                    kind = decision_kind(pending)
-                    with self.lock:
-                        self._set_pending(pending)
-                    self.save_record()
-                    self._save_ancestors()
-                    if self.listener is not None:  # the escalation's notifications
-                        self.listener.on_event(RequestWaiting(snapshot(self.record)))
-                    continue
-            if options.on_approval == "park":
-                self.parking = True
-                raise Suspend()
-            self.check_live()
-            wait = (max(options.poll_interval, options.stale_after) if self.journal.notifies
-                    else options.poll_interval)
-            if timeout_at is not None:
-                wait = max(0.0, min(wait, timeout_at - time.time()))
-            decision = self.journal.wait_for_request(
-                kind, self.run_id, wait, accept=lambda d: applies(d, pending),
-                wake=self.wake_event, poll_interval=options.poll_interval)
-            self.wake_event.clear()
-            if decision is None and self.journal.notifies \
-                    and self.journal.get_request("cancel", self.run_id) is not None:
-                self.cancel_event.set()  # told at once, not at the heartbeat's next look
 
     # -- sleep and children ----------------------------------------------------------------
 

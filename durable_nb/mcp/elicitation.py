@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..context import Decision
+from ..approvals.decision import Decision
 from ..errors import InvalidAnswer, NoPendingApproval
 from ..execution import Execution
 from ..approvals.request import pending_digest

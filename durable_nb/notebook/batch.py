@@ -35,17 +35,15 @@ from .batch_panel import BatchPanel
 from ..errors import DurableError, RunLeased
 from ..journal import Journal, Status, this_host
 from .output import CellDisplays, route_output
+from .watchers import BATCH_WATCHERS
 
 __all__ = ["BatchValue", "NotebookBatch", "active_batch", "batch_of_run"]
 
-_active: dict[str, "NotebookBatch"] = {}
-_active_lock = threading.RLock()
 
 
 def active_batch(batch_id: str) -> "NotebookBatch | None":
     """The batch cell of this kernel that executes or watches ``batch_id``, if any."""
-    with _active_lock:
-        return _active.get(batch_id)
+    return BATCH_WATCHERS.get(batch_id)
 
 
 def batch_of_run(run_id: str) -> "NotebookBatch | None":
@@ -170,8 +168,8 @@ class NotebookBatch:
     def start(self) -> Batch:
         """Execute in the calling (main) thread until no item can progress; watch for
         decisions if items are parked. Returns the batch."""
-        with _active_lock:
-            previous = _active.get(self.batch_id)
+        with BATCH_WATCHERS.lock:
+            previous = BATCH_WATCHERS.get(self.batch_id)
             if previous is not None and previous.executing:
                 raise RunLeased(
                     self.batch_id, {"pid": os.getpid(), "host": this_host()},
@@ -180,7 +178,7 @@ class NotebookBatch:
                             f"{self.batch_id}`, then re-run the cell."))
             if previous is not None:
                 previous.stop()
-            _active[self.batch_id] = self
+            BATCH_WATCHERS.put(self.batch_id, self)
         self._cell_stream = getattr(sys.stdout, "original", sys.stdout)
         self._foreground = True
         # A click cannot reach a busy cell's kernel on every ipykernel: the panel's controls
@@ -281,9 +279,7 @@ class NotebookBatch:
         """Stop watching (parked items stay parked in the journal)."""
         self._stopped.set()
         self._wake.set()
-        with _active_lock:
-            if _active.get(self.batch_id) is self:
-                del _active[self.batch_id]
+        BATCH_WATCHERS.forget(self.batch_id, self)
 
     def watching(self) -> bool:
         """Whether the watcher waits for decisions (or resumes decided items)."""

@@ -38,85 +38,26 @@ from ..approvals.request import pending_digest
 from ..journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import PANEL_CSS, RunPanel
 from .saved_view import LOG_KEPT, saved_view
-from .step_view import STATUS_COLOURS, STOPPED_COLOUR
+from .batch_table import (BAR_ORDER, BATCH_CSS, ITEM_COLOURS, PENDING, STATUS_ORDER,
+                          TABLE_HEAD, item_row, items_table, pages_of, preview, progress_bar)
+from .step_view import STOPPED_COLOUR
 from .step_view import badge as _badge
 from ..registry import get_run
 from ..summary import cost_of, format_cost, format_duration
 
 __all__ = ["BatchPanel"]
 
-PENDING = "PENDING"  # an item that never started
-_COLOURS = {**{s.value: c for s, c in STATUS_COLOURS.items()}, PENDING: "#afb8c1"}
-#: Order of the progress bar's segments and of the "status" sort (what needs a look first).
-_ORDER = ["FAILED", "WAITING_APPROVAL", "RUNNING", "CANCELLED", PENDING, "DONE"]
-_BAR_ORDER = ["DONE", "FAILED", "CANCELLED", "WAITING_APPROVAL", "RUNNING", PENDING]
-_PAGE = 20
 _SAVED_ROWS = 100  # items the saved view lists (problems first)
 _APPROVAL_ROWS = 10
 _SORTS = [("item order", "index"), ("key", "key"), ("status (problems first)", "status"),
           ("iterations (most first)", "-iterations"), ("tokens (most first)", "-tokens"),
           ("cost (highest first)", "-cost")]
 
-_CSS = """<style>
-.dnb-batch .dnb-summary, .dnb-batch table.dnb-items, .dnb-batch .dnb-approval-row {
-  line-height: 1.45}
-.dnb-batch table.dnb-items td > span {font-size: 0.9em}
-.dnb-batch .dnb-bar {display: flex; height: 14px; border-radius: 4px; overflow: hidden;
-  background: #eaeef2; margin: 4px 0 2px 0; max-width: 900px}
-.dnb-batch .dnb-bar > span {display: block; height: 100%}
-.dnb-batch .dnb-legend span.dnb-dot {display: inline-block; width: 9px; height: 9px;
-  border-radius: 2px; margin: 0 3px 0 0}
-.dnb-batch table.dnb-items {border-collapse: collapse; font-size: 0.85em; width: 100%;
-  max-width: 1200px; table-layout: fixed}
-.dnb-batch table.dnb-items th {text-align: left; border-bottom: 1px solid #d0d7de;
-  padding: 2px 6px; font-weight: bold}
-.dnb-batch table.dnb-items td {padding: 2px 6px; white-space: nowrap; overflow: hidden;
-  text-overflow: ellipsis; border-bottom: 1px solid rgba(127, 127, 127, 0.15)}
-.dnb-batch table.dnb-items td.dnb-num {text-align: right}
-.dnb-batch table.dnb-items tr.dnb-row {cursor: pointer}
-.dnb-batch table.dnb-items tr.dnb-row:hover {background: rgba(127, 127, 127, 0.12)}
-.dnb-batch table.dnb-items tr.dnb-picked {background: rgba(31, 111, 235, 0.12)}
-.dnb-batch .dnb-muted {color: #6e7781}
-.dnb-batch .dnb-approval-row {border-bottom: 1px solid rgba(127, 127, 127, 0.2)}
-.dnb-batch.dnb-busy table.dnb-items tr.dnb-row {cursor: default}
-.dnb-batch.dnb-busy table.dnb-items tr.dnb-row:hover {background: none}
-</style>"""
-
-_TABLE_HEAD = ("<colgroup><col style='width:3.5em'><col style='width:14em'>"
-               "<col style='width:12em'><col style='width:4em'><col style='width:6.5em'>"
-               "<col style='width:6em'><col><col></colgroup><tr><th>#</th><th>key</th>"
-               "<th>status</th><th>iter</th><th>tokens</th><th>cost</th><th>result</th>"
-               "<th>error</th></tr>")
-
-# A click on a row puts its key in the panel's item field and sends it, as typing would;
-# not while the field is disabled (the cell runs: see BatchPanel.executing_in_cell).
-_ONCLICK = ("var f=this.closest('.dnb-batch').querySelector('.dnb-pick input');"
-            "if(f.disabled)return;"
-            "f.value=this.dataset.key;f.dispatchEvent(new Event('change',{bubbles:true}))")
-
 # Shown instead of live controls while the batch executes in the foreground of its cell.
 _BUSY_HINT = ("<div class='dnb-muted'>Running in this cell: the kernel is busy and cannot "
               "receive clicks, so the filters, sorting, pages and item view work once the "
               "cell ends. Stop it with the kernel's stop button (&#9632;); the items keep "
               "their journals and resume when the cell runs again.</div>")
-
-
-def _state(item: ItemResult) -> str:
-    return item.state
-
-
-def _preview(value: Any, limit: int = 80) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(value, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            text = repr(value)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
 
 
 def _seconds(seconds: float) -> str:
@@ -187,7 +128,7 @@ class BatchPanel(BatchObserver):
 
         self.summary_html = w.HTML()
         self.status_filter = w.Dropdown(
-            options=[("all", "")] + [(s.lower().replace("_", " "), s) for s in _ORDER],
+            options=[("all", "")] + [(s.lower().replace("_", " "), s) for s in STATUS_ORDER],
             value="", description="status", layout=w.Layout(width="220px"))
         self.text_filter = w.Text(placeholder="filter: key, result or error text",
                                   layout=w.Layout(width="260px"))
@@ -553,16 +494,16 @@ class BatchPanel(BatchObserver):
     def _view(self) -> list[ItemResult]:
         wanted = self.status_filter.value
         text = self.text_filter.value.strip().lower()
-        items = [i for i in self._items if not wanted or _state(i) == wanted]
+        items = [i for i in self._items if not wanted or i.state == wanted]
         if text:
             items = [i for i in items
                      if text in i.key.lower() or text in (i.error or "").lower()
-                     or text in _preview(i.result, 400).lower()]
+                     or text in preview(i.result, 400).lower()]
         order = self.sort.value
         if order == "key":
             items.sort(key=lambda i: i.key)
         elif order == "status":
-            items.sort(key=lambda i: (_ORDER.index(_state(i)), i.index))
+            items.sort(key=lambda i: (STATUS_ORDER.index(i.state), i.index))
         elif order.startswith("-"):
             field = order[1:]
             items.sort(key=lambda i: (-getattr(i, field), i.index))
@@ -588,10 +529,10 @@ class BatchPanel(BatchObserver):
             self._last_refresh = now
             self.redraws += 1
             view = self._view()
-            pages = max(1, -(-len(view) // _PAGE))
+            pages = pages_of(view)
             self.page = min(self.page, pages - 1)
             summary = self._summary_html()
-            table = self._table_html(view, pages)
+            table = items_table(self._items, view, self.page, self._picked)
             log, self._log_buffer = "".join(self._log_buffer), []
             pending = tuple(i.index for i in view if i.status is Status.WAITING_APPROVAL)
             in_cell = self._in_cell
@@ -638,7 +579,7 @@ class BatchPanel(BatchObserver):
         self.refresh()
 
     def _counts(self) -> Counter:
-        return Counter(_state(i) for i in self._items)
+        return Counter(i.state for i in self._items)
 
     def _state(self, counts: Counter) -> tuple[str, str]:
         """The batch's state as (text, colour): stopped, RUNNING, WAITING_APPROVAL, DONE,
@@ -648,15 +589,15 @@ class BatchPanel(BatchObserver):
         if self._stopped:
             return f"stopped: {self._stopped}", STOPPED_COLOUR
         if self._t0 is None:
-            return "STARTING", _COLOURS["RUNNING"]
+            return "STARTING", ITEM_COLOURS["RUNNING"]
         if self._executing:
-            return "RUNNING", _COLOURS["RUNNING"]
+            return "RUNNING", ITEM_COLOURS["RUNNING"]
         if counts["WAITING_APPROVAL"]:
-            return "WAITING_APPROVAL", _COLOURS["WAITING_APPROVAL"]
+            return "WAITING_APPROVAL", ITEM_COLOURS["WAITING_APPROVAL"]
         if finished == total:
             if counts["DONE"] == total:
-                return "DONE", _COLOURS["DONE"]
-            return f"FINISHED: {total - counts['DONE']:,} not done", _COLOURS["FAILED"]
+                return "DONE", ITEM_COLOURS["DONE"]
+            return f"FINISHED: {total - counts['DONE']:,} not done", ITEM_COLOURS["FAILED"]
         return "INCOMPLETE: re-run the cell to finish", STOPPED_COLOUR
 
     def _summary_html(self, message: bool = True) -> str:
@@ -668,17 +609,9 @@ class BatchPanel(BatchObserver):
         dead = ("<div class='dnb-dead'><b>This panel belongs to a kernel that stopped</b>; "
                 "re-run the cell to reconnect (DONE items are answered from the journal, the "
                 "others resume). What it shows is as of the moment the kernel stopped.</div>")
-        head = (f"{PANEL_CSS}{_CSS}{dead}<b>batch {html.escape(self.batch_id)}</b>{title} "
+        head = (f"{PANEL_CSS}{BATCH_CSS}{dead}<b>batch {html.escape(self.batch_id)}</b>{title} "
                 f"{_badge(*self._state(counts))}")
-        segments = "".join(
-            f"<span style='width:{100 * counts[s] / total:.3f}%;background:{_COLOURS[s]}' "
-            f"title='{counts[s]:,} {s}'></span>" for s in _BAR_ORDER if total and counts[s])
-        legend = [f"<b>{counts['DONE']:,} / {total:,}</b> done"]
-        legend += [f"<span class='dnb-dot' style='background:{_COLOURS[s]}'></span>"
-                   f"{counts[s]:,} {s.lower().replace('_', ' ')}"
-                   for s in _BAR_ORDER[1:] if counts[s]]
-        lines = [f"<div class='dnb-summary'>{head}", f"<div class='dnb-bar'>{segments}</div>",
-                 f"<div class='dnb-legend'>{' &nbsp;&middot;&nbsp; '.join(legend)}</div>",
+        lines = [f"<div class='dnb-summary'>{head}", progress_bar(counts, total),
                  f"<div>{' &middot; '.join(self._facts(counts))}</div>"]
         saved = self._saved_text()
         if saved:
@@ -732,41 +665,7 @@ class BatchPanel(BatchObserver):
         spent = f": {tokens:,} tokens{money} not spent again" if tokens else ""
         return "replay: " + ", ".join(parts) + spent
 
-    def _table_html(self, view: list[ItemResult], pages: int) -> str:
-        start = self.page * _PAGE
-        shown = view[start:start + _PAGE]
-        if not self._items:
-            return "<div class='dnb-muted'>no items</div>"
-        if not view:
-            return "<div class='dnb-muted'>no item matches the filter</div>"
-        head = f"<table class='dnb-items'>{_TABLE_HEAD}"
-        rows = [self._row(item) for item in shown]
-        where = (f"rows {start + 1:,}&ndash;{start + len(shown):,} of {len(view):,}"
-                 + (f" (filtered from {len(self._items):,})" if len(view) != len(self._items)
-                    else "")
-                 + (f" &middot; page {self.page + 1} of {pages}" if pages > 1 else "")
-                 + " &middot; click a row to see its run")
-        return f"{head}{''.join(rows)}</table><div class='dnb-muted'>{where}</div>"
 
-    def _row(self, item: ItemResult, live: bool = True) -> str:
-        """A row of the table; ``live``: a click opens the item (the saved view has no
-        kernel to open it)."""
-        state = _state(item)
-        badge = _badge(state.lower().replace("_", " "), _COLOURS[state])
-        result = _preview(item.result) if item.status is Status.DONE else ""
-        full_result = _preview(item.result, 500) if result else ""
-        error = item.error or ""
-        picked = " dnb-picked" if self._picked == item.index else ""
-        cost = format_cost(item.cost) if item.cost else "-"
-        click = (f"class='dnb-row{picked}' data-key='{html.escape(item.key)}' "
-                 f"onclick=\"{_ONCLICK}\"" if live else "")
-        return (f"<tr {click}><td class='dnb-num'>{item.index}</td>"
-                f"<td title='{html.escape(item.run_id)}'>{html.escape(item.key)}</td>"
-                f"<td>{badge}</td><td class='dnb-num'>{item.iterations}</td>"
-                f"<td class='dnb-num'>{item.tokens:,}</td><td class='dnb-num'>{cost}</td>"
-                f"<td title='{html.escape(full_result)}'>{html.escape(result)}</td>"
-                f"<td style='color:#cf222e' title='{html.escape(_preview(error, 500))}'>"
-                f"{html.escape(_preview(error, 120))}</td></tr>")
 
     def _approval_head(self, shown: int) -> str:
         total = sum(1 for i in self._items if i.status is Status.WAITING_APPROVAL)
@@ -786,7 +685,7 @@ class BatchPanel(BatchObserver):
         details = json.dumps(pending.get("details"), ensure_ascii=False, default=str)
         text = w.HTML(f"<b>{html.escape(item.key)}</b> &middot; "
                       f"{html.escape(str(pending.get('name', 'approval')))} "
-                      f"<code>{html.escape(_preview(details, 200))}</code>",
+                      f"<code>{html.escape(preview(details, 200))}</code>",
                       layout=w.Layout(width="560px"))
         if in_cell:
             how = w.HTML(f"<span class='dnb-muted'>buttons when the cell ends, or now: "
@@ -825,9 +724,9 @@ class BatchPanel(BatchObserver):
         items in status order (problems first)."""
         with self._lock:
             summary = self._summary_html(message=False)
-            items = sorted(self._items, key=lambda i: (_ORDER.index(_state(i)), i.index))
+            items = sorted(self._items, key=lambda i: (STATUS_ORDER.index(i.state), i.index))
             shown = items[:_SAVED_ROWS]
-            table = "".join(self._row(item, live=False) for item in shown)
+            table = "".join(item_row(item, live=False) for item in shown)
             log = self._log_kept
             waiting = sum(1 for i in items if i.status is Status.WAITING_APPROVAL)
         more = (f"<div class='dnb-muted'>{len(items) - len(shown):,} more items: "
@@ -837,7 +736,7 @@ class BatchPanel(BatchObserver):
                   f"item{'s' if waiting != 1 else ''} waiting for approval</b>: decide with "
                   f"<code>durable-nb approve {html.escape(self.batch_id)}/KEY</code>, or re-run "
                   f"the cell for the buttons.</div>" if waiting else "")
-        body = (f"{summary}{decide}<table class='dnb-items'>{_TABLE_HEAD}{table}</table>{more}"
+        body = (f"{summary}{decide}<table class='dnb-items'>{TABLE_HEAD}{table}</table>{more}"
                 if items else summary)
         return saved_view(f"<div class='dnb-batch'>{body}</div>", f"batch {self.batch_id}", log)
 
@@ -856,7 +755,7 @@ class BatchPanel(BatchObserver):
         lines = [f"durable batch {self.batch_id}" + (f" ({self.title})" if self.title else "")
                  + f": {state}"]
         total = len(items)
-        by_status = ", ".join(f"{counts[s]:,} {s}" for s in _BAR_ORDER if counts[s])
+        by_status = ", ".join(f"{counts[s]:,} {s}" for s in BAR_ORDER if counts[s])
         lines.append(f"{total:,} items: {by_status or 'none'}")
         plain = [html.unescape(f.replace("<b>", "").replace("</b>", "")) for f in facts]
         lines.append(", ".join(plain))
@@ -865,7 +764,7 @@ class BatchPanel(BatchObserver):
         failed = [i for i in items if i.status in (Status.FAILED, Status.CANCELLED)]
         if failed:
             lines.append("failed:")
-            lines += [f"  {i.run_id}: {_preview(i.error or str(i.status), 200)}"
+            lines += [f"  {i.run_id}: {preview(i.error or str(i.status), 200)}"
                       for i in failed[:10]]
             if len(failed) > 10:
                 lines.append(f"  ... {len(failed) - 10:,} more: durable-nb batch show "
@@ -876,7 +775,7 @@ class BatchPanel(BatchObserver):
             for i in waiting[:10]:
                 p = pending.get(i.index) or {}
                 lines.append(f"  {i.run_id}: {p.get('name')!r} "
-                             f"{_preview(json.dumps(p.get('details'), default=str), 200)}")
+                             f"{preview(json.dumps(p.get('details'), default=str), 200)}")
             if len(waiting) > 10:
                 lines.append(f"  ... {len(waiting) - 10:,} more: durable-nb batch show "
                              f"{self.batch_id} --status waiting_approval")

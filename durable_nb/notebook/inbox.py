@@ -33,7 +33,7 @@ from ..approvals.request import editable, pending_digest, short
 from .answer_form import AnswerForm
 from ..journal import JournalSpec, RunRecord, Status, default_location, open_journal
 from ..timestamps import format_time
-from . import active_run, batch_of_run
+from .watchers import wake_watchers
 
 __all__ = ["ApprovalsInbox", "WaitingRequest", "decide_request", "waiting_requests",
            "where_the_sidebar_is"]
@@ -101,9 +101,7 @@ def decide_request(journal: JournalSpec, request: WaitingRequest, *, approved: b
                       request_id=request.request_id or "", via=VIA, journal=opened,
                       **content)
     # A parked run (or batch item) of this kernel resumes without waiting for its poll.
-    for watcher in (active_run(request.run_id), batch_of_run(request.run_id)):
-        if watcher is not None:
-            watcher.wake()
+    wake_watchers(request.run_id)
     verdict = ("approved" if approved else "rejected") + (
         " with edited arguments" if decision.args is not None else
         " with a message" if decision.message else "")

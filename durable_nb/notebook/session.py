@@ -28,20 +28,19 @@ from ..approvals.policy import deadline_of
 from ..approvals.tick import apply_deadline, write_escalation
 from .extensions import missing_extensions
 from .panel import RunPanel
-from ..runner import RunOptions, RunOutcome, Runner, live_execution
+from ..execution.live import live_execution
+from ..runner import RunOptions, RunOutcome, Runner
 from .output import CellDisplays, route_output
+from .watchers import RUN_WATCHERS
 
 __all__ = ["NotebookRun", "active_run", "stop_for_decision"]
 
-_active: dict[str, "NotebookRun"] = {}
-# Re-entrant (fix): start() holds it while stopping the cell's previous NotebookRun, whose
-# stop() takes it too; a plain Lock deadlocked every re-run of a cell in the same kernel.
-_active_lock = threading.RLock()
+# RUN_WATCHERS.lock is re-entrant (fix): start() holds it while stopping the cell's previous
+# NotebookRun, whose stop() takes it too; a plain Lock deadlocked every re-run of a cell.
 
 
 def active_run(run_id: str) -> "NotebookRun | None":
-    with _active_lock:
-        return _active.get(run_id)
+    return RUN_WATCHERS.get(run_id)
 
 
 class NotebookRun:
@@ -82,8 +81,8 @@ class NotebookRun:
     def start(self) -> RunOutcome:
         """Execute in the calling (main) thread; park and watch if an approval is pending."""
         self._wait_for_ending(active_run(self.run_id))
-        with _active_lock:
-            previous = _active.get(self.run_id)
+        with RUN_WATCHERS.lock:
+            previous = RUN_WATCHERS.get(self.run_id)
             if previous is not None and previous.executing:
                 raise RunLeased(
                     self.run_id, {"pid": os.getpid(), "host": this_host()},
@@ -92,7 +91,7 @@ class NotebookRun:
                             f"the panel's Cancel button, then re-run the cell."))
             if previous is not None:
                 previous.stop()
-            _active[self.run_id] = self
+            RUN_WATCHERS.put(self.run_id, self)
         try:
             outcome = self._execute(foreground=True)
         finally:
@@ -239,9 +238,7 @@ class NotebookRun:
         """Stop watching (the run stays parked in the journal)."""
         self._stopped.set()
         self._wake.set()
-        with _active_lock:
-            if _active.get(self.run_id) is self:
-                del _active[self.run_id]
+        RUN_WATCHERS.forget(self.run_id, self)
 
     # -- buttons -----------------------------------------------------------------------
 

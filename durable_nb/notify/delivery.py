@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -53,6 +55,9 @@ __all__ = ["chosen_channels", "decided_event", "decision_suffix", "deliver", "de
            "recipients_of", "send_to", "sweep", "take_over_lapsed"]
 
 _ERROR_CHARS = 200
+_log = logging.getLogger(__name__)
+#: A URL in an error's text: it may hold a password or a token (a journal's, a webhook's).
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 
 
 def delivery_key(request_id: str, channel: str, suffix: str = "",
@@ -544,12 +549,16 @@ def in_background(send: Callable[[], Any], *, name: str,
                   done: Callable[[], None] | None = None) -> None:
     """``send`` (deliveries) on a thread of its own, waited for at exit (:func:`drain`):
     returns at once, never raises (a journal that failed: the next process that looks
-    sends it)."""
+    sends it). A ``send`` that raises is logged once, as a warning of this module's logger
+    naming the thread ``name`` and the error, its URLs left out (they may hold secrets);
+    what the deliveries recorded stays as they wrote it."""
     def work() -> None:
         try:
             send()
-        except Exception:
-            pass
+        except Exception as exc:
+            _log.warning("durable_nb: %s stopped: %s. What it did not send stays due: the "
+                         "next process that sweeps this journal sends it.", name,
+                         _logged_error(exc))
         finally:
             with _threads_lock:
                 if done is not None:
@@ -560,6 +569,12 @@ def in_background(send: Callable[[], Any], *, name: str,
     with _threads_lock:
         _threads.add(thread)
     thread.start()
+
+
+def _logged_error(exc: BaseException) -> str:
+    """``exc`` as a log line may show it: its type and text, URLs replaced by ``<URL>``
+    (a journal's may hold a password, a webhook's a token), cut to 200 characters."""
+    return _URL.sub("<URL>", f"{type(exc).__name__}: {exc}")[:_ERROR_CHARS]
 
 
 def drain(timeout: float) -> bool:

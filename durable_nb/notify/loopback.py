@@ -21,11 +21,13 @@ import time
 from collections.abc import Iterable, Mapping
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 from .channels.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
-__all__ = ["MailSink", "WebhookReceiver", "free_port", "verify"]
+__all__ = ["LoopbackReceiver", "MailSink", "WebhookReceiver", "free_port", "verify"]
+
+_Receiver = TypeVar("_Receiver", bound="LoopbackReceiver")
 
 
 def verify(secret: str, headers: Mapping[str, str], body: bytes, *,
@@ -58,7 +60,51 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class WebhookReceiver:
+class LoopbackReceiver:
+    """A server on loopback, serving in a daemon thread from construction until
+    :meth:`stop` (or the end of its ``with`` block), that keeps what it receives in
+    ``received``, in order of arrival, for :meth:`wait_for`. A subclass builds its
+    ``server`` (port 0: one the system picks) and appends under :meth:`_keep`."""
+
+    #: How :meth:`wait_for`'s error names the receiver and what it receives.
+    noun = "receiver"
+    items = "items"
+
+    def __init__(self, server: socketserver.BaseServer) -> None:
+        self.received: list[Any] = []
+        self._seen = threading.Condition()
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _keep(self, *items: Any) -> None:
+        """Add ``items`` to ``received`` and wake :meth:`wait_for`."""
+        with self._seen:
+            self.received.extend(items)
+            self._seen.notify_all()
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> list[Any]:
+        """What was received once at least ``count`` arrived (AssertionError after
+        ``timeout`` seconds, naming how many did)."""
+        with self._seen:
+            if not self._seen.wait_for(lambda: len(self.received) >= count, timeout):
+                raise AssertionError(f"the {self.noun} got {len(self.received)} "
+                                     f"{self.items}, not {count}, in {timeout:g} s")
+            return list(self.received)
+
+    def stop(self) -> None:
+        """Stop serving and close the port."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self: _Receiver) -> _Receiver:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class WebhookReceiver(LoopbackReceiver):
     """An HTTP server on loopback, in a thread, that keeps every request it gets (its
     ``headers`` with lower-case names).
 
@@ -68,14 +114,14 @@ class WebhookReceiver:
     receiver: the request has arrived, its sender waits). ``secret``: each request's
     ``verified`` says whether :func:`verify` accepted it."""
 
+    noun, items = "receiver", "requests"
+
     def __init__(self, secret: str | None = None, *, status: int = 200,
                  hang: int = 0, answer_after: float = 0.0) -> None:
         self.secret = secret
         self.status = status
         self.hang = hang
         self.answer_after = answer_after
-        self.requests: list[dict[str, Any]] = []
-        self._seen = threading.Condition()
         self._stopped = threading.Event()
         receiver = self
 
@@ -85,12 +131,11 @@ class WebhookReceiver:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 refused = verify(receiver.secret, headers, body) if receiver.secret else None
                 with receiver._seen:
-                    receiver.requests.append({
+                    receiver._keep({
                         "path": self.path, "headers": headers, "body": body,
                         "json": json.loads(body or b"null"), "verified": refused is None,
                         "refused": refused, "delivery": headers.get(DELIVERY_HEADER.lower()),
                         "at": time.time()})
-                    receiver._seen.notify_all()
                     hangs = len(receiver.requests) <= receiver.hang
                 if hangs:
                     receiver._stopped.wait()
@@ -104,33 +149,25 @@ class WebhookReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/hook"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        super().__init__(server)
 
-    def wait_for(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
-        """The requests once at least ``count`` arrived (AssertionError after ``timeout``)."""
-        with self._seen:
-            if not self._seen.wait_for(lambda: len(self.requests) >= count, timeout):
-                raise AssertionError(f"the receiver got {len(self.requests)} requests, "
-                                     f"not {count}, in {timeout:g} s")
-            return list(self.requests)
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request received, in order: ``path``, ``headers``, ``body``, ``json``,
+        ``verified``, ``refused``, ``delivery``, ``at``."""
+        return self.received
 
     def stop(self) -> None:
+        """Answer the requests held (``hang``, ``answer_after``: their senders go on),
+        then stop serving."""
         self._stopped.set()
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> "WebhookReceiver":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+        super().stop()
 
 
-class MailSink:
+class MailSink(LoopbackReceiver):
     """An SMTP server on loopback, in a thread, that keeps every message it accepts: the
     standard library only, so a notebook runs it under ``pip install "durable-nb[lab]"``.
 
@@ -140,11 +177,11 @@ class MailSink:
     client gave them. ``refuse``: addresses whose ``RCPT`` it answers 550, as a server does
     for a mailbox that does not exist."""
 
+    noun, items = "mail sink", "messages"
+
     def __init__(self, *, refuse: Iterable[str] = ()) -> None:
         self.refuse = {address.lower() for address in refuse}
-        self.messages: list[EmailMessage] = []
         self.envelopes: list[dict[str, Any]] = []
-        self._seen = threading.Condition()
         sink = self
 
         class Session(socketserver.StreamRequestHandler):
@@ -181,7 +218,7 @@ class MailSink:
                             self.reply("503 RCPT first")
                             continue
                         self.reply("354 end with <CR><LF>.<CR><LF>")
-                        sink._keep(sender, recipients, self._data())
+                        sink._keep_message(sender, recipients, self._data())
                         sender, recipients = None, []
                         self.reply("250 OK")
                     elif verb == "RSET":
@@ -205,36 +242,21 @@ class MailSink:
             daemon_threads = True
             allow_reuse_address = True
 
-        self._server = Server(("127.0.0.1", 0), Session)
-        self.host, self.port = self._server.server_address[:2]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        server = Server(("127.0.0.1", 0), Session)
+        self.host, self.port = server.server_address[:2]
+        super().__init__(server)
 
-    def _keep(self, sender: str | None, recipients: list[str], data: bytes) -> None:
+    @property
+    def messages(self) -> list[EmailMessage]:
+        """Every message accepted, parsed, in order."""
+        return self.received
+
+    def _keep_message(self, sender: str | None, recipients: list[str], data: bytes) -> None:
         message = email.message_from_bytes(data.replace(b"\r\n", b"\n"),
                                            policy=email.policy.default)
-        with self._seen:
-            self.messages.append(message)  # type: ignore[arg-type]
+        with self._seen:  # the envelope first: a waiter woken by the message reads it
             self.envelopes.append({"from": sender, "to": list(recipients), "data": data})
-            self._seen.notify_all()
-
-    def wait_for(self, count: int, timeout: float = 30.0) -> list[EmailMessage]:
-        """The messages once at least ``count`` arrived (AssertionError after ``timeout``)."""
-        with self._seen:
-            if not self._seen.wait_for(lambda: len(self.messages) >= count, timeout):
-                raise AssertionError(f"the mail sink got {len(self.messages)} messages, "
-                                     f"not {count}, in {timeout:g} s")
-            return list(self.messages)
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> "MailSink":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+            self._keep(message)
 
 
 def _address(argument: str) -> str:

@@ -13,8 +13,11 @@ silently swap results.
 Each step's function returns a value derived from its own step id and arguments, and logs
 ``pid key`` before it does, so values differ from step to step and every execution is on
 record. A trial runs the program once without kills (the reference), then again in another
-journal, SIGKILLing the child process at random moments and resuming it until it is DONE.
-It passes when:
+journal, SIGKILLing the child process at random points of its journal and resuming it until
+it is DONE. A kill point is where the child writes an entry chosen at random among those
+still to come: just before the write (its step ran, its entry is never written) or just
+after it; a child that would record the run DONE before reaching its point dies there
+instead. So every kill drawn lands, however loaded the machine. It passes when:
 
 - the result (every value the program observed, by place in the program) equals the
   reference's, and so do the journaled steps (key -> kind, name, outcome) and the tokens;
@@ -61,7 +64,7 @@ if __name__ == "__main__":  # run as a script: make `tests` and `durable_nb` imp
 
 from hypothesis import strategies as st
 
-from durable_nb.journal import DiskJournal, Status
+from durable_nb.journal import DiskJournal, RunRecord, Status, StepEntry
 from durable_nb.testing import LoopbackServer
 from tests.agent_process import _run_child, drive, start
 
@@ -361,16 +364,48 @@ def _effect_args(op: dict) -> tuple[tuple, dict]:
     return args, ({"extra": op["extra"]} if "extra" in op else {})
 
 
+#: Where a child dies: as it writes the entry at ``position`` of the run, ``"before"`` or
+#: ``"after"`` the write.
+EntryKill = tuple[int, str]
+
+
+class EntryKillJournal(DiskJournal):
+    """A disk journal whose process SIGKILLs itself as it writes the entry at ``position``
+    (``"before"`` the write: its step ran, its entry is never written; ``"after"``: the
+    entry is committed), or, if the run ends before that entry, as it would record the run
+    DONE: the kill lands in every execution that reaches the end."""
+
+    def __init__(self, directory: str, kill: EntryKill) -> None:
+        super().__init__(directory)
+        self.kill_position, self.kill_phase = kill
+
+    def append_step(self, run_id: str, entry: StepEntry, **write: Any) -> None:
+        due = entry.position >= self.kill_position
+        if due and self.kill_phase == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().append_step(run_id, entry, **write)
+        if due:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def put_run(self, record: RunRecord, **write: Any) -> None:
+        if record.status is Status.DONE:
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().put_run(record, **write)
+
+
 def program_child(program_json: str, journal_dir: str, workdir: str, url: str,
-                  kill_at: int | None = None, on_change: str = "error") -> None:
+                  kill_at: int | None = None, on_change: str = "error",
+                  entry_kill: EntryKill | None = None) -> None:
     """Process target: execute the program as run ``program`` (result.json / error.txt),
-    SIGKILLed as its ``kill_at``-th step starts."""
+    SIGKILLed as its ``kill_at``-th step starts, or at ``entry_kill``
+    (:class:`EntryKillJournal`)."""
     import durable_nb as dn
 
     interpreter = Interpreter(Path(workdir), url, kill_at)
     handler = interpreter.handler(json.loads(program_json))
+    journal = journal_dir if entry_kill is None else EntryKillJournal(journal_dir, entry_kill)
     try:
-        _run_child(workdir, lambda: dn.execute(RUN_ID, handler, journal=journal_dir,
+        _run_child(workdir, lambda: dn.execute(RUN_ID, handler, journal=journal,
                                                poll_interval=0.02, on_change=on_change))
     except Exception:
         sys.exit(1)  # error.txt has the traceback; the driver reads it
@@ -383,6 +418,7 @@ class Outcome:
     result: Any
     steps: dict[str, tuple]  # key -> (kind, name, ok, outcome)
     tokens: int
+    entries: int  # in the journal, the ones replay skips included
     kills: int = 0
     restarts: int = 0
     problems: list[str] = field(default_factory=list)
@@ -424,6 +460,10 @@ def _check_positions(journal: DiskJournal) -> str | None:
     return None
 
 
+def _count_entries(journal: DiskJournal) -> int:
+    return len(list(journal.steps(RUN_ID))) if journal.find_run(RUN_ID) else 0
+
+
 def _journaled_keys(journal: DiskJournal) -> set[str]:
     """Keys of every entry in the run's journal (their steps must never run again)."""
     return {entry.key for entry in journal.steps(RUN_ID)} if journal.find_run(RUN_ID) else set()
@@ -435,14 +475,31 @@ def _executions(workdir: Path) -> list[str]:
     return [line.split()[1] for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def execute_program(program: dict, workdir: Path, url: str, kill_after: list[float]) -> Outcome:
-    """Run the program to DONE, killing its process after each delay in ``kill_after`` and
-    resuming it, as a person re-running the cell would."""
+#: A kill drawn: where among the entries the child has still to write (a fraction of them,
+#: counted from the reference run's), and whether ``"before"`` or ``"after"`` that write.
+KillPoint = tuple[float, str]
+
+kill_points = st.tuples(st.floats(0.0, 1.0, exclude_max=True),
+                        st.sampled_from(["before", "after"]))
+
+
+def _entry_kill(point: KillPoint, written: int, expected: int) -> EntryKill:
+    """The entry at which a child resuming a journal of ``written`` entries dies, of the
+    ``expected`` entries of the whole run."""
+    fraction, phase = point
+    return written + int(fraction * max(expected - written, 1)), phase
+
+
+def execute_program(program: dict, workdir: Path, url: str, kills: list[KillPoint],
+                    expected: int = 0) -> Outcome:
+    """Run the program to DONE, SIGKILLing its process at each of ``kills`` in turn (each
+    lands: :class:`EntryKillJournal`) and resuming it, as a person re-running the cell
+    would. ``expected``: how many entries the run writes (the reference's)."""
     workdir.mkdir(parents=True, exist_ok=True)
     journal_dir = workdir / "journal"
     journal = DiskJournal(journal_dir)
     program_json = json.dumps(program)
-    kills, restarts = 0, 0
+    landed, restarts = 0, 0
     problems: list[str] = []
     # After each kill: how many executions were logged, and which steps were journaled.
     snapshots: list[tuple[int, set[str]]] = []
@@ -450,19 +507,20 @@ def execute_program(program: dict, workdir: Path, url: str, kill_after: list[flo
         while True:
             for name in ("result.json", "error.txt"):
                 (workdir / name).unlink(missing_ok=True)
-            process = start(program_child, program_json, str(journal_dir), str(workdir), url)
-            kill_at = time.monotonic() + kill_after[kills] if kills < len(kill_after) else None
+            entry_kill = _entry_kill(kills[landed], _count_entries(journal), expected) \
+                if landed < len(kills) else None
+            process = start(program_child, program_json, str(journal_dir), str(workdir), url,
+                            None, "error", entry_kill)
             try:
-                drive(process, journal, RUN_ID, timeout=CHILD_TIMEOUT,
-                      kill_when=(lambda: time.monotonic() > kill_at) if kill_at else None)
+                drive(process, journal, RUN_ID, timeout=CHILD_TIMEOUT)
             except TimeoutError as exc:
                 problems.append(str(exc))
                 break
             if process.exitcode == -9:
-                kills += 1
+                landed += 1
                 problem = _check_positions(journal)
                 if problem:
-                    problems.append(f"after kill {kills}: {problem}")
+                    problems.append(f"after kill {landed} at {entry_kill}: {problem}")
                     break
                 snapshots.append((len(_executions(workdir)), _journaled_keys(journal)))
                 continue
@@ -488,25 +546,28 @@ def execute_program(program: dict, workdir: Path, url: str, kill_after: list[flo
                 problems.append(f"steps {again} were journaled before a kill and executed "
                                 f"again by a later process")
         steps, tokens = _journal_view(journal)
+        entries = _count_entries(journal)
     finally:
         journal.close()
-    return Outcome(result, steps, tokens, kills, restarts, problems)
+    return Outcome(result, steps, tokens, entries, landed, restarts, problems)
 
 
 #: Totals over the trials of this process, for the report line.
 TOTALS: Counter = Counter()
 
 
-def check_program(program: dict, kill_after: list[float], root: Path, url: str) -> list[str]:
+def check_program(program: dict, kills: list[KillPoint], root: Path, url: str) -> list[str]:
     """One trial: the reference run, then the killed-and-resumed one; the problems found."""
     root.mkdir(parents=True, exist_ok=True)
     reference = execute_program(program, root / "reference", url, [])
     if reference.problems:
         return [f"reference run: {p}" for p in reference.problems]
-    crashed = execute_program(program, root / "crashed", url, kill_after)
+    crashed = execute_program(program, root / "crashed", url, kills, reference.entries)
     TOTALS.update(programs=1, kills=crashed.kills, resumes_after_failure=crashed.restarts,
                   steps=len(reference.steps))
     problems = list(crashed.problems)
+    if not problems and crashed.kills != len(kills):
+        problems.append(f"{crashed.kills} of the {len(kills)} kills drawn landed")
     if crashed.result != reference.result:
         problems.append(f"result differs from the reference:\n  {crashed.result}\n  "
                         f"{reference.result}")
@@ -954,8 +1015,8 @@ def main(argv: list[str] | None = None) -> int:
         @hypothesis_seed(chosen)
         @settings(max_examples=args.examples, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
-        @given(program=programs(), kills=st.lists(st.floats(0.0, 0.4), max_size=3))
-        def trial(program: dict, kills: list[float]) -> None:
+        @given(program=programs(), kills=st.lists(kill_points, max_size=3))
+        def trial(program: dict, kills: list[KillPoint]) -> None:
             problems = check_program(program, kills, Path(tmp) / str(next(examples)), server.url)
             assert not problems, "\n".join(problems) + f"\nprogram: {json.dumps(program)}"
 

@@ -121,6 +121,10 @@ def _install_durable_nb(config_dir: Path, data_dir: Path) -> None:
         (data_dir / "labextensions" / "durable-nb").symlink_to(LABEXTENSION)
 
 
+#: The first cell of a parking notebook (:meth:`LabPage.park`): the magics loaded, said so.
+SETUP_CELL = "%load_ext durable_nb\nprint('setup ok')"
+
+
 def write_notebook(path: str | os.PathLike[str], sources: list[str]) -> Path:
     """Write a notebook of code cells bound to the python3 kernel (so Lab asks no kernel dialog)."""
     import nbformat
@@ -386,6 +390,17 @@ class LabPage:
         """Wait until `text` appears in cell outputs (never matches cell source code)."""
         found = self._outputs(cell_index).filter(has_text=text).first
         found.wait_for(state="visible", timeout=timeout * 1000)
+
+    def park(self, name: str) -> None:
+        """Open notebook ``name`` (:data:`SETUP_CELL`, then a ``%%durable_agent`` cell
+        that asks for approval) and run both cells, as a person does, until the run's panel
+        says it waits: "Approval needed"."""
+        self.open_notebook(name)
+        self.wait_kernel_idle()
+        self.run_cell(0)
+        self.wait_for_text("setup ok", cell_index=0)
+        self.run_cell(1)
+        self.wait_for_text("Approval needed", cell_index=1)
 
     def shut_down_kernel(self) -> None:
         """Shut the notebook's kernel down as a person does: Kernel menu, Shut Down Kernel."""
