@@ -260,8 +260,8 @@ def test_an_answer_that_does_not_fit_the_schema_is_refused_and_decline_reaches_t
         tool_calls(("book", {"city": "Oslo"})), ctx.mcp_tools(server)), journal=journal)
 
     assert answers[0]["content"] == "not booked (decline)"
-    assert "argument 'nights' must be an integer" in refusals[0]
-    assert "missing required argument 'nights'" in refusals[1]
+    assert "field 'nights' must be an integer" in refusals[0]
+    assert "missing required field 'nights'" in refusals[1]
 
 
 def test_answer_refuses_a_run_that_waits_for_an_approval_not_a_question(journal):

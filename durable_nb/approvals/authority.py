@@ -68,7 +68,7 @@ def decided_elsewhere(journal: Journal, run_id: str, pending: dict, decision: di
     body = {"run_id": run_id, "request": pending.get("id"), "digest": decision.get("digest"),
             "approved": bool(decision.get("approved")), "note": decision.get("note"),
             "via": decision.get("via"), "replace": replace,
-            **{k: decision[k] for k in ("args", "message") if k in decision}}
+            **{k: decision[k] for k in ("args", "message", "answer") if k in decision}}
     request = urllib.request.Request(
         url + "api/decide", data=json.dumps(body).encode(), method="POST",
         headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
