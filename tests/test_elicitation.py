@@ -242,3 +242,53 @@ def test_a_plain_decision_on_a_question_is_written_with_the_answer_it_amounts_to
     dn.approve("b", journal=journal)
     assert find_decision(journal, "b", pending)["answer"] == {"action": "accept",
                                                              "content": {}}
+
+
+# -- the command line --------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(journal, *args: str):
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "durable_nb.cli", "--journal",
+                           str(journal.directory), *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_the_cli_shows_the_question_and_answers_it(journal, count_dir):
+    agent = booking_agent(count_dir)
+    dn.execute("q", agent, journal=journal, on_approval="park")
+    shown = _cli(journal, "show", "q")
+    assert shown.returncode == 0, shown.stderr
+    assert "question   tests asks during book: How many nights in Oslo?" in shown.stdout
+    assert "nights     Nights (integer, required): How many nights" in shown.stdout
+    assert "durable-nb answer q accept --content '{\"nights\": 1}'" in shown.stdout
+
+    bad = _cli(journal, "answer", "q", "accept", "--content", '{"nights": "three"}')
+    assert bad.returncode == 1 and "field 'nights' must be an integer" in bad.stderr
+    bad = _cli(journal, "answer", "q", "accept")
+    assert bad.returncode == 1 and "accept needs --content" in bad.stderr
+    bad = _cli(journal, "answer", "q", "accept", "--content", "{nope")
+    assert bad.returncode == 1 and "--content is not JSON" in bad.stderr
+    done = _cli(journal, "answer", "q", "accept", "--content", '{"nights": 4}', "--by", "bo")
+    assert done.returncode == 0, done.stderr
+    assert 'answered accept {"nights": 4} to tests\'s question in run q (by bo' in done.stdout
+    answers = dn.execute("q", agent, journal=journal, on_approval="park")
+    assert answers[0]["content"] == "booked 4 nights in Oslo"
+
+
+def test_the_cli_declines_and_refuses_an_approval_that_is_no_question(journal, count_dir):
+    agent = booking_agent(count_dir)
+    dn.execute("q", agent, journal=journal, on_approval="park")
+    done = _cli(journal, "answer", "q", "decline")
+    assert done.returncode == 0, done.stderr
+    assert dn.execute("q", agent, journal=journal, on_approval="park")[0]["content"] == \
+        "not booked (decline)"
+    assert dn.execute("p", lambda ctx: ctx.approval("deploy", {}).approved, journal=journal,
+                      on_approval="park") is None
+    refused = _cli(journal, "answer", "p", "cancel")
+    assert refused.returncode == 1
+    assert "waits for approval of 'deploy': use `durable-nb approve`" in refused.stderr
