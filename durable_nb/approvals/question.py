@@ -31,7 +31,7 @@ from ..schema_check import json_type, schema_defect, schema_problems
 
 __all__ = ["ACTIONS", "QUESTION_KIND", "Question", "QuestionField", "answer_of",
            "answer_words", "checked_answer", "form_value", "is_question", "plain_answer",
-           "question_of"]
+           "question_of", "typed_value"]
 
 #: The ``kind`` in the details of an approval request that is a server's question.
 QUESTION_KIND = "elicitation"
@@ -237,27 +237,33 @@ def answer_words(answer: Mapping[str, Any] | None) -> str:
 
 
 def form_value(field: QuestionField, text: Any) -> Any:
-    """What a form's ``text`` for ``field`` means: a number for a number field, a boolean
-    for a checkbox (``on``, ``true``, ``yes``), the enum's value for a choice; the text as
-    it is when it does not read as the field's type (the schema check then names it).
-    ``None`` for an empty optional field (left out of the answer)."""
-    if isinstance(text, bool) or (isinstance(text, list) and field.kind == "choices"):
+    """What a form's ``text`` for ``field`` means (see :func:`typed_value`)."""
+    return typed_value(field.kind, text)
+
+
+def typed_value(kind: str, text: Any) -> Any:
+    """What a form's ``text`` means for a field of ``kind`` (:attr:`QuestionField.kind`): a
+    number for a number field, a boolean for a checkbox (``on``, ``true``, ``yes``), the
+    value a choice's JSON names; the text as it is when it does not read as the kind (the
+    schema check then names it). ``None`` for an empty field (left out of the answer)."""
+    if isinstance(text, (bool, list)):
         return text
     text = "" if text is None else str(text)
-    if field.kind == "boolean":
+    if kind == "boolean":
         return text.strip().lower() in ("on", "true", "yes", "1")
     if text.strip() == "":
-        return None if field.kind != "string" or not field.required else text
-    if field.kind in ("integer", "number"):
+        return None
+    if kind in ("integer", "number"):
         try:
             number = float(text.strip())
         except ValueError:
             return text
-        return int(number) if number.is_integer() and (
-            field.kind == "integer" or "." not in text) else number
-    if field.kind == "choice":
-        return next((value for value, label in field.choices
-                     if str(value) == text or label == text), text)
+        return int(number) if number.is_integer() and "." not in text else number
+    if kind in ("choice", "choices"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
     return text
 
 
