@@ -11,6 +11,7 @@ import json
 import time
 
 from ..approvals.policy import allowed_approvers, deadline_of
+from ..approvals.question import is_question
 from ..approvals.request import pending_digest, short
 from ..approvals.wording import decision_words
 from ..timestamps import format_time
@@ -120,11 +121,14 @@ def approval_html(pending: dict, run_id: str, *, in_cell: bool = False,
     asked = format_time(pending.get("requested_at"), "")
     since = f" &middot; asked at {asked}" if asked else ""
     run_id = html.escape(str(pending.get("run_id") or run_id))
-    head = (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
+    # A server's question shows its message and fields in its form, not as JSON.
+    question = is_question(pending)
+    head = (f"<b>{'Answer needed' if question else 'Approval needed'}:</b> "
+            f"{html.escape(str(pending.get('name')))} "
             f"(step {html.escape(str(pending.get('key')))}, request "
             f"{short(pending_digest(pending))}){since}"
-            f"<pre class='dnb-text'>{html.escape(clip(details))}</pre>"
-            f"{_changed_html(pending.get('replaces'))}")
+            + ("" if question else f"<pre class='dnb-text'>{html.escape(clip(details))}</pre>")
+            + _changed_html(pending.get('replaces')))
     if decided:
         return head + _decided_html(decided)
     head += _deciders_html(pending)

@@ -29,7 +29,7 @@ import ipywidgets as w
 from ..execution import attempts
 from ..errors import DecisionExists, JournalError, NotAllowedToDecide
 from ..approvals.request import find_decision, pending_digest, short
-from .answer_form import AnswerForm
+from .answer_form import AnswerForm, QuestionForm
 from ..approvals.wording import decision_words
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
 from ..summary import format_cost, replay_savings
@@ -161,10 +161,13 @@ class RunPanel:
         self.inbox_area = w.VBox()
         self.approval_buttons = w.HBox([self.approval_note, self.approve_button,
                                         self.reject_button])
-        # ``answers``: on_decide takes edited arguments / a message (``args=``, ``message=``).
+        # ``answers``: on_decide takes edited arguments / a message (``args=``, ``message=``)
+        # and the answer to a server's question (``answer=``), whose form replaces the buttons.
         self.answer_form = AnswerForm() if answers else None
+        self.question_form = QuestionForm(self._answer) if answers else None
         self.approval_box = w.VBox([self.approval_text,
                                     *([self.answer_form.box] if self.answer_form else []),
+                                    *([self.question_form.box] if self.question_form else []),
                                     self.approval_buttons],
                                    layout=w.Layout(display="none", border="1px solid #bf8700",
                                                    padding="6px"))
@@ -212,12 +215,24 @@ class RunPanel:
 
     # -- buttons (any thread) ------------------------------------------------------------
 
-    def _decide(self, approved: bool) -> None:
+    def _answer(self, action: str) -> None:
+        """A click on the question's Accept, Decline or Cancel."""
+        if self.question_form is not None:
+            self._decide(action == "accept", self.question_form.answer(action))
+
+    def _buttons_enabled(self, enabled: bool) -> None:
+        self.approve_button.disabled = self.reject_button.disabled = not enabled
+        if self.question_form is not None:
+            for button in self.question_form.buttons.children:
+                button.disabled = not enabled
+
+    def _decide(self, approved: bool, answer: dict | None = None) -> None:
         if self._on_decide is None:
             return
-        self.approve_button.disabled = self.reject_button.disabled = True
+        self._buttons_enabled(False)
         try:
-            content = self.answer_form.content(approved) if self.answer_form else {}
+            content = ({"answer": answer} if answer is not None else
+                       self.answer_form.content(approved) if self.answer_form else {})
             self._on_decide(approved, self.approval_note.value.strip(), self._shown_digest,
                             self._shown_request, **content)
         except DecisionExists as exc:  # decided elsewhere first: that decision is shown
@@ -227,10 +242,12 @@ class RunPanel:
         except NotAllowedToDecide as exc:  # not theirs to decide: who may, under the request
             with self._lock:
                 self._not_allowed = (self._shown_digest, str(exc))
-            self.approve_button.disabled = self.reject_button.disabled = False
+            self._buttons_enabled(True)
             self.refresh(force=True)
         except Exception as exc:  # shown, never raised into the comm handler
-            self.approve_button.disabled = self.reject_button.disabled = False
+            self._buttons_enabled(True)
+            if answer is not None and self.question_form is not None:
+                self.question_form.say(f"Nothing was answered: {exc}")
             self.append_log(f"durable_nb: could not record the decision: {exc}\n")
 
     def _toggle_inbox(self) -> None:
@@ -486,15 +503,20 @@ class RunPanel:
                 self._shown_request = pending.get("id") or ""  # "": asked before ids
                 self.approval_box.layout.display = "flex"
                 # Decided (here or elsewhere): the decision is shown, not live buttons.
-                self.approval_buttons.layout.display = ("none" if in_cell or decided
-                                                        else "flex")
+                live = not (in_cell or decided)
+                # A server's question: its form and Accept / Decline / Cancel, not the buttons.
+                asking = self.question_form is not None and self.question_form.show(
+                    pending, live=live)
+                self.approval_buttons.layout.display = "flex" if live and not asking else "none"
                 self.approve_button.disabled = self.reject_button.disabled = bool(decided)
                 if self.answer_form is not None:
-                    self.answer_form.show(None if in_cell or decided else pending)
+                    self.answer_form.show(pending if live else None)
             else:
                 self.approval_box.layout.display = "none"
                 if self.answer_form is not None:
                     self.answer_form.show(None)
+                if self.question_form is not None:
+                    self.question_form.show(None)
             self.cancel_button.layout.display = "none" if finished or in_cell else None
             self.stop_hint.layout.display = None if in_cell and not finished else "none"
             self.header.value = header
