@@ -118,3 +118,47 @@ def test_the_inbox_card_shows_the_question_and_decline_answers_it(journal, tmp_p
         assert answers[0]["content"] == "not booked (decline)"
     finally:
         dmcp.close()
+
+
+def test_in_jupyterlab_the_panels_question_form_is_filled_and_accepted(
+        tmp_path_factory, tmp_path):
+    from tests.harness import wait_until
+    from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
+
+    require_chromium()
+    shots = Path(os.environ.get("DURABLE_NB_SHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    journal_dir = tmp_path_factory.mktemp("journal") / "journal"
+    count_dir = tmp_path_factory.mktemp("calls")
+    env = {"DURABLE_NB_JOURNAL": str(journal_dir),
+           "HOME": str(tmp_path_factory.mktemp("home")),
+           "DURABLE_NB_INDEX": str(tmp_path_factory.mktemp("index"))}
+    root = tmp_path_factory.mktemp("lab")
+    write_notebook(root / "ask.ipynb", ["%load_ext durable_nb\nprint('setup ok')",
+                                        _agent_cell("lab-ask", count_dir)])
+    with JupyterLab(root, env=env) as lab, LabPage(lab, timeout=60) as page:
+        page.open_notebook("ask.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("How many nights in Oslo?", cell_index=1)
+        output = page.cell(1).locator(".jp-Cell-outputArea")
+        nights = output.locator(".dnb-question-field input").first
+        nights.wait_for(state="visible")
+        nights.fill("4")
+        output.screenshot(path=str(shots / "elicitation-lab-form.png"))
+        page.click_button("Accept", cell_index=1)
+
+        def done() -> bool:
+            journal = dn.DiskJournal(journal_dir)
+            try:
+                return journal.get_run("lab-ask").status is Status.DONE
+            finally:
+                journal.close()
+
+        wait_until(done, 60, "the kernel ran the answered call")
+        output.screenshot(path=str(shots / "elicitation-lab-answered.png"))
+    print("screenshots:", shots)
+    assert (root / "booked.log").read_text() == "booked 4 nights in Oslo\n"
+    assert _books(count_dir) == [("accept", 4)]

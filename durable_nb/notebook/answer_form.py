@@ -117,6 +117,8 @@ class QuestionForm:
                 f"<div class='dnb-text dnb-question'>{html.escape(question.message)}</div>")
             self.inputs = {field.name: (field, _field_widget(field))
                            for field in question.fields}
+            for _, widget in self.inputs.values():
+                widget.add_class("dnb-question-field")
             self.fields.children = [widgets.VBox([_field_label(field), widget])
                                     for field, widget in self.inputs.values()]
         self.buttons.layout.display = "flex" if live else "none"
