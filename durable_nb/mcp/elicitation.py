@@ -27,7 +27,7 @@ from ..execution import Execution
 from ..journal import JournalSpec, open_journal
 from ..registry import approve, reject
 
-__all__ = ["ACTIONS", "ELICITATION_KIND", "answer", "answer_of", "ask", "is_elicitation"]
+__all__ = ["ACTIONS", "ELICITATION_KIND", "answer", "ask", "is_elicitation"]
 
 #: The ``kind`` in the details of an approval request that is a server's question.
 ELICITATION_KIND = QUESTION_KIND
