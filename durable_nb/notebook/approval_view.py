@@ -139,11 +139,13 @@ def approval_html(pending: dict, run_id: str, *, in_cell: bool = False,
     if not_allowed is not None:
         head += (f"<div class='dnb-not-allowed' style='color:#cf222e'>"
                  f"{html.escape(not_allowed)}</div>")
+    command = (f"<code>durable-nb answer {run_id} accept --content JSON</code> (or "
+               f"<code>decline</code>, <code>cancel</code>)" if question else
+               f"<code>durable-nb approve {run_id}</code> (or <code>reject</code>)")
     outside = "" if not in_cell else (
         f"<div>This cell waits for a decision from outside; a click cannot reach the busy "
-        f"kernel. Decide with <code>durable-nb approve {run_id}</code> (or "
-        f"<code>reject</code>) in a terminal, or in {open_in_lab(run_id)} (JupyterLab)."
-        f"</div>")
+        f"kernel. Decide with {command} in a terminal, or in {open_in_lab(run_id)} "
+        f"(JupyterLab).</div>")
     return (f"{head}{outside}"
             f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
             f"drew them stopped. Re-run the cell for live buttons, decide in "
