@@ -281,8 +281,8 @@ def test_the_command_line_answers_a_question(count_dir, journal, request, tmp_pa
 
     def person(request_: dict) -> None:
         done.append(subprocess.run(
-            [sys.executable, "-m", "durable_nb.mcp", "answer", "mcp-cli", "accept",
-             '{"nights": 5}', "--journal", str(journal.directory), "--by", "bo"],
+            [sys.executable, "-m", "durable_nb.cli", "answer", "mcp-cli", "accept",
+             "--content", '{"nights": 5}', "--journal", str(journal.directory), "--by", "bo"],
             capture_output=True, text=True, timeout=60))
 
     person_thread = decide_in_background(journal, "mcp-cli", person)
