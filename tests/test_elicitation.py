@@ -292,3 +292,58 @@ def test_the_cli_declines_and_refuses_an_approval_that_is_no_question(journal, c
     refused = _cli(journal, "answer", "p", "cancel")
     assert refused.returncode == 1
     assert "waits for approval of 'deploy': use `durable-nb approve`" in refused.stderr
+
+
+# -- the forms: every kind of field MCP allows, read back as the schema's types ------------------
+
+KINDS = {"type": "object", "required": ["room"], "properties": {
+    "room": {"type": "string", "title": "Room", "oneOf": [
+        {"const": "s", "title": "Single"}, {"const": "d", "title": "Double"}]},
+    "extras": {"type": "array", "items": {"type": "string", "enum": ["spa", "gym"]},
+               "maxItems": 2},
+    "breakfast": {"type": "boolean", "default": True},
+    "guests": {"type": "integer", "minimum": 1, "default": 2},
+    "budget": {"type": "number"},
+    "note": {"type": "string"}}}
+
+
+def test_the_pages_form_reads_every_kind_of_field_as_the_schema_types_it(journal):
+    from durable_nb.server.decide import posted_answer, question_form
+
+    pending = _ask(journal, schema=KINDS)
+    form = question_form(pending)
+    assert '<option value="&quot;d&quot;">Double</option>' in form
+    assert 'type="checkbox" name="field.choices.extras" value="&quot;spa&quot;"' in form
+    assert 'name="field.boolean.breakfast" value="on" checked' in form
+    assert 'name="field.integer.guests" value="2" required' not in form  # optional
+    answer = posted_answer("accept", {
+        "field.choice.room": ['"d"'], "field.choices.extras": ['"spa"', '"gym"'],
+        "field.boolean.breakfast": ["false"], "field.integer.guests": ["3"],
+        "field.number.budget": ["120.5"], "field.string.note": [""], "_xsrf": ["x"]})
+    assert answer == {"action": "accept", "content": {
+        "room": "d", "extras": ["spa", "gym"], "breakfast": False, "guests": 3,
+        "budget": 120.5}}
+    decision = decide(journal, "a", approved=True, answer=answer, **_seen(pending))
+    assert decision["answer"] == answer
+
+
+def test_the_notebooks_form_reads_every_kind_of_field_as_the_schema_types_it(journal):
+    from durable_nb.notebook.answer_form import QuestionForm
+
+    pending = _ask(journal, schema=KINDS)
+    clicked: list[str] = []
+    form = QuestionForm(clicked.append)
+    assert form.show(pending)
+    widgets = {name: widget for name, (_, widget) in form.inputs.items()}
+    assert widgets["breakfast"].value is True and widgets["guests"].value == "2"
+    widgets["room"].value = "s"
+    widgets["extras"].value = ("gym",)
+    widgets["budget"].value = "99"
+    form.accept.click()
+    assert clicked == ["accept"]
+    answer = form.answer("accept")
+    assert answer == {"action": "accept", "content": {
+        "room": "s", "extras": ["gym"], "breakfast": True, "guests": 2, "budget": 99}}
+    assert decide(journal, "a", approved=True, answer=answer, **_seen(pending))["answer"] \
+        == answer
+    assert form.answer("cancel") == {"action": "cancel"}
