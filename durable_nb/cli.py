@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from . import registry
 from .execution import attempts
 from .batches.batch import batch as read_batch
+from .cli_answer import HELP as ANSWER_HELP, add_answer_command, answer_command, question_lines
 from .cli_usage import JOURNAL_HELP, CommandParser, SubcommandsWithJournal
 from .demo import run_demo
 from .errors import ApprovalPolicyError, DurableError, InvalidAnswer, NoJournal, UnknownRun
@@ -206,6 +207,7 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
                      f"{source} was executed again from step {step}")
     if info.pending_approval:
         lines.extend(_pending_lines(info.pending_approval))
+        lines += question_lines(info.pending_approval, info.run_id)
     lines += notification_lines(notified or [])
     lines += history_lines(events or [])
     if info.error:
@@ -441,6 +443,7 @@ COMMANDS = {
     "inbox": "the requests waiting, with Approve / Reject (a widget: %durable only)",
     "approve": "approve the run's pending approval (with an optional note)",
     "reject": "reject it",
+    "answer": ANSWER_HELP,
     "cancel": "stop the run at its next step (status CANCELLED)",
     "reset": "forget steps N and later (--from N), so they run again",
     "delete": "delete the run and its journal",
@@ -565,6 +568,7 @@ def _parser() -> argparse.ArgumentParser:
                            help="what the model receives as the tool's answer, e.g. "
                                 "'Denied: use the staging database'")
 
+    add_answer_command(sub)
     p = sub.add_parser("cancel", help=COMMANDS["cancel"])
     p.add_argument("run_id", metavar="RUN")
 
@@ -669,6 +673,8 @@ def _run(args: argparse.Namespace) -> int:
                                   effective=_effective_json(effective)), indent=2))
         else:
             print(format_run(info, interrupted, decision, notified, events, effective))
+    elif args.command == "answer":
+        print(answer_command(args, journal))
     elif args.command in STEERING:
         print(steer(args.command, args.run_id, journal, note=getattr(args, "note", None),
                     by=getattr(args, "by", None), from_step=getattr(args, "from_step", 0),

@@ -339,7 +339,7 @@ class Context:
         decision = self._ex.approval(name, serde.encode(details), policy,
                                      approvers_list(approvers), schema)
         return Decision(bool(decision.get("approved")), decision.get("note"), decision.get("by"),
-                        decision.get("args"), decision.get("message"))
+                        decision.get("args"), decision.get("message"), decision.get("answer"))
 
     def now(self) -> float:
         """The current Unix time, journaled: the same value on replay."""

@@ -116,7 +116,7 @@ def get_run(run_id: str, *, journal: JournalSpec = None) -> RunInfo:
 def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
             journal: JournalSpec, expect: str | None, via: str, replace: bool,
             request_id: str | None = None, args: dict | None = None,
-            message: str | None = None) -> Decision:
+            message: str | None = None, answer: dict | None = None) -> Decision:
     """Decide the run's pending approval through :func:`~durable_nb.approvals.decide.decide`,
     bound to the request as read here, or to the one ``request_id`` and ``expect`` (the
     digest, or its first 8 or more characters) name: what the person saw. A deadline that
@@ -145,19 +145,19 @@ def _decide(run_id: str, approved: bool, note: str | None, by: str | None,
         seen_digest = seen_digest if len(seen_digest) >= MIN_DIGEST else "-" * MIN_DIGEST
     decision = decide(journal, run_id, request_id=seen_id, digest=seen_digest,
                       approved=approved, note=note, by=by or approver_name(), via=via,
-                      replace=replace, args=args, message=message)
+                      replace=replace, args=args, message=message, answer=answer)
     target = (pending or {}).get("run_id", run_id)
     for waiting in (live_execution(target), live_execution(run_id)):
         if waiting is not None:
             waiting.wake_event.set()
     return Decision(approved, note, decision["by"], args=decision.get("args"),
-                    message=decision.get("message"))
+                    message=decision.get("message"), answer=decision.get("answer"))
 
 
 def approve(run_id: str, note: str | None = None, *, by: str | None = None,
             expect: str | None = None, request_id: str | None = None,
             replace: bool = False, via: str = "Python", args: dict | None = None,
-            journal: JournalSpec = None) -> Decision:
+            answer: dict | None = None, journal: JournalSpec = None) -> Decision:
     """Approve the run's pending approval, as it reads now, or only if it is the request
     whose digest is ``expect`` (what the person saw: ``durable-nb show``, the panel). The
     waiting run goes on (a parked one when it is resumed: by the notebook that parked it,
@@ -180,21 +180,27 @@ def approve(run_id: str, note: str | None = None, *, by: str | None = None,
 
     ``args``: approve with edited arguments (a tool call's approval): the tool runs with
     them, live and on replay; they must fit the tool's JSON schema, else
-    :class:`~durable_nb.errors.InvalidAnswer` names what is wrong and nothing is written."""
+    :class:`~durable_nb.errors.InvalidAnswer` names what is wrong and nothing is written.
+
+    ``answer``: ``{"action": "accept", "content": {...}}``, the answer to an MCP server's
+    question (:mod:`durable_nb.approvals.question`), checked against its schema the same
+    way; ``durable_nb.mcp.answer`` says it shorter."""
     return _decide(run_id, True, note, by, journal, expect, via, replace, request_id,
-                   args=args)
+                   args=args, answer=answer)
 
 
 def reject(run_id: str, note: str | None = None, *, by: str | None = None,
            expect: str | None = None, request_id: str | None = None,
            replace: bool = False, via: str = "Python", message: str | None = None,
-           journal: JournalSpec = None) -> Decision:
+           answer: dict | None = None, journal: JournalSpec = None) -> Decision:
     """Reject the run's pending approval (``expect``, ``request_id``, ``replace`` and
     ``via`` as for :func:`approve`: written once); ``ctx.approval`` returns
     ``approved=False``. ``message``: what the model receives as the rejected tool call's
-    answer (``"Denied: use the staging database"``), so that its loop goes on with it."""
+    answer (``"Denied: use the staging database"``), so that its loop goes on with it.
+    ``answer``: ``{"action": "decline"}`` or ``{"action": "cancel"}`` to an MCP server's
+    question."""
     return _decide(run_id, False, note, by, journal, expect, via, replace, request_id,
-                   message=message)
+                   message=message, answer=answer)
 
 
 def cancel(run_id: str, *, journal: JournalSpec = None) -> RunRecord:

@@ -1,27 +1,45 @@
 """Check a JSON value against a JSON schema, in words a model or a person can act on.
 
-The subset durable_nb's tools use (types, ``enum``, ``const``, ``anyOf``/``oneOf``,
-``allOf``, ``items``, ``properties``/``required``/``additionalProperties``, local
-``$defs`` references): :func:`schema_problems` lists every way a value breaks a schema.
-A leaf module: the approvals room checks edited arguments with it, the tools layer a
-model's arguments.
+The subset durable_nb's tools and MCP's questions (elicitation) use: types, ``enum``,
+``const``, ``anyOf``/``oneOf``, ``allOf``, ``items`` (with ``minItems``/``maxItems``),
+``properties``/``required``/``additionalProperties``, local ``$defs`` references, and the
+constraints of MCP's elicitation fields: ``minimum``/``maximum`` (and the exclusive ones),
+``minLength``/``maxLength``, ``pattern`` and ``format`` (``email``, ``uri``, ``date``,
+``date-time``; other formats are annotations, as JSON Schema says). :func:`schema_problems`
+lists every way a value breaks a schema; :func:`schema_defect` says why a schema cannot
+check anything (a ``$ref`` that names nothing, a pattern that is not a regular expression),
+so that a caller refuses in words instead of failing. A leaf module: the approvals room
+checks edits and answers with it, the tools layer a model's arguments.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["json_type", "schema_problems"]
+__all__ = ["json_type", "schema_defect", "schema_problems"]
 
 
-def schema_problems(value: Any, schema: Mapping[str, Any]) -> list[str]:
+def schema_problems(value: Any, schema: Mapping[str, Any], noun: str = "argument"
+                    ) -> list[str]:
     """One message per way ``value`` breaks ``schema`` (empty when it fits), each naming
-    the argument and what is expected."""
+    the ``noun`` (``argument``, ``field``) and what is expected. Never raises: a part of the
+    schema that cannot be used (see :func:`schema_defect`) is one of the messages."""
     problems: list[str] = []
-    _check(value, schema, "", schema.get("$defs", {}), problems)
+    _Checker(schema.get("$defs", {}), noun).check(value, schema, "", problems)
     return problems
+
+
+def schema_defect(schema: Any) -> str | None:
+    """Why ``schema`` cannot check a value (``its $ref '#/$defs/Gone' names nothing in
+    $defs``), or None when it can. Checked before :func:`schema_problems` by a caller that
+    must tell a bad value from a bad schema (an answer is refused either way, in words)."""
+    if not isinstance(schema, Mapping):
+        return f"it is {_json_type(schema)}, not a JSON object"
+    return _defect(schema, schema.get("$defs", {}), 0)
 
 
 def json_type(value: Any) -> str:
@@ -40,6 +58,35 @@ _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
 }
 _ARTICLE = {"string": "a string", "integer": "an integer", "number": "a number",
             "boolean": "a boolean", "null": "null", "array": "an array", "object": "an object"}
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:[^\s]*$")
+
+
+def _is_date(text: str) -> bool:
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return len(text) == 10
+
+
+def _is_date_time(text: str) -> bool:
+    if not re.match(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)$", text):
+        return False
+    try:
+        datetime.datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+#: The formats checked, with what a value must be.
+_FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "email": (lambda s: bool(_EMAIL.match(s)), "an e-mail address (name@example.org)"),
+    "uri": (lambda s: bool(_URI.match(s)), "a URI (https://example.org/...)"),
+    "date": (_is_date, "a date (YYYY-MM-DD)"),
+    "date-time": (_is_date_time, "a date and time (YYYY-MM-DDTHH:MM:SSZ)"),
+}
 
 
 def _json_type(value: Any) -> str:
@@ -49,31 +96,56 @@ def _json_type(value: Any) -> str:
     return "number" if _JSON_TYPES["number"](value) else type(value).__name__
 
 
-def _describe(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
-    """A short phrase for what a schema accepts, such as 'a string or null'."""
-    if "$ref" in schema:
-        return _describe(_resolve(schema, defs), defs)
-    if "enum" in schema:
-        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
-    if "const" in schema:
-        return json.dumps(schema["const"])
-    branches = schema.get("anyOf") or schema.get("oneOf")
-    if branches:
-        return " or ".join(_describe(b, defs) for b in branches)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        return " or ".join(_ARTICLE.get(k, k) for k in kind)
-    if kind == "array" and "items" in schema:
-        return f"an array of ({_describe(schema['items'], defs)})"
-    return _ARTICLE.get(kind, "any JSON value") if kind else "any JSON value"
-
-
-def _resolve(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any]:
+def _ref_target(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any] | str:
+    """What ``schema``'s ``$ref`` names, or why it names nothing."""
     ref = schema["$ref"]
-    name = ref.rsplit("/", 1)[-1]
-    if not ref.startswith("#/$defs/") or name not in defs:
-        raise ValueError(f"the tool schema has a $ref that cannot be resolved: {ref}")
-    return defs[name]
+    if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
+        return f"its $ref {ref!r} is not a local '#/$defs/NAME' reference"
+    name = ref[len("#/$defs/"):]
+    target = defs.get(name) if isinstance(defs, Mapping) else None
+    if not isinstance(target, Mapping):
+        return f"its $ref {ref!r} names nothing in $defs"
+    return target
+
+
+_MAX_DEPTH = 64  # a $ref cycle is walked no deeper
+
+
+def _defect(schema: Any, defs: Mapping[str, Any], depth: int) -> str | None:
+    if not isinstance(schema, Mapping) or depth > _MAX_DEPTH:
+        return None if isinstance(schema, (Mapping, bool)) else \
+            f"a part of it is {_json_type(schema)}, not a schema"
+    if "$ref" in schema:
+        target = _ref_target(schema, defs)
+        if isinstance(target, str):
+            return target
+        found = _defect(target, defs, depth + 1)
+        if found:
+            return found
+    pattern = schema.get("pattern")
+    if pattern is not None:
+        try:
+            re.compile(str(pattern))
+        except re.error as exc:
+            return f"its pattern {pattern!r} is not a regular expression ({exc})"
+    for bound in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                  "minLength", "maxLength", "minItems", "maxItems"):
+        if bound in schema and not _JSON_TYPES["number"](schema[bound]):
+            return f"its {bound} is {_show(schema[bound])}, not a number"
+    subs: list[Any] = [*schema.get("allOf", ()), *(schema.get("anyOf") or ()),
+                       *(schema.get("oneOf") or ())]
+    if isinstance(schema.get("items"), Mapping):
+        subs.append(schema["items"])
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        subs += list(properties.values())
+    if isinstance(schema.get("additionalProperties"), Mapping):
+        subs.append(schema["additionalProperties"])
+    for sub in subs:
+        found = _defect(sub, defs, depth + 1)
+        if found:
+            return found
+    return None
 
 
 def _show(value: Any) -> str:
@@ -81,66 +153,138 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _label(path: str) -> str:
-    return f"argument {path!r}" if path else "the arguments"
+class _Checker:
+    """One check of a value: the schema's ``$defs`` and the word for what is checked."""
 
+    def __init__(self, defs: Mapping[str, Any], noun: str) -> None:
+        self.defs, self.noun = defs, noun
 
-def _check(value: Any, schema: Mapping[str, Any], path: str, defs: Mapping[str, Any],
-           problems: list[str]) -> None:
-    """Append to ``problems`` one message per way ``value`` breaks ``schema``."""
-    if "$ref" in schema:
-        _check(value, _resolve(schema, defs), path, defs, problems)
-    for sub in schema.get("allOf", ()):
-        _check(value, sub, path, defs, problems)
-    branches = schema.get("anyOf") or schema.get("oneOf")
-    if branches:
-        if not any(_fits(value, b, path, defs) for b in branches):
-            problems.append(f"{_label(path)} must be {_describe(schema, defs)}, "
-                            f"got {_show(value)}")
-        return
-    if "enum" in schema and value not in schema["enum"]:
-        problems.append(f"{_label(path)} must be {_describe(schema, defs)}, "
-                        f"got {_show(value)}")
-        return
-    if "const" in schema and value != schema["const"]:
-        problems.append(f"{_label(path)} must be {json.dumps(schema['const'])}, "
-                        f"got {_show(value)}")
-        return
-    kind = schema.get("type")
-    if kind is not None:
-        kinds = kind if isinstance(kind, list) else [kind]
-        if not any(_JSON_TYPES[k](value) for k in kinds if k in _JSON_TYPES):
-            problems.append(f"{_label(path)} must be {_describe(schema, defs)}, "
-                            f"got {_json_type(value)} {_show(value)}")
+    def label(self, path: str) -> str:
+        return f"{self.noun} {path!r}" if path else f"the {self.noun}s"
+
+    def describe(self, schema: Mapping[str, Any], depth: int = 0) -> str:
+        """A short phrase for what a schema accepts, such as 'a string or null'."""
+        if "$ref" in schema:
+            target = _ref_target(schema, self.defs)
+            return "any JSON value" if isinstance(target, str) or depth > _MAX_DEPTH \
+                else self.describe(target, depth + 1)
+        if "enum" in schema:
+            return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
+        if "const" in schema:
+            return json.dumps(schema["const"])
+        branches = schema.get("anyOf") or schema.get("oneOf")
+        if branches:
+            return " or ".join(self.describe(b, depth + 1) for b in branches)
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            return " or ".join(_ARTICLE.get(k, k) for k in kind)
+        if kind == "array" and "items" in schema:
+            return f"an array of ({self.describe(schema['items'], depth + 1)})"
+        return _ARTICLE.get(kind, "any JSON value") if kind else "any JSON value"
+
+    def check(self, value: Any, schema: Mapping[str, Any], path: str,
+              problems: list[str], depth: int = 0) -> None:
+        """Append to ``problems`` one message per way ``value`` breaks ``schema``."""
+        if "$ref" in schema:
+            target = _ref_target(schema, self.defs)
+            if isinstance(target, str):
+                problems.append(f"{self.label(path)} cannot be checked: the schema's "
+                                f"{target[4:]}")
+                return
+            if depth <= _MAX_DEPTH:
+                self.check(value, target, path, problems, depth + 1)
+        for sub in schema.get("allOf", ()):
+            self.check(value, sub, path, problems, depth + 1)
+        branches = schema.get("anyOf") or schema.get("oneOf")
+        if branches:
+            if not any(self.fits(value, b, path, depth + 1) for b in branches):
+                problems.append(f"{self.label(path)} must be {self.describe(schema)}, "
+                                f"got {_show(value)}")
             return
-    if isinstance(value, list) and "items" in schema:
-        for i, item in enumerate(value):
-            _check(item, schema["items"], f"{path}[{i}]", defs, problems)
-    if isinstance(value, dict):
-        _check_object(value, schema, path, defs, problems)
+        if "enum" in schema and value not in schema["enum"]:
+            problems.append(f"{self.label(path)} must be {self.describe(schema)}, "
+                            f"got {_show(value)}")
+            return
+        if "const" in schema and value != schema["const"]:
+            problems.append(f"{self.label(path)} must be {json.dumps(schema['const'])}, "
+                            f"got {_show(value)}")
+            return
+        kind = schema.get("type")
+        if kind is not None:
+            kinds = kind if isinstance(kind, list) else [kind]
+            if not any(_JSON_TYPES[k](value) for k in kinds if k in _JSON_TYPES):
+                problems.append(f"{self.label(path)} must be {self.describe(schema)}, "
+                                f"got {_json_type(value)} {_show(value)}")
+                return
+        self.check_bounds(value, schema, path, problems)
+        if isinstance(value, list) and "items" in schema:
+            for i, item in enumerate(value):
+                self.check(item, schema["items"], f"{path}[{i}]", problems, depth + 1)
+        if isinstance(value, dict):
+            self.check_object(value, schema, path, problems, depth)
 
+    def check_bounds(self, value: Any, schema: Mapping[str, Any], path: str,
+                     problems: list[str]) -> None:
+        """The constraints beyond the type: numbers' range, strings' length, pattern and
+        format, arrays' length."""
+        label = self.label(path)
+        if _JSON_TYPES["number"](value):
+            for key, fails, words in (("minimum", lambda b: value < b, "at least"),
+                                      ("maximum", lambda b: value > b, "at most"),
+                                      ("exclusiveMinimum", lambda b: value <= b, "more than"),
+                                      ("exclusiveMaximum", lambda b: value >= b, "less than")):
+                bound = schema.get(key)
+                if _JSON_TYPES["number"](bound) and fails(bound):
+                    problems.append(f"{label} must be {words} {_show(bound)}, got {_show(value)}")
+        if isinstance(value, str):
+            length = len(value)
+            low, high = schema.get("minLength"), schema.get("maxLength")
+            if _JSON_TYPES["number"](low) and length < low:
+                problems.append(f"{label} must have at least {low} characters, got {length}")
+            if _JSON_TYPES["number"](high) and length > high:
+                problems.append(f"{label} must have at most {high} characters, got {length}")
+            pattern = schema.get("pattern")
+            if isinstance(pattern, str):
+                try:
+                    matched = re.search(pattern, value) is not None
+                except re.error as exc:
+                    problems.append(f"{label} cannot be checked: the schema's pattern "
+                                    f"{pattern!r} is not a regular expression ({exc})")
+                else:
+                    if not matched:
+                        problems.append(f"{label} must match the pattern {pattern!r}, "
+                                        f"got {_show(value)}")
+            known = _FORMATS.get(str(schema.get("format")))
+            if known is not None and not known[0](value):
+                problems.append(f"{label} must be {known[1]}, got {_show(value)}")
+        if isinstance(value, list):
+            low, high = schema.get("minItems"), schema.get("maxItems")
+            if _JSON_TYPES["number"](low) and len(value) < low:
+                problems.append(f"{label} must have at least {low} items, got {len(value)}")
+            if _JSON_TYPES["number"](high) and len(value) > high:
+                problems.append(f"{label} must have at most {high} items, got {len(value)}")
 
-def _check_object(value: dict[str, Any], schema: Mapping[str, Any], path: str,
-                  defs: Mapping[str, Any], problems: list[str]) -> None:
-    properties = schema.get("properties", {})
-    for key in schema.get("required", ()):
-        if key not in value:
+    def check_object(self, value: dict[str, Any], schema: Mapping[str, Any], path: str,
+                     problems: list[str], depth: int) -> None:
+        properties = schema.get("properties", {})
+        for key in schema.get("required", ()):
+            if key not in value:
+                sub = f"{path}.{key}" if path else key
+                problems.append(f"missing required {self.noun} {sub!r} "
+                                f"({self.describe(properties.get(key, {}))})")
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
             sub = f"{path}.{key}" if path else key
-            problems.append(f"missing required argument {sub!r} "
-                            f"({_describe(properties.get(key, {}), defs)})")
-    extra = schema.get("additionalProperties", True)
-    for key, item in value.items():
-        sub = f"{path}.{key}" if path else key
-        if key in properties:
-            _check(item, properties[key], sub, defs, problems)
-        elif extra is False:
-            allowed = ", ".join(properties) or "none"
-            problems.append(f"unknown argument {sub!r}; the accepted arguments are: {allowed}")
-        elif isinstance(extra, Mapping):
-            _check(item, extra, sub, defs, problems)
+            if key in properties:
+                self.check(item, properties[key], sub, problems, depth + 1)
+            elif extra is False:
+                allowed = ", ".join(properties) or "none"
+                problems.append(f"unknown {self.noun} {sub!r}; the accepted {self.noun}s "
+                                f"are: {allowed}")
+            elif isinstance(extra, Mapping):
+                self.check(item, extra, sub, problems, depth + 1)
 
-
-def _fits(value: Any, schema: Mapping[str, Any], path: str, defs: Mapping[str, Any]) -> bool:
-    found: list[str] = []
-    _check(value, schema, path, defs, found)
-    return not found
+    def fits(self, value: Any, schema: Mapping[str, Any], path: str, depth: int) -> bool:
+        found: list[str] = []
+        self.check(value, schema, path, found, depth)
+        return not found

@@ -290,7 +290,8 @@ def test_the_page_approves_with_edited_arguments_and_rejects_with_a_message(
     status, page = client.open(_page_of(runs["edit"]), {
         "_xsrf": xsrf, "action": "approve", "token": _token_of(runs["edit"]),
         "args": '{"db": "staging"}', "args_shown": shown})
-    assert status == 409 and "unknown argument &#x27;db&#x27;" in page
+    assert status == 400 and "unknown argument &#x27;db&#x27;" in page
+    assert 'name="args"' in page  # the form again, to correct the edit
     assert _decision(journal, "edit") is None
     status, page = client.open(_page_of(runs["edit"]), {
         "_xsrf": xsrf, "action": "approve", "token": _token_of(runs["edit"]),

@@ -260,8 +260,8 @@ def test_an_answer_that_does_not_fit_the_schema_is_refused_and_decline_reaches_t
         tool_calls(("book", {"city": "Oslo"})), ctx.mcp_tools(server)), journal=journal)
 
     assert answers[0]["content"] == "not booked (decline)"
-    assert "argument 'nights' must be an integer" in refusals[0]
-    assert "missing required argument 'nights'" in refusals[1]
+    assert "field 'nights' must be an integer" in refusals[0]
+    assert "missing required field 'nights'" in refusals[1]
 
 
 def test_answer_refuses_a_run_that_waits_for_an_approval_not_a_question(journal):
@@ -281,8 +281,8 @@ def test_the_command_line_answers_a_question(count_dir, journal, request, tmp_pa
 
     def person(request_: dict) -> None:
         done.append(subprocess.run(
-            [sys.executable, "-m", "durable_nb.mcp", "answer", "mcp-cli", "accept",
-             '{"nights": 5}', "--journal", str(journal.directory), "--by", "bo"],
+            [sys.executable, "-m", "durable_nb.cli", "answer", "mcp-cli", "accept",
+             "--content", '{"nights": 5}', "--journal", str(journal.directory), "--by", "bo"],
             capture_output=True, text=True, timeout=60))
 
     person_thread = decide_in_background(journal, "mcp-cli", person)

@@ -124,7 +124,7 @@ def decided_elsewhere(journal: Journal, run_id: str, pending: dict, decision: di
     body = {"run_id": run_id, "request": pending.get("id"), "digest": decision.get("digest"),
             "approved": bool(decision.get("approved")), "note": decision.get("note"),
             "via": decision.get("via"), "replace": replace, "signed_in": signed_in,
-            **{k: decision[k] for k in ("args", "message") if k in decision}}
+            **{k: decision[k] for k in ("args", "message", "answer") if k in decision}}
     try:
         return _post(body)["decision"]
     except urllib.error.HTTPError as exc:

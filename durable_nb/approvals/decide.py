@@ -42,6 +42,12 @@ is wrong):
   The decision keeps ``args``, and the tool runs with them, live and on replay.
 - **reject with a message** (``message``): the text the model receives as the tool's
   answer in place of the standard one.
+- **answer a question** (``answer``, ``{"action": "accept" | "decline" | "cancel",
+  "content": {...}}``): only on a request that is an MCP server's question
+  (:mod:`.question`); accept (with ``approved``) carries content that must fit the
+  question's schema, decline and cancel (without) none. A plain decision on a question is
+  written with the answer it amounts to (:func:`~.question.plain_answer`), so every
+  decision on a question holds its answer, bound to the request like the rest.
 """
 
 from __future__ import annotations
@@ -52,11 +58,12 @@ from collections.abc import Callable
 
 from ..errors import ApprovalChanged, DecisionExists, InvalidAnswer, NoPendingApproval
 from ..journal import Journal, Status
-from ..schema_check import json_type, schema_problems
+from ..schema_check import json_type, schema_defect, schema_problems
 from ..timestamps import format_time
 from .authority import decided_elsewhere
 from .history import record_event
 from .policy import allowed_approvers, deadline_of, refusal
+from .question import checked_answer, is_question, plain_answer
 from .request import (applies, decision_kind, find_decision, pending_digest, short,
                       taken_decision, with_escalation)
 from .wording import decision_words, verdict_words
@@ -72,7 +79,7 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
            replace: bool = False, signed_in: bool = True,
            refusals_once: str | None = None,
            vetted: Callable[[dict], dict] | None = None, args: dict | None = None,
-           message: str | None = None) -> dict:
+           message: str | None = None, answer: dict | None = None) -> dict:
     """Decide the request run ``run_id`` waits for, if it is the one ``request_id`` and
     ``digest`` (the whole digest, or its first :data:`MIN_DIGEST` or more characters) name:
     the decision written, as the journal holds it. The checks and errors are the module's.
@@ -86,7 +93,8 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
     one seen, and returns it with the policy facts the caller trusts over the run's own
     record (who started the run, four-eyes); checks 3 to 6 use what it returns. ``args``
     (with ``approved``): the edited arguments the tool runs with; ``message`` (without):
-    what the model is told."""
+    what the model is told; ``answer``: the answer to a server's question (accept with
+    ``approved``, decline or cancel without)."""
     if not isinstance(digest, str) or len(digest) < MIN_DIGEST:
         raise ValueError(f"digest={digest!r} is too short to name a request: give "
                          f"{MIN_DIGEST} or more characters of its digest (`durable-nb show "
@@ -114,7 +122,8 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
             f"{short(pending_digest(pending))}, id {pending.get('id') or '-'}), not for the "
             f"request {short(digest)} (id {request_id or '-'}) that was seen: nothing was "
             f"decided. Look at it with `durable-nb show {run_id}` and decide again.")
-    content = _content(run_id, pending, approved=approved, args=args, message=message)
+    content = _content(run_id, pending, approved=approved, args=args, message=message,
+                       answer=answer)
     target = pending.get("run_id", run_id)
     now = time.time()
     pending = with_escalation(journal, target, pending, now)
@@ -139,11 +148,16 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
 
 
 def _content(run_id: str, pending: dict, *, approved: bool, args: dict | None,
-             message: str | None) -> dict:
-    """The decision's content beyond yes or no (``args``, ``message``), checked against
-    ``pending``: :class:`~durable_nb.errors.InvalidAnswer` naming what is wrong."""
+             message: str | None, answer: dict | None) -> dict:
+    """The decision's content beyond yes or no (``args``, ``message``, ``answer``),
+    checked against ``pending``: :class:`~durable_nb.errors.InvalidAnswer` naming what is
+    wrong."""
     name = pending.get("name")
     content: dict = {}
+    if answer is not None:
+        content["answer"] = checked_answer(run_id, pending, answer, approved)
+    elif is_question(pending):
+        content["answer"] = plain_answer(approved, pending["details"].get("schema") or {})
     if args is not None:
         if not approved:
             raise InvalidAnswer(f"run {run_id!r}: edited arguments go with an approval, not a "
@@ -156,6 +170,11 @@ def _content(run_id: str, pending: dict, *, approved: bool, args: dict | None,
         if not isinstance(args, dict):
             raise InvalidAnswer(f"run {run_id!r}: the edited arguments for {name!r} must be a "
                                 f"JSON object, got {json_type(args)}. Nothing was decided.")
+        defect = schema_defect(schema)
+        if defect:
+            raise InvalidAnswer(f"run {run_id!r}: the schema of {name!r}'s arguments cannot "
+                                f"check an edit: {defect}. Approve without editing, or reject. "
+                                f"Nothing was decided.")
         problems = schema_problems(args, schema)
         if problems:
             raise InvalidAnswer(f"run {run_id!r}: the edited arguments for {name!r} do not fit "
@@ -250,10 +269,11 @@ def _recorded(journal: Journal, run_id: str, pending: dict, decision: dict) -> d
     record_event(journal, run_id, "decided", decision_words(decision), pending=pending,
                  by=decision.get("by"), via=decision.get("via"),
                  approved=bool(decision.get("approved")), note=decision.get("note"),
-                 args=decision.get("args"), message=decision.get("message"))
+                 args=decision.get("args"), message=decision.get("message"),
+                 answer=decision.get("answer"))
     return decision
 
 
 #: What a replaced decision keeps in ``replaced``.
-_KEPT_OF_REPLACED = ("approved", "note", "by", "via", "at", "args", "message")
+_KEPT_OF_REPLACED = ("approved", "note", "by", "via", "at", "args", "message", "answer")
 

@@ -19,3 +19,5 @@ class Decision:
     by: str | None = None
     args: dict | None = None
     message: str | None = None
+    #: The answer to an MCP server's question: ``{"action": ..., "content": ...}``.
+    answer: dict | None = None

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from ..errors import (ApprovalChanged, DecisionExists, DurableError, JournalError,
-                      NoPendingApproval, NotAllowedToDecide, UnknownRun)
+from ..errors import (ApprovalChanged, DecisionExists, DurableError, InvalidAnswer,
+                      JournalError, NoPendingApproval, NotAllowedToDecide, UnknownRun)
 from ..journal import Journal, Status
 from ..journal.base import LINK_PREFIX
 from ..journal.index import journal_id
@@ -52,7 +52,7 @@ from .decide import decide
 from .history import record_event
 from .policy import refusal
 from .request import pending_digest
-from .wording import decision_words
+from .wording import decision_words, verdict_words
 
 __all__ = ["LINK_PATH", "LINK_PREFIX", "PERSONAL_CHANNELS", "LinkOutcome", "LinkSettings",
            "base_url", "choice_url", "inspect_link", "issue_links", "journal_ref",
@@ -291,14 +291,16 @@ def _why(refused: NotAllowedToDecide, link: dict) -> str:
 
 def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
              note: str | None, now: Callable[[], float] = time.time,
-             args: dict | None = None, message: str | None = None) -> LinkOutcome:
+             args: dict | None = None, message: str | None = None,
+             answer: dict | None = None) -> LinkOutcome:
     """Decide by the link: used once (compare-and-set in the journal), then the decision
     left through :func:`~durable_nb.approvals.decide.decide` by the link's recipient, via
     ``link`` (signed in only for a link sent to one person). A refusal (decided already,
     not allowed) or a journal error (raised) puts the link back unused and decides nothing;
     each kind of refusal is recorded once per link. ``args`` (edited arguments) and
-    ``message`` (for the model) are the decision's, checked by ``decide``: content that does
-    not fit leaves the link unused."""
+    ``message`` (for the model) and ``answer`` (to a server's question) are the decision's,
+    checked by ``decide``: content that does not fit leaves the link unused, and the page
+    shows its form again with what was wrong (``open``, 400)."""
     key, outcome = inspect_link(journal, run_id, secret, now)
     if outcome.kind in ("unknown", "used", "expired"):  # the link's own state
         if key is not None:
@@ -320,7 +322,7 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
                           digest=str(link.get("digest") or ""), approved=approved, note=note,
                           by=str(link.get("to")), via="link",
                           signed_in=link.get("channel") in PERSONAL_CHANNELS,
-                          refusals_once=key, args=args, message=message)
+                          refusals_once=key, args=args, message=message, answer=answer)
     except DurableError as exc:
         journal.swap_delivery(run_id, key, used, link)  # nothing decided: unused again
         if isinstance(exc, JournalError):
@@ -335,6 +337,8 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
                                  f"{_why(exc, link)} Nothing was decided.", link, run=outcome.run)
         elif isinstance(exc, (ApprovalChanged, NoPendingApproval)):
             failed = LinkOutcome("changed", 409, _CHANGED, link, run=outcome.run)
+        elif isinstance(exc, InvalidAnswer):  # the form again, with what to correct
+            return LinkOutcome("open", 400, str(exc), link, pending=pending, run=outcome.run)
         else:
             failed = LinkOutcome("failed", 409, str(exc), link, run=outcome.run)
         if not isinstance(exc, (DecisionExists, NotAllowedToDecide)):
@@ -344,7 +348,8 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
                  f"decision link sent to {sent_to(link)} used: "
                  f"{decision_words(decision)}", pending=pending, by=decision.get("by"),
                  via="link", to=link.get("to"), channel=link.get("channel"))
-    return LinkOutcome("decided", 200, f"{'Approved' if approved else 'Rejected'}, as "
+    verdict = verdict_words(decision).split(" by ")[0]
+    return LinkOutcome("decided", 200, f"{verdict[0].upper()}{verdict[1:]}, as "
                        f"{link.get('to')}.", used, pending=pending, decision=decision,
                        run=outcome.run)
 

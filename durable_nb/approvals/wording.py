@@ -28,9 +28,13 @@ def decision_words(decision: dict, *, timed: bool = False, note: int = 0) -> str
 def verdict_words(decision: dict, timed: bool = False) -> str:
     """``approved by ana via panel`` (with ``timed``: ``... at 2026-12-03 10:02:11``): one
     decision without its note or what it replaced; ``approved with edited arguments by ...``
-    and ``rejected with a message by ...`` where it says more than yes or no."""
+    and ``rejected with a message by ...`` where it says more than yes or no, ``answered
+    accept by ...`` for the answer to a server's question."""
     verdict = "approved" if decision.get("approved") else "rejected"
-    if decision.get("args") is not None:
+    answer = decision.get("answer")
+    if isinstance(answer, dict) and answer.get("action"):
+        verdict = f"answered {answer['action']}"
+    elif decision.get("args") is not None:
         verdict += " with edited arguments"
     elif decision.get("message"):
         verdict += " with a message"

@@ -656,7 +656,7 @@ class Execution:
         result = {"approved": bool(decision.get("approved")), "note": decision.get("note"),
                   "by": decision.get("by"), "at": decision.get("at", time.time()),
                   "digest": digest}
-        for field in ("via", "args", "message"):
+        for field in ("via", "args", "message", "answer"):
             if decision.get(field) is not None:
                 result[field] = decision[field]
         meta: dict[str, Any] = {"details": details}

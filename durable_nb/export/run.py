@@ -493,6 +493,9 @@ def _step_md(step: dict[str, Any]) -> str:
                      md.fence(md.json_text(result["args"]), "json")]
         if isinstance(result, dict) and result.get("message"):
             body += ["", "Message to the model:", "", md.fence(str(result["message"]), "text")]
+        if isinstance(result, dict) and isinstance(result.get("answer"), dict):
+            body += ["", f"Answer to the server: {result['answer'].get('action')}", "",
+                     md.fence(md.json_text(result["answer"].get("content") or {}), "json")]
         for earlier in (step.get("meta") or {}).get("replaced") or ():  # --replace, in order
             body += ["", f"Replacing: {verdict_words(earlier)}"]
         when = f"step {step['position']}, waited {md.duration(step['duration'])}"

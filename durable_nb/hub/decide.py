@@ -62,7 +62,7 @@ def decide_as(journal: Journal, config: HubConfig, run_id: str, *, user: str,
               approved: bool, note: str | None, via: str, request_id: str | None,
               digest: str, replace: bool = False, refusals_once: str | None = None,
               signed_in: bool = True, args: dict | None = None,
-              message: str | None = None) -> dict:
+              message: str | None = None, answer: dict | None = None) -> dict:
     """Decide run ``run_id``'s pending approval as hub user ``user``, if it is the request
     ``request_id`` and ``digest`` name (the one the person saw): the decision written, with
     its edited ``args`` or its ``message`` to the model if given. ``signed_in`` False: the
@@ -95,4 +95,5 @@ def decide_as(journal: Journal, config: HubConfig, run_id: str, *, user: str,
 
     return decide(journal, run_id, request_id=request_id, digest=digest, approved=approved,
                   by=user, via=via, note=note, replace=replace, refusals_once=refusals_once,
-                  signed_in=signed_in, vetted=vetted, args=args, message=message)
+                  signed_in=signed_in, vetted=vetted, args=args, message=message,
+                  answer=answer)

@@ -66,7 +66,8 @@ def start_sweeping(journal: Journal, notify: NotifyConfig, period: float
 
 def link_decision(journal: Journal, config: HubConfig, token: str, *, user: str,
                   approved: bool | None, note: str | None = None,
-                  args: dict | None = None, message: str | None = None) -> LinkOutcome:
+                  args: dict | None = None, message: str | None = None,
+                  answer: dict | None = None) -> LinkOutcome:
     """What the link ``token`` does for hub user ``user`` (the page renders it). With
     ``approved`` (Approve or Reject) it decides, as ``user``, once, with the edited
     ``args`` or the ``message`` for the model if given: the link marked used first, put
@@ -104,7 +105,7 @@ def link_decision(journal: Journal, config: HubConfig, token: str, *, user: str,
         decision = decide_as(journal, config, run_id, user=user, approved=approved,
                              note=note, via="link", request_id=link.get("request"),
                              digest=str(link.get("digest") or ""), refusals_once=key,
-                             args=args, message=message)
+                             args=args, message=message, answer=answer)
     except DurableError as exc:
         journal.swap_delivery(run_id, key, used, link)  # nothing decided: unused again
         if isinstance(exc, JournalError):

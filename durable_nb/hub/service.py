@@ -185,7 +185,7 @@ class ApiDecideHandler(_Base):
                                  via=via, request_id=body.get("request"),
                                  digest=str(body.get("digest") or ""),
                                  replace=bool(body.get("replace")), args=body.get("args"),
-                                 message=body.get("message"),
+                                 message=body.get("message"), answer=body.get("answer"),
                                  signed_in=body.get("signed_in") is not False)
         except ValueError as exc:
             self.set_status(400)

@@ -11,6 +11,7 @@ import json
 import time
 
 from ..approvals.policy import allowed_approvers, deadline_of
+from ..approvals.question import is_question
 from ..approvals.request import pending_digest, short
 from ..approvals.wording import decision_words
 from ..timestamps import format_time
@@ -120,11 +121,14 @@ def approval_html(pending: dict, run_id: str, *, in_cell: bool = False,
     asked = format_time(pending.get("requested_at"), "")
     since = f" &middot; asked at {asked}" if asked else ""
     run_id = html.escape(str(pending.get("run_id") or run_id))
-    head = (f"<b>Approval needed:</b> {html.escape(str(pending.get('name')))} "
+    # A server's question shows its message and fields in its form, not as JSON.
+    question = is_question(pending)
+    head = (f"<b>{'Answer needed' if question else 'Approval needed'}:</b> "
+            f"{html.escape(str(pending.get('name')))} "
             f"(step {html.escape(str(pending.get('key')))}, request "
             f"{short(pending_digest(pending))}){since}"
-            f"<pre class='dnb-text'>{html.escape(clip(details))}</pre>"
-            f"{_changed_html(pending.get('replaces'))}")
+            + ("" if question else f"<pre class='dnb-text'>{html.escape(clip(details))}</pre>")
+            + _changed_html(pending.get('replaces')))
     if decided:
         return head + _decided_html(decided)
     head += _deciders_html(pending)
@@ -135,11 +139,13 @@ def approval_html(pending: dict, run_id: str, *, in_cell: bool = False,
     if not_allowed is not None:
         head += (f"<div class='dnb-not-allowed' style='color:#cf222e'>"
                  f"{html.escape(not_allowed)}</div>")
+    command = (f"<code>durable-nb answer {run_id} accept --content JSON</code> (or "
+               f"<code>decline</code>, <code>cancel</code>)" if question else
+               f"<code>durable-nb approve {run_id}</code> (or <code>reject</code>)")
     outside = "" if not in_cell else (
         f"<div>This cell waits for a decision from outside; a click cannot reach the busy "
-        f"kernel. Decide with <code>durable-nb approve {run_id}</code> (or "
-        f"<code>reject</code>) in a terminal, or in {open_in_lab(run_id)} (JupyterLab)."
-        f"</div>")
+        f"kernel. Decide with {command} in a terminal, or in {open_in_lab(run_id)} "
+        f"(JupyterLab).</div>")
     return (f"{head}{outside}"
             f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
             f"drew them stopped. Re-run the cell for live buttons, decide in "

@@ -29,8 +29,9 @@ import ipywidgets as widgets
 
 from .. import registry
 from ..errors import DurableError
+from ..approvals.question import answer_words, is_question
 from ..approvals.request import editable, pending_digest, short
-from .answer_form import AnswerForm
+from .answer_form import AnswerForm, QuestionForm
 from ..journal import JournalSpec, RunRecord, Status, default_location, open_journal
 from ..timestamps import format_time
 from .watchers import wake_watchers
@@ -94,7 +95,8 @@ def decide_request(journal: JournalSpec, request: WaitingRequest, *, approved: b
     The one call of this module that decides: the registry's decision, the same as
     ``durable-nb approve``, the panel and the Jupyter server, bound to the request's id and
     digest, so a card of request #1 does not decide an identical #2 asked after it.
-    ``content``: ``args`` (edited arguments) or ``message`` (for the model)."""
+    ``content``: ``args`` (edited arguments), ``message`` (for the model) or ``answer`` (to
+    a server's question)."""
     opened = open_journal(journal)
     decide = registry.approve if approved else registry.reject
     decision = decide(request.run_id, note or None, expect=request.digest,
@@ -105,6 +107,8 @@ def decide_request(journal: JournalSpec, request: WaitingRequest, *, approved: b
     verdict = ("approved" if approved else "rejected") + (
         " with edited arguments" if decision.args is not None else
         " with a message" if decision.message else "")
+    if decision.answer is not None:
+        verdict = f"answered {answer_words(decision.answer)}"
     return (f"{verdict} by {decision.by}: the run resumes in a kernel that watches it, else "
             f"when its cell is run again")
 
@@ -186,12 +190,13 @@ class ApprovalsInbox(widgets.VBox):
             widgets.HTML("<i>No approval is pending.</i>")]
 
     def decide(self, request: WaitingRequest, approved: bool, note: str,
-               form: AnswerForm | None = None) -> None:
-        """A card's click: decide (with the form's edited arguments or message), then redraw
-        with what it did."""
+               form: AnswerForm | None = None, answer: dict | None = None) -> None:
+        """A card's click: decide (with the form's edited arguments or message, or the
+        ``answer`` to a server's question), then redraw with what it did."""
         with self._lock:
             try:
-                content = form.content(approved) if form is not None else {}
+                content = {"answer": answer} if answer is not None else \
+                    form.content(approved) if form is not None else {}
                 done = decide_request(self._journal, request, approved=approved, note=note,
                                       **content)
                 said = _ok(f"{request.run_id}: {done}")
@@ -220,15 +225,24 @@ class _Card:
         self.reject = widgets.Button(description="Reject", button_style="danger")
         self.form = AnswerForm()
         self.form.show(request.pending)
+        # A server's question: its fields, Accept / Decline / Cancel (its own buttons).
+        self.question = QuestionForm(lambda action: inbox.decide(
+            request, action == "accept", self.note.value,
+            answer=self.question.answer(action)))
+        self.question.show(request.pending)
         self.approve.on_click(lambda _b: inbox.decide(request, True, self.note.value, self.form))
         self.reject.on_click(lambda _b: inbox.decide(request, False, self.note.value,
                                                      self.form))
         if request.decided is not None:
             given = request.decided
             verdict = "approved" if given.get("approved") else "rejected"
+            if given.get("answer"):
+                verdict = f"answered {answer_words(given['answer'])}"
             row: widgets.Widget = widgets.HTML(
                 f"<i>{verdict} by {html.escape(str(given.get('by')))}; not taken by the run "
                 "yet (a kernel watching it takes it within seconds, else re-run its cell)</i>")
+        elif is_question(request.pending):
+            row = self.question.box
         else:
             buttons = widgets.HBox([self.note, self.approve, self.reject])
             # A tool call's arguments, editable, and a message for the model; not there

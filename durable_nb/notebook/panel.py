@@ -27,15 +27,16 @@ from typing import Any, Callable
 import ipywidgets as w
 
 from ..execution import attempts
-from ..errors import (DecisionExists, InputChanged, JournalError, JournalMismatch,
-                      NotAllowedToDecide, RunLeased)
+from ..errors import DecisionExists, JournalError, NotAllowedToDecide
+from ..approvals.question import is_question
 from ..approvals.request import find_decision, pending_digest, short
-from .answer_form import AnswerForm
+from .answer_form import AnswerForm, QuestionForm
 from ..approvals.wording import decision_words
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
-from ..summary import elapsed, format_cost, format_duration, replay_savings
-from ..timestamps import format_time
+from ..summary import format_cost, replay_savings
 from .approval_view import approval_html, open_in_lab
+from .panel_words import (PANEL_CSS, attempt_number, attempts_html, attempts_live_html,
+                          degraded_text, stopped_badge, timing_words)
 from .saved_view import LOG_KEPT, saved_view
 from .step_view import STATUS_COLOURS, STOPPED_COLOUR, StepView, badge, clip
 
@@ -55,82 +56,6 @@ _SETUP_STYLE = ("background:#fff8c5;border:1px solid #d4a72c;color:#4d2d00;paddi
                 "margin:2px 0 6px 0;border-radius:4px;line-height:1.4")
 _TIMELINE_ROWS = 30
 
-# Scoped to the panel (class dnb-panel on its outer box). ipywidgets adds the class
-# jupyter-widgets-disconnected to every view of a model whose kernel connection is gone.
-PANEL_CSS = """<style>
-.dnb-panel .dnb-dead {display: none}
-.dnb-panel.jupyter-widgets-disconnected .dnb-dead {display: block; background: #fff8c5;
-  border: 1px solid #d4a72c; color: #4d2d00; padding: 4px 8px; margin: 2px 0 6px 0;
-  border-radius: 4px}
-.dnb-panel.jupyter-widgets-disconnected::before,
-.dnb-panel .jupyter-widgets-disconnected::before {display: none !important}
-.dnb-panel.jupyter-widgets-disconnected .dnb-button {opacity: 0.5; cursor: not-allowed;
-  width: auto; max-width: none}
-.dnb-panel.jupyter-widgets-disconnected .dnb-button::after {content: " (kernel stopped)";
-  margin-left: 2px}
-.dnb-panel .dnb-button i.fa {margin-right: 4px; vertical-align: baseline}
-.dnb-panel .dnb-text {white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
-  line-height: 1.4;
-  margin: 2px 0}
-.dnb-steps {font-size: 0.85em}
-.dnb-steps > details > summary, .dnb-steps > .dnb-head {display: grid;
-  grid-template-columns: 3em 6em minmax(8em, 16em) 7em 13em auto; gap: 0 8px;
-  line-height: 1.5}
-.dnb-steps > details > summary {cursor: pointer; list-style: none}
-.dnb-steps > details > summary::-webkit-details-marker {display: none}
-.dnb-steps > details > summary:hover, .dnb-steps > details[open] > summary {
-  background: rgba(127, 127, 127, 0.12)}
-.dnb-steps > .dnb-head {font-weight: bold}
-.dnb-steps summary > span {white-space: nowrap; overflow: hidden; text-overflow: ellipsis}
-.dnb-steps details details > summary {cursor: pointer; color: #57606a}
-.dnb-step-body {margin: 2px 0 8px 3em; padding: 4px 8px; border-left: 3px solid #d0d7de}
-.dnb-step-body pre {white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
-  margin: 2px 0 6px 0; max-height: 20em; overflow: auto}
-.dnb-step-body .dnb-role {font-weight: bold}
-.dnb-panel .dnb-history-head {color: #57606a; cursor: pointer}
-.dnb-panel .dnb-history-head::before {content: "\\25b8  "}
-.dnb-panel .dnb-history-list {color: #57606a; font-size: 0.85em; margin-left: 1em;
-  display: none}
-</style>"""
-
-
-def _stopped_badge(error: BaseException) -> str:
-    """The badge of an execution that stopped while the journal keeps the run's status."""
-    if isinstance(error, InputChanged):
-        return "stopped: input changed"
-    if isinstance(error, JournalMismatch):
-        return "stopped: mismatch"
-    if isinstance(error, RunLeased):
-        return "stopped: run busy elsewhere"
-    if isinstance(error, KeyboardInterrupt):
-        return "stopped: interrupted"
-    return "stopped: error"
-
-
-def _timing(record: RunRecord) -> str:
-    """How long the run took (DONE), ran (FAILED, CANCELLED), has run (RUNNING, redrawn every
-    second while it runs; with the time of this attempt when it is not the first), or since
-    when it waits (a parked run's panel is not redrawn)."""
-    if record.status is Status.DONE:
-        return f"took {format_duration(elapsed(record))}"
-    if record.status is Status.RUNNING:
-        attempt = attempts.current(record)
-        this = ""
-        if attempt is not None and attempt.get("end") is None and attempt["n"] > 1:
-            this = (f" (attempt {attempt['n']}: "
-                    f"{format_duration(max(0.0, time.time() - attempt['started_at']))})")
-        return f"elapsed {format_duration(elapsed(record))}{this}"
-    if record.status is Status.WAITING_APPROVAL:
-        asked = format_time((record.pending_approval or {}).get("requested_at"), "")
-        return f"waiting since {asked}" if asked else "waiting"
-    return f"ran {format_duration(elapsed(record))}"
-
-
-def _degraded_text(record: RunRecord) -> str:
-    if record.status is Status.DONE:
-        return ("the run finished, but the journal does not hold it all and it is not "
-                "recorded DONE; executing it again executes those steps again.")
-    return "writes are failing and being retried; these steps may run again after a crash."
 
 
 class RunPanel:
@@ -154,7 +79,7 @@ class RunPanel:
         # ``starting``: an execution is about to take the run; until it reports (on_record),
         # the status in ``record`` is an earlier execution's and is not shown as current.
         self._starting = starting
-        self._attempt_n = _attempt_number(record)
+        self._attempt_n = attempt_number(record)
         self._ticker: threading.Thread | None = None
         # Redraws are numbered when computed; the widgets take only a newer one, so a
         # redraw computed before a status change never paints over the one after it.
@@ -211,7 +136,7 @@ class RunPanel:
         self.header = w.HTML()
         # The attempts apart from the header, which is redrawn every second: their content
         # changes only with the attempts. Opened by a click, they stay open across redraws
-        # and new views of the panel (see _attempts_live_html).
+        # and new views of the panel (see attempts_live_html).
         self.attempts = w.HTML(layout=w.Layout(display="none"))
         self._token = uuid.uuid4().hex[:12]
         self.stats = w.HTML()
@@ -237,10 +162,13 @@ class RunPanel:
         self.inbox_area = w.VBox()
         self.approval_buttons = w.HBox([self.approval_note, self.approve_button,
                                         self.reject_button])
-        # ``answers``: on_decide takes edited arguments / a message (``args=``, ``message=``).
+        # ``answers``: on_decide takes edited arguments / a message (``args=``, ``message=``)
+        # and the answer to a server's question (``answer=``), whose form replaces the buttons.
         self.answer_form = AnswerForm() if answers else None
+        self.question_form = QuestionForm(self._answer) if answers else None
         self.approval_box = w.VBox([self.approval_text,
                                     *([self.answer_form.box] if self.answer_form else []),
+                                    *([self.question_form.box] if self.question_form else []),
                                     self.approval_buttons],
                                    layout=w.Layout(display="none", border="1px solid #bf8700",
                                                    padding="6px"))
@@ -288,12 +216,24 @@ class RunPanel:
 
     # -- buttons (any thread) ------------------------------------------------------------
 
-    def _decide(self, approved: bool) -> None:
+    def _answer(self, action: str) -> None:
+        """A click on the question's Accept, Decline or Cancel."""
+        if self.question_form is not None:
+            self._decide(action == "accept", self.question_form.answer(action))
+
+    def _buttons_enabled(self, enabled: bool) -> None:
+        self.approve_button.disabled = self.reject_button.disabled = not enabled
+        if self.question_form is not None:
+            for button in self.question_form.buttons.children:
+                button.disabled = not enabled
+
+    def _decide(self, approved: bool, answer: dict | None = None) -> None:
         if self._on_decide is None:
             return
-        self.approve_button.disabled = self.reject_button.disabled = True
+        self._buttons_enabled(False)
         try:
-            content = self.answer_form.content(approved) if self.answer_form else {}
+            content = ({"answer": answer} if answer is not None else
+                       self.answer_form.content(approved) if self.answer_form else {})
             self._on_decide(approved, self.approval_note.value.strip(), self._shown_digest,
                             self._shown_request, **content)
         except DecisionExists as exc:  # decided elsewhere first: that decision is shown
@@ -303,10 +243,12 @@ class RunPanel:
         except NotAllowedToDecide as exc:  # not theirs to decide: who may, under the request
             with self._lock:
                 self._not_allowed = (self._shown_digest, str(exc))
-            self.approve_button.disabled = self.reject_button.disabled = False
+            self._buttons_enabled(True)
             self.refresh(force=True)
         except Exception as exc:  # shown, never raised into the comm handler
-            self.approve_button.disabled = self.reject_button.disabled = False
+            self._buttons_enabled(True)
+            if answer is not None and self.question_form is not None:
+                self.question_form.say(f"Nothing was answered: {exc}")
             self.append_log(f"durable_nb: could not record the decision: {exc}\n")
 
     def _toggle_inbox(self) -> None:
@@ -387,7 +329,7 @@ class RunPanel:
         if record.run_id != self._record.run_id:
             return  # a child run's (ctx.child reports to its parent's view): not this run's
         with self._lock:
-            number = _attempt_number(record)
+            number = attempt_number(record)
             new_attempt = number != self._attempt_n or self._starting
             if number != self._attempt_n:
                 # A new execution: how the last one ended is history, not the current state.
@@ -508,7 +450,7 @@ class RunPanel:
             record = self._record
             log, self._log_buffer = "".join(self._log_buffer), []
             header, stats = self._header_html(record, attempts=False), self._stats_html(record)
-            tried = _attempts_live_html(record, self._token)
+            tried = attempts_live_html(record, self._token)
             timeline = None  # None: the timeline drawn last stays (a later redraw draws it)
             steps = self._rows
             if force or (now - self._last_timeline >= _TICK and steps != self._timeline_steps):
@@ -562,15 +504,20 @@ class RunPanel:
                 self._shown_request = pending.get("id") or ""  # "": asked before ids
                 self.approval_box.layout.display = "flex"
                 # Decided (here or elsewhere): the decision is shown, not live buttons.
-                self.approval_buttons.layout.display = ("none" if in_cell or decided
-                                                        else "flex")
+                live = not (in_cell or decided)
+                # A server's question: its form and Accept / Decline / Cancel, not the buttons.
+                asking = self.question_form is not None and self.question_form.show(
+                    pending, live=live)
+                self.approval_buttons.layout.display = "flex" if live and not asking else "none"
                 self.approve_button.disabled = self.reject_button.disabled = bool(decided)
                 if self.answer_form is not None:
-                    self.answer_form.show(None if in_cell or decided else pending)
+                    self.answer_form.show(pending if live else None)
             else:
                 self.approval_box.layout.display = "none"
                 if self.answer_form is not None:
                     self.answer_form.show(None)
+                if self.question_form is not None:
+                    self.question_form.show(None)
             self.cancel_button.layout.display = "none" if finished or in_cell else None
             self.stop_hint.layout.display = None if in_cell and not finished else "none"
             self.header.value = header
@@ -600,7 +547,7 @@ class RunPanel:
                      f"when the last execution ended.</div>")
         elif error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
             # The journal keeps its status (a mismatch changes nothing); this execution stopped.
-            shown = badge(_stopped_badge(error), STOPPED_COLOUR)
+            shown = badge(stopped_badge(error), STOPPED_COLOUR)
             state = (f"<div style='color:#6e7781'>The run is {record.status} in the journal "
                      f"(unchanged); this execution of the cell stopped, see the error below."
                      f"</div>")
@@ -612,14 +559,14 @@ class RunPanel:
         if record.journal_degraded_from is not None:
             degraded = (f"<div style='color:#cf222e'><b>Not durable: journal degraded from "
                         f"step {record.journal_degraded_from}</b> "
-                        f"(on_journal_error='continue'): {_degraded_text(record)}</div>")
+                        f"(on_journal_error='continue'): {degraded_text(record)}</div>")
         dead = ("<div class='dnb-dead'><b>This panel belongs to a kernel that stopped</b>; "
                 "re-run the cell to reconnect (the run resumes or replays from its journal). "
                 "What it shows is as of the moment the kernel stopped; "
                 f"{open_in_lab(html.escape(record.run_id))} (JupyterLab) shows it as it is "
                 "now.</div>")
         return (f"{PANEL_CSS}{dead}<b>{html.escape(record.run_id)}</b>{title} "
-                f"{shown}{state}{_attempts_html(record) if attempts else ''}{note}{degraded}")
+                f"{shown}{state}{attempts_html(record) if attempts else ''}{note}{degraded}")
 
     def _free(self, record: RunRecord) -> bool:
         return not record.cost and self._priced and not self._unpriced
@@ -649,7 +596,7 @@ class RunPanel:
             parts.append(cost)
         parts.append(f"steps <b>{self._replayed:,}</b> replayed, <b>{self._executed:,}</b> "
                      f"executed" + self._journaled_text())
-        parts.append(_timing(record))
+        parts.append(timing_words(record))
         line = " &middot; ".join(parts)
         if self._replayed_entries:
             line += (f"<div style='color:#1a7f37'>{html.escape(self._savings())}</div>")
@@ -712,7 +659,8 @@ class RunPanel:
             request = html.escape(str(pending.get("id") or ""), quote=True)
             body.append("<div style='border:1px solid #bf8700;padding:6px'>"
                         f"{self._approval_html(pending)}"
-                        f"Decide from anywhere: <code>durable-nb approve {run_id}</code>."
+                        f"Decide from anywhere: <code>durable-nb "
+                        f"{'answer' if is_question(pending) else 'approve'} {run_id}</code>."
                         f"<div class='dnb-decide-here' data-durable-nb-decide='{run_id}' "
                         f"data-durable-nb-digest='{digest}' "
                         f"data-durable-nb-request='{request}'></div></div>")
@@ -735,7 +683,7 @@ class RunPanel:
         if self._starting and record.status is not Status.DONE:
             status = f"starting (it was {record.status} when the last execution ended)"
         elif error is not None and record.status not in (Status.FAILED, Status.CANCELLED):
-            status = f"{_stopped_badge(error)} (the run is {record.status} in the journal)"
+            status = f"{stopped_badge(error)} (the run is {record.status} in the journal)"
         lines = [f"durable run {record.run_id}" + (f" ({record.title})" if record.title else "")
                  + f": {status}"]
         resumed = attempts.resumed_words(record)
@@ -751,13 +699,13 @@ class RunPanel:
                          + (f" of {format_cost(record.max_cost)}" if record.max_cost else ""))
         facts.append(f"steps {self._replayed:,} replayed, {self._executed:,} executed"
                      + self._journaled_text())
-        facts.append(_timing(record))
+        facts.append(timing_words(record))
         lines.append(", ".join(facts))
         if self._replayed_entries:
             lines.append(self._savings())
         if record.journal_degraded_from is not None:
             lines.append(f"NOT DURABLE: journal degraded from step "
-                         f"{record.journal_degraded_from}: {_degraded_text(record)}")
+                         f"{record.journal_degraded_from}: {degraded_text(record)}")
         if record.pending_approval:
             p = record.pending_approval
             lines.append(f"waiting for approval of {p.get('name')!r}: "
@@ -771,41 +719,6 @@ class RunPanel:
         if result:
             lines.append(result)
         return "\n".join(lines)
-
-
-def _attempt_number(record: RunRecord) -> int:
-    attempt = attempts.current(record)
-    return attempt["n"] if attempt is not None else 0
-
-
-def _attempts_html(record: RunRecord) -> str:
-    """``attempt 3: resumed after a kernel restart at step 3``, opening (a click, no kernel
-    round trip) to the run's attempts; nothing for a run executed once from its start."""
-    words = attempts.resumed_words(record)
-    if words is None:
-        return ""
-    lines = "".join(f"<div>{html.escape(line)}</div>" for line in attempts.history_lines(record))
-    return (f"<details class='dnb-attempts' style='color:#57606a'><summary>"
-            f"{html.escape(words)}</summary><div style='font-size:0.85em;margin-left:1em'>"
-            f"{lines}</div></details>")
-
-
-def _attempts_live_html(record: RunRecord, token: str) -> str:
-    """The live panel's attempts (see :func:`_attempts_html`): a line that a click opens to
-    the list, in the page (no kernel round trip). A redraw replaces a widget's content, and
-    the panel's display, sent again when the run ends, replaces its views: the click marks
-    the page's body with a class named by the panel's ``token``, which both leave alone."""
-    words = attempts.resumed_words(record)
-    if words is None:
-        return ""
-    lines = "".join(f"<div>{html.escape(line)}</div>" for line in attempts.history_lines(record))
-    opened = f"body.dnb-open-{token} .dnb-history-{token}"
-    toggle = f"document.body.classList.toggle('dnb-open-{token}')"
-    return (f"<style>{opened} .dnb-history-list {{display: block}} {opened} "
-            f".dnb-history-head::before {{content: '\\25be  '}}</style>"
-            f"<div class='dnb-history-{token}'><div class='dnb-history-head' "
-            f"onclick=\"{toggle}\">{html.escape(words)}</div>"
-            f"<div class='dnb-history-list'>{lines}</div></div>")
 
 
 class _nothing:

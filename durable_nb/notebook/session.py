@@ -246,7 +246,8 @@ class NotebookRun:
                request_id: str | None = None, **content: Any) -> None:
         """The panel's Approve / Reject of the request it shows (``digest``, ``request_id``):
         written once (DecisionExists, shown by the panel, when the request was decided
-        already); ``content``: the edited ``args`` or the ``message`` for the model."""
+        already); ``content``: the edited ``args``, the ``message`` for the model, or the
+        ``answer`` to a server's question."""
         decide = registry.approve if approved else registry.reject
         decide(self.run_id, note or None, by=f"{registry.approver_name(host=False)} (notebook)",
                expect=digest, request_id=request_id, via="panel", journal=self.journal,

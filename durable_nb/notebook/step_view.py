@@ -128,6 +128,10 @@ class StepView:
                 decided = entry.result
                 outcome = (badge("approved", "#1a7f37") if decided.get("approved")
                            else badge("rejected", "#cf222e"))
+                if isinstance(decided.get("answer"), dict):  # a server's question answered
+                    action = str(decided["answer"].get("action"))
+                    outcome = badge(f"answered {action}", "#1a7f37" if action == "accept"
+                                    else "#6e7781")
                 note = f": {decided['note']}" if decided.get("note") else ""
                 beyond = (" with edited arguments" if decided.get("args") is not None else
                           " with a message" if decided.get("message") else "")
@@ -218,6 +222,10 @@ class StepView:
             if result.get("message"):
                 parts.append(f"<div><b>Message to the model:</b> "
                              f"{html.escape(str(result['message']))}</div>")
+            if isinstance(result.get("answer"), dict):
+                parts.append(f"<div><b>Answer to the server:</b> "
+                             f"{html.escape(str(result['answer'].get('action')))}</div>"
+                             f"{pre(result['answer'].get('content') or {})}")
         else:
             parts.append(f"<div><b>Result:</b></div>{pre(result)}")
         facts = [f"{entry.duration * 1000:,.1f} ms" if entry.kind != "approval"

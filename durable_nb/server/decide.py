@@ -6,8 +6,9 @@ in the fragment, which browsers never send. GET answers a small page whose scrip
 fragment, removes it from the address bar and posts it in the body (``action=view``); the
 answer shows the request (run, notebook, tool, details, to whom the link was sent, until when
 it is valid) and, only when the link may decide it, a form, Approve / Reject with a note,
-which posts the token again in its body. Viewing never decides (link scanners and chat
-previews open links). The form's POST decides once, as the link's recipient, via ``link``,
+which posts the token again in its body; for an MCP server's question, its message and a
+form of its fields with Accept / Decline / Cancel (:func:`question_form`). Viewing never
+decides (link scanners and chat previews open links). The form's POST decides once, as the link's recipient, via ``link``,
 through :func:`~durable_nb.approvals.decide.decide`. No Jupyter login is needed, and no
 kernel or JupyterLab. The form carries Jupyter's XSRF token (tornado's ``_xsrf`` field and
 cookie), so a page elsewhere cannot post it; every answer says ``Referrer-Policy:
@@ -38,6 +39,8 @@ from ..errors import JournalError
 from ..journal import Journal
 from ..approvals.links import (LINK_PATH, LinkOutcome, inspect_link, journal_ref,
                                parse_token, sent_to, use_link)
+from ..approvals.question import (ACTIONS, QuestionField, answer_words, question_of,
+                                  typed_value)
 from ..approvals.request import editable
 from ..approvals.wording import decision_words
 from ..timestamps import format_time
@@ -50,7 +53,8 @@ except ImportError:  # pragma: no cover - older servers let any handler through
     def allow_unauthenticated(method: Any) -> Any:
         return method
 
-__all__ = ["DecideHandler", "LinkForm", "decide_handlers", "loader_page", "read_form", "render"]
+__all__ = ["DecideHandler", "LinkForm", "decide_handlers", "loader_page", "posted_answer",
+           "question_form", "read_form", "render"]
 
 T = TypeVar("T")
 _NOTE_CHARS = 2000
@@ -155,8 +159,19 @@ class LinkForm:
 
 def read_form(handler: web.RequestHandler) -> LinkForm:
     """The decision page's POST, read and checked (a 400 for an unknown action or arguments
-    that are not JSON): the one reading of it, for a user's server and the hub's service."""
+    that are not JSON): the one reading of it, for a user's server and the hub's service.
+    An answer to a question (Accept, Decline, Cancel) is read as Approve (accept) or Reject
+    with its ``answer`` in ``content``."""
     action = handler.get_body_argument("action", "view")
+    if action in ACTIONS:
+        return LinkForm(
+            token=handler.get_body_argument("token", ""),
+            action="approve" if action == "accept" else "reject",
+            choice=handler.get_body_argument("choice", ""),
+            note=handler.get_body_argument("note", "").strip()[:_NOTE_CHARS] or None,
+            content={"answer": posted_answer(action, {
+                name: [v.decode("utf-8", "replace") for v in values]
+                for name, values in handler.request.body_arguments.items()})})
     if action not in ("view", "approve", "reject"):
         raise web.HTTPError(400, "choose Approve or Reject")
     return LinkForm(
@@ -182,6 +197,85 @@ def form_content(action: str, args: str, args_shown: str, message: str) -> dict:
     if action == "reject" and message.strip():
         return {"message": message.strip()[:_NOTE_CHARS]}
     return {}
+
+
+def posted_answer(action: str, posted: dict[str, list[str]]) -> dict:
+    """The answer a question's form posted: ``{"action", "content"}``, content (with accept)
+    from the fields named ``field.KIND.NAME`` (:func:`question_form`), each read as its
+    kind says (:func:`~durable_nb.approvals.question.typed_value`); an empty field is left
+    out. Whether it fits the question's schema is ``decide``'s to say."""
+    if action != "accept":
+        return {"action": action}
+    content: dict = {}
+    for key, values in posted.items():
+        parts = key.split(".", 2)
+        if len(parts) != 3 or parts[0] != "field" or not values:
+            continue
+        kind, name = parts[1], parts[2]
+        if kind == "choices":
+            value = [typed_value("choice", v) for v in values if v != ""]
+        elif kind == "boolean":
+            value = any(typed_value("boolean", v) for v in values)
+        else:
+            value = typed_value(kind, values[-1])
+        if value is not None:
+            content[name] = value
+    return {"action": "accept", "content": content}
+
+
+def question_form(pending: dict) -> str:
+    """The form fields of the question ``pending`` asks (empty for another request): one
+    input per field of its schema, named ``field.KIND.NAME``, labelled with its title,
+    description and what it takes, its default filled in."""
+    question = question_of(pending)
+    if question is None:
+        return ""
+    return "".join(_field_html(field) for field in question.fields)
+
+
+_INPUT_TYPES = {"email": "email", "uri": "url", "date": "date"}
+
+
+def _field_html(field: QuestionField) -> str:
+    e = html.escape
+    key = f"field.{field.kind}.{field.name}"
+    label = (f'<label for="{e(key)}">{e(field.title)}'
+             f'<span class="fine"> ({e(field.hint())})</span></label>'
+             + (f'<div class="fine">{e(field.description)}</div>' if field.description else ""))
+    schema, default = field.schema, field.default
+    required = " required" if field.required else ""
+    if field.kind == "boolean":
+        checked = " checked" if default is True else ""
+        return (f'{label}<input type="hidden" name="{e(key)}" value="false">'
+                f'<input type="checkbox" id="{e(key)}" name="{e(key)}" value="on"{checked}>')
+    if field.kind in ("choice", "choices"):
+        chosen = default if isinstance(default, list) else [default]
+        if field.kind == "choices":
+            boxes = "".join(
+                f'<label class="option"><input type="checkbox" name="{e(key)}" '
+                f'value="{e(json.dumps(v))}"{" checked" if v in chosen else ""}> '
+                f'{e(text)}</label>' for v, text in field.choices)
+            return f'{label}<div id="{e(key)}">{boxes}</div>'
+        options = ("" if field.required else '<option value=""></option>') + "".join(
+            f'<option value="{e(json.dumps(v))}"{" selected" if v in chosen else ""}>'
+            f'{e(text)}</option>' for v, text in field.choices)
+        return f'{label}<select id="{e(key)}" name="{e(key)}"{required}>{options}</select>'
+    attributes = required
+    if field.kind in ("integer", "number"):
+        kind = "number"
+        attributes += ' step="1"' if field.kind == "integer" else ' step="any"'
+        for bound, attribute in (("minimum", "min"), ("maximum", "max")):
+            if isinstance(schema.get(bound), (int, float)):
+                attributes += f' {attribute}="{schema[bound]}"'
+    else:
+        kind = _INPUT_TYPES.get(str(schema.get("format")), "text")
+        for bound, attribute in (("minLength", "minlength"), ("maxLength", "maxlength")):
+            if isinstance(schema.get(bound), int):
+                attributes += f' {attribute}="{schema[bound]}"'
+        if isinstance(schema.get("pattern"), str):
+            attributes += f' pattern="{e(schema["pattern"])}"'
+    value = "" if default is None else f' value="{e(str(default))}"'
+    return f'{label}<input type="{kind}" id="{e(key)}" name="{e(key)}"{value}{attributes}>'
 
 
 #: The page a link opens: it posts the fragment's token (never sent by a browser in a URL)
@@ -237,12 +331,18 @@ def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = F
     if outcome.decision:
         decision = outcome.decision
         rows.append(("Decision", decision_words(decision, timed=True)))
+        if decision.get("answer"):
+            rows.append(("Answer", answer_words(decision["answer"])))
         if decision.get("note"):
             rows.append(("Note", decision["note"]))
     table = "".join(f"<tr><th>{e(label)}</th><td>{e(str(value))}</td></tr>"
                     for label, value in rows if value)
     details = ""
-    if "details" in pending:
+    question = question_of(pending)
+    if question is not None:
+        details = (f"<h2>Question from {e(question.server or 'an MCP server')}</h2>"
+                   f'<p class="question" id="question">{e(question.message)}</p>')
+    elif "details" in pending:
         text = pending["details"] if isinstance(pending["details"], str) else json.dumps(
             pending["details"], indent=2, sort_keys=True, ensure_ascii=False, default=repr)
         details = f"<h2>Details</h2><pre>{e(text)}</pre>"
@@ -252,7 +352,20 @@ def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = F
                     " The run goes on when its cell is run again.")
     body = (f'<p class="message {e(outcome.kind)}" id="outcome">{e(message)}</p>'
             f"<table>{table}</table>{details}")
-    if outcome.kind == "open":
+    if outcome.kind == "open" and question is not None:
+        body += (f'<form method="post">{form}{question_form(pending)}'
+                 f'<label for="note">Note (optional)</label>'
+                 f'<textarea id="note" name="note" rows="2" maxlength="{_NOTE_CHARS}">'
+                 f'</textarea><div class="buttons">'
+                 f'<button type="submit" name="action" value="accept" class="approve">Accept'
+                 f'</button><button type="submit" name="action" value="decline" '
+                 f'class="reject" formnovalidate>Decline</button>'
+                 f'<button type="submit" name="action" value="cancel" class="neutral" '
+                 f'formnovalidate>Cancel</button></div>'
+                 f"<p class=\"fine\">Answering uses this link: it works once, as "
+                 f"{e(str(link.get('to')))}. Decline says no; Cancel dismisses the question."
+                 f"</p></form>")
+    elif outcome.kind == "open":
         answers = ""
         if editable(pending):
             shown = json.dumps(pending["details"]["arguments"], indent=2, ensure_ascii=False)
@@ -273,7 +386,8 @@ def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = F
                  f'{" autofocus" if choice == "reject" else ""}>Reject</button></div>'
                  f"<p class=\"fine\">Deciding uses this link: it works once, as "
                  f"{e(str(link.get('to')))}.</p></form>")
-    title = f"Approval: {link.get('name')}" if link.get("name") else "Decision link"
+    title = f"{'Question' if question else 'Approval'}: {link.get('name')}" \
+        if link.get("name") else "Decision link"
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
             f"<meta name=\"robots\" content=\"noindex\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -301,6 +415,12 @@ textarea.code { font-family: ui-monospace, monospace; }
 button { font-size: 1rem; padding: .5rem 1.4rem; border: 0; border-radius: 4px; color: #fff;
          cursor: pointer; }
 button.approve { background: #2e7d32; } button.reject { background: #c62828; }
+button.neutral { background: #616161; }
+input, select { font: inherit; padding: .3rem; box-sizing: border-box; }
+input[type=text], input[type=email], input[type=url], input[type=number], select {
+  width: 100%; }
+label.option { display: inline; font-weight: normal; margin-right: 1rem; }
+.question { font-size: 1.1rem; white-space: pre-wrap; }
 .fine { color: #666; font-size: .85rem; }
 """
 

@@ -17,10 +17,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from ...approvals.question import Question, question_of
 from ...errors import DeliveryFailed, NotifyConfigError
 
 __all__ = ["DEFAULT_TIMEOUT", "HEADLINES", "WAITING_EVENTS", "Channel", "DeliveryFailed",
-           "Notice", "Section", "details_text", "header_text", "post_json"]
+           "Notice", "Section", "details_text", "header_text", "post_json",
+           "question_lines"]
 
 DEFAULT_TIMEOUT = 10.0  # seconds for one attempt's connect and answer
 DETAILS_SHOWN = 2500  # characters of a request's details a message shows
@@ -63,7 +65,16 @@ class Notice:
 
     @property
     def headline(self) -> str:
-        return f"{HEADLINES.get(self.event, 'Approval needed')}: {self.name}"
+        words = HEADLINES.get(self.event, "Approval needed")
+        if self.question is not None:  # a server's question waits for an answer
+            words = words.replace("Approval needed", "Answer needed").replace(
+                "approval needed", "answer needed")
+        return f"{words}: {self.name}"
+
+    @property
+    def question(self) -> Question | None:
+        """The question the request asks (an MCP server's elicitation), or None."""
+        return question_of({"details": self.details})
 
     def link_for(self, recipient: str) -> str | None:
         """The decision link sent to ``recipient``, or None."""
@@ -73,6 +84,10 @@ class Notice:
         extra: dict[str, Any] = {"approvers": list(self.approvers)} if self.approvers else {}
         if self.outcome is not None:
             extra["outcome"] = self.outcome
+        question = self.question
+        if question is not None:  # the form to show: the message and the answer's schema
+            extra["question"] = {"message": question.message, "schema": dict(question.schema),
+                                 "server": question.server, "tool": question.tool}
         return {**extra, "event": self.event, "delivery": self.delivery_id,
                 "run_id": self.run_id, "request_id": self.request_id, "digest": self.digest,
                 "name": self.name, "details": self.details, "requested_at": self.requested_at,
@@ -192,6 +207,19 @@ class Section:
                                         f"addresses (ana@example.org), as a list or with "
                                         f"commas (in {self.where}).")
         return found
+
+
+def question_lines(question: Question) -> list[str]:
+    """A question as plain lines (outside text, to be escaped by the caller): its message,
+    then each field with what it takes and its description."""
+    lines = [f"Question from {question.server or 'an MCP server'} (during "
+             f"{question.tool or 'a call'}):", question.message, ""]
+    if question.fields:
+        lines.append("Fields of the answer:")
+    for field in question.fields:
+        about = f": {field.description}" if field.description else ""
+        lines.append(f"  - {field.title} [{field.name}] ({field.hint()}){about}")
+    return lines
 
 
 def details_text(details: Any) -> str:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ...errors import DeliveryFailed, NotifyConfigError
 from ...timestamps import format_time
 from ...approvals.wording import verdict_words
-from .base import DEFAULT_TIMEOUT, WAITING_EVENTS, Notice, Section, details_text, header_text
+from .base import (DEFAULT_TIMEOUT, WAITING_EVENTS, Notice, Section, details_text,
+                   header_text, question_lines)
 from .webhook import DELIVERY_HEADER
 
 if TYPE_CHECKING:
@@ -112,18 +113,24 @@ def email_message(notice: Notice, config: EmailConfig, recipient: str) -> EmailM
         lines.append(f"Deadline: {format_time(notice.timeout_at, '?')}")
     if notice.approvers:
         lines.append(f"Escalated to: {', '.join(notice.approvers)}")
-    lines += [f"Request:  {notice.digest[:12]}", f"Journal:  {notice.journal}", "",
-              "Details:", details_text(notice.details)]
+    lines += [f"Request:  {notice.digest[:12]}", f"Journal:  {notice.journal}", ""]
+    question = notice.question
+    lines += question_lines(question) if question is not None else [
+        "Details:", details_text(notice.details)]
     link = notice.link_for(recipient)
     if link is not None:
-        lines += ["", f"Approve or reject (a page that asks, then decides once, as "
-                      f"{recipient}):", link]
-    if notice.event in WAITING_EVENTS:
+        lines += ["", f"{'Answer' if question else 'Approve or reject'} (a page that asks, "
+                      f"then decides once, as {recipient}):", link]
+    if notice.event in WAITING_EVENTS and question is not None:
+        lines += ["", f"Answer with `durable-nb answer {notice.run_id} accept --content "
+                      f"JSON` (or decline, cancel), in the notebook's panel or in "
+                      f"JupyterLab's approvals inbox."]
+    elif notice.event in WAITING_EVENTS:
         lines += ["", f"Approve with `durable-nb approve {notice.run_id}` (or reject), "
                       f"in the notebook's panel or in JupyterLab's approvals inbox."]
     message.set_content("\n".join(lines))
     if link is not None:
-        message.add_alternative(_html(lines, link), subtype="html")
+        message.add_alternative(_html(lines, link, question is not None), subtype="html")
     return message
 
 
@@ -137,9 +144,11 @@ def _opening(notice: Notice) -> str:
     return f"Run {notice.run_id} waits for a decision on {notice.name}."
 
 
-def _html(lines: list[str], link: str) -> str:
+def _html(lines: list[str], link: str, question: bool = False) -> str:
     text = "\n".join(line for line in lines if line != link)
+    what = ("answer the question: accept with the fields, decline or cancel" if question
+            else "approve or reject, with a note")
     return (f"<html><body><pre>{html.escape(text)}</pre>"
             f'<p><a href="{html.escape(link)}">Open the decision page</a> '
-            f"(approve or reject, with a note; it decides once)</p>"
+            f"({what}; it decides once)</p>"
             f"<p>{html.escape(link)}</p></body></html>")

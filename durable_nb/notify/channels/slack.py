@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ...approvals.links import choice_url
-from .base import DEFAULT_TIMEOUT, Notice, Section, details_text, post_json
+from .base import DEFAULT_TIMEOUT, Notice, Section, details_text, post_json, question_lines
 
 __all__ = ["SlackConfig", "mrkdwn_code", "mrkdwn_text", "slack_payload"]
 
@@ -54,8 +54,7 @@ def slack_payload(notice: Notice) -> dict:
             {"type": "header", "text": {"type": "plain_text", "emoji": False,
                                         "text": notice.headline[:_HEADER_CHARS]}},
             {"type": "section", "fields": fields},
-            {"type": "section", "text": {"type": "plain_text", "emoji": False,
-                                         "text": details_text(notice.details) or " "}},
+            _details_block(notice),
             {"type": "context", "elements": [{"type": "mrkdwn", "text": (
                 f"request {notice.digest[:12]} · approve with `durable-nb approve "
                 f"{mrkdwn_text(notice.run_id).replace('`', 'ˋ')}` or in JupyterLab · "
@@ -65,12 +64,31 @@ def slack_payload(notice: Notice) -> dict:
     }
 
 
+def _details_block(notice: Notice) -> dict:
+    """The request's details (``plain_text``, never formatted); for a server's question, its
+    message and fields, escaped for ``mrkdwn``."""
+    question = notice.question
+    if question is None:
+        return {"type": "section", "text": {"type": "plain_text", "emoji": False,
+                                            "text": details_text(notice.details) or " "}}
+    head, message, _, *fields = question_lines(question)
+    text = f"*{mrkdwn_text(head)}*\n>{mrkdwn_text(' '.join(message.split()))}"
+    if fields:
+        text += "\n" + "\n".join(mrkdwn_text(line) for line in fields)
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}}
+
+
 def _buttons(notice: Notice) -> list[dict]:
     """URL buttons that open the decision page (the page decides, on its own POST: a
-    button's click, like any GET of the link, decides nothing)."""
+    button's click, like any GET of the link, decides nothing); for a question, one button
+    that opens its form."""
     url = notice.link_for(SlackConfig.name)
     if url is None:
         return []
+    if notice.question is not None:
+        return [{"type": "actions", "elements": [
+            {"type": "button", "action_id": "durable-nb-answer", "style": "primary",
+             "url": url, "text": {"type": "plain_text", "text": "Answer…"}}]}]
     return [{"type": "actions", "elements": [
         {"type": "button", "action_id": f"durable-nb-{choice}", "style": style,
          "url": choice_url(url, choice), "text": {"type": "plain_text", "text": label}}
