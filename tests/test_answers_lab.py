@@ -4,8 +4,9 @@ directory journal, real kernels, the extension as built into durable_nb/labexten
 
 - A run in a kernel calls a real MCP server's tool (tests/mcp_server.py over stdio, with the
   official ``mcp`` SDK) that asks how many nights (elicitation); the run parks on the
-  question; the inbox shows it as a form (the server's message as text, even when it holds
-  markup), refuses nothing in the browser it can check, and Accept with 3 sends the answer:
+  question; the inbox (and the run view) shows it as a form (the server's message as text,
+  even when it holds markup), Accept with the required field empty is said and sends
+  nothing, and Accept with 3 sends the answer:
   the kernel watching the parked run takes it, the tool call is made again and the server
   gets ``accept`` with 3 nights, once, without asking anybody again.
 - A kernel's panel is shut down with two tool calls waiting (a tool with a JSON schema): the
@@ -132,6 +133,14 @@ def test_the_inbox_answers_an_mcp_servers_question_with_its_form_and_the_run_goe
         refused.wait_for(state="visible")
         assert f"{run_id}: nothing was decided: Nights: " in refused.inner_text()
         assert _decision(journal_dir, run_id) is None
+        # The run view shows the same form (the card is shared), then back to the inbox.
+        card.locator(".dnr-run-link").click()
+        view = page.page.locator(".dnr-runview .dnr-card")
+        view.locator(".dnr-field[data-name='nights']").wait_for(state="visible")
+        assert view.locator(".dnr-question-message").inner_text() == message
+        assert view.locator(".dnr-accept, .dnr-decline, .dnr-cancel-answer").count() == 3
+        page.page.locator(".dnr-inbox-button").click()
+        nights.wait_for(state="visible")
         nights.fill("3")
         page.page.screenshot(path=str(shots / f"question-{app}-inbox.png"))
         card.locator(".dnr-accept").click()
