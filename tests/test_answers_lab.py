@@ -236,3 +236,102 @@ def test_the_saved_view_approves_with_edited_arguments_and_rejects_with_a_messag
         f"{edit}: ran on staging", f"{deny}: Denied: use staging"])
     for run_id in (edit, deny):
         assert _run(journal_dir, run_id).status is Status.DONE
+
+
+_BOOKING = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Guest name", "description": "As on the passport",
+                 "minLength": 2, "maxLength": 40, "default": "Ada"},
+        "email": {"type": "string", "format": "email", "title": "E-mail"},
+        "code": {"type": "string", "pattern": "[A-Z]{3}", "title": "Airport",
+                 "description": HOSTILE},
+        "room": {"type": "string", "enum": ["single", "double"],
+                 "enumNames": ["Single room", "Double room"], "default": "double"},
+        "nights": {"type": "integer", "minimum": 1, "maximum": 14, "default": 2},
+        "budget": {"type": "number", "minimum": 0},
+        "breakfast": {"type": "boolean", "title": "Breakfast", "default": True},
+    },
+    "required": ["name", "code", "nights"],
+}
+
+
+def _asked_booking(ctx):
+    """A run parked on a question, as durable_nb.mcp.elicitation asks it."""
+    decision = ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
+                                          "tool": "book", "message": "Your booking?",
+                                          "schema": _BOOKING})
+    return [decision.approved, decision.note]
+
+
+def test_the_inbox_form_has_a_field_per_property_as_its_schema_says(tmp_path_factory,
+                                                                     tmp_path: Path) -> None:
+    """Every kind of property MCP allows, with its title, description, default and limits:
+    what the browser can check is said and nothing is sent; Accept sends the fields' content
+    as the schema types it (an empty optional field left out); Decline sends no content."""
+    import durable_nb as dn
+
+    shots = _shots(tmp_path)
+    journal_dir = tmp_path_factory.mktemp("journal") / "journal"
+    journal = DiskJournal(journal_dir)
+    try:
+        for run_id in ("form-yes", "form-no"):
+            assert dn.execute(run_id, _asked_booking, journal=journal,
+                              on_approval="park") is None
+        with sidebar_lab(tmp_path_factory, journal_dir) as lab, \
+                LabPage(lab, timeout=60) as page:
+            page.page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+            _open_inbox(page, "lab")
+            card = page.page.locator(".dnr-inbox .dnr-card[data-run='form-yes']")
+            field = lambda name: card.locator(f".dnr-field[data-name='{name}']")  # noqa: E731
+            field("name").wait_for(state="visible")
+            titles = card.locator(".dnr-field-title").all_inner_texts()
+            assert titles == ["Guest name *", "E-mail", "Airport *", "room", "nights *",
+                              "budget", "Breakfast"]
+            hints = card.locator(".dnr-field-hint").all_inner_texts()
+            assert hints == ["As on the passport", HOSTILE]
+            assert field("name").input_value() == "Ada"
+            assert (field("name").get_attribute("minlength"),
+                    field("name").get_attribute("maxlength")) == ("2", "40")
+            assert field("email").get_attribute("type") == "email"
+            assert field("room").locator("option:checked").inner_text() == "Double room"
+            assert field("nights").input_value() == "2"
+            assert (field("nights").get_attribute("min"),
+                    field("nights").get_attribute("max")) == ("1", "14")
+            assert field("breakfast").is_checked()
+
+            def refused_for(title: str) -> None:
+                card.locator(".dnr-accept").click()
+                said = page.page.locator(".dnr-inbox .dnr-error").filter(
+                    has_text=f"form-yes: nothing was decided: {title}: ")
+                said.wait_for(state="visible")
+
+            field("code").fill("abc")
+            refused_for("Airport")
+            field("code").fill("to OSL")  # JSON Schema's pattern matches anywhere
+            field("nights").fill("20")
+            refused_for("nights")
+            field("nights").fill("3")
+            field("budget").fill("99.5")
+            field("breakfast").uncheck()
+            field("room").select_option(label="Single room")
+            page.page.screenshot(path=str(shots / "question-form-filled.png"))
+            assert find_decision(journal, "form-yes",
+                                 journal.get_run("form-yes").pending_approval) is None
+            card.locator(".dnr-accept").click()
+            page.page.locator(".dnr-inbox .dnr-ok").filter(
+                has_text="form-yes: accepted").wait_for(state="visible")
+            no = page.page.locator(".dnr-inbox .dnr-card[data-run='form-no']")
+            no.locator(".dnr-decline").click()
+            page.page.locator(".dnr-inbox .dnr-ok").filter(
+                has_text="form-no: declined").wait_for(state="visible")
+            page.page.screenshot(path=str(shots / "question-form-answered.png"))
+            assert page.page.evaluate("window.dnbPwned") is None
+        approved, note = dn.execute("form-yes", _asked_booking, journal=journal)
+        assert approved and json.loads(note) == {"action": "accept", "content": {
+            "name": "Ada", "code": "to OSL", "room": "single", "nights": 3, "budget": 99.5,
+            "breakfast": False}}
+        approved, note = dn.execute("form-no", _asked_booking, journal=journal)
+        assert not approved and json.loads(note) == {"action": "decline", "content": None}
+    finally:
+        journal.close()

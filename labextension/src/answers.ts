@@ -139,6 +139,22 @@ const INPUT_TYPES: Record<string, string> = {
   'date-time': 'datetime-local'
 };
 
+/**
+ * A schema's `pattern` as JSON Schema reads it (a match anywhere in the value, where an
+ * input's `pattern` attribute must match it whole), or null when the browser cannot compile
+ * it: the server's check is the one that counts.
+ */
+function matcher(pattern: string | undefined): RegExp | null {
+  if (!pattern) {
+    return null;
+  }
+  try {
+    return new RegExp(pattern, 'u');
+  } catch {
+    return null;
+  }
+}
+
 /** One field of a question: its row in the form and how its value is read. */
 interface IField {
   row: HTMLElement;
@@ -186,8 +202,7 @@ function field(name: string, property: IProperty, required: boolean): IField {
       min: property.minimum !== undefined ? String(property.minimum) : undefined,
       max: property.maximum !== undefined ? String(property.maximum) : undefined,
       minlength: property.minLength !== undefined ? String(property.minLength) : undefined,
-      maxlength: property.maxLength !== undefined ? String(property.maxLength) : undefined,
-      pattern: property.pattern
+      maxlength: property.maxLength !== undefined ? String(property.maxLength) : undefined
     });
     if (property.default !== undefined && property.default !== null) {
       text.value = String(property.default);
@@ -201,11 +216,16 @@ function field(name: string, property: IProperty, required: boolean): IField {
     };
   }
   input.required = required && property.type !== 'boolean';
+  const pattern = matcher(property.pattern);
   const checkedRead = (): unknown => {
     if (!input.checkValidity()) {
       throw invalid(input);
     }
-    return read();
+    const value = read();
+    if (pattern && typeof value === 'string' && !pattern.test(value)) {
+      throw new Error(`${title}: does not match the pattern ${property.pattern}`);
+    }
+    return value;
   };
   const row = h('div', { class: 'dnr-field-row' }, label, input, hint);
   return { row, read: checkedRead };
