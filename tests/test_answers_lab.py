@@ -14,6 +14,14 @@ directory journal, real kernels, the extension as built into durable_nb/labexten
   schema is refused in the server's one line, nothing decided; Approve with edited arguments
   then runs the tool with them, and Reject with a message gives the model that message as the
   tool's answer, once the cells are run again.
+- The kernel is shut down while a run waits on the server's question: the saved view shows
+  the form; a value the browser can tell is wrong is said and nothing is sent; Accept writes
+  the answer, and the cell run again makes the call with it.
+- A question with every kind of property MCP allows shows each as its schema says (title,
+  description, default, limits, choices); Accept sends the content typed as the schema
+  types it, Decline sends none.
+
+Each runs in JupyterLab and in Notebook 7 where it involves a notebook.
 
 Screenshots go to $DURABLE_NB_SHOTS, else the test's tmp dir.
 """
@@ -91,20 +99,27 @@ def _open_inbox(page: LabPage, app: str) -> None:
     page.page.locator(".dnr-inbox").wait_for(state="visible")
 
 
+def _asking_notebook(root: Path, name: str, run_id: str, city: str) -> Path:
+    """A notebook whose second cell books a hotel through the MCP test server (stdio), which
+    asks how many nights; the folder where the server records its calls."""
+    count_dir = root / f"calls-{run_id}"
+    count_dir.mkdir()
+    setup = ("%load_ext durable_nb\nimport json, sys\nimport durable_nb.mcp as dmcp\n"
+             f"SERVER = dmcp.stdio(sys.executable, {str(SERVER)!r}, {str(count_dir)!r}, "
+             "'stdio', name='hotels')\n" + _CALL + "print('setup ok')")
+    ask = (f"%%durable_agent {run_id}\n"
+           f"print(call(ctx, ctx.mcp_tools(SERVER), 'book', city={city!r}))")
+    write_notebook(root / name, [setup, ask])
+    return count_dir
+
+
 def test_the_inbox_answers_an_mcp_servers_question_with_its_form_and_the_run_goes_on(
         front_end, tmp_path: Path) -> None:
     server, journal_dir = front_end
     shots = _shots(tmp_path)
     app = server.app
     run_id = f"{app}-ask"
-    count_dir = server.root_dir / "calls"
-    count_dir.mkdir()
-    setup = ("%load_ext durable_nb\nimport json, sys\nimport durable_nb.mcp as dmcp\n"
-             f"SERVER = dmcp.stdio(sys.executable, {str(SERVER)!r}, {str(count_dir)!r}, "
-             "'stdio', name='hotels')\n" + _CALL + "print('setup ok')")
-    ask = (f"%%durable_agent {run_id}\n"
-           f"print(call(ctx, ctx.mcp_tools(SERVER), 'book', city={HOSTILE!r}))")
-    write_notebook(server.root_dir / "ask.ipynb", [setup, ask])
+    count_dir = _asking_notebook(server.root_dir, "ask.ipynb", run_id, HOSTILE)
     with LabPage(server, timeout=60) as page:
         page.open_notebook("ask.ipynb")
         page.wait_kernel_idle()
@@ -335,3 +350,50 @@ def test_the_inbox_form_has_a_field_per_property_as_its_schema_says(tmp_path_fac
         assert not approved and json.loads(note) == {"action": "decline", "content": None}
     finally:
         journal.close()
+
+
+def test_the_saved_view_answers_an_mcp_servers_question_with_the_kernel_shut_down(
+        front_end, tmp_path: Path) -> None:
+    """The kernel is shut down while the run waits on the server's question: the saved view
+    shows its form; Accept with 4 is written through the server; the cell run again makes the
+    call again and the server gets the answer, nobody is asked again."""
+    server, journal_dir = front_end
+    shots = _shots(tmp_path)
+    app = server.app
+    run_id = f"{app}-ask-saved"
+    count_dir = _asking_notebook(server.root_dir, "saved.ipynb", run_id, "Bergen")
+    with LabPage(server, timeout=60) as page:
+        page.open_notebook("saved.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("Approval needed", cell_index=1)
+        page.shut_down_kernel()
+        here = page.cell(1).locator(".dnb-decide-here")
+        nights = here.locator(".dnr-field[data-name='nights']")
+        nights.wait_for(state="visible")
+        assert here.locator(".dnr-question-message").inner_text() == "How many nights in Bergen?"
+        nights.fill("0.5")  # an integer field: the browser says so, nothing is sent
+        here.locator(".dnr-accept").click()
+        here.locator(".dnr-error").filter(has_text="Nothing was decided: Nights: ").wait_for(
+            state="visible")
+        assert _decision(journal_dir, run_id) is None
+        nights.fill("4")
+        page.cell(1).screenshot(path=str(shots / f"question-saved-view-{app}.png"))
+        here.locator(".dnr-accept").click()
+        decided = here.locator(".dnr-decided")
+        decided.wait_for(state="visible")
+        assert "accepted by " in decided.inner_text()
+        assert "re-run its cell to continue" in decided.inner_text()
+        page.cell(1).screenshot(path=str(shots / f"question-saved-view-{app}-answered.png"))
+        assert calls(count_dir, "book") == []
+
+        page.open_notebook("saved.ipynb")  # a new kernel: the cells run again
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        page.wait_for_text("setup ok", cell_index=0)
+        page.run_cell(1)
+        page.wait_for_text("booked 4 nights in Bergen", cell_index=1)
+    assert [(c["action"], c["nights"]) for c in calls(count_dir, "book")] == [("accept", 4)]
+    assert _run(journal_dir, run_id).status is Status.DONE
