@@ -266,8 +266,10 @@ _BOOKING = {
         "nights": {"type": "integer", "minimum": 1, "maximum": 14, "default": 2},
         "budget": {"type": "number", "minimum": 0},
         "breakfast": {"type": "boolean", "title": "Breakfast", "default": True},
+        "bed": {"type": "string", "oneOf": [{"const": "king", "title": "King size"},
+                                            {"const": "twin", "title": "Twin beds"}]},
     },
-    "required": ["name", "code", "nights"],
+    "required": ["name", "code", "nights", "bed"],
 }
 
 
@@ -302,7 +304,7 @@ def test_the_inbox_form_has_a_field_per_property_as_its_schema_says(tmp_path_fac
             field("name").wait_for(state="visible")
             titles = card.locator(".dnr-field-title").all_inner_texts()
             assert titles == ["Guest name *", "E-mail", "Airport *", "room", "nights *",
-                              "budget", "Breakfast"]
+                              "budget", "Breakfast", "bed *"]
             hints = card.locator(".dnr-field-hint").all_inner_texts()
             assert hints == ["As on the passport", HOSTILE]
             assert field("name").input_value() == "Ada"
@@ -327,6 +329,8 @@ def test_the_inbox_form_has_a_field_per_property_as_its_schema_says(tmp_path_fac
             field("nights").fill("20")
             refused_for("nights")
             field("nights").fill("3")
+            refused_for("bed")  # a required choice without a default: none made yet
+            field("bed").select_option(label="Twin beds")
             field("budget").fill("99.5")
             field("breakfast").uncheck()
             field("room").select_option(label="Single room")
@@ -345,7 +349,7 @@ def test_the_inbox_form_has_a_field_per_property_as_its_schema_says(tmp_path_fac
         approved, note = dn.execute("form-yes", _asked_booking, journal=journal)
         assert approved and json.loads(note) == {"action": "accept", "content": {
             "name": "Ada", "code": "to OSL", "room": "single", "nights": 3, "budget": 99.5,
-            "breakfast": False}}
+            "breakfast": False, "bed": "twin"}}
         approved, note = dn.execute("form-no", _asked_booking, journal=journal)
         assert not approved and json.loads(note) == {"action": "decline", "content": None}
     finally:

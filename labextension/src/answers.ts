@@ -132,11 +132,12 @@ function choices(property: IProperty): { value: unknown; label: string }[] | nul
   return null;
 }
 
+/** The inputs of string formats whose value is the format's own (a datetime-local input's
+ * is not RFC 3339's date-time: a date-time is typed as text). */
 const INPUT_TYPES: Record<string, string> = {
   email: 'email',
   uri: 'url',
-  date: 'date',
-  'date-time': 'datetime-local'
+  date: 'date'
 };
 
 /**
@@ -176,7 +177,8 @@ function field(name: string, property: IProperty, required: boolean): IField {
   let read: () => unknown;
   if (options) {
     const select = h('select', { class: 'dnr-field', id, 'data-name': name });
-    if (!required) {
+    // Nothing chosen until someone chooses (a required one without a default included).
+    if (!required || property.default === undefined) {
       select.append(h('option', { value: '' }, '—'));
     }
     options.forEach((option, index) => {
@@ -243,7 +245,10 @@ export function elicitationForm(question: IElicitation): IForm<ElicitationAction
   const fields = Object.entries(properties).map(
     ([name, property]) => [name, field(name, property ?? {}, required.has(name))] as const
   );
-  const asked = [question.server && `server ${question.server}`, question.tool && `tool ${question.tool}`]
+  const asked = [
+    question.server && `server ${question.server}`,
+    question.tool && `tool ${question.tool}`
+  ]
     .filter(Boolean)
     .join(', ');
   const form = h(
