@@ -13,7 +13,7 @@
  * in the page as text (dom.ts `h`), never as HTML.
  */
 import { IAnswer, IPending } from './api';
-import { h } from './dom';
+import { button, h } from './dom';
 
 /** The answers MCP knows for a server's question. */
 export type ElicitationAction = 'accept' | 'decline' | 'cancel';
@@ -272,4 +272,17 @@ export function elicitationForm(question: IElicitation): IForm<ElicitationAction
     return { answer: { action, content } };
   };
   return { form, answer };
+}
+
+/** Accept, Decline and Cancel, each answering with `answer(action)`. */
+export function answerButtons(
+  answer: (action: ElicitationAction) => Promise<void>
+): HTMLElement {
+  return h(
+    'div',
+    { class: 'dnr-actions' },
+    button('Accept', 'dnr-accept dnr-approve', () => answer('accept')),
+    button('Decline', 'dnr-decline dnr-reject', () => answer('decline')),
+    button('Cancel', 'dnr-cancel-answer', () => answer('cancel'))
+  );
 }

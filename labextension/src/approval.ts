@@ -9,9 +9,9 @@
  */
 import { api, APIError, IAnswer, IDecision, IPending, IRunSummary } from './api';
 import {
+  answerButtons,
   answerVerdict,
   argumentsForm,
-  ElicitationAction,
   elicitation,
   elicitationForm
 } from './answers';
@@ -169,16 +169,8 @@ export function approvalCard(
     card.append(pendingHead(pending));
     const asked = elicitationForm(question);
     card.append(asked.form);
-    const answer = (action: ElicitationAction) =>
-      settle(action === 'accept', '', () => asked.answer(action));
     card.append(
-      h(
-        'div',
-        { class: 'dnr-actions' },
-        button('Accept', 'dnr-accept dnr-approve', () => answer('accept')),
-        button('Decline', 'dnr-decline dnr-reject', () => answer('decline')),
-        button('Cancel', 'dnr-cancel-answer', () => answer('cancel'))
-      )
+      answerButtons(action => settle(action === 'accept', '', () => asked.answer(action)))
     );
     return card;
   }

@@ -24,9 +24,9 @@ import { ISignal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import {
+  answerButtons,
   answerVerdict,
   argumentsForm,
-  ElicitationAction,
   elicitation,
   elicitationForm
 } from './answers';
@@ -45,7 +45,7 @@ interface IKernelHolder extends Widget {
 /** Set on a notebook panel whose kernel is shut down or dead (the CSS keys on it). */
 const KERNEL_GONE = 'dnr-kernel-gone';
 
-/** What a decision note tells: the verdict (an answer's, when its note is one) and who gave it. */
+/** What a decision note tells: the verdict (an answer's when its note is one), who gave it. */
 type IVerdict = Pick<IDecision, 'approved' | 'by'> & { note?: string | null };
 
 /** Set on a `.dnb-decide-here` element once it has its controls (the CSS keys on it). */
@@ -177,21 +177,13 @@ async function mount(host: HTMLElement): Promise<void> {
   const question = elicitation(pending);
   if (question) {
     const asked = elicitationForm(question);
-    const answer = (action: ElicitationAction) =>
-      act(action === 'accept', '', () => asked.answer(action));
     host.replaceChildren(
       h(
         'div',
         { class: 'dnr-decide-here' },
         where,
         asked.form,
-        h(
-          'div',
-          { class: 'dnr-actions' },
-          button('Accept', 'dnr-accept dnr-approve', () => answer('accept')),
-          button('Decline', 'dnr-decline dnr-reject', () => answer('decline')),
-          button('Cancel', 'dnr-cancel-answer', () => answer('cancel'))
-        )
+        answerButtons(action => act(action === 'accept', '', () => asked.answer(action)))
       )
     );
     return;
