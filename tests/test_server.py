@@ -282,6 +282,60 @@ def test_the_decision_post_takes_edited_args_and_a_message(shared, api):
     assert dn.execute("b", query, journal=shared) == [False, None, "Denied: use staging"]
 
 
+_NIGHTS = {"type": "object", "properties": {"nights": {"type": "integer", "minimum": 1}},
+           "required": ["nights"]}
+
+
+def _asked_nights(ctx):
+    """A run parked on an MCP server's question, as durable_nb.mcp.elicitation asks it."""
+    decision = ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
+                                          "tool": "book", "message": "How many nights?",
+                                          "schema": _NIGHTS})
+    return [decision.approved, decision.note]
+
+
+def test_the_decision_post_answers_a_question_and_refuses_a_malformed_answer_in_one_line(
+        shared, api):
+    """Issue 34: ``answer: {action, content}`` answers an MCP server's question (the
+    content checked against its schema); a malformed answer, or one with what only an
+    approval carries, is a 400 in one line and nothing is written."""
+    journal = journal_id(str(shared.directory))
+    assert dn.execute("q", _asked_nights, journal=shared, on_approval="park") is None
+    _park(shared, "plain", [])
+    shown = {r["run_id"]: r["pending_approval"] for r in api("runs")["runs"]}
+    seen = {"journal": journal, "id": "q", "digest": shown["q"]["digest"],
+            "request_id": shown["q"]["id"]}
+    refusals = {
+        "'answer' must be an object": {"answer": "accept"},
+        "'answer.action' must be accept, decline or cancel, not \"maybe\"": {
+            "answer": {"action": "maybe"}},
+        "'answer.content' must be an object": {"answer": {"action": "accept", "content": 3}},
+        "'answer.content' goes with accept only, not decline": {
+            "answer": {"action": "decline", "content": {"nights": 2}}},
+        "'args' cannot go with 'answer'": {"answer": {"action": "accept"}, "args": {"a": 1}},
+        "'note' cannot go with 'answer'": {"answer": {"action": "cancel"}, "note": "hm"},
+        "'approved' is false but the answer is accept": {
+            "answer": {"action": "accept", "content": {"nights": 2}}, "approved": False},
+        "nights": {"answer": {"action": "accept", "content": {"nights": "three"}}},
+    }
+    for said, body in refusals.items():
+        refused = api("run/decision", method="POST", expect=400, body={**seen, **body})
+        assert said in refused["message"] and "\n" not in refused["message"], refused
+    assert shared.get_request(decision_kind(shown["q"]), "q") is None
+    not_a_question = api("run/decision", method="POST", expect=409, body={
+        "journal": journal, "id": "plain", "digest": shown["plain"]["digest"],
+        "request_id": shown["plain"]["id"], "answer": {"action": "accept"}})
+    assert "not waiting for an answer to an MCP server's question" in not_a_question["message"]
+
+    reply = api("run/decision", method="POST", body={
+        **seen, "answer": {"action": "accept", "content": {"nights": 3}}})
+    assert reply["message"] == "accepted; re-run its cell to continue"
+    decision = shared.get_request(decision_kind(shown["q"]), "q")
+    assert (decision["by"], decision["via"]) == (reply["by"], "Jupyter server")
+    approved, note = dn.execute("q", _asked_nights, journal=shared)
+    assert approved and json.loads(note) == {"action": "accept", "content": {"nights": 3}}
+
+
 def _decide_by(shared, api, run_id: str) -> str:
     """Park ``run_id``, approve it through the API; who the journal says decided."""
     pending = _park(shared, run_id, [])

@@ -27,8 +27,8 @@ from tornado.iostream import StreamClosedError
 
 from .. import registry
 from ..registry import batch_rows
-from ..errors import (DecisionExists, JournalError, NoJournal, NoPendingApproval,
-                      NotAllowedToDecide, RunLeased, UnknownRun)
+from ..errors import (DecisionExists, JournalError, MissingExtra, NoJournal,
+                      NoPendingApproval, NotAllowedToDecide, RunLeased, UnknownRun)
 from ..approvals.request import decision_kind
 from ..journal import Journal, Status
 from . import live, views
@@ -215,6 +215,9 @@ class DecisionHandler(_Handler):
     @web.authenticated
     async def post(self) -> None:
         data = self.body()
+        answer = _answer(data)
+        if answer is not None:  # an MCP server's question: accept, decline or cancel
+            data = {**data, "approved": data.get("approved", answer[0] == "accept")}
         run_id, approved, note, digest, replace = (data.get("id"), data.get("approved"),
                                                    data.get("note"), data.get("digest"),
                                                    data.get("replace", False))
@@ -244,10 +247,19 @@ class DecisionHandler(_Handler):
                                      "to an identical one asked after it")
         known, opened = await self.one_journal(data.get("journal"), write=True)
         by = _user_name(self.current_user)
-        # null: the person saw a request written before ids, which is not the one pending
-        # if that one has an id ("" says so to decide; None would take the pending one's).
-        refused = await self.blocking(_decide, opened, run_id, approved, note, by,
-                                      request_id or "", digest, replace, **content)
+        if answer is not None:
+            if approved is not (answer[0] == "accept"):
+                raise web.HTTPError(400, f"'approved' is {str(approved).lower()} but the "
+                                         f"answer is {answer[0]}: leave 'approved' out")
+            # TODO(lead, at merge): pass request_id= once the elicit branch adds it to answer.
+            refused = await self.blocking(_answer_question, opened, run_id, *answer, by,
+                                          digest)
+        else:
+            # null: the person saw a request written before ids, which is not the one
+            # pending if that one has an id ("" says so to decide; None would take the
+            # pending one's).
+            refused = await self.blocking(_decide, opened, run_id, approved, note, by,
+                                          request_id or "", digest, replace, **content)
         if isinstance(refused, NotAllowedToDecide):  # not this user's to decide: who may
             self.set_status(403)
             self.finish({"message": str(refused), "reason": refused.reason, "by": refused.by,
@@ -261,11 +273,63 @@ class DecisionHandler(_Handler):
                          "taken": refused.taken, "decision": decision})
             return
         taken = await self.blocking(taken_within, opened, run_id, TAKEN_WITHIN)
-        verdict = "approved" if approved else "rejected"
+        verdict = ANSWERED[answer[0]] if answer else "approved" if approved else "rejected"
         self.finish({"ok": True, "taken": taken, "by": by, "status": (await self.blocking(
             opened.get_run, run_id)).status.value,
             "message": f"{verdict}; the run resumes in its kernel" if taken else
                        f"{verdict}; re-run its cell to continue"})
+
+
+#: How the reply to an answered question says what was done.
+ANSWERED = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}
+
+
+def _answer(data: dict) -> tuple[str, dict | None] | None:
+    """``(action, content)`` of a decision POST's ``answer`` (an MCP server's question:
+    ``{"action": "accept" | "decline" | "cancel", "content": {...}}``, content with accept
+    only), None without one; a 400 in one line when it is malformed or comes with what only
+    an approval carries. Whether the content fits the question's schema is the answer's to
+    say (400, nothing written)."""
+    if data.get("answer") is None:
+        return None
+    given = data["answer"]
+    if not isinstance(given, dict) or set(given) - {"action", "content"}:
+        raise web.HTTPError(400, "'answer' must be an object {\"action\": \"accept\" | "
+                                 "\"decline\" | \"cancel\", \"content\": {...}}")
+    action, content = given.get("action"), given.get("content")
+    if action not in ANSWERED:
+        raise web.HTTPError(400, f"'answer.action' must be accept, decline or cancel, not "
+                                 f"{json.dumps(action)}")
+    if content is not None and not isinstance(content, dict):
+        raise web.HTTPError(400, "'answer.content' must be an object of the question's fields")
+    if content is not None and action != "accept":
+        raise web.HTTPError(400, f"'answer.content' goes with accept only, not {action}")
+    extra = [k for k in ("args", "message", "note") if data.get(k) not in (None, "")]
+    if data.get("replace"):
+        extra.append("replace")
+    if extra:
+        raise web.HTTPError(400, f"{', '.join(repr(k) for k in extra)} cannot go with "
+                                 "'answer' (the answer is the whole decision)")
+    return action, content
+
+
+def _answer_question(journal: Journal, run_id: str, action: str, content: dict | None,
+                     by: str, digest: str) -> DecisionExists | NotAllowedToDecide | None:
+    """Answer the MCP server's question the run waits on, if it is the request ``digest``
+    names (:func:`~durable_nb.mcp.elicitation.answer`: checked against its schema, written
+    once); the refusal of a later decision, or of a user the request does not allow, is
+    returned as :func:`_decide` returns it."""
+    try:  # here, not at the top: the server loads without the mcp extra
+        from ..mcp import elicitation
+    except MissingExtra as exc:
+        raise web.HTTPError(503, f"answering an MCP server's question needs the mcp extra "
+                                 f"in the Jupyter server's environment too: {exc}") from None
+    try:
+        elicitation.answer(run_id, action, content, by=by, expect=digest,
+                           via="Jupyter server", journal=journal)
+    except (DecisionExists, NotAllowedToDecide) as exc:
+        return exc
+    return None
 
 
 def _decide(journal: Journal, run_id: str, approved: bool, note: str | None, by: str,

@@ -21,10 +21,14 @@ export interface IPending {
   editable?: boolean;
 }
 
-/** A decision beyond yes or no: edited arguments (approve) or a message for the model. */
+/**
+ * A decision beyond yes or no: edited arguments (approve) or a message for the model
+ * (reject); for an MCP server's question, the answer (content with accept only).
+ */
 export interface IAnswer {
   args?: unknown;
   message?: string;
+  answer?: { action: 'accept' | 'decline' | 'cancel'; content?: Record<string, unknown> };
 }
 
 /** A decision already given but not yet taken by the run (its kernel is gone). */

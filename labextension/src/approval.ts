@@ -8,6 +8,13 @@
  * that cell.
  */
 import { api, APIError, IAnswer, IDecision, IPending, IRunSummary } from './api';
+import {
+  answerButtons,
+  answerVerdict,
+  argumentsForm,
+  elicitation,
+  elicitationForm
+} from './answers';
 import { button, clock, h, pretty, short } from './dom';
 
 /** What the views ask the application to do. */
@@ -51,9 +58,10 @@ export function decisionNote(
   message?: string,
   compact = false
 ): HTMLElement {
-  const verdict = decision.approved ? 'approved' : 'rejected';
+  const answered = answerVerdict(decision.note);
+  const verdict = answered ?? (decision.approved ? 'approved' : 'rejected');
   const by = decision.by ? ` by ${decision.by}` : '';
-  const note = decision.note ? `: “${decision.note}”` : '';
+  const note = decision.note && !answered ? `: “${decision.note}”` : '';
   const resumed = message?.includes('resumes in its kernel');
   const text = resumed
     ? message!
@@ -61,9 +69,10 @@ export function decisionNote(
       ? `${verdict}; re-run its cell to continue`
       : `${verdict}; execute the run again to continue`;
   const who = `${verdict}${by}${note}`;
+  const kind = decision.approved ? 'approved' : 'rejected';
   return h(
     'div',
-    { class: `dnr-decided dnr-decided-${verdict}`, title: who },
+    { class: `dnr-decided dnr-decided-${kind}`, title: who },
     h('div', { class: 'dnr-decided-text' }, text),
     compact ? null : h('div', { class: 'dnr-muted' }, who),
     run.notebook
@@ -79,23 +88,28 @@ export function decisionNote(
   );
 }
 
-/** The details of a pending approval, as text. */
-export function pendingDetails(pending: IPending): HTMLElement {
+/** What is asked: the request's name, step, digest and times. */
+function pendingHead(pending: IPending): HTMLElement {
   const asked = pending.requested_at ? ` · asked ${clock(pending.requested_at)}` : '';
   const expires = pending.timeout_at ? ` · times out ${clock(pending.timeout_at)}` : '';
   return h(
     'div',
-    { class: 'dnr-pending' },
+    { class: 'dnr-pending-head' },
+    h('b', {}, pending.name),
     h(
-      'div',
-      { class: 'dnr-pending-head' },
-      h('b', {}, pending.name),
-      h(
-        'span',
-        { class: 'dnr-muted' },
-        ` step ${pending.key} · request ${short(pending.digest)}${asked}${expires}`
-      )
-    ),
+      'span',
+      { class: 'dnr-muted' },
+      ` step ${pending.key} · request ${short(pending.digest)}${asked}${expires}`
+    )
+  );
+}
+
+/** The details of a pending approval, as text. */
+export function pendingDetails(pending: IPending): HTMLElement {
+  return h(
+    'div',
+    { class: 'dnr-pending' },
+    pendingHead(pending),
     h('pre', { class: 'dnr-text dnr-details' }, pretty(pending.details))
   );
 }
@@ -116,50 +130,6 @@ export async function decide(
   }
   const reply = await api.decide(run, pending, approved, note, answer);
   return reply.message;
-}
-
-/**
- * A tool call's arguments as JSON, editable, and a message for the model: what a click
- * sends beyond yes or no (`answer`). Whether the arguments fit the tool's schema is the
- * server's to say (one line, nothing decided).
- */
-function answerForm(pending: IPending): {
-  form: HTMLElement;
-  answer: (approved: boolean) => IAnswer;
-} {
-  const shown = (pending.details as { arguments: unknown }).arguments;
-  const text = JSON.stringify(shown, null, 2);
-  const args = h('textarea', { class: 'dnr-args', rows: '4' });
-  args.value = text;
-  const message = h('input', {
-    class: 'dnr-message',
-    type: 'text',
-    placeholder: 'message for the model, sent on Reject'
-  });
-  const form = h(
-    'div',
-    { class: 'dnr-answer' },
-    h(
-      'div',
-      { class: 'dnr-muted' },
-      'Arguments (JSON: edit them, then Approve runs the tool with them)'
-    ),
-    args,
-    message
-  );
-  const answer = (approved: boolean): IAnswer => {
-    if (!approved) {
-      return message.value.trim() ? { message: message.value.trim() } : {};
-    }
-    let edited: unknown;
-    try {
-      edited = JSON.parse(args.value);
-    } catch (error) {
-      throw new Error(`the arguments are not JSON (${(error as Error).message})`);
-    }
-    return JSON.stringify(edited) === JSON.stringify(shown) ? {} : { args: edited };
-  };
-  return { form, answer };
 }
 
 /**
@@ -194,8 +164,18 @@ export function approvalCard(
   if (!pending) {
     return card;
   }
+  const question = elicitation(pending);
+  if (question) {
+    card.append(pendingHead(pending));
+    const asked = elicitationForm(question);
+    card.append(asked.form);
+    card.append(
+      answerButtons(action => settle(action === 'accept', '', () => asked.answer(action)))
+    );
+    return card;
+  }
   card.append(pendingDetails(pending));
-  const answers = pending.editable ? answerForm(pending) : null;
+  const answers = pending.editable ? argumentsForm(pending) : null;
   if (answers) {
     card.append(answers.form);
   }
@@ -204,16 +184,17 @@ export function approvalCard(
     type: 'text',
     placeholder: 'note (optional, recorded with the decision)'
   });
-  const act = async (approved: boolean) => {
+  /** Decide with the answer `given` reads (it throws, saying why, when there is none). */
+  async function settle(approved: boolean, noted: string, given: () => IAnswer): Promise<void> {
     try {
-      const answer = answers ? answers.answer(approved) : {};
-      const message = await decide(run, approved, note.value, answer);
+      const answer = given();
+      const message = await decide(run, approved, noted, answer);
       const decision: IDecision = {
         approved,
         by: null,
         at: null,
-        note: note.value || null,
-        digest: pending.digest
+        note: answer.answer ? JSON.stringify(answer.answer) : noted || null,
+        digest: pending!.digest
       };
       card.replaceChildren(title, decisionNote(run, decision, actions, message));
       notice.replaceChildren(h('div', { class: 'dnr-ok' }, `${run.run_id}: ${message}`));
@@ -224,7 +205,9 @@ export function approvalCard(
       );
     }
     await actions.refresh();
-  };
+  }
+  const act = (approved: boolean) =>
+    settle(approved, note.value, () => (answers ? answers.answer(approved) : {}));
   card.append(
     h(
       'div',

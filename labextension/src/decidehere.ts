@@ -5,7 +5,9 @@
  * pending approval with an empty `.dnb-decide-here` element naming the run
  * (`data-durable-nb-decide`), the digest of the request it shows (`data-durable-nb-digest`)
  * and that request's id (`data-durable-nb-request`). Each such element gets a note, Approve
- * and Reject that decide through the server extension, bound to that id and digest: a
+ * and Reject that decide through the server extension, bound to that id and digest (a tool
+ * call's arguments editable in place and a message for the model on Reject, or an MCP
+ * server's question as a form answered Accept, Decline or Cancel, as in the inbox): a
  * request that changed since the view was drawn, or was asked again identically (a new id),
  * is refused (409) and said, never decided in its place. A view saved before it carried the
  * id is bound to the id of the request waiting now with that digest. One decided
@@ -21,7 +23,14 @@ import { JupyterFrontEnd } from '@jupyterlab/application';
 import { ISignal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { api, APIError, IDecision, IRunSummary } from './api';
+import {
+  answerButtons,
+  answerVerdict,
+  argumentsForm,
+  elicitation,
+  elicitationForm
+} from './answers';
+import { api, APIError, IAnswer, IDecision, IRunSummary } from './api';
 import { button, h } from './dom';
 
 /** What is read of a notebook panel's session (structural: no notebook dependency). */
@@ -36,15 +45,15 @@ interface IKernelHolder extends Widget {
 /** Set on a notebook panel whose kernel is shut down or dead (the CSS keys on it). */
 const KERNEL_GONE = 'dnr-kernel-gone';
 
-/** What a decision note tells: the verdict and who gave it. */
-type IVerdict = Pick<IDecision, 'approved' | 'by'>;
+/** What a decision note tells: the verdict (an answer's when its note is one), who gave it. */
+type IVerdict = Pick<IDecision, 'approved' | 'by'> & { note?: string | null };
 
 /** Set on a `.dnb-decide-here` element once it has its controls (the CSS keys on it). */
 const MOUNTED = 'dnr-decide-mounted';
 
 /** "approved by ana; re-run its cell to continue". */
 function decidedText(decision: IVerdict, taken: boolean): string {
-  const verdict = decision.approved ? 'approved' : 'rejected';
+  const verdict = answerVerdict(decision.note) ?? (decision.approved ? 'approved' : 'rejected');
   const by = decision.by ? ` by ${decision.by}` : '';
   const next = taken ? 'the run resumes in its kernel' : 're-run its cell to continue';
   return `${verdict}${by}; ${next}`;
@@ -131,20 +140,19 @@ async function mount(host: HTMLElement): Promise<void> {
       return null;
     }
   };
-  const note = h('input', {
-    class: 'dnr-note',
-    type: 'text',
-    placeholder: 'note (optional, recorded with the decision)'
-  });
-  const act = async (approved: boolean): Promise<void> => {
+  const pending = run.pending_approval!;
+  const act = async (approved: boolean, note: string, given: () => IAnswer): Promise<void> => {
     try {
+      const answer = given();
       const reply = await api.decide(
         { journal, run_id: id },
-        { ...run!.pending_approval!, digest, id: shown.requestId ?? run!.pending_approval!.id },
+        { ...pending, digest, id: shown.requestId ?? pending.id },
         approved,
-        note.value
+        note,
+        answer
       );
-      showDecided(host, { approved, by: reply.by }, reply.taken);
+      const noted = answer.answer ? JSON.stringify(answer.answer) : null;
+      showDecided(host, { approved, by: reply.by, note: noted }, reply.taken);
     } catch (error) {
       // Refused because it was decided elsewhere meanwhile: that decision stands, and is
       // shown in place of the buttons.
@@ -159,23 +167,47 @@ async function mount(host: HTMLElement): Promise<void> {
       );
     }
   };
+  const where = h(
+    'div',
+    { class: 'dnr-muted' },
+    'No kernel needed: decide here through the Jupyter server, or in ',
+    runLink(id),
+    '.'
+  );
+  const question = elicitation(pending);
+  if (question) {
+    const asked = elicitationForm(question);
+    host.replaceChildren(
+      h(
+        'div',
+        { class: 'dnr-decide-here' },
+        where,
+        asked.form,
+        answerButtons(action => act(action === 'accept', '', () => asked.answer(action)))
+      )
+    );
+    return;
+  }
+  const edits = pending.editable ? argumentsForm(pending) : null;
+  const note = h('input', {
+    class: 'dnr-note',
+    type: 'text',
+    placeholder: 'note (optional, recorded with the decision)'
+  });
+  const decide = (approved: boolean) =>
+    act(approved, note.value, () => (edits ? edits.answer(approved) : {}));
   host.replaceChildren(
     h(
       'div',
       { class: 'dnr-decide-here' },
-      h(
-        'div',
-        { class: 'dnr-muted' },
-        'No kernel needed: decide here through the Jupyter server, or in ',
-        runLink(id),
-        '.'
-      ),
+      where,
+      edits ? edits.form : null,
       h(
         'div',
         { class: 'dnr-actions' },
         note,
-        button('Approve', 'dnr-approve', () => act(true)),
-        button('Reject', 'dnr-reject', () => act(false))
+        button('Approve', 'dnr-approve', () => decide(true)),
+        button('Reject', 'dnr-reject', () => decide(false))
       )
     )
   );
