@@ -291,7 +291,7 @@ def _asked_nights(ctx):
     decision = ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
                                           "tool": "book", "message": "How many nights?",
                                           "schema": _NIGHTS})
-    return [decision.approved, decision.note]
+    return [decision.approved, decision.answer]
 
 
 def test_the_decision_post_answers_a_question_and_refuses_a_malformed_answer_in_one_line(
@@ -322,18 +322,20 @@ def test_the_decision_post_answers_a_question_and_refuses_a_malformed_answer_in_
         refused = api("run/decision", method="POST", expect=400, body={**seen, **body})
         assert said in refused["message"] and "\n" not in refused["message"], refused
     assert shared.get_request(decision_kind(shown["q"]), "q") is None
-    not_a_question = api("run/decision", method="POST", expect=409, body={
+    not_a_question = api("run/decision", method="POST", expect=400, body={
         "journal": journal, "id": "plain", "digest": shown["plain"]["digest"],
         "request_id": shown["plain"]["id"], "answer": {"action": "accept"}})
-    assert "not waiting for an answer to an MCP server's question" in not_a_question["message"]
+    assert "is not a question from an MCP server" in not_a_question["message"]
+    assert shared.get_request(decision_kind(shown["plain"]), "plain") is None
 
     reply = api("run/decision", method="POST", body={
         **seen, "answer": {"action": "accept", "content": {"nights": 3}}})
     assert reply["message"] == "accepted; re-run its cell to continue"
     decision = shared.get_request(decision_kind(shown["q"]), "q")
     assert (decision["by"], decision["via"]) == (reply["by"], "Jupyter server")
-    approved, note = dn.execute("q", _asked_nights, journal=shared)
-    assert approved and json.loads(note) == {"action": "accept", "content": {"nights": 3}}
+    assert decision["answer"] == {"action": "accept", "content": {"nights": 3}}
+    approved, answer = dn.execute("q", _asked_nights, journal=shared)
+    assert approved and answer == {"action": "accept", "content": {"nights": 3}}
 
 
 def _decide_by(shared, api, run_id: str) -> str:

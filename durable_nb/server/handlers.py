@@ -251,15 +251,11 @@ class DecisionHandler(_Handler):
             if approved is not (answer[0] == "accept"):
                 raise web.HTTPError(400, f"'approved' is {str(approved).lower()} but the "
                                          f"answer is {answer[0]}: leave 'approved' out")
-            # TODO(lead, at merge): pass request_id= once the elicit branch adds it to answer.
-            refused = await self.blocking(_answer_question, opened, run_id, *answer, by,
-                                          digest)
-        else:
-            # null: the person saw a request written before ids, which is not the one
-            # pending if that one has an id ("" says so to decide; None would take the
-            # pending one's).
-            refused = await self.blocking(_decide, opened, run_id, approved, note, by,
-                                          request_id or "", digest, replace, **content)
+            content = {"answer": {"action": answer[0], "content": answer[1]}}
+        # null: the person saw a request written before ids, which is not the one pending if
+        # that one has an id ("" says so to decide; None would take the pending one's).
+        refused = await self.blocking(_decide, opened, run_id, approved, note, by,
+                                      request_id or "", digest, replace, **content)
         if isinstance(refused, NotAllowedToDecide):  # not this user's to decide: who may
             self.set_status(403)
             self.finish({"message": str(refused), "reason": refused.reason, "by": refused.by,
@@ -313,25 +309,6 @@ def _answer(data: dict) -> tuple[str, dict | None] | None:
     return action, content
 
 
-def _answer_question(journal: Journal, run_id: str, action: str, content: dict | None,
-                     by: str, digest: str) -> DecisionExists | NotAllowedToDecide | None:
-    """Answer the MCP server's question the run waits on, if it is the request ``digest``
-    names (:func:`~durable_nb.mcp.elicitation.answer`: checked against its schema, written
-    once); the refusal of a later decision, or of a user the request does not allow, is
-    returned as :func:`_decide` returns it."""
-    try:  # here, not at the top: the server loads without the mcp extra
-        from ..mcp import elicitation
-    except MissingExtra as exc:
-        raise web.HTTPError(503, f"answering an MCP server's question needs the mcp extra "
-                                 f"in the Jupyter server's environment too: {exc}") from None
-    try:
-        elicitation.answer(run_id, action, content, by=by, expect=digest,
-                           via="Jupyter server", journal=journal)
-    except (DecisionExists, NotAllowedToDecide) as exc:
-        return exc
-    return None
-
-
 def _decide(journal: Journal, run_id: str, approved: bool, note: str | None, by: str,
             request_id: str | None, digest: str, replace: bool, **content: Any
             ) -> DecisionExists | NotAllowedToDecide | None:
@@ -339,7 +316,7 @@ def _decide(journal: Journal, run_id: str, approved: bool, note: str | None, by:
     name (:func:`~durable_nb.approvals.decide.decide`, written once), so of concurrent
     decisions anywhere the first wins; the refusal of a later one (what was decided) is
     returned, as is the refusal of a user the request does not allow (its approvers,
-    four-eyes). ``content``: ``args`` (approve) or ``message`` (reject)."""
+    four-eyes). ``content``: ``args`` (approve), ``message`` (reject) or ``answer`` (a question)."""
     decide = registry.approve if approved else registry.reject
     try:
         decide(run_id, note, by=by, expect=digest, request_id=request_id, replace=replace,
