@@ -382,3 +382,29 @@ def test_a_link_viewed_by_someone_else_is_recorded_once_per_person(team, monkeyp
         assert (outcome.kind, outcome.status) == ("refused", 403)
     refused = [e for e in service.events("r") if e["kind"] == "link_refused"]
     assert [e["by"] for e in refused] == ["ana", "cy"]
+
+
+def test_her_parked_run_is_notified_by_the_service_not_by_her_kernel(team, monkeypatch,
+                                                                      caplog):
+    """Her kernel used to send her run's request itself when it parked: the database
+    refused the delivery's record and the refusal was printed in her cell. Now her kernel
+    sends nothing and logs nothing; the service's sweep sends the request, once."""
+    from durable_nb.notify.config import load_config
+    from durable_nb.notify.delivery import drain
+    from durable_nb.notify.loopback import WebhookReceiver
+    from durable_nb.notify.sweeper import sweep_journal
+
+    _, journals = team
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("DURABLE_NB_NOTIFY_WEBHOOK", hook.url)
+        caplog.set_level("DEBUG", logger="durable_nb")
+        _park(journals["ana"], monkeypatch, "ana", run_id="n")
+        assert drain(60)
+        assert hook.requests == []
+        assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+        _, sent = sweep_journal(journals["service"], load_config())
+        assert list(sent) == ["n"]
+        (request,) = hook.wait_for(1)
+        assert request["json"]["run_id"] == "n"
+        sweep_journal(journals["service"], load_config())
+        assert drain(60) and len(hook.requests) == 1

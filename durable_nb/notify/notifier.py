@@ -3,6 +3,8 @@ event of a run becomes its deliveries, sent on a thread of their own."""
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from ..execution.events import (ExecutionEvent, RequestDecided, RequestTimedOut,
                                 RequestWaiting, RunFailed)
 from ..journal import Journal
@@ -25,7 +27,9 @@ class Notifier:
     decision it took (``decided`` / ``timed_out`` in ``config.events``), its failure
     (``failed``). Each delivery runs on a thread of its own, waited for at exit
     (:func:`~durable_nb.notify.delivery.drain`); :meth:`on_event` returns at once and never
-    raises."""
+    raises. On a hub's journal (one whose decider role this process is not) it sends
+    nothing: the hub's service is the team's one sender, and the run's choice travels with
+    each request it asks (:attr:`choice`)."""
 
     def __init__(self, journal: Journal, config: NotifyConfig,
                  skip: tuple[str, ...] = ()) -> None:
@@ -43,8 +47,17 @@ class Notifier:
         """Whether any event of the run would be sent or recorded (else not registered)."""
         return bool(self.config.channels() or self.skip)
 
+    @cached_property
+    def sends_elsewhere(self) -> bool:
+        """Whether the hub's service sends this run's notifications (the database refuses
+        ours)."""
+        decider, is_decider, _ = self.journal.decision_authority()
+        return decider is not None and not is_decider
+
     def on_event(self, event: ExecutionEvent) -> None:
         config = self.config
+        if self.sends_elsewhere:
+            return
         if isinstance(event, RequestWaiting):
             notify_in_background(self.journal, event.record, config, skip=self.skip)
         elif isinstance(event, (RequestDecided, RequestTimedOut)):
