@@ -52,7 +52,7 @@ from .decide import decide
 from .history import record_event
 from .policy import refusal
 from .request import pending_digest
-from .wording import decision_words, verdict_words
+from .wording import decision_words, verdict
 
 __all__ = ["LINK_PATH", "LINK_PREFIX", "PERSONAL_CHANNELS", "LinkOutcome", "LinkSettings",
            "base_url", "choice_url", "inspect_link", "issue_links", "journal_ref",
@@ -348,8 +348,8 @@ def use_link(journal: Journal, run_id: str, secret: str, *, approved: bool,
                  f"decision link sent to {sent_to(link)} used: "
                  f"{decision_words(decision)}", pending=pending, by=decision.get("by"),
                  via="link", to=link.get("to"), channel=link.get("channel"))
-    verdict = verdict_words(decision).split(" by ")[0]
-    return LinkOutcome("decided", 200, f"{verdict[0].upper()}{verdict[1:]}, as "
+    said = verdict(decision)
+    return LinkOutcome("decided", 200, f"{said[0].upper()}{said[1:]}, as "
                        f"{link.get('to')}.", used, pending=pending, decision=decision,
                        run=outcome.run)
 

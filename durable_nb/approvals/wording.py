@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..timestamps import format_time
 
-__all__ = ["decision_words", "verdict_words"]
+__all__ = ["decision_words", "verdict", "verdict_words"]
 
 
 def decision_words(decision: dict, *, timed: bool = False, note: int = 0) -> str:
@@ -27,17 +27,23 @@ def decision_words(decision: dict, *, timed: bool = False, note: int = 0) -> str
 
 def verdict_words(decision: dict, timed: bool = False) -> str:
     """``approved by ana via panel`` (with ``timed``: ``... at 2026-12-03 10:02:11``): one
-    decision without its note or what it replaced; ``approved with edited arguments by ...``
-    and ``rejected with a message by ...`` where it says more than yes or no, ``answered
-    accept by ...`` for the answer to a server's question."""
-    verdict = "approved" if decision.get("approved") else "rejected"
-    answer = decision.get("answer")
-    if isinstance(answer, dict) and answer.get("action"):
-        verdict = f"answered {answer['action']}"
-    elif decision.get("args") is not None:
-        verdict += " with edited arguments"
-    elif decision.get("message"):
-        verdict += " with a message"
+    decision without its note or what it replaced (its :func:`verdict`, then who, how and
+    when)."""
     how = f" via {decision['via']}" if decision.get("via") else ""
     when = f" at {format_time(decision.get('at'), '?')}" if timed else ""
-    return f"{verdict} by {decision.get('by') or 'someone'}{how}{when}"
+    return f"{verdict(decision)} by {decision.get('by') or 'someone'}{how}{when}"
+
+
+def verdict(decision: dict) -> str:
+    """What was decided, without who: ``approved``, ``rejected``, ``approved with edited
+    arguments`` and ``rejected with a message`` where it says more than yes or no,
+    ``answered accept`` for the answer to a server's question."""
+    answer = decision.get("answer")
+    if isinstance(answer, dict) and answer.get("action"):
+        return f"answered {answer['action']}"
+    said = "approved" if decision.get("approved") else "rejected"
+    if decision.get("args") is not None:
+        return said + " with edited arguments"
+    if decision.get("message"):
+        return said + " with a message"
+    return said

@@ -24,20 +24,17 @@ from IPython.core.magic_arguments import (
 from .. import registry, serde
 from ..batches.batch import batch as read_batch
 from ..batches.batch import item_keys
-from ..cli import (
-    STEERING,
-    command_list,
+from ..cli import STEERING, command_list, near_runs, steer
+from ..cli_show import (
+    effective_states,
     format_batch,
     format_batches,
     format_run,
     format_runs,
     list_runs,
-    effective_states,
     more_runs_note,
-    near_runs,
     parse_item_status,
     parse_status,
-    steer,
 )
 from ..cli_usage import explain_usage
 from ..errors import (
