@@ -43,7 +43,7 @@ from ..approvals.request import find_decision, pending_digest
 from ..approvals.tick import apply_deadline
 from ..approvals.wording import decision_words
 from ..errors import (DecisionExists, DurableError, MissingExtra, NoPendingApproval,
-                      NotAllowedToDecide)
+                      NotAllowedToDecide, UnknownRun)
 from ..journal import Journal, Status, open_journal
 from ..notify.config import NotifyConfig
 from ..notify.start import for_directory
@@ -174,7 +174,11 @@ class ApiDecideHandler(_Base):
             self.finish({"why": "the body must be JSON with run_id, request, digest, approved"})
             return
         if body.get("via") == "timeout":
-            self.deadline(run_id)
+            try:
+                self.deadline(run_id)
+            except UnknownRun as exc:
+                self.set_status(404)
+                self.finish({"why": str(exc)})
             return
         # How the person decided, as her process says it (a word like "Python" or
         # "panel"): kept short; the service says it came through it.
@@ -187,6 +191,10 @@ class ApiDecideHandler(_Base):
                                  replace=bool(body.get("replace")), args=body.get("args"),
                                  message=body.get("message"), answer=body.get("answer"),
                                  signed_in=body.get("signed_in") is not False)
+        except UnknownRun as exc:
+            self.set_status(404)
+            self.finish({"why": str(exc)})
+            return
         except ValueError as exc:
             self.set_status(400)
             self.finish({"why": str(exc)})
