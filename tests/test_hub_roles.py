@@ -505,6 +505,9 @@ def test_her_role_adds_to_a_history_only_her_refusals_stamped_with_her_role(
     (event,) = journals["service"].events("h")
     assert (event["kind"], event["by"], event["writer"]) == \
         ("refused", "bo", database.user_roles["ana"])
+    from durable_nb.approvals.history import history_lines
+    assert history_lines([event])[1].endswith(
+        f"refused (written by database role {database.user_roles['ana']})")
 
 
 def test_another_role_cannot_touch_a_run_s_stored_inputs_or_pending_requests(
