@@ -502,9 +502,15 @@ def test_her_role_adds_to_a_history_only_her_refusals_stamped_with_her_role(
         f"({database.service_role}) records the rest")
     journals["ana"].add_event("h", {"kind": "refused", "by": "bo", "at": 1.0,
                                     "text": "refused", "writer": "dnb_bo"})
-    (event,) = journals["service"].events("h")
+    import psycopg
+
+    with psycopg.connect(database.urls["ana"].split("?")[0], autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {database.schema}.deliveries VALUES ('h', 'history/~', "
+                     f"E'{{\"kind\": \"refused\", \"at\": 2.0, \"writer\": \"x\"}}\\n\\t ')")
+    event, raw = journals["service"].events("h")
     assert (event["kind"], event["by"], event["writer"]) == \
         ("refused", "bo", database.user_roles["ana"])
+    assert raw["writer"] == database.user_roles["ana"]
     from durable_nb.approvals.history import history_lines
     assert history_lines([event])[1].endswith(
         f"refused (written by database role {database.user_roles['ana']})")

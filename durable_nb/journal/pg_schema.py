@@ -271,8 +271,10 @@ def _owner_migration(s: str) -> list[str]:
       an escalation (whose approvers then decide): the service is the team's one sweeper;
       only the run's creator takes a decision (stamps ``taken_at``);
     - an approval step a user role journals (inserted or updated) repeats a decision the
-      decider wrote for that run at that step (the decision's ``key`` is the step's ``id``)
-      and the run took, with its content: digest, approved, by, note, args, message, answer;
+      decider wrote at that step (the decision's ``key`` is the step's ``id``) and the run
+      took, with its content: digest, approved, by, note, args, message, answer; the
+      decision is the run's own or, for a copy (a fork kept by a re-run, ``copy_run``),
+      one of a run the same role created;
     - nothing a user role deletes erases a decision or a history: no role but the decider
       deletes a decision or a delivery (history, links, claims); a run's pending requests
       (cancel, answers) are deleted only by its creator or the decider;
@@ -466,7 +468,7 @@ def _owner_migration(s: str) -> list[str]:
                         -- json, not jsonb (an event's text may hold an escaped NUL): the
                         -- object with one more member, which a JSON reader takes as the
                         -- last of duplicate names.
-                        NEW.value := left(rtrim(NEW.value), -1) || ', "writer": '
+                        NEW.value := left(rtrim(NEW.value, E' \\t\\r\\n'), -1) || ', "writer": '
                                      || to_json(session_user::text)::text || '}}';
                         RETURN NEW;
                     END IF;
