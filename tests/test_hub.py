@@ -539,8 +539,10 @@ def test_bo_answers_a_server_s_question_in_the_service_inbox(hub, service_journa
             assert row.locator("td").nth(3).inner_text() == "Which branch?"
             assert row.get_by_role("button", name="Approve").count() == 0
             row.get_by_label("Branch").fill("main")
+            bo.screenshot(path=str(tmp_path / "question-form.png"))
             row.get_by_role("button", name="Accept").click()
-            assert bo.locator("p.said").inner_text().startswith("run 'asks': ")
+            assert bo.locator("p.said").inner_text() == \
+                "run 'asks': answered accept by bo via hub inbox."
             bo.screenshot(path=str(tmp_path / "question.png"))
         finally:
             browser.close()

@@ -529,7 +529,8 @@ def notify_in_background(journal: Journal, record: RunRecord, config: NotifyConf
                          skip: Iterable[str] = ()) -> None:
     """:func:`deliver` on a thread of its own, for the run's own process with the run's
     channels ``config``: returns at once, never raises, never touches the run. A request
-    already being delivered by this process is not started again."""
+    already being delivered by this process is not started again. Not on a hub's journal
+    (one that names a decider role this process is not): the hub's service sends."""
     found = pending_of(record)
     if found is None or not (config.channels() or skip):
         return
@@ -540,8 +541,14 @@ def notify_in_background(journal: Journal, record: RunRecord, config: NotifyConf
         _busy.add(busy)
     snapshot = RunRecord.from_json(record.to_json())  # the run goes on changing its own
     skip = tuple(skip)
-    in_background(lambda: deliver(journal, snapshot, config, skip=skip, for_the_run=True),
-                  name=f"durable-nb-notify-{found[0]}",
+
+    def send() -> None:
+        decider, is_decider, _ = journal.decision_authority()
+        if decider is not None and not is_decider:
+            return  # a hub's journal: its service alone notifies (the database refuses us)
+        deliver(journal, snapshot, config, skip=skip, for_the_run=True)
+
+    in_background(send, name=f"durable-nb-notify-{found[0]}",
                   done=lambda: _busy.discard(busy))
 
 
