@@ -9,7 +9,8 @@ at start (:meth:`~durable_nb.journal.PostgresJournal.become_decider`, granting t
 the configuration's users what they need and no more) and serves:
 
 - ``GET  /services/durable-nb/``: the inbox, every run waiting for a decision, with
-  Approve and Reject for the requests the signed-in user may decide;
+  Approve and Reject for the requests the signed-in user may decide (an MCP server's
+  question: its fields, Accept, Decline and Cancel);
 - ``POST /services/durable-nb/decide``: the inbox's buttons (the hub's XSRF check);
 - ``POST /services/durable-nb/api/decide``: a decision from a user's kernel, panel, CLI or
   server (:mod:`durable_nb.approvals.authority`), JSON in and out, authenticated by the token;
