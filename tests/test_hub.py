@@ -488,3 +488,64 @@ def test_her_waiting_cell_goes_on_when_bo_approves_in_the_service(hub, service_j
     assert out.strip() == "dropped staging", out
     assert [(d["by"], d["via"]) for d in approved] == [("bo", "test on the hub")]
     assert service_journal.get_run("waiting").status is Status.DONE
+
+
+def test_the_service_answers_404_for_a_run_that_does_not_exist(hub):
+    """Review: a deadline asked for an unknown run escaped as a 500."""
+    for body in ({"run_id": "no-such-run", "via": "timeout"},
+                 {"run_id": "no-such-run", "request": "x", "digest": "y" * 8,
+                  "approved": True}):
+        request = urllib.request.Request(
+            hub.service_url + "api/decide", method="POST", data=json.dumps(body).encode(),
+            headers={"Authorization": f"token {hub.token('bo')}",
+                     "Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as answered:
+            urllib.request.urlopen(request, timeout=60)
+        assert answered.value.code == 404, body
+        assert json.loads(answered.value.read())["why"].startswith(
+            "no run 'no-such-run' in the journal")
+
+
+def test_bo_answers_a_server_s_question_in_the_service_inbox(hub, service_journal, tmp_path,
+                                                            monkeypatch):
+    """Review: the inbox had Approve and Reject only, which sends an MCP server's question
+    "cancel" when it requires fields; it shows the question's fields now, as a decision
+    page does, and the answer typed there is the decision's."""
+    from playwright.sync_api import sync_playwright
+
+    import durable_nb as dn
+    from tests.harness.lab import CHROMIUM, CHROMIUM_ARGS, require_chromium
+
+    require_chromium()
+    details = {"kind": "elicitation", "server": "files", "tool": "lookup",
+               "message": "Which branch?",
+               "schema": {"type": "object", "required": ["branch"],
+                          "properties": {"branch": {"type": "string", "title": "Branch"}}}}
+    journal = hub.database.journal("ana")
+    try:
+        monkeypatch.setenv("DURABLE_NB_USER", "ana")
+        assert dn.execute("asks", lambda ctx: ctx.approval("lookup asks", details),
+                          journal=journal, on_approval="park") is None
+        pending = journal.get_run("asks").pending_approval
+    finally:
+        journal.dispose()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)
+        try:
+            bo = _sign_in(browser, hub, "bo")
+            bo.goto(hub.service_url)
+            row = bo.locator("tr", has_text="asks")
+            assert row.locator("td").nth(3).inner_text() == "Which branch?"
+            assert row.get_by_role("button", name="Approve").count() == 0
+            row.get_by_label("Branch").fill("main")
+            bo.screenshot(path=str(tmp_path / "question-form.png"))
+            row.get_by_role("button", name="Accept").click()
+            assert bo.locator("p.said").inner_text() == \
+                "run 'asks': answered accept by bo via hub inbox."
+            bo.screenshot(path=str(tmp_path / "question.png"))
+        finally:
+            browser.close()
+    decision = find_decision(service_journal, "asks", pending)
+    assert (decision["by"], decision["approved"], decision["answer"]) == (
+        "bo", True, {"action": "accept", "content": {"branch": "main"}})

@@ -66,10 +66,24 @@ def test_her_own_role_cannot_write_a_decision_an_approval_step_or_who_decides(
     with pytest.raises(DatabaseError, match="only the role dnb_service_.* writes decisions "
                                             "in this journal, not dnb_ana_"):
         journals["ana"].add_request(f"decision.{pending['id']}", "r", forged)
+    _bo_parks(journals, monkeypatch, "b")  # bo's run, with a step before it asks
     url = database.urls["ana"].split("?")[0]
     s = database.schema
+    forged_step = (f"'{{\"id\": \"{pending['key']}\", \"n\": \"drop database\", \"k\": "
+                   f"\"approval\", \"r\": {{\"approved\": true, \"by\": \"bo\", "
+                   f"\"digest\": \"{pending['digest']}\"}}}}'")
     with psycopg.connect(url, autocommit=True) as conn:
+        # A step of her own run that is no approval: hers to write.
+        conn.execute(f"INSERT INTO {s}.steps VALUES ('r', 97, "
+                     f"'{{\"id\": \"y\", \"n\": \"note\", \"k\": \"step\", \"r\": 1}}')")
         for statement in (
+                # UPDATE: made an approval step, or bo's history moved into her run or
+                # hers into his.
+                f"UPDATE {s}.steps SET entry = {forged_step} WHERE run_id = 'r'",
+                f"UPDATE {s}.steps SET run_id = 'r', position = position + 50 "
+                f"WHERE run_id = 'b'",
+                f"UPDATE {s}.steps SET run_id = 'b', position = 50 WHERE run_id = 'r'",
+                f"UPDATE {s}.steps SET run_id = 'gone' WHERE run_id = 'b'",
                 f"INSERT INTO {s}.requests VALUES ('r', 'decision.{pending['id']}', "
                 f"'{{\"approved\": true, \"by\": \"bo\"}}')",
                 f"INSERT INTO {s}.steps VALUES ('r', 99, '{{\"id\": \"x\", \"n\": \"drop "
@@ -84,11 +98,17 @@ def test_her_own_role_cannot_write_a_decision_an_approval_step_or_who_decides(
                 conn.execute(statement)
             assert refused.value.sqlstate == "42501", statement  # insufficient_privilege
         # Who started a run is the database's to say: her UPDATE leaves it as it was.
-        conn.execute(f"UPDATE {s}.runs SET created_by = 'dnb_bo', written_by = 'dnb_bo'")
-        assert conn.execute(f"SELECT created_by, written_by FROM {s}.runs").fetchone() == \
+        conn.execute(f"UPDATE {s}.runs SET created_by = 'dnb_bo', written_by = 'dnb_bo' "
+                     f"WHERE run_id = 'r'")
+        assert conn.execute(f"SELECT created_by, written_by FROM {s}.runs "
+                            f"WHERE run_id = 'r'").fetchone() == \
             (database.user_roles["ana"],) * 2
     assert find_decision(journals["ana"], "r", pending) is None
     assert dn.get_run("r", journal=journals["ana"]).status is dn.Status.WAITING_APPROVAL
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute(f"SELECT run_id, position, entry::json ->> 'k' FROM {s}.steps "
+                            f"ORDER BY run_id").fetchall() == [("b", 0, "run"),
+                                                               ("r", 97, "step")]
 
 
 def test_the_service_decides_as_the_hub_user_with_the_starter_the_database_recorded(
@@ -408,3 +428,187 @@ def test_her_parked_run_is_notified_by_the_service_not_by_her_kernel(team, monke
         assert request["json"]["run_id"] == "n"
         sweep_journal(journals["service"], load_config())
         assert drain(60) and len(hook.requests) == 1
+
+
+def _step(key: str, **result) -> str:
+    """A journal entry (its JSON) for an approval step at ``key`` with ``result``."""
+    import json
+
+    return json.dumps({"id": key, "n": "drop database", "k": "approval", "r": result})
+
+
+def test_her_approval_step_must_repeat_the_decision_her_run_took_at_that_step(
+        team, monkeypatch):
+    """Review: the approval-step check matched digest, approved and by only, so a run's
+    creator could journal bo's accept with other content (a message, edited arguments, a
+    note) or at another step. The step's id is the decision's key; its content the
+    decision's."""
+    import psycopg
+
+    from durable_nb.approvals.request import take_decision
+
+    database, journals = team
+    config = HubConfig(roles=database.user_roles)
+    pending = _park(journals["ana"], monkeypatch, "ana")
+    decision = decide_as(journals["service"], config, "r", user="bo", approved=True,
+                         note="fine", via="hub inbox", request_id=pending["id"],
+                         digest=pending["digest"])
+    take_decision(journals["ana"], "r", pending, decision)
+    same = {"approved": True, "note": "fine", "by": "bo", "at": 2.0,
+            "digest": pending["digest"], "via": "hub inbox"}
+    s = database.schema
+    with psycopg.connect(database.urls["ana"].split("?")[0], autocommit=True) as conn:
+        for position, entry in enumerate([
+                _step(pending["key"], **dict(same, message="go ahead, drop prod too")),
+                _step(pending["key"], **dict(same, args={"db": "prod"})),
+                _step(pending["key"], **dict(same, note="bo said: also drop prod")),
+                _step(pending["key"], **dict(same, answer={"db": "prod"})),
+                _step(pending["key"] + "0", **same)], start=10):  # another step
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute(f"INSERT INTO {s}.steps VALUES ('r', %s, %s)", (position, entry))
+            assert refused.value.sqlstate == "42501", entry
+            assert "an approval step repeats a decision it wrote for this run and step" \
+                in str(refused.value)
+        # The decision as it was given, at its step: hers to journal (her run resuming).
+        conn.execute(f"INSERT INTO {s}.steps VALUES ('r', 0, %s)",
+                     (_step(pending["key"], **same),))
+
+
+def test_only_the_run_s_creator_takes_a_decision_and_none_deletes_one_yet_re_run_works(
+        team, monkeypatch):
+    """Review: any role could stamp ``taken_at`` on a decision, after which the run's
+    creator could delete a decision her run never took. Now only the creator takes one, no
+    user role deletes one, and a re-run from a step (which clears a run's requests) keeps
+    the decisions and asks anew."""
+    database, journals = team
+    config = HubConfig(roles=database.user_roles)
+    pending = _bo_parks(journals, monkeypatch, "b")
+    kind = f"decision.{pending['id']}"
+    decision = decide_as(journals["service"], config, "b", user="cy", approved=False,
+                         note="not today", via="hub inbox", request_id=pending["id"],
+                         digest=pending["digest"])
+    taken = dict(decision, taken_at=time.time())
+    with pytest.raises(DatabaseError) as refused:
+        journals["ana"].swap_request(kind, "b", decision, taken)
+    assert "writes decisions in this journal, not " + database.user_roles["ana"] \
+        in _one_line(refused.value)
+    assert journals["bo"].swap_request(kind, "b", decision, taken)
+    with pytest.raises(DatabaseError) as refused:
+        journals["bo"].delete_request(kind, "b")
+    assert _one_line(refused.value).endswith(
+        f"refused: only the role {database.service_role} (the durable-nb hub service) "
+        f"deletes a decision, not {database.user_roles['bo']}")
+    assert find_decision(journals["service"], "b", pending)["by"] == "cy"
+    # bo's run takes cy's rejection, then he re-runs it from the approval: it asks anew.
+    assert dn.execute("b", lambda ctx: "kept" if not ctx.approval(
+        "deploy", {"to": ctx.run("where", lambda: "prod")}).approved else "deployed",
+        journal=journals["bo"], on_approval="park") == "kept"
+    fork = dn.rerun_from("b", 1, journal=journals["bo"])
+    assert dn.get_run(fork, journal=journals["bo"]).status is dn.Status.DONE
+    assert dn.execute("b", lambda ctx: "kept" if not ctx.approval(
+        "deploy", {"to": ctx.run("where", lambda: "prod")}).approved else "deployed",
+        journal=journals["bo"], on_approval="park") is None
+    again = journals["bo"].get_run("b").pending_approval
+    assert again["id"] != pending["id"] and find_decision(journals["bo"], "b", again) is None
+    assert journals["service"].get_request(kind, "b")["by"] == "cy"  # kept, not applied
+
+
+def test_her_role_adds_to_a_history_only_her_refusals_stamped_with_her_role(
+        team, monkeypatch):
+    """Review: any role could add events of any kind to anyone's run history, e.g. a
+    forged "decided by bo"."""
+    database, journals = team
+    _bo_parks(journals, monkeypatch, "h")
+    with pytest.raises(DatabaseError) as refused:
+        journals["ana"].add_event("h", {"kind": "decided", "by": "bo", "at": 1.0,
+                                        "text": "approved by bo", "writer": "dnb_bo"})
+    assert _one_line(refused.value).endswith(
+        f"refused: {database.user_roles['ana']} adds to a run's history only the refusals "
+        f"its processes meet, not an event of kind decided: the durable-nb hub service "
+        f"({database.service_role}) records the rest")
+    journals["ana"].add_event("h", {"kind": "refused", "by": "bo", "at": 1.0,
+                                    "text": "refused", "writer": "dnb_bo"})
+    import psycopg
+
+    with psycopg.connect(database.urls["ana"].split("?")[0], autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {database.schema}.deliveries VALUES ('h', 'history/~', "
+                     f"E'{{\"kind\": \"refused\", \"at\": 2.0, \"writer\": \"x\"}}\\n\\t ')")
+    event, raw = journals["service"].events("h")
+    assert (event["kind"], event["by"], event["writer"]) == \
+        ("refused", "bo", database.user_roles["ana"])
+    assert raw["writer"] == database.user_roles["ana"]
+    from durable_nb.approvals.history import history_lines
+    assert history_lines([event])[1].endswith(
+        f"refused (written by database role {database.user_roles['ana']})")
+
+
+def test_another_role_cannot_touch_a_run_s_stored_inputs_or_pending_requests(
+        team, monkeypatch):
+    """Review: ``blobs`` had no guard (another role could delete or replace a run's stored
+    inputs), and any role could delete another run's pending requests (a cancel, say)."""
+    import psycopg
+
+    database, journals = team
+    _bo_parks(journals, monkeypatch, "i")
+    s = database.schema
+    with psycopg.connect(database.urls["bo"].split("?")[0], autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {s}.blobs VALUES ('i', 'd1', 'his input')")
+    journals["bo"].put_request("cancel", "i", {"at": 1.0})
+    with psycopg.connect(database.urls["ana"].split("?")[0], autocommit=True) as conn:
+        for statement in (f"DELETE FROM {s}.blobs WHERE run_id = 'i'",
+                          f"UPDATE {s}.blobs SET value = 'hers' WHERE run_id = 'i'",
+                          f"INSERT INTO {s}.blobs VALUES ('i', 'd2', 'hers')",
+                          f"DELETE FROM {s}.requests WHERE run_id = 'i'"):
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute(statement)
+            assert refused.value.sqlstate == "42501", statement
+    assert journals["bo"].get_blob("i", "d1") == "his input"
+    assert journals["bo"].get_request("cancel", "i") == {"at": 1.0}
+    journals["bo"].delete_request("cancel", "i")  # his own
+    assert journals["bo"].get_request("cancel", "i") is None
+
+
+def test_her_role_pinned_search_path_cannot_shadow_what_the_checks_call(
+        team, monkeypatch, postgres_server):
+    """Review: no trigger function pinned ``search_path``, so a role with CREATE on some
+    schema could shadow ``pg_has_role`` (or an operator) and pass every check."""
+    import psycopg
+
+    database, journals = team
+    pending = _park(journals["ana"], monkeypatch, "ana")
+    own = f"{database.schema}_ana"
+    with postgres_server.connect() as conn:
+        conn.execute(f"CREATE SCHEMA {own} AUTHORIZATION {database.user_roles['ana']}")
+    s = database.schema
+    with psycopg.connect(database.urls["ana"].split("?")[0], autocommit=True) as conn:
+        conn.execute(f"CREATE FUNCTION {own}.pg_has_role(name, text, text) RETURNS boolean "
+                     f"LANGUAGE sql AS 'SELECT true'")
+        conn.execute(f"SET search_path = {own}, pg_catalog")
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute(f"INSERT INTO {s}.requests VALUES ('r', 'decision.{pending['id']}', "
+                         f"'{{\"approved\": true, \"by\": \"bo\"}}')")
+        assert refused.value.sqlstate == "42501"
+    assert find_decision(journals["service"], "r", pending) is None
+
+
+def test_her_approve_of_an_escalated_request_is_refused_in_one_line_not_a_database_error(
+        team, monkeypatch):
+    """Review: approving an escalated request from a user's own process wrote the
+    escalation into the run's record (someone else's run: refused by the database, an
+    uncaught DatabaseError). On a hub only the service writes it; her approve goes to the
+    service (here none is reachable: the one-line refusal)."""
+    database, journals = team
+    pending = _bo_parks(journals, monkeypatch, "x", timeout=0.2, on_timeout="escalate",
+                        escalate_to=["ana"])
+    while time.time() <= pending["timeout_at"]:
+        time.sleep(0.05)
+    claim = {"at": time.time(), "approvers": ["ana"], "timeout_at": time.time() + 3600,
+             "digest": pending["digest"]}
+    assert journals["service"].add_delivery("x", f"{pending['id']}/escalation", claim)
+    for who in ("ana", "bo"):
+        monkeypatch.setenv("DURABLE_NB_USER", who)
+        with pytest.raises(RefusedByHub) as refused:
+            dn.approve("x", journal=journals[who])
+        assert "only the durable-nb service" in _one_line(refused.value)
+    assert "escalation" not in journals["service"].get_run("x").pending_approval
+    assert find_decision(journals["service"], "x", pending) is None

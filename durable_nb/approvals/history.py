@@ -53,6 +53,9 @@ def history_lines(events: list[dict]) -> list[str]:
         return []
     lines = [f"history    {len(events)} event{'' if len(events) == 1 else 's'}"]
     for event in events:
+        # On a hub the database stamps a user role's events with it (``writer``).
+        writer = f" (written by database role {event['writer']})" if event.get("writer") \
+            else ""
         lines.append(f"  {format_time(event.get('at'), '?')} {event.get('kind', '?'):<10} "
-                     f"{event.get('text', '')}")
+                     f"{event.get('text', '')}{writer}")
     return lines

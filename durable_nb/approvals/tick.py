@@ -210,9 +210,14 @@ def write_escalation(journal: Journal, record: RunRecord, escalated: dict) -> No
     """The escalation of ``escalated`` (a pending approval :func:`apply_deadline` returned)
     made lasting in the run record: written into ``record``'s pending approval if it still
     shows that request without it, under the run's lease (taken for this one write: never
-    while the run is being executed, whose executor merges the escalation itself)."""
+    while the run is being executed, whose executor merges the escalation itself). On a hub
+    only the service writes it (a user's role may not write another person's run; the run's
+    executor merges the escalation when it looks)."""
     pending = record.pending_approval or {}
     if pending.get("escalation") or pending.get("id") != escalated.get("id"):
+        return
+    decider, is_decider, _ = journal.decision_authority()
+    if decider is not None and not is_decider:
         return
     holder = {"token": uuid.uuid4().hex, "purpose": "escalation", "pid": os.getpid(),
               "host": this_host(), "heartbeat": time.time()}

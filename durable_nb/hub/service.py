@@ -9,7 +9,8 @@ at start (:meth:`~durable_nb.journal.PostgresJournal.become_decider`, granting t
 the configuration's users what they need and no more) and serves:
 
 - ``GET  /services/durable-nb/``: the inbox, every run waiting for a decision, with
-  Approve and Reject for the requests the signed-in user may decide;
+  Approve and Reject for the requests the signed-in user may decide (an MCP server's
+  question: its fields, Accept, Decline and Cancel);
 - ``POST /services/durable-nb/decide``: the inbox's buttons (the hub's XSRF check);
 - ``POST /services/durable-nb/api/decide``: a decision from a user's kernel, panel, CLI or
   server (:mod:`durable_nb.approvals.authority`), JSON in and out, authenticated by the token;
@@ -39,11 +40,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..approvals.links import LINK_PATH, parse_token
+from ..approvals.question import ACTIONS, question_of
 from ..approvals.request import find_decision, pending_digest
 from ..approvals.tick import apply_deadline
 from ..approvals.wording import decision_words
 from ..errors import (DecisionExists, DurableError, MissingExtra, NoPendingApproval,
-                      NotAllowedToDecide)
+                      NotAllowedToDecide, UnknownRun)
 from ..journal import Journal, Status, open_journal
 from ..notify.config import NotifyConfig
 from ..notify.start import for_directory
@@ -58,7 +60,7 @@ try:
     from jupyterhub.utils import url_path_join
     from tornado import web
 
-    from ..server.decide import loader_page, read_form, render
+    from ..server.decide import loader_page, question_form, read_form, render
 except ImportError as exc:  # pragma: no cover - the extra names what to install
     raise MissingExtra(f"the durable-nb hub service needs JupyterHub and Jupyter Server "
                        f"({exc}): pip install 'durable-nb[hub]'") from None
@@ -111,7 +113,9 @@ class InboxHandler(_Base):
             started_by = starters(self.journal, self.config,
                                   pending.get("run_id", record.run_id))
             started = ", ".join(started_by) or "?"
-            details = json.dumps(pending.get("details"), ensure_ascii=False, default=repr)
+            question = question_of(pending)
+            details = question.message if question is not None else \
+                json.dumps(pending.get("details"), ensure_ascii=False, default=repr)
             decided = find_decision(self.journal, pending.get("run_id", record.run_id),
                                     pending)
             form = (f'<form method="post" action="{self.settings["durable_nb_prefix"]}decide">'
@@ -121,8 +125,7 @@ class InboxHandler(_Base):
                     f'value="{html.escape(str(pending.get("id") or ""))}">'
                     f'<input type="hidden" name="digest" '
                     f'value="{html.escape(pending_digest(pending))}">'
-                    f'<button name="approved" value="yes">Approve</button> '
-                    f'<button name="approved" value="no">Reject</button></form>')
+                    f'{self._buttons(pending)}</form>')
             if decided is not None:
                 form = html.escape(f"{decision_words(decided)}; the run goes on when it is "
                                    f"resumed")
@@ -141,18 +144,36 @@ class InboxHandler(_Base):
                     f"<p>Signed in as {html.escape(self.user_name)}.</p>{note}{table}")
 
 
+    @staticmethod
+    def _buttons(pending: dict) -> str:
+        """Approve and Reject; for an MCP server's question, its fields and Accept, Decline
+        and Cancel, as on a decision page (:func:`~durable_nb.server.decide.question_form`)."""
+        if question_of(pending) is None:
+            return ('<button name="approved" value="yes">Approve</button> '
+                    '<button name="approved" value="no">Reject</button>')
+        return (f'{question_form(pending)}'
+                f'<button name="action" value="accept">Accept</button> '
+                f'<button name="action" value="decline" formnovalidate>Decline</button> '
+                f'<button name="action" value="cancel" formnovalidate>Cancel</button>')
+
+
 class DecideFormHandler(InboxHandler):
-    """The inbox's Approve and Reject."""
+    """The inbox's Approve and Reject, and the answers to a question (its fields read as
+    a decision page reads them, :func:`~durable_nb.server.decide.read_form`)."""
 
     @web.authenticated
     def post(self) -> None:
         run_id = self.get_body_argument("run")
+        content: dict[str, Any] = {}
+        approved = self.get_body_argument("approved", "") == "yes"
+        if self.get_body_argument("action", "") in ACTIONS:
+            posted = read_form(self)
+            approved, content = posted.action == "approve", posted.content
         try:
             decision = decide_as(self.journal, self.config, run_id, user=self.user_name,
-                                 approved=self.get_body_argument("approved") == "yes",
-                                 note=None, via="hub inbox",
+                                 approved=approved, note=None, via="hub inbox",
                                  request_id=self.get_body_argument("request") or None,
-                                 digest=self.get_body_argument("digest"))
+                                 digest=self.get_body_argument("digest"), **content)
             said = f"run {run_id!r}: {decision_words(decision)}."
         except (NotAllowedToDecide, DecisionExists, NoPendingApproval, ValueError) as exc:
             self.set_status(403 if isinstance(exc, NotAllowedToDecide) else
@@ -174,7 +195,11 @@ class ApiDecideHandler(_Base):
             self.finish({"why": "the body must be JSON with run_id, request, digest, approved"})
             return
         if body.get("via") == "timeout":
-            self.deadline(run_id)
+            try:
+                self.deadline(run_id)
+            except UnknownRun as exc:
+                self.set_status(404)
+                self.finish({"why": str(exc)})
             return
         # How the person decided, as her process says it (a word like "Python" or
         # "panel"): kept short; the service says it came through it.
@@ -187,6 +212,10 @@ class ApiDecideHandler(_Base):
                                  replace=bool(body.get("replace")), args=body.get("args"),
                                  message=body.get("message"), answer=body.get("answer"),
                                  signed_in=body.get("signed_in") is not False)
+        except UnknownRun as exc:
+            self.set_status(404)
+            self.finish({"why": str(exc)})
+            return
         except ValueError as exc:
             self.set_status(400)
             self.finish({"why": str(exc)})

@@ -263,15 +263,27 @@ def _owner_migration(s: str) -> list[str]:
     (closing what review found in :func:`_decider_migration`):
 
     - a run's row (its record, with the request's approvers' list and four-eyes) is written
-      and deleted only by the role that created it, and its steps are written and deleted only
-      by that role: another user cannot clear the policy a request of someone else's run is
-      checked against, nor rewrite its past;
+      and deleted only by the role that created it, and its steps and stored inputs
+      (``blobs``) are written, moved and deleted only by that role: another user cannot
+      clear the policy a request of someone else's run is checked against, nor rewrite or
+      move away its past;
     - only the decider writes a decision of any kind, a deadline's rejection too, and claims
       an escalation (whose approvers then decide): the service is the team's one sweeper;
+      only the run's creator takes a decision (stamps ``taken_at``);
+    - an approval step a user role journals (inserted or updated) repeats a decision the
+      decider wrote at that step (the decision's ``key`` is the step's ``id``) and the run
+      took, with its content: digest, approved, by, note, args, message, answer; the
+      decision is the run's own or, for a copy (a fork kept by a re-run, ``copy_run``),
+      one of a run the same role created;
     - nothing a user role deletes erases a decision or a history: no role but the decider
-      deletes a delivery (history, links, claims) or a decision the run has not taken; a
-      run's creator may delete a decision its run took (a re-run from a step drops it),
-      whose approval step and history events tell it.
+      deletes a decision or a delivery (history, links, claims); a run's pending requests
+      (cancel, answers) are deleted only by its creator or the decider;
+    - a user role adds to a run's history only the events a user's process writes on a hub
+      (``refused``), each stamped with the login role that wrote it (``writer``).
+
+    Every trigger function runs with ``search_path`` pinned to ``pg_catalog, pg_temp``:
+    a role that can create objects somewhere cannot shadow a function, operator or type
+    the checks use. (PostgreSQL 11 or newer: :func:`run_writer` reads ``OLD`` on INSERT.)
 
     A run whose creator the database does not know (one from before
     :func:`_decider_migration`) is written only by the decider. Without a decider nothing
@@ -288,6 +300,21 @@ def _owner_migration(s: str) -> list[str]:
     not_owner = refuse("run %s was started by the role %s: only that role and %s (the "
                        "durable-nb hub service) write or delete its record and steps, not %s",
                        "run", "coalesce(owner, 'unknown')", "decider", "session_user")
+    # The same field of a decision and of a step's result: absent and JSON null alike.
+    same = " AND ".join(
+        f"nullif(r.value::jsonb -> '{field}', 'null') IS NOT DISTINCT FROM "
+        f"nullif((step -> 'r' -> '{field}')::jsonb, 'null')"
+        for field in ("note", "args", "message", "answer"))
+    matches = f"""r.kind LIKE 'decision%'
+                        AND r.value::json ->> 'taken_at' IS NOT NULL
+                        AND r.value::json ->> 'key' = step ->> 'id'
+                        AND r.value::json ->> 'digest' = step -> 'r' ->> 'digest'
+                        AND r.value::json ->> 'approved' = step -> 'r' ->> 'approved'
+                        AND r.value::json ->> 'by' IS NOT DISTINCT FROM step -> 'r' ->> 'by'
+                        AND {same}"""
+    functions = ("run_status()", "run_writer()", "guard_decision()", "guard_approval_step()",
+                 "guard_delivery()", "guard_run_steps()", "append_step(text, integer, text, "
+                 "text, text, text[], text[])", "put_run(text, double precision, text, text)")
     return [
         f"""CREATE OR REPLACE FUNCTION {s}.run_writer() RETURNS trigger LANGUAGE plpgsql
             AS $fn$
@@ -316,56 +343,102 @@ def _owner_migration(s: str) -> list[str]:
             $fn$""",
         f"""CREATE TRIGGER runs_owner BEFORE DELETE ON {s}.runs
             FOR EACH ROW EXECUTE PROCEDURE {s}.run_writer()""",
-        # A step is its run's creator's to write or delete; a run with no row yet (its first
-        # append writes it) has nothing to protect.
+        # A step or stored input is its run's creator's to write, move or delete (both runs'
+        # creator's, for an update that moves it); a run with no row yet (its first append
+        # writes it) has nothing to protect.
         f"""CREATE FUNCTION {s}.guard_run_steps() RETURNS trigger LANGUAGE plpgsql AS $fn$
             DECLARE
                 decider text;
-                run text := CASE WHEN TG_OP = 'DELETE' THEN OLD.run_id ELSE NEW.run_id END;
+                run text;
                 owner text;
             BEGIN
                 {decider};
                 IF {not_decider} THEN
-                    SELECT created_by INTO owner FROM {s}.runs WHERE run_id = run;
-                    IF FOUND AND owner IS DISTINCT FROM session_user THEN
-                        {not_owner};
-                    END IF;
+                    FOREACH run IN ARRAY CASE TG_OP WHEN 'DELETE' THEN ARRAY[OLD.run_id]
+                            WHEN 'INSERT' THEN ARRAY[NEW.run_id]
+                            ELSE ARRAY[OLD.run_id, NEW.run_id] END LOOP
+                        SELECT created_by INTO owner FROM {s}.runs WHERE run_id = run;
+                        IF FOUND AND owner IS DISTINCT FROM session_user THEN
+                            {not_owner};
+                        END IF;
+                    END LOOP;
                 END IF;
                 RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
             END
             $fn$""",
         f"""CREATE TRIGGER steps_owner BEFORE INSERT OR UPDATE OR DELETE ON {s}.steps
             FOR EACH ROW EXECUTE PROCEDURE {s}.guard_run_steps()""",
+        f"""CREATE TRIGGER blobs_owner BEFORE INSERT OR UPDATE OR DELETE ON {s}.blobs
+            FOR EACH ROW EXECUTE PROCEDURE {s}.guard_run_steps()""",
+        f"""CREATE OR REPLACE FUNCTION {s}.guard_approval_step() RETURNS trigger
+            LANGUAGE plpgsql AS $fn$
+            DECLARE
+                decider text;
+                step json;
+            BEGIN
+                -- Every step passes here: parsed only when a decider is named and this is
+                -- not it (a substring test would be fooled by JSON's escapes).
+                {decider};
+                IF NOT ({not_decider}) THEN
+                    RETURN NEW;
+                END IF;
+                -- json, not jsonb: a step's data may hold an escaped NUL, which jsonb
+                -- refuses. Only a failed step ("ok": false) is not an approval given.
+                step := NEW.entry::json;
+                IF step ->> 'k' IS DISTINCT FROM 'approval' OR step ->> 'ok' = 'false' THEN
+                    RETURN NEW;
+                END IF;
+                IF EXISTS (SELECT 1 FROM {s}.requests AS r WHERE r.run_id = NEW.run_id
+                        AND {matches}) THEN
+                    RETURN NEW;
+                END IF;
+                -- A copy of one of her runs (a fork kept by "re-run from here", copy_run)
+                -- repeats the decisions its source took.
+                IF EXISTS (SELECT 1 FROM {s}.requests AS r JOIN {s}.runs AS source
+                        ON source.run_id = r.run_id AND source.created_by = session_user
+                        WHERE {matches}) THEN
+                    RETURN NEW;
+                END IF;
+                {refuse("only the role %s (the durable-nb hub service) writes decisions in "
+                        "this journal, not %s: an approval step repeats a decision it wrote "
+                        "for this run and step, which the run took", "decider",
+                        "session_user")};
+            END
+            $fn$""",
+        f"DROP TRIGGER steps_approval ON {s}.steps",
+        f"""CREATE TRIGGER steps_approval BEFORE INSERT OR UPDATE ON {s}.steps
+            FOR EACH ROW EXECUTE PROCEDURE {s}.guard_approval_step()""",
         f"""CREATE OR REPLACE FUNCTION {s}.guard_decision() RETURNS trigger
             LANGUAGE plpgsql AS $fn$
             DECLARE
                 decider text;
             BEGIN
+                {decider};
+                IF NOT ({not_decider}) THEN
+                    RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+                END IF;
                 IF TG_OP = 'DELETE' THEN
-                    IF OLD.kind NOT LIKE 'decision%' THEN
-                        RETURN OLD;
+                    IF OLD.kind LIKE 'decision%' THEN
+                        {refuse("only the role %s (the durable-nb hub service) deletes a "
+                                "decision, not %s", "decider", "session_user")};
                     END IF;
-                    {decider};
-                    IF NOT ({not_decider}) OR (OLD.value::jsonb ->> 'taken_at' IS NOT NULL
-                            AND EXISTS (SELECT 1 FROM {s}.runs WHERE run_id = OLD.run_id
-                                        AND created_by = session_user)) THEN
-                        RETURN OLD;  -- a decision its run took, deleted by the run's creator
+                    IF EXISTS (SELECT 1 FROM {s}.runs WHERE run_id = OLD.run_id
+                               AND created_by IS DISTINCT FROM session_user) THEN
+                        {refuse("only the role that started run %s and %s (the durable-nb "
+                                "hub service) delete its requests, not %s", "OLD.run_id",
+                                "decider", "session_user")};
                     END IF;
-                    {refuse("only the role %s (the durable-nb hub service) deletes a "
-                            "decision its run has not taken, not %s", "decider",
-                            "session_user")};
+                    RETURN OLD;
                 END IF;
                 IF NEW.kind NOT LIKE 'decision%' AND
                         (TG_OP = 'INSERT' OR OLD.kind NOT LIKE 'decision%') THEN
                     RETURN NEW;
                 END IF;
-                {decider};
-                IF NOT ({not_decider}) THEN
-                    RETURN NEW;
-                END IF;
                 IF TG_OP = 'UPDATE' AND OLD.kind = NEW.kind AND OLD.run_id = NEW.run_id
                         AND OLD.value::jsonb ->> 'taken_at' IS NULL
-                        AND NEW.value::jsonb - 'taken_at' = OLD.value::jsonb - 'taken_at' THEN
+                        AND NEW.value::jsonb - 'taken_at' = OLD.value::jsonb - 'taken_at'
+                        AND EXISTS (SELECT 1 FROM {s}.runs WHERE run_id = NEW.run_id
+                                    AND created_by = session_user) THEN
                     RETURN NEW;  -- the run takes the decision the decider wrote
                 END IF;
                 {refuse("only the role %s (the durable-nb hub service) writes decisions in "
@@ -375,20 +448,34 @@ def _owner_migration(s: str) -> list[str]:
             $fn$""",
         f"""CREATE TRIGGER requests_delete BEFORE DELETE ON {s}.requests
             FOR EACH ROW EXECUTE PROCEDURE {s}.guard_decision()""",
-        # Everyone adds to a run's history; everything else in this store (links, claims
-        # of notifications and escalations) is the decider's, and nothing here is deleted
-        # but by it.
+        # A user's process adds to a run's history only its own refusals, stamped with the
+        # role that wrote them; everything else in this store (links, claims of
+        # notifications and escalations) is the decider's, and nothing here is deleted but
+        # by it.
         f"""CREATE OR REPLACE FUNCTION {s}.guard_delivery() RETURNS trigger
             LANGUAGE plpgsql AS $fn$
             DECLARE
                 decider text;
+                event json;
             BEGIN
-                IF TG_OP = 'INSERT' AND NEW.key LIKE 'history/%' THEN
-                    RETURN NEW;
-                END IF;
                 {decider};
                 IF NOT ({not_decider}) THEN
                     RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+                END IF;
+                IF TG_OP = 'INSERT' AND NEW.key LIKE 'history/%' THEN
+                    event := NEW.value::json;
+                    IF json_typeof(event) = 'object' AND event ->> 'kind' = 'refused' THEN
+                        -- json, not jsonb (an event's text may hold an escaped NUL): the
+                        -- object with one more member, which a JSON reader takes as the
+                        -- last of duplicate names.
+                        NEW.value := left(rtrim(NEW.value, E' \\t\\r\\n'), -1) || ', "writer": '
+                                     || to_json(session_user::text)::text || '}}';
+                        RETURN NEW;
+                    END IF;
+                    {refuse("%s adds to a run's history only the refusals its processes "
+                            "meet, not an event of kind %s: the durable-nb hub service "
+                            "(%s) records the rest", "session_user",
+                            "coalesce(event ->> 'kind', 'none')", "decider")};
                 END IF;
                 IF TG_OP = 'DELETE' THEN
                     {refuse("only the role %s (the durable-nb hub service) deletes a run's "
@@ -402,6 +489,8 @@ def _owner_migration(s: str) -> list[str]:
             $fn$""",
         f"""CREATE TRIGGER deliveries_delete BEFORE DELETE ON {s}.deliveries
             FOR EACH ROW EXECUTE PROCEDURE {s}.guard_delivery()""",
+        *(f"ALTER FUNCTION {s}.{function} SET search_path = pg_catalog, pg_temp"
+          for function in functions),
     ]
 
 
@@ -485,6 +574,14 @@ class PgSchema:
                             f"RETURNING run_id, kind) "
                             f"SELECT pg_notify(%s, json_build_object('run_id', run_id, "
                             f"'kind', kind)::text) FROM written",
+            # A rewind's: on a hub, a user role keeps the run's decisions (only the decider
+            # deletes one); a decision is taken only under its request's id, which a
+            # request asked anew after the rewind does not share.
+            "delete_requests_rewound": f"DELETE FROM {s}.requests WHERE run_id = %s "
+                                       f"AND (kind NOT LIKE 'decision%%' OR NOT EXISTS ("
+                                       f"SELECT 1 FROM {s}.meta WHERE key = 'decider' AND NOT "
+                                       f"pg_has_role(session_user, value::json ->> 'role', "
+                                       f"'MEMBER')))",
             "get_request": f"SELECT value FROM {s}.requests WHERE run_id = %s AND kind = %s",
             "delete_request": f"DELETE FROM {s}.requests WHERE run_id = %s AND kind = %s",
             "add_delivery": f"INSERT INTO {s}.deliveries (run_id, key, value) VALUES (%s, %s, %s) "

@@ -425,7 +425,7 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
                     if drop:
                         conn.execute(self._sql["drop_blobs"], (run_id, drop))
                     if drop_requests:
-                        conn.execute(self._sql["delete_requests"], (run_id,))
+                        conn.execute(self._sql["delete_requests_rewound"], (run_id,))
                     if record_json is not None:
                         conn.execute(self._sql["update_record"], (record_json, run_id))
         if fenced:
