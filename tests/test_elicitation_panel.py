@@ -11,7 +11,6 @@ import sys
 from html import unescape
 from pathlib import Path
 
-import pytest
 
 import durable_nb as dn
 import durable_nb.mcp as dmcp

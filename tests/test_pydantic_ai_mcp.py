@@ -23,7 +23,7 @@ from pydantic_ai import Agent  # noqa: E402
 
 import durable_nb  # noqa: E402
 import durable_nb.mcp as dmcp  # noqa: E402
-from durable_nb import InputChanged, RunOptions, Status, get_run  # noqa: E402
+from durable_nb import InputChanged, RunOptions, Status  # noqa: E402
 from durable_nb.integrations.pydantic_ai import run  # noqa: E402
 from durable_nb.runner import Runner  # noqa: E402
 from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402

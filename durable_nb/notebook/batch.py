@@ -35,10 +35,9 @@ from .batch_panel import BatchPanel
 from ..errors import DurableError, RunLeased
 from ..journal import Journal, Status, this_host
 from .output import CellDisplays, route_output
-from .watchers import BATCH_WATCHERS
+from .watchers import BATCH_WATCHERS, batch_id_of
 
 __all__ = ["BatchValue", "NotebookBatch", "active_batch", "batch_of_run"]
-
 
 
 def active_batch(batch_id: str) -> "NotebookBatch | None":
@@ -48,7 +47,7 @@ def active_batch(batch_id: str) -> "NotebookBatch | None":
 
 def batch_of_run(run_id: str) -> "NotebookBatch | None":
     """The active batch whose item is the run ``run_id`` (``BATCH/KEY``), if any."""
-    batch_id = run_id.rpartition("/")[0]
+    batch_id = batch_id_of(run_id)
     return active_batch(batch_id) if batch_id else None
 
 

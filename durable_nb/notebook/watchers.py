@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["BATCH_WATCHERS", "RUN_WATCHERS", "Watchers", "wake_watchers"]
+__all__ = ["BATCH_WATCHERS", "RUN_WATCHERS", "Watchers", "batch_id_of", "wake_watchers"]
 
 
 class Watcher(Protocol):
@@ -55,7 +55,13 @@ BATCH_WATCHERS: Watchers = Watchers()
 def wake_watchers(run_id: str) -> None:
     """Wake the cell of this kernel that watches run ``run_id``, and the batch cell whose
     item it is (``BATCH/KEY``), if there are."""
-    batch_id = run_id.rpartition("/")[0]
+    batch_id = batch_id_of(run_id)
     for cell in (RUN_WATCHERS.get(run_id), BATCH_WATCHERS.get(batch_id) if batch_id else None):
         if cell is not None:
             cell.wake()
+
+
+def batch_id_of(run_id: str) -> str:
+    """The id of the batch whose item run ``run_id`` is (``BATCH/KEY``), "" for a run of
+    no batch."""
+    return run_id.rpartition("/")[0]
