@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["json_type", "schema_defect", "schema_problems"]
+__all__ = ["json_type", "schema_defect", "schema_problems", "shown_json"]
 
 
 def schema_problems(value: Any, schema: Mapping[str, Any], noun: str = "argument"
@@ -131,7 +131,7 @@ def _defect(schema: Any, defs: Mapping[str, Any], depth: int) -> str | None:
     for bound in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                   "minLength", "maxLength", "minItems", "maxItems"):
         if bound in schema and not _JSON_TYPES["number"](schema[bound]):
-            return f"its {bound} is {_show(schema[bound])}, not a number"
+            return f"its {bound} is {shown_json(schema[bound])}, not a number"
     subs: list[Any] = [*schema.get("allOf", ()), *(schema.get("anyOf") or ()),
                        *(schema.get("oneOf") or ())]
     if isinstance(schema.get("items"), Mapping):
@@ -148,7 +148,8 @@ def _defect(schema: Any, defs: Mapping[str, Any], depth: int) -> str | None:
     return None
 
 
-def _show(value: Any) -> str:
+def shown_json(value: Any) -> str:
+    """``value`` as JSON for an error message, cut to 80 characters."""
     text = json.dumps(value, ensure_ascii=False, default=repr)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -199,22 +200,22 @@ class _Checker:
         if branches:
             if not any(self.fits(value, b, path, depth + 1) for b in branches):
                 problems.append(f"{self.label(path)} must be {self.describe(schema)}, "
-                                f"got {_show(value)}")
+                                f"got {shown_json(value)}")
             return
         if "enum" in schema and value not in schema["enum"]:
             problems.append(f"{self.label(path)} must be {self.describe(schema)}, "
-                            f"got {_show(value)}")
+                            f"got {shown_json(value)}")
             return
         if "const" in schema and value != schema["const"]:
             problems.append(f"{self.label(path)} must be {json.dumps(schema['const'])}, "
-                            f"got {_show(value)}")
+                            f"got {shown_json(value)}")
             return
         kind = schema.get("type")
         if kind is not None:
             kinds = kind if isinstance(kind, list) else [kind]
             if not any(_JSON_TYPES[k](value) for k in kinds if k in _JSON_TYPES):
                 problems.append(f"{self.label(path)} must be {self.describe(schema)}, "
-                                f"got {_json_type(value)} {_show(value)}")
+                                f"got {_json_type(value)} {shown_json(value)}")
                 return
         self.check_bounds(value, schema, path, problems)
         if isinstance(value, list) and "items" in schema:
@@ -235,7 +236,7 @@ class _Checker:
                                       ("exclusiveMaximum", lambda b: value >= b, "less than")):
                 bound = schema.get(key)
                 if _JSON_TYPES["number"](bound) and fails(bound):
-                    problems.append(f"{label} must be {words} {_show(bound)}, got {_show(value)}")
+                    problems.append(f"{label} must be {words} {shown_json(bound)}, got {shown_json(value)}")
         if isinstance(value, str):
             length = len(value)
             low, high = schema.get("minLength"), schema.get("maxLength")
@@ -253,10 +254,10 @@ class _Checker:
                 else:
                     if not matched:
                         problems.append(f"{label} must match the pattern {pattern!r}, "
-                                        f"got {_show(value)}")
+                                        f"got {shown_json(value)}")
             known = _FORMATS.get(str(schema.get("format")))
             if known is not None and not known[0](value):
-                problems.append(f"{label} must be {known[1]}, got {_show(value)}")
+                problems.append(f"{label} must be {known[1]}, got {shown_json(value)}")
         if isinstance(value, list):
             low, high = schema.get("minItems"), schema.get("maxItems")
             if _JSON_TYPES["number"](low) and len(value) < low:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidAnswer
-from ..schema_check import json_type, schema_defect, schema_problems
+from ..schema_check import json_type, schema_defect, schema_problems, shown_json
 
 __all__ = ["ACTIONS", "QUESTION_KIND", "Question", "QuestionField", "answer_of",
            "answer_words", "checked_answer", "form_value", "is_question", "plain_answer",
@@ -172,7 +172,7 @@ def checked_answer(run_id: str, pending: Mapping[str, Any], answer: Any,
                             f"so it takes no answer: approve or reject it. {nothing}")
     if not isinstance(answer, Mapping) or set(answer) - {"action", "content"}:
         raise InvalidAnswer(f"run {run_id!r}: an answer is {{\"action\": ..., \"content\": "
-                            f"...}}, not {_short(answer)}. {nothing}")
+                            f"...}}, not {shown_json(answer)}. {nothing}")
     action, content = answer.get("action"), answer.get("content")
     if action not in ACTIONS:
         raise InvalidAnswer(f"run {run_id!r}: the answer's action must be one of "
@@ -265,8 +265,3 @@ def typed_value(kind: str, text: Any) -> Any:
         except ValueError:
             return text
     return text
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=repr)
-    return text if len(text) <= 80 else text[:77] + "..."
