@@ -39,7 +39,7 @@ from durable_nb.approvals.request import find_decision
 from durable_nb.journal import DiskJournal
 from durable_nb.mcp import is_elicitation
 from tests.harness import wait_until
-from tests.harness.lab import JupyterLab, LabPage, notebook7_available, write_notebook
+from tests.harness.lab import LabPage, notebook7_available, write_notebook
 from tests.test_mcp import SERVER, calls
 from tests.test_sidebar import HOSTILE, _show_sidebar, sidebar_lab
 
@@ -172,7 +172,7 @@ def test_the_inbox_answers_an_mcp_servers_question_with_its_form_and_the_run_goe
     finally:
         journal.close()
     assert decision["via"] == "Jupyter server"
-    assert json.loads(decision["note"]) == {"action": "accept", "content": {"nights": 3}}
+    assert decision["answer"] == {"action": "accept", "content": {"nights": 3}}
 
 
 _TOOL_SETUP = """%load_ext durable_nb
@@ -278,7 +278,7 @@ def _asked_booking(ctx):
     decision = ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
                                           "tool": "book", "message": "Your booking?",
                                           "schema": _BOOKING})
-    return [decision.approved, decision.note]
+    return [decision.approved, decision.answer]
 
 
 def test_the_inbox_form_has_a_field_per_property_as_its_schema_says(tmp_path_factory,
@@ -346,12 +346,12 @@ def test_the_inbox_form_has_a_field_per_property_as_its_schema_says(tmp_path_fac
                 has_text="form-no: declined").wait_for(state="visible")
             page.page.screenshot(path=str(shots / "question-form-answered.png"))
             assert page.page.evaluate("window.dnbPwned") is None
-        approved, note = dn.execute("form-yes", _asked_booking, journal=journal)
-        assert approved and json.loads(note) == {"action": "accept", "content": {
+        approved, answer = dn.execute("form-yes", _asked_booking, journal=journal)
+        assert approved and answer == {"action": "accept", "content": {
             "name": "Ada", "code": "to OSL", "room": "single", "nights": 3, "budget": 99.5,
             "breakfast": False, "bed": "twin"}}
-        approved, note = dn.execute("form-no", _asked_booking, journal=journal)
-        assert not approved and json.loads(note) == {"action": "decline", "content": None}
+        approved, answer = dn.execute("form-no", _asked_booking, journal=journal)
+        assert not approved and answer == {"action": "decline"}
     finally:
         journal.close()
 
@@ -401,3 +401,115 @@ def test_the_saved_view_answers_an_mcp_servers_question_with_the_kernel_shut_dow
         page.wait_for_text("booked 4 nights in Bergen", cell_index=1)
     assert [(c["action"], c["nights"]) for c in calls(count_dir, "book")] == [("accept", 4)]
     assert _run(journal_dir, run_id).status is Status.DONE
+
+
+_EXTRAS = {
+    "type": "object",
+    "properties": {
+        "extras": {"type": "array", "title": "Extras", "minItems": 1,
+                   "items": {"type": "string", "enum": ["parking", "late", "pets"]}},
+        "view": {"type": "array", "title": "View",
+                 "items": {"anyOf": [{"const": "sea", "title": "Sea view"},
+                                     {"const": "city", "title": "City view"}]}},
+    },
+    "required": ["extras"],
+}
+
+
+def _asked_extras(ctx, item=None):
+    """A run (or a batch's item 1) parked on a question with two multi-selects; any other
+    batch item on a plain approval."""
+    if item not in (None, 1):
+        return [ctx.approval("publish", {"n": item}).approved, None]
+    decision = ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
+                                          "tool": "book", "message": "Any extras?",
+                                          "schema": _EXTRAS})
+    return [decision.approved, decision.answer]
+
+
+def test_a_multi_select_is_answered_with_checkboxes_and_answers_read_right_after_a_reload(
+        tmp_path_factory, tmp_path: Path) -> None:
+    """A question's multi-selects (``items.enum``, ``items.anyOf`` of titled consts) are
+    checkboxes whose checked values are sent as an array; a batch's "Approve all shown" leaves
+    its question for the form and says so; a new question's toast says the server asks; after
+    a reload, each decided question reads as its answer (accepted, cancelled), not as
+    approved or rejected."""
+    import durable_nb as dn
+
+    shots = _shots(tmp_path)
+    journal_dir = tmp_path_factory.mktemp("journal") / "journal"
+    journal = DiskJournal(journal_dir)
+    try:
+        for run_id in ("extras-yes", "extras-cancel"):
+            assert dn.execute(run_id, _asked_extras, journal=journal,
+                              on_approval="park") is None
+        dn.map(_asked_extras, [0, 1, 2], batch_id="mix", key="index", journal=journal,
+               wait=False, on_approval="park")
+        with sidebar_lab(tmp_path_factory, journal_dir, toasts=True) as lab, \
+                LabPage(lab, timeout=60) as page:
+            page.page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+            _open_inbox(page, "lab")
+            inbox = page.page.locator(".dnr-inbox")
+            batch = inbox.locator(".dnr-batch[data-batch='mix']")
+            batch.locator(".dnr-card").nth(2).wait_for(state="visible")
+            assert batch.locator(".dnr-approve-all").inner_text() == "Approve all shown (2)"
+            assert batch.locator(".dnr-batch-left").inner_text() == (
+                "Not in Approve all: 1 question of an MCP server left for its form")
+            batch.locator(".dnr-approve-all").click()
+            dialog = page.page.locator(".jp-Dialog")
+            assert sorted(dialog.locator(".dnr-dialog-list").inner_text().splitlines()) == [
+                "mix/0: publish", "mix/2: publish"]
+            dialog.locator("button.jp-mod-accept").click()
+            inbox.locator(".dnr-notice").get_by_text(
+                "Batch mix: 2 approved; 1 question of an MCP server left for its form"
+            ).wait_for()
+            assert _decision(journal_dir, "mix/1") is None
+
+            card = inbox.locator(".dnr-card[data-run='extras-yes']")
+            extras = card.locator(".dnr-field[data-name='extras']")
+            extras.wait_for(state="visible")
+            assert extras.locator("label").all_inner_texts() == ["parking", "late", "pets"]
+            view = card.locator(".dnr-field[data-name='view']")
+            assert view.locator("label").all_inner_texts() == ["Sea view", "City view"]
+            card.locator(".dnr-accept").click()  # nothing checked: at least one is required
+            inbox.locator(".dnr-error").filter(
+                has_text="extras-yes: nothing was decided: Extras: choose at least 1"
+            ).wait_for(state="visible")
+            assert _decision(journal_dir, "extras-yes") is None
+            extras.get_by_label("parking").check()
+            extras.get_by_label("pets").check()
+            view.get_by_label("Sea view").check()
+            card.screenshot(path=str(shots / "question-multi-select.png"))
+            card.locator(".dnr-accept").click()
+            inbox.locator(".dnr-ok").filter(has_text="extras-yes: accepted").wait_for(
+                state="visible")
+            inbox.locator(".dnr-card[data-run='extras-cancel'] .dnr-cancel-answer").click()
+            inbox.locator(".dnr-ok").filter(has_text="extras-cancel: cancelled").wait_for(
+                state="visible")
+
+            assert dn.execute("extras-late", _asked_extras, journal=journal,
+                              on_approval="park") is None
+            toast = page.page.locator(".jp-toastContainer .Toastify__toast").filter(
+                has_text="extras-late")
+            toast.wait_for(state="visible")
+            assert "Run extras-late: book on hotels asks: Any extras?" in toast.inner_text()
+            assert "approval" not in toast.inner_text()
+            toast.screenshot(path=str(shots / "question-toast.png"))
+
+            # A new page load: what the server says, not what the click left on screen.
+            page.page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+            _show_sidebar(page)
+            for run_id, said in (("extras-yes", "accepted"), ("extras-cancel", "cancelled")):
+                row = page.page.locator(f".dnr-sidebar .dnr-run[data-run='{run_id}']")
+                verdict = row.locator(".dnr-decided-text")
+                verdict.wait_for(state="visible")
+                assert verdict.inner_text().startswith(f"{said}; "), verdict.inner_text()
+            page.page.locator(".dnr-sidebar").screenshot(
+                path=str(shots / "question-verdicts-after-reload.png"))
+        approved, answer = dn.execute("extras-yes", _asked_extras, journal=journal)
+        assert approved and answer == {"action": "accept", "content": {
+            "extras": ["parking", "pets"], "view": ["sea"]}}
+        approved, answer = dn.execute("extras-cancel", _asked_extras, journal=journal)
+        assert not approved and answer == {"action": "cancel"}
+    finally:
+        journal.close()
