@@ -126,8 +126,9 @@ export class ApprovalsInbox extends Widget {
     });
     const approvable = runs.filter(run => !elicitation(run.pending_approval));
     const questions = runs.length - approvable.length;
+    const their = questions === 1 ? 'its' : 'their';
     const left = questions
-      ? `${plural(questions, 'question')} of an MCP server left for ${questions === 1 ? 'its' : 'their'} form`
+      ? `${plural(questions, 'question')} of an MCP server left for ${their} form`
       : '';
     const label = `Approve all shown (${approvable.length})`;
     const approveAll = button(label, 'dnr-approve dnr-approve-all', async () => {
@@ -164,7 +165,9 @@ export class ApprovalsInbox extends Widget {
         h('h3', {}, `Batch ${batchId}: ${plural(runs.length, 'pending approval')} shown`),
         note,
         approveAll,
-        left ? h('div', { class: 'dnr-muted dnr-batch-left' }, `Not in Approve all: ${left}`) : null
+        left
+          ? h('div', { class: 'dnr-muted dnr-batch-left' }, `Not in Approve all: ${left}`)
+          : null
       ),
       ...runs.map(run => approvalCard(run, this._actions, this._notice))
     );
