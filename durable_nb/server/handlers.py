@@ -283,9 +283,9 @@ def _answer(data: dict) -> tuple[str, dict | None] | None:
     """``(action, content)`` of a decision POST's ``answer`` (an MCP server's question:
     ``{"action": "accept" | "decline" | "cancel", "content": {...}}``, content with accept
     only), None without one; a 400 in one line when it is malformed or comes with what only
-    an approval carries (edited arguments, a message for the model; a note goes with either,
-    and the decision carries both). Whether the content fits the question's schema is the answer's to
-    say (400, nothing written)."""
+    an approval carries (edited arguments, a message for the model; a note may go with an
+    answer, and the decision carries both). Whether the content fits the question's schema is
+    the answer's to say (400, nothing written)."""
     if data.get("answer") is None:
         return None
     given = data["answer"]

@@ -30,8 +30,9 @@ from ..notify.audit import delivery_outcome, notifications, request_deliveries
 from ..notify.delivery import pending_of
 from .journals import KnownJournal
 
-__all__ = ["GROUPS", "SUMMARY_REUSE", "Facts", "Listing", "batch_view", "decision_summary", "facts", "keep_facts",
-           "list_runs", "parse_groups", "run_summary", "run_view", "summary"]
+__all__ = ["GROUPS", "SUMMARY_REUSE", "Facts", "Listing", "batch_view", "decision_summary",
+           "facts", "keep_facts", "list_runs", "parse_groups", "run_summary", "run_view",
+           "summary"]
 
 #: How the listing is grouped and ordered: waiting for a person first, done last. INTERRUPTED
 #: is RUNNING in the journal with no live process executing it.
