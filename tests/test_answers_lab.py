@@ -39,7 +39,7 @@ from durable_nb.approvals.request import find_decision
 from durable_nb.journal import DiskJournal
 from durable_nb.mcp import is_elicitation
 from tests.harness import wait_until
-from tests.harness.lab import JupyterLab, LabPage, notebook7_available, write_notebook
+from tests.harness.lab import LabPage, notebook7_available, write_notebook
 from tests.test_mcp import SERVER, calls
 from tests.test_sidebar import HOSTILE, _show_sidebar, sidebar_lab
 
@@ -172,7 +172,7 @@ def test_the_inbox_answers_an_mcp_servers_question_with_its_form_and_the_run_goe
     finally:
         journal.close()
     assert decision["via"] == "Jupyter server"
-    assert json.loads(decision["note"]) == {"action": "accept", "content": {"nights": 3}}
+    assert decision["answer"] == {"action": "accept", "content": {"nights": 3}}
 
 
 _TOOL_SETUP = """%load_ext durable_nb
@@ -278,7 +278,7 @@ def _asked_booking(ctx):
     decision = ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
                                           "tool": "book", "message": "Your booking?",
                                           "schema": _BOOKING})
-    return [decision.approved, decision.note]
+    return [decision.approved, decision.answer]
 
 
 def test_the_inbox_form_has_a_field_per_property_as_its_schema_says(tmp_path_factory,
@@ -346,12 +346,12 @@ def test_the_inbox_form_has_a_field_per_property_as_its_schema_says(tmp_path_fac
                 has_text="form-no: declined").wait_for(state="visible")
             page.page.screenshot(path=str(shots / "question-form-answered.png"))
             assert page.page.evaluate("window.dnbPwned") is None
-        approved, note = dn.execute("form-yes", _asked_booking, journal=journal)
-        assert approved and json.loads(note) == {"action": "accept", "content": {
+        approved, answer = dn.execute("form-yes", _asked_booking, journal=journal)
+        assert approved and answer == {"action": "accept", "content": {
             "name": "Ada", "code": "to OSL", "room": "single", "nights": 3, "budget": 99.5,
             "breakfast": False, "bed": "twin"}}
-        approved, note = dn.execute("form-no", _asked_booking, journal=journal)
-        assert not approved and json.loads(note) == {"action": "decline", "content": None}
+        approved, answer = dn.execute("form-no", _asked_booking, journal=journal)
+        assert not approved and answer == {"action": "decline"}
     finally:
         journal.close()
 
@@ -372,7 +372,7 @@ def test_the_saved_view_answers_an_mcp_servers_question_with_the_kernel_shut_dow
         page.run_cell(0)
         page.wait_for_text("setup ok", cell_index=0)
         page.run_cell(1)
-        page.wait_for_text("Approval needed", cell_index=1)
+        page.wait_for_text("Answer needed", cell_index=1)  # the panel's head for a question
         page.shut_down_kernel()
         here = page.cell(1).locator(".dnb-decide-here")
         nights = here.locator(".dnr-field[data-name='nights']")
@@ -401,3 +401,157 @@ def test_the_saved_view_answers_an_mcp_servers_question_with_the_kernel_shut_dow
         page.wait_for_text("booked 4 nights in Bergen", cell_index=1)
     assert [(c["action"], c["nights"]) for c in calls(count_dir, "book")] == [("accept", 4)]
     assert _run(journal_dir, run_id).status is Status.DONE
+
+
+_EXTRAS = {
+    "type": "object",
+    "properties": {
+        "extras": {"type": "array", "title": "Extras", "minItems": 1,
+                   "items": {"type": "string", "enum": ["parking", "late", "pets"]}},
+        "view": {"type": "array", "title": "View",
+                 "items": {"anyOf": [{"const": "sea", "title": "Sea view"},
+                                     {"const": "city", "title": "City view"}]}},
+    },
+    "required": ["extras"],
+}
+
+
+def _asked_extras(ctx, item=None):
+    """A run (or a batch's item 1) parked on a question with two multi-selects; any other
+    batch item on a plain approval."""
+    if item not in (None, 1):
+        return [ctx.approval("publish", {"n": item}).approved, None]
+    decision = ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
+                                          "tool": "book", "message": "Any extras?",
+                                          "schema": _EXTRAS})
+    return [decision.approved, decision.answer]
+
+
+def _asked_rooms(ctx):
+    """A run parked on a question with one integer field."""
+    decision = ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
+                                          "tool": "book", "message": "How many rooms?",
+                                          "schema": {"type": "object", "properties": {
+                                              "rooms": {"type": "integer"}}}})
+    return [decision.approved, decision.answer]
+
+
+@pytest.fixture
+def asking_lab(tmp_path_factory):
+    """A JupyterLab (toasts shown) over a journal of the test's own where ``extras-yes`` and
+    ``extras-cancel`` are parked on a question with multi-selects, ``rooms`` on one with a
+    number field, and the batch ``mix`` parks item 1 on a question, items 0 and 2 on plain
+    approvals: ``(page, journal)``."""
+    import durable_nb as dn
+
+    journal_dir = tmp_path_factory.mktemp("journal") / "journal"
+    journal = DiskJournal(journal_dir)
+    try:
+        for run_id in ("extras-yes", "extras-cancel"):
+            assert dn.execute(run_id, _asked_extras, journal=journal,
+                              on_approval="park") is None
+        assert dn.execute("rooms", _asked_rooms, journal=journal, on_approval="park") is None
+        dn.map(_asked_extras, [0, 1, 2], batch_id="mix", key="index", journal=journal,
+               wait=False, on_approval="park")
+        with sidebar_lab(tmp_path_factory, journal_dir, toasts=True) as lab, \
+                LabPage(lab, timeout=60) as page:
+            page.page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+            _open_inbox(page, "lab")
+            yield page, journal
+    finally:
+        journal.close()
+
+
+def test_a_multi_select_is_checkboxes_and_accept_sends_the_checked_values(
+        asking_lab, tmp_path: Path) -> None:
+    """A question's multi-selects (``items.enum``, ``items.anyOf`` of titled consts) show a
+    checkbox per choice; a required one with none checked is said and nothing is sent;
+    Accept sends the checked values as an array, which the run gets."""
+    import durable_nb as dn
+
+    page, journal = asking_lab
+    inbox = page.page.locator(".dnr-inbox")
+    card = inbox.locator(".dnr-card[data-run='extras-yes']")
+    extras = card.locator(".dnr-field[data-name='extras']")
+    extras.wait_for(state="visible")
+    assert extras.locator("label").all_inner_texts() == ["parking", "late", "pets"]
+    view = card.locator(".dnr-field[data-name='view']")
+    assert view.locator("label").all_inner_texts() == ["Sea view", "City view"]
+    card.locator(".dnr-accept").click()  # nothing checked: at least one is required
+    inbox.locator(".dnr-error").filter(
+        has_text="extras-yes: nothing was decided: Extras: choose at least 1"
+    ).wait_for(state="visible")
+    assert find_decision(journal, "extras-yes",
+                         journal.get_run("extras-yes").pending_approval) is None
+    extras.get_by_label("parking").check()
+    extras.get_by_label("pets").check()
+    view.get_by_label("Sea view").check()
+    card.screenshot(path=str(_shots(tmp_path) / "question-multi-select.png"))
+    card.locator(".dnr-accept").click()
+    inbox.locator(".dnr-ok").filter(has_text="extras-yes: accepted").wait_for(state="visible")
+    approved, answer = dn.execute("extras-yes", _asked_extras, journal=journal)
+    assert approved and answer == {"action": "accept", "content": {
+        "extras": ["parking", "pets"], "view": ["sea"]}}
+
+
+def test_answered_questions_read_as_their_answers_after_a_page_load(
+        asking_lab, tmp_path: Path) -> None:
+    """After a new page load (what the server says, not what the click left on screen), a
+    question accepted reads "accepted" and one cancelled "cancelled", not approved or
+    rejected."""
+    page, _ = asking_lab
+    inbox = page.page.locator(".dnr-inbox")
+    card = inbox.locator(".dnr-card[data-run='rooms']")
+    card.locator(".dnr-field[data-name='rooms']").fill("2")
+    card.locator(".dnr-accept").click()
+    inbox.locator(".dnr-ok").filter(has_text="rooms: accepted").wait_for(state="visible")
+    inbox.locator(".dnr-card[data-run='extras-cancel'] .dnr-cancel-answer").click()
+    inbox.locator(".dnr-ok").filter(has_text="extras-cancel: cancelled").wait_for(
+        state="visible")
+    page.page.goto(f"{page.lab.url}/lab?reset&token={page.lab.token}")
+    _show_sidebar(page)
+    for run_id, said in (("rooms", "accepted"), ("extras-cancel", "cancelled")):
+        verdict = page.page.locator(
+            f".dnr-sidebar .dnr-run[data-run='{run_id}'] .dnr-decided-text")
+        verdict.wait_for(state="visible")
+        assert verdict.inner_text().startswith(f"{said}; "), verdict.inner_text()
+    page.page.locator(".dnr-sidebar").screenshot(
+        path=str(_shots(tmp_path) / "question-verdicts-after-reload.png"))
+
+
+def test_approve_all_shown_leaves_a_batchs_question_for_its_form_and_says_so(
+        asking_lab, tmp_path: Path) -> None:
+    """A plain approve is no answer to a form: "Approve all shown" approves the batch's
+    plain requests only and says how many questions it left."""
+    page, journal = asking_lab
+    batch = page.page.locator(".dnr-inbox .dnr-batch[data-batch='mix']")
+    batch.locator(".dnr-card").nth(2).wait_for(state="visible")
+    assert batch.locator(".dnr-approve-all").inner_text() == "Approve all shown (2)"
+    assert batch.locator(".dnr-batch-left").inner_text() == (
+        "Not in Approve all: 1 question of an MCP server left for its form")
+    batch.locator(".dnr-approve-all").click()
+    dialog = page.page.locator(".jp-Dialog")
+    assert sorted(dialog.locator(".dnr-dialog-list").inner_text().splitlines()) == [
+        "mix/0: publish", "mix/2: publish"]
+    dialog.locator("button.jp-mod-accept").click()
+    page.page.locator(".dnr-inbox .dnr-notice").get_by_text(
+        "Batch mix: 2 approved; 1 question of an MCP server left for its form").wait_for()
+    page.page.screenshot(path=str(_shots(tmp_path) / "question-left-by-approve-all.png"))
+    decided = {key: find_decision(journal, f"mix/{key}",
+                                  journal.get_run(f"mix/{key}").pending_approval)
+               for key in "012"}
+    assert decided["1"] is None
+    assert decided["0"]["approved"] and decided["2"]["approved"]
+
+
+def test_a_new_questions_toast_says_which_server_asks_what(asking_lab, tmp_path: Path) -> None:
+    import durable_nb as dn
+
+    page, journal = asking_lab
+    assert dn.execute("extras-late", _asked_extras, journal=journal, on_approval="park") is None
+    toast = page.page.locator(".jp-toastContainer .Toastify__toast").filter(
+        has_text="extras-late")
+    toast.wait_for(state="visible")
+    assert toast.locator(".jp-toast-message").inner_text() == (
+        "Run extras-late: book on hotels asks: Any extras?")
+    toast.screenshot(path=str(_shots(tmp_path) / "question-toast.png"))

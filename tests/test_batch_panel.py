@@ -370,3 +370,29 @@ def test_approve_all_leaves_items_decided_elsewhere_as_they_are_and_says_so(jour
         decisions[key] = find_decision(journal, f"p/{key}", pending)
     assert {k: (d["approved"], d["via"]) for k, d in decisions.items()} == {
         "0": (True, "Approve all"), "1": (False, "durable-nb"), "2": (True, "Approve all")}
+
+
+def test_approve_all_leaves_questions_for_their_form_and_says_how_many(journal) -> None:
+    """An MCP server's question is no plain approval: Approve all leaves it waiting for its
+    form's answer, and says so."""
+    decided = []
+    panel = BatchPanel("q", journal=journal, on_decide=lambda *a: decided.append(a))
+
+    def ask(ctx, x):
+        if x == 1:
+            return ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
+                                              "tool": "book", "message": "Nights?",
+                                              "schema": {"type": "object", "properties": {}}})
+        return ctx.approval("publish", {"n": x})
+
+    dn.map(ask, [0, 1, 2], batch_id="q", key="index", journal=journal, observer=panel,
+           wait=False)
+    panel.refresh(force=True)
+    panel.approve_all_button.click()
+    asked = _text(panel.confirm_text.value)
+    assert "Approve the pending approval of 2 items?" in asked
+    assert "1 question of an MCP server left for its form" in asked
+    panel.confirm_button.click()
+    assert sorted(d[0] for d in decided) == ["q/0", "q/2"]
+    assert ("approved 2 items; 1 question of an MCP server left for its form"
+            in _text(panel.summary_html.value))

@@ -313,7 +313,8 @@ def test_the_decision_post_answers_a_question_and_refuses_a_malformed_answer_in_
         "'answer.content' goes with accept only, not decline": {
             "answer": {"action": "decline", "content": {"nights": 2}}},
         "'args' cannot go with 'answer'": {"answer": {"action": "accept"}, "args": {"a": 1}},
-        "'note' cannot go with 'answer'": {"answer": {"action": "cancel"}, "note": "hm"},
+        "'message' cannot go with 'answer'": {"answer": {"action": "decline"},
+                                              "message": "no"},
         "'approved' is false but the answer is accept": {
             "answer": {"action": "accept", "content": {"nights": 2}}, "approved": False},
         "nights": {"answer": {"action": "accept", "content": {"nights": "three"}}},
@@ -329,11 +330,18 @@ def test_the_decision_post_answers_a_question_and_refuses_a_malformed_answer_in_
     assert shared.get_request(decision_kind(shown["plain"]), "plain") is None
 
     reply = api("run/decision", method="POST", body={
-        **seen, "answer": {"action": "accept", "content": {"nights": 3}}})
+        **seen, "answer": {"action": "accept", "content": {"nights": 3}}, "note": "hm"})
     assert reply["message"] == "accepted; re-run its cell to continue"
     decision = shared.get_request(decision_kind(shown["q"]), "q")
     assert (decision["by"], decision["via"]) == (reply["by"], "Jupyter server")
     assert decision["answer"] == {"action": "accept", "content": {"nights": 3}}
+    assert decision["note"] == "hm"  # a note goes with an answer, as on the decision page
+    listed = next(r for r in api("runs")["runs"] if r["run_id"] == "q")
+    assert listed["decision"]["answer"] == {"action": "accept", "content": {"nights": 3}}
+    assert listed["decision"]["note"] == "hm"
+    again = api("run/decision", method="POST", expect=409, body={
+        **seen, "answer": {"action": "cancel"}})
+    assert again["decision"]["answer"] == {"action": "accept", "content": {"nights": 3}}
     approved, answer = dn.execute("q", _asked_nights, journal=shared)
     assert approved and answer == {"action": "accept", "content": {"nights": 3}}
 

@@ -34,6 +34,7 @@ import ipywidgets as w
 
 from ..batches.batch import Batch, BatchObserver, ItemResult
 from ..errors import DecisionExists, DurableError, NotAllowedToDecide
+from ..approvals.question import is_question
 from ..approvals.request import pending_digest
 from ..journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import PANEL_CSS, RunPanel
@@ -123,6 +124,7 @@ class BatchPanel(BatchObserver):
         self._rows_in_cell = False  # whether the approval rows shown were drawn without buttons
         # (run id, digest and id of the request shown)
         self._confirming: list[tuple[str, str, str | None]] = []
+        self._left_out = ""  # what Approve all leaves out: questions, for their forms
         self._in_cell = False  # executing in the foreground of its cell: see executing_in_cell
         self.redraws = 0
 
@@ -377,19 +379,27 @@ class BatchPanel(BatchObserver):
         self.tell(f"{'approved' if approved else 'rejected'} {run_id}")
 
     def _ask_approve_all(self) -> None:
+        # An MCP server's question is left out: a plain approve is no answer to its form.
         with self._lock:
             shown = self._pending_shown()
+            asked = sum(1 for i in shown if is_question(self._pending.get(i)))
+            shown = [i for i in shown if not is_question(self._pending.get(i))]
             runs = [self._items[i].run_id for i in shown]
             self._confirming = [(self._items[i].run_id, pending_digest(self._pending[i]),
                                  self._pending[i].get("id") or "")
                                 for i in shown if self._pending.get(i)]
+            self._left_out = (f"{asked:,} question{'s' if asked != 1 else ''} of an MCP server "
+                              f"left for {'their' if asked != 1 else 'its'} form" if asked
+                              else "")
         if not runs:
-            self.tell("no pending approvals are shown")
+            self.tell("no pending approvals are shown" + (f" ({self._left_out})"
+                                                          if asked else ""))
             return
         listed = ", ".join(html.escape(r) for r in runs[:8]) + \
             (f" and {len(runs) - 8:,} more" if len(runs) > 8 else "")
         self.confirm_text.value = (f"<b>Approve the pending approval of {len(runs):,} "
-                                   f"item{'s' if len(runs) != 1 else ''}?</b> {listed}")
+                                   f"item{'s' if len(runs) != 1 else ''}?</b> {listed}"
+                                   + (f"; {self._left_out}" if asked else ""))
         self.confirm_button.description = f"Yes, approve {len(runs):,}"
         self.confirm_box.layout.display = "flex"
 
@@ -412,6 +422,8 @@ class BatchPanel(BatchObserver):
             except DurableError:  # no longer waiting
                 skipped += 1
         told = f"approved {done:,} item{'s' if done != 1 else ''}"
+        if self._left_out:
+            told += f"; {self._left_out}"
         if decided:
             first = decided[0]
             told += (f"; {len(decided):,} had been decided already, left as they were ("

@@ -263,10 +263,9 @@ class DecisionHandler(_Handler):
             return
         if refused is not None:  # decided already: who, how and when, in words and as data
             self.set_status(409)
-            decision = {k: refused.decision.get(k)
-                        for k in ("approved", "by", "via", "at", "note", "digest")}
             self.finish({"message": str(refused), "reason": "decided already",
-                         "taken": refused.taken, "decision": decision})
+                         "taken": refused.taken,
+                         "decision": views.decision_summary(refused.decision)})
             return
         taken = await self.blocking(taken_within, opened, run_id, TAKEN_WITHIN)
         verdict = ANSWERED[answer[0]] if answer else "approved" if approved else "rejected"
@@ -284,8 +283,9 @@ def _answer(data: dict) -> tuple[str, dict | None] | None:
     """``(action, content)`` of a decision POST's ``answer`` (an MCP server's question:
     ``{"action": "accept" | "decline" | "cancel", "content": {...}}``, content with accept
     only), None without one; a 400 in one line when it is malformed or comes with what only
-    an approval carries. Whether the content fits the question's schema is the answer's to
-    say (400, nothing written)."""
+    an approval carries (edited arguments, a message for the model; a note may go with an
+    answer, and the decision carries both). Whether the content fits the question's schema is
+    the answer's to say (400, nothing written)."""
     if data.get("answer") is None:
         return None
     given = data["answer"]
@@ -300,12 +300,13 @@ def _answer(data: dict) -> tuple[str, dict | None] | None:
         raise web.HTTPError(400, "'answer.content' must be an object of the question's fields")
     if content is not None and action != "accept":
         raise web.HTTPError(400, f"'answer.content' goes with accept only, not {action}")
-    extra = [k for k in ("args", "message", "note") if data.get(k) not in (None, "")]
+    extra = [k for k in ("args", "message") if data.get(k) not in (None, "")]
     if data.get("replace"):
         extra.append("replace")
     if extra:
         raise web.HTTPError(400, f"{', '.join(repr(k) for k in extra)} cannot go with "
-                                 "'answer' (the answer is the whole decision)")
+                                 "'answer' (an answer is the question's whole "
+                                 "content: only a note may go with it)")
     return action, content
 
 

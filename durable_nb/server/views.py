@@ -20,6 +20,7 @@ from typing import Any
 from ..registry import is_interrupted, recorded_decision
 from ..summary import shown_value
 from ..approvals.policy import allowed_approvers
+from ..approvals.question import ACTIONS
 from ..approvals.request import editable, pending_digest
 from ..registry import lease_holder
 from ..errors import JournalError
@@ -29,8 +30,9 @@ from ..notify.audit import delivery_outcome, notifications, request_deliveries
 from ..notify.delivery import pending_of
 from .journals import KnownJournal
 
-__all__ = ["GROUPS", "SUMMARY_REUSE", "Facts", "Listing", "batch_view", "facts", "keep_facts",
-           "list_runs", "parse_groups", "run_summary", "run_view", "summary"]
+__all__ = ["GROUPS", "SUMMARY_REUSE", "Facts", "Listing", "batch_view", "decision_summary",
+           "facts", "keep_facts", "list_runs", "parse_groups", "run_summary", "run_view",
+           "summary"]
 
 #: How the listing is grouped and ordered: waiting for a person first, done last. INTERRUPTED
 #: is RUNNING in the journal with no live process executing it.
@@ -116,10 +118,7 @@ def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
         "cell_id": record.cell_id if isinstance(record.cell_id, str) else None,
         "pending_approval": _pending(record),
         "deliveries": _deliveries(opened, record, notified),
-        "decision": None if decision is None else {
-            "approved": decision.get("approved"), "by": decision.get("by"),
-            "via": decision.get("via"), "at": decision.get("at"), "note": decision.get("note"),
-            "digest": decision.get("digest")},
+        "decision": None if decision is None else decision_summary(decision),
         "batch_id": batch or None,
         "parent": record.parent if isinstance(record.parent, str) else None,
         "error": record.error if isinstance(record.error, str) else None,
@@ -169,6 +168,22 @@ def _notified(opened: Journal, waiting: Iterable[RunRecord]) -> tuple[Notified, 
 
 # A record is JSON written by durable_nb; one written by someone else may hold anything where
 # a title or a number should be: shown as text, or as nothing, never an error for the listing.
+def decision_summary(decision: dict) -> dict:
+    """A decision as the API shows it: verdict, who, how, when, note, digest, and ``answer``
+    (an MCP server's question: ``{"action", "content"}``; None for an approval, or when the
+    journal holds no answer of a known action: journal data, never trusted as shaped)."""
+    answer = decision.get("answer")
+    if not (isinstance(answer, dict) and answer.get("action") in ACTIONS):
+        answer = None
+    elif not isinstance(answer.get("content"), dict):
+        answer = {"action": answer["action"], "content": None}
+    else:
+        answer = {"action": answer["action"], "content": answer["content"]}
+    return {"approved": decision.get("approved"), "by": decision.get("by"),
+            "via": decision.get("via"), "at": decision.get("at"), "note": decision.get("note"),
+            "digest": decision.get("digest"), "answer": answer}
+
+
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else _text(value)
 

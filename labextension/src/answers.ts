@@ -4,15 +4,16 @@
  *
  * - a tool call's arguments, editable as JSON, and a message for the model on Reject;
  * - an MCP server's question (elicitation: `details.kind == "elicitation"`), its message and
- *   one field per property of its flat JSON schema, answered Accept (with the fields' content),
- *   Decline or Cancel.
+ *   one field per property of its flat JSON schema (a multi-select as checkboxes), answered
+ *   Accept (with the fields' content), Decline or Cancel. The answer is the decision's
+ *   `answer` (`{action, content}`), beside its note.
  *
  * Whether an answer fits its schema is the server's to say (one line, nothing decided); the
  * browser's own checks (required, min/max, lengths, pattern) only spare a round trip. The
  * message, titles and descriptions come from outside (a model, an MCP server): they are put
  * in the page as text (dom.ts `h`), never as HTML.
  */
-import { IAnswer, IPending } from './api';
+import { IAnswer, IDecision, IPending } from './api';
 import { button, h } from './dom';
 
 /** The answers MCP knows for a server's question. */
@@ -42,6 +43,11 @@ interface IProperty {
   enum?: unknown[];
   enumNames?: string[];
   oneOf?: { const?: unknown; title?: string }[];
+  anyOf?: { const?: unknown; title?: string }[];
+  /** A multi-select (`type: "array"`): the choices, as an enum or titled consts. */
+  items?: IProperty;
+  minItems?: number;
+  maxItems?: number;
 }
 
 /** A form: its element, and the answer it gives for a click (throws, saying why, if none). */
@@ -58,25 +64,44 @@ export function elicitation(pending: IPending | null | undefined): IElicitation 
     : null;
 }
 
+/** How each answer to an MCP server's question reads. */
+const ANSWERED: Record<string, string> = {
+  accept: 'accepted',
+  decline: 'declined',
+  cancel: 'cancelled'
+};
+
 /**
- * How an answer to an MCP server's question reads ("accepted", "declined", "cancelled"): its
- * decision's note is the answer as JSON. Null for any other note.
+ * How an answer to an MCP server's question reads ("accepted", "declined", "cancelled"):
+ * `given` is the decision's `answer` (`{action, content}`), or the note of a decision written
+ * before answers were decision content (durable_nb 29bcdb7), which held the answer as JSON.
+ * Null for anything else (a plain note, no answer).
  */
-export function answerVerdict(note: string | null | undefined): string | null {
-  if (!note || !note.startsWith('{')) {
-    return null;
+export function answerVerdict(given: unknown): string | null {
+  let answer = given;
+  if (typeof given === 'string') {
+    if (!given.startsWith('{')) {
+      return null;
+    }
+    try {
+      answer = JSON.parse(given);
+    } catch {
+      return null;
+    }
   }
-  try {
-    const action = (JSON.parse(note) as { action?: unknown }).action;
-    const said: Record<string, string> = {
-      accept: 'accepted',
-      decline: 'declined',
-      cancel: 'cancelled'
-    };
-    return typeof action === 'string' && action in said ? said[action] : null;
-  } catch {
-    return null;
-  }
+  const action = (answer as { action?: unknown } | null | undefined)?.action;
+  return typeof action === 'string' && action in ANSWERED ? ANSWERED[action] : null;
+}
+
+/** How a decision reads: its answer's verdict, an old journal's answer in the note, or
+ * approved / rejected; and its note when that is a note (not an old answer). */
+export function decisionVerdict(
+  decision: Pick<IDecision, 'approved' | 'note' | 'answer'>
+): { verdict: string; note: string | null } {
+  const fromAnswer = answerVerdict(decision.answer);
+  const fromNote = fromAnswer ? null : answerVerdict(decision.note);
+  const verdict = fromAnswer ?? fromNote ?? (decision.approved ? 'approved' : 'rejected');
+  return { verdict, note: fromNote ? null : decision.note || null };
 }
 
 /**
@@ -118,18 +143,68 @@ export function argumentsForm(pending: IPending): IForm<boolean> {
   return { form, answer };
 }
 
-/** The choices of an enum property: its values and what each is called. */
+/** The choices of an enum property (of its `items` for a multi-select): its values and
+ * what each is called, as Python's `QuestionField.choices` reads them. */
 function choices(property: IProperty): { value: unknown; label: string }[] | null {
-  if (Array.isArray(property.enum)) {
-    return property.enum.map((value, index) => ({
+  const schema = property.type === 'array' && property.items ? property.items : property;
+  if (Array.isArray(schema.enum)) {
+    const names =
+      Array.isArray(schema.enumNames) && schema.enumNames.length === schema.enum.length
+        ? schema.enumNames
+        : null;
+    return schema.enum.map((value, index) => ({
       value,
-      label: property.enumNames?.[index] ?? String(value)
+      label: names ? String(names[index]) : String(value)
     }));
   }
-  if (Array.isArray(property.oneOf) && property.oneOf.every(one => one && 'const' in one)) {
-    return property.oneOf.map(one => ({ value: one.const, label: one.title ?? String(one.const) }));
+  const branches = schema.oneOf ?? schema.anyOf;
+  if (
+    Array.isArray(branches) &&
+    branches.length &&
+    branches.every(one => one && typeof one === 'object' && 'const' in one)
+  ) {
+    return branches.map(one => ({ value: one.const, label: String(one.title ?? one.const) }));
   }
   return null;
+}
+
+/**
+ * A multi-select: a checkbox per choice (those in the default checked), read as the array
+ * of the checked choices' values; a required one, or one with `minItems`/`maxItems`, says
+ * so when too few or too many are checked.
+ */
+function checkboxes(
+  name: string,
+  title: string,
+  property: IProperty,
+  options: { value: unknown; label: string }[],
+  required: boolean
+): { input: HTMLElement; read: () => unknown } {
+  const chosen = Array.isArray(property.default) ? property.default : [];
+  const boxes = options.map(option => {
+    const box = h('input', { type: 'checkbox', class: 'dnr-choice' });
+    box.checked = chosen.some(value => value === option.value);
+    return box;
+  });
+  const input = h(
+    'div',
+    { class: 'dnr-field dnr-choices', role: 'group', 'data-name': name, 'aria-label': title },
+    ...options.map((option, index) =>
+      h('label', { class: 'dnr-choice-label' }, boxes[index], option.label)
+    )
+  );
+  const read = (): unknown => {
+    const values = options.filter((_, index) => boxes[index].checked).map(one => one.value);
+    const fewest = Math.max(property.minItems ?? 0, required ? 1 : 0);
+    if (values.length < fewest) {
+      throw new Error(`${title}: choose at least ${fewest}`);
+    }
+    if (property.maxItems !== undefined && values.length > property.maxItems) {
+      throw new Error(`${title}: choose at most ${property.maxItems}`);
+    }
+    return values.length || required ? values : undefined;
+  };
+  return { input, read };
 }
 
 /** The inputs of string formats whose value is the format's own (a datetime-local input's
@@ -171,6 +246,11 @@ function field(name: string, property: IProperty, required: boolean): IField {
     ? h('div', { class: 'dnr-muted dnr-field-hint' }, property.description)
     : null;
   const options = choices(property);
+  if (options && property.type === 'array') {
+    const many = checkboxes(name, title, property, options, required);
+    const legend = h('div', { class: 'dnr-field-title', id }, title, required ? ' *' : '');
+    return { row: h('div', { class: 'dnr-field-row' }, legend, many.input, hint), read: many.read };
+  }
   const invalid = (input: HTMLInputElement | HTMLSelectElement): Error =>
     new Error(`${title}: ${input.validationMessage || 'not a valid value'}`);
   let input: HTMLInputElement | HTMLSelectElement;

@@ -28,7 +28,13 @@ export interface IPending {
 export interface IAnswer {
   args?: unknown;
   message?: string;
-  answer?: { action: 'accept' | 'decline' | 'cancel'; content?: Record<string, unknown> };
+  answer?: IQuestionAnswer;
+}
+
+/** An answer to an MCP server's question: its action, and the form's content on accept. */
+export interface IQuestionAnswer {
+  action: 'accept' | 'decline' | 'cancel';
+  content?: Record<string, unknown> | null;
 }
 
 /** A decision already given but not yet taken by the run (its kernel is gone). */
@@ -38,6 +44,8 @@ export interface IDecision {
   at: number | null;
   note: string | null;
   digest: string | null;
+  /** The answer to an MCP server's question; null (or absent, an older server) otherwise. */
+  answer?: IQuestionAnswer | null;
 }
 
 /**

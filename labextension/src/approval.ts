@@ -10,8 +10,8 @@
 import { api, APIError, IAnswer, IDecision, IPending, IRunSummary } from './api';
 import {
   answerButtons,
-  answerVerdict,
   argumentsForm,
+  decisionVerdict,
   elicitation,
   elicitationForm
 } from './answers';
@@ -58,10 +58,10 @@ export function decisionNote(
   message?: string,
   compact = false
 ): HTMLElement {
-  const answered = answerVerdict(decision.note);
-  const verdict = answered ?? (decision.approved ? 'approved' : 'rejected');
+  const said = decisionVerdict(decision);
+  const verdict = said.verdict;
   const by = decision.by ? ` by ${decision.by}` : '';
-  const note = decision.note && !answered ? `: “${decision.note}”` : '';
+  const note = said.note ? `: “${said.note}”` : '';
   const resumed = message?.includes('resumes in its kernel');
   const text = resumed
     ? message!
@@ -193,8 +193,9 @@ export function approvalCard(
         approved,
         by: null,
         at: null,
-        note: answer.answer ? JSON.stringify(answer.answer) : noted || null,
-        digest: pending!.digest
+        note: noted || null,
+        digest: pending!.digest,
+        answer: answer.answer ?? null
       };
       card.replaceChildren(title, decisionNote(run, decision, actions, message));
       notice.replaceChildren(h('div', { class: 'dnr-ok' }, `${run.run_id}: ${message}`));

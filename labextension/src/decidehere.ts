@@ -25,8 +25,8 @@ import { Widget } from '@lumino/widgets';
 
 import {
   answerButtons,
-  answerVerdict,
   argumentsForm,
+  decisionVerdict,
   elicitation,
   elicitationForm
 } from './answers';
@@ -45,15 +45,15 @@ interface IKernelHolder extends Widget {
 /** Set on a notebook panel whose kernel is shut down or dead (the CSS keys on it). */
 const KERNEL_GONE = 'dnr-kernel-gone';
 
-/** What a decision note tells: the verdict (an answer's when its note is one), who gave it. */
-type IVerdict = Pick<IDecision, 'approved' | 'by'> & { note?: string | null };
+/** What a decision note tells: the verdict (an answer's, when it answers a question), who. */
+type IVerdict = Pick<IDecision, 'approved' | 'by' | 'answer'> & { note?: string | null };
 
 /** Set on a `.dnb-decide-here` element once it has its controls (the CSS keys on it). */
 const MOUNTED = 'dnr-decide-mounted';
 
 /** "approved by ana; re-run its cell to continue". */
 function decidedText(decision: IVerdict, taken: boolean): string {
-  const verdict = answerVerdict(decision.note) ?? (decision.approved ? 'approved' : 'rejected');
+  const { verdict } = decisionVerdict({ ...decision, note: decision.note ?? null });
   const by = decision.by ? ` by ${decision.by}` : '';
   const next = taken ? 'the run resumes in its kernel' : 're-run its cell to continue';
   return `${verdict}${by}; ${next}`;
@@ -151,8 +151,7 @@ async function mount(host: HTMLElement): Promise<void> {
         note,
         answer
       );
-      const noted = answer.answer ? JSON.stringify(answer.answer) : null;
-      showDecided(host, { approved, by: reply.by, note: noted }, reply.taken);
+      showDecided(host, { approved, by: reply.by, answer: answer.answer }, reply.taken);
     } catch (error) {
       // Refused because it was decided elsewhere meanwhile: that decision stands, and is
       // shown in place of the buttons.

@@ -3,12 +3,15 @@
  * with its details as the person decides them, Approve / Reject with a note. Approvals
  * of one batch are listed together with "Approve all shown": it decides exactly the
  * cards on screen (after the filter), each with the digest of the request its card
- * shows, so a request that changed meanwhile is refused and reported, not approved.
+ * shows, so a request that changed meanwhile is refused and reported, not approved. An MCP
+ * server's question is left out of it (a plain approve is no answer to a form): it waits for
+ * its form's Accept, Decline or Cancel, and the batch says how many do.
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
+import { elicitation } from './answers';
 import { IActions, approvalCard, asking, decide } from './approval';
 import { IRunSummary } from './api';
 import { button, h, plural } from './dom';
@@ -121,22 +124,38 @@ export class ApprovalsInbox extends Widget {
       type: 'text',
       placeholder: 'note for every approval (optional)'
     });
-    const label = `Approve all shown (${runs.length})`;
+    const approvable = runs.filter(run => !elicitation(run.pending_approval));
+    const questions = runs.length - approvable.length;
+    const their = questions === 1 ? 'its' : 'their';
+    const left = questions
+      ? `${plural(questions, 'question')} of an MCP server left for ${their} form`
+      : '';
+    const label = `Approve all shown (${approvable.length})`;
     const approveAll = button(label, 'dnr-approve dnr-approve-all', async () => {
-      const names = runs.map(run => `${run.run_id}: ${run.pending_approval!.name}`);
+      const names = approvable.map(run => `${run.run_id}: ${run.pending_approval!.name}`);
       const answer = await showDialog({
-        title: `Approve ${runs.length} requests of batch ${batchId}?`,
+        title: `Approve ${approvable.length} requests of batch ${batchId}?`,
         body: new Widget({
-          node: h('pre', { class: 'dnr-text dnr-dialog-list' }, names.join('\n'))
+          node: h(
+            'div',
+            {},
+            h('pre', { class: 'dnr-text dnr-dialog-list' }, names.join('\n')),
+            left ? h('div', { class: 'dnr-muted' }, `Not approved: ${left}.`) : null
+          )
         }),
-        buttons: [Dialog.cancelButton(), Dialog.okButton({ label: `Approve ${runs.length}` })]
+        buttons: [
+          Dialog.cancelButton(),
+          Dialog.okButton({ label: `Approve ${approvable.length}` })
+        ]
       });
       if (!answer.button.accept) {
         return;
       }
-      this._notice.replaceChildren(await this._approveAll(batchId, runs, note.value));
+      const done = await this._approveAll(batchId, approvable, note.value, left);
+      this._notice.replaceChildren(done);
       await this._actions.refresh();
     });
+    approveAll.disabled = !approvable.length;
     return h(
       'section',
       { class: 'dnr-batch', 'data-batch': batchId },
@@ -145,17 +164,22 @@ export class ApprovalsInbox extends Widget {
         { class: 'dnr-batch-head' },
         h('h3', {}, `Batch ${batchId}: ${plural(runs.length, 'pending approval')} shown`),
         note,
-        approveAll
+        approveAll,
+        left
+          ? h('div', { class: 'dnr-muted dnr-batch-left' }, `Not in Approve all: ${left}`)
+          : null
       ),
       ...runs.map(run => approvalCard(run, this._actions, this._notice))
     );
   }
 
-  /** Approve each run as its card shows it; says how many were approved and which were not. */
+  /** Approve each run as its card shows it; says how many were approved, which were not,
+   * and what was `left` out (questions, for their forms). */
   private async _approveAll(
     batchId: string,
     runs: IRunSummary[],
-    note: string
+    note: string,
+    left: string
   ): Promise<HTMLElement> {
     const refused: string[] = [];
     for (const run of runs) {
@@ -169,7 +193,8 @@ export class ApprovalsInbox extends Widget {
     return h(
       'div',
       { class: refused.length ? 'dnr-error' : 'dnr-ok' },
-      `Batch ${batchId}: ${approved} approved${refused.length ? `, ${refused.length} not:` : ''}`,
+      `Batch ${batchId}: ${approved} approved${left ? `; ${left}` : ''}` +
+        (refused.length ? `; ${refused.length} not:` : ''),
       refused.length ? h('pre', { class: 'dnr-text' }, refused.join('\n')) : null
     );
   }

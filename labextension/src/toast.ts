@@ -14,8 +14,9 @@
  */
 import { Notification } from '@jupyterlab/apputils';
 
+import { elicitation } from './answers';
 import { asking } from './approval';
-import { IRunSummary } from './api';
+import { IPending, IRunSummary } from './api';
 import { RunsModel } from './model';
 
 /** Where the requests already toasted in this tab's session are kept. */
@@ -24,6 +25,26 @@ const STORAGE_KEY = 'durable-nb:toasted-requests';
 const REMEMBERED = 2000;
 /** More new requests than this at once make one toast for them all. */
 const ONE_BY_ONE = 3;
+/** The most characters of a server's question a toast shows (the form has all of it). */
+const QUESTION_SHOWN = 200;
+
+/**
+ * What a toast says a run asks: "Run r asks for approval: send_email", or for an MCP
+ * server's question "Run r: book on hotels asks: How many nights?" (the server asks, not the
+ * run; the message is outside text, which a Notification shows as text).
+ */
+export function toastText(run: IRunSummary, request: IPending): string {
+  const who = run.title ? `${run.run_id} (${run.title})` : run.run_id;
+  const question = elicitation(request);
+  if (!question) {
+    return `Run ${who} asks for approval: ${request.name}`;
+  }
+  const asker = [question.tool, question.server].filter(Boolean).join(' on ') || 'An MCP server';
+  const message = question.message ?? '';
+  const shown =
+    message.length > QUESTION_SHOWN ? `${message.slice(0, QUESTION_SHOWN - 1)}…` : message;
+  return `Run ${who}: ${asker} asks: ${shown}`;
+}
 
 /** What a toast's actions do. */
 export interface IToastActions {
@@ -92,9 +113,7 @@ export class RequestToasts {
   }
 
   private _toastOne(key: string, run: IRunSummary): void {
-    const request = asking(run)!;
-    const who = run.title ? `${run.run_id} (${run.title})` : run.run_id;
-    const id = Notification.warning(`Run ${who} asks for approval: ${request.name}`, {
+    const id = Notification.warning(toastText(run, asking(run)!), {
       autoClose: false,
       actions: [
         {
