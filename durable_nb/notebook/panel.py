@@ -659,8 +659,8 @@ class RunPanel:
             request = html.escape(str(pending.get("id") or ""), quote=True)
             body.append("<div style='border:1px solid #bf8700;padding:6px'>"
                         f"{self._approval_html(pending)}"
-                        f"Decide from anywhere: <code>durable-nb "
-                        f"{'answer' if is_question(pending) else 'approve'} {run_id}</code>."
+                        f"<div>Decide from anywhere: <code>durable-nb "
+                        f"{'answer' if is_question(pending) else 'approve'} {run_id}</code>.</div>"
                         f"<div class='dnb-decide-here' data-durable-nb-decide='{run_id}' "
                         f"data-durable-nb-digest='{digest}' "
                         f"data-durable-nb-request='{request}'></div></div>")

@@ -27,7 +27,7 @@ from tornado.iostream import StreamClosedError
 
 from .. import registry
 from ..registry import batch_rows
-from ..errors import (DecisionExists, JournalError, MissingExtra, NoJournal,
+from ..errors import (DecisionExists, JournalError, NoJournal,
                       NoPendingApproval, NotAllowedToDecide, RunLeased, UnknownRun)
 from ..approvals.request import decision_kind
 from ..journal import Journal, Status
