@@ -25,6 +25,7 @@ from durable_nb.demo import SALES_CSV
 from durable_nb.journal import DiskJournal, Status
 from durable_nb.registry import get_run
 from tests.harness.lab import (
+    element_shot,
     JupyterLab,
     LabPage,
     notebook7_available,
@@ -100,7 +101,7 @@ def _panel_button(page: LabPage, label: str) -> Any:
 
 
 def _shoot_panel(page: LabPage, path: Path) -> None:
-    page.cell(AGENT).locator(".jp-Cell-outputArea").screenshot(path=str(path))
+    element_shot(page.cell(AGENT).locator(".jp-Cell-outputArea"), path)
 
 
 def _side_effects(folder: Path) -> list[str]:
@@ -252,7 +253,7 @@ def test_notebook7_panel_of_a_stopped_kernel_says_why_its_buttons_do_nothing(
             .wait_for()
         approve = page.cell(1).locator("button.dnb-button", has_text="Approve").first
         assert approve.evaluate("e => getComputedStyle(e, '::after').content") == "none"
-        output.screenshot(path=str(shots / "nb7-waiting.png"))
+        element_shot(output, shots / "nb7-waiting.png")
 
         page.restart_kernel()
 
@@ -265,7 +266,7 @@ def test_notebook7_panel_of_a_stopped_kernel_says_why_its_buttons_do_nothing(
         assert "durable-nb approve parked" in text
         assert approve.evaluate("e => getComputedStyle(e, '::after').content") == \
             '" (kernel stopped)"'
-        output.screenshot(path=str(shots / "nb7-after-restart.png"))
+        element_shot(output, shots / "nb7-after-restart.png")
 
 
 def test_an_error_is_one_line_under_a_stopped_badge(lab: JupyterLab, tmp_path: Path) -> None:
@@ -290,7 +291,7 @@ def test_an_error_is_one_line_under_a_stopped_badge(lab: JupyterLab, tmp_path: P
                                      "vnd.jupyter.stderr']").last
         error.wait_for(state="visible")
         shown = error.inner_text().strip()
-        output.screenshot(path=str(shots / "lab-error.png"))
+        element_shot(output, shots / "lab-error.png")
     assert shown.startswith("InputChanged: run 'e' no longer matches its journal")
     assert "File " not in shown and "Traceback" not in shown
 
@@ -315,14 +316,14 @@ def test_a_refused_run_and_an_approvals_deadline_as_the_panel_shows_them(
         refused = page.cell(1).locator(".jp-Cell-outputArea")
         refused.locator(".dnb-live").get_by_text("not started", exact=True).wait_for()
         refused_text = refused.locator(".dnb-live").first.inner_text()
-        refused.screenshot(path=str(shots / "lab-refused.png"))
+        element_shot(refused, shots / "lab-refused.png")
         page.run_cell(2)
         timed = page.cell(2).locator(".jp-Cell-outputArea")
         timed.locator(".dnb-live").get_by_text("WAITING_APPROVAL", exact=True).wait_for()
         deadline = timed.locator(".dnb-deadline").first
         deadline.wait_for(state="visible")
         deadline_text = deadline.inner_text()
-        timed.screenshot(path=str(shots / "lab-deadline.png"))
+        element_shot(timed, shots / "lab-deadline.png")
     assert "durable_nb refused to start this run (NotifyConfigError" in refused_text
     assert "RUNNING" not in refused_text and "in the journal" not in refused_text
     pending = DiskJournal(folder / ".durable_nb").get_run("timed").pending_approval
@@ -401,12 +402,12 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
         # update replaces the legend's element, so a handle would go stale.
         _batch_output(page).locator(".dnb-live .dnb-legend").filter(
             has_text=re.compile(r"\b[1-9]\d* / 30\b")).wait_for()
-        _batch_output(page).screenshot(path=str(shots / "batch-running.png"))
+        element_shot(_batch_output(page), shots / "batch-running.png")
 
         _batch_badge(page, "WAITING_APPROVAL").wait_for(state="visible", timeout=120_000)
         rows = _batch_output(page).locator(".dnb-approval-row")
         assert rows.count() == 5
-        _batch_output(page).screenshot(path=str(shots / "batch-pending.png"))
+        element_shot(_batch_output(page), shots / "batch-pending.png")
 
         # One item's Approve: that item only.
         rows.filter(has_text="T06").locator("button", has_text="Approve").click()
@@ -425,7 +426,7 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
         assert "Approve the pending approval of 2 items? review/T12, review/T18" in \
             _batch_output(page).inner_text()
         assert _items(folder)["T12"] is Status.WAITING_APPROVAL  # nothing before confirming
-        _batch_output(page).screenshot(path=str(shots / "batch-confirm.png"))
+        element_shot(_batch_output(page), shots / "batch-confirm.png")
         confirm.click()
         _wait_items(folder, ["T12", "T18"], Status.DONE)
         assert _items(folder)["T00"] is Status.WAITING_APPROVAL
@@ -443,7 +444,7 @@ def test_batch_panel_approve_one_item_approve_all_shown_and_open_an_item(
         item_panel.get_by_text("review/T07", exact=True).wait_for(state="visible")
         assert "RuntimeError: the CRM timed out" in item_panel.inner_text()
         _batch_output(page).locator(".dnb-live .dnb-legend").hover()  # not over a row
-        _batch_output(page).screenshot(path=str(shots / "batch-finished.png"))
+        element_shot(_batch_output(page), shots / "batch-finished.png")
 
         page.restart_kernel()  # the panel says its kernel stopped, and what to do
         _batch_output(page).locator(".dnb-batch.jupyter-widgets-disconnected").wait_for()
@@ -609,8 +610,8 @@ def test_run_all_of_the_approvals_notebook_stops_at_the_approval_with_its_button
         assert approve.is_visible()
         waited = cells.filter(has_text="%durable wait refund-42").first
         assert waited.locator(".jp-OutputArea-output").count() == 0  # Run All stopped before
-        agent.screenshot(path=str(shots / "approvals-run-all-panel.png"))
-        stop.screenshot(path=str(shots / "approvals-run-all-stop.png"))
+        element_shot(agent, shots / "approvals-run-all-panel.png")
+        element_shot(stop, shots / "approvals-run-all-stop.png")
 
         approve.click()
         agent.locator(".dnb-live").get_by_text("DONE", exact=True).wait_for()
@@ -667,7 +668,7 @@ def test_a_reopened_notebook_shows_the_saved_view_of_its_batch(
         assert text.index("T03") < text.index("T00")  # the failed item first
         assert "RuntimeError: the CRM timed out" in text
         assert "<Batch 'refunds': 4 items (3 DONE, 1 FAILED)>" in _batch_output(page).inner_text()
-        _batch_output(page).screenshot(path=str(shots / "batch-reopened.png"))
+        element_shot(_batch_output(page), shots / "batch-reopened.png")
 
 
 # A run that parks, then (resumed in the background) waits in its first step for a file the
@@ -705,7 +706,7 @@ def test_cancel_is_not_shown_while_the_cell_runs_and_says_cancelling_in_the_back
         hint.wait_for(state="visible")
         live.get_by_text("RUNNING", exact=True).first.wait_for(state="visible")
         assert not live.locator("button.jupyter-button", has_text="Cancel").first.is_visible()
-        live.screenshot(path=str(shots / "lab-foreground-stop-hint.png"))
+        element_shot(live, shots / "lab-foreground-stop-hint.png")
         _interrupt_kernel(page)
         page.wait_for_text("KeyboardInterrupt", cell_index=1)
         hint.wait_for(state="hidden")
@@ -718,12 +719,10 @@ def test_cancel_is_not_shown_while_the_cell_runs_and_says_cancelling_in_the_back
         bg.locator("button.jupyter-button", has_text="Cancel run").first.click()
         cancelling = bg.locator("button.jupyter-button:disabled", has_text="Cancelling...")
         cancelling.first.wait_for(state="visible")
-        bg.screenshot(path=str(shots / "lab-background-cancelling.png"))
+        element_shot(bg, shots / "lab-background-cancelling.png")
         (folder / "go0").touch()
         bg.get_by_text("CANCELLED", exact=True).first.wait_for(state="visible")
-        # The whole page: the cell's output may be redrawn as the run ends, and an element
-        # screenshot fails on a node replaced under it.
-        page.screenshot(shots / "lab-background-cancelled.png")
+        element_shot(bg, shots / "lab-background-cancelled.png")
     record = journal.get_run("bg")
     assert record.status is Status.CANCELLED
     assert [e.name for e in journal.steps("bg") if e.name.startswith("work")] == ["work 0"]
@@ -758,7 +757,7 @@ def test_elapsed_ticks_in_a_first_run_and_the_opened_attempts_stay_open_across_r
             arg=[live.first.element_handle(), first])
         later = _elapsed(live)
         assert first != later and later != "elapsed 0.0 s", (first, later)
-        live.screenshot(path=str(shots / "lab-first-run-running.png"))
+        element_shot(live, shots / "lab-first-run-running.png")
         _interrupt_kernel(page)
         page.wait_for_text("KeyboardInterrupt", cell_index=1)
 
@@ -775,10 +774,10 @@ def test_elapsed_ticks_in_a_first_run_and_the_opened_attempts_stay_open_across_r
                 "([el, seen]) => /elapsed [0-9.]+ \\w+/.exec(el.innerText)?.[0] !== seen",
                 arg=[live.first.element_handle(), seen])
             assert listed.is_visible(), "the attempts list closed at a redraw"
-        live.screenshot(path=str(shots / "lab-resumed-attempts-open.png"))
+        element_shot(live, shots / "lab-resumed-attempts-open.png")
         live.get_by_text("DONE", exact=True).first.wait_for(state="visible", timeout=30_000)
         assert listed.is_visible()
-        live.screenshot(path=str(shots / "lab-resumed-attempts-open-done.png"))
+        element_shot(live, shots / "lab-resumed-attempts-open-done.png")
 
 
 _GATED_BATCH_CELL = """\
@@ -817,7 +816,7 @@ def test_a_batch_running_in_its_cell_disables_its_controls_and_says_why_then_the
         enabled = [controls.nth(i).evaluate("e => e.outerHTML.slice(0, 80)")
                    for i in range(controls.count()) if controls.nth(i).is_enabled()]
         assert enabled == [], enabled
-        live.screenshot(path=str(shots / "batch-running-in-cell.png"))
+        element_shot(live, shots / "batch-running-in-cell.png")
 
         (folder / "go").touch()
         live.get_by_text("DONE", exact=True).first.wait_for(state="visible", timeout=30_000)
@@ -826,4 +825,4 @@ def test_a_batch_running_in_its_cell_disables_its_controls_and_says_why_then_the
         live.locator("tr.dnb-row[data-key='3']").click()
         live.locator(".dnb-panel:not(.dnb-batch)").get_by_text(
             "gated/3", exact=True).wait_for(state="visible", timeout=1_000)
-        live.screenshot(path=str(shots / "batch-done-item-open.png"))
+        element_shot(live, shots / "batch-done-item-open.png")

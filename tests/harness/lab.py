@@ -280,6 +280,22 @@ class JupyterLab:
         shutil.rmtree(self._base, ignore_errors=True)
 
 
+def element_shot(locator: Any, path: str | os.PathLike[str]) -> None:
+    """Save a PNG of the element ``locator`` finds. A run's panel is drawn again when the run
+    ends (its display is sent again, replacing its views): a screenshot begun on the node
+    just replaced is taken again of the node that replaced it."""
+    from playwright.sync_api import Error
+
+    for _ in range(3):
+        try:
+            locator.screenshot(path=str(path))
+            return
+        except Error as exc:
+            if "not attached to the DOM" not in str(exc):
+                raise
+    locator.screenshot(path=str(path))
+
+
 class LabPage:
     """A headless Chromium tab on a running `JupyterLab`; closes the browser on exit.
 
