@@ -13,10 +13,9 @@
   question the server asks meanwhile can be asked in the run).
 
 Both go through the same toolset, so the same connection and the same server process (whose
-``count`` writes a file per call and counts the files: its time grows with N, alike for
-both ways). It
-prints the median and 90th percentile of each and the median overhead of the durable call
-over the bare one (the target: at most 0.5 ms). Not a test: the figures depend on the
+``count`` writes a file per call and counts the files: its time grows with N, alike for both
+ways). It prints the median and 90th percentile of each and the median overhead of the
+durable call over the bare one (the target: at most 0.5 ms). Not a test: the figures depend on the
 machine's load, and are reported, not asserted.
 """
 
