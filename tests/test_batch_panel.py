@@ -425,6 +425,8 @@ def test_a_question_in_the_batch_is_answered_in_its_form_never_by_a_plain_approv
     assert "1 item waiting for approval and 1 question waiting for its answer" in head, head
     assert "durable-nb answer q/1" in head and "%durable inbox" in head
     assert panel.approve_all_button.description == "Approve all 1 shown"
+    assert "q/1 (a question: durable-nb answer): 'book asks'" in panel.summary()
+    assert "1 question waiting for its answer" in _text(panel.static_html())
 
     plain, question = panel.approval_rows.children
     assert [b.description for b in plain.children[1:]] == ["Approve", "Reject"]

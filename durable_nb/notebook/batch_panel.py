@@ -770,10 +770,12 @@ class BatchPanel(BatchObserver):
                              f"{self.batch_id} --status failed")
         waiting = [i for i in items if i.status is Status.WAITING_APPROVAL]
         if waiting:
-            lines.append("waiting for approval (durable-nb approve BATCH/KEY):")
+            lines.append("waiting for approval (durable-nb approve BATCH/KEY; a question: "
+                         "durable-nb answer BATCH/KEY):")
             for i in waiting[:10]:
                 p = pending.get(i.index) or {}
-                lines.append(f"  {i.run_id}: {p.get('name')!r} "
+                asked = " (a question: durable-nb answer)" if is_question(p) else ""
+                lines.append(f"  {i.run_id}{asked}: {p.get('name')!r} "
                              f"{preview(json.dumps(p.get('details'), default=str), 200)}")
             if len(waiting) > 10:
                 lines.append(f"  ... {len(waiting) - 10:,} more: durable-nb batch show "
