@@ -432,7 +432,7 @@ def test_a_question_in_the_batch_is_answered_in_its_form_never_by_a_plain_approv
     assert [b.description for b in plain.children[1:]] == ["Approve", "Reject"]
     buttons = [c for c in question.children if hasattr(c, "on_click")]
     assert [b.description for b in buttons] == ["Answer", "Decline"]
-    assert "durable-nb answer q/1" in _text(question.children[1].value)
+    assert "durable-nb answer q/1" in _text(question.children[0].value)
 
     buttons[0].click()
     form = panel._item_panel.question_form

@@ -34,9 +34,12 @@ def approval_row(item: ItemResult, pending: dict, *, in_cell: bool,
     from a terminal instead."""
     question = is_question(pending)
     details = json.dumps(pending.get("details"), ensure_ascii=False, default=str)
+    needs = (f"<div class='dnb-muted'>a question: needs its answer, in its form (Answer), "
+             f"<code>%durable inbox</code> or <code>durable-nb answer "
+             f"{html.escape(item.run_id)}</code></div>" if question else "")
     text = w.HTML(f"<b>{html.escape(item.key)}</b> &middot; "
                   f"{html.escape(str(pending.get('name', 'approval')))} "
-                  f"<code>{html.escape(preview(details, 200))}</code>",
+                  f"<code>{html.escape(preview(details, 200))}</code>{needs}",
                   layout=w.Layout(width="560px"))
     if in_cell:
         how = w.HTML(f"<span class='dnb-muted'>buttons when the cell ends, or now: <code>"
@@ -63,9 +66,6 @@ def approval_row(item: ItemResult, pending: dict, *, in_cell: bool,
 
     approve.on_click(lambda _: safely(answer) if question else safely(decided, True))
     reject.on_click(lambda _: safely(decided, False))
-    needs = [w.HTML(f"<span class='dnb-muted'>a question: needs its answer, in its form "
-                    f"(Answer), <code>%durable inbox</code> or <code>durable-nb answer "
-                    f"{html.escape(item.run_id)}</code></span>")] if question else []
-    row = w.HBox([text, *needs, approve, reject])
+    row = w.HBox([text, approve, reject])
     row.add_class("dnb-approval-row")
     return row
