@@ -527,6 +527,8 @@ def test_approve_all_shown_leaves_a_batchs_question_for_its_form_and_says_so(
     batch = page.page.locator(".dnr-inbox .dnr-batch[data-batch='mix']")
     batch.locator(".dnr-card").nth(2).wait_for(state="visible")
     assert batch.locator(".dnr-approve-all").inner_text() == "Approve all shown (2)"
+    assert batch.locator(".dnr-batch-head h3").inner_text() == (
+        "Batch mix: 2 pending approvals and 1 question shown")
     assert batch.locator(".dnr-batch-left").inner_text() == (
         "Not in Approve all: 1 question of an MCP server left for its form")
     batch.locator(".dnr-approve-all").click()

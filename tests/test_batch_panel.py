@@ -396,3 +396,49 @@ def test_approve_all_leaves_questions_for_their_form_and_says_how_many(journal) 
     assert sorted(d[0] for d in decided) == ["q/0", "q/2"]
     assert ("approved 2 items; 1 question of an MCP server left for its form"
             in _text(panel.summary_html.value))
+
+
+def test_a_question_in_the_batch_is_answered_in_its_form_never_by_a_plain_approve(
+        journal) -> None:
+    """A question's row offers no Approve (which would cancel it: the server asks for a
+    field) but Answer, which opens the item's run panel with the question's form; the head
+    counts it as a question, not as an approval."""
+    from durable_nb.notebook.batch import NotebookBatch
+
+    schema = {"type": "object", "properties": {"nights": {"type": "integer"}},
+              "required": ["nights"]}
+
+    def ask(ctx, x):
+        if x == 1:
+            return ctx.approval("book asks", {"kind": "elicitation", "server": "hotels",
+                                              "tool": "book", "message": "Nights?",
+                                              "schema": schema})
+        return ctx.approval("publish", {"n": x})
+
+    cell = NotebookBatch("q", ask, [], journal=journal, concurrency=1, retry_failed=False,
+                         wait=False, title=None, limits={}, options={})
+    panel = cell.panel
+    dn.map(ask, [0, 1], batch_id="q", key="index", journal=journal, observer=panel,
+           wait=False)
+    panel.refresh(force=True)
+    head = _text(panel.approval_head.value)
+    assert "1 item waiting for approval and 1 question waiting for its answer" in head, head
+    assert "durable-nb answer q/1" in head and "%durable inbox" in head
+    assert panel.approve_all_button.description == "Approve all 1 shown"
+    assert "q/1 (a question: durable-nb answer): 'book asks'" in panel.summary()
+    assert "1 question waiting for its answer" in _text(panel.static_html())
+
+    plain, question = panel.approval_rows.children
+    assert [b.description for b in plain.children[1:]] == ["Approve", "Reject"]
+    buttons = [c for c in question.children if hasattr(c, "on_click")]
+    assert [b.description for b in buttons] == ["Answer", "Decline"]
+    assert "durable-nb answer q/1" in _text(question.children[0].value)
+
+    buttons[0].click()
+    form = panel._item_panel.question_form
+    assert panel.pick.value == "1" and form.box.layout.display == "flex"
+    form.inputs["nights"][1].value = "3"
+    form.accept.click()
+    pending = journal.get_run("q/1").pending_approval
+    decision = find_decision(journal, "q/1", pending)
+    assert decision["answer"] == {"action": "accept", "content": {"nights": 3}}, decision

@@ -287,13 +287,15 @@ class NotebookBatch:
     # -- buttons ---------------------------------------------------------------------------
 
     def decide(self, run_id: str, approved: bool, note: str, digest: str | None,
-               request_id: str | None = None, via: str = "batch panel") -> None:
+               request_id: str | None = None, via: str = "batch panel", **content: Any) -> None:
         """An item's Approve / Reject, or Approve all (``via``), of the request the panel
         showed (``digest``, ``request_id``): written once (DecisionExists, which the panel
-        tells, when the item was decided already)."""
+        tells, when the item was decided already); ``content``: the edited ``args``, the
+        ``message`` or the ``answer`` to a question, from the item's run panel."""
         decide = registry.approve if approved else registry.reject
         decide(run_id, note or None, by=f"{registry.approver_name(host=False)} (notebook)",
-               expect=digest, request_id=request_id, via=via, journal=self.journal)
+               expect=digest, request_id=request_id, via=via, journal=self.journal,
+               **content)
         self._wake.set()
 
     def cancel(self, run_id: str) -> None:

@@ -3,7 +3,8 @@ view over the batch's items, as :class:`~durable_nb.batches.batch.BatchObserver`
 
 It shows a progress bar by status, throughput and ETA, tokens and cost so far and what
 replay saved, the items as a table (sortable, filtered by status and by text, a page at a
-time), the pending approvals with Approve / Reject per item and "approve all shown" behind a
+time), the pending approvals with Approve / Reject per item (a server's question with Answer,
+its form, and Decline: :mod:`~durable_nb.notebook.batch_rows`) and "approve all shown" behind a
 confirmation, and, for the item clicked in the table, its own run panel
 (:class:`~durable_nb.notebook.panel.RunPanel` over the journal).
 
@@ -39,8 +40,10 @@ from ..approvals.request import pending_digest
 from ..journal import LLM_KINDS, Journal, Status, StepEntry, entry_cost
 from .panel import PANEL_CSS, RunPanel
 from .saved_view import LOG_KEPT, saved_view
+from .batch_rows import approval_row
 from .batch_table import (BAR_ORDER, BATCH_CSS, ITEM_COLOURS, PENDING, STATUS_ORDER,
-                          TABLE_HEAD, item_row, items_table, pages_of, preview, progress_bar)
+                          TABLE_HEAD, item_row, items_table, pages_of, preview, progress_bar,
+                          waiting_words)
 from .step_view import STOPPED_COLOUR
 from .step_view import badge as _badge
 from ..registry import get_run
@@ -468,9 +471,9 @@ class BatchPanel(BatchObserver):
             origins = dict(self._origins.get(index, {}))
         panel = RunPanel.load(
             info, origins, journal=self._journal,
-            on_decide=(lambda ok, note, digest, request_id:
-                       self._on_decide(run_id, ok, note, digest, request_id))
-            if self._on_decide else None,
+            on_decide=(lambda ok, note, digest, request_id, **content:
+                       self._on_decide(run_id, ok, note, digest, request_id, **content))
+            if self._on_decide else None, answers=True,
             on_cancel=(lambda: self._on_cancel(run_id)) if self._on_cancel else None)
         with self._lock:
             self._picked, self._item_panel = index, panel
@@ -553,6 +556,7 @@ class BatchPanel(BatchObserver):
             self._shown_pending, self._rows_in_cell = pending[:_APPROVAL_ROWS], in_cell
             rows = [(self._items[i], self._pending.get(i) or {}) for i in self._shown_pending]
             head = self._approval_head(len(pending))
+            approvable = sum(1 for i in pending if not is_question(self._pending.get(i)))
             first_page, last_page = self.page == 0, self.page >= pages - 1
         with self.widget.hold_sync():
             self.summary_html.value = summary
@@ -561,7 +565,7 @@ class BatchPanel(BatchObserver):
             self.prev_button.disabled = first_page or in_cell
             self.next_button.disabled = last_page or in_cell
             self.approval_head.value = head
-            self.approve_all_button.description = f"Approve all {len(pending):,} shown"
+            self.approve_all_button.description = f"Approve all {approvable:,} shown"
             self.approval_box.layout.display = "flex" if pending else "none"
         if rows_changed:
             old = self.approval_rows.children
@@ -677,56 +681,37 @@ class BatchPanel(BatchObserver):
         spent = f": {tokens:,} tokens{money} not spent again" if tokens else ""
         return "replay: " + ", ".join(parts) + spent
 
-
-
     def _approval_head(self, shown: int) -> str:
-        total = sum(1 for i in self._items if i.status is Status.WAITING_APPROVAL)
+        waiting = [i.index for i in self._items if i.status is Status.WAITING_APPROVAL]
+        total = len(waiting)
+        questions = sum(1 for i in waiting if is_question(self._pending.get(i)))
         more = f" (first {_APPROVAL_ROWS} listed)" if shown > _APPROVAL_ROWS else ""
         hidden = f"; {total - shown:,} more hidden by the filter" if total > shown else ""
         example = next((self._items[i].run_id for i in self._shown_pending), "BATCH/KEY")
-        return (f"<b>{total:,} item{'s' if total != 1 else ''} waiting for approval</b>"
+        asked = next((self._items[i].run_id for i in waiting
+                      if is_question(self._pending.get(i))), "BATCH/KEY")
+        answer = (f" A question is answered in its form: its Answer button (the item's run "
+                  f"panel), <code>%durable inbox</code> or <code>durable-nb answer "
+                  f"{html.escape(asked)}</code>." if questions else "")
+        return (f"<b>{waiting_words(total - questions, questions)}</b>"
                 f"{hidden}{more}. Decide here, or from anywhere: "
-                f"<code>durable-nb approve {html.escape(example)}</code>"
+                f"<code>durable-nb approve {html.escape(example)}</code>.{answer}"
                 f"<div class='dnb-dead'>Approve and Reject do nothing here: the kernel that "
                 f"drew them stopped. Re-run the cell for live buttons, or decide with "
                 f"<code>durable-nb approve {html.escape(example)}</code>.</div>")
 
     def _approval_row(self, item: ItemResult, pending: dict, in_cell: bool = False) -> w.HBox:
-        """An item's pending approval with Approve / Reject; with ``in_cell`` (a click
-        cannot reach the busy kernel) how to decide it from a terminal instead."""
-        details = json.dumps(pending.get("details"), ensure_ascii=False, default=str)
-        text = w.HTML(f"<b>{html.escape(item.key)}</b> &middot; "
-                      f"{html.escape(str(pending.get('name', 'approval')))} "
-                      f"<code>{html.escape(preview(details, 200))}</code>",
-                      layout=w.Layout(width="560px"))
-        if in_cell:
-            how = w.HTML(f"<span class='dnb-muted'>buttons when the cell ends, or now: "
-                         f"<code>durable-nb approve {html.escape(item.run_id)}</code></span>")
-            row = w.HBox([text, how])
-            row.add_class("dnb-approval-row")
-            return row
-        approve = w.Button(description="Approve", button_style="success", icon="check",
-                           layout=w.Layout(width="auto"))
-        reject = w.Button(description="Reject", button_style="danger", icon="times",
-                          layout=w.Layout(width="auto"))
-        for button in (approve, reject):
-            button.add_class("dnb-button")
-
         def decide(approved: bool) -> None:
-            approve.disabled = reject.disabled = True
-            try:
-                self._decide(item.run_id, approved,
-                             pending_digest(pending) if pending else None,
-                             (pending.get("id") or "") if pending else None)
-            except Exception:
-                approve.disabled = reject.disabled = False
-                raise
+            self._decide(item.run_id, approved, pending_digest(pending) if pending else None,
+                         (pending.get("id") or "") if pending else None)
 
-        approve.on_click(lambda _: self._safely(decide, True))
-        reject.on_click(lambda _: self._safely(decide, False))
-        row = w.HBox([text, approve, reject])
-        row.add_class("dnb-approval-row")
-        return row
+        def answer() -> None:  # the item's run panel, with the question's form
+            if self.pick.value == item.key:
+                self._open(item.key)
+            self.pick.value = item.key
+
+        return approval_row(item, pending, in_cell=in_cell, decide=decide, answer=answer,
+                            safely=self._safely)
 
     # -- the saved view ------------------------------------------------------------------
 
@@ -740,14 +725,16 @@ class BatchPanel(BatchObserver):
             shown = items[:_SAVED_ROWS]
             table = "".join(item_row(item, live=False) for item in shown)
             log = self._log_kept
-            waiting = sum(1 for i in items if i.status is Status.WAITING_APPROVAL)
+            waiting = [i.index for i in items if i.status is Status.WAITING_APPROVAL]
+            questions = sum(1 for i in waiting if is_question(self._pending.get(i)))
         more = (f"<div class='dnb-muted'>{len(items) - len(shown):,} more items: "
                 f"<code>durable-nb batch show {html.escape(self.batch_id)}</code></div>"
                 if len(items) > len(shown) else "")
-        decide = (f"<div style='border:1px solid #bf8700;padding:6px'><b>{waiting:,} "
-                  f"item{'s' if waiting != 1 else ''} waiting for approval</b>: decide with "
-                  f"<code>durable-nb approve {html.escape(self.batch_id)}/KEY</code>, or re-run "
-                  f"the cell for the buttons.</div>" if waiting else "")
+        decide = (f"<div style='border:1px solid #bf8700;padding:6px'><b>"
+                  f"{waiting_words(len(waiting) - questions, questions)}</b>: decide with "
+                  f"<code>durable-nb approve {html.escape(self.batch_id)}/KEY</code>"
+                  + (" (a question: <code>durable-nb answer</code>)" if questions else "")
+                  + ", or re-run the cell for the buttons.</div>" if waiting else "")
         body = (f"{summary}{decide}<table class='dnb-items'>{TABLE_HEAD}{table}</table>{more}"
                 if items else summary)
         return saved_view(f"<div class='dnb-batch'>{body}</div>", f"batch {self.batch_id}", log)
@@ -783,10 +770,12 @@ class BatchPanel(BatchObserver):
                              f"{self.batch_id} --status failed")
         waiting = [i for i in items if i.status is Status.WAITING_APPROVAL]
         if waiting:
-            lines.append("waiting for approval (durable-nb approve BATCH/KEY):")
+            lines.append("waiting for approval (durable-nb approve BATCH/KEY; a question: "
+                         "durable-nb answer BATCH/KEY):")
             for i in waiting[:10]:
                 p = pending.get(i.index) or {}
-                lines.append(f"  {i.run_id}: {p.get('name')!r} "
+                asked = " (a question: durable-nb answer)" if is_question(p) else ""
+                lines.append(f"  {i.run_id}{asked}: {p.get('name')!r} "
                              f"{preview(json.dumps(p.get('details'), default=str), 200)}")
             if len(waiting) > 10:
                 lines.append(f"  ... {len(waiting) - 10:,} more: durable-nb batch show "

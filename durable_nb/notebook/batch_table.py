@@ -19,7 +19,8 @@ from ..summary import format_cost
 from .step_view import STATUS_COLOURS, badge
 
 __all__ = ["BAR_ORDER", "BATCH_CSS", "ITEM_COLOURS", "PAGE_ROWS", "PENDING", "STATUS_ORDER",
-           "TABLE_HEAD", "item_row", "items_table", "pages_of", "preview", "progress_bar"]
+           "TABLE_HEAD", "item_row", "items_table", "pages_of", "preview", "progress_bar",
+           "waiting_words"]
 
 PENDING = "PENDING"  # an item that never started
 ITEM_COLOURS = {**{s.value: c for s, c in STATUS_COLOURS.items()}, PENDING: "#afb8c1"}
@@ -94,6 +95,17 @@ def progress_bar(counts: Counter, total: int) -> str:
                for s in BAR_ORDER[1:] if counts[s]]
     return (f"<div class='dnb-bar'>{segments}</div>"
             f"<div class='dnb-legend'>{' &nbsp;&middot;&nbsp; '.join(legend)}</div>")
+
+
+def waiting_words(approvals: int, questions: int) -> str:
+    """What the parked items wait for, in words: an MCP server's question waits for its
+    answer (its form), never for an approval ("2 items waiting for approval and 1 question
+    waiting for its answer")."""
+    parts = [f"{approvals:,} item{'s' if approvals != 1 else ''} waiting for approval"
+             if approvals else "",
+             f"{questions:,} question{'s' if questions != 1 else ''} waiting for "
+             f"{'its' if questions == 1 else 'their'} answer" if questions else ""]
+    return " and ".join(p for p in parts if p) or "nothing waiting"
 
 
 def pages_of(view: list[ItemResult]) -> int:

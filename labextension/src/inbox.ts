@@ -130,6 +130,13 @@ export class ApprovalsInbox extends Widget {
     const left = questions
       ? `${plural(questions, 'question')} of an MCP server left for ${their} form`
       : '';
+    // A question is no pending approval: it is counted as what it is.
+    const waiting = [
+      approvable.length ? plural(approvable.length, 'pending approval') : '',
+      questions ? plural(questions, 'question') : ''
+    ]
+      .filter(Boolean)
+      .join(' and ');
     const label = `Approve all shown (${approvable.length})`;
     const approveAll = button(label, 'dnr-approve dnr-approve-all', async () => {
       const names = approvable.map(run => `${run.run_id}: ${run.pending_approval!.name}`);
@@ -162,7 +169,7 @@ export class ApprovalsInbox extends Widget {
       h(
         'div',
         { class: 'dnr-batch-head' },
-        h('h3', {}, `Batch ${batchId}: ${plural(runs.length, 'pending approval')} shown`),
+        h('h3', {}, `Batch ${batchId}: ${waiting} shown`),
         note,
         approveAll,
         left
