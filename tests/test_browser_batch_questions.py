@@ -12,7 +12,8 @@ import pytest
 
 from durable_nb.journal import DiskJournal, Status
 from tests.harness import wait_until
-from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
+from tests.harness.lab import (JupyterLab, LabPage, element_shot, require_chromium,
+                               write_notebook)
 
 pytestmark = pytest.mark.browser
 
@@ -78,16 +79,16 @@ def test_a_question_in_a_batch_is_answered_in_its_form_not_approved(
         asked = rows.filter(has_text="book asks")
         assert asked.locator("button").all_inner_texts() == ["Answer", "Decline"]
         assert "durable-nb answer trip/ask" in asked.inner_text()
-        output.screenshot(path=str(shots / "batch-question-row.png"))
+        element_shot(output, shots / "batch-question-row.png")
 
         asked.locator("button", has_text="Answer").click()
         field = output.locator(".dnb-question-field input")
         field.wait_for(state="visible")
         assert "Nights?" in output.inner_text()
-        output.screenshot(path=str(shots / "batch-question-form.png"))
+        element_shot(output, shots / "batch-question-form.png")
         field.fill("3")
         output.locator("button", has_text="Accept").click()
         wait_until(lambda: _item(folder, "ask")[0] is Status.DONE, 60, "trip/ask DONE")
         assert _item(folder, "ask")[1] == {"action": "accept", "content": {"nights": 3}}
         assert _item(folder, "plain")[0] is Status.WAITING_APPROVAL
-        output.screenshot(path=str(shots / "batch-question-answered.png"))
+        element_shot(output, shots / "batch-question-answered.png")
