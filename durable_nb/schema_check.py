@@ -236,7 +236,8 @@ class _Checker:
                                       ("exclusiveMaximum", lambda b: value >= b, "less than")):
                 bound = schema.get(key)
                 if _JSON_TYPES["number"](bound) and fails(bound):
-                    problems.append(f"{label} must be {words} {shown_json(bound)}, got {shown_json(value)}")
+                    problems.append(f"{label} must be {words} {shown_json(bound)}, "
+                                    f"got {shown_json(value)}")
         if isinstance(value, str):
             length = len(value)
             low, high = schema.get("minLength"), schema.get("maxLength")

@@ -1,6 +1,6 @@
 """Random agent programs, SIGKILLed at random points of their journal and resumed (every
-kill drawn lands), end exactly as an uninterrupted reference run: every observed value, every journaled step, the tokens; no
-journaled step executed again. Resumed with a changed program, they end as the changed
+kill drawn lands), end exactly as an uninterrupted reference run: every observed value,
+every journaled step, the tokens; no journaled step executed again. Resumed with a changed program, they end as the changed
 program uninterrupted or stop with a divergence error, and no step journaled before the
 kill runs again. Re-run with a step inside a gather branch edited (``on_change="rerun"``),
 they end as the edited program uninterrupted, and the other branches' steps replay, while a

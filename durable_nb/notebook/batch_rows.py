@@ -4,8 +4,9 @@ or an MCP server's question with Answer / Decline.
 A question is never offered a plain Approve: with no form, Approve amounts to accept with
 no content, or to cancel when its schema wants a field
 (:func:`~durable_nb.approvals.question.plain_answer`), so the server would be told
-"cancelled" by a click that said "Approve". Its Answer opens the item's run panel, whose form answers it; the row also says
-where else it is answered (``%durable inbox``, ``durable-nb answer RUN``).
+"cancelled" by a click that said "Approve". Its Answer opens the item's run panel, whose
+form answers it; the row also says where else it is answered (``%durable inbox``,
+``durable-nb answer RUN``).
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ answer shows the request (run, notebook, tool, details, to whom the link was sen
 it is valid) and, only when the link may decide it, a form, Approve / Reject with a note,
 which posts the token again in its body; for an MCP server's question, its message and a
 form of its fields with Accept / Decline / Cancel (:func:`question_form`). Viewing never
-decides (link scanners and chat previews open links). The form's POST decides once, as the link's recipient, via ``link``,
-through :func:`~durable_nb.approvals.decide.decide`. No Jupyter login is needed, and no
-kernel or JupyterLab. The form carries Jupyter's XSRF token (tornado's ``_xsrf`` field and
-cookie), so a page elsewhere cannot post it; every answer says ``Referrer-Policy:
-no-referrer`` (a browser then sends ``Origin: null`` with the form, which this handler
-accepts: the XSRF check and the token in the body are what protect it).
+decides (link scanners and chat previews open links). The form's POST decides once, as the
+link's recipient, via ``link``, through :func:`~durable_nb.approvals.decide.decide`. No
+Jupyter login is needed, and no kernel or JupyterLab. The form carries Jupyter's XSRF token
+(tornado's ``_xsrf`` field and cookie), so a page elsewhere cannot post it; every answer says
+``Referrer-Policy: no-referrer`` (a browser then sends ``Origin: null`` with the form, which
+this handler accepts: the XSRF check and the token in the body are what protect it).
 
 Answers: 200 the form, or decided; 404 a token that names no link (nothing decided, logged
 without the token); 410 used already or expired; 409 the request changed since the link was
