@@ -367,6 +367,20 @@ class LabPage:
         status = self.page.locator("#jp-main-statusbar").filter(has_text="Idle")
         status.wait_for(state="visible", timeout=timeout * 1000)
 
+    def _click_unless_a_dialog(self, target: Any) -> None:
+        """Click ``target``; where a dialog of the front end covers it, fail with what the
+        dialog says (a click's own timeout names only the dialog's element)."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        try:
+            target.click()
+        except PlaywrightTimeout:
+            dialog = self.page.locator(".jp-Dialog")
+            if dialog.count():
+                raise AssertionError(f"a dialog covers the page: "
+                                     f"{' '.join(dialog.first.inner_text().split())!r}") from None
+            raise
+
     def run_cell(self, index: int, attempts: int = 3) -> None:
         """Run cell `index` as a user would: click into its editor, press Shift+Enter.
 
@@ -375,7 +389,8 @@ class LabPage:
         "[ ]:", and the keystroke is sent again (a cell that ran shows "[*]:" or "[N]:")."""
         prompt = self.cell(index).locator(".jp-InputPrompt").first
         for attempt in range(attempts):
-            self.cell(index).locator(".jp-InputArea-editor .cm-content").click()
+            editor = self.cell(index).locator(".jp-InputArea-editor .cm-content")
+            self._click_unless_a_dialog(editor)
             self.page.keyboard.press("Shift+Enter")
             try:
                 self.page.wait_for_function(
