@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from durable_nb.notify.loopback import free_port
 
 CHP_PREFIX = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "durable-nb" / "chp"
 PASSWORD = "hub-test-password"
@@ -46,12 +47,6 @@ def proxy_command() -> str:
     pytest.skip(why)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _config(hub: "Hub") -> str:
     """jupyterhub_config.py: everything from the hub's attributes, as an admin writes it."""
     return f"""
@@ -60,13 +55,13 @@ c = get_config()  # noqa
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {hub.port}
 c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {_free_port()}
+c.JupyterHub.hub_port = {free_port()}
 c.JupyterHub.public_url = {hub.public_url!r}
 c.JupyterHub.db_url = "sqlite:///" + {str(hub.root / "hub.sqlite")!r}
 c.JupyterHub.cookie_secret_file = {str(hub.root / "cookie_secret")!r}
 c.JupyterHub.cleanup_servers = True
 c.ConfigurableHTTPProxy.command = [{hub.proxy!r}]
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{_free_port()}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
 c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = {PASSWORD!r}
 c.Authenticator.allow_all = True
@@ -88,7 +83,7 @@ c.Spawner.environment = {{
 c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server",
                                  "access:services!service=durable-nb"]
 c.JupyterHub.services = [
-    {{"name": "durable-nb", "url": "http://127.0.0.1:{_free_port()}",
+    {{"name": "durable-nb", "url": "http://127.0.0.1:{free_port()}",
       "command": [{sys.executable!r}, "-m", "durable_nb.hub.service"],
       "oauth_no_confirm": True,
       "environment": {{"DURABLE_NB_JOURNAL": journal_urls["service"],
@@ -116,7 +111,7 @@ class Hub:
         self.users = users
         self.proxy = proxy_command()
         self.root = Path(tempfile.mkdtemp(prefix="dnb-hub-"))
-        self.port = _free_port()
+        self.port = free_port()
         self.public_url = f"http://127.0.0.1:{self.port}/"
         self.service_url = self.public_url + "services/durable-nb/"
         self.admin_token = secrets.token_hex(16)
