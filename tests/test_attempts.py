@@ -18,7 +18,7 @@ import pytest
 import durable_nb
 from durable_nb import DiskJournal, RunRecord, Status, get_run
 from durable_nb.execution import attempts
-from durable_nb.cli_show import format_run
+from durable_nb.cli.show import format_run
 from durable_nb.export import export_data, export_notebook
 from durable_nb.notebook import describe_unfinished
 from durable_nb.notebook.panel import RunPanel

@@ -177,10 +177,10 @@ def test_the_cli_reference_covers_every_command() -> None:
         import cli_reference
     finally:
         sys.path.remove(str(REPO / "docs" / "hooks"))
-    from durable_nb.cli import _parser
+    from durable_nb.cli.main import build_parser
 
     rendered = cli_reference.cli_reference()
-    for name in cli_reference._subparsers(_parser()):
+    for name in cli_reference._subparsers(build_parser()):
         assert f"### `durable-nb {name}`" in rendered
     assert "usage: durable-nb show" in rendered
     assert "--max-iterations N" in cli_reference.magics_reference()

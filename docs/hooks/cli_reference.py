@@ -1,7 +1,7 @@
 """MkDocs hook: the CLI and magics reference, rendered from the parsers themselves.
 
 A page holding the marker ``<!-- durable-nb:cli -->`` gets ``durable-nb --help`` and the help of
-every subcommand, from the argparse parser in ``durable_nb/cli.py``; ``<!-- durable-nb:magics -->``
+every subcommand, from the argparse parser in ``durable_nb/cli/main.py``; ``<!-- durable-nb:magics -->``
 gets ``%%durable_agent?`` (IPython's magic_arguments parser) and ``%durable``'s docstring. So
 the reference says what the installed code accepts, and no option is copied by hand.
 """
@@ -33,10 +33,10 @@ def _block(title: str, text: str, level: int) -> str:
 
 def cli_reference() -> str:
     """``durable-nb --help`` and each subcommand's help, as Markdown."""
-    from durable_nb import cli
+    from durable_nb.cli.main import build_parser
 
     os.environ["COLUMNS"] = WIDTH
-    parser = cli._parser()
+    parser = build_parser()
     parts = [_block("durable-nb", parser.format_help(), 3)]
     for name, sub in _subparsers(parser).items():
         parts.append(_block(f"durable-nb {name}", sub.format_help(), 3))

@@ -24,8 +24,8 @@ from IPython.core.magic_arguments import (
 from .. import registry, serde
 from ..batches.batch import batch as read_batch
 from ..batches.batch import item_keys
-from ..cli import STEERING, command_list, near_runs, steer
-from ..cli_show import (
+from ..cli.main import STEERING, command_list, near_runs, steer
+from ..cli.show import (
     effective_states,
     format_batch,
     format_batches,
@@ -36,7 +36,7 @@ from ..cli_show import (
     parse_item_status,
     parse_status,
 )
-from ..cli_usage import explain_usage
+from ..cli.usage import explain_usage
 from ..errors import (
     ApprovalPolicyError,
     DurableError,

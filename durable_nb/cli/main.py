@@ -1,5 +1,5 @@
 """``durable-nb``: list, inspect, approve, cancel, reset, export runs and batches from a
-terminal (how runs are shown: :mod:`durable_nb.cli_show`).
+terminal (how runs are shown: :mod:`durable_nb.cli.show`).
 
 ``runs``, ``show`` and ``export`` only read: they never create or write a journal, and work on
 a read-only copy of one. The helpers here (option parsing with suggestions, how a run is
@@ -20,29 +20,29 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from . import registry
-from .batches.batch import batch as read_batch
-from .cli_answer import HELP as ANSWER_HELP, add_answer_command, answer_command
-from .cli_show import (ITEM_STATUSES, RUN_STATUSES, effective_json, effective_states,
+from .. import registry
+from ..batches.batch import batch as read_batch
+from .answer import HELP as ANSWER_HELP, add_answer_command, answer_command
+from .show import (ITEM_STATUSES, RUN_STATUSES, effective_json, effective_states,
                        format_batch, format_batches, format_run, format_runs, list_runs,
                        more_runs_note, parse_item_status, parse_status, statuses_help)
-from .cli_usage import JOURNAL_HELP, CommandParser, SubcommandsWithJournal
-from .demo import run_demo
-from .errors import ApprovalPolicyError, DurableError, InvalidAnswer, NoJournal, UnknownRun
-from .approvals.request import pending_digest, short
-from .approvals.wording import decision_words, verdict
-from .export import export_batch, export_run
-from .devsetup import dev_setup
-from .journal import Journal, Status, default_location, open_journal
-from .approvals.history import history
-from .approvals.policy import parse_duration
-from .approvals.state import effective_state
-from .notify.audit import notifications
-from .notify.start import for_journal
-from .notify.sweeper import sweep_journal
-from .profile import disable, enable
-from .registry import batch_rows, is_interrupted, recorded_decision
-from .timestamps import format_time
+from .usage import JOURNAL_HELP, CommandParser, SubcommandsWithJournal
+from ..demo import run_demo
+from ..errors import ApprovalPolicyError, DurableError, InvalidAnswer, NoJournal, UnknownRun
+from ..approvals.request import pending_digest, short
+from ..approvals.wording import decision_words, verdict
+from ..export import export_batch, export_run
+from ..devsetup import dev_setup
+from ..journal import Journal, Status, default_location, open_journal
+from ..approvals.history import history
+from ..approvals.policy import parse_duration
+from ..approvals.state import effective_state
+from ..notify.audit import notifications
+from ..notify.start import for_journal
+from ..notify.sweeper import sweep_journal
+from ..profile import disable, enable
+from ..registry import batch_rows, is_interrupted, recorded_decision
+from ..timestamps import format_time
 
 __all__ = ["COMMANDS", "STEERING", "command_list", "main", "near_runs", "steer"]
 
@@ -156,7 +156,8 @@ def _count(text: str) -> int:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``durable-nb`` parser: every command and option (the CLI reference is made from it)."""
     parser = CommandParser(prog="durable-nb",
                            description="Inspect and steer durable agent runs.")
     parser.list_commands = command_list
@@ -350,7 +351,7 @@ def _run(args: argparse.Namespace) -> int:
         path = export_run(args.run_id, args.to, format=args.format, journal=journal)
         print(f"wrote {path}")
     elif args.command == "trace":
-        from .telemetry import send_run  # OpenTelemetry is imported for this command only
+        from ..telemetry import send_run  # OpenTelemetry is imported for this command only
         record = journal.get_run(args.run_id)
         sent = send_run(record, list(journal.steps(args.run_id)), args.to)
         print(f"sent {sent} span{'' if sent == 1 else 's'} of run {args.run_id} to {args.to}")
@@ -431,7 +432,7 @@ def _reader_gone() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``durable-nb`` command; returns the exit code."""
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         code = _run(args)
         sys.stdout.flush()  # here, not at exit: a closed pipe is answered below
@@ -467,6 +468,3 @@ def journals_below(folder: Path, depth: int = 3, limit: int = 5) -> list[str]:
         found += sorted(str(db.parent.relative_to(folder)) for db in folder.glob(pattern))
     return found[:limit]
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,19 +8,19 @@ import json
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
-from . import registry
-from .execution import attempts
-from .cli_answer import question_lines
-from .approvals.request import pending_digest, short
-from .approvals.wording import decision_words
-from .journal import Journal, RunRecord, Status, StepEntry
-from .approvals.history import history_lines
-from .approvals.state import Effective, effective_state
-from .notify.audit import notification_lines
-from .registry import is_interrupted
-from .summary import (cost_of, elapsed, format_cost, format_duration, is_free, one_line, plain,
+from .. import registry
+from ..execution import attempts
+from .answer import question_lines
+from ..approvals.request import pending_digest, short
+from ..approvals.wording import decision_words
+from ..journal import Journal, RunRecord, Status, StepEntry
+from ..approvals.history import history_lines
+from ..approvals.state import Effective, effective_state
+from ..notify.audit import notification_lines
+from ..registry import is_interrupted
+from ..summary import (cost_of, elapsed, format_cost, format_duration, is_free, one_line, plain,
                       price_sources, shown_value, step_cost)
-from .timestamps import format_time
+from ..timestamps import format_time
 
 __all__ = ["INTERRUPTED", "ITEM_STATUSES", "RUN_STATUSES", "effective_json",
            "effective_states", "format_batch", "format_batches", "format_run", "format_runs",

@@ -4,7 +4,7 @@ an MCP server asked a run (elicitation), and the lines ``durable-nb show`` print
 The answer is a decision through the registry and :func:`~durable_nb.approvals.decide.decide`
 as ``approve`` and ``reject`` are: checked against the question's schema (one line, nothing
 written, when it does not fit), bound to the request the command reads (or to ``--expect``),
-written once, by whom the request allows. Kept apart from :mod:`durable_nb.cli` so that the
+written once, by whom the request allows. Kept apart from :mod:`durable_nb.cli.main` so that the
 command line needs no ``mcp`` SDK to answer.
 """
 
@@ -14,11 +14,11 @@ import argparse
 import json
 from typing import Any
 
-from . import registry
-from .approvals.question import ACTIONS, Question, answer_words, question_of
-from .approvals.request import pending_digest, short
-from .errors import InvalidAnswer, NoPendingApproval
-from .journal import Journal
+from .. import registry
+from ..approvals.question import ACTIONS, Question, answer_words, question_of
+from ..approvals.request import pending_digest, short
+from ..errors import InvalidAnswer, NoPendingApproval
+from ..journal import Journal
 
 __all__ = ["HELP", "add_answer_command", "answer_command", "question_lines"]
 
