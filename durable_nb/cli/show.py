@@ -35,6 +35,8 @@ INTERRUPTED = "INTERRUPTED"
 RUN_STATUSES: tuple[str, ...] = (*(s.value for s in Status), INTERRUPTED)
 #: Every status a batch's items show: a run's, or PENDING (an item never started).
 ITEM_STATUSES: tuple[str, ...] = (*RUN_STATUSES, "PENDING")
+# How much of a failed step's message its one line shows.
+_FAILURE_MESSAGE = 120
 
 
 def statuses_help(choices: tuple[str, ...]) -> str:
@@ -123,12 +125,12 @@ def _step_line(entry: StepEntry) -> str:
         if isinstance(decided, dict) and (entry.meta or {}).get("replaced"):
             decided = dict(decided, replaced=entry.meta["replaced"])
         outcome = (decision_words(decided, timed=True, note=80) if isinstance(decided, dict) else
-                   f"FAILED {entry.error.get('type') if entry.error else ''}")
+                   _failed(entry))
         if isinstance(decided, dict) and decided.get("digest"):
             outcome += f" for request {short(decided['digest'])}"
         when = f"waited {format_duration(entry.duration)}"
         return f"  {entry.position:>4}  {entry.kind:<8} {entry.name:<28} {when:>11}  {outcome}"
-    outcome = "ok" if entry.ok else f"FAILED {entry.error.get('type') if entry.error else ''}"
+    outcome = "ok" if entry.ok else _failed(entry)
     extra = ""
     if entry.prompt_tokens or entry.completion_tokens:
         extra = f"  {entry.prompt_tokens:,}+{entry.completion_tokens:,} tok"
@@ -137,6 +139,16 @@ def _step_line(entry: StepEntry) -> str:
             extra += f"  {money}"
     return (f"  {entry.position:>4}  {entry.kind:<8} {entry.name:<28} "
             f"{entry.duration * 1000:8.1f} ms  {outcome}{extra}")
+
+
+def _failed(entry: StepEntry) -> str:
+    """A failed step's outcome on its line: the exception's type and its message, shortened
+    (``FAILED builtins.RuntimeError: quota exceeded``). The message is the tool's or the
+    server's text: a terminal's control characters in it are shown as ``?``."""
+    error = entry.error or {}
+    message = "".join(c if c.isprintable() else "?"
+                      for c in one_line(error.get("message") or "", _FAILURE_MESSAGE))
+    return f"FAILED {error.get('type', '')}" + (f": {message}" if message else "")
 
 
 def _replay_line(info: registry.RunInfo) -> str | None:
