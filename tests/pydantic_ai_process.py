@@ -119,12 +119,12 @@ def anthropic_child(journal_dir: str, url: str, workdir: str, run_id: str,
 MCP_SERVER = Path(__file__).with_name("mcp_server.py")
 
 
-def mcp_toolset(count_dir: Path, url: str | None = None, *, legacy: bool = False,
+def mcp_toolset(count_dir: Path, url: str | None = None, *, mode: str | None = None,
                 **env: str) -> Any:
     """Pydantic AI's ``MCPToolset`` (id ``tests``) for the tests' MCP server
-    (tests/mcp_server.py) over stdio, or at the streamable-HTTP ``url``. ``legacy``: the
-    client speaks the handshake-era protocol (a server's question then comes as a request of
-    its own, not inside the call's result)."""
+    (tests/mcp_server.py) over stdio, or at the streamable-HTTP ``url``. ``mode``: the
+    protocol its fastmcp client pins (``"2026-07-28"``: a server's question then comes inside
+    the call's result, not as a request of its own)."""
     import sys
 
     from fastmcp import Client
@@ -136,8 +136,8 @@ def mcp_toolset(count_dir: Path, url: str | None = None, *, legacy: bool = False
     transport = StdioTransport(command=sys.executable,
                                args=[str(MCP_SERVER), str(count_dir), "stdio"],
                                env={**os.environ, **env} if env else None)
-    if legacy:
-        return MCPToolset(Client(transport, mode="legacy"), id="tests")
+    if mode is not None:
+        return MCPToolset(Client(transport, mode=mode), id="tests")
     return MCPToolset(transport, id="tests")
 
 

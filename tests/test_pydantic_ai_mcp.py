@@ -35,8 +35,9 @@ from tests.test_mcp import calls, count_dir, http_server  # noqa: E402,F401 - fi
 
 def toolset_for(transport: str, count_dir: Path, request: pytest.FixtureRequest,
                 **env: str) -> Any:
-    if transport in ("stdio", "stdio-legacy"):
-        return mcp_toolset(count_dir, legacy=transport == "stdio-legacy", **env)
+    if transport in ("stdio", "stdio-2026"):
+        return mcp_toolset(count_dir, mode="2026-07-28" if transport == "stdio-2026" else None,
+                           **env)
     return mcp_toolset(count_dir, request.getfixturevalue("http_server"))
 
 
@@ -111,7 +112,7 @@ def test_a_tool_matching_needs_approval_parks_and_gets_the_decision(decision, co
         assert told["content"] == "Denied: not prod"
 
 
-@pytest.mark.parametrize("transport", ["stdio", "http", "stdio-legacy"])
+@pytest.mark.parametrize("transport", ["stdio", "http", "stdio-2026"])
 def test_a_servers_question_parks_the_run_and_the_resumed_call_gets_the_journaled_answer(
         transport, count_dir, journal, request):
     agent = Agent(name="ops", toolsets=[toolset_for(transport, count_dir, request)])
@@ -218,7 +219,7 @@ def test_an_agent_with_a_model_of_another_provider_journals_its_mcp_calls_too(co
     assert [e.kind for e in journal.steps("pai-function")].count("model") == 2
 
 
-@pytest.mark.parametrize("transport", ["stdio", "stdio-legacy"])
+@pytest.mark.parametrize("transport", ["stdio", "stdio-2026"])
 def test_a_servers_question_waits_for_the_answer_given_meanwhile(transport, count_dir,
                                                                   journal, request):
     from tests.test_mcp import decide_in_background
@@ -233,6 +234,48 @@ def test_a_servers_question_waits_for_the_answer_given_meanwhile(transport, coun
 
     assert done.result == "Booked." and told["content"] == "booked 2 nights in Rome"
     assert [(c["action"], c["nights"]) for c in calls(count_dir, "book")] == [("accept", 2)]
+
+
+@pytest.mark.parametrize(("sdk", "transport"), [("mcp2", "stdio"), ("mcp2", "http"),
+                                               ("fastmcp", "stdio")])
+def test_a_ctx_elicit_question_parks_the_run_the_cli_answers_it_and_a_replay_calls_nothing(
+        sdk, transport, count_dir, journal, tmp_path):
+    """A server that asks with ``await ctx.elicit(...)`` (tests/mcp_elicit_server.py), behind
+    the toolset fastmcp's client connects in its default mode. Failed on 1642cc7: the client
+    adopted the 2026 protocol, in which the server's question cannot be sent."""
+    import subprocess
+    import sys
+
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai.mcp import MCPToolset
+
+    from tests.test_mcp_elicit import elicit_server
+
+    script = [Reply(tool_calls=[ToolCall("book", {"city": "Oslo"})]), "Booked."]
+    with elicit_server(sdk, transport, count_dir) as args, LoopbackServer(script) as model:
+        if "stdio" in args:
+            command, *rest = args["stdio"]
+            toolset = MCPToolset(StdioTransport(command=command, args=rest), id="hotel")
+        else:
+            toolset = MCPToolset(args["http"], id="hotel")
+        agent = Agent(name="travel", toolsets=[toolset])
+        parked = execute("pai-elicit", agent, journal, model.url, on_approval="park")
+        assert parked.record.status is Status.WAITING_APPROVAL, parked.record.error
+        assert parked.record.pending_approval["details"]["message"] == "How many nights in Oslo?"
+        answered = subprocess.run(
+            [sys.executable, "-m", "durable_nb.cli", "answer", "pai-elicit", "accept",
+             "--content", '{"nights": 3}', "--journal", str(journal.directory)],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert answered.returncode == 0, answered.stderr
+        done = execute("pai-elicit", agent, journal, model.url, on_approval="park")
+        again = execute("pai-elicit", agent, journal, model.url, on_approval="park")
+        told = model.requests[-1]["messages"][-1]
+
+    assert done.result == again.result == "Booked."
+    assert told["content"] == "booked 3 nights in Oslo"
+    book = step_key(journal, "pai-elicit", "book")
+    assert [(c["action"], c["nights"], c["step_id"]) for c in calls(count_dir, "book")] == [
+        ("accept", 3, f"pai-elicit:{book}")]
 
 
 def test_sigkill_after_a_question_was_answered_asks_nobody_again(tmp_path):

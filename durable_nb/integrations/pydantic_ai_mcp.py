@@ -25,6 +25,11 @@ agent. It gives an MCP server's tools what ``ctx.mcp_tools`` gives them in a cel
   answer without asking anyone. durable_nb sets the toolset's client's elicitation callback
   when it connects for the run (the agent connects its toolsets at every ``agent.run``); a
   toolset entered before (``async with toolset``) keeps the callback it connected with.
+  The session it opens speaks the initialize handshake (``mode="legacy"``), in which a server
+  can ask with ``await ctx.elicit(...)`` too (the 2026 protocol, which fastmcp's client adopts
+  by default with a server that offers it, gives a server no channel to ask on but the
+  ``Elicit``/``Resolve`` form); a client that pins a version (``fastmcp.Client(transport,
+  mode="2026-07-28")``, or ``"legacy"``) keeps it.
   While several calls of one server are in flight, a question the server sends outside a
   call's own request is answered ``cancel`` (nobody can tell which call asks).
 
@@ -44,6 +49,7 @@ from pydantic import TypeAdapter
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 
+from ..mcp.connection import DEFAULT_PROTOCOL
 from ..mcp.elicitation import ask
 from ..mcp.tools import STEP_ID_META_KEY, NeedsApproval, approval_test
 
@@ -101,7 +107,10 @@ class JournaledMCPToolset(WrapperToolset[Any]):
 
     async def __aenter__(self) -> JournaledMCPToolset:
         if not self.wrapped.is_running:  # the session opened now asks through this run
-            self.wrapped.client.set_elicitation_callback(self._elicit)
+            client = self.wrapped.client
+            client.set_elicitation_callback(self._elicit)
+            if client.mode == "auto":  # fastmcp's default, not a pin (see the module docstring)
+                client.mode = DEFAULT_PROTOCOL
         await self.wrapped.__aenter__()
         return self
 

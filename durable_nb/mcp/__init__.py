@@ -17,7 +17,9 @@ In a ``%%durable_agent`` cell::
   :class:`~durable_nb.errors.InputChanged`) and returns them as tools for ``ctx.call_tools``:
   each call a journaled step, its step id sent in ``_meta`` under :data:`STEP_ID_META_KEY`.
 - A server's question during a call (elicitation) is a request of the run, answered with
-  :func:`answer` and journaled (:mod:`durable_nb.mcp.elicitation`).
+  :func:`answer` and journaled (:mod:`durable_nb.mcp.elicitation`). The connection speaks the
+  initialize handshake unless told otherwise (``protocol=``), so that a server may ask with
+  ``await ctx.elicit(...)`` as well as with the SDK's ``Elicit``/``Resolve`` form.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from .. import integrations
 
 integrations.require("mcp")
 
-from .connection import Server, close, http, stdio  # noqa: E402
+from .connection import ProtocolMode, Server, close, http, stdio  # noqa: E402
 from .elicitation import answer, is_elicitation  # noqa: E402
 from .tools import STEP_ID_META_KEY, mcp_tools  # noqa: E402
 
-__all__ = ["STEP_ID_META_KEY", "Server", "answer", "close", "http", "is_elicitation",
-           "mcp_tools", "stdio"]
+__all__ = ["STEP_ID_META_KEY", "ProtocolMode", "Server", "answer", "close", "http",
+           "is_elicitation", "mcp_tools", "stdio"]

@@ -22,16 +22,29 @@ import queue
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ..errors import McpServerUnavailable
 
-__all__ = ["Connection", "ElicitHandler", "Server", "close", "connection", "http", "stdio"]
+__all__ = ["DEFAULT_PROTOCOL", "Connection", "ElicitHandler", "ProtocolMode", "Server", "close",
+           "connection", "http", "stdio"]
 
 #: ``(message, requested JSON schema) -> (action, content)``: answers a server's question
 #: in the calling flow.
 ElicitHandler = Callable[[str, dict], tuple[str, "dict | None"]]
+
+#: How the client agrees on a protocol with a server: ``"legacy"``, the initialize handshake
+#: (protocol 2025-11-25 and before); ``"auto"``, the SDK's own default (the 2026 protocol where
+#: the server offers it, else the handshake); or a 2026-era version to speak without asking
+#: (``"2026-07-28"``).
+ProtocolMode = Literal["legacy", "auto"] | str
+
+#: The handshake: the one protocol in which every server can ask its questions, whether it
+#: asks with ``await ctx.elicit(...)`` (which needs a channel from the server to the client,
+#: which the 2026 protocol does not have) or with the SDK's newer ``Elicit``/``Resolve`` form;
+#: and the only one ``mcp`` 1.x servers speak.
+DEFAULT_PROTOCOL: ProtocolMode = "legacy"
 
 _CONNECT_TIMEOUT = 30.0
 _CANCEL_TIMEOUT = 5.0
@@ -57,13 +70,14 @@ class Server:
     url: str | None = dataclasses.field(default=None, repr=False)  # may hold a credential
     headers: Mapping[str, str] | None = dataclasses.field(default=None, compare=False,
                                                            repr=False)
+    protocol: ProtocolMode = DEFAULT_PROTOCOL
 
     @property
     def identity(self) -> tuple:
         """What makes two descriptions the same server (one connection for both)."""
         return (self.command, self.args, self.cwd, self.url,
                 tuple(sorted((self.env or {}).items())),
-                tuple(sorted((self.headers or {}).items())))
+                tuple(sorted((self.headers or {}).items())), self.protocol)
 
     def __enter__(self) -> Server:
         return self
@@ -73,28 +87,47 @@ class Server:
 
 
 def stdio(command: str, *args: str, name: str | None = None, env: Mapping[str, str] | None = None,
-          cwd: str | os.PathLike | None = None) -> Server:
+          cwd: str | os.PathLike | None = None,
+          protocol: ProtocolMode = DEFAULT_PROTOCOL) -> Server:
     """An MCP server started as ``command *args``, spoken to over its stdin and stdout.
-    ``env`` is added to the kernel's environment for it (never journaled)."""
+    ``env`` is added to the kernel's environment for it (never journaled). ``protocol``:
+    how the client agrees on a protocol with it (:data:`ProtocolMode`); the default, the
+    handshake, lets the server ask its questions whichever way it asks them."""
     if not command:
         raise ValueError("durable_nb.mcp.stdio needs the command that starts the server, "
                          "e.g. stdio('python', 'server.py')")
     label = name or " ".join([os.path.basename(command), *(os.path.basename(a) for a in args)])
     return Server(name=label, command=command, args=tuple(str(a) for a in args),
-                  env=dict(env) if env else None, cwd=os.fspath(cwd) if cwd else None)
+                  env=dict(env) if env else None, cwd=os.fspath(cwd) if cwd else None,
+                  protocol=_checked_protocol(protocol, "stdio"))
 
 
-def http(url: str, *, name: str | None = None,
-         headers: Mapping[str, str] | None = None) -> Server:
+def http(url: str, *, name: str | None = None, headers: Mapping[str, str] | None = None,
+         protocol: ProtocolMode = DEFAULT_PROTOCOL) -> Server:
     """An MCP server at a streamable-HTTP ``url`` (``http://host:port/mcp``). ``headers``
-    (an ``Authorization`` token ...) are sent with every request and never journaled."""
+    (an ``Authorization`` token ...) are sent with every request and never journaled.
+    ``protocol`` as for :func:`stdio`."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"durable_nb.mcp.http needs an http(s) URL such as "
                          f"'http://127.0.0.1:8000/mcp', not {url!r}")
     host = parts.hostname or ""
     label = name or f"{host}{':' + str(parts.port) if parts.port else ''}{parts.path}"
-    return Server(name=label, url=url, headers=dict(headers) if headers else None)
+    return Server(name=label, url=url, headers=dict(headers) if headers else None,
+                  protocol=_checked_protocol(protocol, "http"))
+
+
+def _checked_protocol(protocol: Any, where: str) -> ProtocolMode:
+    """``protocol`` if the installed SDK can speak it; else a ValueError saying what can be."""
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    choices = ("legacy", "auto", *MODERN_PROTOCOL_VERSIONS)
+    if protocol in choices:
+        return protocol
+    hint = (f" ({protocol} is a version of the handshake: protocol='legacy' speaks it, or the "
+            f"newest one the server knows)" if protocol in HANDSHAKE_PROTOCOL_VERSIONS else "")
+    raise ValueError(f"durable_nb.mcp.{where}(protocol=...) takes "
+                     f"{', '.join(repr(c) for c in choices)}, not {protocol!r}{hint}")
 
 
 class Connection:
@@ -125,7 +158,8 @@ class Connection:
 
         self._closing = asyncio.Event()
         try:
-            async with Client(self._target(), elicitation_callback=self._elicit) as client:
+            async with Client(self._target(), elicitation_callback=self._elicit,
+                              mode=self.server.protocol) as client:
                 self._ready.set_result(client)
                 await self._closing.wait()
         except BaseException as exc:  # noqa: BLE001 - reported to whoever waits
