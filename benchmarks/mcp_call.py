@@ -1,7 +1,9 @@
 """An MCP tool call through durable_nb against the same call bare.
 
-``python -m benchmarks.mcp_call [--calls N] [--transport stdio|http]``: starts a one-line MCP
-server (``echo``, written with the ``mcp`` SDK) and calls its tool N times three ways, interleaved call by call:
+``python -m benchmarks.mcp_call [--calls N] [--transport stdio|http] [--protocol MODE]``:
+starts a one-line MCP server (``echo``, written with the ``mcp`` SDK) and calls its tool N
+times three ways, interleaved call by call, each speaking the protocol ``MODE`` (the
+``protocol=`` of ``durable_nb.mcp.stdio``; its default, the handshake, unless told):
 
 - **bare**: ``await ClientSession.call_tool`` on an open ``mcp.Client`` (a connection of its
   own to another process of the same server), timed inside its event loop;
@@ -68,7 +70,7 @@ class BareClient:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.client = Client(target)
+        self.client = Client(target, mode=server.protocol)
         ready: asyncio.Future = self.loop.create_future()
         self.done = asyncio.Event()
 
@@ -143,12 +145,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    parser.add_argument("--protocol", choices=("legacy", "auto", "2026-07-28"),
+                        default="legacy")
     args = parser.parse_args()
     script = Path(tempfile.mkdtemp(prefix="dnb-mcp-echo-")) / "echo_server.py"
     script.write_text(ECHO_SERVER)
     process = None
     if args.transport == "stdio":
-        server = dmcp.stdio(sys.executable, str(script), "stdio", name="echo")
+        server = dmcp.stdio(sys.executable, str(script), "stdio", name="echo",
+                            protocol=args.protocol)
     else:
         port = _free_port()
         process = subprocess.Popen([sys.executable, str(script), "http", str(port)],
@@ -159,7 +164,7 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.1)
-        server = dmcp.http(f"http://127.0.0.1:{port}/mcp", name="echo")
+        server = dmcp.http(f"http://127.0.0.1:{port}/mcp", name="echo", protocol=args.protocol)
     try:
         figures = measure(server, args.calls)
     finally:
@@ -167,7 +172,8 @@ def main() -> None:
         if process is not None:
             process.terminate()
             process.wait(10)
-    print(f"{args.calls} calls of a one-line MCP tool over {args.transport}:")
+    print(f"{args.calls} calls of a one-line MCP tool over {args.transport}, protocol "
+          f"{args.protocol}:")
     for name, seconds in figures.items():
         print(_summary(name, seconds))
     medians = {k: statistics.median(v[len(v) // 10:]) * 1000 for k, v in figures.items()}
