@@ -48,16 +48,18 @@ def sdk1_python() -> str:
     python = SDK1_VENV / "bin" / "python"
     if python.exists():
         return str(python)
+    # Built beside it and moved in whole, should another process build it too (a venv's
+    # python finds its packages from where it is; only its scripts name the old path).
     building = SDK1_VENV.with_name(f"{SDK1_VENV.name}.building-{os.getpid()}")
-    shutil.rmtree(building, ignore_errors=True)
-    run_setup([sys.executable, "-m", "venv", str(building)])
-    run_setup([str(building / "bin" / "python"), "-m", "pip", "install", "-q", SDK1])
     try:
-        building.rename(SDK1_VENV)  # whole or not at all, should another process build it too
+        run_setup([sys.executable, "-m", "venv", "--clear", str(building)])
+        run_setup([str(building / "bin" / "python"), "-m", "pip", "install", "-q", SDK1])
+        building.rename(SDK1_VENV)
     except OSError:
+        if not python.exists():
+            raise
+    finally:
         shutil.rmtree(building, ignore_errors=True)
-    # A venv's scripts name its path: the one built elsewhere and moved runs by its python,
-    # which finds its site-packages relative to itself.
     return str(python)
 
 
@@ -213,7 +215,8 @@ def test_a_ctx_elicit_server_pinned_to_2026_fails_the_call_and_show_gives_the_se
 
 
 @pytest.mark.parametrize(("protocol", "hint"), [
-    ("2025-06-18", "2025-06-18 is a version of the handshake: protocol='legacy' speaks it"),
+    ("2025-06-18", "not '2025-06-18' (2025-06-18 is a version of the handshake: "
+                   "protocol='legacy' agrees on the newest version both sides know)"),
     ("modern", "takes 'legacy', 'auto', '2026-07-28', not 'modern'")])
 def test_a_protocol_the_sdk_cannot_speak_is_refused_when_the_server_is_described(
         protocol, hint):

@@ -124,8 +124,9 @@ def _checked_protocol(protocol: Any, where: str) -> ProtocolMode:
     choices = ("legacy", "auto", *MODERN_PROTOCOL_VERSIONS)
     if protocol in choices:
         return protocol
-    hint = (f" ({protocol} is a version of the handshake: protocol='legacy' speaks it, or the "
-            f"newest one the server knows)" if protocol in HANDSHAKE_PROTOCOL_VERSIONS else "")
+    hint = (f" ({protocol} is a version of the handshake: protocol='legacy' agrees on the "
+            f"newest version both sides know)" if protocol in HANDSHAKE_PROTOCOL_VERSIONS
+            else "")
     raise ValueError(f"durable_nb.mcp.{where}(protocol=...) takes "
                      f"{', '.join(repr(c) for c in choices)}, not {protocol!r}{hint}")
 
@@ -196,7 +197,8 @@ class Connection:
 
         handler = self._handler.get(None)
         if handler is None and len(self._handlers) == 1:
-            handler = self._handlers[0]  # a question sent mid-call, outside the call's task
+            # Sent mid-call outside the call's task: every question under the handshake.
+            handler = self._handlers[0]
         if handler is None or getattr(params, "mode", "form") != "form":
             # Nobody to ask (several calls in flight), or a URL to open: not answered here.
             return types.ElicitResult(action="cancel")
