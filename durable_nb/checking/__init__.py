@@ -19,7 +19,7 @@ from .dry import dry_replay
 from .results import DIVERGES, REPLAYS, WOULD_EXECUTE, CheckReport, RunCheck, Verdict
 
 __all__ = ["DIVERGES", "REPLAYS", "WOULD_EXECUTE", "CheckReport", "RunCheck", "Verdict",
-           "check", "check_journal", "read_only"]
+           "check", "check_items", "check_journal", "read_only"]
 
 
 def check(handler: Callable[..., Any], *, journal: JournalSpec = None,
@@ -86,16 +86,22 @@ def _check_items(handler: Callable[[Any, Any], Any], journal: Journal, batch_id:
     if not batch_id:
         raise ValueError("check(items=...) needs prefix=, the batch's id (the batch_id given "
                          "to durable_nb.map), to find the items' runs")
+    return check_items(lambda index: lambda ctx: handler(ctx, items[index]), batch_id,
+                       item_keys(items, key), journal, options)
+
+
+def check_items(handler_of: Callable[[int], Callable[[Any], Any]], batch_id: str,
+                keys: list[str], journal: Journal, options: RunOptions) -> CheckReport:
+    """A batch's items checked: item ``i`` is run ``BATCH/keys[i]``, checked with
+    ``handler_of(i)``; an item whose run was not started would execute."""
     batch_id = batch_id.rstrip("/")
     found = []
-    for index, item_key in enumerate(item_keys(items, key)):
+    for index, item_key in enumerate(keys):
         run_id = f"{batch_id}/{item_key}"
         record = journal.find_run(run_id)
         if record is None:
             found.append(RunCheck(run_id, WOULD_EXECUTE, None, 0,
                                   f"item {index} was not started: every step is new"))
-            continue
-        item = items[index]
-        found.append(dry_replay(journal, record, lambda ctx, item=item: handler(ctx, item),
-                                options))
+        else:
+            found.append(dry_replay(journal, record, handler_of(index), options))
     return CheckReport(found)

@@ -36,9 +36,8 @@ def _module(target: str, spec: str, what: str) -> Any:
         path = Path(target).resolve()
         if not path.is_file():
             raise ValueError(f"{what} {spec!r}: there is no file {path}")
+        # Loaded anew at every call: the file as it is now, edited since or not.
         module_name = f"durable_nb_checked_{path.stem}"
-        if module_name in sys.modules:
-            return sys.modules[module_name]
         loader = importlib.util.spec_from_file_location(module_name, path)
         if loader is None or loader.loader is None:
             raise ValueError(f"{what} {spec!r}: {path} is not a Python file")
