@@ -239,3 +239,47 @@ def test_a_sleep_replays_and_unknown_runs_are_named(tmp_path):
                             journal=journal)["nap"].verdict == "replays"
     with pytest.raises(durable_nb.UnknownRun, match="no run 'nope'"):
         durable_nb.check(lambda ctx: None, journal=journal, runs=["nope"])
+
+
+def test_recorded_done_runs_are_pytest_tests_that_fail_on_an_edit_with_the_step_and_diff(
+        recorded, server):
+    folder, location = recorded
+    if location.startswith("postgresql"):
+        pytest.skip("the plugin reads either journal through check(); one is enough here")
+    (folder / "pytest.ini").write_text(
+        f"[pytest]\ndurable_nb_handler = sales_agent:handler\ndurable_nb_journal = {location}\n"
+        f"durable_nb_prefix = sales-\n")
+    (folder / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    env["PYTHONPATH"] = str(REPO)
+
+    def pytest_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                               "-rA", *args], cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    passing = pytest_run("-q")
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    for run_id in ("sales-q1", "sales-q2", "sales-q4"):  # the DONE ones; q3 is parked
+        assert f"PASSED durable_nb[{run_id}]" in passing.stdout
+    assert "4 passed" in passing.stdout
+    edit(folder, "in one line.", "in one short line.")
+    failing = pytest_run("-q", "-k", "q1")
+    assert failing.returncode == 1
+    assert ("sales-q1  diverges  step 1 (chat 'loopback-1'): messages[0].content changed from"
+            in failing.stdout)
+    assert '+      "content": "Summarise the sales figures in one short line.",' in failing.stdout
+    assert "1 failed, 3 deselected" in failing.stdout
+
+
+def test_the_pytest_plugin_adds_nothing_to_a_suite_that_does_not_ask(tmp_path):
+    (tmp_path / "test_other.py").write_text("def test_other():\n    pass\n")
+    (tmp_path / "journal").mkdir()
+    durable_nb.execute("some-run", lambda ctx: ctx.run("a", lambda: 1),
+                       journal=tmp_path / ".durable_nb")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "--collect-only"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test_other.py::test_other" in done.stdout and "durable_nb[" not in done.stdout
+    assert "1 test collected" in done.stdout

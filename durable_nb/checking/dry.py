@@ -52,7 +52,13 @@ class DryExecution(Execution):
         finding = {"verdict": WOULD_EXECUTE, "key": key, "step": step,
                    "position": self.replay_log.size}
         retried = self._retried(key)
-        if kind == "approval":
+        if self.record.status is Status.DONE:  # as executing it would: JournalMismatch
+            finding.update(verdict=DIVERGES, journaled={"step": "the end of the run"},
+                           asked={"step": step}, change=(
+                               f"step {self.replay_log.size}: the run is DONE with "
+                               f"{self.replay_log.size} steps, but the code now asks for a "
+                               f"new step {key} ({step})"))
+        elif kind == "approval":
             finding["approval"] = name
             finding["change"] = self._approval_words(key, name, (inputs or {}).get("details"))
         elif retried is not None:
