@@ -208,12 +208,12 @@ def test_help_lists_every_option_and_command(ip) -> None:
     agent_help = ip.object_inspect_text("%%durable_agent")
     parser = ip.find_cell_magic("durable_agent").parser
     options = [s for a in parser._actions for s in a.option_strings if s not in ("-h", "--help")]
-    assert len(options) == 21  # --approvers and --four-eyes (issue 27) among them
+    assert len(options) == 22  # --approvers and --four-eyes (issue 27), --check (43) among them
     for option in options + ["RUN_ID"]:
         assert option in agent_help, option
     durable_help = ip.object_inspect_text("%durable")
     for command in ("runs", "show", "approve", "reject", "cancel", "reset", "delete", "wait",
-                    "export", "batches", "batch show", "batch wait", "batch export",
+                    "export", "check", "batches", "batch show", "batch wait", "batch export",
                     "--journal"):
         assert f"%durable {command}" in durable_help or command in durable_help, command
 
