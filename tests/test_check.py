@@ -283,3 +283,60 @@ def test_the_pytest_plugin_adds_nothing_to_a_suite_that_does_not_ask(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "test_other.py::test_other" in done.stdout and "durable_nb[" not in done.stdout
     assert "1 test collected" in done.stdout
+
+
+def test_a_done_run_whose_code_asks_a_new_step_diverges_as_executing_it_would_refuse(tmp_path):
+    journal = str(tmp_path / "journal")
+    durable_nb.execute("short", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
+
+    def longer(ctx):
+        ctx.run("a", lambda: 1)
+        return ctx.run("b", lambda: 2)
+
+    run = durable_nb.check(longer, journal=journal)["short"]
+    assert (run.verdict, run.position, run.step) == ("diverges", 1, "run 'b'")
+    assert run.change == ("step 1: the run is DONE with 1 steps, but the code now asks for a "
+                          "new step 1 (run 'b')")
+    with pytest.raises(durable_nb.JournalMismatch):
+        durable_nb.execute("short", longer, journal=journal)
+
+
+def test_a_parked_approval_asked_with_other_details_says_resuming_asks_again(tmp_path):
+    journal = str(tmp_path / "journal")
+    durable_nb.execute("ask", lambda ctx: ctx.approval("deploy", {"to": "staging"}),
+                       journal=journal, on_approval="park")
+    same = durable_nb.check(lambda ctx: ctx.approval("deploy", {"to": "staging"}),
+                            journal=journal)["ask"]
+    other = durable_nb.check(lambda ctx: ctx.approval("deploy", {"to": "production"}),
+                             journal=journal)["ask"]
+    assert (same.verdict, same.approval, other.verdict) == (
+        "would execute", "deploy", "would execute")
+    assert same.change == ("step 0 (approval 'deploy'): parked, waiting for approval of "
+                           "'deploy'; resuming goes on from it")
+    assert "the code now asks it with other details; resuming asks again" in other.change
+    assert durable_nb.get_run("ask", journal=journal).pending_approval["details"] == {
+        "to": "staging"}
+
+
+def test_a_run_held_by_a_live_executor_is_checked_without_taking_its_lease(tmp_path):
+    from durable_nb.execution.lease import Lease
+
+    journal = open_journal(str(tmp_path / "journal"))
+    durable_nb.execute("busy", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
+    lease = Lease.acquire(journal, "busy", 60)
+    try:
+        held = journal.lease("busy")
+        run = durable_nb.check(lambda ctx: ctx.run("a", lambda: 1), journal=journal)["busy"]
+        assert run.verdict == "replays"
+        assert journal.lease("busy") == held and lease.renew()
+    finally:
+        lease.release()
+
+
+def test_the_pytest_plugin_names_a_journal_that_is_not_there(tmp_path):
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\ndurable_nb_handler = json:loads\ndurable_nb_journal = missing\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4  # pytest's usage error
+    assert "durable_nb plugin: " in done.stderr and "missing" in done.stderr

@@ -194,15 +194,11 @@ def _ended_by(record: RunRecord, exc: BaseException, matched: int) -> RunCheck:
     if record.status is Status.FAILED and record.error == said:
         return RunCheck(record.run_id, REPLAYS, record.status, matched,
                         f"every step replays ({matched}); it fails as recorded")
-    first_line = said.splitlines()[0] if said else said
-    if isinstance(exc, DurableError):
-        change = f"after step {matched - 1 if matched else 0}: {first_line}"
-    else:
-        change = f"the code raised {first_line} after {matched} journaled steps"
-    journaled = (serde.decode(record.result) if record.status is Status.DONE
-                 else record.error)
-    return RunCheck(record.run_id, DIVERGES, record.status, matched, change,
-                    journaled={"result": journaled}, asked={"raised": said})
+    first_line = said.splitlines()[0]
+    journaled = record.result if record.status is Status.DONE else record.error
+    return RunCheck(record.run_id, DIVERGES, record.status, matched,
+                    f"the code raised {first_line} after {matched} journaled steps",
+                    journaled={"ended": journaled}, asked={"raised": said})
 
 
 def _returned(record: RunRecord, value: Any, matched: int) -> RunCheck:

@@ -50,13 +50,18 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list) -> Non
     spec = _setting(config, "handler")
     if spec is None:
         return
+    from ..errors import DurableError
     from ..journal import Status
     from . import read_only
     from .handlers import load_object
 
-    handler = load_object(spec, "durable_nb_handler")
-    journal = read_only(_setting(config, "journal"))
-    for record in journal.list_runs(_setting(config, "prefix") or "", status=Status.DONE):
+    try:
+        handler = load_object(spec, "durable_nb_handler")
+        journal = read_only(_setting(config, "journal"))
+        records = journal.list_runs(_setting(config, "prefix") or "", status=Status.DONE)
+    except (DurableError, ValueError, ImportError) as exc:
+        raise pytest.UsageError(f"durable_nb plugin: {exc}") from None
+    for record in records:
         if record.parent is None:
             name = f"durable_nb[{record.run_id}]"
             items.append(RecordedRun.from_parent(session, name=name, nodeid=name, record=record,

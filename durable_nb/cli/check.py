@@ -14,13 +14,17 @@ from ..checking.handlers import load_object
 
 __all__ = ["HELP", "add_check_command", "check_command"]
 
-HELP = ("check recorded runs against the code now, executing nothing (--handler "
-        "module:function; RUN ..., --prefix P, or every run); exit 1 if one diverges")
+HELP = ("check runs against the code as it is now, executing nothing (a dry replay): "
+        "replays, would execute, or diverges")
+_DESCRIPTION = ("Check recorded runs against a handler as it is now (--handler "
+                "module:function), executing nothing: every step is answered from the journal. "
+                "Prints per run: replays, would execute (where), or diverges (what changed). "
+                "Exit status 1 when a run diverges.")
 
 
 def add_check_command(sub: Any) -> None:
     """The ``check`` command's options, on the sub-command group ``sub``."""
-    p = sub.add_parser("check", help=HELP, description=HELP)
+    p = sub.add_parser("check", help=HELP, description=_DESCRIPTION)
     p.add_argument("run_ids", nargs="*", metavar="RUN",
                    help="the runs to check (default: every run whose id starts with --prefix, "
                         "or every run of the journal)")
