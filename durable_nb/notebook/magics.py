@@ -495,6 +495,9 @@ class DurableMagics(Magics):
                                 namespace, model=args.model, items=items, keys=keys)
         except SyntaxError as exc:
             raise cell_syntax_error(exc, self.shell) from None
+        except UnknownRun as exc:
+            raise UsageError(f"{exc} Nothing to check yet: run the cell without --check to "
+                             f"start it.") from None
         print(report.text(diff=True))
 
     def _check_runs(self, args: Any, journal: Journal) -> None:
