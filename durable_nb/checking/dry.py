@@ -39,8 +39,9 @@ class DryExecution(Execution):
     def __init__(self, journal: Journal, record: RunRecord, options: RunOptions) -> None:
         super().__init__(journal, record, options, NullObserver(), token="",
                          start_child=_no_child, strict=True)
-        #: ``(verdict, change, entry or None, key, step, journaled, asked, approval)``
-        #: of the first step not answered; None while every step was.
+        #: The first step not answered, as the fields of its RunCheck (``verdict``,
+        #: ``change``, ``position``, ``key``, ``step``, and ``journaled``/``asked`` for the
+        #: diff, ``approval``); None while every step was answered.
         self.finding: dict[str, Any] | None = None
 
     def check_live(self) -> None:
