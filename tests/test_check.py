@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -232,11 +233,29 @@ def test_a_handler_that_raises_now_diverges_and_a_run_asking_fewer_steps_too(tmp
     assert raised.change == "the code raised KeyError: 'gone' after 1 journaled steps"
 
 
-def test_a_sleep_replays_and_unknown_runs_are_named(tmp_path):
+@pytest.mark.timeout(120)
+def test_a_run_killed_in_a_long_sleep_is_checked_without_sleeping(tmp_path):
     journal = str(tmp_path / "journal")
-    durable_nb.execute("nap", lambda ctx: ctx.sleep(0.01) or "woke", journal=journal)
-    assert durable_nb.check(lambda ctx: ctx.sleep(0.01) or "woke",
-                            journal=journal)["nap"].verdict == "replays"
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import durable_nb, sys; durable_nb.execute('nap', lambda ctx: ctx.sleep(3600) or "
+        "'woke', journal=sys.argv[1])"), journal], env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 60
+        while not (Path(journal).exists() and durable_nb.runs(journal=journal)
+                   and durable_nb.get_run("nap", journal=journal).step_count):
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        child.wait()
+    run = durable_nb.check(lambda ctx: ctx.sleep(3600) or "woke", journal=journal)["nap"]
+    assert (run.verdict, run.status) == ("would execute", Status.RUNNING)
+    assert run.change == "every step replays (1); resuming ends the run DONE, no step executed"
+
+
+def test_unknown_runs_are_named(tmp_path):
+    journal = str(tmp_path / "journal")
+    durable_nb.execute("some", lambda ctx: None, journal=journal)
     with pytest.raises(durable_nb.UnknownRun, match="no run 'nope'"):
         durable_nb.check(lambda ctx: None, journal=journal, runs=["nope"])
 
