@@ -95,10 +95,11 @@ def check_items(handler_of: Callable[[int], Callable[[Any], Any]], batch_id: str
     """A batch's items checked: item ``i`` is run ``BATCH/keys[i]``, checked with
     ``handler_of(i)``; an item whose run was not started would execute."""
     batch_id = batch_id.rstrip("/")
+    recorded = {r.run_id: r for r in journal.list_runs(f"{batch_id}/")}  # one read, not one a run
     found = []
     for index, item_key in enumerate(keys):
         run_id = f"{batch_id}/{item_key}"
-        record = journal.find_run(run_id)
+        record = recorded.get(run_id)
         if record is None:
             found.append(RunCheck(run_id, WOULD_EXECUTE, None, 0,
                                   f"item {index} was not started: every step is new"))

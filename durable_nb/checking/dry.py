@@ -37,8 +37,8 @@ class DryExecution(Execution):
     step the journal does not answer, and keeps what it found in :attr:`finding`."""
 
     def __init__(self, journal: Journal, record: RunRecord, options: RunOptions) -> None:
-        super().__init__(journal, record, options, NullObserver(), token="",
-                         start_child=_no_child, strict=True)
+        super().__init__(_BlobsReadOnce(journal), record, options,  # type: ignore[arg-type]
+                         NullObserver(), token="", start_child=_no_child, strict=True)
         #: The first step not answered, as the fields of its RunCheck (``verdict``,
         #: ``change``, ``position``, ``key``, ``step``, and ``journaled``/``asked`` for the
         #: diff, ``approval``); None while every step was answered.
@@ -134,6 +134,23 @@ class DryExecution(Execution):
             return None
         return load_request(entry.request,
                             lambda digest: self.journal.get_blob(self.run_id, digest))
+
+
+class _BlobsReadOnce:
+    """The journal, its blobs read once: the change's one line and its diff load the same
+    inputs, and on PostgreSQL every read is a round trip. Everything else is the journal's."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self._blobs: dict[tuple[str, str], str | None] = {}
+
+    def get_blob(self, run_id: str, digest: str) -> str | None:
+        if (run_id, digest) not in self._blobs:
+            self._blobs[run_id, digest] = self._journal.get_blob(run_id, digest)
+        return self._blobs[run_id, digest]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
 
 
 def _no_child(*_: Any) -> Any:
