@@ -10,6 +10,7 @@ In a notebook: ``%load_ext durable_nb`` then a ``%%durable_agent RUN_ID`` cell. 
 
 from .batches.batch import Batch, ItemResult, batch, item_keys, map
 from .approvals.decision import Decision
+from .checking import CheckReport, RunCheck, check
 from .context import Context, DurableState, TokenUsage
 from .errors import (
     ApprovalChanged,
@@ -78,6 +79,7 @@ __all__ = [
     "DatabaseError",
     "ApprovalChanged",
     "Batch",
+    "CheckReport",
     "ItemResult",
     "BudgetExhausted",
     "Context",
@@ -104,6 +106,7 @@ __all__ = [
     "RetryPolicy",
     "RunCancelled",
     "RunExpired",
+    "RunCheck",
     "RunInfo",
     "RunLeased",
     "RunOptions",
@@ -122,6 +125,7 @@ __all__ = [
     "assistant_message",
     "batch",
     "cancel",
+    "check",
     "copy_run",
     "delete",
     "execute",

@@ -65,7 +65,8 @@ from .redact import redact_source
 from .telemetry import attempt_begun, traced
 from .timestamps import format_time
 
-__all__ = ["RunOptions", "RunOutcome", "Runner", "execute", "source_hash", "validate_run_id"]
+__all__ = ["RunOptions", "RunOutcome", "Runner", "call_handler", "execute", "source_hash",
+           "validate_run_id"]
 
 
 @dataclass
@@ -351,17 +352,7 @@ class Runner:
         return execution
 
     def _call_handler(self, execution: Execution) -> Any:
-        """The handler's value, run in a context where the execution's root scope is
-        current (an async handler on an event loop of its own)."""
-        context = contextvars.copy_context()
-        context.run(enter, execution.root)
-        try:
-            value = context.run(self.handler, Context(execution))
-            if inspect.iscoroutine(value):
-                value = _await_handler(value, execution, context)
-            return value
-        finally:
-            execution.finished = True
+        return call_handler(self.handler, execution)
 
     def _drive(self, execution: Execution) -> RunOutcome:
         record = execution.record
@@ -551,6 +542,20 @@ def _failed_step(execution: Execution, exc: BaseException) -> int | None:
 
 def _canonical_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True)
+
+
+def call_handler(handler: Callable[[Any], Any], execution: Execution) -> Any:
+    """``handler(ctx)``'s value for ``execution``, run in a context where the execution's
+    root scope is current (an async handler on an event loop of its own)."""
+    context = contextvars.copy_context()
+    context.run(enter, execution.root)
+    try:
+        value = context.run(handler, Context(execution))
+        if inspect.iscoroutine(value):
+            value = _await_handler(value, execution, context)
+        return value
+    finally:
+        execution.finished = True
 
 
 def _await_handler(coroutine: Any, execution: Execution, context: contextvars.Context) -> Any:

@@ -64,3 +64,16 @@ def test_quick_run_writes_a_report_with_every_section(tmp_path: Path) -> None:
         else:
             assert runs.get("dask/w1/2") and runs.get("dask/threads/2")
             assert "### 11. A batch on a Dask cluster" in report
+
+
+def test_the_check_benchmark_runs_end_to_end() -> None:
+    """benchmarks/check.py (1,000 recorded runs of 10 steps checked; here 5): it records,
+    checks twice and reports both checks; the figures are not asserted."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.check", "--runs", "5"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("unchanged code: 5 runs of 10 steps checked in ")
+    assert lines[1].endswith("{'replays': 5, 'would execute': 0, 'diverges': 0}")
+    assert lines[2].endswith("{'replays': 0, 'would execute': 0, 'diverges': 5}")

@@ -208,12 +208,12 @@ def test_help_lists_every_option_and_command(ip) -> None:
     agent_help = ip.object_inspect_text("%%durable_agent")
     parser = ip.find_cell_magic("durable_agent").parser
     options = [s for a in parser._actions for s in a.option_strings if s not in ("-h", "--help")]
-    assert len(options) == 21  # --approvers and --four-eyes (issue 27) among them
+    assert len(options) == 22  # --approvers and --four-eyes (issue 27), --check (43) among them
     for option in options + ["RUN_ID"]:
         assert option in agent_help, option
     durable_help = ip.object_inspect_text("%durable")
     for command in ("runs", "show", "approve", "reject", "cancel", "reset", "delete", "wait",
-                    "export", "batches", "batch show", "batch wait", "batch export",
+                    "export", "check", "batches", "batch show", "batch wait", "batch export",
                     "--journal"):
         assert f"%durable {command}" in durable_help or command in durable_help, command
 
@@ -301,3 +301,21 @@ def test_durable_runs_and_show_read_a_passed_deadline_without_applying_it(
     row = next(line for line in shown.splitlines() if line.startswith("due "))
     assert "REJECTED" in row and "WAITING_APPROVAL" not in row
     assert find_decision(journal, "due", pending) is None and journal.events("due") == []
+
+
+def test_a_cell_checked_with_check_executes_nothing_and_says_how_its_run_fits(ip, capsys):
+    """``%%durable_agent RUN --check``: the cell as written now against its run (issue 43)."""
+    ip.user_ns["calls"] = []
+    cell = "ctx.run('fetch', lambda q: calls.append(q) or 'figures', {quarter!r})\n"
+    ip.run_cell_magic("durable_agent", "sales", cell.format(quarter="q1"))
+    assert ip.user_ns["calls"] == ["q1"]
+    capsys.readouterr()
+    ip.run_cell_magic("durable_agent", "sales --check", cell.format(quarter="q1"))
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "sales  replays  every step replays (1) and the result is the recorded one")
+    ip.run_cell_magic("durable_agent", "sales --check", cell.format(quarter="q2"))
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "sales  diverges  step 0 (run 'fetch'): args[0] changed from 'q1' to 'q2'")
+    assert ip.user_ns["calls"] == ["q1"]
+    message = _usage_error(ip.run_cell_magic, "durable_agent", "other --check", cell)
+    assert "no run 'other'" in message and "run the cell without --check" in message

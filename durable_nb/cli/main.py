@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Sequence
 from .. import registry
 from ..batches.batch import batch as read_batch
 from .answer import HELP as ANSWER_HELP, add_answer_command, answer_command
+from .check import HELP as CHECK_HELP, add_check_command, check_command
 from .show import (ITEM_STATUSES, RUN_STATUSES, effective_json, effective_states,
                        format_batch, format_batches, format_run, format_runs, list_runs,
                        more_runs_note, parse_item_status, parse_status, statuses_help)
@@ -125,6 +126,7 @@ COMMANDS = {
     "reset": "forget steps N and later (--from N), so they run again",
     "delete": "delete the run and its journal",
     "export": "write the run as a notebook (.ipynb) or JSON",
+    "check": CHECK_HELP,
     "trace": "send the run's finished attempts as OpenTelemetry spans (--to OTLP_URL)",
     "copy": "copy a run to another journal (--to DIR or postgresql://...; --move, --as NEW)",
     "wait": "wait until the run finishes (headless notebooks)",
@@ -266,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--move", action="store_true",
                    help="delete the run from its journal once copied")
 
+    add_check_command(sub)
+
     p = sub.add_parser("demo", help=COMMANDS["demo"])
     p.add_argument("--dir", metavar="DIR", help="work directory (default: a new temp dir)")
 
@@ -299,6 +303,8 @@ def _run(args: argparse.Namespace) -> int:
               f"{record.status.value}) to {target.location} as {record.run_id}; execute it "
               f"there to go on")
         return 0
+    if args.command == "check":
+        return check_command(args)
     if args.command == "sweep":
         return sweep_command(open_journal(args.journal), args.every)
     if args.command in ("runs", "show", "export", "batches", "batch", "trace"):

@@ -279,11 +279,7 @@ class Execution:
         entry = self.replay_log.take(key)
         if entry is None:
             if self.strict:
-                raise ReplayDiverged(
-                    f"run {self.run_id!r}: a pure replay asked for step {key} ({kind} {name!r}), "
-                    f"which the first execution never journaled: the code took another path "
-                    f"given the same step results (a branch on the clock, randomness, or data "
-                    f"read outside ctx).")
+                self.not_journaled(key, kind, name, inputs)
             if kind not in _NO_EFFECT_KINDS and not self.replay_log.drained:
                 self._refuse_moved(key, kind, name, fp)
             if self.record.status is Status.DONE:
@@ -296,7 +292,8 @@ class Execution:
         elif fp != entry.fingerprint and (self.strict or self.options.on_change != "replay"):
             # An empty fingerprint is a step without inputs: arguments added later are a change.
             self._changed(entry, InputChanged(self.run_id, entry.position, f"{kind} {name!r}",
-                                              self._describe_change(entry, inputs), key=key))
+                                              self._describe_change(entry, inputs), key=key),
+                          inputs)
         with self.lock:
             self._count(entry)
         self.observer.on_step(entry, True)
@@ -386,15 +383,31 @@ class Execution:
         old = load_request(entry.request, lambda digest: self.journal.get_blob(self.run_id, digest))
         return first_difference(old, canonical(inputs)) or "its inputs changed"
 
-    def _changed(self, entry: StepEntry, error: JournalMismatch) -> None:
+    def not_journaled(self, key: str, kind: str, name: str, inputs: Any) -> None:
+        """In a pure replay (``strict``), the code asks for step ``key``, which the journal
+        does not hold: raises :class:`ReplayDiverged` (a dry replay, a subclass, says where
+        the run would execute instead). Nothing of the step has run."""
+        raise ReplayDiverged(
+            f"run {self.run_id!r}: a pure replay asked for step {key} ({kind} {name!r}), "
+            f"which the first execution never journaled: the code took another path "
+            f"given the same step results (a branch on the clock, randomness, or data "
+            f"read outside ctx).")
+
+    def diverged(self, entry: StepEntry, error: JournalMismatch, inputs: Any) -> None:
+        """In a pure replay (``strict``), journaled step ``entry`` is asked otherwise
+        (``error`` says how; ``inputs``: what it is asked now, None where it is another
+        step): raises :class:`ReplayDiverged`."""
+        what = (f"{error.journaled}: {error.change}" if isinstance(error, InputChanged) else
+                f"the first execution journaled {error.journaled}, the replay asked for "
+                f"{error.requested}")
+        raise ReplayDiverged(
+            f"run {self.run_id!r}: a pure replay did not reproduce step {entry.position} "
+            f"({what}): the code took another path, or passed other inputs, given the same "
+            f"step results (a branch on the clock, randomness, or data read outside ctx).")
+
+    def _changed(self, entry: StepEntry, error: JournalMismatch, inputs: Any = None) -> None:
         if self.strict:
-            what = (f"{error.journaled}: {error.change}" if isinstance(error, InputChanged) else
-                    f"the first execution journaled {error.journaled}, the replay asked for "
-                    f"{error.requested}")
-            raise ReplayDiverged(
-                f"run {self.run_id!r}: a pure replay did not reproduce step {entry.position} "
-                f"({what}): the code took another path, or passed other inputs, given the same "
-                f"step results (a branch on the clock, randomness, or data read outside ctx).")
+            self.diverged(entry, error, inputs)
         if self.options.on_change == "rerun":
             with self.lock:
                 if self.restart_from is None or entry.position < self.restart_from:

@@ -61,6 +61,7 @@ from . import (
     wait_for_batch,
 )
 from .cell_errors import cell_syntax_error, shorten
+from .check import check_cell, check_runs
 from .extensions import start_check
 from .watchers import wake_watchers
 from .inbox import ApprovalsInbox
@@ -72,7 +73,7 @@ __all__ = ["DurableMagics", "load_ipython_extension", "parse_cost", "parse_durat
            "unload_ipython_extension"]
 
 _MAGIC_COMMANDS = ["runs", "show", "inbox", "approve", "reject", "cancel", "reset", "delete",
-                   "wait", "export", "batches", "batch", "enable", "disable"]
+                   "wait", "export", "check", "batches", "batch", "enable", "disable"]
 
 
 def parse_duration(text: str) -> float:
@@ -255,6 +256,12 @@ def _batch_keys(items: list, expression: str | None, namespace: dict) -> list[st
     return item_keys(list(range(len(items))), key=lambda index: raw[index])
 
 
+def _batch_plan(options: Any, namespace: dict) -> tuple[list, list[str]]:
+    """A batch cell's items and their keys, from its ``--over`` and ``--key``."""
+    items = _batch_items(options.over, namespace)
+    return items, _batch_keys(items, options.key, namespace)
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:59] + "\u2026"
@@ -352,6 +359,10 @@ class DurableMagics(Magics):
               help="with --over: an item's key, a Python expression of `item` (and `index`), "
                    "e.g. item['id']; `index` keys items by their place in the list (which "
                    "shifts when the list changes). Default: a digest of the item's content")
+    @argument("--check", action="store_true",
+              help="execute nothing: check the run (with --over, the batch's items) against "
+                   "the cell as written now, by a dry replay of its journal, and print per "
+                   "run: replays, would execute (where), or diverges (what changed)")
     @argument("--concurrency", type=_positive_int, default=None, metavar="N",
               help="with --over: how many items run at once (default 8)")
     @argument("--retry-failed", choices=["yes", "no"], default=None,
@@ -395,6 +406,8 @@ class DurableMagics(Magics):
             validate_run_id(run_id)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        if args.check:
+            return self._check_cell(run_id, args, cell)
         if args.over is not None:
             return self._batch_cell(run_id, args, cell)
         batch_only = [name for name in _BATCH_OPTIONS if getattr(args, name) is not None]
@@ -470,6 +483,40 @@ class DurableMagics(Magics):
             shorten(exc, self.shell, interrupted=stopped)
             raise
 
+    def _check_cell(self, run_id: str, args: Any, cell: str) -> None:
+        """``--check``: the cell's run (or batch) checked against the cell as written now."""
+        namespace = self.shell.user_ns
+        items = keys = None
+        if args.over is not None:
+            items = _batch_items(args.over, namespace)
+            keys = _batch_keys(items, args.key, namespace)
+        try:
+            report = check_cell(cell, run_id, open_journal(args.journal, read_only=True),
+                                namespace, model=args.model, items=items, keys=keys)
+        except SyntaxError as exc:
+            raise cell_syntax_error(exc, self.shell) from None
+        except UnknownRun as exc:
+            raise UsageError(f"{exc} Nothing to check yet: run the cell without --check to "
+                             f"start it.") from None
+        print(report.text(diff=True))
+
+    def _check_runs(self, args: Any, journal: Journal) -> None:
+        """``%durable check``: runs checked against their cells' code now."""
+        if args.run_ids:
+            records = [journal.find_run(run_id) for run_id in args.run_ids]
+            missing = [run_id for run_id, r in zip(args.run_ids, records) if r is None]
+            if missing:
+                raise UnknownRun(missing[0], journal.location)
+        else:
+            notebook = None if args.prefix else self._notebook_path()
+            records = [r for r in journal.list_runs(args.prefix or "") if r.parent is None
+                       and (notebook is None or r.notebook == notebook)]
+        report, notes = check_runs(
+            records, journal, self.shell.user_ns,
+            lambda line: _parse(self.durable_agent.parser, line),
+            lambda options: _batch_plan(options, self.shell.user_ns), args)
+        print("\n".join(notes + [report.text(diff=args.diff)]))
+
     def _notebook_path(self) -> str | None:
         """The notebook this kernel runs, as Jupyter Server told it (``__session__``, set by
         ipykernel from ``JPY_SESSION_NAME``); None outside a server's notebook."""
@@ -500,6 +547,12 @@ class DurableMagics(Magics):
         %durable wait RUN [--timeout DUR]   block until the run finishes (for headless runs);
                                             returns its result, raises if it FAILED
         %durable export RUN PATH            write the run as a notebook (.ipynb) or .json
+        %durable check [RUN ...] [--prefix P] [--diff]
+                                            check runs against their cells' code now,
+                                            executing nothing (a dry replay): replays,
+                                            would execute, or diverges; default: this
+                                            notebook's runs (--over, --key, --model as in
+                                            the cell)
         %durable batches                    list batches with their items' counts
         %durable batch show ID [--status S] [--limit N]
                                             a batch's totals and items
@@ -561,6 +614,11 @@ class DurableMagics(Magics):
                 p.add_argument("--timeout", type=parse_duration)
             else:
                 p.add_argument("path", metavar="PATH")
+        check = command("check")
+        check.add_argument("run_ids", nargs="*", metavar="RUN")
+        for option in ("--prefix", "--over", "--key", "--model"):
+            check.add_argument(option, metavar=option[2:].upper())
+        check.add_argument("--diff", action="store_true")
         command("show", "run_id")
         command("inbox")
         for verb in ("approve", "reject"):
@@ -589,7 +647,7 @@ class DurableMagics(Magics):
             return None
         if args.command == "inbox":  # a widget over the journal, opened per click
             return ApprovalsInbox(args.journal)
-        read_only = args.command in ("runs", "show", "export", "batches") or (
+        read_only = args.command in ("runs", "show", "export", "batches", "check") or (
             args.command == "batch" and args.batch_command in ("show", "export"))
         journal = open_journal(args.journal, read_only=read_only)
         if args.command == "runs":
@@ -602,6 +660,8 @@ class DurableMagics(Magics):
             note = more_runs_note(len(records), more, "%durable runs")
             if note:
                 print(note)
+        elif args.command == "check":
+            self._check_runs(args, journal)
         elif args.command == "batches":
             print(format_batches(batch_rows(journal)))
         elif args.command == "batch":
