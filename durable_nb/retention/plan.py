@@ -103,13 +103,13 @@ def family_reason(root: RunRecord, children: list[RunRecord], policy: RetentionP
                   now: float) -> tuple[str, str] | None:
     """Why the run ``root`` with its ``children`` is kept at ``now`` under ``policy``, as
     (rule, words); None when it may be removed."""
-    if root.status not in policy.statuses:
-        return "status", f"it is {root.status.value}, not among the statuses pruned " \
-                         f"({', '.join(s.value for s in policy.statuses)})"
     for member in (root, *children):
         guarded = _guard(member, root)
         if guarded is not None:
             return guarded
+    if root.status not in policy.statuses:
+        return "status", f"it is {root.status.value}, not among the statuses pruned " \
+                         f"({', '.join(s.value for s in policy.statuses)})"
     if last_change((root, *children)) >= policy.cutoff(now):
         return "newer", f"it changed within the last {duration_words(policy.older_than)}"
     return None
@@ -167,7 +167,29 @@ def plan_prune(records: list[RunRecord], batches: list[BatchRecord],
         else:
             plan.kept.append(Kept(root.run_id, why[1], why[0]))
     _keep_sources_of_kept_forks(plan, records, root_of)
+    # Forks before their sources: a source is judged again under its lease when it is
+    # removed, and must find its forks gone by then.
+    depth = _fork_depths(records, root_of)
+    plan.units.sort(key=lambda unit: -max(depth.get(run_id, 0) for run_id in unit.run_ids))
     return plan
+
+
+def _fork_depths(records: list[RunRecord], root_of: dict[str, str]) -> dict[str, int]:
+    """For each top-level run that is a fork, how many forks lead back from it to a run
+    that is none (a fork of a fork: 2)."""
+    source_of = {}
+    for record in records:
+        source = (record.forked_from or {}).get("run_id")
+        if isinstance(source, str) and source in root_of and root_of[record.run_id] == record.run_id:
+            source_of[record.run_id] = root_of[source]
+    depths: dict[str, int] = {}
+    for run_id in source_of:
+        chain, at = [], run_id
+        while at in source_of and at not in chain:
+            chain.append(at)
+            at = source_of[at]
+        depths[run_id] = len(chain)
+    return depths
 
 
 def _plan_batch(batch: BatchRecord, by_id: dict[str, RunRecord],

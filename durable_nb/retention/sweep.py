@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from ..errors import DurableError, JournalError, PruneRefused, RunLeased
 from ..journal import Journal, RunRecord, this_host
 from ..journal.edits import child_runs
-from ..execution.lease import Lease
+from ..execution.lease import Lease, holder_alive
 from ..approvals.policy import approver_name
 from ..timestamps import format_time
 from .plan import Kept, PrunePlan, Unit, family_reason, plan_prune
@@ -114,7 +114,12 @@ def carry_out(journal: Journal, policy: RetentionPolicy, *, now: float | None = 
     result.kept = list(plan.kept)
     if dry_run:
         for unit in plan.units:
-            _removed(result, unit)
+            busy = next((r.run_id for r in unit.runs if _executing(journal, r.run_id)), None)
+            if busy is None:
+                _removed(result, unit)
+            else:
+                result.kept += [Kept(r.run_id, f"{busy!r} is executing now (its lease is "
+                                               f"held)", "executing") for r in unit.runs]
         return result
     result.bytes_before = journal.size_on_disk()
     for unit in plan.units:
@@ -131,6 +136,12 @@ def carry_out(journal: Journal, policy: RetentionPolicy, *, now: float | None = 
     else:
         result.bytes_after = result.bytes_before
     return result
+
+
+def _executing(journal: Journal, run_id: str) -> bool:
+    """Whether a live process holds the run's lease (read only: a dry run's look)."""
+    holder = journal.lease(run_id)
+    return holder is not None and holder_alive(holder)
 
 
 def _removed(result: PruneResult, unit: Unit) -> None:
