@@ -5,6 +5,7 @@ injected clock (``now=``): the runs are written now, the prunes happen weeks lat
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -27,7 +28,11 @@ from tests.test_journal_conformance import Backend, backend  # noqa: F401 (a fix
 
 DAY = 86400.0
 REPO = Path(__file__).resolve().parents[1]
-PAYLOAD = "x" * 40_000  # over diskcache's 32 KiB: a value file of its own, as LLM replies are
+
+def _payload() -> str:
+    """40 KB that do not compress (as PostgreSQL's TOAST would compress repeated text): over
+    diskcache's 32 KiB, a value file of its own."""
+    return base64.b64encode(os.urandom(30_000)).decode()
 
 
 def _run(journal: Journal, run_id: str, at: float, status: Status = Status.DONE, *,
@@ -40,9 +45,9 @@ def _run(journal: Journal, run_id: str, at: float, status: Status = Status.DONE,
     for position in range(steps):
         record.step_count = position + 1
         journal.append_step(run_id, StepEntry(position, str(position), "work", "run",
-                                              result=PAYLOAD, started_at=at, finished_at=at),
+                                              result=_payload(), started_at=at, finished_at=at),
                             record_json=record.to_json(),
-                            blobs={f"d{position}": json.dumps(PAYLOAD[:5000])})
+                            blobs={f"d{position}": json.dumps(_payload()[:5000])})
     return record
 
 
@@ -184,6 +189,8 @@ def test_the_journal_s_policy_is_applied_by_tick_at_most_once_per_period(backend
          pending_approval={"name": "send_email", "id": "1" * 32})
     assert tick(journal, now=t + 60 * DAY).pruned is None  # no policy: every run kept
     set_policy(journal, RetentionPolicy.of("30d", every="1d"))
+    # A sweeper that reads the journal read-only is told to open it for writing.
+    assert tick(backend.open(read_only=True), now=t + 60 * DAY).prune_due
     ticked = tick(journal, now=t + 60 * DAY)
     assert [r.run_id for r in ticked.pruned.removed] == ["old"]
     assert journal.find_run("old") is None and journal.find_run("waits") is not None
@@ -244,3 +251,50 @@ def test_the_command_line_prunes_exports_and_says_so_in_runs_and_show(
     assert _cli(backend.location, "retention").stdout.startswith(
         "retention policy: prune DONE runs unchanged for 90 days, at most every 1 day")
     assert "no retention policy" in _cli(backend.location, "retention", "--off").stdout
+
+
+@pytest.mark.postgres
+def test_on_a_hub_only_the_service_prunes_by_the_journal_s_policy(postgres_server,
+                                                                   monkeypatch):
+    """Real PostgreSQL roles set up as the hub's service sets them up (tests/hub_roles.py):
+    ana's role writes her runs; pruning them is the service's."""
+    from durable_nb.approvals.authority import SERVICE_VARIABLE, TOKEN_VARIABLE
+    from durable_nb.errors import DatabaseError, PruneRefused
+    from tests.hub_roles import make_hub_database
+
+    for variable in (SERVICE_VARIABLE, TOKEN_VARIABLE, "JUPYTERHUB_USER"):
+        monkeypatch.delenv(variable, raising=False)
+    database = make_hub_database(postgres_server, users=("ana",))
+    ana, service = database.journal("ana"), database.journal("service")
+    try:
+        t = time.time()
+        _run(ana, "old", t)
+        _run(ana, "kept", t, Status.WAITING_APPROVAL,
+             pending_approval={"name": "send_email", "id": "1" * 32})
+        service.add_event("old", {"kind": "decided", "text": "approved by bo"})
+
+        with pytest.raises(PruneRefused) as refused:
+            dn.prune("30d", journal=ana, now=t + 60 * DAY)
+        assert str(refused.value) == (
+            f"on this hub's journal only the role {database.service_role} (the durable-nb hub "
+            f"service) removes runs, by the journal's retention policy; ask your hub's "
+            f"administrator.")
+        with pytest.raises(PruneRefused):
+            set_policy(ana, RetentionPolicy.of("30d"))
+        with pytest.raises(DatabaseError):  # and the database refuses her role itself
+            ana.put_setting("retention", RetentionPolicy.of("1d").to_dict())
+        with pytest.raises(DatabaseError, match="deletes a run's history"):
+            ana.delete_run("old")
+        assert ana.find_run("old") is not None
+
+        set_policy(service, RetentionPolicy.of("30d"))
+        assert tick(ana, now=t + 60 * DAY).pruned is None  # her kernel's sweep leaves it
+        ticked = tick(service, now=t + 60 * DAY)
+        assert [r.run_id for r in ticked.pruned.removed] == ["old"]
+        assert [k.rule for k in ticked.pruned.kept] == ["waiting"]
+        assert ana.find_run("old") is None and service.events("old") == []
+        assert pruned_note(ana).startswith("1 run pruned on ")
+        assert ana.journal_events()[0]["by"].startswith("retention policy")
+    finally:
+        ana.dispose()
+        service.dispose()

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from ..errors import DecisionExists, DurableError, NoPendingApproval
 from ..journal import Journal, RunRecord, Status, this_host
 from ..timestamps import format_time
+from ..retention.policy import policy_due
 from ..retention.sweep import PruneResult, apply_policy
 from .authority import deadline_elsewhere
 from .decide import decide
@@ -63,11 +64,13 @@ class Ticked:
     read-only, or a journal error: left for the next tick); ``next_due``, when something
     next falls due after now in the runs it saw (None: nothing); ``pruned``, what the
     journal's retention policy removed when this tick applied it
-    (:func:`durable_nb.retention.sweep.apply_policy`)."""
+    (:func:`durable_nb.retention.sweep.apply_policy`); ``prune_due``, that policy due on a
+    journal opened read-only (a sweeper opens it for writing, as for ``overdue``)."""
     applied: dict[str, str] = field(default_factory=dict)
     overdue: list[str] = field(default_factory=list)
     next_due: float | None = None
     pruned: PruneResult | None = None
+    prune_due: bool = False
 
 
 def tick(journal: Journal, *, now: float | None = None,
@@ -113,9 +116,18 @@ def tick(journal: Journal, *, now: float | None = None,
     ticked.next_due = min(dues) if dues else None
     if listener is not None:
         listener(journal, waiting)
-    if records is None:
+    if records is None and journal.read_only:
+        ticked.prune_due = _policy_due(journal, moment)
+    elif records is None:
         ticked.pruned = apply_policy(journal, moment)
     return ticked
+
+
+def _policy_due(journal: Journal, moment: float) -> bool:
+    try:
+        return policy_due(journal, moment) is not None
+    except (DurableError, OSError):
+        return False
 
 
 def _waiting(records: Iterable[RunRecord]) -> list[RunRecord]:

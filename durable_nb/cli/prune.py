@@ -11,7 +11,7 @@ from typing import Any
 from ..journal import Journal, open_journal
 from ..retention.policy import PRUNABLE, RetentionPolicy, duration_words, read_policy, set_policy
 from ..retention.prune import prune
-from ..retention.sweep import PruneResult, check_may_prune, pruned_note
+from ..retention.sweep import PruneResult, pruned_note
 from ..timestamps import format_time
 
 __all__ = ["HELP", "add_prune_commands", "prune_lines", "pruned_note", "retention_command",
@@ -146,7 +146,6 @@ def retention_command(args: argparse.Namespace) -> int:
         print(_policy_line(journal))
         return 0
     journal = open_journal(args.journal)
-    check_may_prune(journal)
     policy = None if args.off else RetentionPolicy.of(args.older_than, args.status,
                                                       args.prefix, args.every)
     set_policy(journal, policy)

@@ -11,11 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ..errors import ApprovalPolicyError, RetentionError
+from ..errors import ApprovalPolicyError, JournalError, PruneRefused, RetentionError
 from ..journal import Journal, Status
 from ..approvals.policy import Duration, parse_duration
 
-__all__ = ["DEFAULT_EVERY", "PRUNABLE", "RetentionPolicy", "Statuses", "duration_words",
+__all__ = ["DEFAULT_EVERY", "PRUNABLE", "RetentionPolicy", "Statuses", "check_may_prune",
+           "duration_words",
            "policy_due", "read_policy", "set_policy"]
 
 #: The statuses a prune may remove: a run that ended. RUNNING (executing, or interrupted)
@@ -108,6 +109,19 @@ def duration_words(seconds: float) -> str:
     return f"{seconds:g} second{'' if seconds == 1 else 's'}"
 
 
+def check_may_prune(journal: Journal) -> None:
+    """Refuse (:class:`~durable_nb.errors.PruneRefused`, one line) to prune a hub's journal
+    from any role but the service's; and a journal opened read-only."""
+    if journal.read_only:
+        raise JournalError(f"the journal at {journal.location} was opened read-only, so "
+                           f"nothing can be pruned from it.")
+    decider, is_decider, _ = journal.decision_authority()
+    if decider is not None and not is_decider:
+        raise PruneRefused(
+            f"on this hub's journal only the role {decider} (the durable-nb hub service) "
+            f"removes runs, by the journal's retention policy; ask your hub's administrator.")
+
+
 def read_policy(journal: Journal) -> RetentionPolicy | None:
     """The journal's retention policy, or None (the default: runs are kept until pruned)."""
     data = journal.setting("retention")
@@ -117,7 +131,8 @@ def read_policy(journal: Journal) -> RetentionPolicy | None:
 def set_policy(journal: Journal, policy: RetentionPolicy | None) -> None:
     """Make ``policy`` the journal's retention policy (None: none), applied by its sweep
     from its next pass. On a hub's journal only the service's role can (the database refuses
-    the others)."""
+    the others): :class:`~durable_nb.errors.PruneRefused` for them."""
+    check_may_prune(journal)
     journal.put_setting("retention", None if policy is None else policy.to_dict())
     journal.put_setting("retention-applied", None)
 

@@ -27,17 +27,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import DurableError, JournalError, PruneRefused, RunLeased
+from ..errors import DurableError, JournalError, RunLeased
 from ..journal import Journal, RunRecord, this_host
 from ..journal.edits import child_runs
 from ..execution.lease import Lease, holder_alive
 from ..approvals.policy import approver_name
 from ..timestamps import format_time
 from .plan import Kept, PrunePlan, Unit, family_reason, plan_prune
-from .policy import RetentionPolicy, duration_words, policy_due
+from .policy import RetentionPolicy, check_may_prune, duration_words, policy_due
 
-__all__ = ["PruneResult", "apply_policy", "carry_out", "check_may_prune", "plan_for",
-           "pruned_note"]
+__all__ = ["PruneResult", "apply_policy", "carry_out", "plan_for", "pruned_note"]
 
 #: Called with a unit under its leases, just before it is removed (an export of its runs).
 BeforeRemoval = Callable[[Journal, Unit], object]
@@ -78,19 +77,6 @@ class PruneResult:
                 "batches": len(self.batches), "statuses": self.statuses,
                 "policy": self.policy.to_dict(), "bytes_before": self.bytes_before,
                 "bytes_after": self.bytes_after}
-
-
-def check_may_prune(journal: Journal) -> None:
-    """Refuse (:class:`~durable_nb.errors.PruneRefused`, one line) to prune a hub's journal
-    from any role but the service's; and a journal opened read-only."""
-    if journal.read_only:
-        raise JournalError(f"the journal at {journal.location} was opened read-only, so "
-                           f"nothing can be pruned from it.")
-    decider, is_decider, _ = journal.decision_authority()
-    if decider is not None and not is_decider:
-        raise PruneRefused(
-            f"on this hub's journal only the role {decider} (the durable-nb hub service) "
-            f"removes runs, by the journal's retention policy; ask your hub's administrator.")
 
 
 def plan_for(journal: Journal, policy: RetentionPolicy, now: float) -> PrunePlan:
