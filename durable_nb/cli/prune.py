@@ -46,6 +46,8 @@ def add_prune_commands(sub: Any) -> None:
     p.add_argument("--export", metavar="DIR",
                    help="first write each run removed to DIR as JSON (RUN.json; a batch also "
                         "as BATCH.batch.jsonl), for an audit trail")
+    p.add_argument("--by", metavar="WHO",
+                   help="who prunes, as the journal records it (default: user@host)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("retention", help=HELP["retention"], description=(
         "Show or set the journal's retention policy: its sweep (a Jupyter server's, "
@@ -70,7 +72,7 @@ def run_prune_command(args: argparse.Namespace) -> int:
     """``durable-nb prune`` as ``args`` say: prints what was removed and kept."""
     journal = open_journal(args.journal, read_only=args.dry_run)
     result = prune(args.older_than, status=args.status, prefix=args.prefix,
-                   dry_run=args.dry_run, export=args.export, journal=journal,
+                   dry_run=args.dry_run, export=args.export, journal=journal, by=args.by,
                    via="durable-nb prune")
     if args.json:
         print(json.dumps(_result_json(result), indent=2))
