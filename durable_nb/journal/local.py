@@ -99,6 +99,9 @@ Durability = Literal["process", "power"]
 _SYNCHRONOUS = {"process": 1, "power": 2}  # SQLite NORMAL, FULL
 
 
+#: reclaim_space VACUUMs when at least 1/VACUUM_FREE_SHARE of the database's pages are free.
+VACUUM_FREE_SHARE = 4
+
 #: Runs whose verified lease text a DiskJournal keeps (see DiskJournal._fenced).
 _HELD_KEPT = 1024
 
@@ -462,13 +465,19 @@ class DiskJournal(DiskRunCoordination, Journal):
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
 
     def reclaim_space(self) -> None:
-        """SQLite's ``VACUUM`` (the database file rewritten without its free pages), then a
-        checkpoint that empties the write-ahead log; value files of deleted entries were
-        removed with them."""
+        """Value files of deleted entries went with their rows. The SQLite database is
+        ``VACUUM``ed (rewritten without its free pages) when a quarter or more of its pages
+        are free; fewer are left for new rows to reuse (a ``VACUUM`` rewrites the whole
+        file, which a large journal should not pay for a few runs). Then a checkpoint
+        empties the write-ahead log."""
         if self.read_only:
             raise read_only_error(self.location, "be written")
-        retry_locked(lambda: self._cache._sql("VACUUM"))
-        retry_locked(lambda: self._cache._sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+        sql = self._cache._sql
+        free, pages = (sql(f"PRAGMA {name}").fetchone()[0]
+                       for name in ("freelist_count", "page_count"))
+        if free * VACUUM_FREE_SHARE >= pages:
+            retry_locked(lambda: sql("VACUUM"))
+        retry_locked(lambda: sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
 
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
         if self.read_only:

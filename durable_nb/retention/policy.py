@@ -22,6 +22,7 @@ __all__ = ["DEFAULT_EVERY", "PRUNABLE", "RetentionPolicy", "Statuses", "check_ma
 #: The statuses a prune may remove: a run that ended. RUNNING (executing, or interrupted)
 #: and WAITING_APPROVAL runs are never removed.
 PRUNABLE = (Status.DONE, Status.FAILED, Status.CANCELLED)
+_STATUS_NAMES = ", ".join(s.value.lower() for s in PRUNABLE)
 #: How often a sweep applies the journal's policy by default (seconds): once a day.
 DEFAULT_EVERY = 86400.0
 
@@ -36,14 +37,15 @@ def _statuses(value: Statuses) -> tuple[Status, ...]:
     try:
         chosen = tuple(dict.fromkeys(Status.parse(s) for s in value))
     except ValueError as exc:
-        raise RetentionError(f"{exc}; a prune removes only "
-                             f"{', '.join(s.value.lower() for s in PRUNABLE)}") from None
+        raise RetentionError(f"{exc}; a prune removes only {_STATUS_NAMES}") from None
+    if not chosen:
+        raise RetentionError(f"no status given: name one or more of {_STATUS_NAMES} "
+                             f"(commas between)")
     never = [s.value for s in chosen if s not in PRUNABLE]
-    if never or not chosen:
+    if never:
         raise RetentionError(
-            f"a prune never removes {', '.join(never) or 'nothing'}: runs that wait, run or "
-            f"were interrupted are kept. Use --status with "
-            f"{', '.join(s.value.lower() for s in PRUNABLE)} (commas between).")
+            f"a prune never removes {', '.join(never)}: runs that wait, run or were "
+            f"interrupted are kept. Use --status with {_STATUS_NAMES} (commas between).")
     return chosen
 
 

@@ -20,6 +20,7 @@ prune by another role is refused at once, in one line naming the role that prune
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -37,6 +38,8 @@ from .plan import Kept, PrunePlan, Unit, family_reason, plan_prune
 from .policy import RetentionPolicy, check_may_prune, duration_words, policy_due
 
 __all__ = ["PruneResult", "apply_policy", "carry_out", "plan_for", "pruned_note"]
+
+_log = logging.getLogger(__name__)
 
 #: Called with a unit under its leases, just before it is removed (an export of its runs).
 BeforeRemoval = Callable[[Journal, Unit], object]
@@ -108,19 +111,21 @@ def carry_out(journal: Journal, policy: RetentionPolicy, *, now: float | None = 
                                                f"held)", "executing") for r in unit.runs]
         return result
     result.bytes_before = journal.size_on_disk()
-    for unit in plan.units:
-        kept = _remove(journal, unit, policy, moment, before_removal)
-        if kept:
-            result.kept += kept
+    try:
+        for unit in plan.units:
+            kept = _remove(journal, unit, policy, moment, before_removal)
+            if kept:
+                result.kept += kept
+            else:
+                _removed(result, unit)
+    finally:  # what was removed is recorded, even when an export or a removal failed
+        if result.removed:
+            if reclaim:
+                journal.reclaim_space()
+            result.bytes_after = journal.size_on_disk()
+            journal.add_journal_event(result.event(via))
         else:
-            _removed(result, unit)
-    if result.removed:
-        if reclaim:
-            journal.reclaim_space()
-        result.bytes_after = journal.size_on_disk()
-        journal.add_journal_event(result.event(via))
-    else:
-        result.bytes_after = result.bytes_before
+            result.bytes_after = result.bytes_before
     return result
 
 
@@ -215,7 +220,9 @@ def apply_policy(journal: Journal, now: float | None = None) -> PruneResult | No
                                                   "id": uuid.uuid4().hex})
         return carry_out(journal, policy, now=moment, by=f"retention policy "
                          f"({approver_name()})", via="policy")
-    except (DurableError, OSError):
+    except (DurableError, OSError) as exc:
+        _log.warning("durable_nb: the retention policy of %s was not applied: %s",
+                     journal.location, exc)
         return None
 
 
