@@ -298,3 +298,64 @@ def test_on_a_hub_only_the_service_prunes_by_the_journal_s_policy(postgres_serve
     finally:
         ana.dispose()
         service.dispose()
+
+
+def test_a_batch_goes_in_one_transaction_fenced_by_every_item_s_lease(backend: Backend):
+    journal = backend.open()
+    t = time.time()
+    for key in ("a", "b"):
+        _run(journal, f"B/{key}", t)
+    _run(journal, "B/a/child", t, parent="B/a")
+    journal.put_batch(BatchRecord("B", keys=["a", "b"], created_at=t))
+    held = {key: Lease.acquire(journal, f"B/{key}") for key in ("a", "b")}
+    try:
+        stale = {"B/a": held["a"].token, "B/b": "not-the-token"}
+        with pytest.raises(dn.RunLeased):
+            journal.delete_batch("B", stale, children=["B/a/child"])
+        assert journal.find_batch("B") is not None  # nothing removed
+        assert {r.run_id for r in journal.list_runs("B/")} == {"B/a", "B/b", "B/a/child"}
+        journal.delete_batch("B", {f"B/{k}": lease.token for k, lease in held.items()},
+                             children=["B/a/child"])
+    finally:
+        for lease in held.values():
+            lease.release()
+    assert journal.find_batch("B") is None and journal.list_runs("B/") == []
+    assert journal.get_step("B/a", 0) is None and journal.lease("B/a") is None
+
+
+def test_settings_and_the_journal_s_own_history_are_kept_apart_from_runs(backend: Backend):
+    journal = backend.open()
+    assert journal.setting("retention") is None and journal.journal_events() == []
+    journal.put_setting("retention", {"older_than": 60})
+    assert journal.setting("retention") == {"older_than": 60}
+    journal.add_journal_event({"kind": "pruned", "runs": 1})
+    journal.add_journal_event({"kind": "pruned", "runs": 2})
+    assert [e["runs"] for e in journal.journal_events()] == [1, 2]
+    assert journal.list_runs() == [] and journal.list_batches() == []
+    journal.put_setting("retention", None)
+    assert journal.setting("retention") is None
+    with pytest.raises(ValueError, match="unknown journal setting 'format'"):
+        journal.put_setting("format", {"version": 99})
+    reader = backend.open(read_only=True)
+    assert [e["runs"] for e in reader.journal_events()] == [1, 2]
+
+
+def test_the_plan_keeps_a_batch_item_asked_for_alone_and_a_chain_of_forks_in_order():
+    from durable_nb.retention.plan import plan_prune
+
+    t = 1000.0
+    old = dict(created_at=t, updated_at=t, finished_at=t, status=Status.DONE)
+    records = [RunRecord("B/a", **old), RunRecord("B/b", **old), RunRecord("r", **old),
+               RunRecord("r@1", forked_from={"run_id": "r"}, **old),
+               RunRecord("r@1@1", forked_from={"run_id": "r@1"}, **old)]
+    batch = BatchRecord("B", keys=["a", "b"], updated_at=t)
+    policy = RetentionPolicy.of("1d")
+    alone = plan_prune(records, [batch], RetentionPolicy.of("1d", prefix="B/a"), t + 2 * 86400)
+    assert alone.units == [] and [(k.run_id, k.rule) for k in alone.kept] == [("B/a", "batch")]
+    whole = plan_prune(records, [batch], policy, t + 2 * 86400)
+    assert [u.run_ids for u in whole.units] == [["r@1@1"], ["r@1"], ["B/a", "B/b"], ["r"]]
+    young_fork = [*records[:4], RunRecord("r@1@1", forked_from={"run_id": "r@1"},
+                                          created_at=t + 86400 * 1.5, status=Status.DONE)]
+    kept = plan_prune(young_fork, [batch], policy, t + 2 * 86400)
+    assert {k.run_id: k.rule for k in kept.kept} == {"r@1@1": "newer", "r@1": "fork",
+                                                      "r": "fork"}
