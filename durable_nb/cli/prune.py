@@ -77,7 +77,7 @@ def run_prune_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_result_json(result), indent=2))
     else:
-        print("\n".join(prune_lines(result)))
+        print("\n".join(prune_lines(result, journal.reclaimed_space_note)))
     return 0
 
 
@@ -91,8 +91,9 @@ def _result_json(result: PruneResult) -> dict[str, Any]:
             "bytes_before": result.bytes_before, "bytes_after": result.bytes_after}
 
 
-def prune_lines(result: PruneResult) -> list[str]:
-    """What a prune removed and kept, for people."""
+def prune_lines(result: PruneResult, space_note: str = "") -> list[str]:
+    """What a prune removed and kept, for people (``space_note``: what the journal does
+    with the space freed, said beside its size)."""
     runs = len(result.removed)
     verb = "would remove" if result.dry_run else "removed"
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(result.statuses.items()))
@@ -127,7 +128,8 @@ def prune_lines(result: PruneResult) -> list[str]:
             lines.append(f"  ... and {len(guarded) - NAMED_KEPT} more (--json lists them all)")
     if result.bytes_before is not None and result.bytes_after is not None and runs:
         lines.append(f"journal size: {_size(result.bytes_before)} before, "
-                     f"{_size(result.bytes_after)} after")
+                     f"{_size(result.bytes_after)} after"
+                     f"{f' ({space_note})' if space_note else ''}")
     return lines
 
 

@@ -119,6 +119,9 @@ class Journal(abc.ABC):
     #: True for a journal opened with ``read_only=True``: it never creates or writes
     #: anything, and its write methods raise :class:`~durable_nb.errors.JournalError`.
     read_only: bool = False
+    #: What becomes of the space of deleted runs, when the journal's size does not tell it
+    #: (:meth:`reclaim_space`); said beside sizes measured around a prune.
+    reclaimed_space_note: str = ""
     #: True when :meth:`wait_for_request` is told of new requests by the backend and waits
     #: without reading (PostgreSQL's LISTEN/NOTIFY); False when it polls.
     notifies: bool = False

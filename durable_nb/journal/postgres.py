@@ -134,6 +134,8 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
     """
 
     notifies = True
+    reclaimed_space_note = ("PostgreSQL keeps the space freed inside its tables, and reuses "
+                            "it for new runs")
 
     def __init__(self, url: str, *, read_only: bool = False, pool_size: int = 8,
                  connect_timeout: float = 10.0, retry_for: float = RETRY_FOR) -> None:
