@@ -33,7 +33,8 @@ from typing import Union
 from ..errors import JournalError, UnknownRun
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
-__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "SETTINGS", "Journal", "delivery_text", "StatusFilter", "check_request_kind",
+__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "SETTINGS", "Journal", "delivery_text", "StatusFilter",
+           "check_request_kind", "check_setting",
            "position_taken_advice", "read_only_error", "select_runs", "wanted_statuses"]
 
 #: What :class:`~durable_nb.errors.RunLeased` tells an executor whose write was refused

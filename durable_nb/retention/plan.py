@@ -180,7 +180,8 @@ def _fork_depths(records: list[RunRecord], root_of: dict[str, str]) -> dict[str,
     source_of = {}
     for record in records:
         source = (record.forked_from or {}).get("run_id")
-        if isinstance(source, str) and source in root_of and root_of[record.run_id] == record.run_id:
+        is_root = root_of[record.run_id] == record.run_id
+        if isinstance(source, str) and source in root_of and is_root:
             source_of[record.run_id] = root_of[source]
     depths: dict[str, int] = {}
     for run_id in source_of:

@@ -12,7 +12,7 @@ from ..journal import Journal, JournalSpec, open_journal
 from ..approvals.policy import Duration
 from .plan import Unit
 from .policy import RetentionPolicy, Statuses
-from .sweep import PruneResult, carry_out
+from .sweep import BeforeRemoval, PruneResult, carry_out
 
 __all__ = ["export_name", "prune"]
 
@@ -24,7 +24,7 @@ def export_name(run_id: str) -> str:
     return quote(run_id, safe="@-_.=+,") + ".json"
 
 
-def _exporter(folder: Path):
+def _exporter(folder: Path) -> BeforeRemoval:
     # Imported here: the exports (and what they write with) are for prunes that ask.
     from ..export import export_batch, export_run
 

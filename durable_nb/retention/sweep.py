@@ -37,7 +37,8 @@ from ..timestamps import format_time
 from .plan import Kept, PrunePlan, Unit, family_reason, plan_prune
 from .policy import RetentionPolicy, check_may_prune, duration_words, policy_due
 
-__all__ = ["PruneResult", "apply_policy", "carry_out", "plan_for", "pruned_note"]
+__all__ = ["BeforeRemoval", "PruneResult", "apply_policy", "carry_out", "plan_for",
+           "pruned_note"]
 
 _log = logging.getLogger(__name__)
 
