@@ -180,8 +180,9 @@ def _remove(journal: Journal, unit: Unit, policy: RetentionPolicy, now: float,
 def _judged_again(journal: Journal, unit: Unit, policy: RetentionPolicy,
                   now: float) -> tuple[str, str] | None:
     """Under the unit's leases: why it must stay now, read afresh (its runs and child runs
-    as they are, forks made since it was planned), or None. The unit's child runs are
-    those found now."""
+    as they are, forks made since it was planned), or None. The unit then holds its runs
+    and child runs as found now."""
+    fresh_runs: list[RunRecord] = []
     fresh_children: list[RunRecord] = []
     for record in unit.runs:
         current = journal.find_run(record.run_id)
@@ -196,8 +197,9 @@ def _judged_again(journal: Journal, unit: Unit, policy: RetentionPolicy,
             if source == record.run_id or source.startswith(record.run_id + "/"):
                 if fork.run_id not in unit.run_ids:
                     return "fork", f"the source of fork {fork.run_id!r}, which is kept"
+        fresh_runs.append(current)
         fresh_children += kids
-    unit.children = fresh_children
+    unit.runs, unit.children = fresh_runs, fresh_children
     return None
 
 
