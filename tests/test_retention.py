@@ -51,10 +51,36 @@ def _run(journal: Journal, run_id: str, at: float, status: Status = Status.DONE,
     return record
 
 
-def _world(journal: Journal, t: float) -> Lease:
+#: Another process executing run ``busy`` (a DONE run replayed, say): it holds the run's
+#: lease, renewing it, until its stdin closes.
+_EXECUTOR = """
+import sys, threading
+from durable_nb.execution.lease import Lease
+from durable_nb.journal import open_journal
+lease = Lease.acquire(open_journal(sys.argv[1]), "busy")
+def renew():
+    while not done.wait(2):
+        lease.renew()
+done = threading.Event()
+threading.Thread(target=renew, daemon=True).start()
+print("held", flush=True)
+sys.stdin.read()
+done.set()
+lease.release()
+"""
+
+
+def _executing_elsewhere(location: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", _EXECUTOR, location], text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert child.stdout.readline().strip() == "held"
+    return child
+
+
+def _world(journal: Journal, t: float) -> None:
     """Runs written at ``t``: those a prune 30 days later removes, one of each kind that
-    must stay, and a second wave written 45 days later. Returns the lease held on ``busy``
-    (a DONE run executing now, as a replay is)."""
+    must stay, and a second wave written 45 days later."""
     for name in ("done-1", "done-2", "withkids", "osrc", "busy", "parent", "src"):
         _run(journal, name, t)
     _run(journal, "failed-1", t, Status.FAILED, error="ValueError: no")
@@ -82,7 +108,6 @@ def _world(journal: Journal, t: float) -> Lease:
     # The second wave.
     _run(journal, "young-1", t + 45 * DAY)
     _run(journal, "young-2", t + 45 * DAY, Status.FAILED, error="ValueError: late")
-    return Lease.acquire(journal, "busy")
 
 
 FIRST_WAVE = {"done-1", "done-2", "failed-1", "cancelled-1", "withkids", "osrc", "osrc@1",
@@ -92,14 +117,24 @@ MUST_STAY = {"waits": "waiting", "runs": "running", "interrupted": "interrupted"
              "KB/a": "running", "KB/b": "running"}
 
 
+_HASH_FILES = """
+import hashlib, sys
+from pathlib import Path
+digest = hashlib.sha256()
+for path in sorted(Path(sys.argv[1]).rglob("*")):
+    if path.is_file() and path.suffix != ".db-shm":  # SQLite's shared memory, readers write it
+        digest.update(str(path).encode() + path.read_bytes())
+print(digest.hexdigest())
+"""
+
+
 def _fingerprint(backend: Backend) -> str:
     """A hash of everything the journal stores (files, or the schema's tables)."""
     if backend.kind == "disk":
-        digest = hashlib.sha256()
-        for path in sorted(Path(backend.location).rglob("*")):
-            if path.is_file() and path.suffix != ".db-shm":
-                digest.update(str(path).encode() + path.read_bytes())
-        return digest.hexdigest()
+        # Hashed by another process: opening and closing the database's files here would
+        # drop this process's SQLite locks on them (POSIX locks are per process).
+        return subprocess.run([sys.executable, "-c", _HASH_FILES, backend.location],
+                              capture_output=True, text=True, check=True).stdout
     tables = ("meta", "runs", "steps", "blobs", "leases", "requests", "deliveries", "batches")
     return hashlib.sha256(repr({t: sorted(backend.sql(f"SELECT * FROM {{s}}.{t}"), key=repr)
                                 for t in tables}).encode()).hexdigest()
@@ -109,7 +144,8 @@ def test_two_waves_pruned_each_kind_that_must_stay_kept_a_second_prune_removes_n
         backend: Backend, tmp_path: Path):
     journal = backend.open()
     t = time.time()
-    busy = _world(journal, t)
+    _world(journal, t)
+    busy = _executing_elsewhere(backend.location)
     try:
         before = _fingerprint(backend)
         dry = dn.prune("30d", journal=journal, now=t + 60 * DAY, dry_run=True)
@@ -146,7 +182,7 @@ def test_two_waves_pruned_each_kind_that_must_stay_kept_a_second_prune_removes_n
                 for run in MUST_STAY if run != "src"} == \
             {run: rule for run, rule in MUST_STAY.items() if run != "src"}
     finally:
-        busy.release()
+        busy.communicate("", timeout=60)
 
     events = journal.journal_events()
     assert [(e["kind"], e["runs"], e["by"], e["via"]) for e in events] == [
@@ -251,6 +287,13 @@ def test_the_command_line_prunes_exports_and_says_so_in_runs_and_show(
     assert _cli(backend.location, "retention").stdout.startswith(
         "retention policy: prune DONE runs unchanged for 90 days, at most every 1 day")
     assert "no retention policy" in _cli(backend.location, "retention", "--off").stdout
+
+    _run(journal, "old-3", t)
+    assert _cli(backend.location, "retention", "--older-than", "30d").returncode == 0
+    swept = _cli(backend.location, "sweep", "--once")
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stdout.strip().endswith("pruned 1 run by the journal's retention policy")
+    assert journal.find_run("old-3") is None and journal.find_run("waits") is not None
 
 
 @pytest.mark.postgres

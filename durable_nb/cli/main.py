@@ -375,8 +375,9 @@ def sweep_command(journal: Journal, every: float | None = None,
         for run_id, what in ticked.applied.items():
             print(f"{format_time(time.time())} {run_id}: {what} by its deadline's policy")
         if ticked.pruned is not None and ticked.pruned.removed:
-            print(f"{format_time(time.time())} pruned {len(ticked.pruned.removed)} runs by the "
-                  f"journal's retention policy")
+            count = len(ticked.pruned.removed)
+            print(f"{format_time(time.time())} pruned {count} run{'' if count == 1 else 's'} "
+                  f"by the journal's retention policy")
         for run_id, outcome in sent.items():
             print(f"{format_time(time.time())} {run_id}: notified "
                   f"({', '.join(f'{k} {v}' for k, v in outcome.items())})")
