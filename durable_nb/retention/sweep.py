@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -218,9 +217,10 @@ def apply_policy(journal: Journal, now: float | None = None) -> PruneResult | No
         decider, is_decider, _ = journal.decision_authority()
         if decider is not None and not is_decider:
             return None  # a hub's journal: its service applies the policy
+        # Stamped first: another sweeper of the journal (a second server) waits for the
+        # next period rather than prune the same runs at the same moment.
         journal.put_setting("retention-applied", {"at": moment, "pid": os.getpid(),
-                                                  "host": this_host(),
-                                                  "id": uuid.uuid4().hex})
+                                                  "host": this_host()})
         return carry_out(journal, policy, now=moment, by=f"retention policy "
                          f"({approver_name()})", via="policy")
     except (DurableError, OSError) as exc:
