@@ -402,3 +402,26 @@ def test_the_plan_keeps_a_batch_item_asked_for_alone_and_a_chain_of_forks_in_ord
     kept = plan_prune(young_fork, [batch], policy, t + 2 * 86400)
     assert {k.run_id: k.rule for k in kept.kept} == {"r@1@1": "newer", "r@1": "fork",
                                                       "r": "fork"}
+
+
+def test_a_run_resumed_or_forked_after_the_plan_is_judged_again_under_its_lease(
+        backend: Backend, monkeypatch):
+    from durable_nb.retention import sweep
+
+    journal = backend.open()
+    t = time.time()
+    for run_id in ("resumed", "forked", "gone"):
+        _run(journal, run_id, t)
+    policy = RetentionPolicy.of("30d")
+    planned = sweep.plan_for(journal, policy, t + 60 * DAY)
+    # Between the plan and the removal: one run is executed again, another forked.
+    record = journal.get_run("resumed")
+    record.status = Status.RUNNING
+    journal.put_run(record)
+    _run(journal, "forked@1", t + 60 * DAY, forked_from={"run_id": "forked", "at_step": 1})
+    monkeypatch.setattr(sweep, "plan_for", lambda *args: planned)
+    result = sweep.carry_out(journal, policy, now=t + 60 * DAY)
+    assert [r.run_id for r in result.removed] == ["gone"]
+    assert {k.run_id: k.rule for k in result.kept} == {"resumed": "running", "forked": "fork"}
+    assert journal.find_run("resumed") is not None and journal.find_run("forked") is not None
+    assert journal.lease("resumed") is None and journal.lease("forked") is None  # released
