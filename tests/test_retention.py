@@ -265,6 +265,11 @@ def test_the_command_line_prunes_exports_and_says_so_in_runs_and_show(
     assert _fingerprint(backend) == before
     assert dry.stdout.splitlines()[0].startswith("would remove 2 runs (DONE 1, FAILED 1)")
     assert "waits  it waits for a decision" in dry.stdout
+    listed = json.loads(_cli(backend.location, "prune", "--older-than", "30d", "--dry-run",
+                             "--json").stdout)
+    assert (listed["dry_run"], sorted(listed["removed"])) == (True, ["old-1", "old-2"])
+    assert {k["run_id"]: k["rule"] for k in listed["kept"]} == {"waits": "waiting",
+                                                                 "new": "newer"}
 
     done = _cli(backend.location, "prune", "--older-than", "30d", "--export",
                 str(tmp_path / "audit"))

@@ -432,7 +432,7 @@ def near_runs(run_id: str, journal: Any = None) -> str:
     return f" Did you mean {' or '.join(repr(c) for c in close)}?"
 
 
-def pruned_since(journal: Any) -> str:
+def _pruned_since(journal: Any) -> str:
     """`` (312 runs pruned on ... by ...: it may have been one.)`` when runs were pruned
     from ``journal``; empty otherwise, and when it cannot be read."""
     try:
@@ -470,7 +470,7 @@ def _explained(exc: BaseException, args: argparse.Namespace) -> str:
     journals below this folder when the default one is not there."""
     if isinstance(exc, UnknownRun):
         return (f"{exc}{near_runs(exc.run_id, getattr(args, 'source', None) or args.journal)}"
-                f"{pruned_since(getattr(args, 'source', None) or args.journal)}")
+                f"{_pruned_since(getattr(args, 'source', None) or args.journal)}")
     if isinstance(exc, NoJournal) and args.journal is None \
             and Path(exc.location).resolve() == Path(default_location()).resolve():
         found = journals_below(Path.cwd())
