@@ -22,6 +22,8 @@ from .errors import (
     McpServerUnavailable,
     MissingExtra,
     NotifyConfigError,
+    PruneRefused,
+    RetentionError,
     BudgetExhausted,
     ContextNotActive,
     CorruptEntry,
@@ -58,6 +60,9 @@ from .journal import DiskJournal, Journal, RunRecord, Status, StepEntry, open_jo
 from .registry import (RunInfo, approve, cancel, copy_run, delete, get_run, reject, rerun_from,
                        reset, runs)
 from .execution.retry import RetryPolicy
+from .retention.policy import RetentionPolicy
+from .retention.prune import prune
+from .retention.sweep import PruneResult
 from .runner import RunOptions, execute
 from .serde import register_type
 from .llm.tools import Tool, tool
@@ -103,6 +108,10 @@ __all__ = [
     "NotJournaled",
     "ReplayDiverged",
     "Price",
+    "PruneRefused",
+    "PruneResult",
+    "RetentionError",
+    "RetentionPolicy",
     "RetryPolicy",
     "RunCancelled",
     "RunExpired",
@@ -134,6 +143,7 @@ __all__ = [
     "load_ipython_extension",
     "map",
     "open_journal",
+    "prune",
     "register_type",
     "reject",
     "rerun_from",

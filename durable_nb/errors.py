@@ -39,6 +39,8 @@
     ├── DecisionNeeded                a notebook stops until a person decides (Run All halts)
     ├── MissingExtra                  a feature's extra is not installed (also an ImportError)
     ├── NotifyConfigError             the notification configuration is wrong (also a ValueError)
+    ├── RetentionError                a prune's options or a retention policy are wrong (a ValueError)
+    ├── PruneRefused                  on a JupyterHub, only its durable-nb service prunes runs
     └── DeliveryFailed                one attempt to send a notification failed (recorded, never raised)
 
 This module imports nothing else from the package, so any module can import it.
@@ -77,7 +79,9 @@ __all__ = [
     "NotJournaled",
     "RefusedByHub",
     "NotifyConfigError",
+    "PruneRefused",
     "ReplayDiverged",
+    "RetentionError",
     "RunCancelled",
     "RunExpired",
     "RunLeased",
@@ -440,6 +444,17 @@ class ApprovalPolicyError(DurableError, ValueError):
 class NotifyConfigError(DurableError, ValueError):
     """The notification configuration (a notify.toml, DURABLE_NB_NOTIFY_*, a run's
     ``notify=``) is wrong: the message names the file or field."""
+
+
+class RetentionError(DurableError, ValueError):
+    """A prune's options or a journal's retention policy are wrong (``--older-than``, the
+    statuses): the message says which and what is accepted."""
+
+
+class PruneRefused(DurableError):
+    """Pruning refused on a journal set up for a JupyterHub (:mod:`durable_nb.hub`): only
+    the hub's durable-nb service removes history there, by the journal's retention policy.
+    The message, one line, names its database role. Nothing was removed."""
 
 
 class DeliveryFailed(DurableError):

@@ -36,6 +36,7 @@ from .journal import (
 from .journal.base import StatusFilter
 from .journal.edits import child_runs
 from .execution import attempts
+from .execution.attempts import stopped_by_interrupt
 from .approvals.tick import apply_deadline, write_escalation
 from .execution.lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .execution.live import live_execution
@@ -386,16 +387,6 @@ def is_interrupted(record: RunRecord, journal: Journal) -> bool:
     elif record.status is not Status.FAILED or not stopped_by_interrupt(record):
         return False
     return lease_holder(record.run_id, journal=journal) is None
-
-
-def stopped_by_interrupt(record: RunRecord) -> bool:
-    """FAILED by an interrupt (its last attempt ended ``interrupted`` or
-    ``kernel-restarted``; a record from before attempts were journaled says so in its
-    error)."""
-    last = attempts.current(record)
-    if last is None:
-        return (record.error or "").startswith("interrupted at step")
-    return last.get("end") in ("interrupted", "kernel-restarted")
 
 
 def recorded_decision(info: RunRecord, journal: Journal) -> dict | None:

@@ -549,3 +549,38 @@ def test_bo_answers_a_server_s_question_in_the_service_inbox(hub, service_journa
     decision = find_decision(service_journal, "asks", pending)
     assert (decision["by"], decision["approved"], decision["answer"]) == (
         "bo", True, {"action": "accept", "content": {"branch": "main"}})
+
+
+def test_her_prune_is_refused_and_the_service_s_sweep_prunes_by_the_policy(hub,
+                                                                          service_journal):
+    """Retention on a real hub (issue 42): ana's terminal cannot prune nor set the policy;
+    the service's sweep (every second here) applies the policy the administrator set."""
+    from durable_nb.retention.policy import RetentionPolicy, set_policy
+
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token,
+                        "import subprocess, sys\nimport durable_nb as dn\n"
+                        "print(dn.execute('prune-hub-old', lambda ctx: ctx.run('a', "
+                        "lambda: 'done')))\n"
+                        "for args in (['prune', '--older-than', '1s'], "
+                        "['retention', '--older-than', '1s']):\n"
+                        "    p = subprocess.run([sys.executable, '-m', 'durable_nb.cli', *args],"
+                        " capture_output=True, text=True)\n"
+                        "    print(p.returncode, p.stderr.strip())\n")
+    lines = out.strip().splitlines()
+    assert lines[0] == "done", out
+    refusal = (f"durable-nb: error: on this hub's journal only the role "
+               f"{hub.database.service_role} (the durable-nb hub service) removes runs, by "
+               f"the journal's retention policy; ask your hub's administrator.")
+    assert lines[1:] == [f"1 {refusal}", f"1 {refusal}"], out
+    assert service_journal.find_run("prune-hub-old").status is Status.DONE
+
+    set_policy(service_journal, RetentionPolicy.of("1s", prefix="prune-hub-", every="1s"))
+    try:
+        deadline = time.monotonic() + 120
+        while service_journal.find_run("prune-hub-old") is not None:
+            assert time.monotonic() < deadline, hub.tail()
+            time.sleep(0.5)  # the service's sweeper runs every second
+    finally:
+        set_policy(service_journal, None)
+    (event,) = [e for e in service_journal.journal_events() if e["kind"] == "pruned"]
+    assert (event["runs"], event["via"], event["statuses"]) == (1, "policy", {"DONE": 1})

@@ -17,12 +17,14 @@ def test_exported_names_are_exactly_the_public_api():
         "EndpointError", "IncompatibleJournal", "InputChanged", "ItemResult", "Journal",
         "JournalError", "JournalMismatch", "JournalNotWritable", "JournalUnavailable",
         "JournalWriteError", "NoJournal", "NoPendingApproval", "NotAllowedToDecide", "NotJournaled",
-        "Price", "RefusedByHub", "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunCheck", "RunExpired", "RunInfo", "RunLeased",
+        "Price", "PruneRefused", "PruneResult", "RefusedByHub", "RetentionError",
+        "RetentionPolicy", "ReplayDiverged", "RetryPolicy", "RunCancelled", "RunCheck", "RunExpired",
+        "RunInfo", "RunLeased",
         "RunOptions", "RunRecord", "SerializationError", "Status", "StepEntry", "StepFailed",
         "TerminalError", "TokenUsage", "Tool", "UnknownRun", "UnserializableResult",
         "UnsupportedClientCall", "approve", "assistant_message",
         "batch", "cancel", "check", "copy_run", "delete", "execute", "get_run", "item_keys",
-        "load_ipython_extension", "map", "open_journal",
+        "load_ipython_extension", "map", "open_journal", "prune",
         "register_type", "reject", "rerun_from", "reset", "runs", "tool", "tracing",
         "unload_ipython_extension"}
     for name in durable_nb.__all__:
@@ -33,7 +35,7 @@ def test_every_error_is_a_durable_error():
     errors = [getattr(durable_nb, n) for n in durable_nb.__all__
               if isinstance(getattr(durable_nb, n), type)
               and issubclass(getattr(durable_nb, n), Exception)]
-    assert len(errors) == 38
+    assert len(errors) == 40
     assert all(issubclass(e, durable_nb.DurableError) for e in errors)
 
 

@@ -24,6 +24,8 @@ from .. import registry
 from ..batches.batch import batch as read_batch
 from .answer import HELP as ANSWER_HELP, add_answer_command, answer_command
 from .check import HELP as CHECK_HELP, add_check_command, check_command
+from .prune import (HELP as PRUNE_HELP, add_prune_commands, pruned_note, retention_command,
+                    run_prune_command)
 from .show import (ITEM_STATUSES, RUN_STATUSES, effective_json, effective_states,
                        format_batch, format_batches, format_run, format_runs, list_runs,
                        more_runs_note, parse_item_status, parse_status, statuses_help)
@@ -125,6 +127,7 @@ COMMANDS = {
     "cancel": "stop the run at its next step (status CANCELLED)",
     "reset": "forget steps N and later (--from N), so they run again",
     "delete": "delete the run and its journal",
+    **PRUNE_HELP,
     "export": "write the run as a notebook (.ipynb) or JSON",
     "check": CHECK_HELP,
     "trace": "send the run's finished attempts as OpenTelemetry spans (--to OTLP_URL)",
@@ -247,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("delete", help=COMMANDS["delete"])
     p.add_argument("run_id", metavar="RUN")
 
+    add_prune_commands(sub)
     p = sub.add_parser("export", help=COMMANDS["export"])
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--to", required=True, metavar="FILE", help="output file")
@@ -307,6 +311,8 @@ def _run(args: argparse.Namespace) -> int:
         return check_command(args)
     if args.command == "sweep":
         return sweep_command(open_journal(args.journal), args.every)
+    if args.command in ("prune", "retention"):
+        return (run_prune_command if args.command == "prune" else retention_command)(args)
     if args.command in ("runs", "show", "export", "batches", "batch", "trace"):
         journal = open_journal(args.journal, read_only=True)
     else:
@@ -322,9 +328,10 @@ def _run(args: argparse.Namespace) -> int:
                               for r in records], indent=2))
         else:
             print(format_runs(records, interrupted, effective))
-            note = more_runs_note(len(records), more, "durable-nb runs")
-            if note:
-                print(note)
+            for note in (more_runs_note(len(records), more, "durable-nb runs"),
+                         pruned_note(journal)):
+                if note:
+                    print(note)
     elif args.command == "batches":
         rows = batch_rows(journal)
         print(json.dumps(rows, indent=2) if args.json else format_batches(rows))
@@ -373,6 +380,10 @@ def sweep_command(journal: Journal, every: float | None = None,
         ticked, sent = sweep_journal(journal, for_journal(journal))
         for run_id, what in ticked.applied.items():
             print(f"{format_time(time.time())} {run_id}: {what} by its deadline's policy")
+        if ticked.pruned is not None and ticked.pruned.removed:
+            count = len(ticked.pruned.removed)
+            print(f"{format_time(time.time())} pruned {count} run{'' if count == 1 else 's'} "
+                  f"by the journal's retention policy")
         for run_id, outcome in sent.items():
             print(f"{format_time(time.time())} {run_id}: notified "
                   f"({', '.join(f'{k} {v}' for k, v in outcome.items())})")
@@ -427,6 +438,16 @@ def near_runs(run_id: str, journal: Any = None) -> str:
     return f" Did you mean {' or '.join(repr(c) for c in close)}?"
 
 
+def _pruned_since(journal: Any) -> str:
+    """`` (312 runs pruned on ... by ...: it may have been one.)`` when runs were pruned
+    from ``journal``; empty otherwise, and when it cannot be read."""
+    try:
+        note = pruned_note(open_journal(journal, read_only=True))
+    except (DurableError, OSError):
+        return ""
+    return f" ({note}: it may have been one of them.)" if note else ""
+
+
 def _reader_gone() -> int:
     """The reader of our output left (``durable-nb show RUN | head``): end quietly, as a
     Unix tool ended by SIGPIPE does (exit 141), with nothing more written to the pipe."""
@@ -454,7 +475,8 @@ def _explained(exc: BaseException, args: argparse.Namespace) -> str:
     """The error's message, with where to look next: run ids close to one not found, the
     journals below this folder when the default one is not there."""
     if isinstance(exc, UnknownRun):
-        return f"{exc}{near_runs(exc.run_id, getattr(args, 'source', None) or args.journal)}"
+        return (f"{exc}{near_runs(exc.run_id, getattr(args, 'source', None) or args.journal)}"
+                f"{_pruned_since(getattr(args, 'source', None) or args.journal)}")
     if isinstance(exc, NoJournal) and args.journal is None \
             and Path(exc.location).resolve() == Path(default_location()).resolve():
         found = journals_below(Path.cwd())

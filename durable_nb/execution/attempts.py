@@ -67,7 +67,7 @@ from .lease import Lease
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
            "history_lines", "last_reset", "note_decision", "note_interrupted", "note_replayed",
            "note_rerun", "note_reset", "note_spans_resent", "note_trace", "resumed_words",
-           "source_of", "step_sources"]
+           "source_of", "step_sources", "stopped_by_interrupt"]
 
 #: Attempts a record keeps (the older ones are counted in ``attempts_dropped``).
 KEEP = 20
@@ -104,6 +104,16 @@ _RESTART_WINDOW = 10.0
 def current(record: RunRecord) -> dict | None:
     """The record's latest attempt, or None."""
     return record.attempts[-1] if record.attempts else None
+
+
+def stopped_by_interrupt(record: RunRecord) -> bool:
+    """FAILED by an interrupt (its last attempt ended ``interrupted`` or
+    ``kernel-restarted``; a record from before attempts were journaled says so in its
+    error)."""
+    last = current(record)
+    if last is None:
+        return (record.error or "").startswith("interrupted at step")
+    return last.get("end") in ("interrupted", "kernel-restarted")
 
 
 def begin(record: RunRecord, from_step: int, source: str | None,

@@ -33,7 +33,8 @@ from typing import Union
 from ..errors import JournalError, UnknownRun
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
-__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "delivery_text", "StatusFilter", "check_request_kind",
+__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "SETTINGS", "Journal", "delivery_text", "StatusFilter",
+           "check_request_kind", "check_setting",
            "position_taken_advice", "read_only_error", "select_runs", "wanted_statuses"]
 
 #: What :class:`~durable_nb.errors.RunLeased` tells an executor whose write was refused
@@ -47,6 +48,17 @@ FENCED_ADVICE = ("this executor was fenced out: it lost the run's lease (it stal
 #: (:mod:`durable_nb.approvals.request`); ``decision`` alone is what older versions wrote.
 REQUEST_KINDS = ("decision", "cancel")
 _DECISION_KIND = re.compile(r"decision\.[0-9a-f]{32}")
+
+
+#: The journal-wide settings a journal keeps (:meth:`Journal.setting`): ``retention``, the
+#: policy its sweep applies, and ``retention-applied``, when that sweep last applied it
+#: (:mod:`durable_nb.retention`).
+SETTINGS = ("retention", "retention-applied")
+
+
+def check_setting(name: str) -> None:
+    if name not in SETTINGS:
+        raise ValueError(f"unknown journal setting {name!r}: use one of {', '.join(SETTINGS)}")
 
 
 #: The key prefix of a run's history events among its keyed records.
@@ -108,6 +120,9 @@ class Journal(abc.ABC):
     #: True for a journal opened with ``read_only=True``: it never creates or writes
     #: anything, and its write methods raise :class:`~durable_nb.errors.JournalError`.
     read_only: bool = False
+    #: What becomes of the space of deleted runs, when the journal's size does not tell it
+    #: (:meth:`reclaim_space`); said beside sizes measured around a prune.
+    reclaimed_space_note: str = ""
     #: True when :meth:`wait_for_request` is told of new requests by the backend and waits
     #: without reading (PostgreSQL's LISTEN/NOTIFY); False when it polls.
     notifies: bool = False
@@ -420,6 +435,45 @@ class Journal(abc.ABC):
         """The history of run ``run_id``, oldest first."""
         return [value for key, value in sorted(self._run_records(run_id).items())
                 if key.startswith(HISTORY_PREFIX)]
+
+    # -- the journal's own settings and history ----------------------------------------------
+
+    def setting(self, name: str) -> dict | None:
+        """The journal-wide setting ``name`` (one of :data:`SETTINGS`), or None."""
+        check_setting(name)
+        return None
+
+    def put_setting(self, name: str, value: dict | None) -> None:
+        """Store the journal-wide setting ``name`` (None: remove it). On a journal set up
+        for a hub only the service's role may (the database refuses the others)."""
+        raise JournalError(f"the journal at {self.location} keeps no settings")
+
+    def add_journal_event(self, event: dict) -> None:
+        """Append ``event`` (JSON data) to the journal's own history: what happened to the
+        journal as a whole (runs pruned), kept when the runs it names are gone."""
+        raise JournalError(f"the journal at {self.location} keeps no history of its own")
+
+    def journal_events(self) -> list[dict]:
+        """The journal's own history, oldest first (none: ``[]``)."""
+        return []
+
+    def delete_batch(self, batch_id: str, items: dict[str, str | None],
+                     children: Iterable[str] = ()) -> None:
+        """Remove the batch record with its item runs ``items`` (run id -> the lease token
+        held on it, or None) and ``children`` (the items' child runs), with their steps,
+        blobs, leases and requests, in one transaction: the batch goes whole or not at all.
+        Where a token no longer holds its item's lease,
+        :class:`~durable_nb.errors.RunLeased` and nothing is removed."""
+        raise JournalError(f"the journal at {self.location} cannot delete a batch")
+
+    def size_on_disk(self) -> int:
+        """Bytes the journal takes where it is stored (a directory's files, a schema's
+        tables with their indexes and TOAST), for reports of space reclaimed."""
+        return 0
+
+    def reclaim_space(self) -> None:
+        """Give the space of deleted runs back (SQLite's ``VACUUM``; PostgreSQL's
+        ``VACUUM`` of the journal's tables), after a prune."""
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -9,6 +9,8 @@ Keys are strings::
     step:ID:N            the entry at position N of the run
     blob:ID:DIGEST       an input part stored once per run (chat messages, tool schemas)
     lease:ID             who executes the run now (token, pid, host, heartbeat)
+    setting:NAME         a journal-wide setting (the retention policy)
+    journal-event:T-R    the journal's own history (runs pruned), by time
     decision.A:ID        a decision on the run's approval A, waiting for the executor
     decision:ID          the same, as durable_nb wrote it before approvals had ids
     cancel:ID            a cancel request waiting for the executor
@@ -42,6 +44,7 @@ import json
 import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,6 +58,7 @@ from .base import (
     REQUEST_KINDS,
     Journal,
     StatusFilter,
+    check_setting,
     position_taken_advice,
     read_only_error,
     select_runs,
@@ -94,6 +98,9 @@ FORMAT_VERSION = 2
 Durability = Literal["process", "power"]
 _SYNCHRONOUS = {"process": 1, "power": 2}  # SQLite NORMAL, FULL
 
+
+#: reclaim_space VACUUMs when at least 1/VACUUM_FREE_SHARE of the database's pages are free.
+VACUUM_FREE_SHARE = 4
 
 #: Runs whose verified lease text a DiskJournal keeps (see DiskJournal._fenced).
 _HELD_KEPT = 1024
@@ -409,11 +416,68 @@ class DiskJournal(DiskRunCoordination, Journal):
         with self._cache._transact(retry=True) as (sql, cleanup):
             self._fenced(run_id, token, sql)
             for gone in (*children, run_id):
-                keys = [*self._step_keys(sql, gone, 0), *self._blob_keys(sql, gone),
-                        f"run:{gone}", f"lease:{gone}",
-                        *(request_key(kind, gone) for kind in REQUEST_KINDS),
-                        *self._decision_keys(sql, gone), *self._delivery_keys(sql, gone)]
-                self._delete_rows(sql, cleanup, keys)
+                self._delete_rows(sql, cleanup, self._run_keys(sql, gone))
+
+    def delete_batch(self, batch_id: str, items: dict[str, str | None],
+                     children: Iterable[str] = ()) -> None:
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        with self._cache._transact(retry=True) as (sql, cleanup):
+            for item, token in items.items():
+                self._fenced(item, token, sql)
+            for gone in (*children, *items):
+                self._delete_rows(sql, cleanup, self._run_keys(sql, gone))
+            self._delete_rows(sql, cleanup, [f"batch:{batch_id}"])
+
+    def _run_keys(self, sql: Callable, run_id: str) -> list[str]:
+        """Inside a transaction: every key of the run (record, steps, blobs, lease,
+        requests, decisions, deliveries and history)."""
+        return [*self._step_keys(sql, run_id, 0), *self._blob_keys(sql, run_id),
+                f"run:{run_id}", f"lease:{run_id}",
+                *(request_key(kind, run_id) for kind in REQUEST_KINDS),
+                *self._decision_keys(sql, run_id), *self._delivery_keys(sql, run_id)]
+
+    # -- the journal's own settings and history ----------------------------------------------
+
+    def setting(self, name: str) -> dict | None:
+        check_setting(name)
+        return self._read_json(f"setting:{name}")
+
+    def put_setting(self, name: str, value: dict | None) -> None:
+        check_setting(name)
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        if value is None:
+            self._cache.delete(f"setting:{name}", retry=True)
+        else:
+            self._set_json(f"setting:{name}", value)
+
+    def add_journal_event(self, event: dict) -> None:
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        self._cache.add(f"journal-event:{time.time_ns():020d}-{uuid.uuid4().hex[:8]}",
+                        json.dumps(event, separators=(",", ":")), retry=True)
+
+    def journal_events(self) -> list[dict]:
+        return [json.loads(text) for _, text in self._range("journal-event:")]
+
+    def size_on_disk(self) -> int:
+        return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
+
+    def reclaim_space(self) -> None:
+        """Value files of deleted entries went with their rows. The SQLite database is
+        ``VACUUM``ed (rewritten without its free pages) when a quarter or more of its pages
+        are free; fewer are left for new rows to reuse (a ``VACUUM`` rewrites the whole
+        file, which a large journal should not pay for a few runs). Then a checkpoint
+        empties the write-ahead log."""
+        if self.read_only:
+            raise read_only_error(self.location, "be written")
+        sql = self._cache._sql
+        free, pages = (sql(f"PRAGMA {name}").fetchone()[0]
+                       for name in ("freelist_count", "page_count"))
+        if free * VACUUM_FREE_SHARE >= pages:
+            retry_locked(lambda: sql("VACUUM"))
+        retry_locked(lambda: sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
 
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
         if self.read_only:

@@ -591,6 +591,22 @@ class PgSchema:
             "deliveries": f"SELECT key, value FROM {s}.deliveries WHERE run_id = %s ORDER BY key",
             **{f"delete_{table}": f"DELETE FROM {s}.{table} WHERE run_id = %s"
                for table in ("steps", "blobs", "leases", "requests", "deliveries", "runs")},
+            "delete_batch": f"DELETE FROM {s}.batches WHERE batch_id = %s",
+            # The journal's settings and own history: rows of meta under keys of their own
+            # (setting/NAME, event/TIME-RANDOM); on a hub only the service's role writes meta.
+            "get_meta": f"SELECT value FROM {s}.meta WHERE key = %s",
+            "put_meta": f"INSERT INTO {s}.meta (key, value) VALUES (%s, %s) "
+                        f"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            "add_meta": f"INSERT INTO {s}.meta (key, value) VALUES (%s, %s) "
+                        f"ON CONFLICT DO NOTHING",
+            "delete_meta": f"DELETE FROM {s}.meta WHERE key = %s",
+            "journal_events": f"SELECT value FROM {s}.meta WHERE key LIKE 'event/%%' "
+                              f"ORDER BY key COLLATE \"C\"",
+            "size_on_disk": "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) "
+                            "FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+                            "WHERE n.nspname = %s AND c.relkind = 'r'",
+            "vacuum": f"VACUUM {s}.runs, {s}.steps, {s}.blobs, {s}.leases, {s}.requests, "
+                      f"{s}.deliveries, {s}.batches, {s}.meta",
         }
 
     def _schema_version(self, conn: Any) -> int | None:

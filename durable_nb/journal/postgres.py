@@ -79,9 +79,11 @@ records (deliveries, history events); :mod:`.pg_listen` the ``LISTEN`` connectio
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -90,6 +92,7 @@ from .base import (
     FENCED_ADVICE,
     Journal,
     StatusFilter,
+    check_setting,
     position_taken_advice,
     select_runs,
     wanted_statuses,
@@ -131,6 +134,8 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
     """
 
     notifies = True
+    reclaimed_space_note = ("PostgreSQL keeps the space freed inside its tables, and reuses "
+                            "it for new runs")
 
     def __init__(self, url: str, *, read_only: bool = False, pool_size: int = 8,
                  connect_timeout: float = 10.0, retry_for: float = RETRY_FOR) -> None:
@@ -318,6 +323,69 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
                         conn.execute(self._sql[f"delete_{table}"], (gone,))
         if fenced:
             raise RunLeased(run_id, self.lease(run_id) or {}, advice=FENCED_ADVICE)
+
+    def delete_batch(self, batch_id: str, items: dict[str, str | None],
+                     children: Iterable[str] = ()) -> None:
+        self._writable("delete a batch")
+        fenced = None
+        with self._conn("deleting a batch") as conn:
+            with conn.transaction():
+                fenced = next((item for item, token in items.items()
+                               if not self._holds(conn, item, token)), None)
+                for gone in () if fenced is not None else (*children, *items):
+                    for table in ("leases", "requests", "deliveries", "steps", "blobs", "runs"):
+                        conn.execute(self._sql[f"delete_{table}"], (gone,))
+                if fenced is None:
+                    conn.execute(self._sql["delete_batch"], (batch_id,))
+        if fenced is not None:
+            raise RunLeased(fenced, self.lease(fenced) or {}, advice=FENCED_ADVICE)
+
+    # -- the journal's own settings and history (rows of ``meta``) ------------------------------
+
+    @retried
+    def setting(self, name: str) -> dict | None:
+        check_setting(name)
+        with self._conn("reading a setting") as conn:
+            row = conn.execute(self._sql["get_meta"], (f"setting/{name}",)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    @retried
+    def put_setting(self, name: str, value: dict | None) -> None:
+        check_setting(name)
+        self._writable("write a setting")
+        with self._conn("writing a setting") as conn:
+            if value is None:
+                conn.execute(self._sql["delete_meta"], (f"setting/{name}",))
+            else:
+                conn.execute(self._sql["put_meta"], (f"setting/{name}", json.dumps(value)))
+
+    @retried
+    def add_journal_event(self, event: dict) -> None:
+        self._writable("write the journal's history")
+        key = f"event/{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        with self._conn("writing the journal's history") as conn:
+            conn.execute(self._sql["add_meta"], (key, json.dumps(event)))
+
+    @retried
+    def journal_events(self) -> list[dict]:
+        with self._conn("reading the journal's history") as conn:
+            rows = conn.execute(self._sql["journal_events"]).fetchall()
+        return [json.loads(text) for text, in rows]
+
+    @retried
+    def size_on_disk(self) -> int:
+        """The schema's tables, with their indexes and TOAST (``pg_total_relation_size``)."""
+        with self._conn("measuring the journal") as conn:
+            return int(conn.execute(self._sql["size_on_disk"], (self.schema,)).fetchone()[0])
+
+    def reclaim_space(self) -> None:
+        """``VACUUM`` of the journal's tables: the deleted rows' space (and their TOAST's)
+        is free for new rows, and empty pages at a table's end go back to the system. The
+        file of a table keeps pages freed in its middle (``VACUUM FULL`` or pg_repack
+        would return them, taking the table's lock). Only the tables' owner can."""
+        self._writable("reclaim space")
+        with self._conn("vacuuming the journal") as conn:
+            conn.execute(self._sql["vacuum"])
 
     def _holds(self, conn: Any, run_id: str, token: str | None) -> bool:
         """Inside a transaction: whether ``token`` (None: anyone) holds the run's lease, the

@@ -37,6 +37,7 @@ from ..cli.show import (
     parse_status,
 )
 from ..cli.usage import explain_usage
+from ..retention.sweep import pruned_note
 from ..errors import (
     ApprovalPolicyError,
     DurableError,
@@ -657,9 +658,10 @@ class DurableMagics(Magics):
                                         if is_interrupted(r, journal)
                                         and active_run(r.run_id) is None],
                               effective_states(journal, records)))
-            note = more_runs_note(len(records), more, "%durable runs")
-            if note:
-                print(note)
+            for note in (more_runs_note(len(records), more, "%durable runs"),
+                         pruned_note(journal)):
+                if note:
+                    print(note)
         elif args.command == "check":
             self._check_runs(args, journal)
         elif args.command == "batches":

@@ -54,7 +54,7 @@ def sweep_allowed(server_url: str | None = None) -> tuple[dict[str, dict], float
                 # Read through the handle the listing shares; opened for writing only when
                 # a deadline is due (a journal this server only reads is left alone).
                 ticked = tick(known.open())
-                if ticked.overdue:
+                if ticked.overdue or ticked.prune_due:
                     ticked = tick(known.open(write=True))
             if ticked.next_due is not None:
                 dues.append(ticked.next_due)
