@@ -138,3 +138,14 @@ def test_a_request_that_does_not_fit_its_endpoint_names_the_field_and_its_kind(s
         assert api(path, method="POST", expect=400, body=body)["message"].startswith(said)
     assert api("runs", params={"limit": "0"}, expect=400)["message"] == \
         "'limit' must be a whole number from 1 to 500 (runs per page)"
+
+
+def test_every_route_is_a_documented_endpoint_served_with_its_method():
+    from durable_nb.server.handlers import HANDLERS
+
+    assert sorted(h.endpoint.path for h in HANDLERS) == sorted(e.path for e in ENDPOINTS)
+    for handler in HANDLERS:
+        method = handler.endpoint.method.lower()
+        assert method in vars(handler), (handler.__name__, method)
+        other = {"get": "post", "post": "get"}[method]
+        assert other not in vars(handler), (handler.__name__, other)
