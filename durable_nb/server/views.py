@@ -94,9 +94,10 @@ def _pending(record: RunRecord) -> dict | None:
 def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
                 interrupted: bool | None = None, root_dir: str | None = None,
                 notified: Notified | None = None) -> dict:
-    """A RunSummary (see API.md). ``interrupted``: known already (else one lease read for a
-    RUNNING run); a WAITING_APPROVAL run costs one read for a decision not taken yet, and one
-    for its notifications unless ``notified`` (the journal's facts) has them.
+    """A run as ``GET runs`` lists it (:data:`.api.RUNS`). ``interrupted``: known already
+    (else one lease read for a RUNNING run); a WAITING_APPROVAL run costs one read for a
+    decision not taken yet, and one for its notifications unless ``notified`` (the journal's
+    facts) has them.
     Where it comes from: ``journal`` (id), ``journal_location`` (as shown: a PostgreSQL
     URL without its password) and ``journal_name`` (relative to the server root under it);
     ``notebook`` (under the server root, what Lab opens; None elsewhere) and
