@@ -104,6 +104,8 @@ def test_every_example_the_reference_shows_is_answered_as_documented(shared, api
                              expect=example.status)
             if example.status == 200:
                 _answered_as_documented(endpoint, answer)
+            else:  # the refusal the page shows, word for word
+                assert json.dumps({"message": answer["message"]}, indent=2) in rendered
             sent += 1
     assert sent == sum(len(e.examples) for e in ENDPOINTS) >= 12
 

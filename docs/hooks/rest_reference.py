@@ -46,8 +46,24 @@ def _example(endpoint: Any, example: Any) -> list[str]:
         query = "&".join(f"{k}={v}" for k, v in example.request.items())
         shown = f"GET {endpoint.path}" + (f"?{query}" if query else "")
         return [f"*{example.title}*{answered}: `{shown}`", ""]
-    return [f"*{example.title}*{answered}: `POST {endpoint.path}`", "", "```json",
-            json.dumps(example.request, indent=2), "```", ""]
+    lines = [f"*{example.title}*{answered}: `POST {endpoint.path}`", "", "```json",
+             json.dumps(example.request, indent=2), "```", ""]
+    refusal = _refusal(endpoint, example.request)
+    if refusal is not None:
+        lines += ["The answer:", "", "```json", json.dumps({"message": refusal}, indent=2),
+                  "```", ""]
+    return lines
+
+
+def _refusal(endpoint: Any, body: dict) -> str | None:
+    """What the server answers a body that does not fit (its check, not a copy of it)."""
+    from durable_nb.server.api import RequestError
+
+    try:
+        endpoint.check_body(body)
+    except RequestError as exc:
+        return str(exc)
+    return None
 
 
 def rest_reference() -> str:
