@@ -4,10 +4,10 @@ The allowed journals are ``$DURABLE_NB_JOURNAL`` and ``$DURABLE_NB_DIR`` (of the
 environment) and those in the user's journal index (:mod:`durable_nb.journal.index`: every
 journal a process of this user opened). This server's own (:func:`server_journals`, what a
 listing shows unless asked for all) are the configured ones and those under its root
-directory; the others are another folder's or another program's. A request names a journal by its id
-(:func:`~durable_nb.journal.index.journal_id`) or by its location; a location that is not one
-of the allowed ones is refused (:class:`NotAllowed`), so a request can never make the server
-open, create or write a journal anywhere else.
+directory; the others are another folder's or another program's. A request names a journal
+by its id (:func:`~durable_nb.journal.index.journal_id`) or by its location; a location that
+is not one of the allowed ones is refused (:class:`NotAllowed`), so a request can never make
+the server open, create or write a journal anywhere else.
 """
 
 from __future__ import annotations
