@@ -54,7 +54,7 @@ from .journal import (
     staged_copies,
     this_host,
 )
-from .approvals.policy import approver_name
+from .approvals.policy import starter_name
 from .execution.lease import Lease
 from .execution.live import forget_live, register_live
 from .execution.events import RunFailed, snapshot
@@ -190,7 +190,7 @@ class Runner:
                 source_hash=source_hash(opts.source) if opts.source is not None else None,
                 notebook=opts.notebook, cell_id=opts.cell_id,
                 started_by=(self.parent.record.started_by if self.parent else None)
-                or approver_name(host=False))
+                or starter_name())
             if not self.journal.create_run(record):
                 record = self.journal.get_run(self.run_id)
         if opts.max_iterations is not None:

@@ -43,7 +43,8 @@ def make_hub_database(server, users: tuple[str, ...] = ("ana", "bo", "cy")) -> H
     urls = {"service": url(service), **{user: url(role) for user, role in roles.items()}}
     service_journal = PostgresJournal(urls["service"])
     try:
-        service_journal.become_decider(sorted(roles.values()))
+        service_journal.become_decider(sorted(roles.values()),
+                                       people={role: user for user, role in roles.items()})
     finally:
         service_journal.dispose()
     return HubDatabase(schema, service, roles, urls)

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -155,7 +156,7 @@ def test_her_terminal_with_by_bo_is_refused_as_ana(hub, service_journal):
 
 def test_her_server_api_after_starting_as_cy_is_refused_as_ana(hub, service_journal):
     pending = _park(hub, "as-cy", "import os\nos.environ['DURABLE_NB_USER'] = 'cy'\n")
-    assert pending["started_by"] == "cy"  # what her kernel wrote; the database knows ana
+    assert pending["started_by"] == "ana"  # the hub's user, not what her kernel says
     headers = {"Authorization": f"token {hub.token('ana')}",
                "Content-Type": "application/json"}
     listed = urllib.request.Request(hub.servers["ana"] + "durable-nb/api/journals",
@@ -174,6 +175,31 @@ def test_her_server_api_after_starting_as_cy_is_refused_as_ana(hub, service_jour
     assert "ana started the run" in answer["message"], answer
     assert find_decision(service_journal, "as-cy", pending) is None
     assert [e["by"] for e in _refusals(service_journal, "as-cy")] == ["ana"]
+
+
+def test_a_run_she_starts_naming_cy_shows_her_as_its_starter_everywhere(hub, service_journal):
+    """Issue 41: ``$DURABLE_NB_USER=cy`` in ana's kernel; the record, her server's REST API
+    and her panel say ana started the run, the starter the service checks four-eyes against
+    (on e76e470 all three said cy)."""
+    pending = _park(hub, "starter", "import os\nos.environ['DURABLE_NB_USER'] = 'cy'\n")
+    assert service_journal.get_run("starter").started_by == "ana"
+    assert pending["started_by"] == "ana"
+    headers = {"Authorization": f"token {hub.token('ana')}"}
+    with urllib.request.urlopen(urllib.request.Request(
+            hub.servers["ana"] + "durable-nb/api/journals", headers=headers), timeout=60) as r:
+        (journal,) = json.loads(r.read())["journals"]
+    url = (hub.servers["ana"] + "durable-nb/api/run?" + urllib.parse.urlencode(
+        {"journal": journal["id"], "id": "starter"}))
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
+        assert json.loads(r.read())["record"]["pending_approval"]["started_by"] == "ana"
+    out = run_in_kernel(hub.servers["ana"], hub.admin_token,
+                        "import html, os\nos.environ['DURABLE_NB_USER'] = 'cy'\n"
+                        "from durable_nb.journal import open_journal\n"
+                        "from durable_nb.notebook.approval_view import approval_html\n"
+                        "record = open_journal().get_run('starter')\n"
+                        "print(html.unescape(approval_html(record.pending_approval, "
+                        "'starter')))\n")
+    assert "Who may decide: anyone but ana, who started the run (four-eyes)" in out, out
 
 
 def test_bo_decides_through_the_service_and_ana_s_run_goes_on(hub, service_journal):

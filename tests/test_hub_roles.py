@@ -115,9 +115,10 @@ def test_the_service_decides_as_the_hub_user_with_the_starter_the_database_recor
         team, monkeypatch):
     database, journals = team
     config = HubConfig(roles=database.user_roles)
-    # ana starts the run as cy (her kernel's DURABLE_NB_USER): the database knows better.
+    # ana starts the run as cy (her kernel's DURABLE_NB_USER): the database knows better,
+    # and every reader shows the hub user of the role that created the run (issue 41).
     pending = _park(journals["ana"], monkeypatch, "cy")
-    assert pending["started_by"] == "cy" and pending["four_eyes"]
+    assert pending["started_by"] == "ana" and pending["four_eyes"]
     with pytest.raises(dn.NotAllowedToDecide, match="ana started the run"):
         decide_as(journals["service"], config, "r", user="ana", approved=True, note=None,
                   via="hub inbox", request_id=pending["id"], digest=pending["digest"])
@@ -131,6 +132,27 @@ def test_the_service_decides_as_the_hub_user_with_the_starter_the_database_recor
     assert dn.execute("r", _drop("staging", dropped), journal=journals["ana"]) == \
         "dropped staging"
     assert dropped == ["staging"]
+
+
+def test_the_starter_every_reader_shows_is_the_hub_user_of_the_role_that_created_the_run(
+        team, monkeypatch, postgres_server):
+    """Issue 41: ana's kernel names cy twice ($DURABLE_NB_USER and a $JUPYTERHUB_USER she
+    set herself); her record says cy, but her journal, bo's and the service's read ana, the
+    hub user of the role that created the run, and so does the panel (on e76e470 all said cy)."""
+    from durable_nb.notebook.approval_view import approval_html
+
+    database, journals = team
+    monkeypatch.setenv("JUPYTERHUB_USER", "cy")
+    pending = _park(journals["ana"], monkeypatch, "cy")
+    with postgres_server.connect() as conn:  # what her kernel wrote
+        written = conn.execute(f"SELECT record::json ->> 'started_by' FROM "
+                               f"{database.schema}.runs WHERE run_id = 'r'").fetchone()[0]
+    assert written == "cy"
+    for who in ("ana", "bo", "service"):
+        record = journals[who].get_run("r")
+        assert (record.started_by, record.pending_approval["started_by"]) == ("ana", "ana")
+        assert [r.started_by for r in journals[who].list_runs()] == ["ana"]
+    assert "anyone but ana, who started the run (four-eyes)" in approval_html(pending, "r")
 
 
 def test_without_a_decider_a_shared_journal_decides_as_before(postgres_server, monkeypatch):

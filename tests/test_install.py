@@ -29,6 +29,7 @@ import pytest
 
 from durable_nb.devsetup import LABEXTENSION, SERVER_CONFIG, dev_setup
 from durable_nb.notebook import extensions
+from durable_nb.server.api import API_VERSION
 from tests.harness import wait_until
 from tests.harness.commands import run_setup as _run
 from tests.harness.lab import JupyterLab, LabPage, require_chromium, write_notebook
@@ -71,7 +72,8 @@ def _approve_after_shut_down(python: Path, root: Path, shots: Path, name: str) -
     (root / "lab").mkdir()
     notebook = write_notebook(root / "lab" / "install.ipynb", [_SETUP_CELL, _AGENT_CELL])
     with JupyterLab(root / "lab", env=env, python=python) as lab:
-        assert lab.api("GET", "/durable-nb/api/version") == {"version": VERSION}
+        assert lab.api("GET", "/durable-nb/api/version") == {"version": VERSION,
+                                                              "api": API_VERSION}
         with LabPage(lab, timeout=90) as page:
             page.open_notebook("install.ipynb")
             page.page.locator(SIDEBAR_TAB).click()

@@ -620,8 +620,9 @@ def test_a_journal_outside_the_allowed_ones_is_refused(shared, api, tmp_path):
     assert api("runs", params={"journal": str(shared.directory)})["total"] == 0
 
 
-def test_a_journal_opened_by_a_process_is_listed_and_dropped_once_deleted(index, api, tmp_path):
-    folder = tmp_path / "kernel-journal"
+def test_a_journal_opened_by_a_process_is_listed_and_dropped_once_deleted(index, api,
+                                                                         jp_root_dir):
+    folder = jp_root_dir / "kernel-journal"  # under the server's root: this server's
     run_python("import durable_nb as dn, sys\n"
                "dn.execute('from-kernel', lambda ctx: ctx.run('s', lambda: 1),\n"
                "           journal=sys.argv[1])",
@@ -642,18 +643,52 @@ def test_a_journal_opened_by_a_process_is_listed_and_dropped_once_deleted(index,
     assert journal_id(str(folder)) not in views._facts  # nothing kept of it
 
 
+def test_a_listing_shows_this_server_s_journals_and_the_others_on_request(
+        shared, index, api, jp_root_dir, tmp_path):
+    """Issue 41: by default the journals under the server's root and the configured ones,
+    each named by where it is; ``all=true`` adds every other journal a process of the user
+    opened (another folder's, another program's), counted only then (on e76e470 the first
+    listing held them all, labelled by the end of their paths)."""
+    mine = _journal_in_index(jp_root_dir / "project", "journal")
+    other = _journal_in_index(tmp_path / "pytest-7", "journal")
+    for journal in (shared, mine, other):
+        _park(journal, f"ask-{journal.directory.parent.name}", [])
+    listed = api("journals")["journals"]
+    assert [(j["name"], j["here"]) for j in listed] == [
+        (str(shared.directory), True), ("project/journal", True)]
+    every = api("journals", params={"all": "true"})["journals"]
+    assert [(j["name"], j["here"]) for j in every] == [
+        (str(shared.directory), True), ("project/journal", True),
+        (str(other.directory), False)]
+    waiting = {"status": "waiting_approval"}
+    runs = api("runs", params=waiting)
+    assert sorted((r["run_id"], r["journal_name"]) for r in runs["runs"]) == [
+        ("ask-project", "project/journal"), (f"ask-{tmp_path.name}", str(shared.directory))]
+    assert runs["pending_approvals"] == api("summary")["pending_approvals"] == 2
+    runs = api("runs", params={**waiting, "all": "true"})
+    assert ("ask-pytest-7", str(other.directory)) in [
+        (r["run_id"], r["journal_name"]) for r in runs["runs"]]
+    assert runs["pending_approvals"] == api("summary", params={"all": "1"})[
+        "pending_approvals"] == 3
+    assert api("runs", params={"all": "maybe"}, expect=400)["message"] == \
+        "all='maybe' must be true or false"
+    # Named by its id or location, the other journal is still allowed.
+    assert api("runs", params={"journal": str(other.directory)})["total"] == 2
+
+
 def test_an_unreachable_journal_in_the_index_is_reported_and_the_others_still_listed(
         shared, api, index):
     dn.execute("here", _done, journal=shared)
     gone = "postgresql://nobody@127.0.0.1:1/nowhere?schema=old"  # nothing listens on port 1
     record_opened(gone)
-    journals = {j["location"]: j for j in api("journals")["journals"]}
+    every = {"all": "true"}  # not this server's: a process of the user opened it
+    journals = {j["location"]: j for j in api("journals", params=every)["journals"]}
     assert journals[str(shared.directory)]["ok"] is True
     assert journals["postgresql://nobody@127.0.0.1:1/nowhere?schema=old"]["ok"] is False
-    listing = api("runs")
+    listing = api("runs", params=every)
     assert [r["run_id"] for r in listing["runs"]] == ["here"]
     assert [u["journal"] for u in listing["unavailable"]] == [journal_id(gone)]
-    assert api("summary")["unavailable"] == listing["unavailable"]
+    assert api("summary", params=every)["unavailable"] == listing["unavailable"]
 
 
 def test_a_journal_index_that_cannot_be_written_never_fails_a_run(tmp_path, monkeypatch):
@@ -736,7 +771,7 @@ def events(jp_asyncio_loop, jp_http_port, jp_base_url, jp_auth_header, http_serv
 
 
 def _watcher(jp_serverapp):
-    return jp_serverapp.web_app.settings.get("durable_nb_watcher")
+    return jp_serverapp.web_app.settings.get("durable_nb_watchers", {}).get(False)
 
 
 def _cli(journal_location: str, *args: str) -> None:
@@ -827,8 +862,9 @@ def _journal_in_index(tmp_path: Path, name: str) -> DiskJournal:
     return journal
 
 
-def test_a_listing_reads_again_only_the_journals_written_since_the_last_one(index, api, tmp_path):
-    quiet, busy = (_journal_in_index(tmp_path, name) for name in ("quiet", "busy"))
+def test_a_listing_reads_again_only_the_journals_written_since_the_last_one(index, api,
+                                                                           jp_root_dir):
+    quiet, busy = (_journal_in_index(jp_root_dir, name) for name in ("quiet", "busy"))
     for journal in (quiet, busy):
         _age(journal.directory)
     assert api("runs")["total"] == 2
@@ -858,11 +894,11 @@ time.sleep(600)
 
 
 def test_a_run_whose_process_dies_turns_interrupted_from_its_lease_read_alone(
-        index, api, tmp_path, monkeypatch):
+        index, api, jp_root_dir, monkeypatch):
     """A process that dies writes nothing: its run must turn interrupted all the same. Past
     the reuse time an unchanged journal's RUNNING runs have their leases read again, and the
     journal is read whole only when one of them changed."""
-    journal = _journal_in_index(tmp_path, "running")
+    journal = _journal_in_index(jp_root_dir, "running")
     jid = journal_id(str(journal.directory))
     child = subprocess.Popen([sys.executable, "-c", _HOLD_A_LEASE, str(journal.directory)],
                              stdout=subprocess.PIPE, text=True)

@@ -5,6 +5,8 @@ JupyterLab in headless Chromium over the real server extension and two directory
 - two runs both called "weather", from two notebooks of the same name and two journals, say
   which notebook and journal each is from (the full paths in the tooltip);
 - the inbox's tab title fits its tab: "Approvals (3)", the long form as its tooltip;
+- a journal outside the server's root that another program of the user opened is listed only
+  when "Show every journal of this user" is ticked, named by its absolute path (issue 41);
 - the sidebar, the run view and the inbox write dates as the CLI, the panel and the export do
   (``2026-12-01 08:45:07``, local time; the page's time zone is Asia/Kathmandu here).
 
@@ -23,6 +25,7 @@ import pytest
 
 import durable_nb as dn
 from durable_nb.journal import DiskJournal
+from durable_nb.journal.index import record_opened
 from tests.harness.lab import JupyterLab, LabPage, require_chromium
 
 pytestmark = pytest.mark.browser
@@ -38,15 +41,17 @@ ASKED, ASKED_TEXT = 1796094011, "2026-12-01 08:45:11"
 @pytest.fixture(scope="module")
 def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("places")
-    return {"root": base / "root", "trips": base / "trips" / "journal",
-            "home": base / "home" / "journal"}
+    return {"root": base / "root", "trips": base / "root" / "trips" / "journal",
+            "home": base / "root" / "home" / "journal", "other": base / "pytest-7" / "journal",
+            "index": base / "index"}
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, places: dict[str, Path]) -> Iterator[JupyterLab]:
-    """A JupyterLab showing two journals, seeded: "weather" parked in each (from
-    trips/weather.ipynb and home/weather.ipynb), "deploy" parked in the first (from
-    ops/deploy.ipynb), "nightly" done in the second (a script's)."""
+    """A JupyterLab showing two journals under its root, seeded: "weather" parked in each
+    (from trips/weather.ipynb and home/weather.ipynb), "deploy" parked in the first (from
+    ops/deploy.ipynb), "nightly" done in the second (a script's); and "stray" parked in a
+    journal outside its root that the user's index names (another program's test run)."""
     require_chromium()
     root = places["root"]
     for folder in ("trips", "home", "ops"):
@@ -54,6 +59,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory, places: dict[str, Path]) -> It
     _park(places["trips"], "weather", root / "trips" / "weather.ipynb")
     _park(places["home"], "weather", root / "home" / "weather.ipynb")
     _park(places["trips"], "deploy", root / "ops" / "deploy.ipynb")
+    _park(places["other"], "stray", places["other"].parent / "test_stray.py")
+    saved = os.environ.get("DURABLE_NB_INDEX")
+    os.environ["DURABLE_NB_INDEX"] = str(places["index"])
+    try:
+        record_opened(str(places["other"].resolve()))
+    finally:
+        os.environ.pop("DURABLE_NB_INDEX")
+        if saved is not None:
+            os.environ["DURABLE_NB_INDEX"] = saved
     script = DiskJournal(places["home"])
     try:
         dn.execute("nightly", lambda ctx: ctx.run("report", lambda: "ok"), journal=script)
@@ -61,7 +75,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, places: dict[str, Path]) -> It
         script.close()
     env = {"DURABLE_NB_JOURNAL": str(places["trips"]), "DURABLE_NB_DIR": str(places["home"]),
            "HOME": str(tmp_path_factory.mktemp("home")),
-           "DURABLE_NB_INDEX": str(tmp_path_factory.mktemp("index"))}
+           "DURABLE_NB_INDEX": str(places["index"])}
     with JupyterLab(root, env=env) as server:
         yield server
 
@@ -186,3 +200,36 @@ def test_the_sidebar_run_view_and_inbox_write_dates_as_everywhere_else(
     assert f"started {CREATED_TEXT}" in run_view
     assert f"updated {updated['trips']['deploy']}" in run_view
     assert f"asked {ASKED_TEXT}" in inbox
+
+
+def test_the_sidebar_lists_this_server_s_journals_and_the_others_when_asked(
+    lab: JupyterLab, places: dict[str, Path], tmp_path: Path
+) -> None:
+    """On e76e470 the first sidebar listed "stray" (and counted its request) from a journal
+    outside the server's folder, labelled "journal pytest-7/journal" at best."""
+    shots = _shots(tmp_path)
+    with LabPage(lab, timeout=60) as page:
+        _open_sidebar(page)
+        sidebar = page.page.locator(".dnr-sidebar")
+        box = sidebar.locator("label.dnr-every")
+        label = box.inner_text().strip()
+        ticked_at_first = box.locator("input").is_checked()
+        listed_at_first = sorted(r.get_attribute("data-run")
+                                 for r in sidebar.locator(".dnr-run").all())
+        inbox_at_first = sidebar.locator(".dnr-inbox-button").inner_text()
+        sidebar.screenshot(path=str(shots / "sidebar-this-server.png"))
+        box.locator("input").check()
+        stray = sidebar.locator(".dnr-run[data-run='stray']")
+        stray.wait_for()
+        stray_origin = stray.locator(".dnr-origin").inner_text()
+        deploy_origin = sidebar.locator(".dnr-run[data-run='deploy'] .dnr-origin").inner_text()
+        inbox_with_all = sidebar.locator(".dnr-inbox-button").inner_text()
+        sidebar.screenshot(path=str(shots / "sidebar-every-journal.png"))
+        box.locator("input").uncheck()
+        stray.wait_for(state="detached")
+    assert label == "Show every journal of this user" and not ticked_at_first
+    assert listed_at_first == ["deploy", "nightly", "weather", "weather"]
+    assert inbox_at_first == "Approvals inbox (3)"
+    assert stray_origin.endswith(f"journal {places['other'].resolve()}"), stray_origin
+    assert deploy_origin == "deploy.ipynb · journal trips/journal"
+    assert inbox_with_all == "Approvals inbox (4)"

@@ -46,7 +46,7 @@ from ..journal import this_host
 __all__ = ["APPROVER_VARIABLE", "DURATION_FORMS", "ON_TIMEOUT", "ApprovalPolicy", "Duration",
            "FollowUp", "allowed_approvers", "approver_name", "approvers_list", "deadline_of",
            "due_followups", "escalation_key", "next_due", "parse_duration", "refusal",
-           "same_person"]
+           "same_person", "starter_name"]
 
 #: The environment variable naming who decides approvals from this machine (the CLI, a
 #: notebook's panel, a Jupyter Server whose users are anonymous); the OS user without it.
@@ -66,6 +66,16 @@ def approver_name(*, host: bool = True) -> str:
         if configured:
             return configured
     return f"{getpass.getuser()}@{this_host()}" if host else getpass.getuser()
+
+
+def starter_name() -> str:
+    """Who starts a run here, as its record says (``started_by``): on a JupyterHub the hub
+    user the hub started this server and kernel for (``$JUPYTERHUB_USER``), whatever
+    ``$DURABLE_NB_USER`` says (a name she sets herself, which the hub's service never
+    believes: the starter shown must be the one it checks four-eyes against); elsewhere
+    :func:`approver_name` without the host."""
+    hub_user = os.environ.get(_HUB_USER_VARIABLE, "").strip()
+    return hub_user or approver_name(host=False)
 
 
 def approvers_list(value: str | Iterable[str] | None, what: str = "approvers"

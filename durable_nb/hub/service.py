@@ -334,7 +334,8 @@ def main() -> None:
                         format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
     config = load_config()
     journal = open_journal(os.environ["DURABLE_NB_JOURNAL"])
-    journal.become_decider(sorted(set(config.roles.values())))
+    journal.become_decider(sorted(set(config.roles.values())),
+                           people={role: user for user, role in config.roles.items()})
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/durable-nb/")
     where = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
     if os.environ.get("DURABLE_NB_NOTIFY_SMTP_HOST"):

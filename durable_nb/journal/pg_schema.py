@@ -512,15 +512,16 @@ class PgSchema:
     @staticmethod
     def _statements(s: str) -> dict[str, str]:
         return {
-            "find_run": f"SELECT record FROM {s}.runs WHERE run_id = %s",
+            "find_run": f"SELECT record, created_by FROM {s}.runs WHERE run_id = %s",
             "create_run": f"INSERT INTO {s}.runs (run_id, created_at, record) VALUES (%s, %s, %s) "
                           f"ON CONFLICT DO NOTHING",
             "put_run": f"SELECT {s}.put_run(%s, %s, %s, %s)",
             # Ids from a prefix to the end of its range (prefix_end): byte order, COLLATE "C".
             # The start of a listing: _listing adds the status filter, order and limit.
-            "list_runs": f"SELECT r.run_id, r.record FROM {s}.runs AS r "
+            "list_runs": f"SELECT r.run_id, r.record, r.created_by FROM {s}.runs AS r "
                          f"WHERE r.run_id >= %s AND r.run_id < %s",
-            "list_runs_counted": f"SELECT r.run_id, r.record, (SELECT max(position) FROM {s}.steps "
+            "list_runs_counted": f"SELECT r.run_id, r.record, r.created_by, "
+                                 f"(SELECT max(position) FROM {s}.steps "
                                  f"WHERE run_id = r.run_id) FROM {s}.runs AS r "
                                  f"WHERE r.run_id >= %s AND r.run_id < %s",
             "count_runs": f"SELECT status, count(*) FROM {s}.runs WHERE run_id >= %s "

@@ -84,7 +84,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import CorruptEntry, JournalError, RunLeased
@@ -168,10 +168,13 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
         self._pool_lock = threading.Lock()
         self._pool: Any = None
         self._listener: Listener | None = None
+        #: Database role -> hub user, as the hub's service named them (empty: no hub).
+        self._people: dict[str, str] = {}
         with self._errors("open"):
             with psycopg.connect(self._url.conninfo, **self._kwargs) as conn:
                 self._configure(conn)
                 self._open_schema(conn)
+                self._people = self._hub_people(conn)
         self._pool = self._new_pool()
 
     # -- runs -------------------------------------------------------------------------------
@@ -188,7 +191,9 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
     def find_run(self, run_id: str) -> RunRecord | None:
         with self._conn("reading a run") as conn:
             row = conn.execute(self._sql["find_run"], (run_id,)).fetchone()
-        return None if row is None else _parse_record(f"run:{run_id}", row[0], run_id)
+        if row is None:
+            return None
+        return self._started_as_recorded(_parse_record(f"run:{run_id}", row[0], run_id), row[1])
 
     @retried
     def put_run(self, record: RunRecord, *, token: str | None = None) -> None:
@@ -238,9 +243,10 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
             rows = conn.execute(query, params).fetchall()
         records = []
         for row in rows:
-            record = _parse_record(f"run:{row[0]}", row[1], row[0])
+            record = self._started_as_recorded(_parse_record(f"run:{row[0]}", row[1], row[0]),
+                                               row[2])
             if counted:
-                record.step_count = 0 if row[2] is None else row[2] + 1
+                record.step_count = 0 if row[3] is None else row[3] + 1
             records.append(record)
         # Linear (already in this order); drops rows whose status column was NULL.
         return select_runs(records, wanted, None, newest_first)
@@ -267,12 +273,15 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
                                        (run_id,)).fetchone()
         return row[0], bool(row[1]), tuple(writers) if writers else (None, None)
 
-    def become_decider(self, user_roles: Iterable[str]) -> None:
+    def become_decider(self, user_roles: Iterable[str],
+                       people: Mapping[str, str] | None = None) -> None:
         """Make this journal's login role (the hub service's, owning the schema) the one
         that alone writes decisions, and let ``user_roles`` (the hub users' roles) park,
         read, resume and take decisions: read and write the run tables, only read ``meta``
-        and ``migrations`` (so that none can name another decider). Idempotent; run by the
-        service at its start."""
+        and ``migrations`` (so that none can name another decider). ``people`` maps each
+        role to its hub user: every reader then shows the hub user whose role created a run
+        as its starter, whatever the record says. Idempotent; run by the service at its
+        start."""
         self._writable("name the decider")
         s = quoted(self.schema)
         tables = ", ".join(f"{s}.{t}" for t in ("runs", "steps", "blobs", "leases", "requests",
@@ -284,8 +293,33 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
                 conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {who}")
                 conn.execute(f"GRANT SELECT ON {s}.meta, {s}.migrations TO {who}")
             conn.execute(f"INSERT INTO {s}.meta (key, value) VALUES ('decider', "
-                         f"json_build_object('role', session_user)::text) ON CONFLICT (key) "
-                         f"DO UPDATE SET value = EXCLUDED.value")
+                         f"json_build_object('role', session_user, 'people', %s::json)::text) "
+                         f"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                         (json.dumps(dict(people or {})),))
+        self._people = dict(people or {})
+
+    def _hub_people(self, conn: Any) -> dict[str, str]:
+        """The hub users of the database roles, as the hub's service named them
+        (:meth:`become_decider`); empty without a hub. Read when the journal opens."""
+        row = conn.execute(f"SELECT value::json -> 'people' FROM {quoted(self.schema)}.meta "
+                           f"WHERE key = 'decider'").fetchone()
+        people = row[0] if row else None
+        return {str(k): str(v) for k, v in people.items()} if isinstance(people, dict) else {}
+
+    def _started_as_recorded(self, record: RunRecord, created_by: str | None) -> RunRecord:
+        """``record`` with its starter (``started_by``, and its own pending request's) the
+        hub user whose database role created the run, on a hub whose service named the
+        roles' users: what the starter's kernel wrote there is hers to forge, the database's
+        role is not."""
+        person = self._people.get(created_by) if created_by else None
+        if person is None:
+            return record
+        record.started_by = person
+        pending = record.pending_approval
+        if isinstance(pending, dict) and "started_by" in pending \
+                and pending.get("run_id", record.run_id) == record.run_id:
+            pending["started_by"] = person
+        return record
 
     # -- batches ----------------------------------------------------------------------------
 

@@ -218,8 +218,9 @@ class RunRecord:
     #: as its kernel knows it (``JPY_SESSION_NAME``) and the cell's id. Shown, never used.
     notebook: str | None = None
     cell_id: str | None = None
-    #: Who started the run (:func:`durable_nb.approvals.policy.approver_name` where it was
-    #: created): the four-eyes rule refuses them its approvals. None in older records.
+    #: Who started the run (:func:`durable_nb.approvals.policy.starter_name` where it was
+    #: created: the hub user on a JupyterHub): the four-eyes rule refuses them its approvals.
+    #: None in older records.
     started_by: str | None = None
 
     @property

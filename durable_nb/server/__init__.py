@@ -1,12 +1,14 @@
 """The Jupyter Server extension: runs and approvals without a kernel.
 
-A REST API under ``{base_url}durable-nb/api/`` (:mod:`.handlers`) over the journals this
-user's server knows (:mod:`.journals`): list runs and batches, one run with its steps,
-approve / reject a pending approval (bound to the digest of what was shown), cancel; and
-the page a notification's decision link opens (:mod:`.decide`). It
-reads and writes through the same journal interface as the kernel and never imports or
-executes journal content. Enabled by ``etc/jupyter/jupyter_server_config.d/durable_nb.json``,
-which the package installs; ``jupyter server extension list`` shows it.
+A REST API under ``{base_url}durable-nb/api/`` (:mod:`.handlers`, each checking requests
+against its declared endpoint in :mod:`.api`, the versioned contract the REST reference is
+rendered from) over the journals this user's server knows (:mod:`.journals`): list runs and
+batches, one run with its steps, approve / reject a pending approval (bound to the digest of
+what was shown), cancel; and the page a notification's decision link opens (:mod:`.decide`).
+It reads and writes through the same journal interface as the kernel and never imports or
+executes journal content. Enabled by
+``etc/jupyter/jupyter_server_config.d/durable_nb.json``, which the package installs;
+``jupyter server extension list`` shows it.
 """
 
 from __future__ import annotations

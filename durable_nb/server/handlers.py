@@ -1,5 +1,6 @@
-"""The REST handlers under ``{base_url}durable-nb/api/`` (the contract: API.md in the repo's
-issue notes, described in docs/pages/guide/server.md).
+"""The REST handlers under ``{base_url}durable-nb/api/``, each routed by and checking its
+requests against its :class:`~.api.Endpoint` (the contract, which the REST reference is
+rendered from).
 
 Every handler is a Jupyter Server :class:`APIHandler` with ``@tornado.web.authenticated``:
 token or login cookie as Jupyter's own APIs, and a POST authenticated by cookie must carry the
@@ -31,8 +32,9 @@ from ..errors import (DecisionExists, JournalError, NoJournal,
                       NoPendingApproval, NotAllowedToDecide, RunLeased, UnknownRun)
 from ..approvals.request import decision_kind
 from ..journal import Journal, Status
-from . import live, views
-from .journals import KnownJournal, NotAllowed, UnknownJournal, allowed_journals, resolve
+from . import api, live, views
+from .journals import (KnownJournal, NotAllowed, UnknownJournal, allowed_journals, resolve,
+                       server_journals)
 
 __all__ = ["handlers"]
 
@@ -41,22 +43,23 @@ T = TypeVar("T")
 #: How long a decision's answer waits to see whether a kernel took it (a parked run whose
 #: kernel still watches resumes at once); past it the run waits for its cell to be re-run.
 TAKEN_WITHIN = 1.0
-_MAX_LIMIT = 500
 #: Seconds between the comments an idle event stream gets (proxies close silent
 #: connections after a minute or so).
 KEEPALIVE = 20.0
 #: What an event stream tells the browser to wait before reconnecting (milliseconds).
 RETRY_MS = 2000
-#: The key of the server's one summary watcher in the web application's settings.
-_WATCHER = "durable_nb_watcher"
+#: The key of the server's summary watchers in the web application's settings: one for this
+#: server's journals, one for every journal (``all=true``).
+_WATCHERS = "durable_nb_watchers"
 
 #: The extension's own threads for journal calls: a journal that hangs (a database that went
 #: away: each call waits for its connect timeout) ties up these, never the threads Jupyter
 #: Server uses for files and kernels.
 WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-nb-api")
-#: The ``summary`` being computed, per set of journals: polls that arrive meanwhile wait for
-#: it instead of starting another (a slow journal never piles up polls).
-_summaries_in_flight: dict[tuple[str, ...], asyncio.Future] = {}
+#: The ``summary`` being computed, per set of journals (``?journal=`` and ``?all=``): polls
+#: that arrive meanwhile wait for it instead of starting another (a slow journal never piles
+#: up polls).
+_summaries_in_flight: dict[tuple[str, bool], asyncio.Future] = {}
 
 
 def _user_name(user: Any) -> str:
@@ -89,7 +92,10 @@ def _is_anonymous(user: Any) -> bool:
 
 
 class _Handler(APIHandler):
-    """Shared parameter parsing, journal resolution and error mapping."""
+    """Shared parameter parsing, journal resolution and error mapping. ``endpoint``: what
+    the handler serves (its route, and what its requests must be)."""
+
+    endpoint: api.Endpoint
 
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn`` in one of the extension's worker threads, its errors as HTTP errors with
@@ -108,30 +114,23 @@ class _Handler(APIHandler):
         except ValueError as exc:
             raise web.HTTPError(400, str(exc)) from None
 
-    def int_argument(self, name: str, default: int, low: int, high: int) -> int:
-        text = self.get_argument(name, str(default))
+    def params(self) -> dict:
+        """The query parameters as :attr:`endpoint` declares them (a 400 naming the first
+        that does not fit)."""
         try:
-            value = int(text)
-        except ValueError:
-            raise web.HTTPError(400, f"{name}={text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise web.HTTPError(400, f"{name}={value} is out of range: {low} to {high}")
-        return value
-
-    def required_argument(self, name: str) -> str:
-        value = self.get_argument(name, "")
-        if not value:
-            raise web.HTTPError(400, f"the parameter {name!r} is missing")
-        return value
+            return self.endpoint.check_params(lambda name: self.get_argument(name, None))
+        except api.RequestError as exc:
+            raise web.HTTPError(400, str(exc)) from None
 
     def body(self) -> dict:
+        """The JSON body as :attr:`endpoint` declares it (a 400 naming the first field that
+        is missing or does not fit)."""
         try:
-            data = json.loads(self.request.body or b"{}")
+            return self.endpoint.check_body(json.loads(self.request.body or b"{}"))
+        except api.RequestError as exc:
+            raise web.HTTPError(400, str(exc)) from None
         except ValueError:
             raise web.HTTPError(400, "the request body is not JSON") from None
-        if not isinstance(data, dict):
-            raise web.HTTPError(400, "the request body is not a JSON object")
-        return data
 
     @property
     def root_dir(self) -> str | None:
@@ -146,21 +145,23 @@ class _Handler(APIHandler):
         known = await self.blocking(resolve, name)
         return known, await self.blocking(known.open, write=write)
 
-    async def journals(self) -> tuple[list[tuple[KnownJournal, Journal]], list[dict]]:
-        """``?journal=ID``'s journal, or every allowed one that opens (and those that do
-        not, with why)."""
-        name = self.get_argument("journal", "")
-        if name:
-            return [await self.one_journal(name)], []
-        return await self.blocking(_open_allowed)
+    async def journals(self, params: dict) -> tuple[list[tuple[KnownJournal, Journal]],
+                                                    list[dict]]:
+        """``?journal=ID``'s journal, or every one the listing shows (this server's, or all
+        with ``?all=true``) that opens (and those that do not, with why)."""
+        if params.get("journal"):
+            return [await self.one_journal(params["journal"])], []
+        return await self.blocking(_open_shown, self.root_dir, params["all"])
 
 
-def _open_allowed() -> tuple[list[tuple[KnownJournal, Journal]], list[dict]]:
-    """Every allowed journal that opens, and those that do not with why (blocking)."""
+def _open_shown(root_dir: str | None, every: bool
+                ) -> tuple[list[tuple[KnownJournal, Journal]], list[dict]]:
+    """Every journal a listing shows (:func:`~.journals.server_journals`) that opens, and
+    those that do not with why (blocking)."""
     opened, failed = [], []
-    allowed = allowed_journals()
-    views.keep_facts({known.id for known in allowed})
-    for known in allowed:
+    views.keep_facts({known.id for known in allowed_journals()})  # the gone ones' dropped
+    shown = server_journals(root_dir, every=every)
+    for known in shown:
         try:
             opened.append((known, known.open()))
         except (JournalError, OSError) as exc:
@@ -169,11 +170,14 @@ def _open_allowed() -> tuple[list[tuple[KnownJournal, Journal]], list[dict]]:
 
 
 class JournalsHandler(_Handler):
+    endpoint = api.JOURNALS
+
     @web.authenticated
     async def get(self) -> None:
         listed = []
-        for known in await self.blocking(allowed_journals):
-            entry = {**known.to_json(), "ok": True, "error": None, "runs": None}
+        every = self.params()["all"]
+        for known in await self.blocking(server_journals, self.root_dir, every=every):
+            entry = {**known.to_json(self.root_dir), "ok": True, "error": None, "runs": None}
             try:
                 opened = await self.blocking(known.open)
                 counts = await self.blocking(opened.count_runs)
@@ -185,67 +189,64 @@ class JournalsHandler(_Handler):
 
 
 class RunsHandler(_Handler):
+    endpoint = api.RUNS
+
     @web.authenticated
     async def get(self) -> None:
+        params = self.params()
         try:
-            groups = views.parse_groups(self.get_argument("status", ""))
+            groups = views.parse_groups(params["status"] or "")
         except ValueError as exc:
             raise web.HTTPError(400, str(exc)) from None
-        page = self.int_argument("page", 0, 0, 1_000_000)
-        limit = self.int_argument("limit", 50, 1, _MAX_LIMIT)
-        journals, failed = await self.journals()
+        page, limit = params["page"], params["limit"]
+        journals, failed = await self.journals(params)
         listing = await self.blocking(
-            views.list_runs, journals, groups=groups, prefix=self.get_argument("prefix", ""),
-            q=self.get_argument("q", ""), page=page, limit=limit, root_dir=self.root_dir)
+            views.list_runs, journals, groups=groups, prefix=params["prefix"] or "",
+            q=params["q"] or "", page=page, limit=limit, root_dir=self.root_dir)
         self.finish({"runs": listing.runs, "total": listing.total, "page": page,
                      "limit": limit, "pending_approvals": listing.pending_approvals,
                      "unavailable": failed + listing.unavailable})
 
 
 class RunHandler(_Handler):
+    endpoint = api.RUN
+
     @web.authenticated
     async def get(self) -> None:
-        known, opened = await self.one_journal(self.get_argument("journal", ""))
-        run_id = self.required_argument("id")
+        params = self.params()
+        known, opened = await self.one_journal(params["journal"])
+        run_id = params["id"]
         self.finish(await self.blocking(views.run_view, known, opened, run_id,
                                         root_dir=self.root_dir))
 
 
 class DecisionHandler(_Handler):
+    endpoint = api.DECISION
+
     @web.authenticated
     async def post(self) -> None:
         data = self.body()
         answer = _answer(data)
         if answer is not None:  # an MCP server's question: accept, decline or cancel
-            data = {**data, "approved": data.get("approved", answer[0] == "accept")}
-        run_id, approved, note, digest, replace = (data.get("id"), data.get("approved"),
-                                                   data.get("note"), data.get("digest"),
-                                                   data.get("replace", False))
-        request_id = data.get("request_id")
+            data = {**data, "approved": answer[0] == "accept" if data["approved"] is None
+                    else data["approved"]}
+        run_id, approved, note, digest, replace, request_id = (
+            data["id"], data["approved"], data["note"], data["digest"], data["replace"],
+            data["request_id"])
         # Beyond yes or no: edited arguments (approve) or a message for the model (reject),
         # checked by decide (400 naming what is wrong; nothing written).
-        content = {k: data[k] for k in ("args", "message") if data.get(k) is not None}
-        if not isinstance(run_id, str) or not run_id:
-            raise web.HTTPError(400, "'id' (the run id) is missing")
-        if not isinstance(approved, bool):
-            raise web.HTTPError(400, "'approved' must be true or false")
-        if note is not None and not isinstance(note, str):
-            raise web.HTTPError(400, "'note' must be a string or null")
-        if not isinstance(replace, bool):
-            raise web.HTTPError(400, "'replace' must be true or false (default false)")
-        if not isinstance(digest, str) or len(digest) < 8:
-            raise web.HTTPError(400, "'digest' (of the pending request as shown, 8 or more "
-                                     "characters) is missing: a decision is bound to what "
+        content = {k: data[k] for k in ("args", "message") if data[k] is not None}
+        if not run_id:
+            raise web.HTTPError(400, "'id' (the run id) is empty")
+        if len(digest) < 8:
+            raise web.HTTPError(400, "'digest' must be the pending request's digest as shown "
+                                     "(8 or more characters): a decision is bound to what "
                                      "the person saw")
-        if request_id is not None and (not isinstance(request_id, str) or not request_id):
-            raise web.HTTPError(400, "'request_id' must be the pending request's id (a "
-                                     "string), as the run view shows it")
-        if "request_id" not in data:
-            raise web.HTTPError(400, "'request_id' (the id of the pending request as shown; "
-                                     "null for a request written before ids) is missing: a "
-                                     "decision is bound to the request the person saw, not "
-                                     "to an identical one asked after it")
-        known, opened = await self.one_journal(data.get("journal"), write=True)
+        if request_id == "":
+            raise web.HTTPError(400, "'request_id' must be the pending request's id, as the "
+                                     "run view shows it (null for a request written before "
+                                     "ids)")
+        known, opened = await self.one_journal(data["journal"], write=True)
         by = _user_name(self.current_user)
         if answer is not None:
             if approved is not (answer[0] == "accept"):
@@ -346,13 +347,15 @@ def taken_within(journal: Journal, run_id: str, within: float) -> bool:
 
 
 class CancelHandler(_Handler):
+    endpoint = api.CANCEL
+
     @web.authenticated
     async def post(self) -> None:
         data = self.body()
-        run_id = data.get("id")
-        if not isinstance(run_id, str) or not run_id:
-            raise web.HTTPError(400, "'id' (the run id) is missing")
-        _, opened = await self.one_journal(data.get("journal"), write=True)
+        run_id = data["id"]
+        if not run_id:
+            raise web.HTTPError(400, "'id' (the run id) is empty")
+        _, opened = await self.one_journal(data["journal"], write=True)
         record = await self.blocking(registry.cancel, run_id, journal=opened)
         if record.status is Status.DONE:
             raise web.HTTPError(409, f"run {run_id!r} is DONE: there is nothing to cancel")
@@ -362,10 +365,13 @@ class CancelHandler(_Handler):
 
 
 class BatchHandler(_Handler):
+    endpoint = api.BATCH
+
     @web.authenticated
     async def get(self) -> None:
-        known, opened = await self.one_journal(self.get_argument("journal", ""))
-        batch_id = self.required_argument("id")
+        params = self.params()
+        known, opened = await self.one_journal(params["journal"])
+        batch_id = params["id"]
         view = await self.blocking(views.batch_view, known, opened, batch_id,
                                    root_dir=self.root_dir)
         if view is None:
@@ -374,9 +380,11 @@ class BatchHandler(_Handler):
 
 
 class BatchesHandler(_Handler):
+    endpoint = api.BATCHES
+
     @web.authenticated
     async def get(self) -> None:
-        journals, failed = await self.journals()
+        journals, failed = await self.journals(self.params())
         rows = []
         for known, opened in journals:
             found = await self.blocking(batch_rows, opened)
@@ -385,33 +393,39 @@ class BatchesHandler(_Handler):
 
 
 class SummaryHandler(_Handler):
+    endpoint = api.SUMMARY
+
     @web.authenticated
     async def get(self) -> None:
-        key = self.get_argument("journal", "")
+        params = self.params()
+        key = (params["journal"] or "", params["all"])
         running = _summaries_in_flight.get(key)
         if running is None:
-            running = asyncio.ensure_future(self._summary())
+            running = asyncio.ensure_future(self._summary(params))
             _summaries_in_flight[key] = running
             running.add_done_callback(lambda _: _summaries_in_flight.pop(key, None))
         self.finish(await asyncio.shield(running))
 
-    async def _summary(self) -> dict:
-        journals, failed = await self.journals()
+    async def _summary(self, params: dict) -> dict:
+        journals, failed = await self.journals(params)
         answer = await self.blocking(views.summary, journals)
         return {**answer, "unavailable": failed + answer["unavailable"]}
 
 
-def _summary_of_all() -> tuple[dict, list[Journal]]:
-    """``GET summary``'s answer over every allowed journal, and the journals read
+def _summary_of(root_dir: str | None, every: bool) -> tuple[dict, list[Journal]]:
+    """``GET summary``'s answer over the journals a listing shows, and the journals read
     (blocking)."""
-    journals, failed = _open_allowed()
+    journals, failed = _open_shown(root_dir, every)
     answer = views.summary(journals)
     return ({**answer, "unavailable": failed + answer["unavailable"]},
             [opened for _, opened in journals])
 
 
-async def _check() -> tuple[dict, list[Journal]]:
-    return await asyncio.get_running_loop().run_in_executor(WORKERS, _summary_of_all)
+def _check(root_dir: str | None, every: bool) -> live.Check:
+    async def check() -> tuple[dict, list[Journal]]:
+        return await asyncio.get_running_loop().run_in_executor(
+            WORKERS, _summary_of, root_dir, every)
+    return check
 
 
 class EventsHandler(_Handler):
@@ -420,16 +434,19 @@ class EventsHandler(_Handler):
     :class:`~.live.Watcher`; a comment every :data:`KEEPALIVE` seconds keeps proxies from
     closing an idle stream and finds the streams whose browser went away."""
 
+    endpoint = api.EVENTS
     #: An open tab is not a person's activity: a hub's idle culler still sees the server idle.
     _track_activity = False
     _closed: asyncio.Event
 
     @web.authenticated
     async def get(self) -> None:
+        every = self.params()["all"]
         self._closed = asyncio.Event()
-        watcher = self.settings.get(_WATCHER)
+        watchers = self.settings.setdefault(_WATCHERS, {})
+        watcher = watchers.get(every)
         if watcher is None:
-            watcher = self.settings[_WATCHER] = live.Watcher(_check)
+            watcher = watchers[every] = live.Watcher(_check(self.root_dir, every))
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")  # nginx (a hub's proxy): do not buffer
@@ -466,20 +483,24 @@ class EventsHandler(_Handler):
 
 
 class VersionHandler(_Handler):
+    endpoint = api.VERSION
+
     @web.authenticated
     async def get(self) -> None:
         try:
             installed = version("durable-nb")
         except PackageNotFoundError:
             installed = "unknown"
-        self.finish({"version": installed})
+        self.finish({"version": installed, "api": api.API_VERSION})
+
+
+#: Every handler; each is routed by its endpoint's path.
+HANDLERS: tuple[type[_Handler], ...] = (
+    VersionHandler, JournalsHandler, RunsHandler, RunHandler, DecisionHandler, CancelHandler,
+    BatchHandler, BatchesHandler, SummaryHandler, EventsHandler)
 
 
 def handlers(base_url: str) -> list[tuple[str, type]]:
     """The routes, under the server's ``base_url``."""
-    routes = {"journals": JournalsHandler, "runs": RunsHandler, "run": RunHandler,
-              "run/decision": DecisionHandler, "run/cancel": CancelHandler,
-              "batch": BatchHandler, "batches": BatchesHandler, "summary": SummaryHandler,
-              "events": EventsHandler, "version": VersionHandler}
-    return [(url_path_join(base_url, "durable-nb", "api", path), handler)
-            for path, handler in routes.items()]
+    return [(url_path_join(base_url, "durable-nb", "api", handler.endpoint.path), handler)
+            for handler in HANDLERS]

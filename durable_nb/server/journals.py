@@ -2,14 +2,17 @@
 
 The allowed journals are ``$DURABLE_NB_JOURNAL`` and ``$DURABLE_NB_DIR`` (of the server's
 environment) and those in the user's journal index (:mod:`durable_nb.journal.index`: every
-journal a process of this user opened). A request names a journal by its id
-(:func:`~durable_nb.journal.index.journal_id`) or by its location; a location that is not one
-of the allowed ones is refused (:class:`NotAllowed`), so a request can never make the server
-open, create or write a journal anywhere else.
+journal a process of this user opened). This server's own (:func:`server_journals`, what a
+listing shows unless asked for all) are the configured ones and those under its root
+directory; the others are another folder's or another program's. A request names a journal
+by its id (:func:`~durable_nb.journal.index.journal_id`) or by its location; a location that
+is not one of the allowed ones is refused (:class:`NotAllowed`), so a request can never make
+the server open, create or write a journal anywhere else.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -21,7 +24,7 @@ from ..journal.index import journal_id, known_locations
 from ..journal.postgres import is_postgres_url, location_of
 
 __all__ = ["KnownJournal", "NotAllowed", "UnknownJournal", "allowed_journals", "is_news",
-           "resolve"]
+           "resolve", "server_journals"]
 
 
 #: Seconds a PostgreSQL journal that could not be opened is reported unavailable untried.
@@ -50,6 +53,8 @@ class KnownJournal:
     id: str
     location: str
     kind: str
+    #: Named by the server's environment (``$DURABLE_NB_JOURNAL``, ``$DURABLE_NB_DIR``).
+    configured: bool = False
 
     @property
     def display(self) -> str:
@@ -88,8 +93,22 @@ class KnownJournal:
             if handle is not None:
                 handle.close()
 
-    def to_json(self) -> dict:
-        return {"id": self.id, "location": self.display, "kind": self.kind}
+    def is_here(self, root_dir: str | None) -> bool:
+        """Whether this is the server's own journal: configured, or a directory under the
+        server's root directory ``root_dir``."""
+        return self.configured or (self.kind == "disk" and _under(self.location, root_dir))
+
+    def name(self, root_dir: str | None) -> str:
+        """Where the journal is, as a person tells it apart: its path relative to the
+        server's root directory when under it, else its absolute path, or its PostgreSQL URL
+        without password."""
+        if self.kind == "disk" and _under(self.location, root_dir):
+            return os.path.relpath(self.location, _root(str(root_dir)))
+        return self.display
+
+    def to_json(self, root_dir: str | None = None) -> dict:
+        return {"id": self.id, "name": self.name(root_dir), "location": self.display,
+                "kind": self.kind, "here": self.is_here(root_dir)}
 
 
 def is_news(known: KnownJournal, error: Exception) -> bool:
@@ -111,6 +130,19 @@ def _normal(location: str) -> str:
     return str(Path(location).expanduser().resolve())
 
 
+def _under(location: str, root_dir: str | None) -> bool:
+    if not root_dir:
+        return False
+    root = _root(root_dir)
+    return location == root or location.startswith(root.rstrip(os.sep) + os.sep)
+
+
+@functools.lru_cache(maxsize=8)
+def _root(root_dir: str) -> str:
+    """The server's root directory as journal locations spell it (resolved once)."""
+    return _normal(root_dir)
+
+
 #: The last answer of :func:`allowed_journals`, with the locations it was built from.
 _allowed: tuple[tuple[str, ...], list[KnownJournal]] = ((), [])
 
@@ -120,7 +152,8 @@ def allowed_journals() -> list[KnownJournal]:
     when the locations changed: a summary of hundreds of journals asks every second)."""
     global _allowed
     environment = [os.environ.get(name) for name in ("DURABLE_NB_JOURNAL", "DURABLE_NB_DIR")]
-    locations = tuple([_normal(v) for v in environment if v] + known_locations())
+    configured = [_normal(v) for v in environment if v]
+    locations = tuple(configured + known_locations())
     if locations == _allowed[0]:
         return list(_allowed[1])
     found: dict[str, KnownJournal] = {}
@@ -128,9 +161,17 @@ def allowed_journals() -> list[KnownJournal]:
         key = journal_id(location)
         if key not in found:
             found[key] = KnownJournal(key, location,
-                                      "postgres" if is_postgres_url(location) else "disk")
+                                      "postgres" if is_postgres_url(location) else "disk",
+                                      configured=location in configured)
     _allowed = (locations, list(found.values()))
     return list(found.values())
+
+
+def server_journals(root_dir: str | None, *, every: bool = False) -> list[KnownJournal]:
+    """The journals a listing shows: this server's own (configured, or under ``root_dir``),
+    or with ``every`` all the allowed ones."""
+    journals = allowed_journals()
+    return journals if every else [known for known in journals if known.is_here(root_dir)]
 
 
 def resolve(name: str) -> KnownJournal:

@@ -94,12 +94,14 @@ def _pending(record: RunRecord) -> dict | None:
 def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
                 interrupted: bool | None = None, root_dir: str | None = None,
                 notified: Notified | None = None) -> dict:
-    """A RunSummary (see API.md). ``interrupted``: known already (else one lease read for a
-    RUNNING run); a WAITING_APPROVAL run costs one read for a decision not taken yet, and one
-    for its notifications unless ``notified`` (the journal's facts) has them.
-    Where it comes from: ``journal`` (id) and ``journal_location`` (as shown: a PostgreSQL
-    URL without its password); ``notebook`` (under the server root, what Lab opens; None
-    elsewhere) and ``notebook_path`` (as the kernel recorded it)."""
+    """A run as ``GET runs`` lists it (:data:`.api.RUNS`). ``interrupted``: known already
+    (else one lease read for a RUNNING run); a WAITING_APPROVAL run costs one read for a
+    decision not taken yet, and one for its notifications unless ``notified`` (the journal's
+    facts) has them.
+    Where it comes from: ``journal`` (id), ``journal_location`` (as shown: a PostgreSQL
+    URL without its password) and ``journal_name`` (relative to the server root under it);
+    ``notebook`` (under the server root, what Lab opens; None elsewhere) and
+    ``notebook_path`` (as the kernel recorded it)."""
     if interrupted is None:
         interrupted = is_interrupted(record, opened)
     decision = recorded_decision(record, opened)
@@ -112,7 +114,7 @@ def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
         "prompt_tokens": _number(record.prompt_tokens),
         "completion_tokens": _number(record.completion_tokens),
         "cost": _number(record.cost), "steps": _number(record.step_count),
-        "journal_location": journal.display,
+        "journal_location": journal.display, "journal_name": journal.name(root_dir),
         "notebook": _notebook(record.notebook, root_dir),
         "notebook_path": record.notebook if isinstance(record.notebook, str) else None,
         "cell_id": record.cell_id if isinstance(record.cell_id, str) else None,

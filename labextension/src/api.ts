@@ -94,6 +94,11 @@ export interface IRunSummary {
   /** The journal's id, and its location as shown (a PostgreSQL URL without its password). */
   journal: string;
   journal_location: string;
+  /**
+   * Where the journal is, as people tell it apart: relative to the server's root when under
+   * it, else its absolute path or PostgreSQL URL without password (API 3).
+   */
+  journal_name?: string;
   run_id: string;
   title: string | null;
   status: string;
@@ -239,25 +244,36 @@ function post<T>(endpoint: string, body: unknown): Promise<T> {
  * EventSource, which sends the page's cookies but no header: the token goes in the query
  * where JupyterLab's own websockets put it (a server on another host than the page's).
  */
-export function eventsUrl(): string {
+export function eventsUrl(every = false): string {
   const url = URLExt.join(settings.baseUrl, 'durable-nb/api/events');
-  return settings.token && settings.appendToken
-    ? url + query({ token: settings.token })
-    : url;
+  return (
+    url +
+    query({
+      all: every ? 'true' : undefined,
+      token: settings.token && settings.appendToken ? settings.token : undefined
+    })
+  );
 }
 
 export const api = {
   /** The durable_nb version of the server extension (404: the extension is not loaded). */
   version: (): Promise<{ version: string }> => request('version'),
 
-  summary: (): Promise<ISummary> => request('summary'),
+  /** `every`: every journal of this user, not only this server's (`all=true`). */
+  summary: (every = false): Promise<ISummary> =>
+    request('summary' + query({ all: every ? 'true' : undefined })),
 
-  runs: (params: {
+  runs: ({
+    all,
+    ...params
+  }: {
     q?: string;
     status?: string;
     page?: number;
     limit?: number;
-  }): Promise<IRunList> => request('runs' + query(params)),
+    all?: boolean;
+  }): Promise<IRunList> =>
+    request('runs' + query({ ...params, all: all ? 'true' : undefined })),
 
   run: (journal: string, id: string): Promise<IRunDetail> =>
     request('run' + query({ journal, id })),

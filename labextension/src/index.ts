@@ -62,9 +62,9 @@ interface INotebookLike extends Widget {
   };
 }
 
-/** The journal that has run `id` (the first one the server lists), for a link without one. */
+/** The journal that has run `id` (the first of all the server knows), for a link without one. */
 async function journalOf(id: string): Promise<string> {
-  const found = await api.runs({ q: id, limit: 500 });
+  const found = await api.runs({ q: id, limit: 500, all: true });
   const run = found.runs.find(candidate => candidate.run_id === id);
   if (!run) {
     throw new Error(`no journal this server knows has the run ${id}`);

@@ -31,6 +31,7 @@ export class RunsModel {
   private _pendingCount = 0;
   private _version: string | null = null;
   private _query = '';
+  private _every = false;
   private _error: string | null = null;
   private _mismatch: string | null = null;
   private _changed = new Signal<this, void>(this);
@@ -118,6 +119,24 @@ export class RunsModel {
     void this.refresh();
   }
 
+  /** Whether every journal of this user is listed, not only this server's. */
+  get every(): boolean {
+    return this._every;
+  }
+
+  /** List every journal of this user (true) or this server's (false): listed again. */
+  set every(every: boolean) {
+    if (every === this._every) {
+      return;
+    }
+    this._every = every;
+    if (this._source !== null) {
+      this._source.close(); // the stream counts the journals listed: opened again for them
+      this._openStream();
+    }
+    void this.refresh();
+  }
+
   /** Fetch the summary and the listings now (after a decision, say). */
   async refresh(): Promise<void> {
     this._version = null;
@@ -126,7 +145,7 @@ export class RunsModel {
       return;
     }
     try {
-      await this._apply(await api.summary());
+      await this._apply(await api.summary(this._every));
     } catch {
       // said in `error`; the stream's next summary fetches again
     }
@@ -149,7 +168,7 @@ export class RunsModel {
       this._usePoll();
       return;
     }
-    const source = new EventSource(eventsUrl());
+    const source = new EventSource(eventsUrl(this._every));
     this._source = source;
     source.addEventListener('summary', event =>
       this._pushed(JSON.parse((event as MessageEvent).data) as ISummary)
@@ -180,7 +199,7 @@ export class RunsModel {
       .catch(() => {
         setTimeout(() => {
           if (!this._disposed && this._error !== null && this._source !== null) {
-            void api.summary().then(
+            void api.summary(this._every).then(
               latest => this._pushed(latest),
               () => this._pushed(summary)
             );
@@ -229,7 +248,7 @@ export class RunsModel {
   }
 
   private async _tick(): Promise<void> {
-    await this._apply(await api.summary().catch(error => {
+    await this._apply(await api.summary(this._every).catch(error => {
       this._error = String((error as Error).message ?? error);
       this._changed.emit();
       throw error; // the poll backs off while the server does not answer
@@ -258,9 +277,9 @@ export class RunsModel {
 
   private async _fetch(pendingCount: number): Promise<void> {
     const [listing, inbox] = await Promise.all([
-      api.runs({ q: this._query, limit: LIST_LIMIT }),
+      api.runs({ q: this._query, limit: LIST_LIMIT, all: this._every }),
       pendingCount > 0
-        ? api.runs({ status: 'waiting_approval', limit: INBOX_LIMIT })
+        ? api.runs({ status: 'waiting_approval', limit: INBOX_LIMIT, all: this._every })
         : Promise.resolve(null)
     ]);
     this._runs = listing.runs;

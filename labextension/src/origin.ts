@@ -2,8 +2,9 @@
  * Where a run comes from, as a sidebar row says it: two runs both called "weather" must not
  * look alike. A row names its notebook (the file's name; more of its path only where two
  * listed notebooks share a name) and, where the listed runs come from more than one
- * journal, its journal (as shortly: the end of its location that no other listed journal
- * has). The full paths are in the tooltip.
+ * journal, its journal by where it is (the server's `journal_name`: a path relative to the
+ * server's root, else the absolute path or a PostgreSQL URL without password). The full
+ * paths are in the tooltip.
  */
 import { IRunSummary } from './api';
 
@@ -11,7 +12,7 @@ import { IRunSummary } from './api';
 export interface IOrigin {
   /** The notebook's name, or null for a run started outside a notebook. */
   notebook: string | null;
-  /** The journal, shortly; null while every listed run comes from one journal. */
+  /** Where the journal is; null while every listed run comes from one journal. */
   journal: string | null;
   /** The full notebook path and journal location, one per line. */
   tooltip: string;
@@ -42,14 +43,13 @@ export function distinctEndings(paths: Iterable<string>): Map<string, string> {
 /** The origins of the runs a listing shows (each depends on the others listed). */
 export class Origins {
   private _notebooks: Map<string, string>;
-  private _journals: Map<string, string> | null;
+  private _manyJournals: boolean;
 
   constructor(runs: readonly IRunSummary[]) {
     this._notebooks = distinctEndings(
       new Set(runs.map(notebookPath).filter((path): path is string => path !== null))
     );
-    const journals = new Set(runs.map(journalLocation));
-    this._journals = journals.size > 1 ? distinctEndings(journals) : null;
+    this._manyJournals = new Set(runs.map(run => run.journal)).size > 1;
   }
 
   of(run: IRunSummary): IOrigin {
@@ -57,7 +57,7 @@ export class Origins {
     const location = journalLocation(run);
     return {
       notebook: path === null ? null : (this._notebooks.get(path) ?? path),
-      journal: this._journals ? (this._journals.get(location) ?? location) : null,
+      journal: this._manyJournals ? (run.journal_name ?? location) : null,
       tooltip:
         `Notebook: ${path ?? 'none (started outside a notebook)'}\n` +
         `Journal: ${location}`

@@ -1,5 +1,6 @@
 /**
- * The "Durable runs" left sidebar: the runs of every journal this server knows, grouped
+ * The "Durable runs" left sidebar: the runs of this server's journals (those under its root
+ * and the configured ones; every journal of the user when its box is ticked), grouped
  * by status (waiting for approval first, then decided and waiting to resume, running,
  * interrupted, failed, cancelled, done; a batch's items folded under one row), a search
  * box, the notebook each run came from (opened on a click), journals that did not answer,
@@ -43,12 +44,28 @@ export class RunsSidebar extends Widget {
       window.clearTimeout(typing);
       typing = window.setTimeout(() => (this._model.query = search.value.trim()), 250);
     });
+    // This server's journals by default; the others (another folder's, another program's)
+    // only when asked for.
+    const every = h('input', { type: 'checkbox', class: 'dnr-every-box' });
+    every.addEventListener('change', () => (this._model.every = every.checked));
+    const everyLabel = h(
+      'label',
+      {
+        class: 'dnr-every dnr-muted',
+        title:
+          "Also the journals outside this server's folder that other notebooks, scripts " +
+          'or programs of yours opened'
+      },
+      every,
+      ' Show every journal of this user'
+    );
     this._inboxButton = button('Approvals inbox', 'dnr-inbox-button', () => _actions.openInbox());
     this._status = h('div', { class: 'dnr-muted dnr-sidebar-status' });
     this._list = h('div', { class: 'dnr-groups' });
     this.node.append(
       h('div', { class: 'dnr-sidebar-head' }, h('h2', {}, 'Durable runs'), this._inboxButton),
       search,
+      everyLabel,
       this._status,
       this._list
     );
