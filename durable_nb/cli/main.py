@@ -27,7 +27,6 @@ from .show import (ITEM_STATUSES, RUN_STATUSES, effective_json, effective_states
                        format_batch, format_batches, format_run, format_runs, list_runs,
                        more_runs_note, parse_item_status, parse_status, statuses_help)
 from .usage import JOURNAL_HELP, CommandParser, SubcommandsWithJournal
-from ..demo import run_demo
 from ..errors import ApprovalPolicyError, DurableError, InvalidAnswer, NoJournal, UnknownRun
 from ..approvals.request import pending_digest, short
 from ..approvals.wording import decision_words, verdict
@@ -282,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
+        from ..demo import run_demo  # the demo's agent and server import openai: only here
+
         return run_demo(args.dir)
     if args.command in ("enable", "disable"):
         on = args.command == "enable" and not getattr(args, "undo", False)
