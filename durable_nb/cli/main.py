@@ -312,7 +312,7 @@ def _run(args: argparse.Namespace) -> int:
         interrupted = [r.run_id for r in records if is_interrupted(r, journal)]
         effective = effective_states(journal, records)
         if args.json:
-            print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted,
+            print(json.dumps([dict(json.loads(r.to_json(complete=True)), interrupted=r.run_id in interrupted,
                                    effective=effective_json(effective.get(r.run_id)))
                               for r in records], indent=2))
         else:
