@@ -3,7 +3,8 @@
 ``python -m benchmarks.startup [--repeats 7] [--against REV]``: each measure is timed in a fresh
 process (or a fresh kernel), alternated with a bare interpreter (``python -c pass``; an empty
 cell in a fresh kernel for ``%load_ext``) in the same run, and reported as the median of the
-differences, so that the machine's load cancels out as far as it can. ``--against REV`` times
+differences, wall clock (what the goals are in) and CPU time of the process measured (which
+other processes on a busy machine change far less than the wall clock). ``--against REV`` times
 the same measures with REV's durable_nb (checked out into a temporary git worktree and put
 first on ``PYTHONPATH``) alternated with this checkout's.
 
@@ -61,32 +62,43 @@ for i in range(20):
 """
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
-    """Wall-clock seconds of one process, which must succeed. It runs in the temporary
-    directory, not a checkout: ``python -c`` puts the working directory first on sys.path."""
+#: One sample: (wall-clock seconds, CPU seconds of the process measured, user + system).
+Sample = tuple[float, float]
+
+
+def timed(argv: list[str], env: dict[str, str]) -> Sample:
+    """Wall-clock and CPU seconds of one process, which must succeed. It runs in the
+    temporary directory, not a checkout: ``python -c`` puts the working directory first on
+    sys.path."""
     started = time.perf_counter()
-    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, cwd=tempfile.gettempdir())
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, cwd=tempfile.gettempdir())
+    _, status, usage = os.wait4(proc.pid, 0)
     took = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:3])} ... failed:\n{done.stderr[-2000:]}")
-    return took
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:3])} ... failed:\n{proc.stderr.read()[-2000:]}")
+    proc.stderr.close()
+    return took, usage.ru_utime + usage.ru_stime
 
 
-def kernel_cell(code: str, env: dict[str, str]) -> float:
+def kernel_cell(code: str, env: dict[str, str]) -> Sample:
     """Seconds from sending ``code`` as the first cell of a fresh IPython kernel to its reply
-    (the kernel's own start is not counted)."""
+    (the kernel's own start is not counted), and the kernel's CPU seconds meanwhile."""
+    import psutil
     from jupyter_client.manager import start_new_kernel
 
     km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=tempfile.gettempdir(),
                               stderr=subprocess.DEVNULL)
     try:
+        kernel = psutil.Process(km.provisioner.pid)
+        cpu = sum(kernel.cpu_times()[:2])
         started = time.perf_counter()
         reply = kc.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
         took = time.perf_counter() - started
         if reply["content"]["status"] != "ok":
             raise SystemExit(f"{code!r} failed in the kernel: {reply['content']}")
-        return took
+        return took, sum(kernel.cpu_times()[:2]) - cpu
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -107,7 +119,7 @@ class Measures:
             subprocess.run([sys.executable, "-c", MAKE_RUNS, str(self.journal)], env=self.env,
                            cwd=self.work, check=True)
 
-    def pairs(self) -> dict[str, tuple[Callable[[], float], Callable[[], float]]]:
+    def pairs(self) -> dict[str, tuple[Callable[[], Sample], Callable[[], Sample]]]:
         py, env = sys.executable, self.env
         bare = lambda: timed([py, "-c", "pass"], env)  # noqa: E731
         return {
@@ -121,7 +133,7 @@ class Measures:
             "first ctx.chat (fresh process)": (bare, self.first_chat),
         }
 
-    def first_chat(self) -> float:
+    def first_chat(self) -> Sample:
         self.chats += 1
         journal = self.work / f"chat-{self.chats}"
         return timed([sys.executable, "-c", FIRST_CHAT, self.chat_url, str(journal), "chat"],
@@ -129,33 +141,40 @@ class Measures:
 
 
 def measure(checkouts: dict[str, Measures], repeats: int, only: set[str] | None
-            ) -> dict[str, dict[str, list[float]]]:
-    """Seconds above the bare baseline, per measure and checkout: ``repeats`` samples each,
-    the checkouts and the baseline alternated sample by sample."""
+            ) -> dict[str, dict[str, list[Sample]]]:
+    """Seconds (wall clock, CPU) above the bare baseline, per measure and checkout:
+    ``repeats`` samples each, the checkouts and the baseline alternated sample by sample."""
     for measures in checkouts.values():
         measures.make_journal()
     names = [n for n in GOALS if only is None or n in only]
-    samples: dict[str, dict[str, list[float]]] = {n: {c: [] for c in checkouts} for n in names}
+    samples: dict[str, dict[str, list[Sample]]] = {n: {c: [] for c in checkouts} for n in names}
     for name in names:
         for measures in checkouts.values():  # a warm-up: bytecode written, files cached
             measures.pairs()[name][1]()
         for _ in range(repeats):
             for checkout, measures in checkouts.items():
                 bare, measured = measures.pairs()[name]
-                samples[name][checkout].append(measured() - bare())
+                (wall, cpu), (bare_wall, bare_cpu) = measured(), bare()
+                samples[name][checkout].append((wall - bare_wall, cpu - bare_cpu))
     return samples
 
 
-def table(samples: dict[str, dict[str, list[float]]], baseline: float) -> str:
+def table(samples: dict[str, dict[str, list[Sample]]], baseline: Sample) -> str:
+    """Medians above the bare baseline: wall clock (the goals), and CPU time in brackets,
+    which other processes on a busy machine change less than they change the wall clock."""
     checkouts = list(next(iter(samples.values())))
-    lines = [f"bare `python -c pass`: {baseline:.3f} s (median)", "",
-             "| what (median above bare, s) | " + " | ".join(checkouts) + " | goal | met |",
+    lines = [f"bare `python -c pass`: {baseline[0]:.3f} s wall, {baseline[1]:.3f} s CPU "
+             f"(medians); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", "",
+             "| what (median above bare: wall s (CPU s)) | " + " | ".join(checkouts)
+             + " | goal (wall) | met |",
              "|---|" + "---:|" * len(checkouts) + "---:|---|"]
     for name, by_checkout in samples.items():
-        medians = [statistics.median(by_checkout[c]) for c in checkouts]
+        walls = [statistics.median(w for w, _ in by_checkout[c]) for c in checkouts]
+        cpus = [statistics.median(c for _, c in by_checkout[c]) for c in checkouts]
         goal = GOALS[name]
-        met = "" if goal is None else ("yes" if medians[0] <= goal else "no")
-        lines.append(f"| {name} | " + " | ".join(f"{m:.3f}" for m in medians)
+        met = "" if goal is None else ("yes" if walls[0] <= goal else "no")
+        lines.append(f"| {name} | " + " | ".join(f"{w:.3f} ({c:.3f})"
+                                                   for w, c in zip(walls, cpus))
                      + f" | {'' if goal is None else f'<= {goal:.2f}'} | {met} |")
     return "\n".join(lines)
 
@@ -181,8 +200,9 @@ def main(argv: list[str] | None = None) -> None:
         try:
             for measures in checkouts.values():
                 measures.work.mkdir()
-            baseline = statistics.median(
-                timed([sys.executable, "-c", "pass"], os.environ.copy()) for _ in range(args.repeats))
+            bare = [timed([sys.executable, "-c", "pass"], os.environ.copy())
+                    for _ in range(args.repeats)]
+            baseline = (statistics.median(w for w, _ in bare), statistics.median(c for _, c in bare))
             samples = measure(checkouts, args.repeats, set(args.only) if args.only else None)
         finally:
             if args.against:
