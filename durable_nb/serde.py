@@ -48,7 +48,7 @@ from typing import Any, Callable
 
 # Neither openai nor pydantic is imported here: a process that reads a journal without
 # openai's types in it (every command, every kernel until its first model call) does not pay
-# for them. See _openai_loaded() and _pydantic_model_base().
+# for them. See _import_openai_for(), _register_openai_codecs() and _pydantic_model_base().
 from .errors import SerializationError, StepFailed
 
 __all__ = [

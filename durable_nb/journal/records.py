@@ -231,8 +231,9 @@ class RunRecord:
         reads a record's listing tag from that prefix (its steps rewrite the record).
 
         Fields at their default (None, 0, "") are left out unless ``complete``: a journal
-        holds the record once per run and rewrites it at every step, and :meth:`from_json`
-        (of this and of every earlier version) gives a missing field its default."""
+        holds the record once per run and rewrites it at every step. :meth:`from_json` gives
+        a missing field its default, as every version has read the records written before
+        that field existed."""
         cls = type(self)
         layout = _RECORD_FIELDS.get(cls)
         if layout is None:  # fields() is slow to ask: once per class
