@@ -77,7 +77,6 @@ from .disk_layout import (
     RUNS_INDEX,
     SELECT_STEPS,
     SELECT_VALUE,
-    STATUS_NAMES,
     UPDATE_INLINE,
     prefix_end,
     record_tag,
