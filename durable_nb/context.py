@@ -14,22 +14,19 @@ from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-import openai
-
 from . import serde
-from .llm.compaction import compact
-from .llm.durable_client import DurableAsyncOpenAI, DurableOpenAI
 from .errors import ContextNotActive, SerializationError
 from .execution import Execution, canonical, current_scope
 from .approvals.decision import Decision
 from .approvals.policy import approvers_list
 from .approvals.policy import ApprovalPolicy, Duration
-from .llm.chat import chat, chat_async
-from .llm.responses import respond, respond_async
 from .execution.retry import RetryPolicy
 from .llm.toolcalls import call_tools
 
+# The methods that talk to a model import durable_nb.llm's openai-based modules when first
+# called: `import durable_nb` (every command, every kernel) does not pay for importing openai.
 if TYPE_CHECKING:  # durable_nb.mcp needs the mcp extra: imported when used
+    from .llm.durable_client import DurableAsyncOpenAI, DurableOpenAI
     from .llm.tools import Tool
     from .mcp.connection import Server as McpServer
 
@@ -190,6 +187,8 @@ class Context:
         :class:`~durable_nb.errors.UnsupportedClientCall` rather than go unjournaled. It
         wraps the run's ``client=`` when that is a sync client, else one from the
         environment (see :mod:`durable_nb.llm.durable_client`)."""
+        from .llm.durable_client import DurableOpenAI
+
         client = self._ex.options.client
         return DurableOpenAI(self._ex, None if _is_async(client) else client)
 
@@ -199,6 +198,8 @@ class Context:
         and Pydantic AI take): its live streams yield the server's chunks as they arrive. It
         wraps the run's ``client=`` when that is an async client, else one from the
         environment."""
+        from .llm.durable_client import DurableAsyncOpenAI
+
         client = self._ex.options.client
         return DurableAsyncOpenAI(self._ex, client if _is_async(client) else None)
 
@@ -206,6 +207,8 @@ class Context:
         """:meth:`chat` with an ``openai.AsyncOpenAI`` (or ``AsyncAzureOpenAI``) client
         (default: one from the environment): ``await ctx.chat_async(model=..., messages=...)``,
         streamed or not."""
+        from .llm.chat import chat_async
+
         return await chat_async(self._ex, kwargs)
 
     def chat(self, **kwargs: Any) -> Any:
@@ -238,6 +241,8 @@ class Context:
         journaled, each message once per run; replayed with another request (an edited
         prompt), it stops with :class:`~durable_nb.errors.InputChanged` naming what changed.
         """
+        from .llm.chat import chat
+
         return chat(self._ex, kwargs)
 
     def respond(self, **kwargs: Any) -> Any:
@@ -250,10 +255,14 @@ class Context:
         journaled. Tool calls: ``input += response.output`` then
         ``input += ctx.call_tools(response, tools)``.
         """
+        from .llm.responses import respond
+
         return respond(self._ex, kwargs)
 
     async def respond_async(self, **kwargs: Any) -> Any:
         """:meth:`respond` with an async client: ``await ctx.respond_async(...)``."""
+        from .llm.responses import respond_async
+
         return await respond_async(self._ex, kwargs)
 
     def compact(self, messages: Any, keep_last: int = 4, threshold: float = 0.6,
@@ -274,6 +283,8 @@ class Context:
         leaves room for the summary call itself (see ``durable_nb.llm.compaction``).
         Messages may be dicts or openai message objects; a compacted list holds dicts.
         """
+        from .llm.compaction import compact
+
         return compact(self._ex, messages, keep_last=keep_last, threshold=threshold,
                        model=model, summary_model=summary_model, tools=tools, client=client)
 
@@ -372,6 +383,8 @@ class Context:
 
 
 def _is_async(client: Any) -> bool:
+    import openai
+
     return isinstance(client, openai.AsyncOpenAI)  # AsyncAzureOpenAI too
 
 

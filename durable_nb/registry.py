@@ -11,7 +11,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -21,7 +21,8 @@ from .errors import JournalError, RunLeased
 from .approvals.decide import MIN_DIGEST, decide
 from .approvals.decision import Decision
 from .approvals.policy import APPROVER_VARIABLE, approver_name
-from .approvals.request import decision_kind, find_decision, pending_digest, taken_decision
+from .approvals.request import (decision_kind, find_decision, find_decisions, pending_digest,
+                                taken_decision)
 from .journal import (
     Journal,
     JournalSpec,
@@ -42,7 +43,8 @@ from .execution.lease import DEFAULT_STALE_AFTER, Lease, holder_alive
 from .execution.live import live_execution
 
 __all__ = ["APPROVER_VARIABLE", "RunInfo", "approve", "approver_name", "batch_rows", "cancel",
-           "copy_run", "delete", "get_run", "is_interrupted", "lease_holder", "recorded_decision", "reject", "rerun_from", "reset",
+           "copy_run", "delete", "get_run", "interrupted_among", "is_interrupted", "lease_holder",
+           "recorded_decision", "recorded_decisions", "reject", "rerun_from", "reset",
            "runs", "stopped_by_interrupt"]
 
 
@@ -381,12 +383,34 @@ def is_interrupted(record: RunRecord, journal: Journal) -> bool:
     Restart interrupts the kernel before it exits, the kernel's stop button, Ctrl-C), which
     no step failed in. Either way executing it again resumes it. A run reset since its last
     attempt is RUNNING too, but nothing was interrupted: it is not."""
+    return _stopped(record) and lease_holder(record.run_id, journal=journal) is None
+
+
+def _stopped(record: RunRecord) -> bool:
+    """:func:`is_interrupted` as far as the record says (its lease not read)."""
     if record.status is Status.RUNNING:
-        if attempts.last_reset(record) is not None:
-            return False
-    elif record.status is not Status.FAILED or not stopped_by_interrupt(record):
-        return False
-    return lease_holder(record.run_id, journal=journal) is None
+        return attempts.last_reset(record) is None
+    return record.status is Status.FAILED and stopped_by_interrupt(record)
+
+
+def interrupted_among(records: Iterable[RunRecord], journal: Journal) -> set[str]:
+    """The ids of the runs of ``records`` that :func:`is_interrupted` says are, their
+    leases read at once (:meth:`~durable_nb.journal.Journal.leases_of`)."""
+    stopped = [r.run_id for r in records if _stopped(r)]
+    leases = journal.leases_of(stopped) if stopped else {}
+    return {run_id for run_id in stopped
+            if not (leases.get(run_id) and holder_alive(leases[run_id]))}
+
+
+def recorded_decisions(records: Iterable[RunRecord], journal: Journal) -> dict[str, dict]:
+    """:func:`recorded_decision` for each record, the decisions read at once: by run id, the
+    runs that have one."""
+    asking = [(r, r.pending_approval) for r in records
+              if r.status is Status.WAITING_APPROVAL and r.pending_approval]
+    found = find_decisions(journal, [(pending.get("run_id", r.run_id), pending)
+                                     for r, pending in asking])
+    return {r.run_id: decision for (r, _), decision in zip(asking, found)
+            if decision is not None}
 
 
 def recorded_decision(info: RunRecord, journal: Journal) -> dict | None:

@@ -18,11 +18,14 @@ A dict that has a ``"$t"`` key of its own is escaped, so user data never passes 
 
 Guarantees of the decoding side (:func:`decode`, :func:`loads`, :func:`decode_error`):
 
-- it never unpickles, never imports a module and never calls a module's ``__getattr__``:
-  classes named by a journal are looked up only in modules already in ``sys.modules``, by
-  reading their ``__dict__``. Loading a journal cannot make this process import anything; the
-  code it may run is a loaded pydantic model's validation (openai's ``construct`` for its
-  types), or a loaded exception class's constructor;
+- it never unpickles, never imports a module named by the journal and never calls a module's
+  ``__getattr__``: classes named by a journal are looked up only in modules already in
+  ``sys.modules``, by reading their ``__dict__``. The one import it may make is ``openai``
+  itself (a hard dependency, named here, not by the journal), when a value names an
+  ``openai.`` class and openai is not imported yet: importing openai loads every
+  ``openai.types`` module, so its response types resolve. The code it may run is a loaded
+  pydantic model's validation (openai's ``construct`` for its types), or a loaded exception
+  class's constructor;
 - any bad input (unknown tags, wrong shapes, nesting deeper than :data:`MAX_DEPTH`, values a
   registered decoder or pydantic refuses) raises :class:`DecodeError` and nothing else.
 
@@ -43,11 +46,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable
 
-# openai is a hard dependency; importing it here loads every openai.types module, so its
-# response types resolve from sys.modules when a journal names them.
-import openai
-import pydantic
-
+# Neither openai nor pydantic is imported here: a process that reads a journal without
+# openai's types in it (every command, every kernel until its first model call) does not pay
+# for them. See _import_openai_for(), _register_openai_codecs() and _pydantic_model_base().
 from .errors import SerializationError, StepFailed
 
 __all__ = [
@@ -104,7 +105,8 @@ def register_type(cls: type, encode: Callable[[Any], Any] | None = None,
     stay the same across versions of your code.
     """
     if encode is None or decode is None:
-        if not (isinstance(cls, type) and issubclass(cls, pydantic.BaseModel)):
+        model_base = _pydantic_model_base()
+        if not (isinstance(cls, type) and model_base is not None and issubclass(cls, model_base)):
             raise TypeError(f"register_type({cls!r}) needs encode and decode functions: "
                             f"only a pydantic model class has default ones")
         encode = encode or (lambda value: value.model_dump(mode="json"))
@@ -208,6 +210,8 @@ def _encode(value: Any, where: tuple | None, _depth: int) -> Any:
     if t is list:
         return [_encode(v, (where, i), depth) for i, v in enumerate(value)]
     codec = _codecs_by_type.get(t)
+    if codec is None and t.__module__.startswith("openai.") and _register_openai_codecs():
+        codec = _codecs_by_type.get(t)
     if codec is not None:
         return {_TAG: codec.tag, "v": _encode(codec.encode(value), where, depth)}
     dump = getattr(value, "model_dump", None)
@@ -355,6 +359,8 @@ def _decode_tagged(data: dict, depth: int) -> Any:
             return _constructed(cls, payload)
         return cls.model_validate(payload)
     codec = _codecs_by_tag.get(tag) if type(tag) is str else None
+    if codec is None and tag in _OPENAI_TAGS and _register_openai_codecs():
+        codec = _codecs_by_tag.get(tag)
     if codec is None:
         raise DecodeError(f"unknown type tag {_brief(tag)}: register the type with "
                           f"durable_nb.register_type before reading this journal")
@@ -387,11 +393,52 @@ def _depth_exceeds(data: Any, depth: int) -> bool:
     return False
 
 
-_OpenAIModel = openai.BaseModel
-
-
 def _is_openai_model(cls: type) -> bool:
-    return type.__subclasscheck__(_OpenAIModel, cls)
+    openai = sys.modules.get("openai")
+    return openai is not None and type.__subclasscheck__(openai.BaseModel, cls)
+
+
+def _import_openai_for(name: str) -> None:
+    """Import openai (and with it every ``openai.types`` module) when journal data names an
+    ``openai.`` class and openai is not imported yet, so the class resolves as it did when
+    openai was imported with this module. The module imported is always ``openai``, never
+    one the journal names."""
+    if name.startswith("openai.") and "openai" not in sys.modules:
+        import openai  # noqa: F401 - its import registers the types in sys.modules
+
+
+def _pydantic_model_base() -> type | None:
+    """pydantic's ``BaseModel`` if pydantic's models are loaded, else None: then no class
+    can be a pydantic model, and nothing needs importing to say so."""
+    models = sys.modules.get("pydantic.main")
+    return None if models is None else _module_namespace(models).get("BaseModel")
+
+
+#: Tags of the openai types journaled by a codec of their own, registered when first needed.
+_OPENAI_TAGS = ("openai.Response",)
+
+
+def _register_openai_codecs() -> bool:
+    """Register the codecs of openai's types (tags :data:`_OPENAI_TAGS`), importing openai
+    (a hard dependency) on first use; True when they were not registered before.
+
+    A ``Response`` is journaled as the server sent it (its fields that were set) and rebuilt
+    the way the openai client builds it, without validation: llama.cpp's server, for one,
+    leaves out fields the model class requires, and the replayed object must equal the live
+    one."""
+    if all(tag in _codecs_by_tag for tag in _OPENAI_TAGS):
+        return False
+    from openai.types.responses import Response
+
+    def decode_response(data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise TypeError(f"a Response must be stored as a JSON object, not "
+                            f"{type(data).__name__}")
+        return Response.model_construct(**data)
+
+    register_type(Response, lambda response: response.model_dump(mode="json", exclude_unset=True),
+                  decode_response, name="openai.Response")
+    return True
 
 
 def _constructed(cls: type, payload: Any) -> Any:
@@ -405,15 +452,17 @@ def _constructed(cls: type, payload: Any) -> Any:
     return cls.construct(**payload)
 
 
-def _model_class(qualified: Any) -> type[pydantic.BaseModel]:
+def _model_class(qualified: Any) -> type:
     if type(qualified) is not str:
         raise DecodeError(f"a 'model' tag must name its class as a str, not {_brief(qualified)}")
     registered = _codecs_by_tag.get(qualified)
     if registered is not None:
         return registered.cls
+    _import_openai_for(qualified)
     cls = _loaded_class(qualified)
+    model_base = _pydantic_model_base()
     # type.__subclasscheck__ reads the real MRO (BaseModel's ABC metaclass would run hooks).
-    if cls is None or not type.__subclasscheck__(pydantic.BaseModel, cls):
+    if cls is None or model_base is None or not type.__subclasscheck__(model_base, cls):
         raise DecodeError(f"{_brief(qualified)} is not a pydantic model loaded in this process: "
                           f"import (or define) its class before reading this journal, or "
                           f"register it with durable_nb.register_type")
@@ -552,9 +601,13 @@ def decode_error(data: Any) -> BaseException:
             except DecodeError:
                 continue
 
+    mro = data.get("mro")
+    for name in [type_name] + (mro if type(mro) is list else []):
+        if type(name) is str:
+            _import_openai_for(name)
     cls = _loaded_class(type_name)
     if cls is None or not issubclass(cls, Exception):
-        cls = _stand_in(type_name, data.get("mro"))
+        cls = _stand_in(type_name, mro)
     if cls is not None:
         rebuilt = _rebuild(cls, args, message, attrs)
         if rebuilt is not None:

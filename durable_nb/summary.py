@@ -14,7 +14,6 @@ from .execution import load_request
 from .journal import LLM_KINDS, RunRecord, Status, StepEntry, entry_cost
 from .journal.blobs import expand_list
 from .llm.pydantic_ai_messages import model_messages, model_reply
-from .llm.responses import response_messages
 
 __all__ = ["cost_of", "elapsed", "format_cost", "format_duration", "is_free", "item_messages",
            "llm_reply", "load_chat_request", "one_line", "plain", "price_sources",
@@ -183,7 +182,13 @@ def item_messages(kind: str, item: Any) -> list[Any]:
     call or its output; a ``model`` step's item is a Pydantic AI message)."""
     if kind == "model":
         return model_messages(item)
-    return response_messages({"input": [item]}) if kind == "respond" else [item]
+    if kind == "respond":
+        # Here, not at the top: durable_nb.llm.responses imports openai, which reading a
+        # journal (the command line, the panel) need not pay for unless a run used it.
+        from .llm.responses import response_messages
+
+        return response_messages({"input": [item]})
+    return [item]
 
 
 def llm_reply(kind: str, response: Any) -> dict[str, Any] | None:

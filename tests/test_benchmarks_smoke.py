@@ -77,3 +77,28 @@ def test_the_check_benchmark_runs_end_to_end() -> None:
     assert lines[1].startswith("unchanged code: 5 runs of 10 steps checked in ")
     assert lines[1].endswith("{'replays': 5, 'would execute': 0, 'diverges': 0}")
     assert lines[2].endswith("{'replays': 0, 'would execute': 0, 'diverges': 5}")
+
+
+# The start-up, journal-size and control-plane benchmarks (issue 42), each tiny: they run
+# and print their tables; their figures are read in docs/pages/performance.md, not here.
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("module, args, expected", [
+    ("benchmarks.startup", ["--repeats", "1", "--only", "import durable_nb",
+                            "--only", "durable-nb runs (20 runs)"],
+     ["| import durable_nb |", "| durable-nb runs (20 runs) |", "bare `python -c pass`"]),
+    ("benchmarks.journal_size", ["--steps", "4", "--runs", "5"],
+     ["| ctx.run, 4 KiB results | 4 |", "| ctx.chat loop, 4 KiB replies |",
+      "| 5 runs of 2 small steps |"]),
+    ("benchmarks.control_plane", ["--runs", "300", "--waiting", "5", "--repeats", "2",
+                                  "--no-postgres"],
+     ["300 runs, 5 waiting", "| runs (50 newest) |", "| waiting list |", "| tick |",
+      "| REST runs (page 1) |", "| REST summary |"]),
+])
+def test_the_issue_42_benchmarks_print_their_tables(module: str, args: list[str],
+                                                     expected: list[str]) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for text in expected:
+        assert text in proc.stdout, proc.stdout

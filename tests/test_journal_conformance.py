@@ -642,6 +642,35 @@ def test_decisions_on_different_approvals_are_kept_apart_and_deleted_with_their_
         store.put_request("decision.not-an-id", "job:2", {})
 
 
+def test_reads_for_many_runs_answer_as_one_read_per_run(store: Journal):
+    """requests_of, leases_of, deliveries_of and writers_of (one query each on PostgreSQL,
+    for the server's listing and the hub's inbox) give what the reads run by run give."""
+    a = "decision." + "a" * 32
+    runs = ["job", "job:2", "quiet", "never"]
+    for run_id in runs[:3]:
+        store.create_run(_record(run_id))
+    store.put_request(a, "job", {"note": "a of job"})
+    store.put_request("cancel", "job:2", {"at": 1.5})
+    store.acquire_lease("job", _holder("one"), lambda holder: False)
+    store.add_delivery("job", "req/webhook", {"state": "sent"})
+    store.add_delivery("job:2", "req/slack", {"state": "failed"})
+    store.add_event("job", {"kind": "decided"})  # history: not a delivery
+
+    wanted = [(kind, run_id) for kind in (a, "cancel", "decision") for run_id in runs]
+    assert store.requests_of(wanted) == {
+        (kind, run_id): store.get_request(kind, run_id) for kind, run_id in wanted
+        if store.get_request(kind, run_id) is not None}
+    assert set(store.requests_of(wanted)) == {(a, "job"), ("cancel", "job:2")}
+    leases = store.leases_of(runs)
+    assert set(leases) == {"job"} and leases["job"]["token"] == store.lease("job")["token"]
+    assert store.deliveries_of(runs) == {run_id: store.deliveries(run_id) for run_id in runs}
+    assert list(store.deliveries_of(["job"])["job"]) == ["req/webhook"]
+    assert store.writers_of(runs) == {run_id: store.decision_authority(run_id)[2]
+                                      for run_id in runs}
+    assert store.requests_of([]) == {} and store.leases_of([]) == {}
+    assert store.deliveries_of([]) == {} and store.writers_of([]) == {}
+
+
 def test_add_request_writes_once_and_answers_with_what_is_there(store: Journal):
     kind = "decision." + "c" * 32
     assert store.add_request(kind, "r", {"approved": True, "by": "ana"}) is None
@@ -1409,3 +1438,21 @@ def test_postgres_an_append_retried_after_a_lost_reply_counts_as_written(pg_back
         store.append_step("r", _entry(0, result="another answer"), token="t")
     with pytest.raises(RunLeased, match="fenced out"):
         store.append_step("r", entry, token="not the holder")
+
+
+def test_a_run_record_leaves_out_its_defaults_and_reads_as_the_complete_record():
+    """A record is written once per run and again at every step: fields at their default are
+    left out. Any reader, this one or an older durable_nb's (whose from_json gives a missing
+    field its default), reads the same record as from the complete text."""
+    from dataclasses import fields
+
+    record = RunRecord("r", status=Status.WAITING_APPROVAL, created_at=12.5, step_count=2,
+                       result=0, pending_approval={"name": "send"}, cost=0.0, title="")
+    compact, complete = json.loads(record.to_json()), json.loads(record.to_json(complete=True))
+    assert list(compact)[:2] == ["status", "created_at"]  # the listing tag's prefix
+    assert set(compact) == {"status", "created_at", "run_id", "step_count", "result",
+                            "pending_approval"}
+    defaults = {f.name: f.default for f in fields(RunRecord) if f.name != "run_id"}
+    assert {**defaults, **compact, "status": compact["status"]} == complete
+    assert RunRecord.from_json(record.to_json()) == record
+    assert len(record.to_json()) < len(record.to_json(complete=True)) / 2

@@ -257,6 +257,7 @@ def test_names_that_are_not_loaded_pydantic_models_are_refused():
 _NO_IMPORT_SCRIPT = textwrap.dedent("""
     import json, sys
     import concurrent.futures  # loaded, with its lazy module __getattr__ armed
+    import openai  # the one import decoding may make itself, for "openai." names: made here
     from durable_nb import serde
 
     watched = ["concurrent.futures.process", "antigravity", "this", "openai.types.missing"]
@@ -304,6 +305,41 @@ def test_decoding_hostile_names_imports_nothing_in_a_fresh_process():
     assert result["models"] == dict.fromkeys(HOSTILE_NAMES, "DecodeError")
     assert result["errors"] == dict.fromkeys(HOSTILE_NAMES, "StepFailed")
     assert result["control_imported"] is True
+
+
+_OPENAI_ON_DEMAND_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from durable_nb import serde
+    imported_with_serde = "openai" in sys.modules
+    completion = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "finish_reason": "stop",
+                               "message": {"role": "assistant", "content": "hi"}}]}
+    chat = serde.decode({"$t": "model", "v": completion,
+                         "cls": "openai.types.chat.chat_completion.ChatCompletion"})
+    response = serde.decode({"$t": "openai.Response", "v": {"id": "r1", "output": []}})
+    error = serde.decode_error({"type": "openai.RateLimitError", "message": "slow down",
+                                "mro": ["openai.APIStatusError", "openai.APIError"]})
+    import openai
+    print(json.dumps({
+        "imported_with_serde": imported_with_serde,
+        "chat": type(chat) is openai.types.chat.ChatCompletion
+        and chat.choices[0].message.content == "hi",
+        "response": type(response) is openai.types.responses.Response and response.id == "r1",
+        "error": isinstance(error, openai.APIStatusError),
+    }))
+""")
+
+
+def test_openai_types_decode_in_a_process_that_had_not_imported_openai():
+    """serde does not import openai with itself (every command would pay ~1 s for it); a
+    journal value naming an openai class imports openai, the hard dependency, on demand, and
+    the value comes back as the real openai type, as when openai was imported up front."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", _OPENAI_ON_DEMAND_SCRIPT], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"imported_with_serde": False, "chat": True,
+                                       "response": True, "error": True}
 
 
 # --- step errors ------------------------------------------------------------------------------

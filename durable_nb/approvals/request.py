@@ -26,14 +26,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..journal import Journal, StepEntry
 from .policy import escalation_key
 
 __all__ = ["LEGACY_KIND", "applies", "decision_kind", "editable", "escalation_fields",
-           "find_decision",
+           "find_decision", "find_decisions",
            "pending_digest", "request_digest", "short", "take_decision", "taken_decision",
            "with_escalation"]
 
@@ -89,6 +89,18 @@ def find_decision(journal: Journal, run_id: str, pending: dict) -> dict | None:
     """The decision left for ``pending`` of run ``run_id`` (the run that asked), or None."""
     decision = journal.get_request(decision_kind(pending), run_id)
     return decision if decision is not None and applies(decision, pending) else None
+
+
+def find_decisions(journal: Journal, asks: Sequence[tuple[str, dict]]) -> list[dict | None]:
+    """:func:`find_decision` for each ``(run_id, pending)`` of ``asks``, in their order, the
+    requests read at once (:meth:`~durable_nb.journal.Journal.requests_of`)."""
+    found = journal.requests_of((decision_kind(pending), run_id) for run_id, pending in asks)
+    decisions = []
+    for run_id, pending in asks:
+        decision = found.get((decision_kind(pending), run_id))
+        decisions.append(decision if decision is not None and applies(decision, pending)
+                         else None)
+    return decisions
 
 
 def take_decision(journal: Journal, run_id: str, pending: dict, decision: dict) -> dict:

@@ -30,7 +30,6 @@ from .show import (ITEM_STATUSES, RUN_STATUSES, effective_json, effective_states
                        format_batch, format_batches, format_run, format_runs, list_runs,
                        more_runs_note, parse_item_status, parse_status, statuses_help)
 from .usage import JOURNAL_HELP, CommandParser, SubcommandsWithJournal
-from ..demo import run_demo
 from ..errors import ApprovalPolicyError, DurableError, InvalidAnswer, NoJournal, UnknownRun
 from ..approvals.request import pending_digest, short
 from ..approvals.wording import decision_words, verdict
@@ -290,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
+        from ..demo import run_demo  # the demo's agent and server import openai: only here
+
         return run_demo(args.dir)
     if args.command in ("enable", "disable"):
         on = args.command == "enable" and not getattr(args, "undo", False)
@@ -323,7 +324,7 @@ def _run(args: argparse.Namespace) -> int:
         interrupted = [r.run_id for r in records if is_interrupted(r, journal)]
         effective = effective_states(journal, records)
         if args.json:
-            print(json.dumps([dict(json.loads(r.to_json()), interrupted=r.run_id in interrupted,
+            print(json.dumps([dict(json.loads(r.to_json(complete=True)), interrupted=r.run_id in interrupted,
                                    effective=effective_json(effective.get(r.run_id)))
                               for r in records], indent=2))
         else:

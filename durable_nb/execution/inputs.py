@@ -32,8 +32,6 @@ from pathlib import PurePath
 from typing import Any, Callable
 from uuid import UUID
 
-import openai
-
 from .. import serde
 from ..errors import SerializationError
 from ..journal.blobs import blob_digest, expand_list
@@ -41,9 +39,14 @@ from ..journal.blobs import blob_digest, expand_list
 __all__ = ["canonical", "first_difference", "fingerprint", "load_request", "step_identity",
            "store_request"]
 
-#: openai's markers for an argument left out: they have no value but their type.
-_NOT_GIVEN = tuple(t for t in (getattr(openai, "NotGiven", None), getattr(openai, "Omit", None))
-                   if isinstance(t, type))
+
+def _not_given_types() -> tuple[type, ...]:
+    """openai's markers for an argument left out (they have no value but their type); none
+    while openai is not imported, when no such marker can exist."""
+    openai = sys.modules.get("openai")
+    return tuple(t for t in (getattr(openai, "NotGiven", None), getattr(openai, "Omit", None))
+                 if isinstance(t, type))
+
 #: Top-level input fields that hold lists of large items, stored one blob per item.
 _PER_ITEM = ("messages", "input")
 #: A field whose JSON is longer than this is stored as a blob.
@@ -114,7 +117,7 @@ def _canonical(value: Any, depth: int) -> Any:
         return sorted(_items(value, depth), key=repr)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
-    if isinstance(value, _NOT_GIVEN):  # openai's "argument left out" markers
+    if isinstance(value, _not_given_types()):  # openai's "argument left out" markers
         return f"<{_qualified(type(value))}>"
     same_for_all = getattr(type(value), "__durable_input__", None)
     if isinstance(same_for_all, str):  # ctx handed to a step: the same input on every replay

@@ -35,7 +35,7 @@ from ..execution import attempts
 from ..approvals.history import history
 from ..approvals.wording import verdict_words
 from ..journal import LLM_KINDS, Journal, open_journal
-from ..llm.streaming import tool_names
+from ..llm.messages import tool_names
 from ..notify.audit import notifications
 from ..registry import RunInfo, get_run
 from ..summary import (

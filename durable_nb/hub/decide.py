@@ -17,6 +17,8 @@ a refusal is one line and an event in the run's history.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..approvals.decide import decide
 from ..approvals.history import record_event
 from ..approvals.policy import same_person
@@ -25,13 +27,25 @@ from ..errors import RefusedByHub
 from ..journal import Journal
 from .config import HubConfig
 
-__all__ = ["decide_as", "own_request", "starters"]
+__all__ = ["decide_as", "own_request", "starters", "starters_of"]
 
 
 def starters(journal: Journal, config: HubConfig, run_id: str) -> list[str]:
     """The hub users whose database roles created run ``run_id`` and last wrote its record
     (the service's own role left out): who started it, as far as the database knows."""
     decider, _, roles = journal.decision_authority(run_id)
+    return _people(config, decider, roles)
+
+
+def starters_of(journal: Journal, config: HubConfig, run_ids: Iterable[str]
+                ) -> dict[str, list[str]]:
+    """:func:`starters` for each run, by run id, read at once."""
+    decider = journal.decision_authority()[0]
+    return {run_id: _people(config, decider, roles)
+            for run_id, roles in journal.writers_of(run_ids).items()}
+
+
+def _people(config: HubConfig, decider: str | None, roles: Iterable[str | None]) -> list[str]:
     found: list[str] = []
     for role in roles:
         person = config.person_of_role(role)

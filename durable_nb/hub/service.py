@@ -41,19 +41,19 @@ from urllib.parse import urlparse
 
 from ..approvals.links import LINK_PATH, parse_token
 from ..approvals.question import ACTIONS, question_of
-from ..approvals.request import find_decision, pending_digest
+from ..approvals.request import find_decisions, pending_digest
 from ..approvals.tick import apply_deadline
 from ..approvals.wording import decision_words
 from ..errors import (DecisionExists, DurableError, MissingExtra, NoPendingApproval,
                       NotAllowedToDecide, UnknownRun)
-from ..journal import Journal, Status, open_journal
+from ..journal import Journal, RunRecord, Status, open_journal
 from ..notify.config import NotifyConfig
 from ..notify.start import for_directory
 from .config import HubConfig, load_config
-from .decide import decide_as, own_request, starters
+from .decide import decide_as, own_request, starters_of
 from .links import link_decision, start_sweeping
 
-__all__ = ["make_app", "main"]
+__all__ = ["inbox_requests", "make_app", "main"]
 
 try:
     from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
@@ -97,6 +97,21 @@ class _Base(HubOAuthenticated, web.RequestHandler):
         return str(self.current_user["name"])
 
 
+def inbox_requests(journal: Journal, config: HubConfig
+                   ) -> list[tuple[RunRecord, dict, list[str], dict | None]]:
+    """What the inbox shows, read from the journal: each run waiting for a decision, with its
+    request, the hub users who started it and the decision already recorded (None)."""
+    asking = [(record, record.pending_approval, record.pending_approval.get("run_id",
+                                                                           record.run_id))
+              for record in journal.list_runs(status=Status.WAITING_APPROVAL)
+              if record.pending_approval]
+    # Each kind of read once for all the runs (on PostgreSQL a read is a round trip).
+    started = starters_of(journal, config, {run_id for _, _, run_id in asking})
+    decided = find_decisions(journal, [(run_id, pending) for _, pending, run_id in asking])
+    return [(record, pending, started[run_id], decision)
+            for (record, pending, run_id), decision in zip(asking, decided)]
+
+
 class InboxHandler(_Base):
     """The team's inbox: every run waiting for a decision."""
 
@@ -106,18 +121,11 @@ class InboxHandler(_Base):
 
     def render_inbox(self, said: str) -> None:
         rows = []
-        for record in self.journal.list_runs(status=Status.WAITING_APPROVAL):
-            pending = record.pending_approval
-            if not pending:
-                continue
-            started_by = starters(self.journal, self.config,
-                                  pending.get("run_id", record.run_id))
+        for record, pending, started_by, decided in inbox_requests(self.journal, self.config):
             started = ", ".join(started_by) or "?"
             question = question_of(pending)
             details = question.message if question is not None else \
                 json.dumps(pending.get("details"), ensure_ascii=False, default=repr)
-            decided = find_decision(self.journal, pending.get("run_id", record.run_id),
-                                    pending)
             form = (f'<form method="post" action="{self.settings["durable_nb_prefix"]}decide">'
                     f'{self.xsrf_form_html()}'
                     f'<input type="hidden" name="run" value="{html.escape(record.run_id)}">'

@@ -34,7 +34,7 @@ from ..errors import JournalError, UnknownRun
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
 __all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "SETTINGS", "Journal", "delivery_text", "StatusFilter",
-           "check_request_kind", "check_setting",
+           "check_request_kind", "check_setting", "only_deliveries",
            "position_taken_advice", "read_only_error", "select_runs", "wanted_statuses"]
 
 #: What :class:`~durable_nb.errors.RunLeased` tells an executor whose write was refused
@@ -105,6 +105,11 @@ def delivery_text(value: dict) -> str:
     """A delivery record as stored: JSON with sorted keys, so that the same record is the same
     text (:meth:`Journal.swap_delivery` compares stored text)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def only_deliveries(records: dict[str, dict]) -> dict[str, dict]:
+    """A run's keyed records without its history's events and its decision links'."""
+    return {k: v for k, v in records.items() if not k.startswith((HISTORY_PREFIX, LINK_PREFIX))}
 
 
 def check_request_kind(kind: str) -> None:
@@ -336,6 +341,29 @@ class Journal(abc.ABC):
     def delete_request(self, kind: str, run_id: str) -> None:
         """Remove the pending request of ``kind``."""
 
+    # Reads for many runs at once, for the views over a whole journal (the server's listing
+    # and summary, the hub's inbox): the same answers as one read per run, which a backend
+    # whose reads are round trips (PostgreSQL) makes in one query.
+
+    def requests_of(self, wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+        """:meth:`get_request` for each ``(kind, run_id)``: the requests present, by
+        ``(kind, run_id)``."""
+        found = {}
+        for kind, run_id in wanted:
+            value = self.get_request(kind, run_id)
+            if value is not None:
+                found[(kind, run_id)] = value
+        return found
+
+    def leases_of(self, run_ids: Iterable[str]) -> dict[str, dict]:
+        """:meth:`lease` for each run: the leases present, by run id."""
+        return {run_id: holder for run_id in run_ids
+                if (holder := self.lease(run_id)) is not None}
+
+    def deliveries_of(self, run_ids: Iterable[str]) -> dict[str, dict[str, dict]]:
+        """:meth:`deliveries` for each run, by run id."""
+        return {run_id: self.deliveries(run_id) for run_id in run_ids}
+
     def wait_for_request(self, kind: str, run_id: str, timeout: float | None, *,
                          accept: Callable[[dict], bool] | None = None,
                          wake: threading.Event | None = None,
@@ -395,8 +423,7 @@ class Journal(abc.ABC):
     def deliveries(self, run_id: str) -> dict[str, dict]:
         """The run's delivery records by key (none: ``{}``), its history's events and its
         decision links' records left out."""
-        return {k: v for k, v in self._run_records(run_id).items()
-                if not k.startswith((HISTORY_PREFIX, LINK_PREFIX))}
+        return only_deliveries(self._run_records(run_id))
 
     def link_records(self, run_id: str) -> dict[str, dict]:
         """The run's decision links' records by key (:mod:`durable_nb.approvals.links`), kept
@@ -419,6 +446,11 @@ class Journal(abc.ABC):
         up for a hub (:mod:`durable_nb.hub`) names a decider; every other journal answers
         ``(None, True, (None, None))``: whoever can write it decides, as always."""
         return None, True, (None, None)
+
+    def writers_of(self, run_ids: Iterable[str]) -> dict[str, tuple[str | None, str | None]]:
+        """The ``(created_by, written_by)`` of :meth:`decision_authority` for each run, by
+        run id (read at once where the journal records them)."""
+        return {run_id: self.decision_authority(run_id)[2] for run_id in run_ids}
 
     # -- a run's history (its audit trail) ----------------------------------------------------
 

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..errors import CorruptEntry, RunLeased
 from .base import delivery_text, read_only_error
@@ -48,6 +48,11 @@ class DiskRunCoordination:
         holder = self._read_json(f"lease:{run_id}")
         return holder if isinstance(holder, dict) else None
 
+    def leases_of(self, run_ids: Iterable[str]) -> dict[str, dict]:
+        """Read 256 a query (see :meth:`Journal.leases_of`)."""
+        keys = {f"lease:{run_id}": run_id for run_id in run_ids}
+        return {keys[key]: holder for key, holder in self._json_values(list(keys))}
+
     # -- requests -------------------------------------------------------------------------
 
     def put_request(self, kind: str, run_id: str, value: dict) -> None:
@@ -82,6 +87,23 @@ class DiskRunCoordination:
     def get_request(self, kind: str, run_id: str) -> dict | None:
         value = self._read_json(request_key(kind, run_id))
         return value if isinstance(value, dict) else None
+
+    def requests_of(self, wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+        """Read 256 a query (see :meth:`Journal.requests_of`)."""
+        keys = {request_key(kind, run_id): (kind, run_id) for kind, run_id in wanted}
+        return {keys[key]: value for key, value in self._json_values(list(keys))}
+
+    def _json_values(self, keys: list[str]) -> list[tuple[str, dict]]:
+        """(key, value) of those of ``keys`` held whose value is a JSON object."""
+        found = []
+        for key, text in self._values(keys):
+            try:
+                value = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                raise CorruptEntry(key, f"not JSON ({exc})") from None
+            if isinstance(value, dict):
+                found.append((key, value))
+        return found
 
     def delete_request(self, kind: str, run_id: str) -> None:
         self._cache.delete(request_key(kind, run_id), retry=True)

@@ -81,7 +81,6 @@ from .disk_layout import (
     RUNS_INDEX,
     SELECT_STEPS,
     SELECT_VALUE,
-    STATUS_NAMES,
     UPDATE_INLINE,
     prefix_end,
     record_tag,
@@ -350,11 +349,15 @@ class DiskJournal(DiskRunCoordination, Journal):
         low = "run:" + prefix
         bounds = (low, prefix_end(low))
         counts: dict[Status, int] = {}
-        query = (f"SELECT substr(tag, 1, instr(tag, '|') - 1), count(*) FROM Cache "
-                 f"WHERE {IN_RUNS} AND tag IS NOT NULL AND key >= ? AND key < ? GROUP BY 1")
-        for name, count in self._cache._sql(query, bounds).fetchall():
-            if name in STATUS_NAMES:
-                counts[Status(name)] = counts.get(Status(name), 0) + count
+        # A count per status over its range of the index: no tag is cut apart (a GROUP BY
+        # on the status part of the tag took 3 x as long at 100,000 runs).
+        query = (f"SELECT count(*) FROM Cache WHERE {IN_RUNS} AND tag >= ? AND tag < ? "
+                 f"AND key >= ? AND key < ?")
+        for status in Status:
+            count = self._cache._sql(query, (f"{status.value}|", f"{status.value}}}",
+                                             *bounds)).fetchone()[0]
+            if count:
+                counts[status] = count
         fetch = self._cache._disk.fetch
         untagged = (f"SELECT key, mode, filename, value FROM Cache WHERE {IN_RUNS} "
                     f"AND tag IS NULL AND key >= ? AND key < ?")
@@ -392,6 +395,18 @@ class DiskJournal(DiskRunCoordination, Journal):
             query = f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({', '.join('?' * len(chunk))})"
             present.update(key for key, in self._cache._sql(query, chunk).fetchall())
         return present
+
+    def _values(self, keys: list[str]) -> list[tuple[str, str]]:
+        """(key, value) of those of ``keys`` the journal holds, 256 a query."""
+        fetch = self._cache._disk.fetch
+        found = []
+        for start in range(0, len(keys), READ_AHEAD):
+            chunk = keys[start:start + READ_AHEAD]
+            query = (f"SELECT key, mode, filename, value FROM Cache WHERE raw = 1 "
+                     f"AND key IN ({', '.join('?' * len(chunk))})")
+            found += [(key, fetch(mode, filename, value, False))
+                      for key, mode, filename, value in self._cache._sql(query, chunk).fetchall()]
+        return found
 
     # -- batches --------------------------------------------------------------------------
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CorruptEntry, RunLeased
-from .base import check_request_kind, delivery_text
+from .base import check_request_kind, delivery_text, only_deliveries
 from .pg_connection import retried
 from .pg_listen import RECHECK, Listener
 
@@ -131,6 +131,48 @@ class PgRunCoordination:
         except (ValueError, RecursionError):
             raise CorruptEntry(f"{kind}:{run_id}", "not JSON", run_id=run_id) from None
         return value if isinstance(value, dict) else None
+
+    @retried
+    def requests_of(self, wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+        """One query for all the runs (see :meth:`Journal.requests_of`)."""
+        wanted = set(wanted)
+        for kind, _ in wanted:
+            check_request_kind(kind)
+        with self._conn("reading requests") as conn:
+            rows = conn.execute(self._sql["requests_of"],
+                                (sorted({run_id for _, run_id in wanted}),)).fetchall()
+        found = {}
+        for run_id, kind, text in rows:
+            if (kind, run_id) not in wanted:
+                continue
+            try:
+                value = json.loads(text)
+            except (ValueError, RecursionError):
+                raise CorruptEntry(f"{kind}:{run_id}", "not JSON", run_id=run_id) from None
+            if isinstance(value, dict):
+                found[(kind, run_id)] = value
+        return found
+
+    @retried
+    def leases_of(self, run_ids: Iterable[str]) -> dict[str, dict]:
+        """One query for all the runs (see :meth:`Journal.leases_of`)."""
+        with self._conn("reading leases") as conn:
+            rows = conn.execute(self._sql["leases_of"], (sorted(set(run_ids)),)).fetchall()
+        return {run_id: self._holder(run_id, (text, age)) for run_id, text, age in rows}
+
+    @retried
+    def deliveries_of(self, run_ids: Iterable[str]) -> dict[str, dict[str, dict]]:
+        """One query for all the runs (see :meth:`Journal.deliveries_of`)."""
+        wanted = sorted(set(run_ids))
+        with self._conn("reading deliveries") as conn:
+            rows = conn.execute(self._sql["deliveries_of"], (wanted,)).fetchall()
+        records: dict[str, dict[str, dict]] = {run_id: {} for run_id in wanted}
+        for run_id, key, text in rows:
+            try:
+                records[run_id][key] = json.loads(text)
+            except (ValueError, RecursionError):
+                raise CorruptEntry(f"delivery:{run_id}:{key}", "not JSON", run_id=run_id) from None
+        return {run_id: only_deliveries(found) for run_id, found in records.items()}
 
     @retried
     def delete_request(self, kind: str, run_id: str) -> None:

@@ -584,6 +584,13 @@ class PgSchema:
                                        f"pg_has_role(session_user, value::json ->> 'role', "
                                        f"'MEMBER')))",
             "get_request": f"SELECT value FROM {s}.requests WHERE run_id = %s AND kind = %s",
+            "requests_of": f"SELECT run_id, kind, value FROM {s}.requests "
+                           f"WHERE run_id = ANY(%s)",
+            "leases_of": f"SELECT run_id, holder, "
+                         f"extract(epoch FROM now() - heartbeat_at)::float8 "
+                         f"FROM {s}.leases WHERE run_id = ANY(%s)",
+            "deliveries_of": f"SELECT run_id, key, value FROM {s}.deliveries "
+                             f"WHERE run_id = ANY(%s) ORDER BY run_id, key",
             "delete_request": f"DELETE FROM {s}.requests WHERE run_id = %s AND kind = %s",
             "add_delivery": f"INSERT INTO {s}.deliveries (run_id, key, value) VALUES (%s, %s, %s) "
                             f"ON CONFLICT DO NOTHING",

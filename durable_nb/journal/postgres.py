@@ -273,6 +273,17 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
                                        (run_id,)).fetchone()
         return row[0], bool(row[1]), tuple(writers) if writers else (None, None)
 
+    @retried
+    def writers_of(self, run_ids: Iterable[str]) -> dict[str, tuple[str | None, str | None]]:
+        """One query for all the runs (see :meth:`Journal.writers_of`)."""
+        wanted = sorted(set(run_ids))
+        with self._conn("reading who wrote runs") as conn:
+            rows = conn.execute(f"SELECT run_id, created_by, written_by FROM "
+                                f"{quoted(self.schema)}.runs WHERE run_id = ANY(%s)",
+                                (wanted,)).fetchall()
+        found = {run_id: (created, written) for run_id, created, written in rows}
+        return {run_id: found.get(run_id, (None, None)) for run_id in wanted}
+
     def become_decider(self, user_roles: Iterable[str],
                        people: Mapping[str, str] | None = None) -> None:
         """Make this journal's login role (the hub service's, owning the schema) the one

@@ -227,15 +227,32 @@ class RunRecord:
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def to_json(self) -> str:
+    def to_json(self, *, complete: bool = False) -> str:
         """The record as JSON text, ``status`` and ``created_at`` first: the disk journal
-        reads a record's listing tag from that prefix (its steps rewrite the record)."""
+        reads a record's listing tag from that prefix (its steps rewrite the record).
+
+        Fields at their default (None, 0, "") are left out unless ``complete``: a journal
+        holds the record once per run and rewrites it at every step. :meth:`from_json` gives
+        a missing field its default, as every version has read the records written before
+        that field existed."""
         cls = type(self)
-        names = _RECORD_FIELDS.get(cls)
-        if names is None:  # fields() is slow to ask: once per class
+        layout = _RECORD_FIELDS.get(cls)
+        if layout is None:  # fields() is slow to ask: once per class
             rest = tuple(f.name for f in fields(cls) if f.name not in _TAG_FIELDS)
-            names = _RECORD_FIELDS[cls] = _TAG_FIELDS + rest
-        data = {name: getattr(self, name) for name in names}  # not asdict(): it deep-copies
+            _, defaults = _shape(cls)
+            layout = _RECORD_FIELDS[cls] = (_TAG_FIELDS + rest, {
+                name: value for name, value in (defaults or {}).items()
+                if name not in _TAG_FIELDS
+                and (value is None or type(value) in (int, float, str))})
+        names, defaults = layout
+        data = {}
+        for name in names:  # not asdict(): it deep-copies
+            value = getattr(self, name)
+            if not complete and name in defaults:
+                default = defaults[name]
+                if value is default or (type(value) is type(default) and value == default):
+                    continue
+            data[name] = value
         data["status"] = self.status.value
         return json_text(data)
 
@@ -284,7 +301,8 @@ def _shape(cls: type) -> tuple[frozenset[str], dict[str, Any] | None]:
 _SHAPES: dict[type, tuple[frozenset[str], dict[str, Any] | None]] = {}
 #: The fields a run record's JSON text starts with (see RunRecord.to_json).
 _TAG_FIELDS = ("status", "created_at")
-_RECORD_FIELDS: dict[type, tuple[str, ...]] = {}
+#: Per record class: its field names in the order written, and the defaults left out.
+_RECORD_FIELDS: dict[type, tuple[tuple[str, ...], dict[str, Any]]] = {}
 _STATUSES = {s.value: s for s in Status}
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["assistant_message"]
+__all__ = ["assistant_message", "tool_names"]
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -103,3 +103,16 @@ def assistant_message(message: Any) -> dict[str, Any]:
             out["function_call"] = {"name": data.get("name", ""),
                                     "arguments": data.get("arguments") or ""}
     return out
+
+
+def tool_names(tools: Iterable[Any] | None) -> list[str]:
+    """Names of the function tools of a request (chat or Responses form, or Tool objects),
+    in the request's order."""
+    names: dict[str, None] = {}
+    for entry in tools or ():
+        entry = getattr(entry, "schema", entry)
+        function = _get(entry, "function") or entry
+        name = _get(function, "name")
+        if isinstance(name, str):
+            names[name] = None
+    return list(names)

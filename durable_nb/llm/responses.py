@@ -26,14 +26,12 @@ import json
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from openai.types.responses import Response
 from openai.types.responses.response_usage import (
     InputTokensDetails,
     OutputTokensDetails,
     ResponseUsage,
 )
 
-from .. import serde
 from .budget import calibration, check_budget, llm_meta
 from .endpoints import (
     ReplyProblem,
@@ -49,22 +47,6 @@ from .tokens import count_message_tokens
 
 __all__ = ["respond", "respond_async", "response_estimate", "response_messages",
            "response_usage"]
-
-
-# A Response is journaled as the server sent it (its fields that were set) and rebuilt the
-# way the openai client builds it, without validation: llama.cpp's server, for one, leaves
-# out fields the model class requires, and the replayed object must equal the live one.
-def _encode_response(response: Response) -> Any:
-    return response.model_dump(mode="json", exclude_unset=True)
-
-
-def _decode_response(data: Any) -> Response:
-    if not isinstance(data, dict):
-        raise TypeError(f"a Response must be stored as a JSON object, not {type(data).__name__}")
-    return Response.model_construct(**data)
-
-
-serde.register_type(Response, _encode_response, _decode_response, name="openai.Response")
 
 
 def response_usage(response: Any) -> tuple[int, int]:

@@ -31,10 +31,11 @@ from typing import Any, Callable
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from .endpoints import ReplyProblem
+from .messages import tool_names
 from .tokens import encoding_for
 
 __all__ = ["ChatAssembler", "ResponseAssembler", "completion_chunks", "completion_tokens", "drain",
-           "drain_async", "tool_names"]
+           "drain_async"]
 
 OnText = Callable[[str], Any]
 OnChunk = Callable[[Any], Any]
@@ -42,19 +43,6 @@ OnChunk = Callable[[Any], Any]
 
 def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
-def tool_names(tools: Iterable[Any] | None) -> list[str]:
-    """Names of the function tools of a request (chat or Responses form, or Tool objects),
-    in the request's order."""
-    names: dict[str, None] = {}
-    for entry in tools or ():
-        entry = getattr(entry, "schema", entry)
-        function = _get(entry, "function") or entry
-        name = _get(function, "name")
-        if isinstance(name, str):
-            names[name] = None
-    return list(names)
 
 
 def completion_tokens(model: str, texts: Iterable[str]) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 from ..execution import load_request
 from ..approvals.request import short
 from ..journal import LLM_KINDS, Journal, Status, StepEntry
-from ..llm.streaming import tool_names
+from ..llm.messages import tool_names
 from ..summary import (
     format_duration,
     item_messages,

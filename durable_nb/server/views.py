@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..registry import is_interrupted, recorded_decision
+from ..registry import (interrupted_among, is_interrupted, recorded_decision,
+                        recorded_decisions)
 from ..summary import shown_value
 from ..approvals.policy import allowed_approvers
 from ..approvals.question import ACTIONS
@@ -93,18 +94,20 @@ def _pending(record: RunRecord) -> dict | None:
 
 def run_summary(journal: KnownJournal, opened: Journal, record: RunRecord, *,
                 interrupted: bool | None = None, root_dir: str | None = None,
-                notified: Notified | None = None) -> dict:
+                notified: Notified | None = None, decided: dict[str, dict] | None = None
+                ) -> dict:
     """A run as ``GET runs`` lists it (:data:`.api.RUNS`). ``interrupted``: known already
     (else one lease read for a RUNNING run); a WAITING_APPROVAL run costs one read for a
-    decision not taken yet, and one for its notifications unless ``notified`` (the journal's
-    facts) has them.
+    decision not taken yet unless ``decided`` (the journal's facts) says, and one for its
+    notifications unless ``notified`` has them.
     Where it comes from: ``journal`` (id), ``journal_location`` (as shown: a PostgreSQL
     URL without its password) and ``journal_name`` (relative to the server root under it);
     ``notebook`` (under the server root, what Lab opens; None elsewhere) and
     ``notebook_path`` (as the kernel recorded it)."""
     if interrupted is None:
         interrupted = is_interrupted(record, opened)
-    decision = recorded_decision(record, opened)
+    decision = recorded_decision(record, opened) if decided is None else \
+        decided.get(record.run_id)
     batch = record.run_id.rpartition("/")[0] if record.parent is None else ""
     return {
         "journal": journal.id, "run_id": record.run_id, "title": _str(record.title),
@@ -152,14 +155,13 @@ def _notified(opened: Journal, waiting: Iterable[RunRecord]) -> tuple[Notified, 
     """The waiting runs' :data:`Notified`, and what changes when one of their notifications
     is claimed, tried, sent or failed (a delivery's record changes, not the run's): part of
     the summary's version, so that the sidebar shows a failure as it happens. One read per
-    waiting run, kept with the journal's facts."""
+    waiting run, read at once, kept with the journal's facts."""
     notified: Notified = {}
     marks = []
-    for record in waiting:
-        found = pending_of(record)
-        if found is None:
-            continue
-        rows = opened.deliveries(found[0])
+    asking = [(record, found) for record in waiting if (found := pending_of(record)) is not None]
+    delivered = opened.deliveries_of({found[0] for _, found in asking}) if asking else {}
+    for record, found in asking:
+        rows = delivered[found[0]]
         request_id = str(found[1]["id"])
         notified[record.run_id] = (request_id, request_deliveries(rows, request_id))
         marks.append((record.run_id, sorted(
@@ -223,6 +225,8 @@ class Facts:
     notified: Notified
     part: list
     newest: dict[tuple[Status, int], list[RunRecord]]
+    #: The decisions given and not taken yet, by waiting run (:func:`recorded_decisions`).
+    decided: dict[str, dict]
 
     def fresh(self, mark: tuple | None, now: float) -> bool:
         return (mark is not None and mark == self.mark
@@ -252,18 +256,22 @@ def facts(known: KnownJournal, opened: Journal) -> Facts:
         return cached
     counts = opened.count_runs()
     active = opened.list_runs(status=(Status.RUNNING, Status.WAITING_APPROVAL))
-    running = [(r, is_interrupted(r, opened)) for r in active if r.status is Status.RUNNING]
-    pending = sum(1 for r in active if r.status is Status.WAITING_APPROVAL
-                  and recorded_decision(r, opened) is None)
+    # Each kind of read once for all the runs: a read per run is a round trip per run on
+    # PostgreSQL (seconds for a thousand runs).
+    running_runs = [r for r in active if r.status is Status.RUNNING]
+    interrupted = interrupted_among(running_runs, opened)
+    running = [(r, r.run_id in interrupted) for r in running_runs]
+    waiting = [r for r in active if r.status is Status.WAITING_APPROVAL]
+    decided = recorded_decisions(waiting, opened)
+    pending = sum(1 for r in waiting if r.run_id not in decided)
     newest = opened.list_runs(limit=20, newest_first=True)
     dead = {r.run_id: interrupted for r, interrupted in running}
-    notified, delivery_marks = _notified(
-        opened, (r for r in active if r.status is Status.WAITING_APPROVAL))
+    notified, delivery_marks = _notified(opened, waiting)
     part = [known.id, sorted((s.value, n) for s, n in counts.items()),
             [(r.run_id, r.updated_at, r.step_count, r.status.value, dead.get(r.run_id, False))
              for r in active],
             [(r.run_id, r.updated_at, r.status.value) for r in newest], delivery_marks]
-    read = Facts(mark, now, counts, running, pending, notified, part, {})
+    read = Facts(mark, now, counts, running, pending, notified, part, {}, decided)
     if _quiet(mark, wall):
         _facts[known.id] = read
     else:
@@ -275,7 +283,8 @@ def _liveness_unchanged(read: Facts, opened: Journal) -> bool:
     """Whether each RUNNING run of ``read`` is as live or as interrupted as when read (one
     lease read each): in a journal whose files did not change, that is all that can have
     changed (a process that died, or stalled past its heartbeat, writes nothing)."""
-    return all(is_interrupted(record, opened) == dead for record, dead in read.running)
+    interrupted = interrupted_among([record for record, _ in read.running], opened)
+    return all((record.run_id in interrupted) == dead for record, dead in read.running)
 
 
 def _quiet(mark: tuple | None, read_at_ns: int) -> bool:
@@ -397,6 +406,7 @@ def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str
                                                         newest_first=True) if prefix
                                else _newest(opened, read, status, n)))[:n]))
     notified = {known.id: read.notified for known, _, read in answering}
+    decided = {known.id: read.decided for known, _, read in answering}
     start, end = page * limit, (page + 1) * limit
     shown: list[dict] = []
     offset = 0
@@ -405,7 +415,8 @@ def list_runs(journals: list[tuple[KnownJournal, Journal]], *, groups: tuple[str
             for known, opened, record in fetch(min(total, end - offset))[max(0, start - offset):]:
                 shown.append(run_summary(known, opened, record, root_dir=root_dir,
                                          interrupted=group == "INTERRUPTED",
-                                         notified=notified[known.id]))
+                                         notified=notified[known.id],
+                                         decided=decided[known.id]))
         offset += total
     return Listing(shown, offset, sum(read.pending for _, _, read in answering), failed)
 
