@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -91,13 +92,14 @@ def test_approve_with_edited_arguments_runs_the_tool_with_them_live_and_on_repla
     # The history and the export say it.
     decided = [e for e in history(journal, "r") if e["kind"] == "decided"]
     assert decided[0]["args"] == {"database": "staging", "sql": "select 1"}
-    assert "approved with edited arguments by ana" in decided[0]["text"]
+    edited = 'with edited arguments {"database": "staging", "sql": "select 1"}'
+    assert f"approved {edited} by ana" in decided[0]["text"]
     data = export_data(dn.get_run("r", journal=journal), journal=journal)
     assert any(e.get("args") == {"database": "staging", "sql": "select 1"}
                for e in data["history"])
     export_run("r", journal.directory / "r.ipynb", journal=journal)
     text = (journal.directory / "r.ipynb").read_text()
-    assert "approved with edited arguments by ana" in text
+    assert "approved with edited arguments {\\\"database\\\": \\\"staging\\\"" in text
     assert "Edited arguments" in text and '\\"database\\": \\"staging\\"' in text
 
 
@@ -192,7 +194,23 @@ def test_the_cli_approves_with_args_and_rejects_with_a_message(journal, server, 
     assert bad.returncode != 0 and "--args" in bad.stderr and "JSON" in bad.stderr
     done = _cli(journal, "approve", "r", "--args", '{"database": "staging", "sql": "x"}')
     assert done.returncode == 0, done.stderr
-    assert "approved with edited arguments run r" in done.stdout
+    # The answer says the edited arguments, the ones the tool runs with (issue 41); the
+    # model's are what was asked.
+    edited = 'with edited arguments {"database": "staging", "sql": "x"}'
+    assert f"approved run r {edited} (by " in done.stdout, done.stdout
+    assert "'query' asked {\"tool\": \"query\", \"arguments\": {\"database\": \"production\"" \
+        in done.stdout, done.stdout
+    assert f"approved {edited} by " in _cli(journal, "show", "r").stdout
+    # A second decision is refused, and the history says so in one sentence (issue 41).
+    again = _cli(journal, "approve", "r", "--args", '{"database": "test", "sql": "y"}')
+    assert again.returncode == 1
+    refused = [line for line in _cli(journal, "show", "r").stdout.splitlines()
+               if " refused " in line]
+    assert len(refused) == 1, refused
+    assert re.fullmatch(
+        r"  \S+ \S+ refused +a decision by (\S+) via durable-nb to approve with edited "
+        r'arguments \{"database": "test", "sql": "y"\} was refused: the request was already '
+        rf'approved {re.escape(edited)} by \1 via durable-nb at \S+ \S+', refused[0]), refused
     dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
     assert log == [("staging", "x", 10)]
 
@@ -201,7 +219,9 @@ def test_the_cli_approves_with_args_and_rejects_with_a_message(journal, server, 
     _park(journal, client, log)
     done = _cli(journal, "reject", "r", "--message", "Denied: use staging")
     assert done.returncode == 0, done.stderr
-    assert "rejected with a message run r" in done.stdout
+    said = 'with the message "Denied: use staging"'
+    assert f"rejected run r {said} (by " in done.stdout, done.stdout
+    assert f"rejected {said} by " in _cli(journal, "show", "r").stdout
     messages = dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
     assert next(m for m in messages if m["role"] == "tool")["content"] == "Denied: use staging"
 
@@ -290,7 +310,8 @@ def test_the_inbox_card_edits_the_arguments_in_place(journal, server, client):
     card = inbox.cards["r"]
     card.form.arguments.value = '{"database": "staging", "sql": "select 1"}'
     card.approve.click()
-    assert "approved with edited arguments by" in inbox.notice.value
+    assert 'approved with edited arguments {"database": "staging", "sql": "select 1"} by' \
+        in unescape(inbox.notice.value)
     dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
     assert log == [("staging", "select 1", 10)]
 

@@ -29,7 +29,7 @@ import ipywidgets as w
 from ..execution import attempts
 from ..errors import DecisionExists, JournalError, NotAllowedToDecide
 from ..approvals.question import is_question
-from ..approvals.request import find_decision, pending_digest, short
+from ..approvals.request import editable, find_decision, pending_digest, request_words
 from .answer_form import AnswerForm, QuestionForm
 from ..approvals.wording import decision_words
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
@@ -518,12 +518,15 @@ class RunPanel:
                 self.timeline.value = timeline
             self.result.value = result
             if pending:
-                self.approval_text.value = self._approval_html(pending, in_cell, decided)
+                # Decided (here or elsewhere): the decision is shown, not live buttons.
+                live = not (in_cell or decided)
+                # The arguments in the form only, when the form shows them to edit.
+                editing = live and self.answer_form is not None and editable(pending)
+                self.approval_text.value = self._approval_html(pending, in_cell, decided,
+                                                               editing=editing)
                 self._shown_digest = pending_digest(pending)
                 self._shown_request = pending.get("id") or ""  # "": asked before ids
                 self.approval_box.layout.display = "flex"
-                # Decided (here or elsewhere): the decision is shown, not live buttons.
-                live = not (in_cell or decided)
                 # A server's question: its form and Accept / Decline / Cancel, not the buttons.
                 asking = self.question_form is not None and self.question_form.show(
                     pending, live=live)
@@ -542,12 +545,12 @@ class RunPanel:
             self.header.value = header
 
     def _approval_html(self, pending: dict, in_cell: bool = False,
-                       decided: dict | None = None) -> str:
+                       decided: dict | None = None, editing: bool = False) -> str:
         refused = self._not_allowed
         not_allowed = refused[1] if refused is not None and \
             refused[0] == pending_digest(pending) else None
         return approval_html(pending, self._record.run_id, in_cell=in_cell, decided=decided,
-                             not_allowed=not_allowed)
+                             not_allowed=not_allowed, editing=editing)
 
     def _header_html(self, record: RunRecord, attempts: bool = True) -> str:
         """Run id, title, status badge and notes; with ``attempts``, the attempts (the live
@@ -728,8 +731,8 @@ class RunPanel:
         if record.pending_approval:
             p = record.pending_approval
             lines.append(f"waiting for approval of {p.get('name')!r}: "
-                         f"{json.dumps(p.get('details'), default=str)[:300]} (request "
-                         f"{short(pending_digest(p))})")
+                         f"{json.dumps(p.get('details'), default=str)[:300]} "
+                         f"({request_words(p)})")
             decided = self._decision_on(p)
             if decided:
                 lines.append(f"{decision_words(decided)}; re-run its cell to continue")

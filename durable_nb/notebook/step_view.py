@@ -212,7 +212,8 @@ class StepView:
         elif entry.kind == "approval" and isinstance(result, dict):
             verdict = "approved" if result.get("approved") else "rejected"
             note = f": {result['note']}" if result.get("note") else ""
-            request = f", for request {short(result['digest'])}" if result.get("digest") else ""
+            request = (f" (details digest {short(result['digest'])})" if result.get("digest")
+                       else "")
             parts.append(f"<div><b>Decision:</b> {verdict} by "
                          f"{html.escape(str(result.get('by')))}{html.escape(note)}, after "
                          f"{html.escape(format_duration(entry.duration))}{request}</div>")
