@@ -325,6 +325,10 @@ _PANEL_CELLS = (
     "d = ctx.approval('query', {'tool': 'query', 'arguments': {'database': 'prod'}},\n"
     "                 schema=schema)\n"
     "ctx.run('query', lambda: open('ran.log', 'a').write(d.args['database'] + '\\n'))",
+    # The arguments are shown once, in the box to edit, not also above it (issue 41).
+    "from durable_nb.notebook import active_run\n"
+    "panel = active_run('edit-1').panel\n"
+    "print('prod' in panel.approval_text.value, 'prod' in panel.answer_form.arguments.value)",
     # What a person does in the panel: edits the JSON in place and clicks Approve (nbclient
     # has no browser; Button.click runs the on_click callbacks). A wrong edit first.
     "from durable_nb.notebook import active_run\n"
@@ -353,9 +357,10 @@ def test_the_panel_in_a_real_kernel_approves_with_arguments_edited_in_place(tmp_
     finally:
         os.environ.clear()
         os.environ.update(env_before)
-    said = nb.cells[2].outputs[0]["text"]
+    assert nb.cells[2].outputs[0]["text"] == "False True\n"
+    said = nb.cells[3].outputs[0]["text"]
     assert "unknown argument 'db'" in said and "Nothing was decided" in said
-    assert nb.cells[2].outputs[-1]["text"].strip() == "True"
+    assert nb.cells[3].outputs[-1]["text"].strip() == "True"
     assert (tmp_path / "ran.log").read_text() == "staging\n"
     journal = dn.DiskJournal(journal_dir)
     try:

@@ -134,7 +134,7 @@ def approval_html(pending: dict, run_id: str, *, in_cell: bool = False,
             f"(step {html.escape(str(pending.get('key')))}, "
             f"{html.escape(request_words(pending))}){since}"
             + ("" if question or not details else
-               f"<pre class='dnb-text'>{html.escape(clip(details))}</pre>")
+               f"<pre class='dnb-text dnb-details'>{html.escape(clip(details))}</pre>")
             + _changed_html(pending.get('replaces')))
     if decided:
         return head + _decided_html(decided)
