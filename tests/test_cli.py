@@ -576,3 +576,12 @@ def test_approve_with_request_never_decides_a_later_identical_request(tmp_path: 
     assert cli("--journal", where, "approve", "pay", "--request", second["id"]).returncode == 0
     assert dn.execute("pay", _charge_twice, journal=journal) == 20
     journal.close()
+
+
+def test_version_prints_the_packages_version_and_exits_without_a_command(tmp_path) -> None:
+    from durable_nb.version import __version__
+
+    shown = cli("--version", cwd=tmp_path)
+    assert (shown.returncode, shown.stdout, shown.stderr) == (0, f"durable-nb {__version__}\n",
+                                                              "")
+    assert "--version" in cli("--help", cwd=tmp_path).stdout
