@@ -140,6 +140,29 @@ def test_reject_with_a_message_is_the_tools_answer_to_the_model(journal, server,
     assert dn.execute("r", _agent(client, log), journal=journal) == messages
 
 
+def test_the_export_says_a_rejections_message_as_written_in_its_history_and_step(
+        journal, server, client):
+    """Issue 41: the message is shown where the decision is (the history's line, the
+    approval's heading), as text: its Markdown and HTML characters do not become markup."""
+    _script(server)
+    log: list = []
+    _park(journal, client, log)
+    said = "Denied: <b>use</b> *staging_db* [here](http://x)"
+    dn.reject("r", message=said, by="ana", journal=journal)
+    dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
+    path = export_run("r", journal.directory / "r.ipynb", journal=journal)
+    import nbformat
+
+    cells = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
+                      if c.cell_type == "markdown")
+    written = (r'with the message "Denied: \<b\>use\</b\> \*staging\_db\* '
+               r'\[here\](http://x)" by ana')
+    assert f"**decided**: rejected {written} via Python" in cells, cells
+    assert f"**Approval `query`**: rejected {written} via Python — step" in cells, cells
+    data = export_data(dn.get_run("r", journal=journal), journal=journal)
+    assert [e["message"] for e in data["history"] if e["kind"] == "decided"] == [said]
+
+
 def test_content_that_does_not_go_with_the_decision_is_refused(journal, server, client):
     _script(server)
     pending = _park(journal, client, [])
