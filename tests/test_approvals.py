@@ -99,6 +99,11 @@ def test_the_cli_shows_and_decides_the_request_it_names(journal):
 
     refused = _cli(journal, "approve", "r", "--expect", staging[:12])
     assert refused.returncode != 0 and "nothing was decided" in refused.stderr + refused.stdout
+    # One name for one thing (issue 41): the id is the request id, the digest a details digest.
+    waiting = journal.get_run("r").pending_approval
+    assert (f"(request id {waiting['id']}, details digest {production[:12]}), not for the "
+            f"request that was seen (request id {waiting['id']}, details digest {staging[:12]})"
+            ) in refused.stderr, refused.stderr
 
     approved = _cli(journal, "approve", "r", "ok", "--by", "ana")
     assert approved.returncode == 0, approved.stderr
