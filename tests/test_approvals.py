@@ -114,7 +114,8 @@ def test_the_cli_shows_and_decides_the_request_it_names(journal):
     assert dn.execute("r", _drop("production", dropped), journal=journal) == \
         "dropped production"
     listing = _cli(journal, "show", "r").stdout
-    assert re.search(rf"approved by ana via durable-nb at {_WHEN} \(.ok.\) \(details digest {production[:12]}\)", listing), listing
+    assert re.search(rf"approved by ana via durable-nb at {_WHEN} \(.ok.\) \(details digest "
+                     rf"{production[:12]}\)", listing), listing
 
 
 def test_concurrent_approvals_never_take_or_remove_each_others_decisions(journal):

@@ -120,7 +120,8 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
             f"run {run_id!r} now waits for approval of {pending.get('name')!r} "
             f"{_details_text(pending.get('details'))} ({request_words(pending)}), not for "
             f"the request that was seen (request id {request_id or '-'}, details digest "
-            f"{short(digest)}): nothing was decided. Look at it with `durable-nb show {run_id}` and decide again.")
+            f"{short(digest)}): nothing was decided. Look at it with `durable-nb show "
+            f"{run_id}` and decide again.")
     content = _content(run_id, pending, approved=approved, args=args, message=message,
                        answer=answer)
     target = pending.get("run_id", run_id)

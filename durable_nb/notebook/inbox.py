@@ -223,9 +223,10 @@ class _Card:
         details = json.dumps(shown, indent=2, ensure_ascii=False, default=str) if shown else ""
         if len(details) > _DETAILS_SHOWN:
             details = details[:_DETAILS_SHOWN] + "\u2026"
+        named = request_words({"id": request.request_id, "digest": request.digest})
         text = widgets.HTML(
             f"<b><code>{html.escape(request.run_id)}</code></b> {where}<br>"
-            f"<b>{html.escape(request.name)}</b> · {html.escape(request_words({'id': request.request_id, 'digest': request.digest}))}"
+            f"<b>{html.escape(request.name)}</b> · {html.escape(named)}"
             f" · asked {format_time(request.requested_at)}"
             + (f"<pre style='margin:4px 0'>{html.escape(details)}</pre>" if details else ""))
         self.note = widgets.Text(placeholder="note (optional, recorded with the decision)")
