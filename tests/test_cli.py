@@ -472,7 +472,7 @@ def test_a_decision_given_with_no_kernel_running_shows_until_the_run_resumes(
     handler = _park_for_approval(tmp_path / "j")
     before = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
     assert "status     WAITING_APPROVAL\n" in before
-    assert re.search(r"^waiting    approval 'send_email' \(step 1, request [0-9a-f]{12}\): "
+    assert re.search(r"^waiting    approval 'send_email' \(step 1, details digest [0-9a-f]{12}\): "
                      r"to: team@example.com$", before, re.M), before
 
     approved = cli("--journal", str(tmp_path / "j"), "approve", "mail", "--by", "ana")
