@@ -475,6 +475,8 @@ def test_the_lab_sidebars_inbox_edits_arguments_and_rejects_with_a_message(
             args = edit.locator(".dnr-args")
             args.wait_for(state="visible")
             assert json.loads(args.input_value()) == {"database": "prod"}
+            # Shown once, in the box to edit (issue 41): no read-only copy above it.
+            assert "prod" not in edit.locator(".dnr-pending").inner_text()
             args.fill('{"db": "staging"}')
             edit.locator(".dnr-approve").click()
             refused = inbox.locator(".dnr-error")
@@ -485,13 +487,15 @@ def test_the_lab_sidebars_inbox_edits_arguments_and_rejects_with_a_message(
             edit.locator(".dnr-args").fill('{"database": "staging"}')
             page.page.screenshot(path=str(shots / "answers-sidebar-edited.png"))
             edit.locator(".dnr-approve").click()
-            inbox.locator(".dnr-ok").filter(has_text="sb-edit: approved").wait_for(
-                state="visible")
+            inbox.locator(".dnr-ok").filter(
+                has_text='sb-edit: approved with edited arguments {"database": "staging"}; '
+            ).wait_for(state="visible")
             deny = inbox.locator(".dnr-card[data-run='sb-deny']")
             deny.locator(".dnr-message").fill("Denied: use staging")
             deny.locator(".dnr-reject").click()
-            inbox.locator(".dnr-ok").filter(has_text="sb-deny: rejected").wait_for(
-                state="visible")
+            inbox.locator(".dnr-ok").filter(
+                has_text='sb-deny: rejected with the message "Denied: use staging"; '
+            ).wait_for(state="visible")
             page.page.screenshot(path=str(shots / "answers-sidebar-decided.png"))
         assert dn.execute("sb-edit", _ask_query, journal=journal) == [
             True, {"database": "staging"}, None]
