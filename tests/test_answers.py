@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -91,13 +92,14 @@ def test_approve_with_edited_arguments_runs_the_tool_with_them_live_and_on_repla
     # The history and the export say it.
     decided = [e for e in history(journal, "r") if e["kind"] == "decided"]
     assert decided[0]["args"] == {"database": "staging", "sql": "select 1"}
-    assert "approved with edited arguments by ana" in decided[0]["text"]
+    edited = 'with edited arguments {"database": "staging", "sql": "select 1"}'
+    assert f"approved {edited} by ana" in decided[0]["text"]
     data = export_data(dn.get_run("r", journal=journal), journal=journal)
     assert any(e.get("args") == {"database": "staging", "sql": "select 1"}
                for e in data["history"])
     export_run("r", journal.directory / "r.ipynb", journal=journal)
     text = (journal.directory / "r.ipynb").read_text()
-    assert "approved with edited arguments by ana" in text
+    assert "approved with edited arguments {\\\"database\\\": \\\"staging\\\"" in text
     assert "Edited arguments" in text and '\\"database\\": \\"staging\\"' in text
 
 
@@ -136,6 +138,29 @@ def test_reject_with_a_message_is_the_tools_answer_to_the_model(journal, server,
     decided = [e for e in history(journal, "r") if e["kind"] == "decided"]
     assert decided[0]["message"] == "Denied: use the staging database"
     assert dn.execute("r", _agent(client, log), journal=journal) == messages
+
+
+def test_the_export_says_a_rejections_message_as_written_in_its_history_and_step(
+        journal, server, client):
+    """Issue 41: the message is shown where the decision is (the history's line, the
+    approval's heading), as text: its Markdown and HTML characters do not become markup."""
+    _script(server)
+    log: list = []
+    _park(journal, client, log)
+    said = "Denied: <b>use</b> *staging_db* [here](http://x)"
+    dn.reject("r", message=said, by="ana", journal=journal)
+    dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
+    path = export_run("r", journal.directory / "r.ipynb", journal=journal)
+    import nbformat
+
+    cells = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
+                      if c.cell_type == "markdown")
+    written = (r'with the message "Denied: \<b\>use\</b\> \*staging\_db\* '
+               r'\[here\](http://x)" by ana')
+    assert f"**decided**: rejected {written} via Python" in cells, cells
+    assert f"**Approval `query`**: rejected {written} via Python — step" in cells, cells
+    data = export_data(dn.get_run("r", journal=journal), journal=journal)
+    assert [e["message"] for e in data["history"] if e["kind"] == "decided"] == [said]
 
 
 def test_content_that_does_not_go_with_the_decision_is_refused(journal, server, client):
@@ -192,7 +217,23 @@ def test_the_cli_approves_with_args_and_rejects_with_a_message(journal, server, 
     assert bad.returncode != 0 and "--args" in bad.stderr and "JSON" in bad.stderr
     done = _cli(journal, "approve", "r", "--args", '{"database": "staging", "sql": "x"}')
     assert done.returncode == 0, done.stderr
-    assert "approved with edited arguments run r" in done.stdout
+    # The answer says the edited arguments, the ones the tool runs with (issue 41); the
+    # model's are what was asked.
+    edited = 'with edited arguments {"database": "staging", "sql": "x"}'
+    assert f"approved run r {edited} (by " in done.stdout, done.stdout
+    assert "'query' asked {\"tool\": \"query\", \"arguments\": {\"database\": \"production\"" \
+        in done.stdout, done.stdout
+    assert f"approved {edited} by " in _cli(journal, "show", "r").stdout
+    # A second decision is refused, and the history says so in one sentence (issue 41).
+    again = _cli(journal, "approve", "r", "--args", '{"database": "test", "sql": "y"}')
+    assert again.returncode == 1
+    refused = [line for line in _cli(journal, "show", "r").stdout.splitlines()
+               if " refused " in line]
+    assert len(refused) == 1, refused
+    assert re.fullmatch(
+        r"  \S+ \S+ refused +a decision by (\S+) via durable-nb to approve with edited "
+        r'arguments \{"database": "test", "sql": "y"\} was refused: the request was already '
+        rf'approved {re.escape(edited)} by \1 via durable-nb at \S+ \S+', refused[0]), refused
     dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
     assert log == [("staging", "x", 10)]
 
@@ -201,7 +242,9 @@ def test_the_cli_approves_with_args_and_rejects_with_a_message(journal, server, 
     _park(journal, client, log)
     done = _cli(journal, "reject", "r", "--message", "Denied: use staging")
     assert done.returncode == 0, done.stderr
-    assert "rejected with a message run r" in done.stdout
+    said = 'with the message "Denied: use staging"'
+    assert f"rejected run r {said} (by " in done.stdout, done.stdout
+    assert f"rejected {said} by " in _cli(journal, "show", "r").stdout
     messages = dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
     assert next(m for m in messages if m["role"] == "tool")["content"] == "Denied: use staging"
 
@@ -290,7 +333,8 @@ def test_the_inbox_card_edits_the_arguments_in_place(journal, server, client):
     card = inbox.cards["r"]
     card.form.arguments.value = '{"database": "staging", "sql": "select 1"}'
     card.approve.click()
-    assert "approved with edited arguments by" in inbox.notice.value
+    assert 'approved with edited arguments {"database": "staging", "sql": "select 1"} by' \
+        in unescape(inbox.notice.value)
     dn.execute("r", _agent(client, log), journal=journal, on_approval="park")
     assert log == [("staging", "select 1", 10)]
 
@@ -304,6 +348,10 @@ _PANEL_CELLS = (
     "d = ctx.approval('query', {'tool': 'query', 'arguments': {'database': 'prod'}},\n"
     "                 schema=schema)\n"
     "ctx.run('query', lambda: open('ran.log', 'a').write(d.args['database'] + '\\n'))",
+    # The arguments are shown once, in the box to edit, not also above it (issue 41).
+    "from durable_nb.notebook import active_run\n"
+    "panel = active_run('edit-1').panel\n"
+    "print('prod' in panel.approval_text.value, 'prod' in panel.answer_form.arguments.value)",
     # What a person does in the panel: edits the JSON in place and clicks Approve (nbclient
     # has no browser; Button.click runs the on_click callbacks). A wrong edit first.
     "from durable_nb.notebook import active_run\n"
@@ -332,9 +380,10 @@ def test_the_panel_in_a_real_kernel_approves_with_arguments_edited_in_place(tmp_
     finally:
         os.environ.clear()
         os.environ.update(env_before)
-    said = nb.cells[2].outputs[0]["text"]
+    assert nb.cells[2].outputs[0]["text"] == "False True\n"
+    said = nb.cells[3].outputs[0]["text"]
     assert "unknown argument 'db'" in said and "Nothing was decided" in said
-    assert nb.cells[2].outputs[-1]["text"].strip() == "True"
+    assert nb.cells[3].outputs[-1]["text"].strip() == "True"
     assert (tmp_path / "ran.log").read_text() == "staging\n"
     journal = dn.DiskJournal(journal_dir)
     try:
@@ -426,6 +475,8 @@ def test_the_lab_sidebars_inbox_edits_arguments_and_rejects_with_a_message(
             args = edit.locator(".dnr-args")
             args.wait_for(state="visible")
             assert json.loads(args.input_value()) == {"database": "prod"}
+            # Shown once, in the box to edit (issue 41): no read-only copy above it.
+            assert "prod" not in edit.locator(".dnr-pending").inner_text()
             args.fill('{"db": "staging"}')
             edit.locator(".dnr-approve").click()
             refused = inbox.locator(".dnr-error")
@@ -436,13 +487,15 @@ def test_the_lab_sidebars_inbox_edits_arguments_and_rejects_with_a_message(
             edit.locator(".dnr-args").fill('{"database": "staging"}')
             page.page.screenshot(path=str(shots / "answers-sidebar-edited.png"))
             edit.locator(".dnr-approve").click()
-            inbox.locator(".dnr-ok").filter(has_text="sb-edit: approved").wait_for(
-                state="visible")
+            inbox.locator(".dnr-ok").filter(
+                has_text='sb-edit: approved with edited arguments {"database": "staging"}; '
+            ).wait_for(state="visible")
             deny = inbox.locator(".dnr-card[data-run='sb-deny']")
             deny.locator(".dnr-message").fill("Denied: use staging")
             deny.locator(".dnr-reject").click()
-            inbox.locator(".dnr-ok").filter(has_text="sb-deny: rejected").wait_for(
-                state="visible")
+            inbox.locator(".dnr-ok").filter(
+                has_text='sb-deny: rejected with the message "Denied: use staging"; '
+            ).wait_for(state="visible")
             page.page.screenshot(path=str(shots / "answers-sidebar-decided.png"))
         assert dn.execute("sb-edit", _ask_query, journal=journal) == [
             True, {"database": "staging"}, None]

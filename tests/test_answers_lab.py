@@ -218,6 +218,9 @@ def test_the_saved_view_approves_with_edited_arguments_and_rejects_with_a_messag
         args = here.locator(".dnr-args")
         args.wait_for(state="visible")
         assert json.loads(args.input_value()) == {"database": "production", "sql": "select 1"}
+        # Shown once: the saved view's read-only copy of the arguments goes (issue 41).
+        assert page.cell(1).locator(".dnb-saved pre.dnb-details").count() == 1
+        assert not page.cell(1).locator(".dnb-saved pre.dnb-details").is_visible()
         args.fill('{"db": "staging", "sql": "select 1"}')
         here.locator(".dnr-approve").click()
         refused = here.locator(".dnr-error")
@@ -229,13 +232,14 @@ def test_the_saved_view_approves_with_edited_arguments_and_rejects_with_a_messag
         page.cell(1).screenshot(path=str(shots / f"saved-view-{app}-edited.png"))
         here.locator(".dnr-approve").click()
         here.locator(".dnr-decided").wait_for(state="visible")
-        assert "approved by " in here.inner_text()
+        assert 'approved with edited arguments {"database": "staging", "sql": "select 1"} by ' \
+            in here.inner_text()
 
         there = page.cell(2).locator(".dnb-decide-here")
         there.locator(".dnr-message").fill("Denied: use staging")
         there.locator(".dnr-reject").click()
         there.locator(".dnr-decided").wait_for(state="visible")
-        assert "rejected by " in there.inner_text()
+        assert 'rejected with the message "Denied: use staging" by ' in there.inner_text()
         page.cell(2).screenshot(path=str(shots / f"saved-view-{app}-rejected.png"))
         assert not (server.root_dir / "ran.log").exists()
 

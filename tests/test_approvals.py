@@ -94,20 +94,28 @@ def test_the_cli_shows_and_decides_the_request_it_names(journal):
 
     shown = _cli(journal, "show", "r")
     assert shown.returncode == 0, shown.stderr
-    assert f"request {production[:12]}): db: production" in shown.stdout
+    assert f"details digest {production[:12]}): db: production" in shown.stdout
     assert "the request at this step changed" in shown.stdout and staging[:12] in shown.stdout
 
     refused = _cli(journal, "approve", "r", "--expect", staging[:12])
     assert refused.returncode != 0 and "nothing was decided" in refused.stderr + refused.stdout
+    # One name for one thing (issue 41): the id is the request id, the digest a details digest.
+    waiting = journal.get_run("r").pending_approval
+    assert (f"(request id {waiting['id']}, details digest {production[:12]}), not for the "
+            f"request that was seen (request id {waiting['id']}, details digest {staging[:12]})"
+            ) in refused.stderr, refused.stderr
 
     approved = _cli(journal, "approve", "r", "ok", "--by", "ana")
     assert approved.returncode == 0, approved.stderr
     assert "approved run r (by ana)" in approved.stdout
-    assert f'{{"db": "production"}} (request {production[:12]})' in approved.stdout
+    request_id = journal.get_run("r").pending_approval["id"]
+    assert (f'{{"db": "production"}} (request id {request_id}, details digest '
+            f'{production[:12]})') in approved.stdout
     assert dn.execute("r", _drop("production", dropped), journal=journal) == \
         "dropped production"
     listing = _cli(journal, "show", "r").stdout
-    assert re.search(rf"approved by ana via durable-nb at {_WHEN} \(.ok.\) for request {production[:12]}", listing), listing
+    assert re.search(rf"approved by ana via durable-nb at {_WHEN} \(.ok.\) \(details digest "
+                     rf"{production[:12]}\)", listing), listing
 
 
 def test_concurrent_approvals_never_take_or_remove_each_others_decisions(journal):

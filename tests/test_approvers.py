@@ -71,8 +71,8 @@ def test_someone_not_on_the_list_is_refused_by_the_cli_with_one_line_and_nothing
     assert journal.get_run("r").status is Status.WAITING_APPROVAL
 
     shown = _cli(journal, "show", "r").stdout
-    assert re.search(rf"{_WHEN} refused +approved by bo via durable-nb refused: bo is not on "
-                     rf"the approvers' list \(ana\)", shown), shown
+    assert re.search(rf"{_WHEN} refused +a decision by bo via durable-nb to approve was "
+                     rf"refused: bo is not on the approvers' list \(ana\)", shown), shown
     (event,) = journal.events("r")
     assert (event["kind"], event["by"], event["approvers"]) == ("refused", "bo", ["ana"])
 
@@ -159,7 +159,7 @@ def test_four_eyes_refuses_the_person_who_started_the_run(journal):
     # DURABLE_NB_USER names who decides when --by does not.
     assert _cli(journal, "approve", "r", user="cy").returncode == 1
     assert find_decision(journal, "r", pending) is None
-    assert [e["text"].split(" refused: ")[1] for e in journal.events("r")] == \
+    assert [e["text"].split(" was refused: ")[1] for e in journal.events("r")] == \
         ["cy started the run (four-eyes)", "CY@laptop started the run (four-eyes)",
          "cy (notebook) started the run (four-eyes)", "cy started the run (four-eyes)"]
 

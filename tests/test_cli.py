@@ -472,8 +472,8 @@ def test_a_decision_given_with_no_kernel_running_shows_until_the_run_resumes(
     handler = _park_for_approval(tmp_path / "j")
     before = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
     assert "status     WAITING_APPROVAL\n" in before
-    assert re.search(r"^waiting    approval 'send_email' \(step 1, request [0-9a-f]{12}\): "
-                     r"to: team@example.com$", before, re.M), before
+    assert re.search(r"^waiting    approval 'send_email' \(step 1, details digest "
+                     r"[0-9a-f]{12}\): to: team@example.com$", before, re.M), before
 
     approved = cli("--journal", str(tmp_path / "j"), "approve", "mail", "--by", "ana")
     assert approved.returncode == 0 and "approved" in approved.stdout
@@ -489,7 +489,7 @@ def test_a_decision_given_with_no_kernel_running_shows_until_the_run_resumes(
     after = cli("--journal", str(tmp_path / "j"), "show", "mail").stdout
     assert "status     DONE\n" in after and "waiting for the run" not in after
     assert re.search(rf"approval send_email +waited (?:\d+ min )?[\d.]+ s  approved by ana "
-                     rf"via durable-nb at {CLOCK} for request [0-9a-f]{{12}}$", after,
+                     rf"via durable-nb at {CLOCK} \(details digest [0-9a-f]{{12}}\)$", after,
                      re.M), after
 
 
@@ -576,3 +576,12 @@ def test_approve_with_request_never_decides_a_later_identical_request(tmp_path: 
     assert cli("--journal", where, "approve", "pay", "--request", second["id"]).returncode == 0
     assert dn.execute("pay", _charge_twice, journal=journal) == 20
     journal.close()
+
+
+def test_version_prints_the_packages_version_and_exits_without_a_command(tmp_path) -> None:
+    from durable_nb.version import __version__
+
+    shown = cli("--version", cwd=tmp_path)
+    assert (shown.returncode, shown.stdout, shown.stderr) == (0, f"durable-nb {__version__}\n",
+                                                              "")
+    assert "--version" in cli("--help", cwd=tmp_path).stdout

@@ -80,11 +80,14 @@ def test_the_runs_history_shows_the_decision_and_the_refused_second_one(journal)
     assert kinds == [("decided", "ana", "durable-nb"), ("refused", "bo", "durable-nb")]
     shown = _cli(where, "show", "r").stdout
     assert re.search(rf"{_WHEN} decided +approved by ana via durable-nb", shown), shown
-    assert re.search(rf"{_WHEN} refused +rejected by bo via durable-nb refused: the request "
-                     rf"was approved by ana via durable-nb already", shown), shown
+    # One sentence: who tried what, refused, and why (issue 41).
+    assert re.search(rf"{_WHEN} refused +a decision by bo via durable-nb to reject was "
+                     rf"refused: the request was already approved by ana via durable-nb at "
+                     rf"{_WHEN}\n", shown), shown
     export = journal.directory.parent / "r.ipynb"
     export_run("r", str(export), journal=journal)
-    assert "**refused**: rejected by bo" in export.read_text()
+    assert "**refused**: a decision by bo via durable-nb to reject was refused" in \
+        export.read_text()
 
 
 def test_a_decision_from_the_notebook_panel_is_not_replaced_by_the_cli(journal):
@@ -161,7 +164,7 @@ def test_replace_changes_a_decision_not_yet_taken_and_the_history_keeps_both(jou
     shown = _cli(where, "show", "r").stdout
     assert re.search(rf"approval drop database .* rejected by bo via durable-nb at {_WHEN} "
                      rf"\('not today'\) \(replacing approved by ana via durable-nb at {_WHEN}\) "
-                     r"for request", shown), shown
+                     r"\(details digest", shown), shown
     assert re.search(rf"took 'drop database' rejected by bo via durable-nb at {_WHEN} "
                      rf"\(replacing approved by ana via durable-nb at {_WHEN}\)", shown), shown
     taken = journal.get_run("r").attempts[-1]["decisions"]
@@ -291,7 +294,8 @@ def test_an_edit_that_replaces_an_undecided_request_says_no_decision_was_given(j
     _park(journal, db="test")
     shown = _cli(str(journal.directory), "show", "r").stdout
     assert re.search(r"the request at this step changed: the decision given for 'drop "
-                     r"database' \(db: production, request \w+\) \(approved by ana via Python\) "
+                     r"database' \(db: production, details digest \w+\) \(approved by ana via "
+                     r"Python\) "
                      r"is not applied to it", shown), shown
 
 

@@ -164,7 +164,7 @@ def test_in_lab_without_the_extension_the_inbox_approves_a_run_another_notebook_
         output = page.cell(0).locator(".jp-Cell-outputArea")
         text = output.inner_text()
         assert "kubectl apply -f prod.yaml" in text
-        assert "Durable runs" in text and "pip install durable-nb" in text
+        assert "Durable runs" in text and 'pip install "durable-nb[lab]"' in text
         output.screenshot(path=str(shots / "inbox-lab-no-extension.png"))
         card.locator("input").fill("ship it")
         page.click_button("Approve", cell_index=0)
@@ -180,3 +180,31 @@ def test_in_lab_without_the_extension_the_inbox_approves_a_run_another_notebook_
         wait_until(resumed, 60, "the parking notebook's kernel resumed the approved run")
         output.screenshot(path=str(shots / "inbox-lab-approved.png"))
     assert (root / "side_effects.log").read_text() == "applied\n"
+
+
+@pytest.mark.browser
+def test_in_lab_with_the_extension_the_inbox_says_nothing_of_front_ends_without_it(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """Issue 41: the footnote for VS Code and Colab (where the sidebar would be, how to get
+    it) is not for a page whose server serves the Lab extension: its sidebar is there."""
+    require_chromium()
+    journal_dir = tmp_path_factory.mktemp("journal") / "journal"
+    _park_elsewhere(journal_dir, "refund-8")
+    env = {"DURABLE_NB_JOURNAL": str(journal_dir),
+           "HOME": str(tmp_path_factory.mktemp("home")),
+           "DURABLE_NB_INDEX": str(tmp_path_factory.mktemp("index"))}
+    root = tmp_path_factory.mktemp("lab")
+    write_notebook(root / "inbox.ipynb", ["%load_ext durable_nb\n%durable inbox"])
+    with JupyterLab(root, env=env) as lab, LabPage(lab, timeout=60) as page:
+        page.open_notebook("inbox.ipynb")
+        page.wait_kernel_idle()
+        page.run_cell(0)
+        card = page.cell(0).locator(".jp-OutputArea-output .widget-vbox").filter(
+            has_text="refund-8").last
+        card.wait_for(state="visible")
+        output = page.cell(0).locator(".jp-Cell-outputArea")
+        output.screenshot(path=str(_shots(tmp_path) / "inbox-lab-with-extension.png"))
+        text = output.inner_text()
+        assert "refund-8" in text and "Approve" in text
+        assert "VS Code" not in text and "pip install" not in text, text

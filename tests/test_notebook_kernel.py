@@ -302,11 +302,13 @@ ctx.approval('go ahead', {'why': 'test'})
 """
 
 
-def test_a_run_resumed_in_its_kernel_counts_what_the_resumed_execution_replayed(
+def test_a_run_resumed_in_its_kernel_counts_each_step_once_and_each_attempt_apart(
         tmp_path: Path, capsys) -> None:
     """7 steps executed, parked, approved in the panel, resumed by the kernel's watcher: the
     resumed execution replayed the 7 and executed 3 (the approval and 2 steps), as
-    `durable-nb show` tells the attempts; the panel counts the same."""
+    `durable-nb show` tells the attempts; the panel counts the run, each step once (issue 41:
+    it added the attempts up, 7 replayed + 10 executed for a run of 10 steps), all 10
+    executed in this kernel."""
     from durable_nb.cli import main
 
     with start_kernel(tmp_path, env=_env()) as k:
@@ -316,7 +318,7 @@ def test_a_run_resumed_in_its_kernel_counts_what_the_resumed_execution_replayed(
         _wait_status(tmp_path, "seven", Status.DONE)
         wait_until(lambda: "DONE" in _panel_html(k, "<b>seven</b>"), 10, "the panel to say DONE")
         stats = _seen(_panel_html(k, "replayed"))
-    assert "steps 7 replayed, 10 executed" in stats, stats
+    assert "steps 0 replayed, 10 executed" in stats, stats
     capsys.readouterr()
     assert main(["--journal", str(tmp_path / ".durable_nb"), "show", "seven"]) == 0
     shown = capsys.readouterr().out

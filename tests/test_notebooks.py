@@ -221,6 +221,29 @@ def test_crash_and_resume_repeats_no_tool_after_the_sigkill(tmp_path: Path, offl
     assert len(list((work / "outbox").iterdir())) == 1
 
 
+def test_crash_and_resume_panel_counts_the_runs_steps_once_across_its_resumed_attempts(
+        tmp_path: Path, offline) -> None:
+    """The kernel's execution parks at the email and, approved, resumes in the same kernel,
+    replaying every step again: the panel counts each of the run's steps once (replayed: got
+    from the journal the killed process left; executed: run in this kernel), and the tokens
+    it says were saved are those of the replayed steps, not of every replay added up."""
+    nb = _run("crash_and_resume", tmp_path)
+    journal = DiskJournal(_work(tmp_path, "crash_and_resume") / ".durable_nb")
+    steps = list(journal.steps("sales-report"))
+    died = journal.get_run("sales-report").attempts[0]
+    assert died["end"] == "died" and len(steps) == 10
+    replayed = [e for e in steps if e.position < died["at_step"]]
+    executed = len(steps) - len(replayed)
+    tokens = sum(e.tokens for e in replayed)
+    assert 0 < tokens < sum(e.tokens for e in steps)
+    panel = _text(_cell(nb, "%%durable_agent sales-report"))
+    assert f"steps {len(replayed)} replayed, {executed} executed" in panel, panel
+    assert f"{len(replayed)} steps replayed: {tokens:,} tokens\n" in panel, panel
+    saved = _saved_view(_cell(nb, "%%durable_agent sales-report"))
+    assert f"steps <b>{len(replayed)}</b> replayed, <b>{executed}</b> executed" in saved
+    assert f"{len(replayed)} steps replayed: {tokens:,} tokens" in saved
+
+
 @pytest.mark.parametrize("name,package", [("openai_agents", "agents"),
                                           ("pydantic_ai", "pydantic_ai")])
 def test_framework_notebook_resumes_the_agent_with_each_tool_once(

@@ -70,7 +70,7 @@ def test_step_details_show_new_messages_reply_arguments_result_and_decision(demo
     assert "Decision: approved by ana: fine" in approval
     step = info.steps[[e.kind for e in info.steps].index("approval")]
     shown = request_digest(step.name, step.meta["details"])
-    assert f"for request {shown[:12]}" in approval  # which request the decision was for
+    assert f"(details digest {shown[:12]})" in approval  # which request it was for
     assert "prompt +" in first_chat and "completion tokens" in first_chat
 
 
@@ -170,7 +170,7 @@ def test_the_approve_button_decides_the_request_the_panel_shows(journal) -> None
     panel.refresh(force=True)
     shown = _text(panel.approval_text.value)
     production = request_digest("drop database", {"db": "production"})
-    assert f"request {production[:12]}" in shown and '"db": "production"' in shown
+    assert f"details digest {production[:12]}" in shown and '"db": "production"' in shown
     staging = request_digest("drop database", {"db": "staging"})
     assert "The request at this step changed" in shown and staging[:12] in shown
     panel.approve_button.click()

@@ -274,10 +274,18 @@ def test_the_decision_post_takes_edited_args_and_a_message(shared, api):
     bad = api("run/decision", method="POST", expect=400, body={**seen, "args": {"db": "x"}})
     assert "missing required argument 'database'" in bad["message"]
     assert shared.get_request(decision_kind(shown["a"]), "a") is None
-    api("run/decision", method="POST", body={**seen, "args": {"database": "staging"}})
-    api("run/decision", method="POST", body={
+    done = api("run/decision", method="POST", body={**seen, "args": {"database": "staging"}})
+    assert done["message"] == ('approved with edited arguments {"database": "staging"}; '
+                               're-run its cell to continue')
+    done = api("run/decision", method="POST", body={
         "journal": journal, "id": "b", "approved": False, "digest": shown["b"]["digest"],
         "request_id": shown["b"]["id"], "message": "Denied: use staging"})
+    assert done["message"] == ('rejected with the message "Denied: use staging"; re-run its '
+                               'cell to continue')
+    # GET runs shows each decision with what it says (the sidebar's and the saved view's).
+    decided = {r["run_id"]: r["decision"] for r in api("runs")["runs"]}
+    assert (decided["a"]["args"], decided["a"]["message"]) == ({"database": "staging"}, None)
+    assert (decided["b"]["args"], decided["b"]["message"]) == (None, "Denied: use staging")
     assert dn.execute("a", query, journal=shared) == [True, {"database": "staging"}, None]
     assert dn.execute("b", query, journal=shared) == [False, None, "Denied: use staging"]
 

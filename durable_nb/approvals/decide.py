@@ -64,9 +64,9 @@ from .authority import decided_elsewhere
 from .history import record_event
 from .policy import allowed_approvers, deadline_of, refusal
 from .question import checked_answer, is_question, plain_answer
-from .request import (applies, decision_kind, find_decision, pending_digest, short,
-                      taken_decision, with_escalation)
-from .wording import decision_words, verdict_words
+from .request import (applies, decision_kind, find_decision, pending_digest, request_words,
+                      short, taken_decision, with_escalation)
+from .wording import decision_words, refusal_words
 
 __all__ = ["MIN_DIGEST", "decide", "decided_already"]
 
@@ -118,10 +118,10 @@ def decide(journal: Journal, run_id: str, *, request_id: str | None, digest: str
     if not matches:
         raise ApprovalChanged(
             f"run {run_id!r} now waits for approval of {pending.get('name')!r} "
-            f"{_details_text(pending.get('details'))} (request "
-            f"{short(pending_digest(pending))}, id {pending.get('id') or '-'}), not for the "
-            f"request {short(digest)} (id {request_id or '-'}) that was seen: nothing was "
-            f"decided. Look at it with `durable-nb show {run_id}` and decide again.")
+            f"{_details_text(pending.get('details'))} ({request_words(pending)}), not for "
+            f"the request that was seen (request id {request_id or '-'}, details digest "
+            f"{short(digest)}): nothing was decided. Look at it with `durable-nb show "
+            f"{run_id}` and decide again.")
     content = _content(run_id, pending, approved=approved, args=args, message=message,
                        answer=answer)
     target = pending.get("run_id", run_id)
@@ -219,7 +219,7 @@ def _leave(journal: Journal, target: str, pending: dict, *, approved: bool, note
     refused = refusal(target, pending, by, via, signed_in=signed_in)
     if refused is not None:
         _refused(journal, target, pending, refused.reason, refusals_once,
-                 f"{verdict_words(decision)} refused: {refused.brief}",
+                 refusal_words(decision, refused.brief),
                  by=by, via=via, approvers=allowed_approvers(pending))
         raise refused
     while True:
@@ -235,8 +235,10 @@ def _leave(journal: Journal, target: str, pending: dict, *, approved: bool, note
         if earlier.get("taken_at") is not None or not replace:
             if via != "timeout":  # a deadline that lost to a person refused nobody
                 _refused(journal, target, pending, "decided already", refusals_once,
-                         f"{verdict_words(decision)} refused: the request was "
-                         f"{decision_words(earlier)} already", by=by, via=via)
+                         refusal_words(decision, f"the request was already "
+                                                 f"{decision_words(earlier, timed=True)}"),
+                         by=by, via=via, approved=approved, args=decision.get("args"),
+                         message=decision.get("message"))
             raise decided_already(target, str(pending.get("name")), earlier,
                                   taken=earlier.get("taken_at") is not None)
         replacing = dict(decision, replaced=[

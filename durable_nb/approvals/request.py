@@ -33,9 +33,8 @@ from ..journal import Journal, StepEntry
 from .policy import escalation_key
 
 __all__ = ["LEGACY_KIND", "applies", "decision_kind", "editable", "escalation_fields",
-           "find_decision", "find_decisions",
-           "pending_digest", "request_digest", "short", "take_decision", "taken_decision",
-           "with_escalation"]
+           "find_decision", "find_decisions", "pending_digest", "request_digest", "request_words",
+           "short", "take_decision", "taken_decision", "with_escalation"]
 
 #: The request kind of decisions given before approvals had ids.
 LEGACY_KIND = "decision"
@@ -51,6 +50,14 @@ def request_digest(name: str, details: Any) -> str:
 def short(digest: str | None) -> str:
     """The first 12 characters of a digest, as the panel and the CLI show it."""
     return (digest or "")[:12]
+
+
+def request_words(pending: dict) -> str:
+    """How a request is named to a person: ``request id 637b2f55...`` (what ``--request``
+    takes) and ``details digest 9f7996211197`` (the digest of its name and details, what
+    ``--expect`` takes); a request written before ids has only the digest."""
+    digest = f"details digest {short(pending_digest(pending))}"
+    return f"request id {pending['id']}, {digest}" if pending.get("id") else digest
 
 
 def pending_digest(pending: dict) -> str:

@@ -3,9 +3,14 @@ the export, a refusal and the history all say a decision with :func:`decision_wo
 
 from __future__ import annotations
 
+import json
+
 from ..timestamps import format_time
 
-__all__ = ["decision_words", "verdict", "verdict_words"]
+__all__ = ["content_words", "decision_words", "refusal_words", "verdict", "verdict_words"]
+
+#: The most characters of edited arguments or of a message a decision's words quote.
+CONTENT_SHOWN = 300
 
 
 def decision_words(decision: dict, *, timed: bool = False, note: int = 0) -> str:
@@ -35,15 +40,43 @@ def verdict_words(decision: dict, timed: bool = False) -> str:
 
 
 def verdict(decision: dict) -> str:
-    """What was decided, without who: ``approved``, ``rejected``, ``approved with edited
-    arguments`` and ``rejected with a message`` where it says more than yes or no,
-    ``answered accept`` for the answer to a server's question."""
+    """What was decided, without who: ``approved``, ``rejected``; where it says more than
+    yes or no, what it says: ``approved with edited arguments {"table": "staging.users"}``,
+    ``rejected with the message "use staging"`` (each cut to :data:`CONTENT_SHOWN`
+    characters); ``answered accept`` for the answer to a server's question."""
     answer = decision.get("answer")
     if isinstance(answer, dict) and answer.get("action"):
         return f"answered {answer['action']}"
     said = "approved" if decision.get("approved") else "rejected"
+    content = content_words(decision)
+    return f"{said} {content}" if content else said
+
+
+def content_words(decision: dict) -> str:
+    """What a decision says beyond yes or no, quoted: ``with edited arguments {...}`` (as
+    JSON), ``with the message "..."``; empty for a plain one."""
     if decision.get("args") is not None:
-        return said + " with edited arguments"
+        return f"with edited arguments {_quoted(decision['args'])}"
     if decision.get("message"):
-        return said + " with a message"
-    return said
+        return f"with the message {_quoted(str(decision['message']))}"
+    return ""
+
+
+def refusal_words(attempt: dict, why: str) -> str:
+    """One sentence for a decision refused: ``a decision by bo via durable-nb to approve
+    with edited arguments {...} was refused: the request was already approved by ana via
+    panel``. ``attempt`` is the decision refused (``approved``, ``by``, ``via``, ``args``,
+    ``message``), ``why`` the reason, a clause without a full stop."""
+    how = f" via {attempt['via']}" if attempt.get("via") else ""
+    verb = "approve" if attempt.get("approved") else "reject"
+    answer = attempt.get("answer")
+    if isinstance(answer, dict) and answer.get("action"):
+        verb = f"answer {answer['action']}"
+    content = content_words(attempt)
+    to = f" to {verb}" + (f" {content}" if content else "")
+    return f"a decision by {attempt.get('by') or 'someone'}{how}{to} was refused: {why}"
+
+
+def _quoted(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= CONTENT_SHOWN else text[:CONTENT_SHOWN - 1] + "\u2026"

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import registry
 from ..approvals.question import ACTIONS, Question, answer_words, question_of
-from ..approvals.request import pending_digest, short
+from ..approvals.request import pending_digest, request_words
 from ..errors import InvalidAnswer, NoPendingApproval
 from ..journal import Journal
 
@@ -70,8 +70,7 @@ def answer_command(args: argparse.Namespace, journal: Journal) -> str:
                       request_id=pending.get("id") or "", via="durable-nb", answer=answer,
                       journal=journal)
     return (f"answered {answer_words(decision.answer)} to {question.server or 'the server'}'s "
-            f"question in run {args.run_id} (by {decision.by}; request "
-            f"{short(pending_digest(pending))})")
+            f"question in run {args.run_id} (by {decision.by}; {request_words(pending)})")
 
 
 def question_lines(pending: dict, run_id: str) -> list[str]:

@@ -31,8 +31,8 @@ from .show import (ITEM_STATUSES, RUN_STATUSES, effective_json, effective_states
                        more_runs_note, parse_item_status, parse_status, statuses_help)
 from .usage import JOURNAL_HELP, CommandParser, SubcommandsWithJournal
 from ..errors import ApprovalPolicyError, DurableError, InvalidAnswer, NoJournal, UnknownRun
-from ..approvals.request import pending_digest, short
-from ..approvals.wording import decision_words, verdict
+from ..approvals.request import pending_digest, request_words
+from ..approvals.wording import content_words, decision_words, verdict
 from ..export import export_batch, export_run
 from ..devsetup import dev_setup
 from ..journal import Journal, Status, default_location, open_journal
@@ -45,6 +45,7 @@ from ..notify.sweeper import sweep_journal
 from ..profile import disable, enable
 from ..registry import batch_rows, is_interrupted, recorded_decision
 from ..timestamps import format_time
+from ..version import __version__
 
 __all__ = ["COMMANDS", "STEERING", "command_list", "main", "near_runs", "steer"]
 
@@ -93,10 +94,14 @@ def steer(command: str, run_id: str, journal: Journal, *, note: str | None = Non
         decision = decide(run_id, note, by=by, expect=expect or digest,
                           request_id=request_id, replace=replace, via=via, journal=journal,
                           **content)
-        done = verdict({"approved": command == "approve", **content})
+        said = content_words({"args": decision.args, "message": decision.message})
+        done = f"{verdict({'approved': decision.approved})} run {run_id}" + (
+            f" {said}" if said else "")
         replaced = f", replacing {decision_words(earlier, timed=True, note=80)}" if earlier else ""
-        return (f"{done} run {run_id} (by {decision.by}{replaced}): {pending.get('name')!r} "
-                f"{json.dumps(pending.get('details'))} (request {short(digest)})")
+        # With edited arguments, the details are what the model asked, not what runs.
+        asked = "asked " if decision.args is not None else ""
+        return (f"{done} (by {decision.by}{replaced}): {pending.get('name')!r} {asked}"
+                f"{json.dumps(pending.get('details'))} ({request_words(pending)})")
     if command == "cancel":
         record = registry.cancel(run_id, journal=journal)
         return (f"run {run_id} is already DONE" if record.status is Status.DONE
@@ -166,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Inspect and steer durable agent runs.")
     parser.list_commands = command_list
     parser.add_argument("--journal", metavar="JOURNAL", help=JOURNAL_HELP)
+    parser.add_argument("--version", action="version", version=f"durable-nb {__version__}",
+                        help="print the version of durable-nb and exit")
     sub = SubcommandsWithJournal(parser.add_subparsers(dest="command", required=True,
                                                         metavar="COMMAND"))
 

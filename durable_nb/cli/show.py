@@ -127,7 +127,7 @@ def _step_line(entry: StepEntry) -> str:
         outcome = (decision_words(decided, timed=True, note=80) if isinstance(decided, dict) else
                    _failed(entry))
         if isinstance(decided, dict) and decided.get("digest"):
-            outcome += f" for request {short(decided['digest'])}"
+            outcome += f" (details digest {short(decided['digest'])})"
         when = f"waited {format_duration(entry.duration)}"
         return f"  {entry.position:>4}  {entry.kind:<8} {entry.name:<28} {when:>11}  {outcome}"
     outcome = "ok" if entry.ok else _failed(entry)
@@ -228,8 +228,8 @@ def format_run(info: registry.RunInfo, interrupted: bool = False,
 
 def _pending_lines(pending: dict) -> list[str]:
     details = pending.get("details")
-    lines = [f"waiting    approval {pending.get('name')!r} (step {pending.get('key')}, request "
-             f"{short(pending_digest(pending))})"
+    lines = [f"waiting    approval {pending.get('name')!r} (step {pending.get('key')}, details "
+             f"digest {short(pending_digest(pending))})"
              + (f": {shown_value(details, 300)}" if plain(details) else "")]
     if pending.get("id"):
         lines.append(f"           request id {pending['id']} (`approve`/`reject --request "
@@ -237,7 +237,7 @@ def _pending_lines(pending: dict) -> list[str]:
     earlier = pending.get("replaces")
     if earlier:
         was = (f"{earlier.get('name')!r} ({shown_value(earlier.get('details'), 200)}, "
-               f"request {short(earlier.get('digest'))})")
+               f"details digest {short(earlier.get('digest'))})")
         lines.append(f"           the request at this step changed: the decision given for "
                      f"{was} ({earlier['decided']}) is not applied to it"
                      if earlier.get("decided") else

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["EXPORT_VERSION", "KERNEL_METADATA", "code", "duration", "escape_dollars", "fence",
-           "json_text", "markdown_cell", "nbformat", "value_md", "write_whole"]
+           "json_text", "markdown_cell", "nbformat", "text", "value_md", "write_whole"]
 
 EXPORT_VERSION = 1
 
@@ -101,6 +101,12 @@ def fence(text: str, lang: str = "") -> str:
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     ticks = "`" * max(3, longest + 1)
     return f"{ticks}{lang}\n{text}\n{ticks}"
+
+
+def text(words: str) -> str:
+    """``words`` (outside text: a person's message, edited arguments) as Markdown inline text
+    shown as written: the characters Markdown or HTML would take as markup escaped."""
+    return re.sub(r"([\\`*_\[\]<>|~&])", r"\\\1", words)
 
 
 def code(text: Any) -> str:

@@ -484,7 +484,7 @@ def _step_md(step: dict[str, Any]) -> str:
         head = f"**Approval {md.code(name)}**"
         if step["ok"] and isinstance(result, dict):
             note = f": {result['note']}" if result.get("note") else ""
-            head += f": {verdict_words(result)}{note}"
+            head += f": {md.text(verdict_words(result) + note)}"
         details = (step.get("meta") or {}).get("details")
         if details is not None:
             body = ["", "Details:", "", md.fence(md.json_text(details), "json")]
@@ -585,7 +585,8 @@ def _notifications_md(rows: list[dict[str, Any]]) -> str:
 
 def _history_md(events: list[dict[str, Any]]) -> str:
     lines = ["## History", ""]
-    lines += [f"- {format_time(e.get('at'), '?')} **{e.get('kind')}**: {e.get('text', '')}"
+    lines += [f"- {format_time(e.get('at'), '?')} **{e.get('kind')}**: "
+              f"{md.text(str(e.get('text', '')))}"
               for e in events]
     return "\n".join(lines)
 

@@ -12,7 +12,7 @@ import time
 
 from ..approvals.policy import allowed_approvers, deadline_of
 from ..approvals.question import is_question
-from ..approvals.request import pending_digest, short
+from ..approvals.request import request_words, short
 from ..approvals.wording import decision_words
 from ..timestamps import format_time
 from .step_view import clip
@@ -77,7 +77,7 @@ def _changed_html(earlier: dict | None) -> str:
         return ""
     was = (f"{html.escape(str(earlier.get('name')))} "
            f"<code>{html.escape(clip(json.dumps(earlier.get('details'), default=str)))}</code> "
-           f"(request {short(earlier.get('digest'))})")
+           f"(details digest {short(earlier.get('digest'))})")
     if earlier.get("decided"):
         return (f"<div><b>The request at this step changed</b>: the decision given for "
                 f"{was} ({html.escape(str(earlier['decided']))}) is not applied to this one."
@@ -111,13 +111,19 @@ def _deciders_html(pending: dict) -> str:
 
 
 def approval_html(pending: dict, run_id: str, *, in_cell: bool = False,
-                  decided: dict | None = None, not_allowed: str | None = None) -> str:
+                  decided: dict | None = None, not_allowed: str | None = None,
+                  editing: bool = False) -> str:
     """The pending approval ``pending`` of run ``run_id`` as the panel shows it: the request,
     then the decision given on it (``decided``), or who may decide, by when, why this
     panel's person may not (``not_allowed``) and how to decide elsewhere (``in_cell``: the
     cell waits for a decision from outside, see
-    :meth:`~durable_nb.notebook.panel.RunPanel.executing_in_cell`)."""
-    details = json.dumps(pending.get("details"), indent=2, ensure_ascii=False, default=str)
+    :meth:`~durable_nb.notebook.panel.RunPanel.executing_in_cell`). ``editing``: the
+    arguments are shown in a form to edit under it, so not here as well."""
+    shown = pending.get("details")
+    if editing and isinstance(shown, dict):
+        shown = {k: v for k, v in shown.items() if k != "arguments"
+                 and not (k == "tool" and v == pending.get("name"))}
+    details = json.dumps(shown, indent=2, ensure_ascii=False, default=str) if shown else ""
     asked = format_time(pending.get("requested_at"), "")
     since = f" &middot; asked at {asked}" if asked else ""
     run_id = html.escape(str(pending.get("run_id") or run_id))
@@ -125,9 +131,10 @@ def approval_html(pending: dict, run_id: str, *, in_cell: bool = False,
     question = is_question(pending)
     head = (f"<b>{'Answer needed' if question else 'Approval needed'}:</b> "
             f"{html.escape(str(pending.get('name')))} "
-            f"(step {html.escape(str(pending.get('key')))}, request "
-            f"{short(pending_digest(pending))}){since}"
-            + ("" if question else f"<pre class='dnb-text'>{html.escape(clip(details))}</pre>")
+            f"(step {html.escape(str(pending.get('key')))}, "
+            f"{html.escape(request_words(pending))}){since}"
+            + ("" if question or not details else
+               f"<pre class='dnb-text dnb-details'>{html.escape(clip(details))}</pre>")
             + _changed_html(pending.get('replaces')))
     if decided:
         return head + _decided_html(decided)

@@ -16,6 +16,11 @@ the Lab extension (static files need no login). A Lab extension is called missin
 the same server serves ipywidgets' own Lab extension, so a server without JupyterLab is not
 told to install one. A kernel no Jupyter server started (nbclient, papermill, VS Code, a
 remote gateway) learns nothing and is told nothing.
+
+The same answer tells ``%durable inbox`` whether the page in front of this kernel can show
+the sidebar (:func:`lab_extension_served`): the server that started it serves the Lab
+extension. That is a fact about the server, not about the page: a VS Code window attached
+to such a server's kernel is taken for JupyterLab.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Callable
 from ..devsetup import checkout_root
 from ..approvals.links import kernel_server_url as _server_url
 
-__all__ = ["Missing", "missing_extensions", "start_check"]
+__all__ = ["Missing", "lab_extension_served", "missing_extensions", "start_check"]
 
 #: Seconds one request to the server may take (it runs on this machine).
 _TIMEOUT = 3.0
@@ -90,20 +95,21 @@ def _status(url: str) -> int | None:
         return None
 
 
-def _ask_server() -> Missing | None:
+def _ask_server() -> tuple[Missing | None, bool]:
+    """What the server lacks, and whether it serves durable_nb's Lab extension."""
     url = _server_url()
     if url is None:
-        return None
+        return None, False
     api = _status(url + "durable-nb/api/version")
     if api is None:
-        return None
-    lab = _status(url + "lab/extensions/durable-nb/package.json") == 404 \
-        and _status(url + _WIDGETS) == 200
+        return None, False
+    extension = _status(url + "lab/extensions/durable-nb/package.json")
+    lab = extension == 404 and _status(url + _WIDGETS) == 200
     missing = Missing(server=api == 404, lab=lab, editable=checkout_root() is not None)
-    return missing if missing else None
+    return (missing if missing else None), extension == 200
 
 
-_result: list[Missing | None] = []
+_result: list[tuple[Missing | None, bool]] = []
 _done = threading.Event()
 _started = threading.Lock()
 
@@ -112,7 +118,7 @@ def _check() -> None:
     try:
         _result.append(_ask_server())
     except Exception:  # noqa: BLE001 - a check that fails tells nothing; never the cell's error
-        _result.append(None)
+        _result.append((None, False))
     finally:
         _done.set()
 
@@ -128,4 +134,14 @@ def missing_extensions(wait: float = _TIMEOUT * 2) -> Missing | None:
     be asked), waiting up to ``wait`` seconds for the one check of this process."""
     start_check()
     _done.wait(wait)
-    return _result[0] if _result else None
+    return _result[0][0] if _result else None
+
+
+def lab_extension_served(wait: float = _TIMEOUT * 2) -> bool:
+    """Whether the Jupyter server that started this kernel serves durable_nb's Lab
+    extension (its JupyterLab and Notebook 7 pages have the sidebar); False when it does
+    not or could not be asked (nbclient, VS Code, Colab), waiting as
+    :func:`missing_extensions` does."""
+    start_check()
+    _done.wait(wait)
+    return bool(_result and _result[0][1])

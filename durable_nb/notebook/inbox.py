@@ -30,10 +30,12 @@ import ipywidgets as widgets
 from .. import registry
 from ..errors import DurableError
 from ..approvals.question import answer_words, is_question
-from ..approvals.request import editable, pending_digest, short
+from ..approvals.request import editable, pending_digest, request_words, short
+from ..approvals.wording import decision_words, verdict
 from .answer_form import AnswerForm, QuestionForm
 from ..journal import JournalSpec, RunRecord, Status, default_location, open_journal
 from ..timestamps import format_time
+from .extensions import lab_extension_served
 from .watchers import wake_watchers
 
 __all__ = ["ApprovalsInbox", "WaitingRequest", "decide_request", "waiting_requests",
@@ -104,12 +106,11 @@ def decide_request(journal: JournalSpec, request: WaitingRequest, *, approved: b
                       **content)
     # A parked run (or batch item) of this kernel resumes without waiting for its poll.
     wake_watchers(request.run_id)
-    verdict = ("approved" if approved else "rejected") + (
-        " with edited arguments" if decision.args is not None else
-        " with a message" if decision.message else "")
+    said = verdict({"approved": decision.approved, "args": decision.args,
+                    "message": decision.message})
     if decision.answer is not None:
-        verdict = f"answered {answer_words(decision.answer)}"
-    return (f"{verdict} by {decision.by}: the run resumes in a kernel that watches it, else "
+        said = f"answered {answer_words(decision.answer)}"
+    return (f"{said} by {decision.by}: the run resumes in a kernel that watches it, else "
             f"when its cell is run again")
 
 
@@ -125,7 +126,7 @@ def where_the_sidebar_is() -> str:
             "JupyterLab, the <b>Durable runs</b> sidebar (left side bar) and its inbox show "
             "them with the run views; in Notebook 7 it is under View &gt; Left Sidebar. Both "
             "need durable-nb installed in the Jupyter server's environment "
-            "(<code>pip install durable-nb</code>, then restart the server).")
+            "(<code>pip install \"durable-nb[lab]\"</code>, then restart the server).")
 
 
 class ApprovalsInbox(widgets.VBox):
@@ -145,7 +146,9 @@ class ApprovalsInbox(widgets.VBox):
         self._cards = widgets.VBox()
         #: The cards by run id (what a test clicks, as a person does).
         self.cards: dict[str, _Card] = {}
-        footer = widgets.HTML(f"<div style='color:#666;font-size:90%'>"
+        # Where the page has the sidebar (its server serves the Lab extension), nothing.
+        footer = widgets.HTML("" if lab_extension_served() else
+                              f"<div style='color:#666;font-size:90%'>"
                               f"{where_the_sidebar_is()}</div>")
         self.children = [widgets.HBox([self._head, refresh]), self.notice, self._cards, footer]
         self.refresh()
@@ -164,7 +167,7 @@ class ApprovalsInbox(widgets.VBox):
             request = card.request
             state = "" if request.decided is None else " (decided, not taken yet)"
             lines.append(f"  {request.run_id}: {request.name} {_compact(request.details)} "
-                         f"(request {short(request.digest)}){state}")
+                         f"(details digest {short(request.digest)}){state}")
         return "\n".join(lines)
 
     def refresh(self, notice: str = "") -> None:
@@ -212,14 +215,20 @@ class _Card:
         self.request = request
         where = " · ".join(html.escape(part) for part in (request.title, request.notebook)
                            if part)
-        details = json.dumps(request.details, indent=2, ensure_ascii=False, default=str)
+        shown = request.details
+        if request.decided is None and editable(request.pending) and isinstance(shown, dict):
+            # The arguments are in the form to edit below: not twice.
+            shown = {k: v for k, v in shown.items() if k != "arguments"
+                     and not (k == "tool" and v == request.name)}
+        details = json.dumps(shown, indent=2, ensure_ascii=False, default=str) if shown else ""
         if len(details) > _DETAILS_SHOWN:
             details = details[:_DETAILS_SHOWN] + "\u2026"
+        named = request_words({"id": request.request_id, "digest": request.digest})
         text = widgets.HTML(
             f"<b><code>{html.escape(request.run_id)}</code></b> {where}<br>"
-            f"<b>{html.escape(request.name)}</b> · request {short(request.digest)} · asked "
-            f"{format_time(request.requested_at)}"
-            f"<pre style='margin:4px 0'>{html.escape(details)}</pre>")
+            f"<b>{html.escape(request.name)}</b> · {html.escape(named)}"
+            f" · asked {format_time(request.requested_at)}"
+            + (f"<pre style='margin:4px 0'>{html.escape(details)}</pre>" if details else ""))
         self.note = widgets.Text(placeholder="note (optional, recorded with the decision)")
         self.approve = widgets.Button(description="Approve", button_style="success")
         self.reject = widgets.Button(description="Reject", button_style="danger")
@@ -235,11 +244,12 @@ class _Card:
                                                      self.form))
         if request.decided is not None:
             given = request.decided
-            verdict = "approved" if given.get("approved") else "rejected"
+            said = decision_words(given)
             if given.get("answer"):
-                verdict = f"answered {answer_words(given['answer'])}"
+                said = (f"answered {answer_words(given['answer'])} by "
+                        f"{given.get('by') or 'someone'}")
             row: widgets.Widget = widgets.HTML(
-                f"<i>{verdict} by {html.escape(str(given.get('by')))}; not taken by the run "
+                f"<i>{html.escape(said)}; not taken by the run "
                 "yet (a kernel watching it takes it within seconds, else re-run its cell)</i>")
         elif is_question(request.pending):
             row = self.question.box

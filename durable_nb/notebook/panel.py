@@ -29,7 +29,7 @@ import ipywidgets as w
 from ..execution import attempts
 from ..errors import DecisionExists, JournalError, NotAllowedToDecide
 from ..approvals.question import is_question
-from ..approvals.request import find_decision, pending_digest, short
+from ..approvals.request import editable, find_decision, pending_digest, request_words
 from .answer_form import AnswerForm, QuestionForm
 from ..approvals.wording import decision_words
 from ..journal import LLM_KINDS, Journal, RunRecord, Status, StepEntry
@@ -103,16 +103,20 @@ class RunPanel:
         self._timeline_steps = -1  # steps counted when the timeline was drawn last
         # (entry, replayed); replayed None: journaled before, see load()
         self._recent: deque[tuple[StepEntry, bool | None]] = deque(maxlen=_TIMELINE_ROWS)
+        # How the run's steps were got, one count per step of the run (not per execution:
+        # a run resumed in this kernel after an approval replays its steps again, and they
+        # were executed, or replayed from before this kernel, once): position -> True
+        # replayed, False executed by an execution seen here, None journaled before.
+        self._origins: dict[int, bool | None] = {}
         self._replayed = 0
         self._executed = 0
-        self._replayed_entries: list[StepEntry] = []  # LLM ones only: for the savings line
+        self._replayed_entries: dict[int, StepEntry] = {}  # with tokens: the savings line
         # Where the LLM steps' prices came from (the cost line's tooltip), and whether any
         # had none: a run whose every call was priced at zero says "free" once.
         self._price_sources: dict[str, None] = {}
         self._priced = self._unpriced = False
         # Positions already in the timeline: a run resumed after an approval replays its
-        # steps again; they are counted as replayed (by that execution, as `durable-nb show`
-        # counts its attempts) but not shown twice.
+        # steps again; they are not shown twice.
         self._shown: set[int] = set()
         self._rows = 0  # timeline rows so far (the last _TIMELINE_ROWS are drawn)
         # The error that refused the run before it started (nothing journaled, no run).
@@ -296,24 +300,39 @@ class RunPanel:
                     self._price_sources[source] = None
             else:
                 self._unpriced = True
-        if replayed is None:
-            self._journaled += 1
-        elif replayed:
-            self._count_replay(entry)
-        else:
-            self._executed += 1
+        self._note_origin(entry, replayed)
 
-    def _count_replay(self, entry: StepEntry) -> None:
-        self._replayed += 1
-        if entry.tokens:
-            self._replayed_entries.append(entry)
+    def _note_origin(self, entry: StepEntry, replayed: bool | None) -> None:
+        """Count step ``entry`` of the run once, by how it was got: executed if an execution
+        seen here executed it (a later one that replays it changes nothing), else replayed
+        if one replayed it, else journaled before."""
+        position = entry.position
+        if position in self._origins:
+            before = self._origins[position]
+            if before == replayed or (before is False and replayed):
+                return
+            self._tally(position, before, -1)
+        self._origins[position] = replayed
+        self._tally(position, replayed, 1)
+        if replayed and entry.tokens:
+            self._replayed_entries[position] = entry
+
+    def _tally(self, position: int, replayed: bool | None, by: int) -> None:
+        if replayed is None:
+            self._journaled += by
+        elif replayed:
+            self._replayed += by
+            if by < 0:
+                self._replayed_entries.pop(position, None)
+        else:
+            self._executed += by
 
     def on_step(self, entry: StepEntry, replayed: bool) -> None:
         with self._lock:
             if replayed and entry.position in self._shown:
                 # Shown by an earlier execution of this run (resumed after an approval):
                 # this one replayed it, and its row stays as it is.
-                self._count_replay(entry)
+                self._note_origin(entry, True)
             else:
                 self._shown.add(entry.position)
                 self.steps.note_messages(entry)
@@ -499,12 +518,15 @@ class RunPanel:
                 self.timeline.value = timeline
             self.result.value = result
             if pending:
-                self.approval_text.value = self._approval_html(pending, in_cell, decided)
+                # Decided (here or elsewhere): the decision is shown, not live buttons.
+                live = not (in_cell or decided)
+                # The arguments in the form only, when the form shows them to edit.
+                editing = live and self.answer_form is not None and editable(pending)
+                self.approval_text.value = self._approval_html(pending, in_cell, decided,
+                                                               editing=editing)
                 self._shown_digest = pending_digest(pending)
                 self._shown_request = pending.get("id") or ""  # "": asked before ids
                 self.approval_box.layout.display = "flex"
-                # Decided (here or elsewhere): the decision is shown, not live buttons.
-                live = not (in_cell or decided)
                 # A server's question: its form and Accept / Decline / Cancel, not the buttons.
                 asking = self.question_form is not None and self.question_form.show(
                     pending, live=live)
@@ -523,12 +545,12 @@ class RunPanel:
             self.header.value = header
 
     def _approval_html(self, pending: dict, in_cell: bool = False,
-                       decided: dict | None = None) -> str:
+                       decided: dict | None = None, editing: bool = False) -> str:
         refused = self._not_allowed
         not_allowed = refused[1] if refused is not None and \
             refused[0] == pending_digest(pending) else None
         return approval_html(pending, self._record.run_id, in_cell=in_cell, decided=decided,
-                             not_allowed=not_allowed)
+                             not_allowed=not_allowed, editing=editing)
 
     def _header_html(self, record: RunRecord, attempts: bool = True) -> str:
         """Run id, title, status badge and notes; with ``attempts``, the attempts (the live
@@ -613,7 +635,7 @@ class RunPanel:
         return f", {self._journaled:,} journaled before" if self._journaled else ""
 
     def _savings(self) -> str:
-        return replay_savings(self._replayed_entries, count=self._replayed)
+        return replay_savings(list(self._replayed_entries.values()), count=self._replayed)
 
     # -- the timeline ------------------------------------------------------------------
 
@@ -709,8 +731,8 @@ class RunPanel:
         if record.pending_approval:
             p = record.pending_approval
             lines.append(f"waiting for approval of {p.get('name')!r}: "
-                         f"{json.dumps(p.get('details'), default=str)[:300]} (request "
-                         f"{short(pending_digest(p))})")
+                         f"{json.dumps(p.get('details'), default=str)[:300]} "
+                         f"({request_words(p)})")
             decided = self._decision_on(p)
             if decided:
                 lines.append(f"{decision_words(decided)}; re-run its cell to continue")

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..execution import load_request
 from ..approvals.request import short
+from ..approvals.wording import content_words
 from ..journal import LLM_KINDS, Journal, Status, StepEntry
 from ..llm.messages import tool_names
 from ..summary import (
@@ -133,8 +134,8 @@ class StepView:
                     outcome = badge(f"answered {action}", "#1a7f37" if action == "accept"
                                     else "#6e7781")
                 note = f": {decided['note']}" if decided.get("note") else ""
-                beyond = (" with edited arguments" if decided.get("args") is not None else
-                          " with a message" if decided.get("message") else "")
+                said = content_words(decided)
+                beyond = f" {clip(said)}" if said else ""
                 extra = html.escape(f"by {decided.get('by')}{beyond}{note} \u00b7 {waited}")
             else:
                 extra = html.escape(waited)
@@ -212,7 +213,8 @@ class StepView:
         elif entry.kind == "approval" and isinstance(result, dict):
             verdict = "approved" if result.get("approved") else "rejected"
             note = f": {result['note']}" if result.get("note") else ""
-            request = f", for request {short(result['digest'])}" if result.get("digest") else ""
+            request = (f" (details digest {short(result['digest'])})" if result.get("digest")
+                       else "")
             parts.append(f"<div><b>Decision:</b> {verdict} by "
                          f"{html.escape(str(result.get('by')))}{html.escape(note)}, after "
                          f"{html.escape(format_duration(entry.duration))}{request}</div>")

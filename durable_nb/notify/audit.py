@@ -79,8 +79,8 @@ def notification_lines(rows: list[dict]) -> list[str]:
             state = "sending" if attempts else "claimed"
         what = {"approval.reminder": "reminder of ",
                 "approval.escalated": "escalation of "}.get(row.get("event", ""), "")
-        line = (f"  {row.get('channel', '?'):<8} {state:<8} {what}request "
-                f"{str(row.get('digest', ''))[:12]} {row.get('name')!r}")
+        line = (f"  {row.get('channel', '?'):<8} {state:<8} {what}"
+                f"{row.get('name')!r} (details digest {str(row.get('digest', ''))[:12]})")
         if row.get("to"):
             line += f" to {row['to']}"
         if attempts:

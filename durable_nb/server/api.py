@@ -282,12 +282,16 @@ DECISION = Endpoint(
             Field("taken", "boolean", "whether a kernel took the decision at once"),
             Field("by", "string", "who decided"),
             Field("status", "string", "the run's status now"),
-            Field("message", "string", "\"approved; the run resumes in its kernel\", or "
-                  "\"...; re-run its cell to continue\"")),
+            Field("message", "string", "the decision in words, with the edited arguments or the "
+                  "message to the model when given, and what happens next: \"approved with "
+                  "edited arguments {...}; the run resumes in its kernel\", or \"...; re-run its "
+                  "cell to continue\"")),
     errors="400 naming the field that is missing or wrong; 403 `{\"message\", \"reason\", "
     "\"by\", \"approvers\", \"started_by\"}` for a user the request does not allow; 409 when "
     "the request changed, or `{\"message\", \"reason\": \"decided already\", \"taken\", "
-    "\"decision\": {\"approved\", \"by\", \"via\", \"at\", \"note\", \"digest\", \"answer\"}}` "
+    "\"decision\": {\"approved\", \"by\", \"via\", \"at\", \"note\", \"digest\", \"answer\", "
+    "\"args\", \"message\"}}` (`args`: the edited arguments, `message`: the message to the model, "
+    "each null when not given) "
     "when it was decided already",
     examples=(
         Example("approve", {"journal": "j5c1f0e9a3b", "id": "q3-email", "approved": True,

@@ -323,7 +323,8 @@ def render(outcome: LinkOutcome, run_id: str, *, form: str = "", taken: bool = F
     e = html.escape
     link, run, pending = outcome.link or {}, outcome.run or {}, outcome.pending or {}
     rows = [("Run", run_id), ("Title", run.get("title")), ("Notebook", run.get("notebook")),
-            ("Tool / action", link.get("name")), ("Request", str(link.get("digest", ""))[:12]),
+            ("Tool / action", link.get("name")),
+            ("Details digest", str(link.get("digest", ""))[:12]),
             ("Requested", pending.get("requested_at")
              and format_time(pending["requested_at"], "?")),
             ("Sent to", link.get("to") and sent_to(link)),

@@ -31,6 +31,7 @@ from ..registry import batch_rows
 from ..errors import (DecisionExists, JournalError, NoJournal,
                       NoPendingApproval, NotAllowedToDecide, RunLeased, UnknownRun)
 from ..approvals.request import decision_kind
+from ..approvals.wording import verdict as decision_verdict
 from ..journal import Journal, Status
 from . import api, live, views
 from .journals import (KnownJournal, NotAllowed, UnknownJournal, allowed_journals, resolve,
@@ -269,7 +270,8 @@ class DecisionHandler(_Handler):
                          "decision": views.decision_summary(refused.decision)})
             return
         taken = await self.blocking(taken_within, opened, run_id, TAKEN_WITHIN)
-        verdict = ANSWERED[answer[0]] if answer else "approved" if approved else "rejected"
+        verdict = ANSWERED[answer[0]] if answer else decision_verdict(
+            {"approved": approved, **content})
         self.finish({"ok": True, "taken": taken, "by": by, "status": (await self.blocking(
             opened.get_run, run_id)).status.value,
             "message": f"{verdict}; the run resumes in its kernel" if taken else

@@ -173,9 +173,11 @@ def _notified(opened: Journal, waiting: Iterable[RunRecord]) -> tuple[Notified, 
 # A record is JSON written by durable_nb; one written by someone else may hold anything where
 # a title or a number should be: shown as text, or as nothing, never an error for the listing.
 def decision_summary(decision: dict) -> dict:
-    """A decision as the API shows it: verdict, who, how, when, note, digest, and ``answer``
-    (an MCP server's question: ``{"action", "content"}``; None for an approval, or when the
-    journal holds no answer of a known action: journal data, never trusted as shaped)."""
+    """A decision as the API shows it: verdict, who, how, when, note, digest, ``args`` (the
+    edited arguments of an approval, an object, else None), ``message`` (a rejection's
+    message to the model, else None) and ``answer`` (an MCP server's question: ``{"action",
+    "content"}``; None for an approval, or when the journal holds no answer of a known
+    action: journal data, never trusted as shaped)."""
     answer = decision.get("answer")
     if not (isinstance(answer, dict) and answer.get("action") in ACTIONS):
         answer = None
@@ -185,7 +187,10 @@ def decision_summary(decision: dict) -> dict:
         answer = {"action": answer["action"], "content": answer["content"]}
     return {"approved": decision.get("approved"), "by": decision.get("by"),
             "via": decision.get("via"), "at": decision.get("at"), "note": decision.get("note"),
-            "digest": decision.get("digest"), "answer": answer}
+            "digest": decision.get("digest"), "answer": answer,
+            "args": args if isinstance(args := decision.get("args"), dict) else None,
+            "message": message if isinstance(message := decision.get("message"), str)
+            else None}
 
 
 def _str(value: Any) -> str:

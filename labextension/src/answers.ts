@@ -93,14 +93,46 @@ export function answerVerdict(given: unknown): string | null {
   return typeof action === 'string' && action in ANSWERED ? ANSWERED[action] : null;
 }
 
+/** The most characters of edited arguments or of a message a verdict quotes. */
+const CONTENT_SHOWN = 300;
+
+/** `value` as JSON spaced as Python's json.dumps spaces it (`{"a": 1, "b": [2, 3]}`), so
+ * the sidebar quotes a decision as the CLI, `show` and the panel do. */
+function spacedJson(value: unknown): string {
+  if (Array.isArray(value)) {
+    return `[${value.map(spacedJson).join(', ')}]`;
+  }
+  if (value && typeof value === 'object') {
+    const items = Object.entries(value as Record<string, unknown>).map(
+      ([key, item]) => `${JSON.stringify(key)}: ${spacedJson(item)}`
+    );
+    return `{${items.join(', ')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+/** `value` as JSON, cut to CONTENT_SHOWN characters. */
+function quoted(value: unknown): string {
+  const text = spacedJson(value);
+  return text.length <= CONTENT_SHOWN ? text : `${text.slice(0, CONTENT_SHOWN - 1)}\u2026`;
+}
+
 /** How a decision reads: its answer's verdict, an old journal's answer in the note, or
- * approved / rejected; and its note when that is a note (not an old answer). */
+ * approved / rejected with what it says beyond that (`approved with edited arguments
+ * {...}`, `rejected with the message "..."`, as the CLI says it); and its note when that
+ * is a note (not an old answer). */
 export function decisionVerdict(
-  decision: Pick<IDecision, 'approved' | 'note' | 'answer'>
+  decision: Pick<IDecision, 'approved' | 'note' | 'answer' | 'args' | 'message'>
 ): { verdict: string; note: string | null } {
   const fromAnswer = answerVerdict(decision.answer);
   const fromNote = fromAnswer ? null : answerVerdict(decision.note);
-  const verdict = fromAnswer ?? fromNote ?? (decision.approved ? 'approved' : 'rejected');
+  let said = decision.approved ? 'approved' : 'rejected';
+  if (decision.args !== undefined && decision.args !== null) {
+    said += ` with edited arguments ${quoted(decision.args)}`;
+  } else if (decision.message) {
+    said += ` with the message ${quoted(decision.message)}`;
+  }
+  const verdict = fromAnswer ?? fromNote ?? said;
   return { verdict, note: fromNote ? null : decision.note || null };
 }
 

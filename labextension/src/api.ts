@@ -46,6 +46,10 @@ export interface IDecision {
   digest: string | null;
   /** The answer to an MCP server's question; null (or absent, an older server) otherwise. */
   answer?: IQuestionAnswer | null;
+  /** The edited arguments an approval runs the tool with; null or absent otherwise. */
+  args?: Record<string, unknown> | null;
+  /** A rejection's message to the model; null or absent otherwise. */
+  message?: string | null;
 }
 
 /**

@@ -99,18 +99,28 @@ function pendingHead(pending: IPending): HTMLElement {
     h(
       'span',
       { class: 'dnr-muted' },
-      ` step ${pending.key} · request ${short(pending.digest)}${asked}${expires}`
+      ` step ${pending.key} · details digest ${short(pending.digest)}${asked}${expires}`
     )
   );
 }
 
-/** The details of a pending approval, as text. */
-export function pendingDetails(pending: IPending): HTMLElement {
+/** The details of a pending approval, as text; `editing`: without the arguments, which a
+ * form under it shows to edit (once, not twice). */
+export function pendingDetails(pending: IPending, editing = false): HTMLElement {
+  let details = pending.details;
+  if (editing && details && typeof details === 'object') {
+    details = Object.fromEntries(
+      Object.entries(details as Record<string, unknown>).filter(
+        ([key, value]) => key !== 'arguments' && !(key === 'tool' && value === pending.name)
+      )
+    );
+  }
+  const empty = !!details && typeof details === 'object' && !Object.keys(details).length;
   return h(
     'div',
     { class: 'dnr-pending' },
     pendingHead(pending),
-    h('pre', { class: 'dnr-text dnr-details' }, pretty(pending.details))
+    empty ? null : h('pre', { class: 'dnr-text dnr-details' }, pretty(details))
   );
 }
 
@@ -174,7 +184,7 @@ export function approvalCard(
     );
     return card;
   }
-  card.append(pendingDetails(pending));
+  card.append(pendingDetails(pending, !!pending.editable));
   const answers = pending.editable ? argumentsForm(pending) : null;
   if (answers) {
     card.append(answers.form);
@@ -195,7 +205,9 @@ export function approvalCard(
         at: null,
         note: noted || null,
         digest: pending!.digest,
-        answer: answer.answer ?? null
+        answer: answer.answer ?? null,
+        args: (answer.args as Record<string, unknown> | undefined) ?? null,
+        message: answer.message ?? null
       };
       card.replaceChildren(title, decisionNote(run, decision, actions, message));
       notice.replaceChildren(h('div', { class: 'dnr-ok' }, `${run.run_id}: ${message}`));

@@ -46,7 +46,9 @@ interface IKernelHolder extends Widget {
 const KERNEL_GONE = 'dnr-kernel-gone';
 
 /** What a decision note tells: the verdict (an answer's, when it answers a question), who. */
-type IVerdict = Pick<IDecision, 'approved' | 'by' | 'answer'> & { note?: string | null };
+type IVerdict = Pick<IDecision, 'approved' | 'by' | 'answer' | 'args' | 'message'> & {
+  note?: string | null;
+};
 
 /** Set on a `.dnb-decide-here` element once it has its controls (the CSS keys on it). */
 const MOUNTED = 'dnr-decide-mounted';
@@ -151,7 +153,17 @@ async function mount(host: HTMLElement): Promise<void> {
         note,
         answer
       );
-      showDecided(host, { approved, by: reply.by, answer: answer.answer }, reply.taken);
+      showDecided(
+        host,
+        {
+          approved,
+          by: reply.by,
+          answer: answer.answer,
+          args: answer.args as Record<string, unknown> | undefined,
+          message: answer.message
+        },
+        reply.taken
+      );
     } catch (error) {
       // Refused because it was decided elsewhere meanwhile: that decision stands, and is
       // shown in place of the buttons.
@@ -210,6 +222,25 @@ async function mount(host: HTMLElement): Promise<void> {
       )
     )
   );
+  hideArgumentsShown(host, pending);
+}
+
+/**
+ * A tool call's details (its tool and arguments only) are in the form to edit now: the
+ * saved view's read-only copy above it goes, so the arguments are shown once.
+ */
+function hideArgumentsShown(host: HTMLElement, pending: IRunSummary['pending_approval']): void {
+  const details = pending?.details;
+  if (!pending?.editable || !details || typeof details !== 'object') {
+    return;
+  }
+  if (Object.keys(details).some(key => key !== 'tool' && key !== 'arguments')) {
+    return;
+  }
+  const shown = host.parentElement?.querySelector<HTMLElement>(':scope > pre.dnb-details');
+  if (shown) {
+    shown.style.display = 'none';
+  }
 }
 
 /**

@@ -270,7 +270,7 @@ export class RunView extends Widget {
     const attempts = delivery.attempts ?? [];
     const state = delivery.outcome ?? delivery.state;
     const facts = [
-      `request ${short(delivery.digest)} ${delivery.name ?? ''}`.trim(),
+      `${delivery.name ?? 'a request'} (details digest ${short(delivery.digest)})`,
       attempts.length ? plural(attempts.length, 'attempt') : '',
       delivery.takeovers ? `taken over ${delivery.takeovers}× from a sender that stopped` : ''
     ].filter(Boolean);

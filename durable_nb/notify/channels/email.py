@@ -113,7 +113,7 @@ def email_message(notice: Notice, config: EmailConfig, recipient: str) -> EmailM
         lines.append(f"Deadline: {format_time(notice.timeout_at, '?')}")
     if notice.approvers:
         lines.append(f"Escalated to: {', '.join(notice.approvers)}")
-    lines += [f"Request:  {notice.digest[:12]}", f"Journal:  {notice.journal}", ""]
+    lines += [f"Details digest: {notice.digest[:12]}", f"Journal:  {notice.journal}", ""]
     question = notice.question
     lines += question_lines(question) if question is not None else [
         "Details:", details_text(notice.details)]

@@ -56,7 +56,7 @@ def slack_payload(notice: Notice) -> dict:
             {"type": "section", "fields": fields},
             _details_block(notice),
             {"type": "context", "elements": [{"type": "mrkdwn", "text": (
-                f"request {notice.digest[:12]} · approve with `durable-nb approve "
+                f"details digest {notice.digest[:12]} · approve with `durable-nb approve "
                 f"{mrkdwn_text(notice.run_id).replace('`', 'ˋ')}` or in JupyterLab · "
                 f"journal {mrkdwn_text(notice.journal)}")}]},
             *_buttons(notice),
