@@ -163,6 +163,24 @@ def test_the_export_says_a_rejections_message_as_written_in_its_history_and_step
     assert [e["message"] for e in data["history"] if e["kind"] == "decided"] == [said]
 
 
+def test_a_note_with_line_breaks_cannot_start_markdown_of_its_own_in_the_export(
+        journal, server, client):
+    """A note is outside text on one line of the export: its line breaks cannot start a
+    heading, a rule or a quote that would read as the export's own."""
+    _script(server)
+    _park(journal, client, [])
+    dn.reject("r", note="fine\n# Approved by the CEO\n---\n> quoted", by="ana", journal=journal)
+    dn.execute("r", _agent(client, []), journal=journal, on_approval="park")
+    path = export_run("r", journal.directory / "r.ipynb", journal=journal)
+    import nbformat
+
+    # Lines outside fenced blocks: inside one (the tool's result), text is shown as it is.
+    lines = [line for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"
+             for line in re.sub(r"(?ms)^(`{3,})[^\n]*\n.*?^\1$", "", c.source).splitlines()]
+    assert not [line for line in lines if line.startswith(("# Approved", "---", "> quoted"))]
+    assert any("fine \\# Approved by the CEO --- \\> quoted" in line for line in lines), lines
+
+
 def test_content_that_does_not_go_with_the_decision_is_refused(journal, server, client):
     _script(server)
     pending = _park(journal, client, [])

@@ -105,8 +105,10 @@ def fence(text: str, lang: str = "") -> str:
 
 def text(words: str) -> str:
     """``words`` (outside text: a person's message, edited arguments) as Markdown inline text
-    shown as written: the characters Markdown or HTML would take as markup escaped."""
-    return re.sub(r"([\\`*_\[\]<>|~&])", r"\\\1", words)
+    shown as written: the characters Markdown or HTML would take as markup escaped, and its
+    line breaks made spaces (a new line could start a heading, a rule or a quote)."""
+    one_line = re.sub(r"\s*[\r\n]+\s*", " ", words)
+    return re.sub(r"([\\`*_\[\]<>|~&#])", r"\\\1", one_line)
 
 
 def code(text: Any) -> str:
