@@ -257,7 +257,8 @@ def test_names_that_are_not_loaded_pydantic_models_are_refused():
 _NO_IMPORT_SCRIPT = textwrap.dedent("""
     import json, sys
     import concurrent.futures  # loaded, with its lazy module __getattr__ armed
-    import openai  # the one import decoding may make itself, for "openai." names: made here
+    if sys.argv[2] == "openai loaded":
+        import openai  # the one import decoding may make itself, for "openai." names
     from durable_nb import serde
 
     watched = ["concurrent.futures.process", "antigravity", "this", "openai.types.missing"]
@@ -294,17 +295,38 @@ HOSTILE_NAMES = [
 ]
 
 
-def test_decoding_hostile_names_imports_nothing_in_a_fresh_process():
+@pytest.mark.parametrize("openai_state, names", [
+    # openai imported already: nothing at all is imported, whatever the names say.
+    ("openai loaded", HOSTILE_NAMES),
+    # openai not imported (every command, a kernel before its first model call): names that
+    # are not openai's import nothing either, not even openai.
+    ("openai not loaded", [n for n in HOSTILE_NAMES if not n.startswith("openai.")]),
+])
+def test_decoding_hostile_names_imports_nothing_in_a_fresh_process(openai_state, names):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", _NO_IMPORT_SCRIPT, json.dumps(HOSTILE_NAMES)],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", _NO_IMPORT_SCRIPT, json.dumps(names),
+                           openai_state], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["preloaded"] == []
     assert result["new_modules"] == []
-    assert result["models"] == dict.fromkeys(HOSTILE_NAMES, "DecodeError")
-    assert result["errors"] == dict.fromkeys(HOSTILE_NAMES, "StepFailed")
+    assert result["models"] == dict.fromkeys(names, "DecodeError")
+    assert result["errors"] == dict.fromkeys(names, "StepFailed")
     assert result["control_imported"] is True
+
+
+def test_an_openai_name_imports_openai_itself_and_no_module_the_name_gives():
+    """The one import decoding may make: ``openai`` (a dependency named by durable_nb, not by
+    the journal), for a name under ``openai.``; the module the name gives is never imported."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", _NO_IMPORT_SCRIPT,
+                           json.dumps(["openai.types.missing.Model"]), "openai not loaded"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert "openai" in result["new_modules"]
+    assert "openai.types.missing" not in result["new_modules"]
+    assert result["models"] == {"openai.types.missing.Model": "DecodeError"}
 
 
 _OPENAI_ON_DEMAND_SCRIPT = textwrap.dedent("""
