@@ -1,0 +1,411 @@
+"""LangGraph made durable (durable_nb.integrations.langgraph), with the real ``langgraph``,
+``langchain``, ``langchain-openai`` and ``langchain-anthropic`` packages against the loopback
+server over HTTP (OpenAI chat and Anthropic Messages). The crash tests are in
+tests/test_langgraph_kernel.py (a real kernel SIGKILLed)."""
+
+from __future__ import annotations
+
+import operator
+import subprocess
+import sys
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph")
+pytest.importorskip("langchain_openai")
+
+from langchain_anthropic import ChatAnthropic  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.func import entrypoint, task  # noqa: E402
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+from langgraph.types import Command, interrupt  # noqa: E402
+
+import durable_nb  # noqa: E402
+from durable_nb import InputChanged, RunOptions, Status, approve, reject  # noqa: E402
+from durable_nb.integrations.langgraph import ainvoke, astream, invoke, stream  # noqa: E402
+from durable_nb.runner import Runner  # noqa: E402
+from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402
+
+MODEL = "loopback-1"
+EMAIL = ToolCall("send_email", {"to": "team@example.com", "subject": "Q3"})
+
+
+def chat_model(server: LoopbackServer, kind: str = "openai") -> Any:
+    if kind == "anthropic":
+        return ChatAnthropic(model="claude-loopback", base_url=server.url.removesuffix("/v1"),
+                             api_key="x", max_retries=0)
+    return ChatOpenAI(model=MODEL, base_url=server.url, api_key="x", max_retries=0)
+
+
+def email_tool(effects: list) -> Any:
+    @tool
+    def send_email(to: str, subject: str) -> str:
+        """Email someone."""
+        effects.append(f"{to}: {subject}")
+        return f"sent to {to}"
+
+    return send_email
+
+
+def execute(run_id: str, handler: Any, journal: Any, **options: Any) -> Any:
+    return Runner(run_id, handler, journal=journal,
+                  options=RunOptions(poll_interval=0.05, on_approval="park", **options)).run()
+
+
+def steps(journal: Any, run_id: str) -> list[tuple[str, str, str]]:
+    return [(e.key, e.kind, e.name) for e in journal.steps(run_id)]
+
+
+# -- model and tool calls -----------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_react_agent_runs_each_round_and_tool_once_and_replays_without_calls(journal, kind):
+    from langgraph.prebuilt import create_react_agent
+
+    effects: list[str] = []
+    with LoopbackServer([Reply(tool_calls=[EMAIL]), "I emailed the team."]) as server:
+        agent = create_react_agent(chat_model(server, kind), [email_tool(effects)])
+
+        def handler(ctx):
+            out = invoke(ctx, agent, {"messages": [("user", "Email the team.")]})
+            return out["messages"][-1].content
+
+        runs = [execute("react", handler, journal) for _ in range(2)]
+        stats = server.stats()
+    assert [r.result for r in runs] == ["I emailed the team."] * 2
+    assert stats["by_round"] == {"0": 1, "1": 1} and effects == ["team@example.com: Q3"]
+    entries = list(journal.steps("react"))
+    assert [(e.kind, e.name) for e in entries] == [
+        ("model", entries[0].name), ("run", "send_email"), ("model", entries[0].name)]
+    assert entries[0].key == "langgraph#0.agent_1#0.0"
+    assert entries[0].prompt_tokens > 0 and entries[2].prompt_tokens > entries[0].prompt_tokens
+    assert runs[0].record.iteration == 2
+
+
+def test_create_agent_and_the_functional_api_are_journaled(journal):
+    from langchain.agents import create_agent
+
+    effects: list[str] = []
+    script = [Reply(tool_calls=[EMAIL]), "Done.", "Summary."]
+    with LoopbackServer(script) as server:
+        model = chat_model(server)
+        agent = create_agent(model, [email_tool(effects)])
+
+        @task
+        def summarize(messages: list) -> str:
+            return model.invoke([*messages, HumanMessage("Summarize.")]).content
+
+        @entrypoint()
+        def workflow(request: str) -> str:
+            out = agent.invoke({"messages": [("user", request)]})
+            return summarize(out["messages"]).result()
+
+        def handler(ctx):
+            return invoke(ctx, workflow, "Email the team.")
+
+        runs = [execute("flow", handler, journal) for _ in range(2)]
+        stats = server.stats()
+    assert [r.result for r in runs] == ["Summary."] * 2
+    assert stats["chat"] == 3 and effects == ["team@example.com: Q3"]
+    assert [kind for _, kind, _ in steps(journal, "flow")] == ["model", "run", "model", "model"]
+
+
+class Report(TypedDict):
+    topic: str
+    drafts: Annotated[list[str], operator.add]
+
+
+def two_calls_graph(model: Any) -> Any:
+    """A node that makes two model calls in a row, and parallel nodes."""
+    def write(state: Report) -> dict:
+        first = model.invoke(f"Draft about {state['topic']}").content
+        second = model.invoke(f"Improve: {first}").content
+        return {"drafts": [first, second]}
+
+    def left(state: Report) -> dict:
+        return {"drafts": [model.invoke("left").content]}
+
+    def right(state: Report) -> dict:
+        return {"drafts": [model.invoke("right").content]}
+
+    graph = StateGraph(Report)
+    graph.add_node("write", write)
+    graph.add_node("left", left)
+    graph.add_node("right", right)
+    graph.add_edge(START, "write")
+    graph.add_edge("write", "left")
+    graph.add_edge("write", "right")
+    graph.add_edge("left", END)
+    graph.add_edge("right", END)
+    return graph.compile()
+
+
+def test_parallel_nodes_on_threads_get_keys_of_their_own(journal):
+    with LoopbackServer(["d1", "d2", "L", "R"]) as server:
+        graph = two_calls_graph(chat_model(server))
+
+        def handler(ctx):
+            return invoke(ctx, graph, {"topic": "Q3", "drafts": []})["drafts"]
+
+        runs = [execute("par", handler, journal) for _ in range(2)]
+        stats = server.stats()
+    assert stats["chat"] == 4
+    assert runs[0].result == runs[1].result
+    keys = sorted(key for key, _, _ in steps(journal, "par"))
+    assert keys == ["langgraph#0.left_2#0.0", "langgraph#0.right_2#0.0",
+                    "langgraph#0.write_1#0.0", "langgraph#0.write_1#0.1"]
+
+
+def test_async_graph_and_astream_replay(journal):
+    with LoopbackServer(["d1", "d2", "L", "R"] * 2) as server:
+        graph = two_calls_graph(chat_model(server))
+
+        async def handler(ctx):
+            result = await ainvoke(ctx, graph, {"topic": "Q3", "drafts": []})
+            chunks = [c async for c in astream(ctx, graph, {"topic": "Q3", "drafts": []},
+                                               stream_mode="updates")]
+            return [result["drafts"], len(chunks)]
+
+        runs = [execute("async", handler, journal) for _ in range(2)]
+        stats = server.stats()
+    assert stats["chat"] == 8 and runs[0].result == runs[1].result
+    assert runs[0].result[1] == 3
+
+
+def test_stream_yields_langgraph_chunks(journal):
+    with LoopbackServer(["d1", "d2", "L", "R"]) as server:
+        graph = two_calls_graph(chat_model(server))
+
+        def handler(ctx):
+            # parallel nodes' updates arrive as they finish: their order is not the run's
+            return sorted(name for c in stream(ctx, graph, {"topic": "Q3", "drafts": []},
+                                               stream_mode="updates") for name in c)
+
+        runs = [execute("stream", handler, journal) for _ in range(2)]
+        stats = server.stats()
+    assert runs[0].result == runs[1].result == ["left", "right", "write"]
+    assert stats["chat"] == 4
+
+
+def test_a_changed_prompt_is_input_changed_in_one_line(journal):
+    with LoopbackServer(["d1", "d2", "L", "R"]) as server:
+        graph = two_calls_graph(chat_model(server))
+        topic = {"value": "Q3"}
+
+        def handler(ctx):
+            return invoke(ctx, graph, {"topic": topic["value"], "drafts": []})["drafts"]
+
+        execute("changed", handler, journal)
+        topic["value"] = "Q4"
+        with pytest.raises(InputChanged, match="Draft about Q3.*Draft about Q4") as raised:
+            execute("changed", handler, journal)
+    assert "messages[0].content" in str(raised.value)
+
+
+def test_a_changed_tool_list_is_input_changed(journal):
+    from langgraph.prebuilt import create_react_agent
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return city
+
+    with LoopbackServer(["Hello."]) as server:
+        tools = [email_tool([])]
+
+        def handler(ctx):
+            agent = create_react_agent(chat_model(server), tools)
+            return invoke(ctx, agent, {"messages": [("user", "hi")]})["messages"][-1].content
+
+        execute("tools", handler, journal)
+        tools.append(lookup)
+        with pytest.raises(InputChanged, match="tools"):
+            execute("tools", handler, journal)
+
+
+# -- interrupts ----------------------------------------------------------------------------
+
+def effect_then_interrupt_graph(model: Any, effects: list, checkpointer: Any = None) -> Any:
+    """The caveat LangGraph documents: a side effect, then interrupt(), in one node."""
+    send_email = email_tool(effects)
+
+    def draft_and_ask(state: MessagesState) -> dict:
+        draft = model.invoke(state["messages"])
+        send_email.invoke({"to": "boss@example.com", "subject": "draft ready"})
+        answer = interrupt({"draft": draft.content})
+        verdict = "approved" if (answer is True or (isinstance(answer, dict) and answer.get(
+            "approved"))) else "rejected"
+        return {"messages": [draft, AIMessage(f"{verdict}: {answer}")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("draft_and_ask", draft_and_ask)
+    graph.add_edge(START, "draft_and_ask")
+    graph.add_edge("draft_and_ask", END)
+    return graph.compile(checkpointer=checkpointer)
+
+
+def _cli(*args: str, journal_dir: Any) -> str:
+    """A decision from another process: the ``durable-nb`` command line."""
+    return subprocess.run([sys.executable, "-m", "durable_nb.cli", *args, "--journal",
+                           str(journal_dir)], capture_output=True, text=True, check=True,
+                          timeout=60).stdout
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_an_interrupt_parks_the_run_and_the_cli_decides_it(tmp_path, journal, approved):
+    effects: list[str] = []
+    with LoopbackServer(["The Q3 draft."]) as server:
+        graph = effect_then_interrupt_graph(chat_model(server), effects)
+
+        def handler(ctx):
+            return invoke(ctx, graph, {"messages": [("user", "Draft Q3.")]})["messages"][-1].content
+
+        parked = execute("ask", handler, journal)
+        assert parked.record.status is Status.WAITING_APPROVAL
+        pending = parked.record.pending_approval
+        assert (pending["name"], pending["details"]) == (
+            "draft_and_ask", {"node": "draft_and_ask", "interrupt": {"draft": "The Q3 draft."}})
+        if approved:
+            _cli("approve", "ask", journal_dir=tmp_path / "journal")
+        else:
+            _cli("reject", "ask", "--message", "too long", journal_dir=tmp_path / "journal")
+        done = execute("ask", handler, journal)
+        again = execute("ask", handler, journal)
+        stats = server.stats()
+    expected = ("approved: {'approved': True}" if approved else
+                "rejected: {'approved': False, 'message': 'too long'}")
+    assert done.record.status is Status.DONE and done.result == expected
+    assert again.result == expected and again.record.pending_approval is None
+    assert stats["chat"] == 1 and effects == ["boss@example.com: draft ready"]
+    assert [kind for _, kind, _ in steps(journal, "ask")] == ["model", "run", "approval"]
+
+
+def test_a_side_effect_before_interrupt_happens_once_where_plain_langgraph_does_it_twice(
+        journal):
+    """The caveat gone: the same node, resumed with a decision in the same process, under
+    LangGraph's own checkpointer (the effect twice) and under durable_nb (once)."""
+    plain: list[str] = []
+    durable: list[str] = []
+    with LoopbackServer(["The Q3 draft."] * 3) as server:
+        graph = effect_then_interrupt_graph(chat_model(server), plain, InMemorySaver())
+        config = {"configurable": {"thread_id": "plain"}}
+        graph.invoke({"messages": [("user", "Draft Q3.")]}, config)
+        graph.invoke(Command(resume=True), config)
+        plain_requests = server.stats()["chat"]
+
+        durable_graph = effect_then_interrupt_graph(chat_model(server), durable)
+
+        def handler(ctx):
+            out = invoke(ctx, durable_graph, {"messages": [("user", "Draft Q3.")]})
+            return out["messages"][-1].content
+
+        parked = execute("caveat", handler, journal)
+        assert parked.record.status is Status.WAITING_APPROVAL
+        approve("caveat", journal=journal)
+        execute("caveat", handler, journal)
+        durable_requests = server.stats()["chat"] - plain_requests
+    assert plain == ["boss@example.com: draft ready"] * 2 and plain_requests == 2
+    assert durable == ["boss@example.com: draft ready"] and durable_requests == 1
+
+
+def test_several_interrupts_in_one_superstep_are_several_requests(journal):
+    class State(TypedDict):
+        answers: Annotated[list[str], operator.add]
+
+    def asker(name: str) -> Any:
+        def node(state: State) -> dict:
+            return {"answers": [f"{name}={interrupt({'ask': name})['approved']}"]}
+        return node
+
+    graph = StateGraph(State)
+    for name in ("a", "b"):
+        graph.add_node(name, asker(name))
+        graph.add_edge(START, name)
+        graph.add_edge(name, END)
+    compiled = graph.compile()
+
+    def handler(ctx):
+        return sorted(invoke(ctx, compiled, {"answers": []})["answers"])
+
+    first = execute("two", handler, journal)
+    assert first.record.pending_approval["details"] == {"node": "a", "interrupt": {"ask": "a"}}
+    approve("two", journal=journal)
+    second = execute("two", handler, journal)
+    assert second.record.pending_approval["details"] == {"node": "b", "interrupt": {"ask": "b"}}
+    reject("two", journal=journal)
+    done = execute("two", handler, journal)
+    assert done.record.status is Status.DONE and done.result == ["a=True", "b=False"]
+
+
+@pytest.mark.parametrize("decision", ["approve", "edit", "reject"])
+def test_create_agent_human_in_the_loop_gets_the_decision(journal, decision):
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    effects: list[str] = []
+    with LoopbackServer([Reply(tool_calls=[EMAIL]), "Handled."]) as server:
+        agent = create_agent(chat_model(server), [email_tool(effects)], middleware=[
+            HumanInTheLoopMiddleware(interrupt_on={"send_email": True})])
+
+        def handler(ctx):
+            return invoke(ctx, agent, {"messages": [("user", "Email the team.")]}
+                          )["messages"][-1].content
+
+        parked = execute("hitl", handler, journal)
+        pending = parked.record.pending_approval
+        assert (pending["name"], pending["details"]["arguments"]) == (
+            "send_email", {"to": "team@example.com", "subject": "Q3"})
+        if decision == "approve":
+            approve("hitl", journal=journal)
+        elif decision == "edit":
+            approve("hitl", args={"to": "ceo@example.com", "subject": "Q3"}, journal=journal)
+        else:
+            reject("hitl", message="Not today.", journal=journal)
+        done = execute("hitl", handler, journal)
+        told = server.requests[-1]["messages"][-1]
+    assert done.record.status is Status.DONE and done.result == "Handled."
+    assert effects == {"approve": ["team@example.com: Q3"], "edit": ["ceo@example.com: Q3"],
+                       "reject": []}[decision]
+    assert told["role"] == "tool"
+    if decision == "reject":
+        assert "Not today." in told["content"]
+
+
+@pytest.mark.parametrize("decision,expected", [
+    ("accept", {"type": "accept", "args": None}),
+    ("edit", {"type": "edit", "args": {"action": "send_email", "args": {"to": "ana"}}}),
+    ("respond", {"type": "response", "args": "Use the other list."}),
+    ("ignore", {"type": "ignore", "args": None})])
+def test_the_agent_inbox_schema_gets_accept_edit_respond_ignore(journal, decision, expected):
+    def ask(state: MessagesState) -> dict:
+        response = interrupt([{
+            "action_request": {"action": "send_email", "args": {"to": "team"}},
+            "config": {"allow_ignore": True, "allow_respond": True, "allow_edit": True,
+                       "allow_accept": True},
+            "description": "Send it?"}])[0]
+        return {"messages": [AIMessage(repr(response))]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("ask", ask)
+    graph.add_edge(START, "ask")
+    compiled = graph.compile()
+
+    def handler(ctx):
+        return invoke(ctx, compiled, {"messages": []})["messages"][-1].content
+
+    parked = execute("inbox", handler, journal)
+    assert parked.record.pending_approval["details"] == {
+        "tool": "send_email", "arguments": {"to": "team"}, "description": "Send it?"}
+    if decision == "accept":
+        approve("inbox", journal=journal)
+    elif decision == "edit":
+        approve("inbox", args={"to": "ana"}, journal=journal)
+    elif decision == "respond":
+        reject("inbox", message="Use the other list.", journal=journal)
+    else:
+        reject("inbox", journal=journal)
+    assert execute("inbox", handler, journal).result == repr(expected)
