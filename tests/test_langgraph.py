@@ -409,3 +409,54 @@ def test_the_agent_inbox_schema_gets_accept_edit_respond_ignore(journal, decisio
     else:
         reject("inbox", journal=journal)
     assert execute("inbox", handler, journal).result == repr(expected)
+
+
+def test_on_change_rerun_goes_on_from_the_changed_model_call(journal):
+    with LoopbackServer(["d1", "d2", "L", "R", "e1", "e2", "L2", "R2"]) as server:
+        graph = two_calls_graph(chat_model(server))
+        topic = {"value": "Q3"}
+
+        def handler(ctx):
+            return invoke(ctx, graph, {"topic": topic["value"], "drafts": []})["drafts"]
+
+        execute("fork", handler, journal)
+        topic["value"] = "Q4"
+        rerun = execute("fork", handler, journal, on_change="rerun")
+        asked = [r["messages"][0]["content"] for r in server.requests]
+    assert rerun.record.status is Status.DONE
+    assert asked[:4].count("Draft about Q3") == 1 and asked[4:].count("Draft about Q4") == 1
+    assert len(asked) == 8
+
+
+def test_traces_show_model_calls_as_chat_spans_and_tools_as_tool_spans(journal, monkeypatch):
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from durable_nb import telemetry
+
+    from langgraph.prebuilt import create_react_agent
+
+    monkeypatch.setattr(telemetry, "_state", None)
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    durable_nb.tracing(provider)
+    try:
+        with LoopbackServer([Reply(tool_calls=[EMAIL]), "I emailed the team."]) as server:
+            agent = create_react_agent(chat_model(server), [email_tool([])])
+
+            def handler(ctx):
+                return invoke(ctx, agent, {"messages": [("user", "Email the team.")]}
+                              )["messages"][-1].content
+
+            execute("traced", handler, journal, title="emailer")
+    finally:
+        provider.shutdown()
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["chat loopback-1", "execute_tool send_email",
+                                       "chat loopback-1", "invoke_agent emailer"]
+    first, tool_span = spans[:2]
+    assert tuple(first.attributes["gen_ai.response.finish_reasons"]) == ("tool_calls",)
+    assert first.attributes["gen_ai.usage.input_tokens"] > 0
+    assert tool_span.attributes["gen_ai.tool.call.id"] == "call_0_0"
