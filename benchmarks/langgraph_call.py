@@ -141,7 +141,8 @@ def main() -> None:
     args = parser.parse_args()
     from durable_nb.testing import LoopbackServer
 
-    server = LoopbackServer().start() if args.model == "loopback" else None
+    server = (LoopbackServer(["The weather in Oslo is mild."] * 64).start()
+              if args.model == "loopback" else None)
     try:
         with tempfile.TemporaryDirectory(prefix="dnb-langgraph-bench-") as workdir:
             figures = measure_calls(args.calls, args.model, Path(workdir), server)

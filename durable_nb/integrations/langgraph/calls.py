@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ...errors import DurableError, StepFailed, TerminalError
-from ...execution import current_scope, enter, fingerprint, leave
+from ...execution import current_scope, enter, leave
 from ...llm.budget import calibration, check_budget, llm_meta
 from ...llm.streaming import completion_tokens
 from ...llm.tokens import count_message_tokens
@@ -213,7 +213,7 @@ class _Step:
         self.kind = kind
         self.name = name
         self.inputs = inputs
-        self.what = f"{kind} {name} {fingerprint(inputs)}"
+        self.what = (kind, name, inputs)  # compared with ==: cheaper than a fingerprint
 
     def kept(self) -> tuple[bool, Any] | None:
         return None if self.calls is None else self.calls.take(self.what)

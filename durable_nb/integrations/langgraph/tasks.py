@@ -44,19 +44,19 @@ class TaskCalls:
 
     scope: Scope
     attempt: Any  # the Runtime LangGraph gives each attempt of the task
-    outcomes: list[tuple[str, bool, Any]] = field(default_factory=list)
+    outcomes: list[tuple[Any, bool, Any]] = field(default_factory=list)
     position: int = 0
 
-    def take(self, what: str) -> tuple[bool, Any] | None:
+    def take(self, what: Any) -> tuple[bool, Any] | None:
         """The outcome of the next call of a re-run attempt, if its earlier attempt made it
-        (``what`` names the call and its inputs; another call there is a new step)."""
+        (``what``: the call's kind, name and inputs; another call there is a new step)."""
         if self.position >= len(self.outcomes) or self.outcomes[self.position][0] != what:
             return None
         _, ok, value = self.outcomes[self.position]
         self.position += 1
         return ok, value
 
-    def keep(self, what: str, ok: bool, value: Any) -> None:
+    def keep(self, what: Any, ok: bool, value: Any) -> None:
         """Note a call's outcome for a later attempt of the task."""
         del self.outcomes[self.position:]
         self.outcomes.append((what, ok, value))
