@@ -460,3 +460,30 @@ def test_traces_show_model_calls_as_chat_spans_and_tools_as_tool_spans(journal, 
     assert tuple(first.attributes["gen_ai.response.finish_reasons"]) == ("tool_calls",)
     assert first.attributes["gen_ai.usage.input_tokens"] > 0
     assert tool_span.attributes["gen_ai.tool.call.id"] == "call_0_0"
+
+
+def test_a_graph_run_with_its_own_invoke_inside_a_run_is_refused_saying_what_to_call(journal):
+    with LoopbackServer(["d1", "d2", "L", "R"]) as server:
+        graph = two_calls_graph(chat_model(server))
+
+        def handler(ctx):
+            return graph.invoke({"topic": "Q3", "drafts": []})["drafts"]
+
+        with pytest.raises(durable_nb.NotJournaled, match=r"langgraph\.invoke\(ctx, graph"):
+            execute("own-invoke", handler, journal)
+        assert server.stats()["chat"] == 0
+
+
+def test_stream_mode_messages_yields_the_reply_live_and_on_replay(journal):
+    with LoopbackServer(["d1", "d2", "L", "R"]) as server:
+        graph = two_calls_graph(chat_model(server))
+
+        def handler(ctx):
+            texts = [message.content for message, meta in stream(
+                ctx, graph, {"topic": "Q3", "drafts": []}, stream_mode="messages")
+                if meta["langgraph_node"] == "write" and message.content]
+            return "".join(texts)
+
+        runs = [execute("messages", handler, journal) for _ in range(2)]
+    # each call is a conversation's first round: the script's first reply, twice
+    assert runs[0].result == runs[1].result == "d1d1"

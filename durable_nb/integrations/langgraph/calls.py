@@ -15,7 +15,9 @@ run they call through unchanged. Inside one (a ``%%durable_agent`` cell, a
   ``LLMResult`` as data (:mod:`.messages`), with its tokens and cost
   (:func:`~durable_nb.llm.budget.llm_meta`, estimated offline when the provider reported no
   usage); the run's budgets are checked before a live call. A replay rebuilds the
-  ``AIMessage`` and calls nothing (LangChain's callbacks do not see a replayed call). A call
+  ``AIMessage`` and calls nothing; LangChain's callbacks see the call start and end at once
+  with the journaled reply, tagged ``durable-nb:replayed`` (LangGraph's ``"messages"`` stream
+  yields it, LangSmith shows it as a replay). A call
   that fails is not journaled: it is made again when the run goes on. ``model.stream()`` is
   one step too, its reply yielded at once.
 - **A tool call** is a ``run`` step named after the tool (the step ``ctx.run`` makes), its
@@ -35,7 +37,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ...errors import DurableError, StepFailed, TerminalError
+from ...errors import DurableError, NotJournaled, StepFailed, TerminalError
 from ...execution import current_scope, enter, leave
 from ...llm.budget import calibration, check_budget, llm_meta
 from ...llm.streaming import completion_tokens
@@ -44,7 +46,7 @@ from .messages import (decode_result, decode_tool_output, encode_result, encode_
                        prompt_messages)
 from .tasks import TaskCalls, current_invocation
 
-__all__ = ["MODEL_STEP", "install"]
+__all__ = ["MODEL_STEP", "REPLAYED_TAG", "install"]
 
 #: The kind of a LangChain model call's journal entry.
 MODEL_STEP = "model"
@@ -214,6 +216,7 @@ class _Step:
         self.name = name
         self.inputs = inputs
         self.what = (kind, name, inputs)  # compared with ==: cheaper than a fingerprint
+        self.ran = False  # whether the call was made (not replayed nor handed back)
 
     def kept(self) -> tuple[bool, Any] | None:
         return None if self.calls is None else self.calls.take(self.what)
@@ -240,13 +243,22 @@ def _where(config: Any, kind: str, name: str, inputs: Any, sub: str | None = Non
     scope = current_scope()
     if scope is None:
         return None
-    invocation = current_invocation()
-    if invocation is None or scope.is_step:  # the cell's order, or inside another step
+    if scope.is_step:  # inside another step: in its order
         return _Step(scope.execution, None, kind, name, inputs)
     if config is None:
         from langchain_core.runnables.config import var_child_runnable_config
 
         config = var_child_runnable_config.get()
+    invocation = current_invocation()
+    if invocation is None:
+        if "langgraph_step" in ((config or {}).get("metadata") or {}):
+            raise NotJournaled(
+                f"{kind} {name!r} was called in a LangGraph node of a graph run with "
+                f"graph.invoke/stream inside run {scope.execution.run_id!r}: its calls and "
+                f"interrupts would not be journaled by node. Run the graph with "
+                f"durable_nb.integrations.langgraph.invoke(ctx, graph, input) (or ainvoke, "
+                f"stream, astream)")
+        return _Step(scope.execution, None, kind, name, inputs)  # the cell's own order
     calls = invocation.task(config, sub)
     return _Step(invocation.execution, calls, kind, name, inputs)
 
@@ -265,6 +277,7 @@ def _journaled(step: _Step, run: Callable[[], Any], encode: Callable[[Any], Any]
         return decode(_settled(kept))
 
     def function() -> Any:
+        step.ran = True
         try:
             return encode(run())
         except carry as exc:
@@ -292,6 +305,7 @@ async def _journaled_async(step: _Step, run: Callable[[], Any], encode: Callable
         return decode(_settled(kept))
 
     async def function() -> Any:
+        step.ran = True
         try:
             return encode(await run())
         except carry as exc:
@@ -333,6 +347,56 @@ def _tool_step(tool: Any, tool_input: Any, kwargs: dict) -> _Step | None:
                   sub=kwargs.get("tool_call_id"))
 
 
+#: The tag of the callback runs of a replayed model call (LangSmith, LangGraph's "messages"
+#: stream see the journaled reply, marked as replayed, with no time spent).
+REPLAYED_TAG = "durable-nb:replayed"
+
+
+def _replay_callbacks(model: Any, messages: Any, callbacks: Any, kwargs: dict) -> Any:
+    """The callback manager a live ``generate`` would have opened, for a replayed call."""
+    from langchain_core.callbacks import CallbackManager
+
+    return CallbackManager.configure(callbacks, model.callbacks, model.verbose,
+                                     [*(kwargs.get("tags") or []), REPLAYED_TAG], model.tags,
+                                     kwargs.get("metadata"), model.metadata)
+
+
+def _serialized(model: Any) -> dict:
+    return {"lc": 1, "type": "not_implemented",
+            "id": [type(model).__module__, type(model).__name__], "name": type(model).__name__}
+
+
+def _replayed(model: Any, messages: Any, callbacks: Any, kwargs: dict, result: Any) -> None:
+    """Tell the callbacks of a replayed call what a live one would have told them: its start
+    and its journaled reply, so that LangGraph's "messages" stream yields it on replay too."""
+    manager = _replay_callbacks(model, messages, callbacks, kwargs)
+    if not manager.handlers:
+        return
+    runs = manager.on_chat_model_start(_serialized(model), messages,
+                                       name=kwargs.get("run_name"), run_id=kwargs.get("run_id"),
+                                       batch_size=len(messages))
+    for run, generations in zip(runs, result.generations):
+        run.on_llm_end(type(result)(generations=[generations], llm_output=result.llm_output))
+
+
+async def _areplayed(model: Any, messages: Any, callbacks: Any, kwargs: dict,
+                     result: Any) -> None:
+    from langchain_core.callbacks import AsyncCallbackManager
+
+    manager = AsyncCallbackManager.configure(
+        callbacks, model.callbacks, model.verbose, [*(kwargs.get("tags") or []), REPLAYED_TAG],
+        model.tags, kwargs.get("metadata"), model.metadata)
+    if not manager.handlers:
+        return
+    runs = await manager.on_chat_model_start(_serialized(model), messages,
+                                             name=kwargs.get("run_name"),
+                                             run_id=kwargs.get("run_id"),
+                                             batch_size=len(messages))
+    for run, generations in zip(runs, result.generations):
+        await run.on_llm_end(type(result)(generations=[generations],
+                                          llm_output=result.llm_output))
+
+
 def _wrap_generate(original: Callable) -> Callable:
     @functools.wraps(original)
     def generate(self: Any, messages: Any, stop: Any = None, callbacks: Any = None,
@@ -341,8 +405,11 @@ def _wrap_generate(original: Callable) -> Callable:
         if found is None:
             return original(self, messages, stop, callbacks, **kwargs)
         step, extra = found
-        return _journaled(step, lambda: original(self, messages, stop, callbacks, **kwargs),
-                          encode_result, decode_result, (Exception,), **extra)
+        result = _journaled(step, lambda: original(self, messages, stop, callbacks, **kwargs),
+                            encode_result, decode_result, (Exception,), **extra)
+        if not step.ran:
+            _replayed(self, messages, callbacks, kwargs, result)
+        return result
 
     return generate
 
@@ -355,9 +422,12 @@ def _wrap_agenerate(original: Callable) -> Callable:
         if found is None:
             return await original(self, messages, stop, callbacks, **kwargs)
         step, extra = found
-        return await _journaled_async(
+        result = await _journaled_async(
             step, lambda: original(self, messages, stop, callbacks, **kwargs), encode_result,
             decode_result, (Exception,), **extra)
+        if not step.ran:
+            await _areplayed(self, messages, callbacks, kwargs, result)
+        return result
 
     return agenerate
 
