@@ -487,3 +487,31 @@ def test_stream_mode_messages_yields_the_reply_live_and_on_replay(journal):
         runs = [execute("messages", handler, journal) for _ in range(2)]
     # each call is a conversation's first round: the script's first reply, twice
     assert runs[0].result == runs[1].result == "d1d1"
+
+
+@pytest.mark.postgres
+def test_on_a_postgresql_journal_the_interrupt_is_decided_from_the_cli(postgres_server):
+    import uuid
+
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    url = f"{postgres_server.url}?schema=langgraph_{uuid.uuid4().hex[:10]}"
+    journal = durable_nb.open_journal(url)
+    effects: list[str] = []
+    with LoopbackServer([Reply(tool_calls=[EMAIL]), "Handled."]) as server:
+        agent = create_agent(chat_model(server), [email_tool(effects)], middleware=[
+            HumanInTheLoopMiddleware(interrupt_on={"send_email": True})])
+
+        def handler(ctx):
+            return invoke(ctx, agent, {"messages": [("user", "Email the team.")]}
+                          )["messages"][-1].content
+
+        assert execute("pg", handler, journal).record.status is Status.WAITING_APPROVAL
+        _cli("approve", "pg", "--args", '{"to": "ceo@example.com", "subject": "Q3"}',
+             journal_dir=url)
+        done = execute("pg", handler, journal)
+        again = execute("pg", handler, journal)
+        stats = server.stats()
+    assert done.result == again.result == "Handled."
+    assert effects == ["ceo@example.com: Q3"] and stats["chat"] == 2
