@@ -515,3 +515,50 @@ def test_on_a_postgresql_journal_the_interrupt_is_decided_from_the_cli(postgres_
         stats = server.stats()
     assert done.result == again.result == "Handled."
     assert effects == ["ceo@example.com: Q3"] and stats["chat"] == 2
+
+
+def test_a_renamed_node_is_refused_before_anything_is_called_again(journal):
+    with LoopbackServer(["d1", "d2", "L", "R"]) as server:
+        model = chat_model(server)
+        names = {"node": "write"}
+
+        def handler(ctx):
+            def write(state: MessagesState) -> dict:
+                return {"messages": [model.invoke(state["messages"])]}
+
+            graph = StateGraph(MessagesState)
+            graph.add_node(names["node"], write)
+            graph.add_edge(START, names["node"])
+            return invoke(ctx, graph.compile(), {"messages": [("user", "hi")]}
+                          )["messages"][-1].content
+
+        execute("renamed", handler, journal)
+        names["node"] = "draft"
+        with pytest.raises(durable_nb.JournalMismatch, match="write_1"):
+            execute("renamed", handler, journal)
+        assert server.stats()["chat"] == 1
+
+
+def test_an_interrupt_in_a_subgraph_parks_and_its_node_calls_once(journal):
+    effects: list[str] = []
+    with LoopbackServer(["The Q3 draft."]) as server:
+        inner = effect_then_interrupt_graph(chat_model(server), effects)
+        outer = StateGraph(MessagesState)
+        outer.add_node("review", inner)
+        outer.add_edge(START, "review")
+        compiled = outer.compile()
+
+        def handler(ctx):
+            return invoke(ctx, compiled, {"messages": [("user", "Draft Q3.")]}
+                          )["messages"][-1].content
+
+        parked = execute("sub", handler, journal)
+        assert parked.record.pending_approval["details"]["interrupt"] == {
+            "draft": "The Q3 draft."}
+        approve("sub", journal=journal)
+        done = execute("sub", handler, journal)
+        stats = server.stats()
+    assert done.result == "approved: {'approved': True}"
+    assert stats["chat"] == 1 and effects == ["boss@example.com: draft ready"]
+    assert [k for k, kind, _ in steps(journal, "sub") if kind == "model"] == [
+        "langgraph#0.review_draft_and_ask_1#0.0"]
