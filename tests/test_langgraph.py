@@ -562,3 +562,21 @@ def test_an_interrupt_in_a_subgraph_parks_and_its_node_calls_once(journal):
     assert stats["chat"] == 1 and effects == ["boss@example.com: draft ready"]
     assert [k for k, kind, _ in steps(journal, "sub") if kind == "model"] == [
         "langgraph#0.review_draft_and_ask_1#0.0"]
+
+
+def test_an_interrupt_with_a_response_schema_is_refused_before_anyone_is_asked(journal):
+    def ask(state: MessagesState) -> dict:
+        answer = interrupt("How many?", response_schema={"type": "integer"})
+        return {"messages": [AIMessage(str(answer))]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("ask", ask)
+    graph.add_edge(START, "ask")
+    compiled = graph.compile()
+
+    def handler(ctx):
+        return invoke(ctx, compiled, {"messages": []})["messages"][-1].content
+
+    with pytest.raises(durable_nb.NotJournaled, match="response_schema"):
+        execute("schema", handler, journal)
+    assert journal.find_run("schema").pending_approval is None

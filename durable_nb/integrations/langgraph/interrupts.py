@@ -19,12 +19,15 @@ interrupt asks:
   one.
 - **Any other value**: one request named after the node, details ``{"node", "interrupt"}``
   (the value, JSON data); the graph gets ``{"approved": bool}``, with ``"message"`` when the
-  person wrote one and ``"note"`` when they left a note.
+  person wrote one and ``"note"`` when they left a note. Such an interrupt with a
+  ``response_schema`` is refused: a yes or no would not fit it.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ...errors import NotJournaled
 
 __all__ = ["resume_value"]
 
@@ -80,9 +83,11 @@ def _hitl_response(ctx: Any, asked: dict) -> dict[str, Any]:
     return {"decisions": decisions}
 
 
-def resume_value(ctx: Any, node: str, value: Any) -> Any:
+def resume_value(ctx: Any, node: str, value: Any, response_schema: Any = None) -> Any:
     """Ask for the interrupt of node ``node`` whose value is ``value`` (see the module
-    docstring) and return what the graph resumes with."""
+    docstring) and return what the graph resumes with. An interrupt of another shape that
+    gives a ``response_schema`` is refused (:class:`~durable_nb.errors.NotJournaled`) before
+    anyone is asked: a yes or no would not fit its schema."""
     if isinstance(value, dict) and isinstance(value.get("action_requests"), list):
         return _hitl_response(ctx, value)
     if isinstance(value, dict) and value.get("type") == "tool_approval":
@@ -93,6 +98,12 @@ def resume_value(ctx: Any, node: str, value: Any) -> Any:
         return _human_response(ctx, value)
     if isinstance(value, list) and value and all(_is_human_interrupt(v) for v in value):
         return [_human_response(ctx, v) for v in value]
+    if response_schema:
+        raise NotJournaled(
+            f"node {node!r} interrupts with a response_schema, whose answer durable_nb cannot "
+            f"ask for yet (it asks yes or no, with a message): interrupt without one and read "
+            f"the answer {{'approved': bool, 'message': ...}}, or use LangChain's "
+            f"HumanInTheLoopMiddleware or the agent-inbox HumanInterrupt")
     decision = ctx.approval(node, {"node": node, "interrupt": value})
     answer: dict[str, Any] = {"approved": decision.approved}
     if decision.message:

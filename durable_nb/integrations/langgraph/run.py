@@ -51,7 +51,8 @@ def _interrupted(state: Any) -> list[tuple[str, Any]]:
 def _resume(ctx: Any, interrupts: list[tuple[str, Any]]) -> Any:
     from langgraph.types import Command
 
-    return Command(resume={interrupt.id: resume_value(ctx, node, interrupt.value)
+    return Command(resume={interrupt.id: resume_value(ctx, node, interrupt.value,
+                                                      getattr(interrupt, "response_schema", None))
                            for node, interrupt in interrupts})
 
 

@@ -75,13 +75,17 @@ class Invocation:
         self.lock = threading.Lock()
         self.scopes: dict[tuple, Scope] = {}
         self.tasks: dict[tuple[str, str | None], TaskCalls] = {}
+        self.token: Any = None
 
     def __enter__(self) -> Invocation:
         self.token = _INVOCATION.set(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _INVOCATION.reset(self.token)
+        try:
+            _INVOCATION.reset(self.token)
+        except ValueError:  # a stream closed in another context (collected unfinished)
+            pass
         for scope in [*self.scopes.values(), self.scope]:
             scope.closed = True  # a straggling thread's call is refused, not keyed by timing
             self.execution.ended(scope)
