@@ -580,3 +580,20 @@ def test_an_interrupt_with_a_response_schema_is_refused_before_anyone_is_asked(j
     with pytest.raises(durable_nb.NotJournaled, match="response_schema"):
         execute("schema", handler, journal)
     assert journal.find_run("schema").pending_approval is None
+
+
+def test_a_failed_model_call_is_not_journaled_and_is_made_again_when_the_run_goes_on(journal):
+    with LoopbackServer(["d1", "d2", "L", "R"]) as server:
+        graph = two_calls_graph(chat_model(server))
+
+        def handler(ctx):
+            return invoke(ctx, graph, {"topic": "Q3", "drafts": []})["drafts"]
+
+        server.fail_next(1, status=503)
+        with pytest.raises(Exception, match="503|Service|server"):
+            execute("failed", handler, journal)
+        assert list(journal.steps("failed")) == []
+        done = execute("failed", handler, journal)
+        stats = server.stats()
+    assert done.record.status is Status.DONE and len(done.result) == 4
+    assert stats["chat"] == 4 and stats["failures"] == 1
