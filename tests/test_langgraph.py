@@ -597,3 +597,21 @@ def test_a_failed_model_call_is_not_journaled_and_is_made_again_when_the_run_goe
         stats = server.stats()
     assert done.record.status is Status.DONE and len(done.result) == 4
     assert stats["chat"] == 4 and stats["failures"] == 1
+
+
+def test_a_second_invoke_on_the_thread_goes_on_from_the_first_conversation(journal):
+    from langgraph.prebuilt import create_react_agent
+
+    with LoopbackServer(["Hello, Ana.", "Your name is Ana."]) as server:
+        agent = create_react_agent(chat_model(server), [])
+
+        def handler(ctx):
+            invoke(ctx, agent, {"messages": [("user", "I am Ana.")]})
+            out = invoke(ctx, agent, {"messages": [("user", "What is my name?")]})
+            return [m.content for m in out["messages"]]
+
+        runs = [execute("chat", handler, journal) for _ in range(2)]
+        stats = server.stats()
+    assert runs[0].result == runs[1].result == [
+        "I am Ana.", "Hello, Ana.", "What is my name?", "Your name is Ana."]
+    assert stats["by_round"] == {"0": 1, "1": 1}

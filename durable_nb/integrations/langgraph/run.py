@@ -3,7 +3,8 @@
 
 Each runs ``graph`` (a ``StateGraph`` compiled, an ``@entrypoint``, ``create_react_agent``'s or
 ``create_agent``'s graph) with the run's checkpointer (:func:`checkpointer_for`, in place of the
-graph's own) on the thread ``ctx.run_id`` unless the config names another. When the graph stops
+graph's own) on the thread ``ctx.run_id`` unless the config names another: a second invocation
+on the thread goes on from the first's state. When the graph stops
 at ``interrupt()``, each interrupt is asked as a request of the run
 (:mod:`.interrupts`) and the graph resumes with the decisions
 (``Command(resume={interrupt id: value})``), until it ends without one. Without a decision the
@@ -13,6 +14,7 @@ the journaled calls up to the interrupt and goes on.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -26,14 +28,23 @@ __all__ = ["ainvoke", "astream", "checkpointer_for", "invoke", "stream"]
 install()
 
 
+#: The checkpointer of each execution of a run (see checkpointer_for).
+_savers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def checkpointer_for(ctx: Any) -> Any:
-    """The checkpointer a graph runs with in ``ctx``'s run: it must hold, at each execution
-    of the run, the graph's state as it was when the execution started at that point of the
-    run's code (an in-memory saver per invocation does: every model and tool call replays from
-    the journal, so LangGraph's state is rebuilt by the replay)."""
+    """The checkpointer a graph runs with in ``ctx``'s run, the same for every graph this
+    execution of the run invokes (a second ``invoke`` on the thread goes on from the first's
+    state, as a conversation does). It must hold, at each execution of the run, the graph's
+    state as it was when the execution started: an in-memory saver per execution does, since
+    every model and tool call replays from the journal and LangGraph's state is rebuilt by the
+    replay."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    return InMemorySaver()
+    saver = _savers.get(ctx._ex)
+    if saver is None:
+        saver = _savers[ctx._ex] = InMemorySaver()
+    return saver
 
 
 def _prepared(ctx: Any, graph: Any, config: dict | None) -> tuple[Any, dict]:
