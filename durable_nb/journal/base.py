@@ -27,14 +27,14 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Union
 
 from ..errors import JournalError, UnknownRun
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
 __all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "delivery_text", "StatusFilter", "check_request_kind",
-           "position_taken_advice", "read_only_error", "select_runs", "wanted_statuses"]
+           "check_value_names", "position_taken_advice", "read_only_error", "select_runs", "wanted_statuses"]
 
 #: What :class:`~durable_nb.errors.RunLeased` tells an executor whose write was refused
 #: because its lease moved to another executor (every backend says the same).
@@ -93,6 +93,18 @@ def delivery_text(value: dict) -> str:
     """A delivery record as stored: JSON with sorted keys, so that the same record is the same
     text (:meth:`Journal.swap_delivery` compares stored text)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def check_value_names(space: str, keys: Iterable[str] = ()) -> None:
+    """Refuse a keyed values' space or key that a backend cannot store as given: NUL
+    anywhere (PostgreSQL's text has none), ``\\x1f`` in a space (the disk journal's
+    separator between a space and its keys), an empty space."""
+    if not space or "\x00" in space or "\x1f" in space:
+        raise ValueError(f"a keyed values' space must be non-empty text without NUL or \\x1f, "
+                         f"not {space!r}")
+    for key in keys:
+        if "\x00" in key:
+            raise ValueError(f"a keyed value's key must be text without NUL, not {key!r}")
 
 
 def check_request_kind(kind: str) -> None:
@@ -393,6 +405,36 @@ class Journal(abc.ABC):
         """Every keyed record of the run in the store deliveries are kept in: deliveries and
         the run's history (:meth:`add_event`)."""
         return {}
+
+    # -- keyed values (a key/value namespace) ---------------------------------------------------
+
+    def put_values(self, space: str, values: Mapping[str, str], *, replace: bool = True) -> None:
+        """Store each ``key -> text`` of ``values`` (JSON text) in the namespace ``space``,
+        all in one transaction. ``replace=False``: a key already there keeps its value
+        (insert if absent; of writers racing to add a key, one value stays).
+
+        Keyed values belong to no run: they are neither deleted nor copied with one.
+        :mod:`durable_nb.integrations.langgraph.checkpoint` keeps LangGraph's checkpoints
+        here. Spaces and keys are text without NUL (and a space without ``\\x1f``)."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
+
+    def get_values(self, space: str, keys: Iterable[str]) -> dict[str, str]:
+        """The texts stored under those of ``keys`` that ``space`` holds, by key (one
+        query, or a few for many keys)."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
+
+    def scan_values(self, space: str, prefix: str = "", *, below: str | None = None,
+                    reverse: bool = False, limit: int | None = None) -> list[tuple[str, str]]:
+        """``(key, text)`` of the keys of ``space`` that start with ``prefix`` (and, with
+        ``below``, sort before it), in key order (code point order, as UTF-8 bytes sort;
+        ``reverse``: last first), at most ``limit``: one indexed range query."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
+
+    def delete_values(self, space: str, *, keys: Iterable[str] = (),
+                      prefix: str | None = None) -> int:
+        """Delete ``keys`` and, with ``prefix``, every key that starts with it (``""``: the
+        whole space), in one transaction; how many were deleted."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
 
     # -- who decides ---------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ Keys are strings::
     decision.A:ID        a decision on the run's approval A, waiting for the executor
     decision:ID          the same, as durable_nb wrote it before approvals had ids
     cancel:ID            a cancel request waiting for the executor
+    value:SPACE<US>KEY   a keyed value (:meth:`Journal.put_values`), in no run
 
 Values are JSON text only: the cache refuses to store or load pickles, so opening a journal
 never runs code from it. Nothing is ever evicted. The directory is created ``0700`` and every
@@ -33,7 +34,7 @@ without write permission) is read as it is. In a writable directory SQLite may a
 :mod:`.disk_cache` the diskcache that stores JSON text only and the read-only reader;
 :mod:`.disk_layout` the keys, the statements on the Cache table and the run index;
 :mod:`.disk_coordination` leases, requests and a run's keyed records (deliveries, history
-events).
+events); :mod:`.disk_values` keyed values.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from .disk_cache import (
     retry_locked,
 )
 from .disk_coordination import DiskRunCoordination
+from .disk_values import DiskKeyedValues
 from .disk_layout import (
     IN_RUNS,
     INSERT_IF_ABSENT,
@@ -99,7 +101,7 @@ _SYNCHRONOUS = {"process": 1, "power": 2}  # SQLite NORMAL, FULL
 _HELD_KEPT = 1024
 
 
-class DiskJournal(DiskRunCoordination, Journal):
+class DiskJournal(DiskRunCoordination, DiskKeyedValues, Journal):
     """The journal in one directory (default ``./.durable_nb``) on this machine.
 
     Safe to share between threads and processes: every write is a SQLite transaction.

@@ -140,6 +140,12 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
         ("decisions written by the decider role", _decider_migration(s)),
         ("hub: runs their creator's, deadlines the decider's, nothing erased",
          _owner_migration(s)),
+        ("keyed values", [
+            # Journal.put_values: namespaces of ordered keys that belong to no run
+            # (LangGraph's checkpoints); byte order ("C") as the disk journal's keys sort.
+            f"""CREATE TABLE {s}.keyed_values (space text COLLATE "C" NOT NULL,
+                key text COLLATE "C" NOT NULL, value text NOT NULL, PRIMARY KEY (space, key))""",
+        ]),
     ]
 
 
@@ -589,6 +595,18 @@ class PgSchema:
             "swap_delivery": f"UPDATE {s}.deliveries SET value = %s "
                              f"WHERE run_id = %s AND key = %s AND value = %s",
             "deliveries": f"SELECT key, value FROM {s}.deliveries WHERE run_id = %s ORDER BY key",
+            "put_value": f"INSERT INTO {s}.keyed_values (space, key, value) VALUES (%s, %s, %s) "
+                         f"ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value",
+            "add_value": f"INSERT INTO {s}.keyed_values (space, key, value) VALUES (%s, %s, %s) "
+                         f"ON CONFLICT DO NOTHING",
+            "get_values": f"SELECT key, value FROM {s}.keyed_values WHERE space = %s "
+                          f"AND key = ANY(%s)",
+            # The start of a scan: scan_values adds the order and the limit.
+            "scan_values": f"SELECT key, value FROM {s}.keyed_values WHERE space = %s "
+                           f"AND key >= %s AND (%s::text IS NULL OR key < %s)",
+            "delete_values": f"DELETE FROM {s}.keyed_values WHERE space = %s AND (key = ANY(%s) "
+                             f"OR (%s::text IS NOT NULL AND key >= %s AND (%s::text IS NULL "
+                             f"OR key < %s)))",
             **{f"delete_{table}": f"DELETE FROM {s}.{table} WHERE run_id = %s"
                for table in ("steps", "blobs", "leases", "requests", "deliveries", "runs")},
         }
