@@ -324,9 +324,9 @@ def test_secrets_in_the_config_never_enter_the_journal(journal, journal_at):
 
 # --- a fork from a checkpoint is a durable_nb fork ---------------------------------------------
 
-def test_a_fork_from_a_checkpoint_keeps_the_run_as_a_fork_and_goes_on_from_there(journal):
-    effects: list[str] = []
-
+def _handler(journal: Any, effects: list[str]):
+    """A run's handler invoking a -> b -> c, each node one journaled step (its effect noted
+    in ``effects``), its checkpoints on the run's journal."""
     def node(ctx: Any, name: str):
         def run(state: Notes) -> dict:
             return {"log": [ctx.run(name, lambda: effects.append(name) or name)]}
@@ -343,7 +343,12 @@ def test_a_fork_from_a_checkpoint_keeps_the_run_as_a_fork_and_goes_on_from_there
             node(ctx, name)(state.values)
         start = None if state.next else {"log": []}
         return graph.invoke(start, saver.config, durability="sync")["log"]
+    return handler
 
+
+def test_a_fork_from_a_checkpoint_keeps_the_run_as_a_fork_and_goes_on_from_there(journal):
+    effects: list[str] = []
+    handler = _handler(journal, effects)
     assert dn.execute("lg", handler, journal=journal, verify_replay=False) == ["a", "b", "c"]
     saver = JournalCheckpointer.for_run("lg", journal)
     after_a = next(s for s in _graph(saver).get_state_history(saver.config)
@@ -368,6 +373,34 @@ def test_a_fork_from_a_checkpoint_keeps_the_run_as_a_fork_and_goes_on_from_there
     assert effects == ["a", "b", "c", "b", "c"]  # a replayed, b and c executed again
     assert [e.name for e in journal.steps("lg")] == ["a", "b", "c"]
     assert [r.run_id for r in dn.runs(journal=journal)] == ["lg", "lg@1"]
+
+
+def test_a_fork_from_the_last_checkpoint_keeps_every_step_and_reopens_the_run(journal):
+    effects: list[str] = []
+    dn.execute("end", _handler(journal, effects), journal=journal, verify_replay=False)
+    saver = JournalCheckpointer.for_run("end", journal)
+    latest = _graph(saver).get_state(saver.config).config["configurable"]["checkpoint_id"]
+    assert checkpoint_position(journal, "end", latest) == 3
+    assert fork_from_checkpoint("end", latest, journal=journal) == "end@1"
+    assert [e.name for e in journal.steps("end")] == ["a", "b", "c"]
+    assert journal.get_run("end@1").status is dn.Status.DONE
+    assert journal.get_run("end").status is dn.Status.RUNNING
+
+
+def test_a_fork_is_refused_while_the_run_executes(journal):
+    from durable_nb.errors import RunLeased
+
+    def handler(ctx: Any) -> None:
+        saver = JournalCheckpointer.for_run(ctx.run_id, journal)
+        graph = _graph(saver)
+        graph.invoke({"log": []}, saver.config, durability="sync")
+        latest = graph.get_state(saver.config).config["configurable"]["checkpoint_id"]
+        with pytest.raises(RunLeased, match="then fork it from the checkpoint"):
+            fork_from_checkpoint(ctx.run_id, latest, journal=journal)
+
+    dn.execute("busy", handler, journal=journal, verify_replay=False)
+    assert [r.run_id for r in dn.runs(journal=journal)] == ["busy"]
+    assert journal.scan_values(SPACE, "busy@1\x1f") == []  # no thread copied either
 
 
 def test_a_fork_needs_a_checkpoint_written_for_the_run(journal):

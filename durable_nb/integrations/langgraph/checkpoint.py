@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import itertools
 import json
 import random
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -75,8 +76,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from ...errors import CorruptEntry, JournalError
-from ...journal import Journal, JournalSpec, open_journal
+from ...errors import CorruptEntry, JournalError, RunLeased
+from ...execution.lease import Lease
+from ...journal import Journal, JournalSpec, open_journal, rerun
 from ...redact import names_a_secret, redact_source
 
 __all__ = ["SPACE", "JournalCheckpointer", "checkpoint_position", "fork_from_checkpoint",
@@ -487,14 +489,12 @@ def fork_from_checkpoint(run_id: str, checkpoint_id: str, *, journal: JournalSpe
     from it), so that executing the run again (``invoke(None, saver.config)``) runs those
     tasks again from that checkpoint. Returns the fork's id.
 
-    Between executions, as :func:`durable_nb.rerun_from` (which it calls, holding the run's
-    lease): refused with :class:`~durable_nb.errors.RunLeased` while the run executes. The
-    checkpoint must have been written by :meth:`JournalCheckpointer.for_run` (else
-    :class:`~durable_nb.errors.JournalError`: no position to cut at). Killed part-way, it
-    leaves the thread's copy under the fork's id, or the run rewound with its thread not yet
-    cut back: calling it again makes a new fork and completes the cut."""
-    from ...registry import rerun_from  # the run layer, above the journal's
-
+    Between executions, as :func:`durable_nb.rerun_from`, holding the run's lease: refused
+    with :class:`~durable_nb.errors.RunLeased` while the run executes. The checkpoint must
+    have been written by :meth:`JournalCheckpointer.for_run` (else
+    :class:`~durable_nb.errors.JournalError`: no step to fork the run at). Killed part-way,
+    it leaves the thread's copy under the fork's id, or the run rewound with its thread not
+    yet cut back: calling it again makes a new fork and completes the cut."""
     opened = open_journal(journal)
     thread = thread_id or run_id
     position = checkpoint_position(opened, thread, checkpoint_id, checkpoint_ns)
@@ -502,20 +502,43 @@ def fork_from_checkpoint(run_id: str, checkpoint_id: str, *, journal: JournalSpe
         raise JournalError(
             f"LangGraph checkpoint {checkpoint_id!r} of thread {thread!r} noted no step of "
             f"run {run_id!r}: it was written by a checkpointer not made with "
-            f"JournalCheckpointer.for_run({run_id!r}), so there is no place to fork the run at")
-    saver = JournalCheckpointer(opened)
-    fork_id = _next_fork_id(opened, run_id)
-    saver.copy_thread(thread, fork_id)
-    made = rerun_from(run_id, position, journal=opened)
-    if made != fork_id:  # a fork made meanwhile took the id: the copy follows the run's fork
-        saver.copy_thread(thread, made)
-        saver.delete_thread(fork_id)
-    record = opened.get_run(made)
-    record.forked_from = dict(record.forked_from or {}, langgraph_checkpoint=checkpoint_id,
-                              langgraph_thread=thread)
-    opened.put_run(record)
-    _cut_thread_after(opened, thread, checkpoint_ns, checkpoint_id)
+            f"JournalCheckpointer.for_run({run_id!r}), so there is no step to fork the run at")
+    opened.get_run(run_id)
+    lease = _fork_lease(opened, run_id)
+    try:
+        saver = JournalCheckpointer(opened)
+        fork_id = _next_fork_id(opened, run_id)
+        saver.copy_thread(thread, fork_id)
+        record = opened.get_run(run_id)
+        kept = list(itertools.islice(opened.steps(run_id), position))
+        # A checkpoint after the run's last step forks too: every step is kept, and the
+        # run reopens.
+        made = rerun(opened, record, kept, position, token=lease.token,
+                     child_dropped=lambda key, at: at >= position)
+        if made != fork_id:  # a run copied in as RUN@N meanwhile took the id
+            saver.copy_thread(thread, made)
+            saver.delete_thread(fork_id)
+        _cut_thread_after(opened, thread, checkpoint_ns, checkpoint_id)
+    finally:
+        try:
+            lease.release()
+        except (OSError, JournalError):
+            pass  # a dead lease is taken over by the next executor anyway
+    fork = opened.get_run(made)
+    fork.forked_from = dict(fork.forked_from or {}, langgraph_checkpoint=checkpoint_id,
+                            langgraph_thread=thread)
+    opened.put_run(fork)
     return made
+
+
+def _fork_lease(journal: Journal, run_id: str) -> Lease:
+    """The run's lease, held while it is forked; RunLeased saying what to do while it runs."""
+    try:
+        return Lease.acquire(journal, run_id)
+    except RunLeased as exc:
+        raise RunLeased(run_id, exc.holder, advice=(
+            f"cancel it first (`durable-nb cancel {run_id}` or the panel's Cancel button), "
+            f"then fork it from the checkpoint once it has stopped.")) from None
 
 
 def _next_fork_id(journal: Journal, run_id: str) -> str:
