@@ -413,3 +413,20 @@ def test_a_fork_needs_a_checkpoint_written_for_the_run(journal):
                              journal=journal)
     with pytest.raises(JournalError, match="no LangGraph checkpoint 'nope'"):
         fork_from_checkpoint("plain", "nope", journal=journal)
+
+
+@pytest.mark.postgres
+def test_a_hub_users_role_keeps_its_graphs_state_in_the_shared_journal(postgres_server):
+    from tests.hub_roles import make_hub_database
+
+    database = make_hub_database(postgres_server, users=("ana",))
+    ana = database.journal("ana")
+    try:
+        graph = _graph(JournalCheckpointer(ana))
+        config = {"configurable": {"thread_id": "ana-thread"}}
+        graph.invoke({"log": []}, config)
+        assert len(list(graph.get_state_history(config))) == 5
+        JournalCheckpointer(ana).delete_thread("ana-thread")
+        assert graph.get_state(config).values == {}
+    finally:
+        ana.dispose()

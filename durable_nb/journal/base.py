@@ -33,8 +33,9 @@ from typing import Union
 from ..errors import JournalError, UnknownRun
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
-__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "delivery_text", "StatusFilter", "check_request_kind",
-           "check_value_names", "position_taken_advice", "read_only_error", "select_runs", "wanted_statuses"]
+__all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "Journal", "delivery_text", "StatusFilter",
+           "check_request_kind", "check_value_names", "position_taken_advice", "read_only_error",
+           "select_runs", "wanted_statuses"]
 
 #: What :class:`~durable_nb.errors.RunLeased` tells an executor whose write was refused
 #: because its lease moved to another executor (every backend says the same).

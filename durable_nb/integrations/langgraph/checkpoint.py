@@ -16,14 +16,15 @@ earlier ``checkpoint_id``) work as with LangGraph's own savers; so do ``delete_t
 passes LangGraph's checkpointer conformance suite (``langgraph-checkpoint-conformance``) on
 both journals.
 
-**Where it is kept.** In the journal's keyed values (:meth:`Journal.put_values
-<durable_nb.journal.base.Journal.put_values>`), space ``langgraph``, keys ``THREAD<US>c<US>NS<US>ID``
-(a checkpoint: its body without channel values, its metadata as JSON, its parent, and the
-run's journal position when it was written), ``THREAD<US>w<US>NS<US>ID<US>TASK<US>IDX`` (a
-pending write) and ``THREAD<US>b<US>NS<US>CHANNEL<US>VERSION`` (a channel's value, stored once
-per version as PostgreSQL's saver does). A checkpoint and the channel values it changed are
-written in one transaction; a thread's keys are one range. Values are JSON text like every
-journal row: LangGraph's serialized bytes in base64, ``[type, base64]``.
+**Where it is kept.** In the journal's keyed values
+(:meth:`~durable_nb.journal.base.Journal.put_values`), space ``langgraph``, keys
+``THREAD<US>c<US>NS<US>ID`` (a checkpoint: its body without channel values, its metadata as
+JSON, its parent, and the run's journal position when it was written),
+``THREAD<US>w<US>NS<US>ID<US>TASK<US>IDX`` (a pending write) and
+``THREAD<US>b<US>NS<US>CHANNEL<US>VERSION`` (a channel's value, stored once per version as
+PostgreSQL's saver does). A checkpoint and the channel values it changed are written in one
+transaction; a thread's keys are one range. Values are JSON text like every journal row:
+LangGraph's serialized bytes in base64, ``[type, base64]``.
 
 **The journal is data, not code.** The default serializer is LangGraph's
 ``JsonPlusSerializer`` without pickle (``pickle_fallback=False``) and with its strict msgpack
@@ -133,8 +134,9 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer keeping checkpoints, pending writes and channel values in a
     durable_nb journal (see the module docstring for where, and what it guarantees).
 
-    ``journal``: a :class:`~durable_nb.journal.Journal` or what :func:`~durable_nb.journal.open_journal`
-    takes (a directory, a ``postgresql://`` URL, None for the default). ``serde``: LangGraph's
+    ``journal``: a :class:`~durable_nb.journal.Journal`, or what
+    :func:`~durable_nb.journal.open_journal` takes (a directory, a ``postgresql://`` URL, None
+    for the default). ``serde``: LangGraph's
     serializer (default :func:`strict_serializer`). ``thread_id``: the thread of a config
     that names none (and of :attr:`config`). ``position``: called when a checkpoint is
     written, the journal position noted with it (:meth:`for_run` sets it).
