@@ -292,12 +292,15 @@ def test_a_checkpoint_naming_a_module_is_loaded_as_data_and_never_imports_it(
         sys.modules.pop("dnb_probe_module", None)
 
 
-def test_a_pickled_checkpoint_value_is_refused_not_loaded(journal):
-    pickled = pickle.dumps(["anything"])
-    saver = _store_channel_value(journal, "pickled",
-                                 ["pickle", base64.b64encode(pickled).decode()])
-    with pytest.raises(CorruptEntry, match="serialized as 'pickle'.*never loads"):
-        saver.get_tuple({"configurable": {"thread_id": "pickled"}})
+@pytest.mark.parametrize("kind, data", [
+    ("pickle", pickle.dumps(["anything"])),
+    # LangChain's JSON constructor form, which LangGraph's serializer revives by importing.
+    ("json", json.dumps({"lc": 2, "type": "constructor", "id": ["os", "getcwd"]}).encode()),
+])
+def test_pickled_or_constructor_values_are_refused_not_loaded(journal, kind: str, data: bytes):
+    saver = _store_channel_value(journal, kind, [kind, base64.b64encode(data).decode()])
+    with pytest.raises(CorruptEntry, match=f"serialized as '{kind}'.*never loads"):
+        saver.get_tuple({"configurable": {"thread_id": kind}})
 
 
 # --- secrets ----------------------------------------------------------------------------------
