@@ -177,8 +177,8 @@ def test_a_checkpointer_for_a_run_uses_the_run_id_as_its_thread(journal):
     assert saver.config == {"configurable": {"thread_id": "report-1"}}
     graph = _graph(saver)
     graph.invoke({"log": []}, saver.config)
-    keys = [key for key, _ in journal.scan_values(SPACE)]
-    assert keys and all(key.startswith("report-1\x1f") for key in keys)
+    assert journal.value_scopes(SPACE) == ["report-1"]  # the run's scope: its thread
+    assert journal.scan_values(SPACE) == []
     latest = graph.get_state(saver.config).config["configurable"]["checkpoint_id"]
     assert checkpoint_position(journal, "report-1", latest) == 0  # no steps: no run yet
 
@@ -261,8 +261,8 @@ def _store_channel_value(journal, thread: str, typed: list[str]) -> JournalCheck
     saver = JournalCheckpointer(journal)
     graph = _graph(saver)
     graph.invoke({"log": ["x"]}, {"configurable": {"thread_id": thread}})
-    blobs = [key for key, _ in journal.scan_values(SPACE, f"{thread}\x1fb\x1f")]
-    journal.put_values(SPACE, {key: json.dumps(typed) for key in blobs})
+    blobs = [key for key, _ in journal.scan_values(SPACE, "b\x1f", scope=thread)]
+    journal.put_values(SPACE, {key: json.dumps(typed) for key in blobs}, scope=thread)
     return saver
 
 
@@ -317,7 +317,8 @@ def test_secrets_in_the_config_never_enter_the_journal(journal, journal_at):
     assert memory.get_state(config).metadata["openai_api_key"] == key
     graph = _graph(JournalCheckpointer(journal))
     graph.invoke({"log": []}, config)
-    stored = json.dumps(journal.scan_values(SPACE))
+    stored = json.dumps(journal.scan_values(SPACE, scope="secret"))
+    assert "user" in stored
     for secret in (key, "tok-4f9a8b7c6d5e", "hunter2secret"):
         assert secret not in stored
     metadata = graph.get_state(config).metadata
@@ -403,7 +404,7 @@ def test_a_fork_is_refused_while_the_run_executes(journal):
 
     dn.execute("busy", handler, journal=journal, verify_replay=False)
     assert [r.run_id for r in dn.runs(journal=journal)] == ["busy"]
-    assert journal.scan_values(SPACE, "busy@1\x1f") == []  # no thread copied either
+    assert journal.value_scopes(SPACE) == ["busy"]  # no thread copied either
 
 
 def test_a_fork_needs_a_checkpoint_written_for_the_run(journal):
@@ -416,6 +417,69 @@ def test_a_fork_needs_a_checkpoint_written_for_the_run(journal):
                              journal=journal)
     with pytest.raises(JournalError, match="no LangGraph checkpoint 'nope'"):
         fork_from_checkpoint("plain", "nope", journal=journal)
+
+
+# --- a run's thread is the run's ----------------------------------------------------------------
+
+def _run_with_thread(journal: Any, run_id: str) -> None:
+    """Run ``run_id`` (one journaled step) invoking a -> b -> c on the run's thread."""
+    def handler(ctx: Any) -> str:
+        ctx.run("start", lambda: "started")
+        saver = JournalCheckpointer.for_run(ctx.run_id, journal)
+        _graph(saver).invoke({"log": []}, saver.config, durability="sync")
+        return "done"
+    dn.execute(run_id, handler, journal=journal, verify_replay=False)
+
+
+def _thread_log(journal: Any, thread: str) -> list[str] | None:
+    saver = JournalCheckpointer(journal, thread_id=thread)
+    return _graph(saver).get_state(saver.config).values.get("log")
+
+
+def test_deleting_a_run_deletes_its_thread_and_no_other(journal):
+    _run_with_thread(journal, "gone")
+    _run_with_thread(journal, "gone-2")
+    _graph(JournalCheckpointer(journal)).invoke({"log": []},
+                                                {"configurable": {"thread_id": "free"}})
+    assert journal.value_scopes(SPACE) == ["free", "gone", "gone-2"]
+    dn.delete("gone", journal=journal)
+    assert journal.value_scopes(SPACE) == ["free", "gone-2"]
+    assert _thread_log(journal, "gone") is None
+    assert _thread_log(journal, "gone-2") == _thread_log(journal, "free") == ["a", "b", "c"]
+
+
+def test_copying_a_run_copies_its_thread_and_moving_it_moves_it(journal, tmp_path: Path):
+    _run_with_thread(journal, "src")
+    history = [s.config["configurable"]["checkpoint_id"] for s in _graph(
+        JournalCheckpointer(journal)).get_state_history({"configurable": {"thread_id": "src"}})]
+    dn.copy_run("src", journal, journal=journal, new_id="dst")
+    copied = [s.config["configurable"]["checkpoint_id"] for s in _graph(
+        JournalCheckpointer(journal)).get_state_history({"configurable": {"thread_id": "dst"}})]
+    assert copied == history and len(history) == 5
+    assert _thread_log(journal, "src") == _thread_log(journal, "dst") == ["a", "b", "c"]
+    other = DiskJournal(str(tmp_path / "other"))
+    try:
+        dn.copy_run("src", other, journal=journal, move=True)
+        assert _thread_log(other, "src") == ["a", "b", "c"]
+        assert journal.value_scopes(SPACE) == ["dst"]
+    finally:
+        other.close()
+
+
+def test_a_pure_replay_of_a_finished_run_writes_no_checkpoint(journal):
+    invoked = []
+
+    def handler(ctx: Any) -> str:
+        ctx.run("start", lambda: "started")
+        saver = JournalCheckpointer.for_run(ctx.run_id, journal)
+        _graph(saver).invoke({"log": []}, saver.config, durability="sync")
+        invoked.append(ctx.replaying)
+        return "done"
+    dn.execute("verified", handler, journal=journal, verify_replay=True)
+    assert len(invoked) == 2  # the execution, then the pure replay of the DONE run
+    config = {"configurable": {"thread_id": "verified"}}
+    assert len(list(_graph(JournalCheckpointer(journal)).get_state_history(config))) == 5
+    assert _thread_log(journal, "verified") == ["a", "b", "c"]
 
 
 @pytest.mark.postgres

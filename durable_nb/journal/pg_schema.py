@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import CorruptEntry, IncompatibleJournal, JournalError
 from .pg_connection import DEFAULT_SCHEMA
+from .pg_values import scope_owner_migration, value_statements
 
 __all__ = ["FORMAT_VERSION", "MIGRATIONS"]
 
@@ -146,6 +147,8 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
             f"""CREATE TABLE {s}.keyed_values (space text COLLATE "C" NOT NULL,
                 key text COLLATE "C" NOT NULL, value text NOT NULL, PRIMARY KEY (space, key))""",
         ]),
+        ("keyed values in scopes: a run's deleted and copied with it, written by its creator",
+         scope_owner_migration(s)),
     ]
 
 
@@ -595,18 +598,7 @@ class PgSchema:
             "swap_delivery": f"UPDATE {s}.deliveries SET value = %s "
                              f"WHERE run_id = %s AND key = %s AND value = %s",
             "deliveries": f"SELECT key, value FROM {s}.deliveries WHERE run_id = %s ORDER BY key",
-            "put_value": f"INSERT INTO {s}.keyed_values (space, key, value) VALUES (%s, %s, %s) "
-                         f"ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value",
-            "add_value": f"INSERT INTO {s}.keyed_values (space, key, value) VALUES (%s, %s, %s) "
-                         f"ON CONFLICT DO NOTHING",
-            "get_values": f"SELECT key, value FROM {s}.keyed_values WHERE space = %s "
-                          f"AND key = ANY(%s)",
-            # The start of a scan: scan_values adds the order and the limit.
-            "scan_values": f"SELECT key, value FROM {s}.keyed_values WHERE space = %s "
-                           f"AND key >= %s AND (%s::text IS NULL OR key < %s)",
-            "delete_values": f"DELETE FROM {s}.keyed_values WHERE space = %s AND (key = ANY(%s) "
-                             f"OR (%s::text IS NOT NULL AND key >= %s AND (%s::text IS NULL "
-                             f"OR key < %s)))",
+            **value_statements(s),
             **{f"delete_{table}": f"DELETE FROM {s}.{table} WHERE run_id = %s"
                for table in ("steps", "blobs", "leases", "requests", "deliveries", "runs")},
         }

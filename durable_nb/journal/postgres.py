@@ -14,7 +14,7 @@ The journal lives in a schema of its own::
     blobs (run_id, digest, value)            inputs stored once per run
     leases (run_id, token, holder, heartbeat_at)    the executor; heartbeat in the database's clock
     requests (run_id, kind, value)           decisions and cancels for the executor
-    keyed_values (space, key, value)         keyed values in no run (LangGraph's checkpoints)
+    keyed_values (scope, space, key, value)  keyed values; a run's scope is its id (LangGraph)
 
 **Same guarantees as the disk journal.** A step is one transaction (one statement: the
 schema's ``append_step`` function) that checks the lease token with the lease row locked
@@ -317,7 +317,8 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, PgKeyedValues,
                 for gone in () if fenced else (*children, run_id):
                     # The lease row first, as appends lock it first: no deadlock with a
                     # late append.
-                    for table in ("leases", "requests", "deliveries", "steps", "blobs", "runs"):
+                    for table in ("leases", "requests", "deliveries", "steps", "blobs", "scope",
+                                  "runs"):
                         conn.execute(self._sql[f"delete_{table}"], (gone,))
         if fenced:
             raise RunLeased(run_id, self.lease(run_id) or {}, advice=FENCED_ADVICE)
@@ -343,6 +344,9 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, PgKeyedValues,
                     conn.execute(self._sql["delete_runs"], (staging,))
                     for table in ("steps", "blobs"):
                         conn.execute(self._sql[f"rename_{table}"], (record.run_id, staging))
+                    # The copy's values replace those left under its id by no run.
+                    conn.execute(self._sql["delete_scope"], (record.run_id,))
+                    conn.execute(self._sql["rename_scope"], (record.run_id, staging))
         return published
 
     # -- steps ------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ import functools
 import itertools
 import json
 import random
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -79,6 +79,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ...errors import CorruptEntry, JournalError, RunLeased
 from ...execution.lease import Lease
+from ...execution.scope import current_scope
 from ...journal import Journal, JournalSpec, open_journal, rerun
 from ...redact import names_a_secret, redact_source
 
@@ -153,6 +154,7 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
         self.thread_id = thread_id
         self._position = position
         self._strict = serde is None
+        self._values = _ThreadValues(self.journal)
 
     @classmethod
     def for_run(cls, run_id: str, journal: JournalSpec = None, *,
@@ -227,13 +229,13 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
         blob_keys = {_key(thread, "b", ns, _part("channel", ch), _part("version", v)): ch
                      for ch, v in versions.items()}
         values = {}
-        for blob_key, blob_text in self.journal.get_values(SPACE, blob_keys).items():
+        for blob_key, blob_text in self._values.get(blob_keys).items():
             stored = self._read(blob_key, blob_text)
             if stored[0] != "empty":
                 values[blob_keys[blob_key]] = self._loads(blob_key, stored)
         writes = []
-        for write_key, write_text in self.journal.scan_values(
-                SPACE, _key(thread, "w", ns, checkpoint_id, "")):
+        for write_key, write_text in self._values.scan(
+                _key(thread, "w", ns, checkpoint_id, "")):
             stored = self._read(write_key, write_text)
             task_id, idx = write_key.rsplit(_SEP, 2)[-2:]
             writes.append((writes_sort_key(stored.get("task_path", ""), task_id, int(idx)),
@@ -254,9 +256,9 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
         checkpoint_id = (config.get("configurable") or {}).get("checkpoint_id")
         if checkpoint_id:
             key = _key(thread, "c", ns, _part("checkpoint_id", checkpoint_id))
-            found = self.journal.get_values(SPACE, [key]).items()
+            found = self._values.get([key]).items()
         else:
-            found = self.journal.scan_values(SPACE, _key(thread, "c", ns, ""), reverse=True,
+            found = self._values.scan(_key(thread, "c", ns, ""), reverse=True,
                                              limit=1)
         for key, text in found:
             return self._tuple(thread, ns, key.rsplit(_SEP, 1)[1], key, text)
@@ -272,17 +274,17 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
         wanted_id = configurable.get("checkpoint_id")
         if config is None:
-            candidates = [(key, text) for key, text in self.journal.scan_values(SPACE)
+            candidates = [(key, text) for key, text in self._values.scan("")
                           if key.split(_SEP, 2)[1] == "c"]
         elif configurable.get("checkpoint_ns") is not None:
             thread, ns = self._thread(config), self._ns(config)
             prefix = _key(thread, "c", ns, "")
             exact = not filter and not wanted_id
-            candidates = self.journal.scan_values(
-                SPACE, prefix, below=prefix + before_id if before_id else None, reverse=True,
+            candidates = self._values.scan(
+                prefix, below=prefix + before_id if before_id else None, reverse=True,
                 limit=limit if exact else None)
         else:
-            candidates = self.journal.scan_values(SPACE, _key(self._thread(config), "c", ""))
+            candidates = self._values.scan(_key(self._thread(config), "c", ""))
         rows = sorted(((key.split(_SEP), key, text) for key, text in candidates),
                       key=lambda row: row[0][3], reverse=True)
         count = 0
@@ -321,13 +323,17 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
             "position": self._position() if self._position is not None else None,
         }
         rows[_key(thread, "c", ns, checkpoint_id)] = json.dumps(record, default=repr)
-        self.journal.put_values(SPACE, rows)
+        if _in_pure_replay():
+            return _config(thread, ns, checkpoint_id)
+        self._values.put(rows)
         return _config(thread, ns, checkpoint_id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
         """Store a task's writes for the checkpoint ``config`` names: a write made again
         (the task retried) keeps the first; errors, interrupts and resumes replace theirs."""
+        if _in_pure_replay():
+            return
         thread, ns = self._thread(config), self._ns(config)
         checkpoint_id = _part("checkpoint_id", config["configurable"]["checkpoint_id"])
         task = _part("task_id", task_id)
@@ -340,13 +346,13 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
             (replaced if index < 0 else kept)[_key(thread, "w", ns, checkpoint_id, task,
                                                    str(index))] = text
         if kept:
-            self.journal.put_values(SPACE, kept, replace=False)
+            self._values.put(kept, replace=False)
         if replaced:
-            self.journal.put_values(SPACE, replaced)
+            self._values.put(replaced)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's checkpoints, writes and channel values, in one transaction."""
-        self.journal.delete_values(SPACE, prefix=_key(_part("thread_id", thread_id), ""))
+        self._values.delete(prefix=_key(_part("thread_id", thread_id), ""))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint, write and channel value of a thread to another (whose own
@@ -354,9 +360,9 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
         source = _key(_part("thread_id", source_thread_id), "")
         target = _key(_part("thread_id", target_thread_id), "")
         rows = {target + key[len(source):]: text
-                for key, text in self.journal.scan_values(SPACE, source)}
+                for key, text in self._values.scan(source)}
         if rows:
-            self.journal.put_values(SPACE, rows)
+            self._values.put(rows)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep each namespace's latest checkpoint of the threads, with its
@@ -368,7 +374,7 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
                 self.delete_thread(thread_id)
                 continue
             thread = _part("thread_id", thread_id)
-            rows = self.journal.scan_values(SPACE, _key(thread, ""))
+            rows = self._values.scan(_key(thread, ""))
             latest: dict[str, str] = {}
             for key, _ in rows:
                 _, kind, ns, checkpoint_id = key.split(_SEP)[:4]
@@ -382,7 +388,7 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
                     keep_blobs.update(_key(thread, "b", parts[2], ch, str(v))
                                       for ch, v in body.get("channel_versions", {}).items())
             doomed = [key for key, _ in rows if _pruned(key.split(_SEP), latest, keep_blobs, key)]
-            self.journal.delete_values(SPACE, keys=doomed)
+            self._values.delete(keys=doomed)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata names one of the
@@ -391,14 +397,14 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
         if not wanted:
             return
         doomed = []
-        for key, text in self.journal.scan_values(SPACE):
+        for key, text in self._values.scan(""):
             parts = key.split(_SEP)
             if parts[1] == "c" and (self._read(key, text).get("metadata") or {}).get(
                     "run_id") in wanted:
                 doomed.append(key)
-                doomed += [k for k, _ in self.journal.scan_values(
-                    SPACE, _key(parts[0], "w", parts[2], parts[3], ""))]
-        self.journal.delete_values(SPACE, keys=doomed)
+                doomed += [k for k, _ in self._values.scan(
+                    _key(parts[0], "w", parts[2], parts[3], ""))]
+        self._values.delete(keys=doomed)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions as LangGraph's in-memory and PostgreSQL savers make them: a zero-padded
@@ -445,6 +451,70 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
         await self._in_thread(self.delete_for_runs, run_ids)
 
 
+class _ThreadValues:
+    """The journal's keyed values (space :data:`SPACE`) as the checkpointer addresses them,
+    by keys ``THREAD<US>REST``: a thread's values are kept in the journal's scope named by
+    the thread id, under the keys ``REST``, so that a run's thread (thread id = run id) is the
+    run's: deleted, copied and renamed with the run, and on a hub written only by its
+    creator's role."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    @staticmethod
+    def _by_thread(keys: Iterable[str]) -> dict[str, list[str]]:
+        threads: dict[str, list[str]] = {}
+        for key in keys:
+            thread, rest = key.split(_SEP, 1)
+            threads.setdefault(thread, []).append(rest)
+        return threads
+
+    def put(self, rows: dict[str, str], *, replace: bool = True) -> None:
+        """Store the rows of one thread, in one transaction."""
+        for thread, rests in self._by_thread(rows).items():
+            head = thread + _SEP
+            self.journal.put_values(SPACE, {rest: rows[head + rest] for rest in rests},
+                                    scope=thread, replace=replace)
+
+    def get(self, keys: Iterable[str]) -> dict[str, str]:
+        found = {}
+        for thread, rests in self._by_thread(keys).items():
+            found.update((thread + _SEP + rest, text) for rest, text in
+                         self.journal.get_values(SPACE, rests, scope=thread).items())
+        return found
+
+    def scan(self, prefix: str, *, below: str | None = None, reverse: bool = False,
+             limit: int | None = None) -> list[tuple[str, str]]:
+        """The rows whose key starts with ``prefix`` (a thread's, or ``""``: every
+        thread's, thread by thread), as :meth:`Journal.scan_values`."""
+        if not prefix:
+            return [row for thread in self.journal.value_scopes(SPACE)
+                    for row in self.scan(thread + _SEP)]
+        thread, rest = prefix.split(_SEP, 1)
+        head = thread + _SEP
+        return [(head + key, text) for key, text in self.journal.scan_values(
+            SPACE, rest, scope=thread, below=None if below is None else below[len(head):],
+            reverse=reverse, limit=limit)]
+
+    def delete(self, *, keys: Iterable[str] = (), prefix: str | None = None) -> None:
+        """Delete ``keys`` (of any threads) and the keys of a thread starting with
+        ``prefix``, in one transaction per thread."""
+        threads = self._by_thread(keys)
+        thread, rest = prefix.split(_SEP, 1) if prefix is not None else (None, None)
+        if thread is not None:
+            threads.setdefault(thread, [])
+        for name, rests in threads.items():
+            self.journal.delete_values(SPACE, scope=name, keys=rests,
+                                       prefix=rest if name == thread else None)
+
+
+def _in_pure_replay() -> bool:
+    """Whether this runs inside a pure replay of a finished run (``verify_replay``): the
+    handler executes again only to be compared, and must leave the journal as it was."""
+    scope = current_scope()
+    return scope is not None and scope.execution.strict
+
+
 def _config(thread: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread, "checkpoint_ns": ns,
                              "checkpoint_id": checkpoint_id}}
@@ -468,7 +538,7 @@ def checkpoint_position(journal: JournalSpec, thread_id: str, checkpoint_id: str
     opened = open_journal(journal)
     key = _key(_part("thread_id", thread_id), "c", _part("checkpoint_ns", checkpoint_ns),
                _part("checkpoint_id", checkpoint_id))
-    text = opened.get_values(SPACE, [key]).get(key)
+    text = _ThreadValues(opened).get([key]).get(key)
     if text is None:
         raise JournalError(f"there is no LangGraph checkpoint {checkpoint_id!r} in thread "
                            f"{thread_id!r} (namespace {checkpoint_ns!r}) of the journal at "
@@ -484,8 +554,9 @@ def fork_from_checkpoint(run_id: str, checkpoint_id: str, *, journal: JournalSpe
                          thread_id: str | None = None, checkpoint_ns: str = "") -> str:
     """Time travel as a durable_nb fork: keep run ``run_id`` as it is now as the fork
     ``RUN@N`` (the panel, ``durable-nb show`` and exports show it as forked from the run at
-    that step, its record's ``forked_from`` naming the checkpoint), copy the run's LangGraph
-    thread (``thread_id``, default the run id) to thread ``RUN@N``, then rewind the run to
+    that step, its record's ``forked_from`` naming the checkpoint) with a copy of the run's
+    LangGraph thread (``thread_id``, default the run id) as thread ``RUN@N`` (the run's own
+    thread goes with the fork as a run's keyed values do), then rewind the run to
     the steps its journal held when checkpoint ``checkpoint_id`` was written, and the thread
     to that checkpoint (its later checkpoints deleted, and the writes of the tasks that ran
     from it), so that executing the run again (``invoke(None, saver.config)``) runs those
@@ -495,8 +566,9 @@ def fork_from_checkpoint(run_id: str, checkpoint_id: str, *, journal: JournalSpe
     with :class:`~durable_nb.errors.RunLeased` while the run executes. The checkpoint must
     have been written by :meth:`JournalCheckpointer.for_run` (else
     :class:`~durable_nb.errors.JournalError`: no step to fork the run at). Killed part-way,
-    it leaves the thread's copy under the fork's id, or the run rewound with its thread not
-    yet cut back: calling it again makes a new fork and completes the cut."""
+    it leaves the run rewound with its thread not yet cut back (or, for a thread that is not
+    the run's, the fork without its thread): calling it again makes a new fork and completes
+    the cut."""
     opened = open_journal(journal)
     thread = thread_id or run_id
     position = checkpoint_position(opened, thread, checkpoint_id, checkpoint_ns)
@@ -508,18 +580,14 @@ def fork_from_checkpoint(run_id: str, checkpoint_id: str, *, journal: JournalSpe
     opened.get_run(run_id)
     lease = _fork_lease(opened, run_id)
     try:
-        saver = JournalCheckpointer(opened)
-        fork_id = _next_fork_id(opened, run_id)
-        saver.copy_thread(thread, fork_id)
         record = opened.get_run(run_id)
         kept = list(itertools.islice(opened.steps(run_id), position))
         # A checkpoint after the run's last step forks too: every step is kept, and the
         # run reopens.
         made = rerun(opened, record, kept, position, token=lease.token,
                      child_dropped=lambda key, at: at >= position)
-        if made != fork_id:  # a run copied in as RUN@N meanwhile took the id
-            saver.copy_thread(thread, made)
-            saver.delete_thread(fork_id)
+        if thread != run_id:  # the run's own thread was copied with it
+            JournalCheckpointer(opened).copy_thread(thread, made)
         _cut_thread_after(opened, thread, checkpoint_ns, checkpoint_id)
     finally:
         try:
@@ -543,24 +611,16 @@ def _fork_lease(journal: Journal, run_id: str) -> Lease:
             f"then fork it from the checkpoint once it has stopped.")) from None
 
 
-def _next_fork_id(journal: Journal, run_id: str) -> str:
-    """The id :func:`durable_nb.journal.rerun` gives the next fork of the run."""
-    number = 1
-    while journal.find_run(f"{run_id}@{number}") is not None:
-        number += 1
-    return f"{run_id}@{number}"
-
-
 def _cut_thread_after(journal: Journal, thread: str, ns: str, checkpoint_id: str) -> None:
     """Delete what the thread's namespace ``ns`` (and those nested in it) holds from after
     checkpoint ``checkpoint_id``: later checkpoints, their writes, and the writes of the
     tasks that ran from that checkpoint (whose steps the rewound run no longer has)."""
     doomed: list[str] = []
-    for key, _ in journal.scan_values(SPACE, _key(thread, "")):
+    for key, _ in _ThreadValues(journal).scan(_key(thread, "")):
         parts = key.split(_SEP)
         if not parts[2].startswith(ns):
             continue
         if (parts[1] == "c" and parts[3] > checkpoint_id) or \
                 (parts[1] == "w" and parts[3] >= checkpoint_id):
             doomed.append(key)
-    journal.delete_values(SPACE, keys=doomed)
+    _ThreadValues(journal).delete(keys=doomed)
