@@ -762,11 +762,38 @@ def test_keyed_values_refuse_names_a_backend_cannot_store(store: Journal):
         store.put_values("s", {"k\x00": "1"})
 
 
-def test_keyed_values_belong_to_no_run(store: Journal):
-    _fill(store, "r")
-    store.put_values("r", {"k": "1"})
+def test_keyed_values_scopes_are_apart(store: Journal):
+    store.put_values("s", {"k": "1"})
+    store.put_values("s", {"k": "2"}, scope="t")
+    store.put_values("other", {"k": "3"}, scope="t")
+    assert store.get_values("s", ["k"]) == {"k": "1"}
+    assert store.scan_values("s", scope="t") == [("k", "2")]
+    assert store.value_scopes("s") == ["", "t"] and store.value_scopes("other") == ["t"]
+    assert store.scope_values("t") == [("other", "k", "3"), ("s", "k", "2")]
+    assert store.delete_values("s", scope="t", prefix="") == 1
+    assert store.get_values("s", ["k"]) == {"k": "1"}
+    with pytest.raises(ValueError, match="scope must be"):
+        store.put_values("s", {"k": "1"}, scope="a\x1fb")
+
+
+def test_a_runs_keyed_values_are_deleted_with_the_run_and_no_others(store: Journal):
+    for run_id in ("r", "r-2", "r:2"):
+        _fill(store, run_id, steps=1)
+        store.put_values("s", {"k": run_id}, scope=run_id)
+    store.put_values("s", {"k": "free"})
     store.delete_run("r")
-    assert store.get_values("r", ["k"]) == {"k": "1"}
+    assert store.value_scopes("s") == ["", "r-2", "r:2"]
+    assert store.get_values("s", ["k"]) == {"k": "free"}
+
+
+def test_a_copy_of_a_run_copies_its_keyed_values_under_its_id(store: Journal):
+    _fill(store, "src", steps=2)
+    store.put_values("s", {"a": "1", "b": "2"}, scope="src")
+    store.put_values("s", {"stale": "0"}, scope="dst")  # left by no run: the copy replaces it
+    assert copy_run(store, "src", store, "dst") is not None
+    assert store.scope_values("dst") == [("s", "a", "1"), ("s", "b", "2")]
+    assert store.scope_values("src") == [("s", "a", "1"), ("s", "b", "2")]
+    assert store.value_scopes("s") == ["dst", "src"]  # no staged copy's scope is left
 
 
 def _fill(journal: Journal, run_id: str, steps: int = 4) -> RunRecord:
@@ -947,7 +974,8 @@ def test_postgres_migrations_are_applied_once_in_order(pg_backend: Backend):
         "SELECT proname FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY proname",
         (f'"{pg_backend.schema}"',))
     assert functions == [("append_step",), ("guard_approval_step",), ("guard_decision",),
-                         ("guard_delivery",), ("guard_run_steps",), ("put_run",), ("run_status",),
+                         ("guard_delivery",), ("guard_keyed_value",), ("guard_run_steps",),
+                         ("put_run",), ("run_status",),
                          ("run_writer",)]
 
 

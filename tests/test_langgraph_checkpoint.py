@@ -497,3 +497,41 @@ def test_a_hub_users_role_keeps_its_graphs_state_in_the_shared_journal(postgres_
         assert graph.get_state(config).values == {}
     finally:
         ana.dispose()
+
+
+@pytest.mark.postgres
+def test_on_a_hub_only_the_role_that_started_a_thread_writes_or_deletes_it(postgres_server):
+    from durable_nb.errors import DatabaseError
+    from tests.hub_roles import make_hub_database
+
+    database = make_hub_database(postgres_server, users=("ana", "bo"))
+    ana, bo, service = (database.journal(who) for who in ("ana", "bo", "service"))
+    roles = database.user_roles
+    try:
+        _run_with_thread(ana, "ana-run")  # a run's thread: the run's creator's
+        _graph(JournalCheckpointer(ana)).invoke({"log": []},
+                                                {"configurable": {"thread_id": "ana-free"}})
+        for thread, says in (("ana-run", f"run ana-run was started by the role {roles['ana']}"),
+                             ("ana-free", f"the keyed values ana-free \\(a LangGraph thread\\) "
+                                          f"were started by the role {roles['ana']}")):
+            refused = f"{says}: only that role and {database.service_role} .* not {roles['bo']}"
+            key, text = ana.scan_values(SPACE, scope=thread)[0]
+            with pytest.raises(DatabaseError, match=refused):
+                bo.put_values(SPACE, {key: '["null", ""]'}, scope=thread)  # overwrite
+            saver = JournalCheckpointer(bo, thread_id=thread)
+            with pytest.raises(DatabaseError, match=refused):
+                _graph(saver).invoke({"log": ["bo"]}, saver.config)  # a checkpoint added
+            with pytest.raises(DatabaseError, match=refused):
+                saver.delete_thread(thread)
+            assert _thread_log(bo, thread) == ["a", "b", "c"]  # read, as runs are
+            assert ana.get_values(SPACE, [key], scope=thread) == {key: text}
+        _graph(JournalCheckpointer(bo)).invoke({"log": []},
+                                               {"configurable": {"thread_id": "bo-free"}})
+        JournalCheckpointer(ana).delete_thread("ana-free")
+        dn.delete("ana-run", journal=ana)
+        assert ana.value_scopes(SPACE) == ["bo-free"]
+        JournalCheckpointer(service).delete_thread("bo-free")  # the service writes every one
+        assert ana.value_scopes(SPACE) == []
+    finally:
+        for opened in (ana, bo, service):
+            opened.dispose()
