@@ -17,14 +17,21 @@ passes LangGraph's checkpointer conformance suite (``langgraph-checkpoint-confor
 both journals.
 
 **Where it is kept.** In the journal's keyed values
-(:meth:`~durable_nb.journal.base.Journal.put_values`), space ``langgraph``, keys
-``THREAD<US>c<US>NS<US>ID`` (a checkpoint: its body without channel values, its metadata as
-JSON, its parent, and the run's journal position when it was written),
-``THREAD<US>w<US>NS<US>ID<US>TASK<US>IDX`` (a pending write) and
-``THREAD<US>b<US>NS<US>CHANNEL<US>VERSION`` (a channel's value, stored once per version as
-PostgreSQL's saver does). A checkpoint and the channel values it changed are written in one
-transaction; a thread's keys are one range. Values are JSON text like every journal row:
-LangGraph's serialized bytes in base64, ``[type, base64]``.
+(:meth:`~durable_nb.journal.base.Journal.put_values`), space ``langgraph``, each thread in the
+scope named by its thread id, keys ``c<US>NS<US>ID`` (a checkpoint: its body without channel
+values, its metadata as JSON, its parent, and the run's journal position when it was
+written), ``w<US>NS<US>ID<US>TASK<US>IDX`` (a pending write) and
+``b<US>NS<US>CHANNEL<US>VERSION`` (a channel's value, stored once per version as PostgreSQL's
+saver does). A checkpoint and the channel values it changed are written in one transaction.
+Values are JSON text like every journal row: LangGraph's serialized bytes in base64,
+``[type, base64]``.
+
+**A run's thread is the run's.** A scope named like a run is the run's: the thread whose id
+is a run's id (:meth:`JournalCheckpointer.for_run`'s) is deleted with the run, copied and
+moved with it (``durable-nb delete``, ``copy``, the fork a re-run keeps), not exported; on a
+hub journal it is written only by the run's creator role, another thread only by the role
+that wrote its first checkpoint (the service writes every one). During a pure replay of a
+finished run (``verify_replay``) the checkpointer writes nothing.
 
 **The journal is data, not code.** The default serializer is LangGraph's
 ``JsonPlusSerializer`` without pickle (``pickle_fallback=False``) and with its strict msgpack
