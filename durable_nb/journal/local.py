@@ -12,6 +12,8 @@ Keys are strings::
     decision.A:ID        a decision on the run's approval A, waiting for the executor
     decision:ID          the same, as durable_nb wrote it before approvals had ids
     cancel:ID            a cancel request waiting for the executor
+    value:SCOPE<US>SPACE<US>KEY   a keyed value (:meth:`Journal.put_values`); a run's scope
+                         is its id
 
 Values are JSON text only: the cache refuses to store or load pickles, so opening a journal
 never runs code from it. Nothing is ever evicted. The directory is created ``0700`` and every
@@ -33,7 +35,7 @@ without write permission) is read as it is. In a writable directory SQLite may a
 :mod:`.disk_cache` the diskcache that stores JSON text only and the read-only reader;
 :mod:`.disk_layout` the keys, the statements on the Cache table and the run index;
 :mod:`.disk_coordination` leases, requests and a run's keyed records (deliveries, history
-events).
+events); :mod:`.disk_values` keyed values.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from .disk_cache import (
     retry_locked,
 )
 from .disk_coordination import DiskRunCoordination
+from .disk_values import DiskKeyedValues, value_key
 from .disk_layout import (
     IN_RUNS,
     INSERT_IF_ABSENT,
@@ -99,7 +102,7 @@ _SYNCHRONOUS = {"process": 1, "power": 2}  # SQLite NORMAL, FULL
 _HELD_KEPT = 1024
 
 
-class DiskJournal(DiskRunCoordination, Journal):
+class DiskJournal(DiskRunCoordination, DiskKeyedValues, Journal):
     """The journal in one directory (default ``./.durable_nb``) on this machine.
 
     Safe to share between threads and processes: every write is a SQLite transaction.
@@ -412,7 +415,8 @@ class DiskJournal(DiskRunCoordination, Journal):
                 keys = [*self._step_keys(sql, gone, 0), *self._blob_keys(sql, gone),
                         f"run:{gone}", f"lease:{gone}",
                         *(request_key(kind, gone) for kind in REQUEST_KINDS),
-                        *self._decision_keys(sql, gone), *self._delivery_keys(sql, gone)]
+                        *self._decision_keys(sql, gone), *self._delivery_keys(sql, gone),
+                        *self._scope_keys(sql, gone)]
                 self._delete_rows(sql, cleanup, keys)
 
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
@@ -428,6 +432,10 @@ class DiskJournal(DiskRunCoordination, Journal):
                            for key in self._step_keys(sql, staging, 0)]
                 renames += [(key, f"blob:{record.run_id}:{key.rsplit(':', 1)[1]}")
                             for key in self._blob_keys(sql, staging)]
+                # The copy's values replace those left under its id by no run.
+                self._delete_rows(sql, cleanup, self._scope_keys(sql, record.run_id))
+                renames += [(key, value_key(record.run_id) + key[len(value_key(staging)):])
+                            for key in self._scope_keys(sql, staging)]
                 for old, new in renames:
                     sql("UPDATE Cache SET key = ? WHERE key = ? AND raw = 1", (new, old))
                 self._cache.add(f"run:{record.run_id}", record.to_json(),
