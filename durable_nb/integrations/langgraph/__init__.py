@@ -28,5 +28,6 @@ guarantees, for a compiled ``StateGraph``, an ``@entrypoint`` with its ``@task``
 """
 
 from .run import ainvoke, astream, checkpointer_for, invoke, stream
+from .state import state
 
-__all__ = ["ainvoke", "astream", "checkpointer_for", "invoke", "stream"]
+__all__ = ["ainvoke", "astream", "checkpointer_for", "invoke", "state", "stream"]

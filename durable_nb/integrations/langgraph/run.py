@@ -20,6 +20,7 @@ from typing import Any
 
 from .calls import install
 from .interrupts import resume_value
+from .state import ExecutionSaver
 from .tasks import Invocation
 
 __all__ = ["ainvoke", "astream", "checkpointer_for", "invoke", "stream"]
@@ -35,19 +36,22 @@ _savers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def checkpointer_for(ctx: Any) -> Any:
     """The checkpointer a graph runs with in ``ctx``'s run, the same for every graph this
     execution of the run invokes (a second ``invoke`` on the thread goes on from the first's
-    state, as a conversation does). It must hold, at each execution of the run, the graph's
-    state as it was when the execution started: an in-memory saver per execution does, since
-    every model and tool call replays from the journal and LangGraph's state is rebuilt by the
-    replay."""
-    from langgraph.checkpoint.memory import InMemorySaver
-
+    state, as a conversation does). It holds, at each execution of the run, the graph's state
+    as it was when the execution started, rebuilt by the replay (an in-memory saver per
+    execution: every model and tool call replays from the journal), and keeps the run's
+    thread on the run's journal once the execution is live, so that ``graph.get_state`` and
+    the history can be read from the journal in any process (:class:`.state.ExecutionSaver`
+    says why and when)."""
     saver = _savers.get(ctx._ex)
     if saver is None:
-        saver = _savers[ctx._ex] = InMemorySaver()
+        saver = _savers[ctx._ex] = ExecutionSaver(ctx._ex)
     return saver
 
 
-def _prepared(ctx: Any, graph: Any, config: dict | None) -> tuple[Any, dict]:
+def _prepared(ctx: Any, graph: Any, config: dict | None, options: dict) -> tuple[Any, dict]:
+    # Each checkpoint written before the next superstep makes a step: the journal position
+    # noted with it is where a fork from it cuts the run (.state).
+    options.setdefault("durability", "sync")
     durable = graph.copy(update={"checkpointer": checkpointer_for(ctx)})
     config = dict(config or {})
     config["configurable"] = {"thread_id": ctx.run_id, **(config.get("configurable") or {})}
@@ -71,7 +75,7 @@ def invoke(ctx: Any, graph: Any, input: Any, config: dict | None = None, **optio
     """``graph.invoke(input, config, **options)`` as part of ``ctx``'s run (see the module
     docstring): every model and tool call a journaled step, every interrupt a request.
     Returns what ``graph.invoke`` returns after the last interrupt."""
-    durable, config = _prepared(ctx, graph, config)
+    durable, config = _prepared(ctx, graph, config, options)
     with Invocation(ctx._ex):
         result = durable.invoke(input, config, **options)
         while interrupts := _interrupted(durable.get_state(config)):
@@ -82,7 +86,7 @@ def invoke(ctx: Any, graph: Any, input: Any, config: dict | None = None, **optio
 async def ainvoke(ctx: Any, graph: Any, input: Any, config: dict | None = None,
                   **options: Any) -> Any:
     """:func:`invoke` for ``graph.ainvoke``, in an async cell or handler."""
-    durable, config = _prepared(ctx, graph, config)
+    durable, config = _prepared(ctx, graph, config, options)
     with Invocation(ctx._ex):
         result = await durable.ainvoke(input, config, **options)
         while interrupts := _interrupted(await durable.aget_state(config)):
@@ -95,7 +99,7 @@ def stream(ctx: Any, graph: Any, input: Any, config: dict | None = None,
     """``graph.stream(input, config, **options)`` as part of ``ctx``'s run: LangGraph's
     chunks, across interrupts (each asked when the stream before it ends). Replayed model
     calls yield their message at once."""
-    durable, config = _prepared(ctx, graph, config)
+    durable, config = _prepared(ctx, graph, config, options)
     with Invocation(ctx._ex):
         yield from durable.stream(input, config, **options)
         while interrupts := _interrupted(durable.get_state(config)):
@@ -105,7 +109,7 @@ def stream(ctx: Any, graph: Any, input: Any, config: dict | None = None,
 async def astream(ctx: Any, graph: Any, input: Any, config: dict | None = None,
                   **options: Any) -> AsyncIterator[Any]:
     """:func:`stream` for ``graph.astream``, in an async cell or handler."""
-    durable, config = _prepared(ctx, graph, config)
+    durable, config = _prepared(ctx, graph, config, options)
     with Invocation(ctx._ex):
         async for chunk in durable.astream(input, config, **options):
             yield chunk
