@@ -21,10 +21,12 @@ guarantees, for a compiled ``StateGraph``, an ``@entrypoint`` with its ``@task``
   decided on every path, and the decision is the value the graph resumes with (the agent-inbox
   and human-in-the-loop middleware schemas included). A node that calls ``interrupt()`` after a
   side effect makes its journaled calls once.
-- **The graph's state** is kept by the run's checkpointer (:func:`.run.checkpointer_for`);
-  :mod:`.checkpoint` keeps LangGraph's state on the run's journal
-  (:class:`~.checkpoint.JournalCheckpointer`, diskcache or PostgreSQL) and
-  :func:`~.checkpoint.fork_from_checkpoint` makes time travel a durable_nb fork.
+- **The graph's state** is kept by the run's checkpointer (:func:`.run.checkpointer_for`,
+  rebuilt by each execution's replay) and, once the execution is live, on the run's journal,
+  thread = run id (:mod:`.state`; :mod:`.checkpoint`'s
+  :class:`~.checkpoint.JournalCheckpointer`, diskcache or PostgreSQL): :func:`.state.state`
+  reads it in any process, and :func:`~.checkpoint.fork_from_checkpoint` makes time travel a
+  durable_nb fork.
 """
 
 from .run import ainvoke, astream, checkpointer_for, invoke, stream
