@@ -173,3 +173,43 @@ def test_a_fork_from_an_earlier_checkpoint_is_shown_and_makes_only_the_later_cal
     ids = [s.config["configurable"]["checkpoint_id"] for s in history]
     assert len(set(ids)) == len(ids) and [s.metadata["step"] for s in history] == \
         list(range(len(history) - 2, -2, -1))
+
+
+@pytest.mark.kernel
+def test_a_run_killed_in_a_tool_and_resumed_has_one_history_on_the_journal(tmp_path):
+    from langchain_openai import ChatOpenAI
+
+    from tests.harness import start_kernel, wait_until
+    from tests.test_langgraph_kernel import AGENT_CELL, TRIP, _effects, _journal, _resume, _setup
+    from tests.test_notebook_kernel import _env
+
+    @tool
+    def find_flight(city: str) -> str:
+        """Find a flight."""
+
+    @tool
+    def book_flight(flight: str) -> str:
+        """Book a flight."""
+
+    agent = create_react_agent(ChatOpenAI(model="m", api_key="x"), [find_flight, book_flight])
+    (tmp_path / "hold-book").touch()
+    with LoopbackServer(TRIP) as server, start_kernel(tmp_path, env=_env(server)) as k:
+        _setup(k)
+        k.execute_async(AGENT_CELL)
+        wait_until(lambda: _effects(tmp_path) == ["find Oslo", "book SK123"], 60,
+                   "the second tool's effect")
+        k.kill()
+        # What the killed execution had checkpointed: the model asking to book.
+        at_kill = state("trip", agent, journal=_journal(tmp_path))
+        assert at_kill.next == ("tools",)
+        assert at_kill.values["messages"][-1].tool_calls[0]["name"] == "book_flight"
+        (tmp_path / "go-book").touch()
+        assert "Booked SK123 to Oslo." in _resume(k, AGENT_CELL)
+    history = _history(_journal(tmp_path), "trip", agent)
+    ids = [s.config["configurable"]["checkpoint_id"] for s in history]
+    assert len(set(ids)) == len(ids) == 7
+    assert [(step, nodes) for step, nodes, _ in _shape(history)] == [
+        (5, ()), (4, ("agent",)), (3, ("tools",)), (2, ("agent",)), (1, ("tools",)),
+        (0, ("agent",)), (-1, ("__start__",))]
+    assert [m.type for m in history[0].values["messages"]] == [
+        "human", "ai", "tool", "ai", "tool", "ai"]
