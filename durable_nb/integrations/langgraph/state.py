@@ -32,6 +32,7 @@ kept on the journal; a graph invoked on another ``thread_id`` keeps it in memory
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import defaultdict
 from typing import Any
 
@@ -51,7 +52,9 @@ class ExecutionSaver(InMemorySaver):
 
     def __init__(self, execution: Any) -> None:
         super().__init__()
-        self._execution = execution
+        # Weak: run.checkpointer_for keeps savers by execution in a WeakKeyDictionary, whose
+        # entries a strong reference from the value would keep forever.
+        self._execution = weakref.proxy(execution)
         self._thread = execution.run_id
         self._positions: dict[str, int] = {}
         self._noted = [0]
