@@ -777,11 +777,11 @@ def test_keyed_values_scopes_are_apart(store: Journal):
 
 
 def test_a_runs_keyed_values_are_deleted_with_the_run_and_no_others(store: Journal):
-    for run_id in ("r", "r-2", "r:2"):
+    for run_id in ("r", "r/child", "r-2", "r:2"):
         _fill(store, run_id, steps=1)
         store.put_values("s", {"k": run_id}, scope=run_id)
     store.put_values("s", {"k": "free"})
-    store.delete_run("r")
+    store.delete_run("r", children=["r/child"])
     assert store.value_scopes("s") == ["", "r-2", "r:2"]
     assert store.get_values("s", ["k"]) == {"k": "free"}
 

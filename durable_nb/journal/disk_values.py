@@ -100,9 +100,9 @@ class DiskKeyedValues:
                                 ("value:", prefix_end("value:"))).fetchall()
         scopes = set()
         for key, in rows:
-            scope, in_space, _ = key[len("value:"):].split(VALUE_SEP, 2)
-            if in_space == space:
-                scopes.add(scope)
+            parts = key[len("value:"):].split(VALUE_SEP, 2)
+            if len(parts) == 3 and parts[1] == space:
+                scopes.add(parts[0])
         return sorted(scopes)
 
     def scope_values(self, scope: str) -> list[tuple[str, str, str]]:

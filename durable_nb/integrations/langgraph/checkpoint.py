@@ -169,7 +169,8 @@ class JournalCheckpointer(BaseCheckpointSaver[str]):
                 thread_id: str | None = None) -> JournalCheckpointer:
         """A checkpointer on run ``run_id``'s journal, its thread the run id (or
         ``thread_id``), noting with each checkpoint how many steps the run's journal holds
-        (what :func:`fork_from_checkpoint` cuts the run at). Pass :attr:`config` to the
+        (what :func:`fork_from_checkpoint` cuts the run at). The thread named by the run id
+        is the run's: deleted, copied and moved with it. Pass :attr:`config` to the
         graph's ``invoke``; for a fork to cut exactly between supersteps, run the graph with
         ``durability="sync"`` (with LangGraph's default, ``"async"``, the next superstep may
         have begun when a checkpoint is written)."""
