@@ -411,6 +411,98 @@ def test_the_agent_inbox_schema_gets_accept_edit_respond_ignore(journal, decisio
     assert execute("inbox", handler, journal).result == repr(expected)
 
 
+def approval_tool(effects: list) -> Any:
+    """The human-in-the-loop pattern LangGraph documents most: interrupt() inside the tool,
+    before its side effect."""
+    @tool
+    def send_email(to: str, subject: str) -> str:
+        """Email someone, once a person approves."""
+        answer = interrupt({"to": to, "subject": subject})
+        if not answer["approved"]:
+            return f"not sent: {answer.get('message', 'rejected')}"
+        effects.append(f"{to}: {subject}")
+        return f"sent to {to}"
+
+    return send_email
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_an_interrupt_inside_a_react_agents_tool_is_decided_from_the_cli(tmp_path, journal,
+                                                                       approved):
+    """Parked in the tool, decided in another process, resumed: the effect once (none when
+    rejected), and the run replays purely (the suite's always-replay check, which failed
+    with ReplayDiverged when the resumed tool took another key than the replay asks for)."""
+    from langgraph.prebuilt import create_react_agent
+
+    effects: list[str] = []
+    with LoopbackServer([Reply(tool_calls=[EMAIL]), "Handled."]) as server:
+        agent = create_react_agent(chat_model(server), [approval_tool(effects)])
+
+        def handler(ctx):
+            return invoke(ctx, agent, {"messages": [("user", "Email the team.")]}
+                          )["messages"][-1].content
+
+        parked = execute("tool-ask", handler, journal)
+        assert parked.record.status is Status.WAITING_APPROVAL and effects == []
+        assert parked.record.pending_approval["details"] == {
+            "node": "tools", "interrupt": {"to": "team@example.com", "subject": "Q3"}}
+        if approved:
+            _cli("approve", "tool-ask", journal_dir=tmp_path / "journal")
+        else:
+            _cli("reject", "tool-ask", "--message", "not today",
+                 journal_dir=tmp_path / "journal")
+        done = execute("tool-ask", handler, journal)
+        again = execute("tool-ask", handler, journal)
+        told = server.requests[-1]["messages"][-1]
+        stats = server.stats()
+    assert done.record.status is Status.DONE and done.result == again.result == "Handled."
+    assert stats["chat"] == 2
+    assert effects == (["team@example.com: Q3"] if approved else [])
+    assert told["role"] == "tool" and told["content"] == (
+        "sent to team@example.com" if approved else "not sent: not today")
+    # The stop at interrupt() is journaled, so that a replay stops there too.
+    assert [kind for _, kind, _ in steps(journal, "tool-ask")] == [
+        "model", "run", "approval", "run", "model"]
+
+
+def test_an_agent_inbox_interrupt_inside_a_tool_resumes_with_the_edited_arguments(journal):
+    from langgraph.prebuilt import create_react_agent
+
+    effects: list[str] = []
+
+    @tool
+    def send_email(to: str, subject: str) -> str:
+        """Email someone, as a person reviewing it in an agent inbox decides."""
+        response = interrupt([{
+            "action_request": {"action": "send_email", "args": {"to": to, "subject": subject}},
+            "config": {"allow_ignore": True, "allow_respond": True, "allow_edit": True,
+                       "allow_accept": True},
+            "description": "Send it?"}])[0]
+        if response["type"] == "edit":
+            to, subject = response["args"]["args"]["to"], response["args"]["args"]["subject"]
+        elif response["type"] != "accept":
+            return f"not sent: {response['type']}"
+        effects.append(f"{to}: {subject}")
+        return f"sent to {to}"
+
+    with LoopbackServer([Reply(tool_calls=[EMAIL]), "Handled."]) as server:
+        agent = create_react_agent(chat_model(server), [send_email])
+
+        def handler(ctx):
+            return invoke(ctx, agent, {"messages": [("user", "Email the team.")]}
+                          )["messages"][-1].content
+
+        parked = execute("tool-inbox", handler, journal)
+        assert parked.record.pending_approval["details"] == {
+            "tool": "send_email", "arguments": {"to": "team@example.com", "subject": "Q3"},
+            "description": "Send it?"}
+        approve("tool-inbox", args={"to": "ceo@example.com", "subject": "Q3"}, journal=journal)
+        done = execute("tool-inbox", handler, journal)
+        told = server.requests[-1]["messages"][-1]
+    assert done.record.status is Status.DONE and done.result == "Handled."
+    assert effects == ["ceo@example.com: Q3"] and told["content"] == "sent to ceo@example.com"
+
+
 def test_on_change_rerun_goes_on_from_the_changed_model_call(journal):
     with LoopbackServer(["d1", "d2", "L", "R", "e1", "e2", "L2", "R2"]) as server:
         graph = two_calls_graph(chat_model(server))

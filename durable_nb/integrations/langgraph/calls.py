@@ -23,7 +23,10 @@ run they call through unchanged. Inside one (a ``%%durable_agent`` cell, a
 - **A tool call** is a ``run`` step named after the tool (the step ``ctx.run`` makes), its
   inputs the arguments the model gave (not those LangGraph injects: state, store, runtime).
   Its result is journaled (a ``ToolMessage``, data, or a ``Command`` of messages); its
-  failure too, raised again on replay. ``ctx.step_id`` inside the tool is the step's.
+  failure too, raised again on replay. ``ctx.step_id`` inside the tool is the step's. A tool
+  that stops at its own ``interrupt()`` journals the stop (a replay stops there too) and
+  runs again from its start after the decision, as a new step: its effects after the
+  ``interrupt()`` happen once.
 
 Inside a graph run with :func:`~durable_nb.integrations.langgraph.invoke`, the steps are keyed
 by the LangGraph task that makes them (:mod:`.tasks`); elsewhere by the cell's own order.
@@ -229,8 +232,8 @@ class _Step:
             leave(token)
 
     def keep(self, ok: bool, value: Any) -> None:
-        if self.calls is None:
-            return
+        if self.calls is None or (ok and _is_interrupted(value)):
+            return  # a stop at interrupt() is not handed back: the call is made again
         if ok or not isinstance(value, DurableError) or isinstance(value, (StepFailed,
                                                                            TerminalError)):
             self.calls.keep(self.what, ok, value)
@@ -461,14 +464,100 @@ def _bubbling() -> tuple[type, ...]:
     return (GraphBubbleUp,)
 
 
+# A tool call that stopped at its own interrupt() is journaled, as {_INTERRUPTED: {"value":
+# ..., "response_schema": ...}}: its step key is taken, and a replay (a resumed execution, a
+# pure replay) must stop there too, or the call after the decision takes another key than in
+# the execution that journaled it. Its attempt after the decision is a new step.
+_INTERRUPTED = "durable_nb:interrupted"
+
+
+class _Interrupted:
+    """A tool call's stop at interrupt(): the interrupt's value and response schema."""
+
+    def __init__(self, value: Any, response_schema: Any) -> None:
+        self.value = value
+        self.response_schema = response_schema
+
+    def stop_again(self) -> Any:
+        """Stop the tool call where it stopped, as LangGraph's interrupt() does now: the
+        interrupts the call made before it get their answers (a call after a decision makes
+        them again), the first without one raises GraphInterrupt with this task's id."""
+        from langgraph.types import interrupt
+
+        schema = {"response_schema": self.response_schema} if self.response_schema else {}
+        while True:  # each answered interrupt consumes its answer: the loop ends raising
+            interrupt(self.value, **schema)
+
+
+def _stopping(run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` answering its own interrupt's stop as an :class:`_Interrupted` (a graph it ran
+    that stopped at several interrupts goes on bubbling up, not journaled)."""
+    from langgraph.errors import GraphInterrupt
+
+    def attempt() -> Any:
+        try:
+            return run()
+        except GraphInterrupt as exc:
+            interrupts = exc.args[0] if exc.args else ()
+            if len(interrupts) != 1:
+                raise
+            return _Interrupted(interrupts[0].value,
+                                getattr(interrupts[0], "response_schema", None))
+
+    return attempt
+
+
+def _astopping(run: Callable[[], Any]) -> Callable[[], Any]:
+    """:func:`_stopping` for a coroutine function."""
+    from langgraph.errors import GraphInterrupt
+
+    async def attempt() -> Any:
+        try:
+            return await run()
+        except GraphInterrupt as exc:
+            interrupts = exc.args[0] if exc.args else ()
+            if len(interrupts) != 1:
+                raise
+            return _Interrupted(interrupts[0].value,
+                                getattr(interrupts[0], "response_schema", None))
+
+    return attempt
+
+
+def _encode_tool(value: Any) -> Any:
+    if isinstance(value, _Interrupted):
+        schema = value.response_schema
+        return {_INTERRUPTED: {"value": encode_tool_output(value.value),
+                               "response_schema": schema if isinstance(schema, dict) else None}}
+    return encode_tool_output(value)
+
+
+def _is_interrupted(data: Any) -> bool:
+    return isinstance(data, dict) and set(data) == {_INTERRUPTED}
+
+
+def _decode_tool(data: Any) -> Any:
+    if _is_interrupted(data):
+        return _Interrupted(decode_tool_output(data[_INTERRUPTED]["value"]),
+                            data[_INTERRUPTED]["response_schema"])
+    return decode_tool_output(data)
+
+
+def _tool_result(output: Any) -> Any:
+    if isinstance(output, _Interrupted):
+        output.stop_again()
+    return output
+
+
 def _wrap_run(original: Callable) -> Callable:
     @functools.wraps(original)
     def run(self: Any, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         step = _tool_step(self, tool_input, kwargs)
         if step is None:
             return original(self, tool_input, *args, **kwargs)
-        return _journaled(step, lambda: original(self, tool_input, *args, **kwargs),
-                          encode_tool_output, decode_tool_output, _bubbling())
+        return _tool_result(_journaled(
+            step, _stopping(lambda: original(self, tool_input, *args, **kwargs)),
+            _encode_tool, _decode_tool, _bubbling()))
 
     return run
 
@@ -479,8 +568,9 @@ def _wrap_arun(original: Callable) -> Callable:
         step = _tool_step(self, tool_input, kwargs)
         if step is None:
             return await original(self, tool_input, *args, **kwargs)
-        return await _journaled_async(step, lambda: original(self, tool_input, *args, **kwargs),
-                                      encode_tool_output, decode_tool_output, _bubbling())
+        return _tool_result(await _journaled_async(
+            step, _astopping(lambda: original(self, tool_input, *args, **kwargs)),
+            _encode_tool, _decode_tool, _bubbling()))
 
     return arun
 
