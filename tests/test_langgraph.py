@@ -10,6 +10,7 @@ import subprocess
 import sys
 from typing import Annotated, Any, TypedDict
 
+import httpx
 import pytest
 
 pytest.importorskip("langgraph")
@@ -464,6 +465,37 @@ def test_an_interrupt_inside_a_react_agents_tool_is_decided_from_the_cli(tmp_pat
     assert [kind for _, kind, _ in steps(journal, "tool-ask")] == [
         "model", "run", "approval", "run", "model"]
 
+
+
+def test_an_interrupt_inside_an_async_tool_parks_and_its_effect_happens_once(journal):
+    from langgraph.prebuilt import create_react_agent
+
+    effects: list[str] = []
+
+    @tool
+    async def send_email(to: str, subject: str) -> str:
+        """Email someone, once a person approves."""
+        if not interrupt({"to": to})["approved"]:
+            return "not sent"
+        effects.append(f"{to}: {subject}")
+        return f"sent to {to}"
+
+    with LoopbackServer([Reply(tool_calls=[EMAIL]), "Handled."]) as server:
+        async def handler(ctx):
+            # Each execution runs on an event loop of its own: a client of its own too.
+            async with httpx.AsyncClient() as client:
+                model = ChatOpenAI(model=MODEL, base_url=server.url, api_key="x",
+                                   max_retries=0, http_async_client=client)
+                agent = create_react_agent(model, [send_email])
+                out = await ainvoke(ctx, agent, {"messages": [("user", "Email the team.")]})
+            return out["messages"][-1].content
+
+        parked = execute("async-tool-ask", handler, journal)
+        assert parked.record.status is Status.WAITING_APPROVAL and effects == []
+        approve("async-tool-ask", journal=journal)
+        done = execute("async-tool-ask", handler, journal)
+    assert done.record.status is Status.DONE and done.result == "Handled."
+    assert effects == ["team@example.com: Q3"]
 
 def test_an_agent_inbox_interrupt_inside_a_tool_resumes_with_the_edited_arguments(journal):
     from langgraph.prebuilt import create_react_agent
