@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["redact_source"]
+__all__ = ["names_a_secret", "redact_source"]
 
 _REDACTED = "<redacted>"
 
@@ -69,3 +69,15 @@ def redact_source(source: str) -> str:
     for pattern, replacement in _RULES:
         source = pattern.sub(replacement, source)
     return source
+
+
+#: A name that says it holds a secret: one that ends in a word the last rule looks for.
+_SECRET_NAME = re.compile(r"(?i)(?:api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key"
+                          r"|secret|token|password|passwd|pwd)$")
+
+
+def names_a_secret(name: str) -> bool:
+    """Whether ``name`` (a setting's, a field's, a keyword's) says it holds a secret, as the
+    names whose string literals :func:`redact_source` replaces do: ``api_key``,
+    ``OPENAI_API_KEY``, ``x-api-key``, ``auth_token``, ``password`` (not ``max_tokens``)."""
+    return _SECRET_NAME.search(name) is not None

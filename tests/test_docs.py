@@ -317,3 +317,16 @@ def test_the_pydantic_ai_models_guide_runs_as_written(tmp_path: Path) -> None:
     run = durable_nb.get_run("oslo-flight-claude", journal=str(tmp_path / ".durable_nb"))
     assert run.status is durable_nb.Status.DONE
     assert [step.kind for step in run.steps] == ["model", "run", "model"]
+
+
+@pytest.mark.kernel
+def test_the_langgraph_guide_runs_as_written(tmp_path: Path) -> None:
+    """guide/langgraph.md: create_agent with the human-in-the-loop middleware parks, is
+    approved with an edit, and ends DONE with the answer, its calls and the decision steps."""
+    pytest.importorskip("langgraph")
+    pytest.importorskip("langchain_openai")
+    outputs = run_page((DOCS / "guide" / "langgraph.md").read_text(), tmp_path)
+    run = durable_nb.get_run("q3-graph", journal=str(tmp_path / ".durable_nb"))
+    assert run.status is durable_nb.Status.DONE
+    assert [step.kind for step in run.steps] == ["model", "approval", "run", "model"]
+    assert any("I emailed the team." in out for out in outputs)

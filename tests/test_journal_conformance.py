@@ -123,7 +123,7 @@ class Backend:
             return None
         return {table: sorted(self.sql(f"SELECT * FROM {{s}}.{table}"), key=repr)
                 for table in ("meta", "migrations", "runs", "steps", "blobs", "leases",
-                              "requests")}
+                              "requests", "keyed_values")}
 
     def cleanup(self) -> None:
         for journal in self._opened:
@@ -735,6 +735,96 @@ def test_swappers_racing_from_one_value_exactly_one_wins(backend: Backend):
 
 # --- whole-run edits ----------------------------------------------------------------------
 
+# --- keyed values -----------------------------------------------------------------------------
+
+def test_keyed_values_are_stored_read_and_scanned_in_key_order(store: Journal):
+    store.put_values("space", {"b/2": '"two"', "a/1": '"one"', "b/10": '"ten"', "c": "null"})
+    assert store.get_values("space", ["a/1", "b/10", "missing"]) == {"a/1": '"one"',
+                                                                   "b/10": '"ten"'}
+    assert [k for k, _ in store.scan_values("space")] == ["a/1", "b/10", "b/2", "c"]
+    assert store.scan_values("space", "b/") == [("b/10", '"ten"'), ("b/2", '"two"')]
+    assert store.scan_values("space", "b/", reverse=True, limit=1) == [("b/2", '"two"')]
+    assert [k for k, _ in store.scan_values("space", "b/", below="b/2")] == ["b/10"]
+    assert [k for k, _ in store.scan_values("space", below="b")] == ["a/1"]
+    assert store.scan_values("space", "z") == [] and store.get_values("space", []) == {}
+
+
+def test_keyed_values_sort_by_code_point_on_both_backends(store: Journal):
+    keys = ["a", "B", "é", "~", "a\x1fz", "日本", "\U0001F600", "Z"]
+    store.put_values("order", {key: "0" for key in keys})
+    assert [k for k, _ in store.scan_values("order")] == sorted(keys)
+    assert [k for k, _ in store.scan_values("order", reverse=True)] == sorted(keys, reverse=True)
+
+
+def test_keyed_values_spaces_are_apart_even_when_one_name_starts_another(store: Journal):
+    store.put_values("a", {"k": "1"})
+    store.put_values("ab", {"k": "2"})
+    assert store.scan_values("a") == [("k", "1")] and store.scan_values("ab") == [("k", "2")]
+    assert store.delete_values("a", prefix="") == 1
+    assert store.scan_values("a") == [] and store.get_values("ab", ["k"]) == {"k": "2"}
+
+
+def test_keyed_values_replace_or_keep_what_is_there(store: Journal):
+    store.put_values("s", {"k": '"first"'})
+    store.put_values("s", {"k": '"second"', "new": "1"}, replace=False)
+    assert store.get_values("s", ["k", "new"]) == {"k": '"first"', "new": "1"}
+    store.put_values("s", {"k": '"third"'})
+    assert store.get_values("s", ["k"]) == {"k": '"third"'}
+
+
+def test_keyed_values_large_ones_round_trip_and_are_deleted_by_key_or_prefix(store: Journal):
+    big = json.dumps("x" * 50_000)  # a value file of its own on disk
+    store.put_values("s", {"p/1": big, "p/2": "2", "q": "3"})
+    store.put_values("s", {"p/1": big})
+    assert store.get_values("s", ["p/1"]) == {"p/1": big}
+    assert store.scan_values("s", "p/", limit=1) == [("p/1", big)]
+    assert store.delete_values("s", keys=["q", "absent"]) == 1
+    assert store.delete_values("s", prefix="p/") == 2
+    assert store.scan_values("s") == []
+
+
+def test_keyed_values_refuse_names_a_backend_cannot_store(store: Journal):
+    for space in ("", "a\x00", "a\x1fb"):
+        with pytest.raises(ValueError, match="space must be"):
+            store.put_values(space, {"k": "1"})
+    with pytest.raises(ValueError, match="key must be"):
+        store.put_values("s", {"k\x00": "1"})
+
+
+def test_keyed_values_scopes_are_apart(store: Journal):
+    store.put_values("s", {"k": "1"})
+    store.put_values("s", {"k": "2"}, scope="t")
+    store.put_values("other", {"k": "3"}, scope="t")
+    assert store.get_values("s", ["k"]) == {"k": "1"}
+    assert store.scan_values("s", scope="t") == [("k", "2")]
+    assert store.value_scopes("s") == ["", "t"] and store.value_scopes("other") == ["t"]
+    assert store.scope_values("t") == [("other", "k", "3"), ("s", "k", "2")]
+    assert store.delete_values("s", scope="t", prefix="") == 1
+    assert store.get_values("s", ["k"]) == {"k": "1"}
+    with pytest.raises(ValueError, match="scope must be"):
+        store.put_values("s", {"k": "1"}, scope="a\x1fb")
+
+
+def test_a_runs_keyed_values_are_deleted_with_the_run_and_no_others(store: Journal):
+    for run_id in ("r", "r/child", "r-2", "r:2"):
+        _fill(store, run_id, steps=1)
+        store.put_values("s", {"k": run_id}, scope=run_id)
+    store.put_values("s", {"k": "free"})
+    store.delete_run("r", children=["r/child"])
+    assert store.value_scopes("s") == ["", "r-2", "r:2"]
+    assert store.get_values("s", ["k"]) == {"k": "free"}
+
+
+def test_a_copy_of_a_run_copies_its_keyed_values_under_its_id(store: Journal):
+    _fill(store, "src", steps=2)
+    store.put_values("s", {"a": "1", "b": "2"}, scope="src")
+    store.put_values("s", {"stale": "0"}, scope="dst")  # left by no run: the copy replaces it
+    assert copy_run(store, "src", store, "dst") is not None
+    assert store.scope_values("dst") == [("s", "a", "1"), ("s", "b", "2")]
+    assert store.scope_values("src") == [("s", "a", "1"), ("s", "b", "2")]
+    assert store.value_scopes("s") == ["dst", "src"]  # no staged copy's scope is left
+
+
 def _fill(journal: Journal, run_id: str, steps: int = 4) -> RunRecord:
     record = _record(run_id, title="source", status=Status.DONE, result={"$t": "ok"})
     journal.create_run(record)
@@ -913,7 +1003,8 @@ def test_postgres_migrations_are_applied_once_in_order(pg_backend: Backend):
         "SELECT proname FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY proname",
         (f'"{pg_backend.schema}"',))
     assert functions == [("append_step",), ("guard_approval_step",), ("guard_decision",),
-                         ("guard_delivery",), ("guard_run_steps",), ("put_run",), ("run_status",),
+                         ("guard_delivery",), ("guard_keyed_value",), ("guard_run_steps",),
+                         ("put_run",), ("run_status",),
                          ("run_writer",)]
 
 
@@ -958,6 +1049,7 @@ def test_read_only_reads_everything_and_writes_nothing(backend: Backend):
     writer = backend.open()
     _fill(writer, "r")
     writer.append_step("r", _entry(4, result="x" * 40_000))  # a value file on disk
+    writer.put_values("s", {"k": "1", "big": json.dumps("y" * 40_000)})
     before = backend.snapshot()
     reader = backend.open(read_only=True)
     assert reader.read_only and not writer.read_only
@@ -965,6 +1057,8 @@ def test_read_only_reads_everything_and_writes_nothing(backend: Backend):
     assert [e.to_json() for e in reader.steps("r")] == [e.to_json() for e in writer.steps("r")]
     assert reader.count_steps("r") == 5 and reader.has_step("r", 4)
     assert reader.get_blob("r", "b1") == writer.get_blob("r", "b1")
+    assert reader.scan_values("s") == writer.scan_values("s") and \
+        reader.get_values("s", ["k"]) == {"k": "1"}
     assert reader.lease("r")["token"] == "t" and reader.get_request("cancel", "r") == {"at": 1}
     record = reader.get_run("r")
     writes = {
@@ -980,6 +1074,8 @@ def test_read_only_reads_everything_and_writes_nothing(backend: Backend):
         "add_request": lambda: reader.add_request("decision", "r", {}),
         "swap_request": lambda: reader.swap_request("cancel", "r", {"at": 1}, {"at": 2}),
         "delete_request": lambda: reader.delete_request("cancel", "r"),
+        "put_values": lambda: reader.put_values("s", {"k": "2"}),
+        "delete_values": lambda: reader.delete_values("s", prefix=""),
     }
     for name, write in writes.items():
         with pytest.raises(JournalError, match="was opened read-only"):

@@ -33,7 +33,8 @@ EFFECTS = {"quickstart": ALL_TOOLS_ONCE, "crash_and_resume": ALL_TOOLS_ONCE,
            "batch": Counter(send_reply=12), "notifications": ALL_TOOLS_ONCE,
            "openai_agents": Counter(get_weather=1, send_message=1),
            "pydantic_ai": Counter(get_weather=1, send_message=1),
-           "mcp": Counter(count_rows=1, delete_rows=1)}
+           "mcp": Counter(count_rows=1, delete_rows=1),
+           "langgraph": Counter(get_weather=1, send_message=1)}
 TICKETS = [f"T-{n}" for n in range(101, 113)]
 
 
@@ -135,7 +136,7 @@ def _effects(workdir: Path) -> Counter:
 
 
 def test_every_notebook_has_a_test() -> None:
-    assert NAMES == ["approvals", "batch", "crash_and_resume", "mcp", "notifications",
+    assert NAMES == ["approvals", "batch", "crash_and_resume", "langgraph", "mcp", "notifications",
                      "openai_agents", "pydantic_ai", "quickstart"]
 
 
@@ -262,6 +263,26 @@ def test_framework_notebook_resumes_the_agent_with_each_tool_once(
     assert lines == ["get_weather Tokyo", "send_message team: It is sunny in Tokyo."]
 
 
+def test_langgraph_notebook_resumes_the_react_agent_and_sends_the_edited_message_once(
+        tmp_path: Path, offline) -> None:
+    pytest.importorskip("langgraph")
+    pytest.importorskip("langchain_openai")
+    first, nb = _run_all_twice("langgraph", tmp_path)
+    assert "exit code: -9" in _text(_cell(first, "import subprocess, sys"))
+    assert "status     INTERRUPTED" in _text(_cell(first, "%durable show weather", 0))
+    assert "exit code: 0" in _text(_cell(nb, "import subprocess, sys"))
+    assert _has_panel(_cell(first, "%%durable_agent weather"))
+    for cells in (first, nb):
+        assert "sunny in Tokyo" in _text(_cell(cells, "%durable wait weather"))
+        assert _text(_cell(cells, "from collections import Counter")) == \
+            "Counter({'get_weather': 1, 'send_message': 1})"
+    shown = _text(_cell(nb, "%durable show weather", 1))
+    assert "status     DONE" in shown and "with edited arguments" in shown
+    lines = (_work(tmp_path, "langgraph") / "side_effects.log").read_text().splitlines()
+    assert lines == ["get_weather Tokyo",
+                     "send_message team: It is sunny in Tokyo. Bring sunglasses."]
+
+
 def test_mcp_notebook_runs_the_mcp_agent_with_each_tool_once_after_an_edited_approval(
         tmp_path: Path, offline) -> None:
     pytest.importorskip("mcp")
@@ -320,7 +341,8 @@ def _error_of(nb: nbformat.NotebookNode) -> tuple[int, dict]:
 
 @pytest.mark.parametrize("name,extra,package", [("openai_agents", "agents", "agents"),
                                                 ("pydantic_ai", "pydantic-ai", "pydantic_ai"),
-                                                ("mcp", "mcp", "mcp")])
+                                                ("mcp", "mcp", "mcp"),
+                                                ("langgraph", "langgraph", "langgraph")])
 def test_a_framework_notebook_without_its_extra_stops_first_saying_what_to_install(
         tmp_path: Path, offline, monkeypatch: pytest.MonkeyPatch, name: str, extra: str,
         package: str) -> None:

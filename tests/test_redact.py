@@ -15,7 +15,7 @@ import pytest
 
 import durable_nb as dn
 from durable_nb.export import export_run
-from durable_nb.redact import redact_source
+from durable_nb.redact import names_a_secret, redact_source
 from durable_nb.runner import source_hash
 
 
@@ -138,3 +138,14 @@ def test_the_code_of_a_later_attempt_is_journaled_redacted_too(tmp_path: Path):
         data = path.read_bytes()
         for secret in SECRETS:
             assert secret.encode() not in data, (path, secret)
+
+
+@pytest.mark.parametrize("name, secret", [
+    ("api_key", True), ("OPENAI_API_KEY", True), ("x-api-key", True), ("auth_token", True),
+    ("password", True), ("aws_secret_access_key", True), ("client_secret", True),
+    ("max_tokens", False), ("token_budget", False), ("thread_id", False), ("user", False),
+])
+def test_a_name_says_whether_it_holds_a_secret_as_the_redacted_names_do(name, secret):
+    assert names_a_secret(name) is secret
+    # The same names, given a literal in code, are the ones redact_source replaces.
+    assert ("<redacted>" in redact_source(f'{name.replace("-", "_")} = "value123"')) is secret

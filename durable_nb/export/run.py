@@ -3,7 +3,10 @@
 The export is built from the journal alone (:func:`durable_nb.get_run`), so it holds what the
 journal holds: what each model call was asked (its new messages), step results, model
 responses, decisions, tokens, cost and timings. Client configuration (API keys, headers, base
-URLs) is never journaled and never added here. Exporting only reads the journal.
+URLs) is never journaled and never added here. Exporting only reads the journal. A run's
+keyed values (its LangGraph thread: checkpoints holding the graph's state as the graph held
+it) are not exported: the steps tell the run, and a graph's state may hold what its
+author never meant to share.
 
 The notebook validates under ``nbformat.validate`` (without warnings), names its kernel
 (``python3``, with its ``language_info``) and contains no outputs: markdown cells tell

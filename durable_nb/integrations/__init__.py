@@ -5,7 +5,9 @@
 - :mod:`durable_nb.integrations.pydantic_ai`: Pydantic AI (``pip install
   durable-nb[pydantic-ai]``), with any model (:mod:`~durable_nb.integrations.pydantic_ai_models`)
   and MCP toolsets (:mod:`~durable_nb.integrations.pydantic_ai_mcp`, imported only when the
-  agent has one).
+  agent has one);
+- :mod:`durable_nb.integrations.langgraph`: LangGraph graphs and LangChain's models and tools
+  (``pip install durable-nb[langgraph]``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "agents": ("agents",),
     "pydantic-ai": ("pydantic_ai", "pydantic_ai.models.openai"),
     "mcp": ("mcp",),
+    "langgraph": ("langgraph", "langchain_core"),
 }
 
 

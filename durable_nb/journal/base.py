@@ -27,14 +27,14 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Union
 
 from ..errors import JournalError, UnknownRun
 from .records import BatchRecord, RunRecord, Status, StepEntry
 
 __all__ = ["FENCED_ADVICE", "REQUEST_KINDS", "SETTINGS", "Journal", "delivery_text", "StatusFilter",
-           "check_request_kind", "check_setting", "only_deliveries",
+           "check_request_kind", "check_setting", "check_value_names", "only_deliveries",
            "position_taken_advice", "read_only_error", "select_runs", "wanted_statuses"]
 
 #: What :class:`~durable_nb.errors.RunLeased` tells an executor whose write was refused
@@ -110,6 +110,21 @@ def delivery_text(value: dict) -> str:
 def only_deliveries(records: dict[str, dict]) -> dict[str, dict]:
     """A run's keyed records without its history's events and its decision links'."""
     return {k: v for k, v in records.items() if not k.startswith((HISTORY_PREFIX, LINK_PREFIX))}
+
+
+def check_value_names(space: str, keys: Iterable[str] = (), scope: str = "") -> None:
+    """Refuse a keyed values' space, scope or key that a backend cannot store as given: NUL
+    anywhere (PostgreSQL's text has none), ``\\x1f`` in a space or scope (the disk
+    journal's separator between a scope, a space and its keys), an empty space."""
+    if not space or "\x00" in space or "\x1f" in space:
+        raise ValueError(f"a keyed values' space must be non-empty text without NUL or \\x1f, "
+                         f"not {space!r}")
+    if "\x00" in scope or "\x1f" in scope:
+        raise ValueError(f"a keyed values' scope must be text without NUL or \\x1f, "
+                         f"not {scope!r}")
+    for key in keys:
+        if "\x00" in key:
+            raise ValueError(f"a keyed value's key must be text without NUL, not {key!r}")
 
 
 def check_request_kind(kind: str) -> None:
@@ -188,15 +203,15 @@ class Journal(abc.ABC):
     def delete_run(self, run_id: str, *, token: str | None = None,
                    children: Iterable[str] = ()) -> None:
         """Remove the run, and the runs ``children`` (its child runs), with their steps,
-        blobs, leases and requests, in one transaction (exactly these runs: not ``RUN:2``);
-        with ``token``, only while that lease holds the run, else
+        blobs, leases, requests and keyed values (their scopes), in one transaction (exactly
+        these runs: not ``RUN:2``); with ``token``, only while that lease holds the run, else
         :class:`~durable_nb.errors.RunLeased` and nothing is removed."""
 
     @abc.abstractmethod
     def publish_runs(self, staged: list[tuple[str, RunRecord]]) -> bool:
         """For each ``(staging_id, record)``: make the staged run ``staging_id`` (its
-        entries and blobs; its record is replaced) the run ``record.run_id`` with that
-        record, all in one transaction; False, and nothing changed, if one of the runs
+        entries, blobs and keyed values; its record is replaced) the run ``record.run_id``
+        with that record, all in one transaction; False, and nothing changed, if one of the runs
         exists already. How a copy becomes a run at once (:mod:`.edits`)."""
 
     # -- batches ----------------------------------------------------------------------------
@@ -435,6 +450,57 @@ class Journal(abc.ABC):
         """Every keyed record of the run in the store deliveries are kept in: deliveries and
         the run's history (:meth:`add_event`)."""
         return {}
+
+    # -- keyed values (key/value namespaces, each in a scope) ----------------------------------
+    # A scope named like a run is the run's: Journal.delete_run deletes its values with the
+    # run, a copy of the run (copy_run, the fork a re-run keeps) copies them, publish_runs
+    # renames them with the run. On a hub journal (PostgreSQL, a decider named) a run's scope
+    # is written only by the run's creator role, another scope only by the role that wrote
+    # its first value (or the decider).
+
+    def put_values(self, space: str, values: Mapping[str, str], *, scope: str = "",
+                   replace: bool = True) -> None:
+        """Store each ``key -> text`` of ``values`` (JSON text) in the namespace ``space``
+        of ``scope``, all in one transaction. ``replace=False``: a key already there keeps
+        its value (insert if absent; of writers racing to add a key, one value stays).
+
+        ``scope``: a run's id (the values are the run's: deleted, copied and renamed with
+        it) or any other text ("" by default). Spaces, scopes and keys are text without NUL
+        (a space and a scope without ``\\x1f``).
+        :mod:`durable_nb.integrations.langgraph.checkpoint` keeps LangGraph's checkpoints
+        here, a thread's in the scope named by its thread id."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
+
+    def get_values(self, space: str, keys: Iterable[str], *,
+                   scope: str = "") -> dict[str, str]:
+        """The texts stored under those of ``keys`` that ``space`` of ``scope`` holds, by
+        key (one query, or a few for many keys)."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
+
+    def scan_values(self, space: str, prefix: str = "", *, scope: str = "",
+                    below: str | None = None, reverse: bool = False,
+                    limit: int | None = None) -> list[tuple[str, str]]:
+        """``(key, text)`` of the keys of ``space`` in ``scope`` that start with ``prefix``
+        (and, with ``below``, sort before it), in key order (code point order, as UTF-8
+        bytes sort; ``reverse``: last first), at most ``limit``: one indexed range query."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
+
+    def delete_values(self, space: str, *, scope: str = "", keys: Iterable[str] = (),
+                      prefix: str | None = None) -> int:
+        """Delete ``keys`` of ``space`` in ``scope`` and, with ``prefix``, every key that
+        starts with it (``""``: the whole space), in one transaction; how many were
+        deleted."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
+
+    def value_scopes(self, space: str) -> list[str]:
+        """The scopes that hold values of ``space``, sorted (reads every scope's keys on
+        disk: for listings across scopes, not for a step's path)."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
+
+    def scope_values(self, scope: str) -> list[tuple[str, str, str]]:
+        """``(space, key, text)`` of every value in ``scope``, by space and key: what a
+        copy of the run ``scope`` copies."""
+        raise JournalError(f"the journal at {self.location} does not store keyed values")
 
     # -- who decides ---------------------------------------------------------------------------
 

@@ -137,8 +137,9 @@ def _placeholder(record: RunRecord, staging: str, source: Journal, new_id: str) 
 
 def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: str,
                new_root: str, staged: StagedCopy, steps: int | None = None) -> None:
-    """Copy one run's entries (its first ``steps``, or all) and blobs under a staging id
-    (its placeholder record first), and add it to ``staged`` with the record to publish."""
+    """Copy one run's entries (its first ``steps``, or all), blobs and keyed values under a
+    staging id (its placeholder record first), and add it to ``staged`` with the record to
+    publish."""
     run_id = record.run_id
     copy = RunRecord.from_json(record.to_json())
     copy.run_id = _renamed(run_id, old_root, new_root)
@@ -164,6 +165,7 @@ def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: st
             entry.meta = dict(entry.meta or {}, run_id=_renamed(child, old_root, new_root))
         target.append_step(staging, entry, blobs=blobs or None)
         count += 1
+    _copy_scope(source, run_id, target, staging)
     if copy.parent is not None:
         copy.parent = _renamed(copy.parent, old_root, new_root)
     pending = copy.pending_approval
@@ -172,6 +174,16 @@ def _stage_one(source: Journal, record: RunRecord, target: Journal, old_root: st
                                      run_id=_renamed(pending["run_id"], old_root, new_root))
     copy.owner = None
     copy.step_count = count
+
+
+def _copy_scope(source: Journal, run_id: str, target: Journal, staging: str) -> None:
+    """Copy the run's keyed values (its LangGraph thread) to the staged run's scope, one
+    transaction per space."""
+    spaces: dict[str, dict[str, str]] = {}
+    for space, key, text in source.scope_values(run_id):
+        spaces.setdefault(space, {})[key] = text
+    for space, values in spaces.items():
+        target.put_values(space, values, scope=staging)
 
 
 def stage_copy(source: Journal, run_id: str, target: Journal, new_id: str, *,

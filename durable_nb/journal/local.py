@@ -14,6 +14,8 @@ Keys are strings::
     decision.A:ID        a decision on the run's approval A, waiting for the executor
     decision:ID          the same, as durable_nb wrote it before approvals had ids
     cancel:ID            a cancel request waiting for the executor
+    value:SCOPE<US>SPACE<US>KEY   a keyed value (:meth:`Journal.put_values`); a run's scope
+                         is its id
 
 Values are JSON text only: the cache refuses to store or load pickles, so opening a journal
 never runs code from it. Nothing is ever evicted. The directory is created ``0700`` and every
@@ -35,7 +37,7 @@ without write permission) is read as it is. In a writable directory SQLite may a
 :mod:`.disk_cache` the diskcache that stores JSON text only and the read-only reader;
 :mod:`.disk_layout` the keys, the statements on the Cache table and the run index;
 :mod:`.disk_coordination` leases, requests and a run's keyed records (deliveries, history
-events).
+events); :mod:`.disk_values` keyed values.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from .disk_cache import (
     retry_locked,
 )
 from .disk_coordination import DiskRunCoordination
+from .disk_values import DiskKeyedValues, value_key
 from .disk_layout import (
     IN_RUNS,
     INSERT_IF_ABSENT,
@@ -105,7 +108,7 @@ VACUUM_FREE_SHARE = 4
 _HELD_KEPT = 1024
 
 
-class DiskJournal(DiskRunCoordination, Journal):
+class DiskJournal(DiskRunCoordination, DiskKeyedValues, Journal):
     """The journal in one directory (default ``./.durable_nb``) on this machine.
 
     Safe to share between threads and processes: every write is a SQLite transaction.
@@ -446,11 +449,12 @@ class DiskJournal(DiskRunCoordination, Journal):
 
     def _run_keys(self, sql: Callable, run_id: str) -> list[str]:
         """Inside a transaction: every key of the run (record, steps, blobs, lease,
-        requests, decisions, deliveries and history)."""
+        requests, decisions, deliveries, history and keyed values)."""
         return [*self._step_keys(sql, run_id, 0), *self._blob_keys(sql, run_id),
                 f"run:{run_id}", f"lease:{run_id}",
                 *(request_key(kind, run_id) for kind in REQUEST_KINDS),
-                *self._decision_keys(sql, run_id), *self._delivery_keys(sql, run_id)]
+                *self._decision_keys(sql, run_id), *self._delivery_keys(sql, run_id),
+                *self._scope_keys(sql, run_id)]
 
     # -- the journal's own settings and history ----------------------------------------------
 
@@ -507,6 +511,10 @@ class DiskJournal(DiskRunCoordination, Journal):
                            for key in self._step_keys(sql, staging, 0)]
                 renames += [(key, f"blob:{record.run_id}:{key.rsplit(':', 1)[1]}")
                             for key in self._blob_keys(sql, staging)]
+                # The copy's values replace those left under its id by no run.
+                self._delete_rows(sql, cleanup, self._scope_keys(sql, record.run_id))
+                renames += [(key, value_key(record.run_id) + key[len(value_key(staging)):])
+                            for key in self._scope_keys(sql, staging)]
                 for old, new in renames:
                     sql("UPDATE Cache SET key = ? WHERE key = ? AND raw = 1", (new, old))
                 self._cache.add(f"run:{record.run_id}", record.to_json(),

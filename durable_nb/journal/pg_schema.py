@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import CorruptEntry, IncompatibleJournal, JournalError
 from .pg_connection import DEFAULT_SCHEMA
+from .pg_values import scope_owner_migration, value_statements
 
 __all__ = ["FORMAT_VERSION", "MIGRATIONS"]
 
@@ -140,6 +141,14 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
         ("decisions written by the decider role", _decider_migration(s)),
         ("hub: runs their creator's, deadlines the decider's, nothing erased",
          _owner_migration(s)),
+        ("keyed values", [
+            # Journal.put_values: namespaces of ordered keys that belong to no run
+            # (LangGraph's checkpoints); byte order ("C") as the disk journal's keys sort.
+            f"""CREATE TABLE {s}.keyed_values (space text COLLATE "C" NOT NULL,
+                key text COLLATE "C" NOT NULL, value text NOT NULL, PRIMARY KEY (space, key))""",
+        ]),
+        ("keyed values in scopes: a run's deleted and copied with it, written by its creator",
+         scope_owner_migration(s)),
     ]
 
 
@@ -597,6 +606,7 @@ class PgSchema:
             "swap_delivery": f"UPDATE {s}.deliveries SET value = %s "
                              f"WHERE run_id = %s AND key = %s AND value = %s",
             "deliveries": f"SELECT key, value FROM {s}.deliveries WHERE run_id = %s ORDER BY key",
+            **value_statements(s),
             **{f"delete_{table}": f"DELETE FROM {s}.{table} WHERE run_id = %s"
                for table in ("steps", "blobs", "leases", "requests", "deliveries", "runs")},
             "delete_batch": f"DELETE FROM {s}.batches WHERE batch_id = %s",

@@ -14,6 +14,7 @@ The journal lives in a schema of its own::
     blobs (run_id, digest, value)            inputs stored once per run
     leases (run_id, token, holder, heartbeat_at)    the executor; heartbeat in the database's clock
     requests (run_id, kind, value)           decisions and cancels for the executor
+    keyed_values (scope, space, key, value)  keyed values; a run's scope is its id (LangGraph)
 
 **Same guarantees as the disk journal.** A step is one transaction (one statement: the
 schema's ``append_step`` function) that checks the lease token with the lease row locked
@@ -74,7 +75,8 @@ only: :attr:`location` is the URL without it, and it is cut out of every error m
 **Where each part is.** This module holds the journal's runs, batches, steps and blobs;
 :mod:`.pg_connection` the URL, the pool, errors and retries; :mod:`.pg_schema` the migrations,
 version checks and statements; :mod:`.pg_coordination` leases, requests and a run's keyed
-records (deliveries, history events); :mod:`.pg_listen` the ``LISTEN`` connection.
+records (deliveries, history events); :mod:`.pg_listen` the ``LISTEN`` connection;
+:mod:`.pg_values` keyed values.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ from .pg_connection import (
     retried,
 )
 from .pg_coordination import PgRunCoordination
+from .pg_values import PgKeyedValues
 from .pg_listen import Listener, notify_channel
 from .pg_schema import BATCH, FORMAT_VERSION, MIGRATIONS, PgSchema, quoted
 from .records import BatchRecord, RunRecord, Status, StepEntry
@@ -123,7 +126,12 @@ def _created_at(record: RunRecord) -> float:
         return 0.0
 
 
-class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
+#: What deleting a run deletes, in this order: the lease row first, as appends lock it first
+#: (no deadlock with a late append); ``scope``: the keyed values that are the run's.
+_RUN_ROWS = ("leases", "requests", "deliveries", "steps", "blobs", "scope", "runs")
+
+
+class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, PgKeyedValues, Journal):
     """The journal in a PostgreSQL schema, shared by every process that reaches the database.
 
     ``read_only=True``: nothing is created or written (the sessions are read-only too); a
@@ -296,7 +304,7 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
         self._writable("name the decider")
         s = quoted(self.schema)
         tables = ", ".join(f"{s}.{t}" for t in ("runs", "steps", "blobs", "leases", "requests",
-                                                 "deliveries", "batches"))
+                                                 "deliveries", "batches", "keyed_values"))
         with self._conn("naming the decider") as conn, conn.transaction():
             for role in user_roles:
                 who = self._psycopg.sql.Identifier(role).as_string(conn)
@@ -362,9 +370,7 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
             with conn.transaction():
                 fenced = not self._holds(conn, run_id, token)
                 for gone in () if fenced else (*children, run_id):
-                    # The lease row first, as appends lock it first: no deadlock with a
-                    # late append.
-                    for table in ("leases", "requests", "deliveries", "steps", "blobs", "runs"):
+                    for table in _RUN_ROWS:
                         conn.execute(self._sql[f"delete_{table}"], (gone,))
         if fenced:
             raise RunLeased(run_id, self.lease(run_id) or {}, advice=FENCED_ADVICE)
@@ -378,7 +384,7 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
                 fenced = next((item for item, token in items.items()
                                if not self._holds(conn, item, token)), None)
                 for gone in () if fenced is not None else (*children, *items):
-                    for table in ("leases", "requests", "deliveries", "steps", "blobs", "runs"):
+                    for table in _RUN_ROWS:
                         conn.execute(self._sql[f"delete_{table}"], (gone,))
                 if fenced is None:
                     conn.execute(self._sql["delete_batch"], (batch_id,))
@@ -453,6 +459,9 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, Journal):
                     conn.execute(self._sql["delete_runs"], (staging,))
                     for table in ("steps", "blobs"):
                         conn.execute(self._sql[f"rename_{table}"], (record.run_id, staging))
+                    # The copy's values replace those left under its id by no run.
+                    conn.execute(self._sql["delete_scope"], (record.run_id,))
+                    conn.execute(self._sql["rename_scope"], (record.run_id, staging))
         return published
 
     # -- steps ------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .langchain_messages import is_langchain_message, langchain_messages, langchain_reply
+
 __all__ = ["model_messages", "model_reply"]
 
 
@@ -26,7 +28,9 @@ def _arguments(args: Any) -> str:
 def model_messages(item: Any) -> list[dict[str, Any]]:
     """One serialized Pydantic AI message as chat messages: a request's instructions, system
     and user prompts and tool returns; a response as one assistant message with its text and
-    tool calls."""
+    tool calls. A LangChain message (the LangGraph integration's ``model`` steps) likewise."""
+    if is_langchain_message(item):
+        return langchain_messages(item)
     if not isinstance(item, dict):
         return []
     parts = [p for p in item.get("parts") or [] if isinstance(p, dict)]
@@ -57,7 +61,10 @@ def model_messages(item: Any) -> list[dict[str, Any]]:
 def model_reply(response: Any) -> dict[str, Any] | None:
     """A journaled ``ModelResponse`` (or an older streamed result holding one under
     ``response``) as ``{"content", "refusal", "finish_reason", "tool_calls"}``, the tool calls
-    as ``{"id", "name", "arguments"}``; None if it is not one."""
+    as ``{"id", "name", "arguments"}``; None if it is not one. A LangChain ``LLMResult``
+    likewise."""
+    if isinstance(response, dict) and "generations" in response:
+        return langchain_reply(response)
     if isinstance(response, dict) and isinstance(response.get("response"), dict):
         response = response["response"]
     if not isinstance(response, dict) or response.get("kind") != "response":
