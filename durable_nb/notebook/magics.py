@@ -515,7 +515,8 @@ class DurableMagics(Magics):
         report, notes = check_runs(
             records, journal, self.shell.user_ns,
             lambda line: _parse(self.durable_agent.parser, line),
-            lambda options: _batch_plan(options, self.shell.user_ns), args)
+            lambda options: _batch_plan(options, self.shell.user_ns), args,
+            self._notebook_path())
         print("\n".join(notes + [report.text(diff=args.diff)]))
 
     def _notebook_path(self) -> str | None:
