@@ -304,6 +304,22 @@ def test_the_pytest_plugin_adds_nothing_to_a_suite_that_does_not_ask(tmp_path):
     assert "1 test collected" in done.stdout
 
 
+def test_the_pytest_plugin_off_imports_nothing_of_durable_nb(tmp_path):
+    """Every pytest session where durable_nb is installed loads the plugin's entry point:
+    while the plugin is off, that costs no import of durable_nb (issue 43 review)."""
+    (tmp_path / "test_other.py").write_text(
+        "import sys\n"
+        "def test_other():\n"
+        "    loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'durable_nb')\n"
+        "    assert loaded == [], loaded\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "--trace-config"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "<module 'pytest_durable_nb'" in done.stdout  # loaded, and imports nothing
+    assert "1 passed" in done.stdout
+
+
 def test_a_done_run_whose_code_asks_a_new_step_diverges_as_executing_it_would_refuse(tmp_path):
     journal = str(tmp_path / "journal")
     durable_nb.execute("short", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
