@@ -375,3 +375,16 @@ def test_the_pytest_plugin_names_a_journal_that_is_not_there(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 4  # pytest's usage error
     assert "durable_nb plugin: " in done.stderr and "missing" in done.stderr
+
+
+def test_a_handler_named_as_a_module_leaves_sys_path_as_it_was(tmp_path, monkeypatch):
+    """``module:function`` is imported from the current folder without adding that folder
+    to the ``sys.path`` of the process (a user's pytest session) for good (issue 43 review)."""
+    (tmp_path / "handler_here.py").write_text("def handler(ctx):\n    return 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.setitem(sys.modules, "handler_here", None)  # removed again after the test
+    monkeypatch.delitem(sys.modules, "handler_here")
+    before = list(sys.path)
+    assert load_object("handler_here:handler").__module__ == "handler_here"
+    assert sys.path == before
