@@ -263,8 +263,7 @@ class Runner:
 
     def _prepare(self, record: RunRecord, token: str) -> None:
         self.journal.delete_request("cancel", self.run_id)
-        if record.status is Status.FAILED and record.failed_step is not None:
-            self._retry_failed_steps(record, token)
+        self._retry_failed_steps(record, token)
         if record.status is not Status.DONE:
             record.status = Status.WAITING_APPROVAL if record.pending_approval else Status.RUNNING
             record.error = None
@@ -317,17 +316,12 @@ class Runner:
             attempts.note_interrupted(self.journal, self.run_id, attempt["n"])
 
     def _retry_failed_steps(self, record: RunRecord, token: str) -> None:
-        """A step whose unhandled failure failed the run is tried again on resume, with the
-        steps around it that failed because of it, unless it declared the failure terminal.
-        Entries at the end of the journal are removed; earlier ones (concurrent steps
-        finished after them) are marked for replay to skip."""
-        first = self.journal.get_step(self.run_id, record.failed_step)
-        if first is None or first.ok or (first.error or {}).get("terminal"):
+        """The steps a resume tries again (:func:`attempts.steps_to_retry`): entries at the
+        end of the journal are removed; earlier ones (concurrent steps finished after them)
+        are marked for replay to skip."""
+        retry = attempts.steps_to_retry(self.journal, record)
+        if not retry:
             return
-        retry = [first.position]
-        for entry in self.journal.steps(self.run_id, first.position + 1):
-            if not entry.ok and first.key.startswith(entry.key + "."):
-                retry.append(entry.position)  # a step that enclosed it, failed by it
         count = self.journal.count_steps(self.run_id, record.step_count)
         while retry and retry[-1] == count - 1:
             count -= 1

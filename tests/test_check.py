@@ -304,6 +304,22 @@ def test_the_pytest_plugin_adds_nothing_to_a_suite_that_does_not_ask(tmp_path):
     assert "1 test collected" in done.stdout
 
 
+def test_the_pytest_plugin_off_imports_nothing_of_durable_nb(tmp_path):
+    """Every pytest session where durable_nb is installed loads the plugin's entry point:
+    while the plugin is off, that costs no import of durable_nb (issue 43 review)."""
+    (tmp_path / "test_other.py").write_text(
+        "import sys\n"
+        "def test_other():\n"
+        "    loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'durable_nb')\n"
+        "    assert loaded == [], loaded\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "--trace-config"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "<module 'pytest_durable_nb'" in done.stdout  # loaded, and imports nothing
+    assert "1 passed" in done.stdout
+
+
 def test_a_done_run_whose_code_asks_a_new_step_diverges_as_executing_it_would_refuse(tmp_path):
     journal = str(tmp_path / "journal")
     durable_nb.execute("short", lambda ctx: ctx.run("a", lambda: 1), journal=journal)
@@ -359,3 +375,16 @@ def test_the_pytest_plugin_names_a_journal_that_is_not_there(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 4  # pytest's usage error
     assert "durable_nb plugin: " in done.stderr and "missing" in done.stderr
+
+
+def test_a_handler_named_as_a_module_leaves_sys_path_as_it_was(tmp_path, monkeypatch):
+    """``module:function`` is imported from the current folder without adding that folder
+    to the ``sys.path`` of the process (a user's pytest session) for good (issue 43 review)."""
+    (tmp_path / "handler_here.py").write_text("def handler(ctx):\n    return 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.setitem(sys.modules, "handler_here", None)  # removed again after the test
+    monkeypatch.delitem(sys.modules, "handler_here")
+    before = list(sys.path)
+    assert load_object("handler_here:handler").__module__ == "handler_here"
+    assert sys.path == before

@@ -3,6 +3,7 @@ and the scan ``%load_ext`` makes for runs a dead kernel left behind."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -319,3 +320,35 @@ def test_a_cell_checked_with_check_executes_nothing_and_says_how_its_run_fits(ip
     assert ip.user_ns["calls"] == ["q1"]
     message = _usage_error(ip.run_cell_magic, "durable_agent", "other --check", cell)
     assert "no run 'other'" in message and "run the cell without --check" in message
+
+
+def test_check_never_executes_code_that_comes_from_the_journal(ip, tmp_path, capsys,
+                                                                monkeypatch) -> None:
+    """A shared journal is data: a run whose cell is not in this kernel's notebook is not
+    checked by running the source its record holds, nor a cell of the notebook file its
+    record names (issue 43 review)."""
+    notebook = tmp_path / "mine.ipynb"
+    notebook.write_text('{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}')
+    monkeypatch.setitem(ip.user_ns, "__session__", str(notebook))
+    journal = DiskJournal(tmp_path / "journal")
+    marker = tmp_path / "planted-code-ran"
+    planted = f"open({str(marker)!r}, 'w').close()\n{CELL}"
+    theirs = tmp_path / "elsewhere" / "theirs.ipynb"
+    theirs.parent.mkdir()
+    theirs.write_text(json.dumps({
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{
+            "id": "cell-of-another-user", "cell_type": "code", "metadata": {}, "outputs": [],
+            "source": f"%%durable_agent planted-in-file\n{planted}"}]}))
+    for run_id, named in (("planted-source", None), ("planted-in-file", str(theirs))):
+        ip.run_cell(f"%%durable_agent {run_id}\n{CELL}", cell_id="cell-of-another-user")
+        record = journal.get_run(run_id)
+        record.source, record.notebook = planted, named
+        journal.put_run(record)
+    capsys.readouterr()
+    for line in ("check planted-source planted-in-file", "check --prefix planted"):
+        ip.run_line_magic("durable", line)
+        out = capsys.readouterr().out
+        assert not marker.exists()
+        for run_id in ("planted-source", "planted-in-file"):
+            assert (f"{run_id}: not checked: cell not found in this notebook: run "
+                    f"`%%durable_agent ... --check` in the cell") in out, out

@@ -20,6 +20,7 @@ from .. import serde
 from ..approvals.request import pending_digest, request_digest
 from ..errors import DurableError, InputChanged, JournalMismatch
 from ..execution import Execution, NullObserver, canonical, first_difference, load_request
+from ..execution.attempts import steps_to_retry
 from ..journal import Journal, RunRecord, Status, StepEntry
 from ..options import RunOptions
 from ..runner import call_handler
@@ -195,16 +196,9 @@ def dry_replay(journal: Journal, record: RunRecord, handler: Callable[[Any], Any
 def _skip_failed_steps(journal: Journal, record: RunRecord) -> None:
     """The entries a resume of a FAILED run tries again (the runner removes them), passed
     over here without changing the journal: the code asks for the failed step again."""
-    if record.status is not Status.FAILED or record.failed_step is None:
-        return
-    first = journal.get_step(record.run_id, record.failed_step)
-    if first is None or first.ok or (first.error or {}).get("terminal"):
-        return
-    retry = [first.position]
-    for entry in journal.steps(record.run_id, first.position + 1):
-        if not entry.ok and first.key.startswith(entry.key + "."):
-            retry.append(entry.position)
-    record.retried_steps = sorted({*(record.retried_steps or ()), *retry})
+    retry = steps_to_retry(journal, record)
+    if retry:
+        record.retried_steps = sorted({*(record.retried_steps or ()), *retry})
 
 
 def _ended_by(record: RunRecord, exc: BaseException, matched: int) -> RunCheck:

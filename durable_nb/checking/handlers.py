@@ -14,8 +14,9 @@ __all__ = ["load_object"]
 
 
 def load_object(spec: str, what: str = "handler") -> Any:
-    """The object ``spec`` names: ``module:name`` (the current directory importable, as for
-    ``python -m``) or ``file.py:name``; ``name`` may be dotted (``agents:Support.handler``).
+    """The object ``spec`` names: ``module:name`` (the current directory importable during
+    the import, as for ``python -m``; ``sys.path`` is left as it was) or ``file.py:name``;
+    ``name`` may be dotted (``agents:Support.handler``).
     ValueError saying what to write when it cannot be found."""
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name:
@@ -45,8 +46,12 @@ def _module(target: str, spec: str, what: str) -> Any:
         sys.modules[module_name] = module
         loader.loader.exec_module(module)
         return module
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    # The current folder importable for this import only: the process (a user's pytest
+    # session) keeps its own sys.path.
+    here = os.getcwd()
+    added = "" not in sys.path and here not in sys.path
+    if added:
+        sys.path.insert(0, here)
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:
@@ -54,3 +59,6 @@ def _module(target: str, spec: str, what: str) -> Any:
             raise ValueError(f"{what} {spec!r}: no module {target!r} here (run from the "
                              f"folder that holds it, or set PYTHONPATH)") from None
         raise
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)

@@ -1,21 +1,6 @@
-"""Recorded DONE runs as regression tests of an agent's code: a pytest plugin.
-
-Installed with durable_nb (entry point ``pytest11``) and off until asked: with neither
-option nor ini setting below, it adds nothing, changes nothing and imports nothing more.
-Turned on by naming the handler, in ``pytest.ini`` / ``pyproject.toml``'s
-``[tool.pytest.ini_options]``::
-
-    durable_nb_handler = my_agent:handler
-    durable_nb_journal = tests/recorded
-    durable_nb_prefix = sales-
-
-or on the command line (``--durable-nb-handler``, ``--durable-nb-journal``,
-``--durable-nb-prefix``). Every DONE run of the journal (whose id starts with the prefix)
-becomes one test, ``durable_nb[RUN]``: a dry replay of the handler against it
-(:mod:`durable_nb.checking`), which passes when the run replays, and fails with the step
-that diverges and the diff of its inputs (or of the result). Nothing is executed: no API key,
-no network, no tool; the journal is opened read-only.
-"""
+"""The tests the durable_nb pytest plugin adds (``pytest_durable_nb``, which imports this
+module only when the plugin is on): one per recorded DONE run, checked by a dry replay of
+the handler (:mod:`durable_nb.checking`)."""
 
 from __future__ import annotations
 
@@ -23,49 +8,34 @@ from typing import Any
 
 import pytest
 
-__all__ = ["RecordedRun", "pytest_addoption", "pytest_collection_modifyitems"]
+from ..errors import DurableError
+from ..journal import Status
+from ..options import RunOptions
+from . import read_only
+from .dry import dry_replay
+from .handlers import load_object
 
-_OPTIONS = (("handler", "the handler recorded DONE runs are checked against, as "
-                        "module:function (turns the durable_nb plugin on)"),
-            ("journal", "the journal that holds the recorded runs (a directory or a "
-                        "postgresql:// URL; default: DURABLE_NB_JOURNAL or ./.durable_nb)"),
-            ("prefix", "only the runs whose id starts with this"))
-
-
-def pytest_addoption(parser: Any) -> None:
-    group = parser.getgroup("durable_nb", "recorded durable_nb runs as tests")
-    for name, text in _OPTIONS:
-        group.addoption(f"--durable-nb-{name}", dest=f"durable_nb_{name}", default=None,
-                        metavar=name.upper(), help=text)
-        parser.addini(f"durable_nb_{name}", text, default=None)
+__all__ = ["RecordedRun", "RunDiverged", "recorded_runs"]
 
 
-def _setting(config: Any, name: str) -> str | None:
-    value = config.getoption(f"durable_nb_{name}") or config.getini(f"durable_nb_{name}")
-    return str(value).strip() or None if value else None
-
-
-@pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: they apply to these tests too
-def pytest_collection_modifyitems(session: Any, config: Any, items: list) -> None:
-    spec = _setting(config, "handler")
-    if spec is None:
-        return
-    from ..errors import DurableError
-    from ..journal import Status
-    from . import read_only
-    from .handlers import load_object
-
+def recorded_runs(session: Any, spec: str, journal: str | None,
+                  prefix: str) -> list["RecordedRun"]:
+    """One test per DONE top-level run of ``journal`` whose id starts with ``prefix``,
+    checked against the handler ``spec`` names; pytest's usage error saying what is wrong
+    when the handler or the journal cannot be opened."""
     try:
         handler = load_object(spec, "durable_nb_handler")
-        journal = read_only(_setting(config, "journal"))
-        records = journal.list_runs(_setting(config, "prefix") or "", status=Status.DONE)
+        source = read_only(journal)
+        records = source.list_runs(prefix, status=Status.DONE)
     except (DurableError, ValueError, ImportError) as exc:
         raise pytest.UsageError(f"durable_nb plugin: {exc}") from None
+    found = []
     for record in records:
         if record.parent is None:
             name = f"durable_nb[{record.run_id}]"
-            items.append(RecordedRun.from_parent(session, name=name, nodeid=name, record=record,
-                                                 journal=journal, handler=handler))
+            found.append(RecordedRun.from_parent(session, name=name, nodeid=name, record=record,
+                                                 journal=source, handler=handler))
+    return found
 
 
 class RunDiverged(Exception):
@@ -82,9 +52,6 @@ class RecordedRun(pytest.Item):
         self.handler = handler
 
     def runtest(self) -> None:
-        from ..options import RunOptions
-        from .dry import dry_replay
-
         checked = dry_replay(self.journal, self.record, self.handler,
                              RunOptions(on_approval="park", verify_replay=False))
         if checked.verdict != "replays":

@@ -67,7 +67,7 @@ from .lease import Lease
 __all__ = ["END_WORDS", "KEEP", "begin", "current", "describe", "end_of", "finish",
            "history_lines", "last_reset", "note_decision", "note_interrupted", "note_replayed",
            "note_rerun", "note_reset", "note_spans_resent", "note_trace", "resumed_words",
-           "source_of", "step_sources", "stopped_by_interrupt"]
+           "source_of", "step_sources", "steps_to_retry", "stopped_by_interrupt"]
 
 #: Attempts a record keeps (the older ones are counted in ``attempts_dropped``).
 KEEP = 20
@@ -445,3 +445,21 @@ def _mark_restarts() -> None:
                 lease.release()
             except (JournalError, OSError, sqlite3.Error):
                 pass  # a dead lease is taken over by the next executor anyway
+
+
+def steps_to_retry(journal: Journal, record: RunRecord) -> list[int]:
+    """The positions of the entries a resume of ``record`` tries again, ascending: for a
+    FAILED run, the step whose unhandled failure failed it and the steps that enclosed it
+    and failed because of it; none when the run did not fail at a step or the step declared
+    its failure terminal. The one choice both a resume (:mod:`durable_nb.runner`) and a dry
+    replay (:mod:`durable_nb.checking.dry`) make."""
+    if record.status is not Status.FAILED or record.failed_step is None:
+        return []
+    first = journal.get_step(record.run_id, record.failed_step)
+    if first is None or first.ok or (first.error or {}).get("terminal"):
+        return []
+    retry = [first.position]
+    for entry in journal.steps(record.run_id, first.position + 1):
+        if not entry.ok and first.key.startswith(entry.key + "."):
+            retry.append(entry.position)  # a step that enclosed it, failed by it
+    return retry

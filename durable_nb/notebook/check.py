@@ -5,10 +5,12 @@
 against the cell as written now, in the notebook's namespace as it is now (a prompt or a
 tool edited in another cell counts), executing nothing: no save needed.
 
-``%durable check`` checks runs from any cell: each run's cell code is the cell as saved in
-the notebook that started it (the run records its notebook and cell id), else the cell
-source the run recorded; which one is said. The namespace is the notebook's now. Either way
-the cell runs in a copy of the namespace: its assignments never reach the notebook.
+``%durable check`` checks runs from any cell: each run's cell code is the cell of this
+kernel's own notebook, as saved, whose id is the run's cell id. The journal only says which
+cell: the code it records (``RunRecord.source``) and the notebook it names are never run nor
+read, since a shared journal is data anyone with access may have written. A run whose cell is
+not in this notebook is not checked, and the note says so. The namespace is the notebook's
+now; the cell runs in a copy of it: its assignments never reach the notebook.
 """
 
 from __future__ import annotations
@@ -37,28 +39,26 @@ class CellCode:
         self.line, self.body, self.where = line, body, where
 
     @classmethod
-    def of(cls, record: RunRecord) -> "CellCode | None":
-        """The cell that started ``record``, as saved in its notebook, else the source the
-        run recorded; None for a run no cell started (``durable_nb.execute``)."""
-        saved = saved_cell(record)
-        if saved is not None:
-            first, _, body = saved.partition("\n")
-            if first.startswith(_MAGIC):
-                return cls(first[len(_MAGIC):].strip(), body,
-                           f"the cell as saved in {record.notebook}")
-        if record.source is None:
+    def of(cls, record: RunRecord, notebook: str | None) -> "CellCode | None":
+        """The ``%%durable_agent`` cell of ``notebook`` (this kernel's own notebook) whose id
+        is ``record``'s cell id, as saved; None when there is none."""
+        saved = saved_cell(notebook, record.cell_id)
+        if saved is None:
             return None
-        return cls("", record.source, "the cell source the run recorded (its notebook cell "
-                                      "was not found saved)")
+        first, _, body = saved.partition("\n")
+        if not first.startswith(_MAGIC):
+            return None
+        return cls(first[len(_MAGIC):].strip(), body, f"the cell as saved in {notebook}")
 
 
-def saved_cell(record: RunRecord) -> str | None:
-    """The text of the notebook cell that started ``record``, as its notebook file holds
-    it now (the file named by the run's ``notebook``, found by the run's ``cell_id``); None
-    when either is unknown or not found. Read as JSON data, never executed."""
-    if not record.notebook or not record.cell_id:
+def saved_cell(notebook: str | None, cell_id: str | None) -> str | None:
+    """The text of cell ``cell_id`` as the notebook file ``notebook`` holds it now; None
+    when either is unknown or not found. ``notebook`` is the kernel's own notebook as Jupyter
+    Server names it (never a path a journal gives), relative to the kernel's folder when it
+    is not found as given. Read as JSON data, never executed."""
+    if not notebook or not cell_id:
         return None
-    path = Path(record.notebook)
+    path = Path(notebook)
     if not path.is_file():
         path = Path.cwd() / path.name  # a kernel runs in its notebook's folder
     try:
@@ -66,7 +66,7 @@ def saved_cell(record: RunRecord) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     for cell in cells:
-        if isinstance(cell, dict) and cell.get("id") == record.cell_id:
+        if isinstance(cell, dict) and cell.get("id") == cell_id:
             source = cell.get("source", "")
             return "".join(source) if isinstance(source, list) else str(source)
     return None
@@ -96,20 +96,27 @@ def check_cell(body: str, run_id: str, journal: Journal, namespace: dict, *,
 
 def check_runs(records: list[RunRecord], journal: Journal, namespace: dict,
                parse_line: Callable[[str], Any], batch_of: Callable[[Any], tuple],
-               overrides: Any) -> tuple[CheckReport, list[str]]:
-    """``records`` checked against their cells' code now, cell by cell: the report and one
-    note per cell saying where its code was found. ``parse_line`` parses a cell's options
-    line; ``batch_of(options)`` gives a batch cell's ``(items, keys)``;
-    ``overrides`` (``--over``, ``--key``, ``--model`` of ``%durable check``) win over the
-    cell's own options."""
+               overrides: Any, notebook: str | None) -> tuple[CheckReport, list[str]]:
+    """``records`` checked against their cells' code now, cell by cell, each cell taken from
+    ``notebook`` (this kernel's own notebook) by the run's cell id: the report and one note
+    per cell saying where its code was found, or that it was not found and the runs were not
+    checked. ``parse_line`` parses a cell's options line; ``batch_of(options)`` gives a batch
+    cell's ``(items, keys)``; ``overrides`` (``--over``, ``--key``, ``--model`` of
+    ``%durable check``) win over the cell's own options."""
     found: list[RunCheck] = []
     notes: list[str] = []
     for group in _by_cell(records):
-        code = CellCode.of(group[0])
         ids = [r.run_id for r in group]
+        if group[0].cell_id is None:
+            notes.append(f"{_shown(ids)}: not checked: not started by a %%durable_agent cell "
+                         f"of a notebook: check it with durable_nb.check(handler, runs=[...]) "
+                         f"or durable-nb check")
+            continue
+        code = CellCode.of(group[0], notebook)
         if code is None:
-            raise ValueError(f"run {ids[0]!r} was not started by a %%durable_agent cell: check "
-                             f"it with durable_nb.check(handler, runs=[...]) or durable-nb check")
+            notes.append(f"{_shown(ids)}: not checked: cell not found in this notebook: run "
+                         f"`%%durable_agent ... --check` in the cell")
+            continue
         options = parse_line(code.line)
         for name in ("over", "key", "model"):
             if getattr(overrides, name, None) is not None:

@@ -502,7 +502,7 @@ class DurableMagics(Magics):
         print(report.text(diff=True))
 
     def _check_runs(self, args: Any, journal: Journal) -> None:
-        """``%durable check``: runs checked against their cells' code now."""
+        """``%durable check``: runs checked against their cells in this notebook, as saved."""
         if args.run_ids:
             records = [journal.find_run(run_id) for run_id in args.run_ids]
             missing = [run_id for run_id, r in zip(args.run_ids, records) if r is None]
@@ -515,7 +515,8 @@ class DurableMagics(Magics):
         report, notes = check_runs(
             records, journal, self.shell.user_ns,
             lambda line: _parse(self.durable_agent.parser, line),
-            lambda options: _batch_plan(options, self.shell.user_ns), args)
+            lambda options: _batch_plan(options, self.shell.user_ns), args,
+            self._notebook_path())
         print("\n".join(notes + [report.text(diff=args.diff)]))
 
     def _notebook_path(self) -> str | None:
@@ -549,8 +550,9 @@ class DurableMagics(Magics):
                                             returns its result, raises if it FAILED
         %durable export RUN PATH            write the run as a notebook (.ipynb) or .json
         %durable check [RUN ...] [--prefix P] [--diff]
-                                            check runs against their cells' code now,
-                                            executing nothing (a dry replay): replays,
+                                            check runs against their cells in this
+                                            notebook as saved, executing nothing (a
+                                            dry replay): replays,
                                             would execute, or diverges; default: this
                                             notebook's runs (--over, --key, --model as in
                                             the cell)
