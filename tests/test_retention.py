@@ -430,3 +430,39 @@ def test_a_run_resumed_or_forked_after_the_plan_is_judged_again_under_its_lease(
     assert {k.run_id: k.rule for k in result.kept} == {"resumed": "running", "forked": "fork"}
     assert journal.find_run("resumed") is not None and journal.find_run("forked") is not None
     assert journal.lease("resumed") is None and journal.lease("forked") is None  # released
+
+
+def test_an_item_started_after_the_plan_keeps_its_batch(backend: Backend, monkeypatch):
+    """The batch record is read again under the items' leases: an item added and started
+    since the plan (not in the unit, so not leased) keeps the batch and every item."""
+    from durable_nb.retention import sweep
+
+    journal = backend.open()
+    t = time.time()
+    for key in ("a", "b"):
+        _run(journal, f"B/{key}", t)
+    journal.put_batch(BatchRecord("B", keys=["a", "b"], created_at=t))
+    policy = RetentionPolicy.of("30d")
+    planned = sweep.plan_for(journal, policy, t + 60 * DAY)
+    assert [u.batch_id for u in planned.units] == ["B"]
+    batch = journal.find_batch("B")
+    batch.keys.append("c")
+    journal.put_batch(batch)
+    _run(journal, "B/c", t, Status.RUNNING)
+    monkeypatch.setattr(sweep, "plan_for", lambda *args: planned)
+    result = sweep.carry_out(journal, policy, now=t + 60 * DAY)
+    assert result.removed == [] and result.batches == []
+    assert {k.run_id: k.rule for k in result.kept} == {"B/a": "batch", "B/b": "batch"}
+    assert journal.find_batch("B") is not None
+    assert {r.run_id for r in journal.list_runs("B/")} == {"B/a", "B/b", "B/c"}
+
+
+def test_a_batch_with_an_item_never_started_is_kept_saying_so():
+    from durable_nb.retention.plan import plan_prune
+
+    t = 1000.0
+    records = [RunRecord("B/a", status=Status.DONE, created_at=t, updated_at=t, finished_at=t)]
+    plan = plan_prune(records, [BatchRecord("B", keys=["a", "b"], updated_at=t)],
+                      RetentionPolicy.of("1d"), t + 2 * 86400)
+    assert plan.units == [] and [(k.run_id, k.rule) for k in plan.kept] == [
+        ("B/a", "not started")]

@@ -181,12 +181,16 @@ def _judged_again(journal: Journal, unit: Unit, policy: RetentionPolicy,
     """Under the unit's leases: why it must stay now, read afresh (its runs and child runs
     as they are, forks made since it was planned), or None. The unit then holds its runs
     and child runs as found now."""
+    if unit.batch_id is not None:
+        why = _batch_changed(journal, unit, policy.cutoff(now))
+        if why is not None:
+            return why
     fresh_runs: list[RunRecord] = []
     fresh_children: list[RunRecord] = []
     for record in unit.runs:
         current = journal.find_run(record.run_id)
         if current is None:
-            return "executing", f"{record.run_id!r} is gone (removed by someone else)"
+            return "gone", f"{record.run_id!r} is gone (removed by someone else)"
         kids = child_runs(journal, record.run_id)
         why = family_reason(current, kids, policy, now)
         if why is not None:
@@ -199,6 +203,26 @@ def _judged_again(journal: Journal, unit: Unit, policy: RetentionPolicy,
         fresh_runs.append(current)
         fresh_children += kids
     unit.runs, unit.children = fresh_runs, fresh_children
+    return None
+
+
+def _batch_changed(journal: Journal, unit: Unit, cutoff: float) -> tuple[str, str] | None:
+    """Why the batch ``unit`` stands for must stay, read again under its items' leases (an
+    item added or started since the plan is not among them), or None: kept unless its
+    keys are those planned, every item that exists is in the unit, and it is old enough."""
+    batch_id = unit.batch_id or ""
+    batch = journal.find_batch(batch_id)
+    if batch is None:
+        return "gone", f"batch {batch_id!r} is gone (removed by someone else)"
+    if [*batch.keys, *batch.removed] != unit.batch_keys:
+        return "batch", f"batch {batch_id!r} changed since the prune was planned"
+    for key in unit.batch_keys:
+        run_id = f"{batch_id}/{key}"
+        if run_id not in unit.run_ids and journal.find_run(run_id) is not None:
+            return "batch", f"batch {batch_id!r}'s item {run_id!r} started since the " \
+                            f"prune was planned"
+    if batch.updated_at >= cutoff:
+        return "newer", f"batch {batch_id!r} changed since the prune was planned"
     return None
 
 
