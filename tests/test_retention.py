@@ -466,3 +466,21 @@ def test_a_batch_with_an_item_never_started_is_kept_saying_so():
                       RetentionPolicy.of("1d"), t + 2 * 86400)
     assert plan.units == [] and [(k.run_id, k.rule) for k in plan.kept] == [
         ("B/a", "not started")]
+
+
+def test_a_prune_whose_vacuum_fails_is_recorded_and_says_so(backend: Backend, monkeypatch,
+                                                             caplog):
+    journal = backend.open()
+    t = time.time()
+    _run(journal, "old", t)
+
+    def refused() -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(journal, "reclaim_space", refused)
+    result = dn.prune("30d", journal=journal, now=t + 60 * DAY, by="ops")
+    assert [r.run_id for r in result.removed] == ["old"] and journal.find_run("old") is None
+    assert result.reclaim_error == "OSError: No space left on device"
+    assert [(e["kind"], e["runs"], e["by"]) for e in journal.journal_events()] == [
+        ("pruned", 1, "ops")]
+    assert "the space was not given back: OSError: No space left" in caplog.text

@@ -88,7 +88,8 @@ def _result_json(result: PruneResult) -> dict[str, Any]:
             "child_runs": result.children, "batches": result.batches,
             "kept": [{"run_id": k.run_id, "rule": k.rule, "reason": k.reason}
                      for k in result.kept],
-            "bytes_before": result.bytes_before, "bytes_after": result.bytes_after}
+            "bytes_before": result.bytes_before, "bytes_after": result.bytes_after,
+            "reclaim_error": result.reclaim_error}
 
 
 def prune_lines(result: PruneResult, space_note: str = "") -> list[str]:
@@ -130,6 +131,9 @@ def prune_lines(result: PruneResult, space_note: str = "") -> list[str]:
         lines.append(f"journal size: {_size(result.bytes_before)} before, "
                      f"{_size(result.bytes_after)} after"
                      f"{f' ({space_note})' if space_note else ''}")
+    if result.reclaim_error:
+        lines.append(f"the space was not given back ({result.reclaim_error}); the next "
+                     f"prune tries again")
     return lines
 
 

@@ -53,7 +53,8 @@ class PruneResult:
     child runs went with them: ``children``); ``batches``: the batches removed whole;
     ``kept``: every run in the prune's scope it kept, with the reason
     (:class:`~durable_nb.retention.plan.Kept`); ``bytes_before``/``bytes_after``: the
-    journal's size around the prune and the space reclaimed (None on a dry run).
+    journal's size around the prune and the space reclaimed (None on a dry run);
+    ``reclaim_error``: why the space was not given back (the prune itself stands).
     ``dry_run``: nothing was removed (``removed`` is what would be)."""
 
     policy: RetentionPolicy
@@ -66,6 +67,7 @@ class PruneResult:
     kept: list[Kept] = field(default_factory=list)
     bytes_before: int | None = None
     bytes_after: int | None = None
+    reclaim_error: str | None = None
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -74,12 +76,12 @@ class PruneResult:
 
     def event(self, via: str) -> dict:
         """The journal's history event recording this prune: how many, which statuses, by
-        whom, when (no run ids: an export keeps those)."""
+        whom, when (no run ids: an export keeps those). Written before the space is given
+        back, so it holds the size before the prune only."""
         return {"kind": "pruned", "at": self.at, "by": self.by, "via": via,
                 "runs": len(self.removed), "child_runs": len(self.children),
                 "batches": len(self.batches), "statuses": self.statuses,
-                "policy": self.policy.to_dict(), "bytes_before": self.bytes_before,
-                "bytes_after": self.bytes_after}
+                "policy": self.policy.to_dict(), "bytes_before": self.bytes_before}
 
 
 def plan_for(journal: Journal, policy: RetentionPolicy, now: float) -> PrunePlan:
@@ -120,13 +122,25 @@ def carry_out(journal: Journal, policy: RetentionPolicy, *, now: float | None = 
                 _removed(result, unit)
     finally:  # what was removed is recorded, even when an export or a removal failed
         if result.removed:
-            if reclaim:
-                journal.reclaim_space()
-            result.bytes_after = journal.size_on_disk()
             journal.add_journal_event(result.event(via))
+            if reclaim:
+                _reclaim(journal, result)
+            result.bytes_after = journal.size_on_disk()
         else:
             result.bytes_after = result.bytes_before
     return result
+
+
+def _reclaim(journal: Journal, result: PruneResult) -> None:
+    """Give the space back, after the prune was recorded: a failure (VACUUM refused, the
+    disk full) is logged and said in ``result``, never raised over the prune (or over the
+    error that ended it); the next prune's VACUUM gives the space back."""
+    try:
+        journal.reclaim_space()
+    except Exception as exc:  # any driver's error: the runs are gone and recorded anyway
+        result.reclaim_error = f"{type(exc).__name__}: {exc}"
+        _log.warning("durable_nb: runs pruned from %s, but the space was not given back: %s",
+                     journal.location, result.reclaim_error)
 
 
 def _executing(journal: Journal, run_id: str) -> bool:
