@@ -484,3 +484,32 @@ def test_a_prune_whose_vacuum_fails_is_recorded_and_says_so(backend: Backend, mo
     assert [(e["kind"], e["runs"], e["by"]) for e in journal.journal_events()] == [
         ("pruned", 1, "ops")]
     assert "the space was not given back: OSError: No space left" in caplog.text
+
+
+def test_an_export_never_overwrites_an_earlier_prune_s(backend: Backend, tmp_path: Path):
+    """A run id pruned, used again and pruned again: both exports stay; and a dry run with
+    an export is refused before anything is read."""
+    journal = backend.open()
+    audit = tmp_path / "audit"
+    t = time.time()
+    _run(journal, "B/a", t, steps=1)
+    journal.put_batch(BatchRecord("B", keys=["a"], created_at=t))
+    dn.prune("30d", journal=journal, now=t + 60 * DAY, export=audit)
+    _run(journal, "B/a", t + 10, steps=2)
+    journal.put_batch(BatchRecord("B", keys=["a"], created_at=t + 10))
+    dn.prune("30d", journal=journal, now=t + 60 * DAY, export=audit)
+    assert sorted(p.name for p in audit.iterdir()) == [
+        "B (2).batch.jsonl", "B%2Fa (2).json", "B%2Fa.json", "B.batch.jsonl"]
+    first, second = (json.loads((audit / export_name("B/a", n)).read_text())
+                     for n in (1, 2))
+    assert first != second  # the earlier prune's export is still the earlier run's
+    with pytest.raises(RetentionError) as refused:
+        dn.prune("30d", journal=journal, dry_run=True, export=tmp_path / "none")
+    assert str(refused.value) == (
+        "a dry run (--dry-run) removes nothing, so it exports nothing: leave out the export "
+        "folder (--export), or prune for real")
+    assert not (tmp_path / "none").exists()
+    cli = _cli(backend.location, "prune", "--older-than", "1d", "--dry-run", "--export",
+               str(tmp_path / "none"))
+    assert cli.returncode == 1 and len(cli.stderr.splitlines()) == 1
+    assert "a dry run (--dry-run) removes nothing" in cli.stderr

@@ -45,7 +45,8 @@ def add_prune_commands(sub: Any) -> None:
                    help="only list what would be removed; nothing is written")
     p.add_argument("--export", metavar="DIR",
                    help="first write each run removed to DIR as JSON (RUN.json; a batch also "
-                        "as BATCH.batch.jsonl), for an audit trail")
+                        "as BATCH.batch.jsonl; never over an earlier export: RUN (2).json), "
+                        "for an audit trail; not with --dry-run")
     p.add_argument("--by", metavar="WHO",
                    help="who prunes, as the journal records it (default: user@host)")
     p.add_argument("--json", action="store_true", help="print JSON")
