@@ -23,7 +23,7 @@ from durable_nb.execution.lease import Lease
 from durable_nb.journal import BatchRecord, Journal, RunRecord, Status, StepEntry
 from durable_nb.retention.policy import RetentionPolicy, set_policy
 from durable_nb.retention.prune import export_name
-from durable_nb.retention.sweep import pruned_note
+from durable_nb.retention.sweep import apply_policy, policy_due_here, pruned_note
 from tests.test_journal_conformance import Backend, backend  # noqa: F401 (a fixture)
 
 DAY = 86400.0
@@ -217,22 +217,29 @@ def test_the_space_comes_back(backend: Backend):
         assert size_again < result.bytes_before * 1.15
 
 
-def test_the_journal_s_policy_is_applied_by_tick_at_most_once_per_period(backend: Backend):
+def test_the_journal_s_policy_is_applied_by_a_sweep_at_most_once_per_period(
+        backend: Backend):
     journal = backend.open()
     t = time.time()
     _run(journal, "old", t)
     _run(journal, "waits", t, Status.WAITING_APPROVAL,
          pending_approval={"name": "send_email", "id": "1" * 32})
-    assert tick(journal, now=t + 60 * DAY).pruned is None  # no policy: every run kept
+    assert apply_policy(journal, now=t + 60 * DAY) is None  # no policy: every run kept
     set_policy(journal, RetentionPolicy.of("30d", every="1d"))
+    # A deadline's tick never prunes: the sweepers apply the policy.
+    tick(journal, now=t + 60 * DAY)
+    assert journal.find_run("old") is not None
     # A sweeper that reads the journal read-only is told to open it for writing.
-    assert tick(backend.open(read_only=True), now=t + 60 * DAY).prune_due
-    ticked = tick(journal, now=t + 60 * DAY)
-    assert [r.run_id for r in ticked.pruned.removed] == ["old"]
+    reader = backend.open(read_only=True)
+    assert policy_due_here(reader, now=t + 60 * DAY)
+    assert apply_policy(reader, now=t + 60 * DAY) is None
+    pruned = apply_policy(journal, now=t + 60 * DAY)
+    assert [r.run_id for r in pruned.removed] == ["old"]
     assert journal.find_run("old") is None and journal.find_run("waits") is not None
     _run(journal, "later", t)
-    assert tick(journal, now=t + 60 * DAY + 3600).pruned is None  # applied an hour ago
-    assert [r.run_id for r in tick(journal, now=t + 61 * DAY).pruned.removed] == ["later"]
+    assert apply_policy(journal, now=t + 60 * DAY + 3600) is None  # applied an hour ago
+    assert not policy_due_here(reader, now=t + 60 * DAY + 3600)
+    assert [r.run_id for r in apply_policy(journal, now=t + 61 * DAY).removed] == ["later"]
     assert [e["via"] for e in journal.journal_events()] == ["policy", "policy"]
     assert journal.journal_events()[0]["by"].startswith("retention policy")
 
@@ -336,10 +343,14 @@ def test_on_a_hub_only_the_service_prunes_by_the_journal_s_policy(postgres_serve
         assert ana.find_run("old") is not None
 
         set_policy(service, RetentionPolicy.of("30d"))
-        assert tick(ana, now=t + 60 * DAY).pruned is None  # her kernel's sweep leaves it
-        ticked = tick(service, now=t + 60 * DAY)
-        assert [r.run_id for r in ticked.pruned.removed] == ["old"]
-        assert [k.rule for k in ticked.pruned.kept] == ["waiting"]
+        # Her server's sweeper never opens the journal for writing to prune (only the
+        # service stamps the policy applied: it would be due at her every sweep).
+        assert not policy_due_here(ana, now=t + 60 * DAY)
+        assert apply_policy(ana, now=t + 60 * DAY) is None  # her kernel's sweep leaves it
+        assert policy_due_here(service, now=t + 60 * DAY)
+        pruned = apply_policy(service, now=t + 60 * DAY)
+        assert [r.run_id for r in pruned.removed] == ["old"]
+        assert [k.rule for k in pruned.kept] == ["waiting"]
         assert ana.find_run("old") is None and service.events("old") == []
         assert pruned_note(ana).startswith("1 run pruned on ")
         assert ana.journal_events()[0]["by"].startswith("retention policy")
@@ -513,3 +524,24 @@ def test_an_export_never_overwrites_an_earlier_prune_s(backend: Backend, tmp_pat
                str(tmp_path / "none"))
     assert cli.returncode == 1 and len(cli.stderr.splitlines()) == 1
     assert "a dry run (--dry-run) removes nothing" in cli.stderr
+
+
+def test_the_jupyter_server_s_sweeper_applies_the_policy(tmp_path: Path, monkeypatch):
+    """The server's sweeper (no notification channel: the journal read through the listing's
+    handle) opens the journal for writing when the policy is due, and prunes by it."""
+    pytest.importorskip("jupyter_server")
+    from durable_nb.journal.index import record_opened
+    from durable_nb.server.notify import sweep_allowed
+
+    monkeypatch.setenv("DURABLE_NB_INDEX", str(tmp_path / "index"))
+    monkeypatch.setenv("DURABLE_NB_NOTIFY_CONFIG", str(tmp_path / "none.toml"))
+    for variable in ("DURABLE_NB_JOURNAL", "DURABLE_NB_DIR", "DURABLE_NB_NOTIFY_WEBHOOK"):
+        monkeypatch.delenv(variable, raising=False)
+    journal = dn.DiskJournal(tmp_path / "shared")
+    _run(journal, "old", time.time() - 40 * DAY, steps=1)
+    _run(journal, "new", time.time(), steps=1)
+    set_policy(journal, RetentionPolicy.of("30d"))
+    record_opened(str(journal.directory))
+    sweep_allowed()
+    assert journal.find_run("old") is None and journal.find_run("new") is not None
+    assert [e["via"] for e in journal.journal_events()] == ["policy"]

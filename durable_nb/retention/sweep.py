@@ -1,7 +1,8 @@
 """A prune carried out: each unit of a :class:`~durable_nb.retention.plan.PrunePlan` removed
 under its runs' leases (as ``durable-nb delete`` removes a run), what was removed recorded in
 the journal's own history, the space given back; and the journal's retention policy applied
-by its sweep (:func:`apply_policy`, called by :func:`durable_nb.approvals.tick.tick`).
+by its sweepers (:func:`apply_policy`, called by
+:func:`durable_nb.notify.sweeper.sweep_journal` and the Jupyter server's sweeper).
 
 **As safe as a delete.** A unit's lease is taken first (a batch: every item's), so a run
 executing now (a DONE run being replayed, a batch item resumed) is kept; under the lease the
@@ -37,7 +38,7 @@ from .plan import Kept, PrunePlan, Unit, family_reason, plan_prune
 from .policy import RetentionPolicy, check_may_prune, duration_words, policy_due
 
 __all__ = ["BeforeRemoval", "PruneResult", "apply_policy", "carry_out", "plan_for",
-           "pruned_note"]
+           "policy_due_here", "pruned_note"]
 
 _log = logging.getLogger(__name__)
 
@@ -240,21 +241,38 @@ def _batch_changed(journal: Journal, unit: Unit, cutoff: float) -> tuple[str, st
     return None
 
 
+def policy_due_here(journal: Journal, now: float | None = None) -> bool:
+    """Whether this process should apply the journal's policy at ``now``: one is due
+    (:func:`~durable_nb.retention.policy.policy_due`) and this process's role prunes (on a
+    hub's journal only the service's does: a user's server never opens it for writing to
+    prune). Read only: a sweeper asks it through a read-only handle before it opens the
+    journal for writing. False when the journal cannot be read."""
+    try:
+        return _due_here(journal, time.time() if now is None else now) is not None
+    except (DurableError, OSError):
+        return False
+
+
+def _due_here(journal: Journal, now: float) -> RetentionPolicy | None:
+    policy = policy_due(journal, now)
+    if policy is None:
+        return None
+    decider, is_decider, _ = journal.decision_authority()
+    return policy if decider is None or is_decider else None  # a hub's: the service's
+
+
 def apply_policy(journal: Journal, now: float | None = None) -> PruneResult | None:
     """The journal's retention policy applied by a sweep, when it has one and it is due
-    (:func:`~durable_nb.retention.policy.policy_due`); None otherwise, and on a journal
-    this process may not prune (read-only; a hub's, but for its service). Never raises
-    for the journal's trouble: the next due sweep tries again."""
+    (:func:`policy_due_here`); None otherwise, and on a journal this process may not
+    prune (read-only; a hub's, but for its service). Never raises for the journal's
+    trouble: the next due sweep tries again."""
     if journal.read_only:
         return None
     moment = time.time() if now is None else now
     try:
-        policy = policy_due(journal, moment)
+        policy = _due_here(journal, moment)
         if policy is None:
             return None
-        decider, is_decider, _ = journal.decision_authority()
-        if decider is not None and not is_decider:
-            return None  # a hub's journal: its service applies the policy
         # Stamped first: another sweeper of the journal (a second server) waits for the
         # next period rather than prune the same runs at the same moment.
         journal.put_setting("retention-applied", {"at": moment, "pid": os.getpid(),
