@@ -545,3 +545,32 @@ def test_the_jupyter_server_s_sweeper_applies_the_policy(tmp_path: Path, monkeyp
     sweep_allowed()
     assert journal.find_run("old") is None and journal.find_run("new") is not None
     assert [e["via"] for e in journal.journal_events()] == ["policy"]
+
+
+def test_of_two_sweepers_racing_one_applies_the_policy(backend: Backend, monkeypatch):
+    """Two sweepers of one journal find the policy due at the same moment: the one that
+    claims second (its read of the last application made before the first one wrote) does
+    not prune; the claim is a conditional write, not a read then a write."""
+    from durable_nb.retention.policy import claim_due
+
+    first, second = backend.open(), backend.open()
+    t = time.time()
+    _run(first, "old", t, steps=1)
+    set_policy(first, RetentionPolicy.of("30d"))
+    now = t + 60 * DAY
+    authority = second.decision_authority
+
+    def first_applies_meanwhile(*args):  # between the second's due check and its claim
+        monkeypatch.setattr(second, "decision_authority", authority)
+        assert [r.run_id for r in apply_policy(first, now=now).removed] == ["old"]
+        return authority(*args)
+
+    monkeypatch.setattr(second, "decision_authority", first_applies_meanwhile)
+    assert apply_policy(second, now=now) is None
+    assert [e["via"] for e in first.journal_events()] == ["policy"]
+    # The claim itself: a read made before the other sweeper's write loses.
+    set_policy(first, RetentionPolicy.of("30d"))
+    stale = second.deliveries("journal retention")
+    assert claim_due(first, now, {"at": now}) is not None
+    monkeypatch.setattr(second, "deliveries", lambda run_id: stale)
+    assert claim_due(second, now, {"at": now}) is None

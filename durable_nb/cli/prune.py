@@ -9,7 +9,8 @@ import json
 from typing import Any
 
 from ..journal import Journal, open_journal
-from ..retention.policy import PRUNABLE, RetentionPolicy, duration_words, read_policy, set_policy
+from ..retention.policy import (PRUNABLE, RetentionPolicy, duration_words, last_applied,
+                                read_policy, set_policy)
 from ..retention.prune import prune
 from ..retention.sweep import PruneResult, pruned_note
 from ..timestamps import format_time
@@ -167,7 +168,7 @@ def _policy_line(journal: Journal) -> str:
     if policy is None:
         return (f"no retention policy: {journal.location} keeps every run until it is "
                 f"pruned (durable-nb prune) or deleted")
-    applied = (journal.setting("retention-applied") or {}).get("at")
+    applied = (last_applied(journal) or {}).get("at")
     last = f"; last applied {format_time(applied)}" if applied else "; not applied yet"
     return (f"retention policy: prune {policy.describe()}, at most every "
             f"{duration_words(policy.every)} by the journal's sweep{last}")

@@ -35,7 +35,7 @@ from ..execution.lease import Lease, holder_alive
 from ..approvals.policy import approver_name
 from ..timestamps import format_time
 from .plan import Kept, PrunePlan, Unit, family_reason, plan_prune
-from .policy import RetentionPolicy, check_may_prune, duration_words, policy_due
+from .policy import RetentionPolicy, check_may_prune, claim_due, duration_words, policy_due
 
 __all__ = ["BeforeRemoval", "PruneResult", "apply_policy", "carry_out", "plan_for",
            "policy_due_here", "pruned_note"]
@@ -270,13 +270,14 @@ def apply_policy(journal: Journal, now: float | None = None) -> PruneResult | No
         return None
     moment = time.time() if now is None else now
     try:
-        policy = _due_here(journal, moment)
+        if _due_here(journal, moment) is None:
+            return None
+        # Claimed first, by one conditional write: of two sweepers of the journal (a second
+        # server) one prunes, the other waits for the next period.
+        policy = claim_due(journal, moment, {"at": moment, "pid": os.getpid(),
+                                             "host": this_host()})
         if policy is None:
             return None
-        # Stamped first: another sweeper of the journal (a second server) waits for the
-        # next period rather than prune the same runs at the same moment.
-        journal.put_setting("retention-applied", {"at": moment, "pid": os.getpid(),
-                                                  "host": this_host()})
         return carry_out(journal, policy, now=moment, by=f"retention policy "
                          f"({approver_name()})", via="policy")
     except (DurableError, OSError) as exc:
