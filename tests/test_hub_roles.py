@@ -444,7 +444,7 @@ def test_her_parked_run_is_notified_by_the_service_not_by_her_kernel(team, monke
         assert drain(60)
         assert hook.requests == []
         assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
-        _, sent = sweep_journal(journals["service"], load_config())
+        _, sent, _ = sweep_journal(journals["service"], load_config())
         assert list(sent) == ["n"]
         (request,) = hook.wait_for(1)
         assert request["json"]["run_id"] == "n"

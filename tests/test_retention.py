@@ -23,7 +23,7 @@ from durable_nb.execution.lease import Lease
 from durable_nb.journal import BatchRecord, Journal, RunRecord, Status, StepEntry
 from durable_nb.retention.policy import RetentionPolicy, set_policy
 from durable_nb.retention.prune import export_name
-from durable_nb.retention.sweep import pruned_note
+from durable_nb.retention.sweep import apply_policy, policy_due_here, pruned_note
 from tests.test_journal_conformance import Backend, backend  # noqa: F401 (a fixture)
 
 DAY = 86400.0
@@ -217,22 +217,29 @@ def test_the_space_comes_back(backend: Backend):
         assert size_again < result.bytes_before * 1.15
 
 
-def test_the_journal_s_policy_is_applied_by_tick_at_most_once_per_period(backend: Backend):
+def test_the_journal_s_policy_is_applied_by_a_sweep_at_most_once_per_period(
+        backend: Backend):
     journal = backend.open()
     t = time.time()
     _run(journal, "old", t)
     _run(journal, "waits", t, Status.WAITING_APPROVAL,
          pending_approval={"name": "send_email", "id": "1" * 32})
-    assert tick(journal, now=t + 60 * DAY).pruned is None  # no policy: every run kept
+    assert apply_policy(journal, now=t + 60 * DAY) is None  # no policy: every run kept
     set_policy(journal, RetentionPolicy.of("30d", every="1d"))
+    # A deadline's tick never prunes: the sweepers apply the policy.
+    tick(journal, now=t + 60 * DAY)
+    assert journal.find_run("old") is not None
     # A sweeper that reads the journal read-only is told to open it for writing.
-    assert tick(backend.open(read_only=True), now=t + 60 * DAY).prune_due
-    ticked = tick(journal, now=t + 60 * DAY)
-    assert [r.run_id for r in ticked.pruned.removed] == ["old"]
+    reader = backend.open(read_only=True)
+    assert policy_due_here(reader, now=t + 60 * DAY)
+    assert apply_policy(reader, now=t + 60 * DAY) is None
+    pruned = apply_policy(journal, now=t + 60 * DAY)
+    assert [r.run_id for r in pruned.removed] == ["old"]
     assert journal.find_run("old") is None and journal.find_run("waits") is not None
     _run(journal, "later", t)
-    assert tick(journal, now=t + 60 * DAY + 3600).pruned is None  # applied an hour ago
-    assert [r.run_id for r in tick(journal, now=t + 61 * DAY).pruned.removed] == ["later"]
+    assert apply_policy(journal, now=t + 60 * DAY + 3600) is None  # applied an hour ago
+    assert not policy_due_here(reader, now=t + 60 * DAY + 3600)
+    assert [r.run_id for r in apply_policy(journal, now=t + 61 * DAY).removed] == ["later"]
     assert [e["via"] for e in journal.journal_events()] == ["policy", "policy"]
     assert journal.journal_events()[0]["by"].startswith("retention policy")
 
@@ -336,10 +343,14 @@ def test_on_a_hub_only_the_service_prunes_by_the_journal_s_policy(postgres_serve
         assert ana.find_run("old") is not None
 
         set_policy(service, RetentionPolicy.of("30d"))
-        assert tick(ana, now=t + 60 * DAY).pruned is None  # her kernel's sweep leaves it
-        ticked = tick(service, now=t + 60 * DAY)
-        assert [r.run_id for r in ticked.pruned.removed] == ["old"]
-        assert [k.rule for k in ticked.pruned.kept] == ["waiting"]
+        # Her server's sweeper never opens the journal for writing to prune (only the
+        # service stamps the policy applied: it would be due at her every sweep).
+        assert not policy_due_here(ana, now=t + 60 * DAY)
+        assert apply_policy(ana, now=t + 60 * DAY) is None  # her kernel's sweep leaves it
+        assert policy_due_here(service, now=t + 60 * DAY)
+        pruned = apply_policy(service, now=t + 60 * DAY)
+        assert [r.run_id for r in pruned.removed] == ["old"]
+        assert [k.rule for k in pruned.kept] == ["waiting"]
         assert ana.find_run("old") is None and service.events("old") == []
         assert pruned_note(ana).startswith("1 run pruned on ")
         assert ana.journal_events()[0]["by"].startswith("retention policy")
@@ -430,3 +441,136 @@ def test_a_run_resumed_or_forked_after_the_plan_is_judged_again_under_its_lease(
     assert {k.run_id: k.rule for k in result.kept} == {"resumed": "running", "forked": "fork"}
     assert journal.find_run("resumed") is not None and journal.find_run("forked") is not None
     assert journal.lease("resumed") is None and journal.lease("forked") is None  # released
+
+
+def test_an_item_started_after_the_plan_keeps_its_batch(backend: Backend, monkeypatch):
+    """The batch record is read again under the items' leases: an item added and started
+    since the plan (not in the unit, so not leased) keeps the batch and every item."""
+    from durable_nb.retention import sweep
+
+    journal = backend.open()
+    t = time.time()
+    for key in ("a", "b"):
+        _run(journal, f"B/{key}", t)
+    journal.put_batch(BatchRecord("B", keys=["a", "b"], created_at=t))
+    policy = RetentionPolicy.of("30d")
+    planned = sweep.plan_for(journal, policy, t + 60 * DAY)
+    assert [u.batch_id for u in planned.units] == ["B"]
+    batch = journal.find_batch("B")
+    batch.keys.append("c")
+    journal.put_batch(batch)
+    _run(journal, "B/c", t, Status.RUNNING)
+    monkeypatch.setattr(sweep, "plan_for", lambda *args: planned)
+    result = sweep.carry_out(journal, policy, now=t + 60 * DAY)
+    assert result.removed == [] and result.batches == []
+    assert {k.run_id: k.rule for k in result.kept} == {"B/a": "batch", "B/b": "batch"}
+    assert journal.find_batch("B") is not None
+    assert {r.run_id for r in journal.list_runs("B/")} == {"B/a", "B/b", "B/c"}
+
+
+def test_a_batch_with_an_item_never_started_is_kept_saying_so():
+    from durable_nb.retention.plan import plan_prune
+
+    t = 1000.0
+    records = [RunRecord("B/a", status=Status.DONE, created_at=t, updated_at=t, finished_at=t)]
+    plan = plan_prune(records, [BatchRecord("B", keys=["a", "b"], updated_at=t)],
+                      RetentionPolicy.of("1d"), t + 2 * 86400)
+    assert plan.units == [] and [(k.run_id, k.rule) for k in plan.kept] == [
+        ("B/a", "not started")]
+
+
+def test_a_prune_whose_vacuum_fails_is_recorded_and_says_so(backend: Backend, monkeypatch,
+                                                             caplog):
+    journal = backend.open()
+    t = time.time()
+    _run(journal, "old", t)
+
+    def refused() -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(journal, "reclaim_space", refused)
+    result = dn.prune("30d", journal=journal, now=t + 60 * DAY, by="ops")
+    assert [r.run_id for r in result.removed] == ["old"] and journal.find_run("old") is None
+    assert result.reclaim_error == "OSError: No space left on device"
+    assert [(e["kind"], e["runs"], e["by"]) for e in journal.journal_events()] == [
+        ("pruned", 1, "ops")]
+    assert "the space was not given back: OSError: No space left" in caplog.text
+
+
+def test_an_export_never_overwrites_an_earlier_prune_s(backend: Backend, tmp_path: Path):
+    """A run id pruned, used again and pruned again: both exports stay; and a dry run with
+    an export is refused before anything is read."""
+    journal = backend.open()
+    audit = tmp_path / "audit"
+    t = time.time()
+    _run(journal, "B/a", t, steps=1)
+    journal.put_batch(BatchRecord("B", keys=["a"], created_at=t))
+    dn.prune("30d", journal=journal, now=t + 60 * DAY, export=audit)
+    _run(journal, "B/a", t + 10, steps=2)
+    journal.put_batch(BatchRecord("B", keys=["a"], created_at=t + 10))
+    dn.prune("30d", journal=journal, now=t + 60 * DAY, export=audit)
+    assert sorted(p.name for p in audit.iterdir()) == [
+        "B (2).batch.jsonl", "B%2Fa (2).json", "B%2Fa.json", "B.batch.jsonl"]
+    first, second = (json.loads((audit / export_name("B/a", n)).read_text())
+                     for n in (1, 2))
+    assert first != second  # the earlier prune's export is still the earlier run's
+    with pytest.raises(RetentionError) as refused:
+        dn.prune("30d", journal=journal, dry_run=True, export=tmp_path / "none")
+    assert str(refused.value) == (
+        "a dry run (--dry-run) removes nothing, so it exports nothing: leave out the export "
+        "folder (--export), or prune for real")
+    assert not (tmp_path / "none").exists()
+    cli = _cli(backend.location, "prune", "--older-than", "1d", "--dry-run", "--export",
+               str(tmp_path / "none"))
+    assert cli.returncode == 1 and len(cli.stderr.splitlines()) == 1
+    assert "a dry run (--dry-run) removes nothing" in cli.stderr
+
+
+def test_the_jupyter_server_s_sweeper_applies_the_policy(tmp_path: Path, monkeypatch):
+    """The server's sweeper (no notification channel: the journal read through the listing's
+    handle) opens the journal for writing when the policy is due, and prunes by it."""
+    pytest.importorskip("jupyter_server")
+    from durable_nb.journal.index import record_opened
+    from durable_nb.server.notify import sweep_allowed
+
+    monkeypatch.setenv("DURABLE_NB_INDEX", str(tmp_path / "index"))
+    monkeypatch.setenv("DURABLE_NB_NOTIFY_CONFIG", str(tmp_path / "none.toml"))
+    for variable in ("DURABLE_NB_JOURNAL", "DURABLE_NB_DIR", "DURABLE_NB_NOTIFY_WEBHOOK"):
+        monkeypatch.delenv(variable, raising=False)
+    journal = dn.DiskJournal(tmp_path / "shared")
+    _run(journal, "old", time.time() - 40 * DAY, steps=1)
+    _run(journal, "new", time.time(), steps=1)
+    set_policy(journal, RetentionPolicy.of("30d"))
+    record_opened(str(journal.directory))
+    sweep_allowed()
+    assert journal.find_run("old") is None and journal.find_run("new") is not None
+    assert [e["via"] for e in journal.journal_events()] == ["policy"]
+
+
+def test_of_two_sweepers_racing_one_applies_the_policy(backend: Backend, monkeypatch):
+    """Two sweepers of one journal find the policy due at the same moment: the one that
+    claims second (its read of the last application made before the first one wrote) does
+    not prune; the claim is a conditional write, not a read then a write."""
+    from durable_nb.retention.policy import claim_due
+
+    first, second = backend.open(), backend.open()
+    t = time.time()
+    _run(first, "old", t, steps=1)
+    set_policy(first, RetentionPolicy.of("30d"))
+    now = t + 60 * DAY
+    authority = second.decision_authority
+
+    def first_applies_meanwhile(*args):  # between the second's due check and its claim
+        monkeypatch.setattr(second, "decision_authority", authority)
+        assert [r.run_id for r in apply_policy(first, now=now).removed] == ["old"]
+        return authority(*args)
+
+    monkeypatch.setattr(second, "decision_authority", first_applies_meanwhile)
+    assert apply_policy(second, now=now) is None
+    assert [e["via"] for e in first.journal_events()] == ["policy"]
+    # The claim itself: a read made before the other sweeper's write loses.
+    set_policy(first, RetentionPolicy.of("30d"))
+    stale = second.deliveries("journal retention")
+    assert claim_due(first, now, {"at": now}) is not None
+    monkeypatch.setattr(second, "deliveries", lambda run_id: stale)
+    assert claim_due(second, now, {"at": now}) is None

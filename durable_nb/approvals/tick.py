@@ -41,8 +41,6 @@ from dataclasses import dataclass, field
 from ..errors import DecisionExists, DurableError, NoPendingApproval
 from ..journal import Journal, RunRecord, Status, this_host
 from ..timestamps import format_time
-from ..retention.policy import policy_due
-from ..retention.sweep import PruneResult, apply_policy
 from .authority import deadline_elsewhere
 from .decide import decide
 from .history import record_event
@@ -62,15 +60,12 @@ class Ticked:
     """What one :func:`tick` did: ``applied`` by run (``"decided"`` or ``"escalated"``);
     ``overdue``, the runs whose deadline passed with nothing applied (a journal opened
     read-only, or a journal error: left for the next tick); ``next_due``, when something
-    next falls due after now in the runs it saw (None: nothing); ``pruned``, what the
-    journal's retention policy removed when this tick applied it
-    (:func:`durable_nb.retention.sweep.apply_policy`); ``prune_due``, that policy due on a
-    journal opened read-only (a sweeper opens it for writing, as for ``overdue``)."""
+    next falls due after now in the runs it saw (None: nothing). The journal's retention
+    policy is not a tick's: the sweepers apply it
+    (:func:`durable_nb.retention.sweep.apply_policy`)."""
     applied: dict[str, str] = field(default_factory=dict)
     overdue: list[str] = field(default_factory=list)
     next_due: float | None = None
-    pruned: PruneResult | None = None
-    prune_due: bool = False
 
 
 def tick(journal: Journal, *, now: float | None = None,
@@ -79,10 +74,7 @@ def tick(journal: Journal, *, now: float | None = None,
     """Apply what time makes due at ``now`` (default: the clock) in ``records`` (default:
     every run of ``journal`` that waits for a decision): each deadline passed is applied by
     its policy (decided through :func:`~durable_nb.approvals.decide.decide`, or escalated),
-    then ``listener`` is called with the waiting runs as they are now. A tick of the whole
-    journal (no ``records``) also applies the journal's retention policy when it is due
-    (:func:`durable_nb.retention.sweep.apply_policy`: at most every ``every`` of the policy).
-    Never raises for one run's trouble (a journal error is left for the next tick); a
+    then ``listener`` is called with the waiting runs as they are now. Never raises for one run's trouble (a journal error is left for the next tick); a
     journal opened read-only is only read."""
     moment = time.time() if now is None else now
     waiting = _waiting(journal.list_runs(status=Status.WAITING_APPROVAL)
@@ -116,18 +108,7 @@ def tick(journal: Journal, *, now: float | None = None,
     ticked.next_due = min(dues) if dues else None
     if listener is not None:
         listener(journal, waiting)
-    if records is None and journal.read_only:
-        ticked.prune_due = _policy_due(journal, moment)
-    elif records is None:
-        ticked.pruned = apply_policy(journal, moment)
     return ticked
-
-
-def _policy_due(journal: Journal, moment: float) -> bool:
-    try:
-        return policy_due(journal, moment) is not None
-    except (DurableError, OSError):
-        return False
 
 
 def _waiting(records: Iterable[RunRecord]) -> list[RunRecord]:

@@ -385,11 +385,11 @@ def sweep_command(journal: Journal, every: float | None = None,
     (``every``) again when something next falls due and at least every ``every`` seconds,
     until interrupted. Prints one line for each thing a sweep applied or sent."""
     while True:
-        ticked, sent = sweep_journal(journal, for_journal(journal))
+        ticked, sent, pruned = sweep_journal(journal, for_journal(journal))
         for run_id, what in ticked.applied.items():
             print(f"{format_time(time.time())} {run_id}: {what} by its deadline's policy")
-        if ticked.pruned is not None and ticked.pruned.removed:
-            count = len(ticked.pruned.removed)
+        if pruned is not None and pruned.removed:
+            count = len(pruned.removed)
             print(f"{format_time(time.time())} pruned {count} run{'' if count == 1 else 's'} "
                   f"by the journal's retention policy")
         for run_id, outcome in sent.items():

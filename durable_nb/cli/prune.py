@@ -9,7 +9,8 @@ import json
 from typing import Any
 
 from ..journal import Journal, open_journal
-from ..retention.policy import PRUNABLE, RetentionPolicy, duration_words, read_policy, set_policy
+from ..retention.policy import (PRUNABLE, RetentionPolicy, duration_words, last_applied,
+                                read_policy, set_policy)
 from ..retention.prune import prune
 from ..retention.sweep import PruneResult, pruned_note
 from ..timestamps import format_time
@@ -45,7 +46,8 @@ def add_prune_commands(sub: Any) -> None:
                    help="only list what would be removed; nothing is written")
     p.add_argument("--export", metavar="DIR",
                    help="first write each run removed to DIR as JSON (RUN.json; a batch also "
-                        "as BATCH.batch.jsonl), for an audit trail")
+                        "as BATCH.batch.jsonl; never over an earlier export: RUN (2).json), "
+                        "for an audit trail; not with --dry-run")
     p.add_argument("--by", metavar="WHO",
                    help="who prunes, as the journal records it (default: user@host)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -88,7 +90,8 @@ def _result_json(result: PruneResult) -> dict[str, Any]:
             "child_runs": result.children, "batches": result.batches,
             "kept": [{"run_id": k.run_id, "rule": k.rule, "reason": k.reason}
                      for k in result.kept],
-            "bytes_before": result.bytes_before, "bytes_after": result.bytes_after}
+            "bytes_before": result.bytes_before, "bytes_after": result.bytes_after,
+            "reclaim_error": result.reclaim_error}
 
 
 def prune_lines(result: PruneResult, space_note: str = "") -> list[str]:
@@ -130,6 +133,9 @@ def prune_lines(result: PruneResult, space_note: str = "") -> list[str]:
         lines.append(f"journal size: {_size(result.bytes_before)} before, "
                      f"{_size(result.bytes_after)} after"
                      f"{f' ({space_note})' if space_note else ''}")
+    if result.reclaim_error:
+        lines.append(f"the space was not given back ({result.reclaim_error}); the next "
+                     f"prune tries again")
     return lines
 
 
@@ -162,7 +168,7 @@ def _policy_line(journal: Journal) -> str:
     if policy is None:
         return (f"no retention policy: {journal.location} keeps every run until it is "
                 f"pruned (durable-nb prune) or deleted")
-    applied = (journal.setting("retention-applied") or {}).get("at")
+    applied = (last_applied(journal) or {}).get("at")
     last = f"; last applied {format_time(applied)}" if applied else "; not applied yet"
     return (f"retention policy: prune {policy.describe()}, at most every "
             f"{duration_words(policy.every)} by the journal's sweep{last}")

@@ -2,7 +2,8 @@
 
 The service is the one sweeper of the team's journal (:func:`start_sweeping`): each sweep is
 :func:`~durable_nb.notify.sweeper.sweep_journal`, so deadlines and escalations are applied by
-:func:`~durable_nb.approvals.tick.tick` and each request is sent once per recipient, by the
+:func:`~durable_nb.approvals.tick.tick` and each request is sent once per recipient (then the journal's retention policy applied when
+due: on a hub only the service prunes), by the
 channels its own environment configures (``DURABLE_NB_NOTIFY_*``, set by the administrator
 in ``c.JupyterHub.services``), to the addresses of the administrator's map
 (:class:`~durable_nb.hub.config.HubConfig`), never to an address a user's environment names.

@@ -51,9 +51,8 @@ _DECISION_KIND = re.compile(r"decision\.[0-9a-f]{32}")
 
 
 #: The journal-wide settings a journal keeps (:meth:`Journal.setting`): ``retention``, the
-#: policy its sweep applies, and ``retention-applied``, when that sweep last applied it
-#: (:mod:`durable_nb.retention`).
-SETTINGS = ("retention", "retention-applied")
+#: policy its sweep applies (:mod:`durable_nb.retention`).
+SETTINGS = ("retention",)
 
 
 def check_setting(name: str) -> None:

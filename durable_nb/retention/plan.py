@@ -42,7 +42,9 @@ class Kept:
     """A run a prune kept, and why. ``rule``: ``newer`` (changed within the policy's age),
     ``status`` (not among the statuses pruned), ``running``, ``waiting``, ``interrupted``,
     ``undecided`` (a request nobody decided), ``fork`` (the source of a fork kept),
-    ``batch`` (an item of a batch that is kept), ``executing`` (its lease held now)."""
+    ``batch`` (an item of a batch that is kept, or a batch changed since the plan),
+    ``not started`` (an item of a batch some of whose items never started), ``executing``
+    (its lease held now), ``gone`` (removed by someone else meanwhile)."""
 
     run_id: str
     reason: str
@@ -52,11 +54,13 @@ class Kept:
 @dataclass
 class Unit:
     """What a prune removes as one: a run and its child runs, or a batch (``batch_id``)
-    with its items (``runs``) and their child runs."""
+    with its items (``runs``) and their child runs; ``batch_keys``: the batch's keys (listed
+    and removed) when it was planned, to find it unchanged when it is removed."""
 
     runs: list[RunRecord]
     children: list[RunRecord] = field(default_factory=list)
     batch_id: str | None = None
+    batch_keys: list[str] = field(default_factory=list)
 
     @property
     def run_ids(self) -> list[str]:
@@ -201,7 +205,7 @@ def _plan_batch(batch: BatchRecord, by_id: dict[str, RunRecord],
     present = [item for item in items if item is not None]
     blocking: tuple[str, str] | None = None
     if any(by_id.get(f"{batch.batch_id}/{key}") is None for key in batch.keys):
-        blocking = ("running", "some of its items never started")
+        blocking = ("not started", "some of its items never started")
     for item in present:
         if blocking is not None:
             break
@@ -212,7 +216,7 @@ def _plan_batch(batch: BatchRecord, by_id: dict[str, RunRecord],
             and batch.updated_at < policy.cutoff(now):
         plan.units.append(Unit(present, [c for item in present
                                          for c in children.get(item.run_id, [])],
-                               batch.batch_id))
+                               batch.batch_id, list(keys)))
         return
     if blocking is None:
         blocking = ("newer", f"it changed within the last {duration_words(policy.older_than)}")

@@ -16,8 +16,8 @@ from ..journal import Journal, Status
 from ..approvals.policy import Duration, parse_duration
 
 __all__ = ["DEFAULT_EVERY", "PRUNABLE", "RetentionPolicy", "Statuses", "check_may_prune",
-           "duration_words",
-           "policy_due", "read_policy", "set_policy"]
+           "claim_due", "duration_words", "last_applied", "policy_due", "read_policy",
+           "set_policy"]
 
 #: The statuses a prune may remove: a run that ended. RUNNING (executing, or interrupted)
 #: and WAITING_APPROVAL runs are never removed.
@@ -27,6 +27,11 @@ _STATUS_NAMES = ", ".join(s.value.lower() for s in PRUNABLE)
 DEFAULT_EVERY = 86400.0
 
 Statuses = Union[str, Status, Iterable[Union[str, Status]], None]
+
+#: When a sweep last applied the policy: a record of the journal's deliveries store under an
+#: id no run can have (run ids hold no spaces), written add-if-absent or compare-and-swap
+#: (:func:`claim_due`), so that of sweepers racing exactly one applies it in a period.
+_APPLIED = ("journal retention", "applied")
 
 
 def _statuses(value: Statuses) -> tuple[Status, ...]:
@@ -136,18 +141,40 @@ def set_policy(journal: Journal, policy: RetentionPolicy | None) -> None:
     the others): :class:`~durable_nb.errors.PruneRefused` for them."""
     check_may_prune(journal)
     journal.put_setting("retention", None if policy is None else policy.to_dict())
-    journal.put_setting("retention-applied", None)
+    applied = last_applied(journal)
+    if applied is not None and applied.get("at") is not None:
+        journal.swap_delivery(*_APPLIED, applied, {"at": None})
+
+
+def last_applied(journal: Journal) -> dict | None:
+    """When a sweep last applied the journal's policy (``{"at", "pid", "host"}``), or None;
+    ``at`` None once the policy was set anew."""
+    return journal.deliveries(_APPLIED[0]).get(_APPLIED[1])
+
+
+def _due(policy: RetentionPolicy | None, applied: dict | None, now: float) -> bool:
+    last = (applied or {}).get("at")
+    return policy is not None and not (isinstance(last, (int, float))
+                                       and now - last < policy.every)
 
 
 def policy_due(journal: Journal, now: float | None = None) -> RetentionPolicy | None:
     """The journal's policy when a sweep should apply it at ``now`` (never applied, or
-    ``every`` seconds ago or more); None otherwise, and when it has none."""
+    ``every`` seconds ago or more); None otherwise, and when it has none. Read only."""
     policy = read_policy(journal)
-    if policy is None:
+    return policy if _due(policy, last_applied(journal), time.time() if now is None
+                          else now) else None
+
+
+def claim_due(journal: Journal, now: float, stamp: dict) -> RetentionPolicy | None:
+    """The journal's policy when it is due at ``now`` and this call claimed its application
+    (``stamp``, with ``"at": now``, written as when it was last applied); None otherwise.
+    The claim is one conditional write (add-if-absent, else compare-and-swap of the stamp
+    read): of sweepers racing, exactly one gets the policy."""
+    policy = read_policy(journal)
+    applied = last_applied(journal)
+    if not _due(policy, applied, now):
         return None
-    moment = time.time() if now is None else now
-    applied = journal.setting("retention-applied") or {}
-    last = applied.get("at")
-    if isinstance(last, (int, float)) and moment - last < policy.every:
-        return None
-    return policy
+    won = journal.add_delivery(*_APPLIED, stamp) if applied is None \
+        else journal.swap_delivery(*_APPLIED, applied, stamp)
+    return policy if won else None

@@ -1,7 +1,8 @@
 """A prune carried out: each unit of a :class:`~durable_nb.retention.plan.PrunePlan` removed
 under its runs' leases (as ``durable-nb delete`` removes a run), what was removed recorded in
 the journal's own history, the space given back; and the journal's retention policy applied
-by its sweep (:func:`apply_policy`, called by :func:`durable_nb.approvals.tick.tick`).
+by its sweepers (:func:`apply_policy`, called by
+:func:`durable_nb.notify.sweeper.sweep_journal` and the Jupyter server's sweeper).
 
 **As safe as a delete.** A unit's lease is taken first (a batch: every item's), so a run
 executing now (a DONE run being replayed, a batch item resumed) is kept; under the lease the
@@ -34,10 +35,10 @@ from ..execution.lease import Lease, holder_alive
 from ..approvals.policy import approver_name
 from ..timestamps import format_time
 from .plan import Kept, PrunePlan, Unit, family_reason, plan_prune
-from .policy import RetentionPolicy, check_may_prune, duration_words, policy_due
+from .policy import RetentionPolicy, check_may_prune, claim_due, duration_words, policy_due
 
 __all__ = ["BeforeRemoval", "PruneResult", "apply_policy", "carry_out", "plan_for",
-           "pruned_note"]
+           "policy_due_here", "pruned_note"]
 
 _log = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ class PruneResult:
     child runs went with them: ``children``); ``batches``: the batches removed whole;
     ``kept``: every run in the prune's scope it kept, with the reason
     (:class:`~durable_nb.retention.plan.Kept`); ``bytes_before``/``bytes_after``: the
-    journal's size around the prune and the space reclaimed (None on a dry run).
+    journal's size around the prune and the space reclaimed (None on a dry run);
+    ``reclaim_error``: why the space was not given back (the prune itself stands).
     ``dry_run``: nothing was removed (``removed`` is what would be)."""
 
     policy: RetentionPolicy
@@ -66,6 +68,7 @@ class PruneResult:
     kept: list[Kept] = field(default_factory=list)
     bytes_before: int | None = None
     bytes_after: int | None = None
+    reclaim_error: str | None = None
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -74,12 +77,12 @@ class PruneResult:
 
     def event(self, via: str) -> dict:
         """The journal's history event recording this prune: how many, which statuses, by
-        whom, when (no run ids: an export keeps those)."""
+        whom, when (no run ids: an export keeps those). Written before the space is given
+        back, so it holds the size before the prune only."""
         return {"kind": "pruned", "at": self.at, "by": self.by, "via": via,
                 "runs": len(self.removed), "child_runs": len(self.children),
                 "batches": len(self.batches), "statuses": self.statuses,
-                "policy": self.policy.to_dict(), "bytes_before": self.bytes_before,
-                "bytes_after": self.bytes_after}
+                "policy": self.policy.to_dict(), "bytes_before": self.bytes_before}
 
 
 def plan_for(journal: Journal, policy: RetentionPolicy, now: float) -> PrunePlan:
@@ -120,13 +123,25 @@ def carry_out(journal: Journal, policy: RetentionPolicy, *, now: float | None = 
                 _removed(result, unit)
     finally:  # what was removed is recorded, even when an export or a removal failed
         if result.removed:
-            if reclaim:
-                journal.reclaim_space()
-            result.bytes_after = journal.size_on_disk()
             journal.add_journal_event(result.event(via))
+            if reclaim:
+                _reclaim(journal, result)
+            result.bytes_after = journal.size_on_disk()
         else:
             result.bytes_after = result.bytes_before
     return result
+
+
+def _reclaim(journal: Journal, result: PruneResult) -> None:
+    """Give the space back, after the prune was recorded: a failure (VACUUM refused, the
+    disk full) is logged and said in ``result``, never raised over the prune (or over the
+    error that ended it); the next prune's VACUUM gives the space back."""
+    try:
+        journal.reclaim_space()
+    except Exception as exc:  # any driver's error: the runs are gone and recorded anyway
+        result.reclaim_error = f"{type(exc).__name__}: {exc}"
+        _log.warning("durable_nb: runs pruned from %s, but the space was not given back: %s",
+                     journal.location, result.reclaim_error)
 
 
 def _executing(journal: Journal, run_id: str) -> bool:
@@ -181,12 +196,16 @@ def _judged_again(journal: Journal, unit: Unit, policy: RetentionPolicy,
     """Under the unit's leases: why it must stay now, read afresh (its runs and child runs
     as they are, forks made since it was planned), or None. The unit then holds its runs
     and child runs as found now."""
+    if unit.batch_id is not None:
+        why = _batch_changed(journal, unit, policy.cutoff(now))
+        if why is not None:
+            return why
     fresh_runs: list[RunRecord] = []
     fresh_children: list[RunRecord] = []
     for record in unit.runs:
         current = journal.find_run(record.run_id)
         if current is None:
-            return "executing", f"{record.run_id!r} is gone (removed by someone else)"
+            return "gone", f"{record.run_id!r} is gone (removed by someone else)"
         kids = child_runs(journal, record.run_id)
         why = family_reason(current, kids, policy, now)
         if why is not None:
@@ -202,25 +221,63 @@ def _judged_again(journal: Journal, unit: Unit, policy: RetentionPolicy,
     return None
 
 
+def _batch_changed(journal: Journal, unit: Unit, cutoff: float) -> tuple[str, str] | None:
+    """Why the batch ``unit`` stands for must stay, read again under its items' leases (an
+    item added or started since the plan is not among them), or None: kept unless its
+    keys are those planned, every item that exists is in the unit, and it is old enough."""
+    batch_id = unit.batch_id or ""
+    batch = journal.find_batch(batch_id)
+    if batch is None:
+        return "gone", f"batch {batch_id!r} is gone (removed by someone else)"
+    if [*batch.keys, *batch.removed] != unit.batch_keys:
+        return "batch", f"batch {batch_id!r} changed since the prune was planned"
+    for key in unit.batch_keys:
+        run_id = f"{batch_id}/{key}"
+        if run_id not in unit.run_ids and journal.find_run(run_id) is not None:
+            return "batch", f"batch {batch_id!r}'s item {run_id!r} started since the " \
+                            f"prune was planned"
+    if batch.updated_at >= cutoff:
+        return "newer", f"batch {batch_id!r} changed since the prune was planned"
+    return None
+
+
+def policy_due_here(journal: Journal, now: float | None = None) -> bool:
+    """Whether this process should apply the journal's policy at ``now``: one is due
+    (:func:`~durable_nb.retention.policy.policy_due`) and this process's role prunes (on a
+    hub's journal only the service's does: a user's server never opens it for writing to
+    prune). Read only: a sweeper asks it through a read-only handle before it opens the
+    journal for writing. False when the journal cannot be read."""
+    try:
+        return _due_here(journal, time.time() if now is None else now) is not None
+    except (DurableError, OSError):
+        return False
+
+
+def _due_here(journal: Journal, now: float) -> RetentionPolicy | None:
+    policy = policy_due(journal, now)
+    if policy is None:
+        return None
+    decider, is_decider, _ = journal.decision_authority()
+    return policy if decider is None or is_decider else None  # a hub's: the service's
+
+
 def apply_policy(journal: Journal, now: float | None = None) -> PruneResult | None:
     """The journal's retention policy applied by a sweep, when it has one and it is due
-    (:func:`~durable_nb.retention.policy.policy_due`); None otherwise, and on a journal
-    this process may not prune (read-only; a hub's, but for its service). Never raises
-    for the journal's trouble: the next due sweep tries again."""
+    (:func:`policy_due_here`); None otherwise, and on a journal this process may not
+    prune (read-only; a hub's, but for its service). Never raises for the journal's
+    trouble: the next due sweep tries again."""
     if journal.read_only:
         return None
     moment = time.time() if now is None else now
     try:
-        policy = policy_due(journal, moment)
+        if _due_here(journal, moment) is None:
+            return None
+        # Claimed first, by one conditional write: of two sweepers of the journal (a second
+        # server) one prunes, the other waits for the next period.
+        policy = claim_due(journal, moment, {"at": moment, "pid": os.getpid(),
+                                             "host": this_host()})
         if policy is None:
             return None
-        decider, is_decider, _ = journal.decision_authority()
-        if decider is not None and not is_decider:
-            return None  # a hub's journal: its service applies the policy
-        # Stamped first: another sweeper of the journal (a second server) waits for the
-        # next period rather than prune the same runs at the same moment.
-        journal.put_setting("retention-applied", {"at": moment, "pid": os.getpid(),
-                                                  "host": this_host()})
         return carry_out(journal, policy, now=moment, by=f"retention policy "
                          f"({approver_name()})", via="policy")
     except (DurableError, OSError) as exc:

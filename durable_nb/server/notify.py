@@ -6,7 +6,8 @@ before its delivery finished), with that journal's configuration
 (:func:`durable_nb.notify.start.for_directory`). A delivery claimed elsewhere is left to its
 claimant (:mod:`durable_nb.notify.delivery`). A journal without channels is only read
 through the handle the server's listing shares, and opened for writing only when something
-is due.
+is due: a deadline, or its retention policy where this server's role applies it
+(:func:`durable_nb.retention.sweep.policy_due_here`; never a hub user's server).
 
 The next sweep comes when something next falls due (a deadline, a reminder), and at the
 latest :data:`PERIOD` seconds after the last one: a deadline is applied within moments of
@@ -23,6 +24,7 @@ from ..approvals.tick import tick
 from ..errors import DurableError
 from ..notify.start import for_directory
 from ..notify.sweeper import sweep_journal
+from ..retention.sweep import apply_policy, policy_due_here
 from .journals import allowed_journals, is_news
 
 __all__ = ["PERIOD", "start_sweeper", "sweep_allowed"]
@@ -48,14 +50,16 @@ def sweep_allowed(server_url: str | None = None) -> tuple[dict[str, dict], float
             config = for_directory(known.location if known.kind == "disk" else None)
             sent: dict = {}
             if config.channels():
-                ticked, sent = sweep_journal(known.open(write=True), config,
-                                             server_url=server_url)
+                ticked, sent, _ = sweep_journal(known.open(write=True), config,
+                                                server_url=server_url)
             else:
                 # Read through the handle the listing shares; opened for writing only when
                 # a deadline is due (a journal this server only reads is left alone).
                 ticked = tick(known.open())
-                if ticked.overdue or ticked.prune_due:
+                if ticked.overdue:
                     ticked = tick(known.open(write=True))
+                if policy_due_here(known.open()):
+                    apply_policy(known.open(write=True))
             if ticked.next_due is not None:
                 dues.append(ticked.next_due)
             if sent:
