@@ -86,3 +86,47 @@ def test_a_pydantic_ai_run_checked_against_the_current_agent(tmp_path, journal):
     assert same.verdict == "replays"
     assert (edited.verdict, edited.position, edited.step) == ("diverges", 0, "chat 'loopback-1'")
     assert "changed from 'Book the trip.' to 'Book the cheapest trip.'" in edited.change
+
+
+def test_a_langgraph_run_checked_against_the_current_graph(tmp_path, journal):
+    """A react agent recorded through durable_nb.integrations.langgraph replays against the
+    same graph (its checkpointer writing nothing to the read-only journal), and diverges at
+    its first model call when the agent's prompt is edited; no request, no tool effect."""
+    pytest.importorskip("langgraph")
+    pytest.importorskip("langchain_openai")
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+
+    from durable_nb.integrations.langgraph import invoke
+
+    effects: list[str] = []
+
+    @tool
+    def send_email(to: str, subject: str) -> str:
+        """Email someone."""
+        effects.append(f"{to}: {subject}")
+        return f"sent to {to}"
+
+    email = ToolCall("send_email", {"to": "team@example.com", "subject": "Q3"})
+    with LoopbackServer([Reply(tool_calls=[email]), "I emailed the team."]) as server:
+        model = ChatOpenAI(model="loopback-1", base_url=server.url, api_key="x", max_retries=0)
+
+        def handler_of(prompt):
+            agent = create_react_agent(model, [send_email], prompt=prompt)
+
+            def handler(ctx):
+                return invoke(ctx, agent, {"messages": [("user", "Email the team.")]}
+                              )["messages"][-1].content
+            return handler
+
+        recorded = Runner("lg", handler_of("You are terse."), journal=journal,
+                          options=RunOptions(on_approval="park")).run()
+        assert recorded.status is Status.DONE
+        before = server.stats()["total"], list(effects), len(list(journal.steps("lg")))
+        same = durable_nb.check(handler_of("You are terse."), journal=journal)
+        edited = durable_nb.check(handler_of("You are chatty."), journal=journal)
+        assert (server.stats()["total"], effects, len(list(journal.steps("lg")))) == before
+    assert same["lg"].verdict == "replays", same["lg"]
+    assert (edited["lg"].verdict, edited["lg"].position) == ("diverges", 0), edited["lg"]
+    assert "You are terse." in edited["lg"].change and "You are chatty." in edited["lg"].change
