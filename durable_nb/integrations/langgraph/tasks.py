@@ -12,7 +12,9 @@ same keys at every execution, in a thread pool or on an event loop.
 LangGraph runs a node again from its start after an ``interrupt()`` is answered and when its
 ``RetryPolicy`` retries it. The calls its earlier attempt made in this execution are handed
 back in order, without a step (:meth:`TaskCalls.take`); its calls past them are new steps. So a
-side effect before ``interrupt()`` happens once.
+side effect before ``interrupt()`` happens once. A tool call that stopped at its own
+``interrupt()`` is journaled as that stop but not handed back: the next attempt makes the call
+again, as the next step of its scope, in a live execution and in a replay alike.
 """
 
 from __future__ import annotations
