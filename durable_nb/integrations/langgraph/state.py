@@ -31,6 +31,7 @@ kept on the journal; a graph invoked on another ``thread_id`` keeps it in memory
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections import defaultdict
@@ -58,10 +59,16 @@ class ExecutionSaver(InMemorySaver):
         self._thread = execution.run_id
         self._positions: dict[str, int] = {}
         self._noted = [0]
-        self._journal = JournalCheckpointer(execution.journal, thread_id=self._thread,
-                                            position=lambda: self._noted[0])
         self._mirrored = False
         self._lock = threading.RLock()
+
+    @functools.cached_property
+    def _journal(self) -> JournalCheckpointer:
+        """The run's thread on the journal, opened when the execution first goes live: a
+        replay (pure, or ``durable_nb.check``'s dry one on a read-only journal) never opens
+        it."""
+        return JournalCheckpointer(self._execution.journal, thread_id=self._thread,
+                                   position=lambda: self._noted[0])
 
     def _position(self) -> int:
         """How many steps the execution has handed out: the next live position once it has
