@@ -225,9 +225,11 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, PgKeyedValues,
 
     @retried
     def count_runs(self, prefix: str = "") -> dict[Status, int]:
-        """One query on the ``runs_by_status`` index."""
+        """All runs: the ``run_counts`` row its triggers keep; under a prefix, one query on
+        the ``runs_by_status`` index."""
         with self._conn("counting runs") as conn:
-            rows = conn.execute(self._sql["count_runs"], _id_range(prefix)).fetchall()
+            rows = conn.execute(self._sql["count_runs"], _id_range(prefix)).fetchall() \
+                if prefix else conn.execute(self._sql["count_all_runs"]).fetchall()
         return {Status(name): count for name, count in rows if name in _STATUS_NAMES}
 
     @retried
@@ -310,7 +312,8 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, PgKeyedValues,
                 who = self._psycopg.sql.Identifier(role).as_string(conn)
                 conn.execute(f"GRANT USAGE ON SCHEMA {s} TO {who}")
                 conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {who}")
-                conn.execute(f"GRANT SELECT ON {s}.meta, {s}.migrations TO {who}")
+                conn.execute(f"GRANT SELECT ON {s}.meta, {s}.migrations, {s}.run_counts "
+                             f"TO {who}")
             conn.execute(f"INSERT INTO {s}.meta (key, value) VALUES ('decider', "
                          f"json_build_object('role', session_user, 'people', %s::json)::text) "
                          f"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
