@@ -298,8 +298,9 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, PgKeyedValues,
                        people: Mapping[str, str] | None = None) -> None:
         """Make this journal's login role (the hub service's, owning the schema) the one
         that alone writes decisions, and let ``user_roles`` (the hub users' roles) park,
-        read, resume and take decisions: read and write the run tables, only read ``meta``
-        and ``migrations`` (so that none can name another decider). ``people`` maps each
+        read, resume and take decisions: read and write the run tables, only read ``meta``,
+        ``migrations`` (so that none can name another decider) and ``run_counts`` (kept by
+        its triggers). ``people`` maps each
         role to its hub user: every reader then shows the hub user whose role created a run
         as its starter, whatever the record says. Idempotent; run by the service at its
         start."""
