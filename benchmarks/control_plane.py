@@ -113,7 +113,8 @@ def operations(location: str, kind: str) -> dict[str, Callable[[], int]]:
         "waiting list": lambda: len(registry.runs("waiting_approval", journal=reader)),
         "tick": lambda: len(tick(writer).applied),
         "REST runs (page 1)": lambda: len(views.list_runs(
-            journals, groups=(), prefix="", q="", page=0, limit=50, root_dir=None).runs),
+            journals, groups=views.GROUPS, prefix="", q="", page=0, limit=50,
+            root_dir=None).runs),
         "REST summary": lambda: len(views.summary(journals)),
     }
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import psycopg
 import pytest
 
 import durable_nb as dn
@@ -634,3 +635,24 @@ def test_her_approve_of_an_escalated_request_is_refused_in_one_line_not_a_databa
         assert "only the durable-nb service" in _one_line(refused.value)
     assert "escalation" not in journals["service"].get_run("x").pending_approval
     assert find_decision(journals["service"], "x", pending) is None
+
+
+def test_her_role_keeps_the_counts_by_status_every_reader_sees(team, monkeypatch,
+                                                                 postgres_server):
+    """Issue 42: the counts by status are a row her role cannot write; the trigger that keeps
+    it (the schema owner's) counts her run as it parks and as she cancels it."""
+    database, journals = team
+    _park(journals["ana"], monkeypatch, "ana")
+    assert {who: journals[who].count_runs() for who in journals} == {
+        who: {dn.Status.WAITING_APPROVAL: 1} for who in journals}
+    role = database.user_roles["ana"]
+    with psycopg.connect(host="127.0.0.1", port=postgres_server.port, user=role,
+                         password=f"pw-{role}", dbname=postgres_server.url.rsplit("/", 1)[1],
+                         autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(f"UPDATE {database.schema}.run_counts SET counts = '{{}}'")
+    record = journals["ana"].get_run("r")
+    record.status = dn.Status.CANCELLED
+    journals["ana"].put_run(record)
+    assert {who: journals[who].count_runs() for who in journals} == {
+        who: {dn.Status.CANCELLED: 1} for who in journals}

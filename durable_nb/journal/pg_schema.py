@@ -149,6 +149,44 @@ def _migrations(s: str) -> list[tuple[str, list[str]]]:
         ]),
         ("keyed values in scopes: a run's deleted and copied with it, written by its creator",
          scope_owner_migration(s)),
+        ("runs counted by status", _counts_migration(s)),
+    ]
+
+
+def _counts_migration(s: str) -> list[str]:
+    """The runs by status (``runs.status``; NULL not counted) kept in one row by triggers,
+    so that counting them (``count_runs``, every listing and summary poll) reads one row,
+    not every run. One row, not one per status: every change of status locks the same row,
+    so two transactions that change several runs cannot deadlock on it. The trigger function
+    is SECURITY DEFINER (the schema owner's) with a pinned ``search_path``: a hub user's
+    role, which writes runs but cannot write this row, keeps it right too."""
+    return [
+        f"""CREATE TABLE {s}.run_counts (one boolean PRIMARY KEY DEFAULT true CHECK (one),
+            counts jsonb NOT NULL)""",
+        f"""CREATE FUNCTION {s}.count_run() RETURNS trigger LANGUAGE plpgsql
+            SECURITY DEFINER AS $fn$
+            BEGIN
+                IF TG_OP <> 'INSERT' AND OLD.status IS NOT NULL THEN
+                    UPDATE {s}.run_counts SET counts = jsonb_set(counts, ARRAY[OLD.status],
+                        to_jsonb(coalesce((counts ->> OLD.status)::bigint, 0) - 1));
+                END IF;
+                IF TG_OP <> 'DELETE' AND NEW.status IS NOT NULL THEN
+                    UPDATE {s}.run_counts SET counts = jsonb_set(counts, ARRAY[NEW.status],
+                        to_jsonb(coalesce((counts ->> NEW.status)::bigint, 0) + 1));
+                END IF;
+                RETURN NULL;
+            END
+            $fn$""",
+        f"ALTER FUNCTION {s}.count_run() SET search_path = pg_catalog, pg_temp",
+        # In the migration's transaction: the triggers lock the table for writers until
+        # the row counted below is committed with them.
+        f"""CREATE TRIGGER runs_counted AFTER INSERT OR DELETE ON {s}.runs
+            FOR EACH ROW EXECUTE PROCEDURE {s}.count_run()""",
+        f"""CREATE TRIGGER runs_recounted AFTER UPDATE ON {s}.runs FOR EACH ROW
+            WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE PROCEDURE {s}.count_run()""",
+        f"""INSERT INTO {s}.run_counts (counts) SELECT coalesce(jsonb_object_agg(status, n),
+            '{{}}') FROM (SELECT status, count(*) AS n FROM {s}.runs WHERE status IS NOT NULL
+            GROUP BY status) AS c""",
     ]
 
 
@@ -535,6 +573,8 @@ class PgSchema:
                                  f"WHERE r.run_id >= %s AND r.run_id < %s",
             "count_runs": f"SELECT status, count(*) FROM {s}.runs WHERE run_id >= %s "
                           f"AND run_id < %s GROUP BY status",
+            "count_all_runs": f"SELECT key, value::bigint FROM {s}.run_counts, "
+                              f"jsonb_each_text(counts) WHERE value::bigint > 0",
             "put_batch": f"INSERT INTO {s}.batches (batch_id, created_at, record) VALUES (%s, %s, %s) "
                          f"ON CONFLICT (batch_id) DO UPDATE SET record = EXCLUDED.record",
             "find_batch": f"SELECT record FROM {s}.batches WHERE batch_id = %s",

@@ -225,9 +225,11 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, PgKeyedValues,
 
     @retried
     def count_runs(self, prefix: str = "") -> dict[Status, int]:
-        """One query on the ``runs_by_status`` index."""
+        """All runs: the ``run_counts`` row its triggers keep; under a prefix, one query on
+        the ``runs_by_status`` index."""
         with self._conn("counting runs") as conn:
-            rows = conn.execute(self._sql["count_runs"], _id_range(prefix)).fetchall()
+            rows = conn.execute(self._sql["count_runs"], _id_range(prefix)).fetchall() \
+                if prefix else conn.execute(self._sql["count_all_runs"]).fetchall()
         return {Status(name): count for name, count in rows if name in _STATUS_NAMES}
 
     @retried
@@ -296,8 +298,9 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, PgKeyedValues,
                        people: Mapping[str, str] | None = None) -> None:
         """Make this journal's login role (the hub service's, owning the schema) the one
         that alone writes decisions, and let ``user_roles`` (the hub users' roles) park,
-        read, resume and take decisions: read and write the run tables, only read ``meta``
-        and ``migrations`` (so that none can name another decider). ``people`` maps each
+        read, resume and take decisions: read and write the run tables, only read ``meta``,
+        ``migrations`` (so that none can name another decider) and ``run_counts`` (kept by
+        its triggers). ``people`` maps each
         role to its hub user: every reader then shows the hub user whose role created a run
         as its starter, whatever the record says. Idempotent; run by the service at its
         start."""
@@ -310,7 +313,8 @@ class PostgresJournal(PgConnections, PgSchema, PgRunCoordination, PgKeyedValues,
                 who = self._psycopg.sql.Identifier(role).as_string(conn)
                 conn.execute(f"GRANT USAGE ON SCHEMA {s} TO {who}")
                 conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {who}")
-                conn.execute(f"GRANT SELECT ON {s}.meta, {s}.migrations TO {who}")
+                conn.execute(f"GRANT SELECT ON {s}.meta, {s}.migrations, {s}.run_counts "
+                             f"TO {who}")
             conn.execute(f"INSERT INTO {s}.meta (key, value) VALUES ('decider', "
                          f"json_build_object('role', session_user, 'people', %s::json)::text) "
                          f"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
