@@ -201,8 +201,10 @@ def _require_bare_environment() -> None:
                     f": a server without them cannot be started from it")
 
 
-def _ask(lab: JupyterLab, monkeypatch: pytest.MonkeyPatch) -> extensions.Missing | None:
-    """The kernel-side check, as a kernel this server started would run it."""
+def _ask(lab: JupyterLab, monkeypatch: pytest.MonkeyPatch
+         ) -> tuple[extensions.Missing | None, bool]:
+    """The kernel-side check, as a kernel this server started would run it: what the server
+    lacks, and whether it serves the Lab extension."""
     monkeypatch.setenv("JPY_PARENT_PID", str(lab.pid))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(lab.runtime_dir))
     return extensions._ask_server()
@@ -214,12 +216,12 @@ def test_the_kernel_side_check_asks_the_server_that_started_the_kernel(
     (tmp_path / "bare").mkdir()
     (tmp_path / "full").mkdir()
     with JupyterLab(tmp_path / "bare", checkout=False) as bare:
-        missing = _ask(bare, monkeypatch)
-    assert missing is not None and missing.server and missing.lab
+        missing, lab_served = _ask(bare, monkeypatch)
+    assert missing is not None and missing.server and missing.lab and not lab_served
     with JupyterLab(tmp_path / "full") as full:
-        assert _ask(full, monkeypatch) is None
+        assert _ask(full, monkeypatch) == (None, True)
     monkeypatch.setenv("JPY_PARENT_PID", str(os.getpid()))  # no server: nothing is claimed
-    assert extensions._ask_server() is None
+    assert extensions._ask_server() == (None, False)
 
 
 @pytest.mark.browser
