@@ -471,6 +471,10 @@ def test_the_tab_count_follows_approvals_from_the_cli_and_from_another_notebook(
         _tab_count(page, 0)
         cancelled = page.page.locator(".dnr-group-cancelled .dnr-run[data-run='hostile']")
         assert "asks" not in cancelled.inner_text()  # its last request is no longer asked
+        # The run view is drawn again from the cancelled run (not at once, as the list is):
+        # its Approve goes, and nothing draws it back.
+        view.locator(".dnr-approve").wait_for(state="detached")
+        _tab_count(page, 0)
         assert not view.locator(".dnr-approve").count()
     assert find_decision(journal, "nb-approved",
                          journal.get_run("nb-approved").pending_approval)["approved"]
