@@ -28,7 +28,7 @@ from durable_nb.integrations.langgraph.checkpoint import (  # noqa: E402
     fork_from_checkpoint,
 )
 from durable_nb.testing import LoopbackServer, Reply, ToolCall  # noqa: E402
-from tests.test_langgraph import _cli, chat_model, execute  # noqa: E402
+from tests.test_langgraph import _cli, chat_model, email_tool, execute  # noqa: E402
 
 EMAIL = ToolCall("send_email", {"to": "team@example.com", "subject": "Q3"})
 QUESTION = {"messages": [("user", "Email the team.")]}
@@ -42,16 +42,6 @@ def approving_agent(model: Any, effects: list, **options: Any) -> Any:
 
     return create_agent(model, [email_tool(effects)], middleware=[
         HumanInTheLoopMiddleware(interrupt_on={"send_email": True})], **options)
-
-
-def email_tool(effects: list) -> Any:
-    @tool
-    def send_email(to: str, subject: str) -> str:
-        """Email someone."""
-        effects.append(f"{to}: {subject}")
-        return f"sent to {to}"
-
-    return send_email
 
 
 def _history(journal: Any, run_id: str, graph: Any) -> list[Any]:
